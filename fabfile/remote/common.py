@@ -1,0 +1,101 @@
+"""Shared pieces of the host-side agent: the error type, JSON event output, hashing and atomic file writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Dict, Optional
+
+
+class AgentError(Exception):
+    """A failure the agent understood: reported to the client as an error result, never as a traceback."""
+
+    def __init__(self, kind: str, message: str, hint: str = "", **details: Any) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+        self.details = details
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "hint": self.hint, "details": self.details}
+
+
+class EventSink:
+    """Writes JSON event lines to stdout and, when given, to a journal file on the host.
+
+    If the client's SSH channel goes away, stdout breaks; the sink then stops writing there but keeps the journal,
+    so a host-side operation (a deploy holding the lock) can finish headless and the client can re-attach.
+    """
+
+    def __init__(self, journal: Optional[str] = None) -> None:
+        self.stdout_ok = True
+        self.journal = open(journal, "a", encoding="utf-8") if journal else None  # noqa: SIM115
+
+    def emit(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, **fields}, sort_keys=True, default=str) + "\n"
+        if self.journal is not None:
+            self.journal.write(line)
+            self.journal.flush()
+        if self.stdout_ok:
+            try:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            except (BrokenPipeError, OSError):
+                self.stdout_ok = False
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def atomic_write(path: str, data: bytes, mode: Optional[int] = None) -> None:
+    """Write ``data`` to ``path`` so readers see either the old or the new file, never a torn one.
+
+    Keeps the original file's mode (and owner, when we may) unless ``mode`` is given; fsyncs before the rename.
+    """
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    st = None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=".specdeploy-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        elif st is not None:
+            os.chmod(tmp, st.st_mode & 0o7777)
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except PermissionError:
+                pass
+        else:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def ensure_private_dir(path: str) -> None:
+    """Create ``path`` (and parents) with mode 0700: deploy records and backups are the operator's business."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
