@@ -1,0 +1,107 @@
+"""Ships the host-side agent (``fabfile.remote``) as one content-addressed zipapp and calls its verbs.
+
+The zipapp is built in memory with fixed timestamps, so its sha256 depends only on the code: a host keeps one copy
+per tool version and the first call of a run normally costs one round trip (the upload happens only when the
+host's Python reports the file missing).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import io
+import json
+import shlex
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fabfile.errors import AgentCrashError, from_agent
+from fabfile.transport import CommandResult, Transport
+
+REMOTE_SRC = Path(__file__).resolve().parent / "remote"
+_MAIN = "import sys\nfrom fabfile.remote.__main__ import main\nsys.exit(main(sys.argv))\n"
+_MISSING_MARK = "can't open file"
+
+
+@functools.lru_cache(maxsize=1)
+def agent_bundle() -> tuple[bytes, str]:
+    """The agent zipapp's bytes and sha256."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        entries = [("__main__.py", _MAIN.encode()), ("fabfile/__init__.py", b"")]
+        entries += [(f"fabfile/remote/{p.name}", p.read_bytes()) for p in sorted(REMOTE_SRC.glob("*.py"))]
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    data = buf.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+class AgentClient:
+    def __init__(self, transport: Transport, python: str, state_dir: str) -> None:
+        self.transport = transport
+        self.python = python
+        self.state_dir = state_dir.rstrip("/")
+        data, sha = agent_bundle()
+        self.bundle = data
+        self.path = f"{self.state_dir}/agent/agent-{sha[:16]}.pyz"
+        self.shipped = False
+
+    def _command(self, verb: str, request: dict[str, Any]) -> str:
+        payload = base64.b64encode(json.dumps(request, sort_keys=True).encode()).decode()
+        # -I: ignore PYTHON* variables and the user site; the agent needs nothing but the standard library.
+        return f"{shlex.quote(self.python)} -I {self.transport.shell_path(self.path)} {verb} {payload}"
+
+    def ship(self) -> None:
+        self.transport.put(self.bundle, self.path, 0o600)
+        self.shipped = True
+
+    def _execute(self, verb: str, request: dict[str, Any], timeout: float,
+                 on_event: Callable[[dict[str, Any]], None] | None) -> tuple[CommandResult, list[dict[str, Any]]]:
+        request = {"deadline_s": timeout, **request}
+        events: list[dict[str, Any]] = []
+
+        def on_line(line: str) -> None:
+            line = line.strip()
+            if not line:
+                return
+            try:
+                event = json.loads(line)
+            except ValueError:
+                return  # not ours (a sitecustomize or the shell printed something): ignore
+            events.append(event)
+            if on_event is not None and event.get("event") != "result":
+                on_event(event)
+
+        cmd = self._command(verb, request)
+        result = self.transport.stream(cmd, on_line, timeout + 15)
+        if result.exit_code == 2 and _MISSING_MARK in result.stderr and not self.shipped:
+            self.ship()
+            events.clear()
+            result = self.transport.stream(cmd, on_line, timeout + 15)
+        return result, events
+
+    def call(self, verb: str, request: dict[str, Any], timeout: float = 60.0,
+             on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Run a verb; return its data or raise the tool's exception for the agent's error."""
+        result, events = self._execute(verb, request, timeout, on_event)
+        final = next((e for e in reversed(events) if e.get("event") == "result"), None)
+        host = self.transport.host_name
+        if final is None:
+            stderr = result.stderr.strip()
+            if "No such file or directory" in stderr and self.python in stderr:
+                raise AgentCrashError(f"the host's Python {self.python} does not exist", 
+                                      "fix `python` for this host in the inventory", host=host)
+            raise AgentCrashError(
+                f"the host-side agent ended without an answer (exit {result.exit_code})",
+                "this is a bug in specdeploy; the host's stderr is attached", host=host,
+                stderr=stderr[-2000:])
+        if not final.get("ok"):
+            raise from_agent(final.get("error") or {}, host)
+        data: dict[str, Any] = final.get("data") or {}
+        return data

@@ -1,0 +1,146 @@
+"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.evaluate`): a rich table, JSON.
+
+The evaluation and facts are the plain dicts the host-side agent and ``evaluate`` produce; this module only
+reads them, so it works the same on a live result and on a saved ``--json`` file. Text that came from the host
+is escaped before it reaches rich's markup parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE: dict[str, str] = {
+    "proven": "bold green",
+    "different": "bold red",
+    "unconfirmed": "yellow",
+    "missing": "red",
+    "launcher_only": "magenta",
+}
+EVIDENCE_LABEL: dict[str, str] = {
+    "nccl_log": "NCCL log",
+    "marker": "patch marker",
+    "environ": "start environ",
+}
+SEVERITY_STYLE: dict[str, str] = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def _s(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _rank_label(row: Mapping[str, Any]) -> str:
+    label = row.get("label")
+    if label:
+        return str(label)
+    rank = row.get("rank")
+    return "-" if rank is None else f"TP{rank}"
+
+
+def _facts_lines(facts: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    gpus: Mapping[str, Any] = facts.get("gpus") or {}
+    out.append(f"SGLang version: {_s(facts.get('sglang_version'))}")
+    names = gpus.get("names") or []
+    gpu_desc = f"{_s(gpus.get('count'))}"
+    if names:
+        gpu_desc += f" x {names[0]}" if len(set(names)) == 1 else f" ({', '.join(names)})"
+    out.append(f"GPUs: {gpu_desc}; interconnect: {_s(gpus.get('interconnect'))}")
+    car: Mapping[str, Any] = facts.get("custom_all_reduce") or {}
+    enabled = car.get("enabled")
+    state = "unknown" if enabled is None else ("on" if enabled else "off")
+    reasons = "; ".join(str(r) for r in car.get("reasons") or [])
+    out.append(f"custom all-reduce: {state}" + (f" ({reasons})" if reasons else ""))
+    flagged = facts.get("flagged_expected_vars") or []
+    if flagged:
+        out.append(f"SGLang itself sets (in some cases): {', '.join(str(v) for v in flagged)}")
+    draft: Mapping[str, Any] = facts.get("draft_worker") or {}
+    if draft.get("note"):
+        out.append(f"draft worker: {draft['note']}")
+    return out
+
+
+def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], console: Console) -> None:
+    """One table (rank, pid, variable, expected, observed, evidence, status), then the facts and the hints."""
+    table = Table(title="NCCL environment per scheduler process", show_lines=False)
+    for col in ("rank", "pid", "variable", "expected", "observed", "evidence", "status"):
+        table.add_column(col, no_wrap=col in ("rank", "pid", "variable", "status"))
+    rows: list[Mapping[str, Any]] = list(evaluation.get("rows") or [])
+    for row in rows:
+        status = str(row.get("status") or "")
+        style = STATUS_STYLE.get(status, "")
+        observed = Text(_s(row.get("observed")))
+        if status == "different":
+            observed.stylize("red")
+        evidence = row.get("evidence")
+        table.add_row(
+            _rank_label(row),
+            _s(row.get("pid")),
+            _s(row.get("var")),
+            _s(row.get("expected")),
+            observed,
+            EVIDENCE_LABEL.get(str(evidence), _s(evidence)),
+            Text(status.replace("_", " "), style=style),
+        )
+    if rows:
+        console.print(table)
+    else:
+        console.print("[bold red]no scheduler rows[/]: nothing could be checked")
+
+    notes = [r for r in rows if r.get("note")]
+    for r in notes:
+        text = f"{_rank_label(r)} pid {_s(r.get('pid'))} {r.get('var')}: {r.get('note')}"
+        console.print(f"  [dim]{escape(text)}[/]", highlight=False)
+
+    verdict = evaluation.get("ok")
+    summary: Mapping[str, Any] = evaluation.get("summary") or {}
+    counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if v)
+    if verdict:
+        console.print(f"[bold green]OK[/]: every expected variable is proven in every rank ({counts})")
+    else:
+        console.print("[bold red]NOT PROVEN[/]" + (f" ({counts})" if counts else ""))
+
+    console.print("[bold]Host facts[/]")
+    for line in _facts_lines(facts):
+        console.print(f"  {escape(line)}", highlight=False)
+
+    hints: list[Mapping[str, Any]] = list(evaluation.get("hints") or [])
+    if hints:
+        console.print("[bold]Hints[/]")
+    for h in hints:
+        sev = str(h.get("severity") or "info")
+        where = []
+        if h.get("vars"):
+            where.append(", ".join(str(v) for v in h["vars"]))
+        if h.get("pids"):
+            where.append("pids " + ", ".join(str(p) for p in h["pids"]))
+        suffix = f" [dim]({escape('; '.join(where))})[/]" if where else ""
+        style = SEVERITY_STYLE.get(sev, "default")
+        console.print(
+            f"  [{style}]{escape(sev)}[/] {escape(str(h.get('message')))}{suffix}",
+            highlight=False,
+        )
+
+
+def to_json(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The full evaluation plus facts, for ``--json`` (plain JSON types only)."""
+    return {
+        "ok": bool(evaluation.get("ok")),
+        "summary": dict(evaluation.get("summary") or {}),
+        "nranks": evaluation.get("nranks"),
+        "nranks_source": evaluation.get("nranks_source"),
+        "single_rank": evaluation.get("single_rank"),
+        "rows": [dict(r) for r in evaluation.get("rows") or []],
+        "hints": [dict(h) for h in evaluation.get("hints") or []],
+        "facts": dict(facts),
+    }
+
+
+def exit_code(evaluation: Mapping[str, Any]) -> int:
+    """0 when every expected variable is proven in every rank, 1 otherwise."""
+    return 0 if evaluation.get("ok") is True else 1

@@ -1,0 +1,174 @@
+"""The client side of ``inv deploy``: plan → connect → preflight → ship → the host-side sequence → summary.
+
+The host-side sequence (lock, patch, stop, GPU gate, start, wait, verify, record) runs in one agent call
+(``fabfile.remote.deploy``); this module decides what to ask for, renders events as progress, survives a dropped
+SSH session by re-attaching to the deploy's journal, and turns the outcome into a result and an exit code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabfile import __version__
+from fabfile.errors import FlagError, PreflightError, SpecDeployError, from_agent
+from fabfile.inventory import Host, Inventory
+from fabfile.plan import Options, Plan, build
+from fabfile.progress import Reporter
+from fabfile.session import HostSession
+from fabfile.transport import ConnectionLost
+
+
+@dataclass
+class DeployResult:
+    host: str
+    ok: bool
+    plan: Plan
+    record: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    patch_mode: str | None = None
+    sglang_version: str | None = None
+    error: SpecDeployError | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        verify = (self.record.get("verify") or {}).get("evaluation")
+        if verify is None and self.error is not None:
+            verify = ((self.error.details.get("verify") or {}).get("evaluation"))
+        return {
+            "host": self.host, "ok": self.ok, "deploy_id": self.plan.deploy_id, "config": self.plan.config_name,
+            "plan_hash": self.plan.plan_hash, "pid": self.record.get("pid"),
+            "url": self.plan.url, "launch_argv": self.plan.masked_argv(), "env": self.plan.masked_env(),
+            "log_path": self.record.get("log_path") or self.plan.log_path, "timings": self.timings,
+            "patch_mode": self.patch_mode, "sglang_version": self.sglang_version,
+            "schedulers": self.record.get("schedulers"), "check_env": verify,
+            "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
+            "transport": self.stats,
+        }
+
+
+def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
+    h = plan.host
+    facts = session.call("facts", {"paths": {"model": h.model, "draft_model": h.draft_model if
+                                             plan.config_name != "baseline" else None, "log_dir": h.log_dir},
+                                   "need_gpus": h.tp, "min_free_disk_gb": h.min_free_disk_gb,
+                                   "log_dir": h.log_dir})
+    session.facts = facts
+    if facts["problems"]:
+        raise PreflightError("; ".join(facts["problems"]), "fix the host or the inventory, then deploy again",
+                             host=h.name, problems=facts["problems"])
+    return facts
+
+
+def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, dict[str, Any] | None]:
+    from fabfile.patchset import PatchModeError, build_patch_request, resolve_mode
+
+    try:
+        mode = resolve_mode(plan.patch_mode, version)
+    except PatchModeError as e:
+        raise FlagError(str(e), "choose another --patch-mode (auto picks one this version supports)",
+                        host=plan.host.name) from None
+    if mode == "env" or not plan.nccl_values:
+        return mode, None
+    values = dict(plan.nccl_values)
+    if plan.host.nccl_debug:
+        # Carried by the patch too, so the evidence survives a launch path that strips the environment.
+        values.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"})
+    site = session.facts["sglang"]["site_packages"]
+    req = build_patch_request(mode, values, plan.force_env, version, session.resolve(plan.host.state_dir), site,
+                              __version__, python=plan.host.python)
+    return mode, req
+
+
+def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | None, version: str) -> dict[str, Any]:
+    h = plan.host
+    t = h.timeouts
+    return {
+        "deploy_id": plan.deploy_id, "client": plan.client, "tool_version": __version__,
+        "state_dir": session.resolve(h.state_dir), "journal": None, "config_name": plan.config_name,
+        "plan_hash": plan.plan_hash, "script": session.resolve(plan.script_path), "log_path": plan.log_path,
+        "cwd": h.log_dir, "listen": h.listen, "port": h.port, "sglang_version": version,
+        "target_gpus": list(range(h.tp)), "gpu_idle_mib": h.gpu_idle_mib,
+        "timeouts": {"ready": plan.ready_timeout, "stall": t.stall, "stop_grace": t.stop_grace,
+                     "gpu_clean": t.gpu_clean, "lock_wait": t.lock_wait},
+        "patch": patch,
+        "verify": {"expected": plan.expected, "settle_s": 3.0} if ("verify_env" in plan.steps and plan.expected)
+        else None,
+        "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},
+    }
+
+
+def deadline_for(plan: Plan) -> float:
+    t = plan.host.timeouts
+    return plan.ready_timeout + 3 * t.stop_grace + t.gpu_clean + t.lock_wait + 60.0
+
+
+def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float,
+                      reporter: Reporter) -> dict[str, Any]:
+    """One agent call; if the SSH session drops, reconnect and follow the deploy's journal to its end."""
+    from fabfile.errors import RemoteError
+
+    req = dict(req)
+    req["journal"] = f"{req['state_dir']}/deploys/{req['deploy_id']}.events"
+    try:
+        return session.agent.call("deploy", req, deadline, on_event=reporter.event)
+    except ConnectionLost:
+        reporter.info("SSH session dropped; the deploy continues on the host, reconnecting to follow it")
+    t_end = time.monotonic() + deadline
+    while True:
+        try:
+            session.transport.reconnect()
+            data = session.agent.call("attach", {"state_dir": req["state_dir"], "deploy_id": req["deploy_id"],
+                                                 "skip": reporter.events_seen},
+                                      max(5.0, t_end - time.monotonic()), on_event=reporter.event)
+            break
+        except ConnectionLost:
+            if time.monotonic() > t_end:
+                raise
+            reporter.info("still cannot reach the host; retrying")
+    final = data["result"]
+    if not final.get("ok"):
+        raise from_agent(final.get("error") or {}, session.host.name)
+    result = final.get("data")
+    if not isinstance(result, dict):
+        raise RemoteError("the re-attached deploy reported no data", host=session.host.name)
+    return result
+
+
+def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter) -> DeployResult:
+    plan = build(host, opts)
+    result = DeployResult(host=host.name, ok=False, plan=plan)
+    session: HostSession | None = None
+    try:
+        reporter.step_start("connect")
+        session = HostSession.open(inv, host)
+        reporter.step_end("connect", True)
+        reporter.step_start("preflight")
+        facts = preflight(session, plan)
+        version = str(facts["sglang"]["version"])
+        result.sglang_version = version
+        mode, patch = patch_request(session, plan, version)
+        result.patch_mode = mode
+        session.transport.put(plan.script.encode(), plan.script_path, 0o700)
+        reporter.step_end("preflight", True, detail=f"SGLang {version}, {len(facts['gpu']['gpus'])} GPU(s), "
+                                                    f"patch mode {mode}")
+        req = deploy_request(session, plan, patch, version)
+        record = run_remote_deploy(session, req, deadline_for(plan), reporter)
+        result.record = record
+        result.ok = True
+    except SpecDeployError as e:
+        if reporter.current:
+            reporter.step_end(reporter.current, False, message=e.message)
+        if e.host is None:
+            e.host = host.name
+        result.error = e
+    finally:
+        reporter.close()
+        if session is not None:
+            st = session.transport.stats
+            result.stats = {"connections": st.connections, "commands": st.commands, "uploads": st.uploads,
+                            "reconnects": st.reconnects}
+            session.close()
+    result.timings = dict(reporter.timings)
+    return result

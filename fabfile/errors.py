@@ -1,0 +1,144 @@
+"""The tool's single exception tree. Every failure a user can meet is one of these, carrying a sentence that says
+what happened and a hint that says what to do; ``tasks.py`` maps them to exit codes and never shows a traceback.
+
+    SpecDeployError                      (exit 1 unless noted)
+    ├── UsageError                       (exit 2: nothing was touched on any host)
+    │   ├── InventoryError               a bad inventory file or field
+    │   └── FlagError                    a bad command-line flag or combination
+    ├── ConnectError                     could not get a working SSH session
+    │   ├── HostKeyError                 unknown or changed host key (never retried)
+    │   └── AuthError                    authentication refused (never retried)
+    ├── RemoteError                      a host-side step failed (the agent said why)
+    │   ├── PreflightError               python, SGLang, paths, GPUs or disk not as required
+    │   ├── LockHeldError                another deploy holds this host
+    │   ├── PatchError                   anchor missing/ambiguous, unsupported mode, file changed
+    │   ├── GpuBusyError                 a GPU still held after stopping everything
+    │   ├── LaunchError                  the server died, logged a fatal line, stalled or timed out
+    │   └── AgentCrashError              the agent itself failed (a bug: stderr is attached)
+    └── EnvNotProvenError                check-env could not prove the expected values in every rank
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SpecDeployError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str = "", *, host: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.host = host
+        self.details = details
+
+    def describe(self) -> str:
+        prefix = f"{self.host}: " if self.host else ""
+        text = prefix + self.message
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": type(self).__name__,
+            "message": self.message,
+            "hint": self.hint,
+            "host": self.host,
+            "details": self.details,
+        }
+
+
+class UsageError(SpecDeployError):
+    exit_code = 2
+
+
+class InventoryError(UsageError):
+    pass
+
+
+class FlagError(UsageError):
+    pass
+
+
+class ConnectError(SpecDeployError):
+    pass
+
+
+class HostKeyError(ConnectError):
+    pass
+
+
+class AuthError(ConnectError):
+    pass
+
+
+class RemoteError(SpecDeployError):
+    pass
+
+
+class PreflightError(RemoteError):
+    pass
+
+
+class LockHeldError(RemoteError):
+    pass
+
+
+class PatchError(RemoteError):
+    pass
+
+
+class GpuBusyError(RemoteError):
+    pass
+
+
+class LaunchError(RemoteError):
+    pass
+
+
+class AgentCrashError(RemoteError):
+    pass
+
+
+class EnvNotProvenError(SpecDeployError):
+    pass
+
+
+# Agent error kinds (fabfile.remote raises AgentError(kind, ...)) mapped onto the tree above.
+_AGENT_KINDS: dict[str, type[SpecDeployError]] = {
+    "preflight": PreflightError,
+    "lock_held": LockHeldError,
+    "anchor_not_found": PatchError,
+    "anchor_ambiguous": PatchError,
+    "file_changed": PatchError,
+    "rollback_refused": PatchError,
+    "unsupported_mode": PatchError,
+    "patch_failed": PatchError,
+    "gpu_busy": GpuBusyError,
+    "launch_failed": LaunchError,
+    "fatal_log": LaunchError,
+    "process_died": LaunchError,
+    "stalled": LaunchError,
+    "ready_timeout": LaunchError,
+    "not_running": RemoteError,
+    "bad_request": AgentCrashError,
+}
+
+
+def from_agent(error: dict[str, Any], host: str) -> SpecDeployError:
+    """Turn an agent error result into the matching exception, keeping the agent's sentence and hint."""
+    kind = str(error.get("kind", ""))
+    cls = _AGENT_KINDS.get(kind, RemoteError)
+    details = dict(error.get("details") or {})
+    details["agent_kind"] = kind
+    return cls(str(error.get("message", "the host-side step failed")), str(error.get("hint", "")), host=host,
+               **details)
+
+_AGENT_KINDS.update({
+    "env_not_proven": EnvNotProvenError,
+    "deadline": RemoteError,
+    "deploy_lost": RemoteError,
+    "gpu_query": RemoteError,
+})

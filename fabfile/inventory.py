@@ -1,0 +1,467 @@
+"""Inventory: the YAML file that names hosts and how to run SGLang on them, validated before any connection.
+
+Layering, lowest first: built-in NCCL presets < ``presets.nccl`` < ``defaults`` < ``groups.<g>.defaults`` < host.
+``nccl_env`` is laid over the named ``nccl_preset``. Every error names the file and the field, in one line, and
+nothing is touched on any host (exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from fabfile.errors import InventoryError
+
+PATCH_MODES = ("auto", "env", "engine", "scheduler", "plugin", "sitecustomize")
+
+# The seed host's PCIe tuning (8 GPUs, no NVLink): what the manual hour converged on.
+BUILTIN_NCCL_PRESETS: dict[str, dict[str, str]] = {
+    "pcie": {
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
+    },
+    "none": {},
+}
+
+# Flags the tool derives from inventory fields; accepting them in sglang_args would make two sources of truth.
+MANAGED_FLAGS = {
+    "--model-path": "model", "--model": "model", "--tp-size": "tp", "--tensor-parallel-size": "tp",
+    "--port": "port", "--host": "listen", "--speculative-algorithm": "speculative.algorithm",
+    "--speculative-draft-model-path": "draft_model", "--speculative-draft-model": "draft_model",
+    "--speculative-num-steps": "speculative.steps / --steps", "--speculative-eagle-topk": "speculative.topk / --topk",
+    "--speculative-num-draft-tokens": "speculative.draft_tokens / --draft-tokens",
+}
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _env_value(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        raise ValueError("must be a string or number (quote true/false/null to pass them literally)")
+    if isinstance(v, (int, float, str)):
+        s = str(v)
+        if "\0" in s:
+            raise ValueError("must not contain a NUL byte")
+        return s
+    raise ValueError(f"must be a string or number, got {type(v).__name__}")
+
+
+def _env_map(v: Any) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise ValueError("must be a mapping of VARIABLE: value")
+    out: dict[str, str] = {}
+    for k, val in v.items():
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            raise ValueError(f"{k!r} is not a valid environment variable name")
+        try:
+            out[k] = _env_value(val)
+        except ValueError as e:
+            raise ValueError(f"{k}: {e}") from None
+    return out
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class SpeculativeFields(_Strict):
+    algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = None
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+
+
+class TimeoutFields(_Strict):
+    connect: float | None = None      # TCP + banner + auth, per attempt
+    connect_total: float | None = None  # all connection attempts together
+    command: float | None = None      # default bound for one remote command (remote side too)
+    ready: float | None = None        # hard bound on waiting for readiness
+    stall: float | None = None        # no new log bytes for this long = failure
+    stop_grace: float | None = None   # SIGTERM → SIGKILL
+    gpu_clean: float | None = None    # bounded wait for the GPU-clean gate
+    lock_wait: float | None = None    # wait for another deploy's lock (0 = fail at once)
+
+
+class HostFields(_Strict):
+    """Every field a host, a group's defaults or the global defaults may set. All optional here."""
+
+    connection: Literal["ssh", "local"] | None = None
+    ssh_host: str | None = None
+    default: bool | None = None
+    gpus: int | None = None
+    tp: int | None = None
+    python: str | None = None
+    model: str | None = None
+    draft_model: str | None = None
+    served_model_name: str | None = None
+    log_dir: str | None = None
+    state_dir: str | None = None
+    listen: str | None = None
+    port: int | None = None
+    nccl_preset: str | None = None
+    nccl_env: dict[str, str] | None = None
+    env: dict[str, str] | None = None
+    sglang_args: list[str] | None = None
+    speculative: SpeculativeFields | None = None
+    patch_mode: Literal["auto", "env", "engine", "scheduler", "plugin", "sitecustomize"] | None = None
+    force_env: bool | None = None
+    nccl_debug: bool | None = None
+    min_free_disk_gb: float | None = None
+    gpu_idle_mib: int | None = None
+    timeouts: TimeoutFields | None = None
+
+    @field_validator("nccl_env", "env", mode="before")
+    @classmethod
+    def _check_env(cls, v: Any) -> Any:
+        return None if v is None else _env_map(v)
+
+    @field_validator("sglang_args", mode="before")
+    @classmethod
+    def _check_args(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, list):
+            raise ValueError("must be a list of strings, one argument per item")
+        out = []
+        for item in v:
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                raise ValueError(f"{item!r} is not a string")
+            flag = str(item).split("=", 1)[0]
+            if flag in MANAGED_FLAGS:
+                raise ValueError(f"{flag} is set by the tool from `{MANAGED_FLAGS[flag]}`; remove it here")
+            out.append(str(item))
+        return out
+
+    @field_validator("gpus", "tp")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int | None) -> int | None:
+        if v is not None and not 1 <= v <= 65535:
+            raise ValueError("must be a TCP port between 1 and 65535")
+        return v
+
+
+class GroupFields(_Strict):
+    hosts: list[str]
+    defaults: HostFields | None = None
+
+
+class PresetsFields(_Strict):
+    nccl: dict[str, dict[str, str]] = {}
+
+    @field_validator("nccl", mode="before")
+    @classmethod
+    def _check(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError("must map preset names to {VARIABLE: value}")
+        return {str(k): _env_map(val or {}) for k, val in v.items()}
+
+
+class InventoryFields(_Strict):
+    ssh_config: str | None = None
+    known_hosts: str | None = None
+    presets: PresetsFields | None = None
+    defaults: HostFields | None = None
+    groups: dict[str, GroupFields | list[str]] | None = None
+    hosts: dict[str, HostFields | None]
+
+
+@dataclass(frozen=True)
+class Speculative:
+    algorithm: str
+    steps: int          # 0 = baseline, no speculation
+    topk: int
+    draft_tokens: int | None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float = 10.0
+    connect_total: float = 60.0
+    command: float = 120.0
+    ready: float = 1800.0
+    stall: float = 600.0
+    stop_grace: float = 15.0
+    gpu_clean: float = 60.0
+    lock_wait: float = 0.0
+
+
+@dataclass(frozen=True)
+class Host:
+    """One fully resolved host: every value final, every remote path absolute (or ``~/`` for state_dir)."""
+
+    name: str
+    connection: str
+    ssh_host: str
+    is_default: bool
+    gpus: int
+    tp: int
+    python: str
+    model: str
+    draft_model: str | None
+    served_model_name: str | None
+    log_dir: str
+    state_dir: str
+    listen: str
+    port: int
+    nccl_preset: str | None
+    nccl_env: dict[str, str]
+    env: dict[str, str]
+    sglang_args: tuple[str, ...]
+    speculative: Speculative
+    patch_mode: str
+    force_env: bool
+    nccl_debug: bool
+    min_free_disk_gb: float
+    gpu_idle_mib: int
+    timeouts: Timeouts
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path
+    hosts: dict[str, Host]
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ssh_config: Path | None = None
+    known_hosts: Path | None = None
+
+    def default_host(self) -> Host:
+        marked = [h for h in self.hosts.values() if h.is_default]
+        if len(marked) == 1:
+            return marked[0]
+        if len(self.hosts) == 1:
+            return next(iter(self.hosts.values()))
+        raise InventoryError(
+            f"{self.path}: no default host: the inventory has {len(self.hosts)} hosts and none is marked "
+            "`default: true`",
+            "pass --host NAME or mark one host with `default: true`",
+        )
+
+    def select(self, spec: str | None) -> list[Host]:
+        """Resolve ``--host`` (names, group names, comma lists) into hosts, in order, without duplicates."""
+        if spec is None or spec.strip() == "":
+            return [self.default_host()]
+        out: list[Host] = []
+        for token in (t.strip() for t in spec.split(",")):
+            if not token:
+                continue
+            if token in self.hosts:
+                names: tuple[str, ...] = (token,)
+            elif token in self.groups:
+                names = self.groups[token]
+            else:
+                known = ", ".join(sorted([*self.hosts, *self.groups]))
+                raise InventoryError(f"--host: unknown host or group {token!r} in {self.path}",
+                                     f"known names: {known}")
+            for n in names:
+                h = self.hosts[n]
+                if h not in out:
+                    out.append(h)
+        if not out:
+            raise InventoryError("--host: no host named", "pass --host NAME")
+        return out
+
+
+def _loc(err: dict[str, Any], prefix: str) -> str:
+    parts = [prefix] if prefix else []
+    parts += [str(p) for p in err.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-"))]
+    return ".".join(p for p in parts if p)
+
+
+def _pydantic_message(e: ValidationError, prefix: str) -> str:
+    err = e.errors()[0]
+    where = _loc(err, prefix)
+    msg = str(err.get("msg", "invalid"))
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown field (a typo?)"
+    msg = msg.removeprefix("Value error, ")
+    return f"{where}: {msg}"
+
+
+def _merge(*layers: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for k, v in layer.items():
+            if isinstance(v, dict) and isinstance(out.get(k), dict):
+                out[k] = {**out[k], **v}
+            else:
+                out[k] = v
+    return out
+
+
+def _remote_path(value: str | None, where: str, *, allow_home: bool = False) -> None:
+    if value is None:
+        return
+    if "\n" in value or "\0" in value:
+        raise ValueError(f"{where}: must not contain a newline or NUL byte")
+    if value.startswith("/") or (allow_home and value.startswith("~/")):
+        return
+    extra = " or start with ~/" if allow_home else ""
+    raise ValueError(f"{where}: remote paths must be absolute{extra}, got {value!r}")
+
+
+def load(path: str | Path) -> Inventory:
+    """Read and validate an inventory file; raise :class:`InventoryError` naming the file and the field."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise InventoryError(f"inventory file {p} does not exist", "pass --inventory PATH or create inventory.yaml")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InventoryError(f"{p}:{line} not valid YAML: {problem}") from None
+    except OSError as e:
+        raise InventoryError(f"{p}: cannot read: {e.strerror}") from None
+    if not isinstance(raw, dict):
+        raise InventoryError(f"{p}: the top level must be a mapping with a `hosts:` key")
+    try:
+        return _build(p, raw)
+    except ValidationError as e:
+        raise InventoryError(f"{p}: {_pydantic_message(e, '')}") from None
+    except ValueError as e:
+        raise InventoryError(f"{p}: {e}") from None
+
+
+def _build(p: Path, raw: dict[str, Any]) -> Inventory:
+    inv = InventoryFields.model_validate(raw)
+    if not inv.hosts:
+        raise ValueError("hosts: at least one host is required")
+    presets = dict(BUILTIN_NCCL_PRESETS)
+    if inv.presets is not None:
+        presets.update(inv.presets.nccl)
+
+    groups: dict[str, tuple[str, ...]] = {}
+    group_defaults: dict[str, dict[str, Any]] = {}
+    for gname, g in (inv.groups or {}).items():
+        members = g if isinstance(g, list) else g.hosts
+        for m in members:
+            if m not in inv.hosts:
+                raise ValueError(f"groups.{gname}: unknown host {m!r}")
+        if gname in inv.hosts:
+            raise ValueError(f"groups.{gname}: a group may not share its name with a host")
+        groups[gname] = tuple(members)
+        if isinstance(g, GroupFields) and g.defaults is not None:
+            group_defaults[gname] = g.defaults.model_dump(exclude_unset=True)
+
+    base = inv.defaults.model_dump(exclude_unset=True) if inv.defaults else {}
+    hosts: dict[str, Host] = {}
+    for name, hf in inv.hosts.items():
+        if not _HOST_NAME.match(name):
+            raise ValueError(f"hosts.{name}: host names may use letters, digits, '.', '_' and '-' only")
+        layers = [base] + [group_defaults[g] for g, members in groups.items() if name in members and g in
+                           group_defaults]
+        own = hf.model_dump(exclude_unset=True) if hf else {}
+        merged = _merge(*layers, own)
+        hosts[name] = _resolve(name, merged, presets, str(p))
+
+    defaults = [h.name for h in hosts.values() if h.is_default]
+    if len(defaults) > 1:
+        raise ValueError(f"hosts: only one host may be `default: true`, found {', '.join(defaults)}")
+    base_dir = p.parent
+    ssh_config = (base_dir / Path(inv.ssh_config).expanduser()) if inv.ssh_config else None
+    known_hosts = (base_dir / Path(inv.known_hosts).expanduser()) if inv.known_hosts else None
+    for key, value in (("ssh_config", ssh_config), ("known_hosts", known_hosts)):
+        if value is not None and not value.is_file():
+            raise ValueError(f"{key}: file {value} does not exist")
+    return Inventory(path=p, hosts=hosts, groups=groups, ssh_config=ssh_config, known_hosts=known_hosts)
+
+
+def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], source: str) -> Host:
+    where = f"hosts.{name}"
+    for req in ("python", "model"):
+        if not m.get(req):
+            raise ValueError(f"{where}.{req}: required (set it on the host or under defaults)")
+    for key in ("python", "model", "draft_model", "log_dir"):
+        _remote_path(m.get(key), f"{where}.{key}")
+    _remote_path(m.get("state_dir"), f"{where}.state_dir", allow_home=True)
+
+    gpus = int(m.get("gpus", 1))
+    tp = int(m.get("tp", gpus))
+    if tp > gpus:
+        raise ValueError(f"{where}.tp: tensor parallel size {tp} needs {tp} GPUs but the host has gpus: {gpus}")
+
+    preset_name = m.get("nccl_preset")
+    if preset_name is not None and preset_name not in presets:
+        raise ValueError(f"{where}.nccl_preset: unknown preset {preset_name!r} (known: {', '.join(sorted(presets))})")
+    nccl_env = {**(presets.get(preset_name, {}) if preset_name else {}), **(m.get("nccl_env") or {})}
+    bad = [k for k in nccl_env if not k.startswith("NCCL_")]
+    if bad:
+        raise ValueError(f"{where}.nccl_env: {bad[0]} is not an NCCL_ variable; put it under env")
+
+    spec_raw = m.get("speculative") or {}
+    spec = Speculative(
+        algorithm=spec_raw.get("algorithm") or "EAGLE3",
+        steps=int(spec_raw["steps"]) if spec_raw.get("steps") is not None else (3 if m.get("draft_model") else 0),
+        topk=int(spec_raw.get("topk") or 1),
+        draft_tokens=spec_raw.get("draft_tokens"),
+    )
+    check_speculative(spec, has_draft=bool(m.get("draft_model")), where=f"{where}.speculative")
+
+    t = Timeouts(**{k: float(v) for k, v in (m.get("timeouts") or {}).items() if v is not None})
+    return Host(
+        name=name,
+        connection=m.get("connection") or "ssh",
+        ssh_host=m.get("ssh_host") or name,
+        is_default=bool(m.get("default", False)),
+        gpus=gpus,
+        tp=tp,
+        python=m["python"],
+        model=m["model"],
+        draft_model=m.get("draft_model"),
+        served_model_name=m.get("served_model_name"),
+        log_dir=m.get("log_dir") or "/tmp/specdeploy-logs",
+        state_dir=m.get("state_dir") or "~/.specdeploy",
+        listen=m.get("listen") or "127.0.0.1",
+        port=int(m.get("port", 30000)),
+        nccl_preset=preset_name,
+        nccl_env=nccl_env,
+        env=dict(m.get("env") or {}),
+        sglang_args=tuple(m.get("sglang_args") or ()),
+        speculative=spec,
+        patch_mode=m.get("patch_mode") or "auto",
+        force_env=bool(m.get("force_env", False)),
+        nccl_debug=bool(m.get("nccl_debug", True)),
+        min_free_disk_gb=float(m.get("min_free_disk_gb", 1.0)),
+        gpu_idle_mib=int(m.get("gpu_idle_mib", 512)),
+        timeouts=t,
+        source=source,
+    )
+
+
+def check_speculative(spec: Speculative, *, has_draft: bool, where: str) -> None:
+    """SGLang's rules for EAGLE parameters, checked up front instead of being silently rewritten by the server."""
+    if spec.steps < 0:
+        raise ValueError(f"{where}.steps: must be 0 (baseline) or more, got {spec.steps}")
+    if spec.topk < 1:
+        raise ValueError(f"{where}.topk: must be at least 1, got {spec.topk}")
+    if spec.steps == 0:
+        return
+    if not has_draft and spec.algorithm in ("EAGLE3", "EAGLE"):
+        raise ValueError(f"{where}: {spec.algorithm} with {spec.steps} steps needs a draft_model")
+    dt = spec.draft_tokens
+    if spec.topk == 1 and dt is not None and dt != spec.steps + 1:
+        raise ValueError(
+            f"{where}.draft_tokens: with topk 1 SGLang requires draft tokens = steps + 1 = {spec.steps + 1}, "
+            f"got {dt} (SGLang would silently change it)")
+    if spec.topk > 1 and dt is not None and not 2 <= dt <= spec.steps * spec.topk + 1:
+        raise ValueError(f"{where}.draft_tokens: must be between 2 and steps*topk+1 = "
+                         f"{spec.steps * spec.topk + 1}, got {dt}")

@@ -1,0 +1,64 @@
+"""What the commands print: summaries for people (rich, stdout) and one JSON document for machines (--json)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from fabfile.deploy import DeployResult
+from fabfile.errors import SpecDeployError
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def print_error(e: SpecDeployError) -> None:
+    err.print(f"[red]error:[/red] {e.describe()}", markup=True)
+    excerpt = e.details.get("excerpt")
+    if excerpt:
+        err.print(f"[dim]--- last lines of {e.details.get('log_path', 'the log')} ---[/dim]")
+        for line in excerpt[-25:]:
+            err.print(f"  {line}", markup=False)
+    torn = e.details.get("torn_down")
+    if torn:
+        err.print(f"[dim]stopped the failed server's processes: {', '.join(map(str, torn))} (none left running)[/dim]")
+
+
+def deploy_summary(r: DeployResult) -> None:
+    if not r.ok:
+        if r.error is not None:
+            print_error(r.error)
+            ev = (r.error.details.get("verify") or {})
+            if ev.get("evaluation"):
+                from fabfile.checkenv_report import render_table
+
+                render_table(ev["evaluation"], (ev.get("evidence") or {}).get("facts") or {}, err)
+        return
+    rec = r.record
+    total = sum(r.timings.values())
+    out.print(f"[green]✓[/green] [bold]{r.host}[/bold] ready at [bold]{r.plan.url}[/bold]  pid {rec.get('pid')}  "
+              f"config [bold]{r.plan.config_name}[/bold]  (SGLang {r.sglang_version}, patch mode {r.patch_mode}) "
+              f"in {total:.2f} s")
+    scheds = rec.get("schedulers") or []
+    if scheds:
+        out.print("  schedulers: " + ", ".join(f"{s['title']} (pid {s['pid']})" for s in scheds))
+    ev = (rec.get("verify") or {}).get("evaluation")
+    if ev is not None:
+        rows = ev.get("rows") or []
+        proven = sum(1 for x in rows if x.get("status") == "proven")
+        out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
+    out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}")
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for name in r.timings:
+        t.add_column(name, justify="right")
+    t.add_row(*[f"{v:.2f}s" for v in r.timings.values()])
+    out.print(t)

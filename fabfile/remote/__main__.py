@@ -1,0 +1,79 @@
+"""Agent entry point: ``python -I agent.pyz VERB B64JSON``. Prints JSON event lines; the last is the result.
+
+Every run is bounded on the host itself: the request's ``deadline_s`` arms SIGALRM, so a lost client can never leave
+an agent running forever. SIGHUP is ignored: a dropped SSH session must not kill a deploy half-way (the deploy
+finishes headless, writing its journal, and the client re-attaches).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import sys
+import traceback
+from typing import Any, Callable, Dict
+
+from fabfile.remote.common import AgentError, EventSink
+
+Verb = Callable[[Dict[str, Any], EventSink], Dict[str, Any]]
+
+
+def _verbs() -> Dict[str, Verb]:
+    # Imported lazily so a small verb does not pay for the big ones.
+    from fabfile.remote import verbs
+
+    return verbs.TABLE
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Deadline()
+
+
+def main(argv: list) -> int:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    sink = EventSink()
+    if len(argv) != 3:
+        sink.emit("result", ok=False, error=AgentError("bad_request", "usage: agent VERB B64JSON").as_dict())
+        return 2
+    verb_name = argv[1]
+    try:
+        req = json.loads(base64.b64decode(argv[2]).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        sink.emit("result", ok=False, error=AgentError("bad_request", f"request is not base64 JSON: {e}").as_dict())
+        return 2
+    table = _verbs()
+    if verb_name not in table:
+        sink.emit("result", ok=False, error=AgentError("bad_request", f"unknown verb {verb_name!r}").as_dict())
+        return 2
+    if req.get("journal"):
+        sink = EventSink(journal=req["journal"])
+    deadline = float(req.get("deadline_s") or 0)
+    if deadline > 0:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, deadline)
+    try:
+        data = table[verb_name](req, sink)
+    except AgentError as e:
+        sink.emit("result", ok=False, error=e.as_dict())
+        return 0
+    except _Deadline:
+        err = AgentError("deadline", f"the host-side step {verb_name!r} ran past its {deadline:.0f} s bound and "
+                         "was stopped on the host", "raise the timeout or look at the host's load")
+        sink.emit("result", ok=False, error=err.as_dict())
+        return 0
+    except Exception:
+        traceback.print_exc(file=sys.stderr)
+        return 70
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    sink.emit("result", ok=True, data=data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,176 @@
+"""The host-side half of ``inv deploy``: lock → patch → stop stale → GPU-clean gate → start → wait ready →
+verify env → record, in ONE agent process that holds the deploy lock throughout.
+
+Doing the whole sequence in one process on the host costs one SSH round trip, makes the lock exact (an flock that
+dies with its holder), and lets a deploy whose SSH session drops finish headless: events also go to a journal the
+client re-attaches to. Any failure after the start tears the new server down: no half-started server is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from fabfile.remote import gpus, procs, records, server, stop
+from fabfile.remote.common import AgentError, EventSink
+from fabfile.remote.facts import expand
+from fabfile.remote.lock import DeployLock
+
+
+class Steps:
+    """Times each step and reports it as ``step`` events; keeps the timings for the record."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+        self.timings: Dict[str, float] = {}
+
+    def run(self, name: str, fn: Callable[[], Any], detail: Optional[Callable[[Any], Any]] = None) -> Any:
+        self.sink.emit("step", name=name, status="start")
+        t0 = time.monotonic()
+        try:
+            out = fn()
+        except AgentError as e:
+            self.timings[name] = round(time.monotonic() - t0, 3)
+            self.sink.emit("step", name=name, status="fail", elapsed=self.timings[name], message=e.message)
+            raise
+        self.timings[name] = round(time.monotonic() - t0, 3)
+        self.sink.emit("step", name=name, status="ok", elapsed=self.timings[name],
+                       detail=detail(out) if detail else None)
+        return out
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def schedulers_of(pid: int) -> List[Dict[str, Any]]:
+    out = []
+    for p in procs.descendants(pid):
+        if p.cmdline.startswith("sglang::"):
+            out.append({"pid": p.pid, "title": p.cmdline, "rank": procs.scheduler_rank(p.cmdline)})
+    return sorted(out, key=lambda d: (d["rank"] is None, d["rank"] or 0, d["title"]))
+
+
+def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    state_dir = expand(req["state_dir"])
+    t = req["timeouts"]
+    steps = Steps(sink)
+    record: Dict[str, Any] = {
+        "deploy_id": req["deploy_id"], "status": "running", "client": req.get("client"),
+        "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
+        "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
+        "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
+        "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
+    }
+    lock = DeployLock(state_dir)
+    steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client")},
+                                           float(t.get("lock_wait", 0))))
+    if lock.stale:
+        sink.emit("info", message=f"replaced a stale lock note left by deploy {lock.stale.get('deploy_id')} "
+                  f"(agent pid {lock.stale.get('pid')} is gone)")
+    started: Optional[Dict[str, Any]] = None
+    try:
+        if req.get("patch"):
+            from fabfile.remote import patching
+
+            record["patch"] = steps.run("patch", lambda: patching.apply(req["patch"]), _patch_detail)
+        stopped = steps.run("stop", lambda: stop.stop_servers(state_dir, req["target_gpus"], float(t["stop_grace"])),
+                            _stop_detail)
+        if stopped["survivors"]:
+            s = stopped["survivors"][0]
+            raise AgentError("gpu_busy", f"PID {s['pid']} ({s['cmdline']}) survived SIGKILL",
+                             "it may be stuck in the kernel (D state); the host may need attention")
+        record["stopped"] = stopped
+        steps.run("gpu_clean", lambda: gpus.wait_clean(req["target_gpus"], int(req["gpu_idle_mib"]),
+                                                          float(t["gpu_clean"])),
+                  lambda r: f"{len(r['gpus'])} GPU(s) idle")
+        header = (f"=== specdeploy deploy {req['deploy_id']} config {req['config_name']} plan {req['plan_hash']} "
+                  f"started {_now()} ===")
+        started = steps.run("start", lambda: server.start(req["script"], req["log_path"], expand(req["cwd"]), header),
+                            lambda r: f"pid {r['pid']}")
+        record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],
+                       "log_offset": started["log_offset"]})
+        sink.emit("started", pid=started["pid"], log_path=req["log_path"], log_offset=started["log_offset"])
+
+        def on_lines(lines: List[str]) -> None:
+            sink.emit("log", lines=lines[-20:], count=len(lines))
+
+        ready = steps.run("wait_ready", lambda: server.wait_ready(
+            pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
+            log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
+            sglang_version=req["sglang_version"], ready_s=float(t["ready"]), stall_s=float(t["stall"]),
+            on_lines=on_lines), lambda r: f"{r['ready_path']} answered 200")
+        record["ready"] = ready
+        record["schedulers"] = schedulers_of(started["pid"])
+        if req.get("verify"):
+            record["verify"] = steps.run("verify_env", lambda: _verify(req, started, record), _verify_detail)
+            if not record["verify"]["evaluation"]["ok"]:
+                raise AgentError("env_not_proven", "check-env could not prove the NCCL settings in every scheduler",
+                                 "see the table; the hint names the patch mode that fixes it",
+                                 verify=record["verify"])
+        record["status"] = "running"
+        record["ready_at"] = _now()
+        record["timings"] = steps.timings
+        steps.run("record", lambda: records.write(state_dir, record))
+        record["timings"] = steps.timings
+        return record
+    except AgentError as e:
+        record["status"] = "failed"
+        record["error"] = e.as_dict()
+        if started is not None:
+            # Never leave a half-started server: its whole session goes, and we confirm it is gone.
+            leader = procs.stat(started["pid"])
+            victims = [leader] if leader else []
+            victims += procs.descendants(started["pid"])
+            down = procs.terminate([v for v in victims if v is not None], float(t["stop_grace"]))
+            e.details["torn_down"] = [d["pid"] for k in ("terminated", "killed") for d in down[k]]
+            sink.emit("info", message=f"stopped the failed server (pid {started['pid']}) and its children")
+        record["timings"] = steps.timings
+        records.write(state_dir, record)
+        raise
+    finally:
+        lock.release()
+
+
+def _verify(req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
+    from fabfile.remote import evidence
+
+    ev_req = {"log_path": req["log_path"], "log_offset": started["log_offset"], "launcher_pid": started["pid"],
+              "launcher_start_ticks": started["start_ticks"], "expected": req["verify"]["expected"],
+              "nccl_debug_file": req["verify"].get("nccl_debug_file"), "sglang_version": req["sglang_version"],
+              "launch_argv": req.get("summary", {}).get("argv")}
+    # NCCL prints its lines when each communicator initialises, which can trail readiness by a moment.
+    deadline = time.monotonic() + float(req["verify"].get("settle_s", 3.0))
+    while True:
+        ev = evidence.gather(ev_req, _NullSink())
+        ev_eval = evidence.evaluate(ev, req["verify"]["expected"])
+        if ev_eval["ok"] or time.monotonic() >= deadline:
+            return {"evidence": ev, "evaluation": ev_eval}
+        time.sleep(0.2)
+
+
+class _NullSink(EventSink):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.stdout_ok = False
+
+
+def _patch_detail(r: Any) -> Any:
+    if not isinstance(r, dict):
+        return None
+    files = r.get("files") or []
+    return ", ".join(f"{os.path.basename(str(f.get('path', '?')))} {f.get('action', '?')}" for f in files) or None
+
+
+def _stop_detail(r: Dict[str, Any]) -> str:
+    n_term, n_kill = len(r["terminated"]), len(r["killed"])
+    if not n_term and not n_kill:
+        return "nothing running"
+    return f"{n_term} stopped with SIGTERM, {n_kill} needed SIGKILL"
+
+
+def _verify_detail(r: Dict[str, Any]) -> str:
+    ev = r["evaluation"]
+    return json.dumps({"ok": ev.get("ok")})

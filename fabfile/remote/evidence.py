@@ -1,0 +1,1076 @@
+"""Evidence that NCCL tuning variables reached every SGLang scheduler process (behind ``check-env``).
+
+Runs on the GPU host (stdlib only). Three kinds of evidence, strongest first:
+
+* ``nccl_log``: NCCL itself printed ``host:pid:tid [dev] NCCL INFO NCCL_X set by environment to VALUE``
+  for that pid (needs ``NCCL_DEBUG=INFO``; read from the server log and from ``NCCL_DEBUG_FILE`` files).
+  This is the proof that NCCL took the value, including values a patch or plugin set inside the process.
+* ``marker``: the specdeploy patch/plugin code printed its
+  ``[specdeploy] nccl-env ... pid=N set={..} kept={..}`` line from inside that very process.
+* ``environ``: ``/proc/PID/environ``, the environment the process was *started* with. Blind to anything set
+  in-process, and wiped to NULs by setproctitle unless ``SPT_NOENV=1`` was in the launch environment.
+
+Launcher evidence is collected and reported separately and is never proof for a worker: the launch path
+may strip the environment between the launcher and its spawned schedulers.
+
+``gather`` is the agent verb (reads /proc, the log, nvidia-smi); ``evaluate`` is pure and importable by the
+client.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from fabfile.remote import procs
+from fabfile.remote.common import AgentError, EventSink
+
+SCHEMA = 1
+LOG_CAP_BYTES = 64 << 20
+DEBUG_FILE_CAP_BYTES = 16 << 20
+DEBUG_FILES_MAX = 256
+SMI_TIMEOUT_S = 10.0
+
+# NCCL only tunes (and so only reads / prints these) with two or more ranks in the communicator.
+MULTI_RANK_ONLY = ("NCCL_PROTO", "NCCL_ALGO")
+# Variables NCCL reads for its own logging: it never prints "set by environment" for them.
+NOT_LOGGED_BY_NCCL = frozenset(
+    {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERSION", "NCCL_HOME", "NCCL_CONF_FILE"}
+)
+# String-valued variables that NCCL is known to report with "set by environment" when it reads them
+# (integer NCCL_PARAMs are always reported, with a trailing period).
+STRING_VARS_LOGGED = frozenset({"NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_ALGO", "NCCL_SOCKET_IFNAME"})
+# Environment values we report from /proc (besides the expected ones); never the whole environment (secrets).
+DIAG_VARS = ("SPT_NOENV", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SGLANG_RUN_ID")
+
+DRAFT_WORKER_NOTE = (
+    "SGLang runs the EAGLE draft worker inside each scheduler process (it shares that process's "
+    "environment and NCCL groups), so the scheduler rows cover the draft model too"
+)
+
+# ----------------------------------------------------------------------------------------------------
+# NCCL lines
+
+# host:pid:tid [dev] (optional "file:line" for WARN, "time file:line" for TRACE) NCCL LEVEL message
+# The host cannot contain ':' so the pid is always the number right before ":tid [dev]": a log prefix
+# (timestamps, "[2026-11-29 10:00:00 TP0]", "sglang[777]:") can never be taken for it.
+_NCCL_HEAD_RE = re.compile(
+    r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]\s]*)\](?: \S+){0,2}? "
+    r"NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?"
+)
+_ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\s*$")
+_VERSION_RE = re.compile(r"^NCCL version (?P<version>\S+)")
+_INIT_RE = re.compile(r"\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.*\bInit (?P<phase>START|COMPLETE)\b")
+_INT_DOT_RE = re.compile(r"^[+-]?\d+\.$")
+_CUSTOM_AR_OFF_RE = re.compile(r"custom ?all-?reduce is disabled", re.IGNORECASE)
+
+
+def _clean_value(raw: str) -> str:
+    """NCCL prints integer parameters as ``%ld.``: drop that period; keep strings (``LL``, ``SYS``) as-is."""
+    v = raw.strip()
+    if _INT_DOT_RE.match(v):
+        return v[:-1]
+    return v
+
+
+def parse_nccl_records(line: str) -> list[dict[str, Any]]:
+    """Every NCCL record on one physical line (interleaved output can put two on a line), in order.
+
+    Each record: ``{"kind": "env"|"version"|"init"|"warn"|"other", "host", "pid", "tid", "dev", "level",
+    "message"}``
+    plus ``var``/``value`` (env), ``version`` (version), ``rank``/``nranks``/``phase`` (init). A message runs
+    until the next NCCL header on the same line, so text from another pid is never attributed to this one.
+    """
+    heads = list(_NCCL_HEAD_RE.finditer(line))
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(line)
+        msg = line[m.end() : end].strip()
+        rec: dict[str, Any] = {
+            "kind": "other",
+            "host": m.group("host"),
+            "pid": int(m.group("pid")),
+            "tid": int(m.group("tid")),
+            "dev": m.group("dev"),
+            "level": m.group("level"),
+            "message": msg,
+        }
+        if rec["level"] in ("WARN", "ABORT"):
+            rec["kind"] = "warn"
+        else:
+            em = _ENV_RE.match(msg)
+            vm = _VERSION_RE.match(msg)
+            im = _INIT_RE.search(msg)
+            if em:
+                value = _clean_value(em.group("value"))
+                if value:
+                    rec.update(kind="env", var=em.group("var"), value=value)
+            elif vm:
+                rec.update(kind="version", version=vm.group("version"))
+            elif im:
+                rec.update(
+                    kind="init",
+                    rank=int(im.group("rank")),
+                    nranks=int(im.group("nranks")),
+                    phase=im.group("phase"),
+                )
+        out.append(rec)
+    return out
+
+
+def parse_nccl_line(line: str) -> dict[str, Any] | None:
+    """The first recognised NCCL record on ``line`` (env / version / init / warn), or None.
+
+    ``vm:444:444 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216.`` →
+    ``{"kind": "env", "pid": 444, "var": "NCCL_BUFFSIZE", "value": "16777216", ...}``.
+    """
+    for rec in parse_nccl_records(line):
+        if rec["kind"] != "other":
+            return rec
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# patch marker
+# TODO(lead): switch to fabfile.remote.patching.parse_marker once it is settled; this private copy accepts the
+# same format (`[specdeploy] nccl-env mode=M [hash=H] pid=N [deploy=D] set={json} kept={json}`).
+
+_MARKER_HEAD_RE = re.compile(r"\[specdeploy\] nccl-env((?: [a-z_]+=\S*)*) set=")
+
+
+def _parse_marker(line: str) -> dict[str, Any] | None:
+    m = _MARKER_HEAD_RE.search(line)
+    if not m:
+        return None
+    fields: dict[str, str] = {}
+    for tok in m.group(1).split():
+        k, _, v = tok.partition("=")
+        fields[k] = v
+    dec = json.JSONDecoder()
+    try:
+        set_vals, end = dec.raw_decode(line, m.end())
+        if not line[end:].startswith(" kept="):
+            return None
+        kept_vals, end2 = dec.raw_decode(line, end + len(" kept="))
+        pid = int(fields.get("pid", ""))
+    except ValueError:
+        return None
+    if not isinstance(set_vals, dict) or not isinstance(kept_vals, dict) or line[end2:].strip():
+        return None
+    deploy = fields.get("deploy", "-")
+    return {
+        "mode": fields.get("mode", ""),
+        "hash": fields.get("hash", ""),
+        "pid": pid,
+        "deploy": None if deploy in ("", "-") else deploy,
+        "set": {str(k): str(v) for k, v in set_vals.items()},
+        "kept": {str(k): str(v) for k, v in kept_vals.items()},
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# reading logs
+
+
+class _PidEvidence:
+    """NCCL records and markers collected for one pid across the log and the NCCL_DEBUG_FILE files."""
+
+    def __init__(self) -> None:
+        self.env: dict[str, list[str]] = {}
+        self.version: str | None = None
+        self.inits: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.lines = 0
+        self.sources: list[str] = []
+        self.markers: list[dict[str, Any]] = []
+
+    def add_nccl(self, rec: dict[str, Any], source: str) -> None:
+        self.lines += 1
+        if source not in self.sources:
+            self.sources.append(source)
+        kind = rec["kind"]
+        if kind == "env":
+            vals = self.env.setdefault(rec["var"], [])
+            if rec["value"] not in vals:
+                vals.append(rec["value"])
+        elif kind == "version":
+            self.version = rec["version"]
+        elif kind == "init":
+            item = {"rank": rec["rank"], "nranks": rec["nranks"], "phase": rec["phase"]}
+            if item not in self.inits:
+                self.inits.append(item)
+        elif kind == "warn" and len(self.warnings) < 20:
+            self.warnings.append(rec["message"][:300])
+
+    def nccl_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "version": self.version,
+            "inits": self.inits,
+            "warnings": self.warnings,
+            "lines": self.lines,
+            "sources": self.sources,
+        }
+
+
+class _Scan:
+    def __init__(self, deploy_id: str | None) -> None:
+        self.by_pid: dict[int, _PidEvidence] = {}
+        self.deploy_id = deploy_id
+        self.nccl_lines = 0
+        self.marker_lines = 0
+        self.foreign_markers = 0
+        self.custom_ar_disabled_line: str | None = None
+
+    def pid(self, pid: int) -> _PidEvidence:
+        ev = self.by_pid.get(pid)
+        if ev is None:
+            ev = self.by_pid[pid] = _PidEvidence()
+        return ev
+
+    def feed(self, line: str, source: str) -> None:
+        if "NCCL" in line:
+            for rec in parse_nccl_records(line):
+                self.nccl_lines += 1
+                self.pid(rec["pid"]).add_nccl(rec, source)
+        if "[specdeploy] nccl-env" in line:
+            mk = _parse_marker(line)
+            if mk is not None:
+                if self.deploy_id and mk["deploy"] and mk["deploy"] != self.deploy_id:
+                    self.foreign_markers += 1
+                else:
+                    self.marker_lines += 1
+                    self.pid(mk["pid"]).markers.append(mk)
+        if self.custom_ar_disabled_line is None and _CUSTOM_AR_OFF_RE.search(line):
+            self.custom_ar_disabled_line = line.strip()[:300]
+
+
+def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterable[str], dict[str, Any]]:
+    """Decoded lines of ``path`` from ``offset``, at most ``cap`` bytes; plus what was read."""
+    info: dict[str, Any] = {
+        "path": path,
+        "exists": False,
+        "size": None,
+        "offset": offset,
+        "bytes_read": 0,
+        "capped": False,
+        "cap_bytes": cap,
+        "rotated": False,
+        "error": None,
+    }
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            info["exists"] = True
+            info["size"] = size
+            if offset > size:  # truncated or replaced since the deploy: what is there now is all we have
+                info["rotated"] = True
+                offset = 0
+            f.seek(offset)
+            data = f.read(cap + 1)
+    except FileNotFoundError:
+        return [], info
+    except OSError as e:
+        info["error"] = str(e)
+        return [], info
+    if len(data) > cap:
+        data = data[:cap]
+        info["capped"] = True
+    info["bytes_read"] = len(data)
+    # splitlines also splits on '\r' (progress bars rewrite a line with it); headers are searched anywhere.
+    return data.decode("utf-8", "replace").splitlines(), info
+
+
+# ----------------------------------------------------------------------------------------------------
+# processes
+
+
+def _boot_time() -> float | None:
+    try:
+        with open(f"{procs.PROC}/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _start_epoch(start_ticks: int) -> float | None:
+    bt = _boot_time()
+    if bt is None:
+        return None
+    return bt + start_ticks / float(os.sysconf("SC_CLK_TCK"))
+
+
+def _environ_view(pid: int, names: Iterable[str]) -> tuple[str, dict[str, str | None], dict[str, str | None]]:
+    """(status, expected-var values, diagnostic-var values) from /proc/PID/environ; never the whole env."""
+    env = procs.read_environ(pid)
+    if env is None:
+        return "unreadable", {}, {}
+    if not env:
+        return "wiped", {}, {}
+    return "ok", {n: env.get(n) for n in names}, {n: env.get(n) for n in DIAG_VARS}
+
+
+def _label(title: str) -> str:
+    """``sglang::scheduler_DP0_TP1`` → ``DP0_TP1``; ``sglang::scheduler`` → ``TP0``."""
+    head = title.split()[0] if title else ""
+    suffix = head[len("sglang::scheduler") :].lstrip("_")
+    return suffix or "TP0"
+
+
+def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dict[str, Any]:
+    all_p = procs.all_procs()
+    launcher: dict[str, Any] = {"pid": launcher_pid, "alive": False, "identity": "unknown", "cmdline": None}
+    pool: list[procs.ProcInfo]
+    if launcher_pid is not None:
+        info = next((p for p in all_p if p.pid == launcher_pid), None)
+        if info is None or info.state in ("Z", "X"):
+            launcher["identity"] = "gone"
+            pool = []
+        elif launcher_ticks is not None and info.start_ticks != launcher_ticks:
+            launcher["identity"] = "pid_reused"
+            pool = []
+        else:
+            launcher.update(alive=True, identity="ok", cmdline=info.cmdline, start_ticks=info.start_ticks)
+            pool = procs.descendants(launcher_pid, all_p)
+        discovery = "launcher_descendants"
+    else:
+        pool = all_p
+        discovery = "host_scan"
+    live = [p for p in pool if p.state not in ("Z", "X")]
+    scheds = sorted(
+        (p for p in live if p.cmdline.startswith("sglang::scheduler")),
+        key=lambda p: (_label(p.cmdline), p.pid),
+    )
+    drafts = [
+        p
+        for p in live
+        if p.cmdline.startswith("sglang::")
+        and "draft" in p.cmdline.lower()
+        and not p.cmdline.startswith("sglang::scheduler")
+    ]
+    others = [p for p in live if procs.is_sglang_title(p.cmdline) and p not in scheds and p not in drafts]
+    return {
+        "launcher": launcher,
+        "discovery": discovery,
+        "schedulers": scheds,
+        "drafts": drafts,
+        "others": others,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# host facts
+
+
+def _smi(args: list[str]) -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def parse_topology(text: str) -> str:
+    """``nvlink`` if a GPU↔GPU cell of ``nvidia-smi topo -m`` is ``NV#``; ``pcie`` otherwise; ``unknown``."""
+    gpu_rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+    if not gpu_rows:
+        return "unknown"
+    n = len(gpu_rows)
+    for row in gpu_rows:
+        if any(re.fullmatch(r"NV\d+", cell) for cell in row[1 : n + 1]):
+            return "nvlink"
+    return "pcie" if n > 1 else "single"
+
+
+def _gpu_facts() -> dict[str, Any]:
+    listing = _smi(["-L"])
+    if listing is None:
+        return {
+            "count": None,
+            "names": [],
+            "interconnect": "unknown",
+            "source": "nvidia-smi missing or failed",
+        }
+    names = []
+    for ln in listing.splitlines():
+        m = re.match(r"^GPU \d+: (.*?)(?: \(UUID: [^)]*\))?\s*$", ln)
+        if m:
+            names.append(m.group(1))
+    topo = _smi(["topo", "-m"])
+    inter = parse_topology(topo) if topo else "unknown"
+    if inter == "unknown" and len(names) == 1:
+        inter = "single"
+    return {
+        "count": len(names),
+        "names": names,
+        "interconnect": inter,
+        "source": "nvidia-smi -L" + (" + topo -m" if topo else " (topo -m unavailable)"),
+    }
+
+
+def _version_tuple(version: str | None) -> tuple[int, int, int] | None:
+    if not version:
+        return None
+    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def _argv_flags(argv: list[str] | None) -> dict[str, Any]:
+    argv = list(argv or [])
+    flags: dict[str, Any] = {"known": bool(argv), "tp_size": None}
+
+    def has(name: str) -> bool:
+        return any(a == name or a.startswith(name + "=") for a in argv)
+
+    for key, name in (
+        ("disable_custom_all_reduce", "--disable-custom-all-reduce"),
+        ("deterministic", "--enable-deterministic-inference"),
+        ("symm_mem", "--enable-symm-mem"),
+        ("nccl_nvls", "--enable-nccl-nvls"),
+    ):
+        flags[key] = has(name)
+    for i, a in enumerate(argv):
+        for name in ("--tp-size", "--tp", "--tensor-parallel-size"):
+            val = None
+            if a == name and i + 1 < len(argv):
+                val = argv[i + 1]
+            elif a.startswith(name + "="):
+                val = a.split("=", 1)[1]
+            if val is not None and val.isdigit():
+                flags["tp_size"] = int(val)
+    return flags
+
+
+def sglang_nccl_rules(version: str | None, flags: dict[str, Any]) -> list[dict[str, Any]]:
+    """The NCCL variables this SGLang version itself sets (sglang.md section 3).
+
+    Each: ``{"var", "action": "overrides"|"sets_if_unset", "value", "condition", "applies": bool|None}``;
+    ``overrides`` replaces an operator value, ``sets_if_unset`` only fills a gap (it matters when the launch
+    path stripped the operator's value). ``applies`` is None when the version or the launch flags are unknown.
+    """
+    v = _version_tuple(version)
+    known_argv = bool(flags.get("known"))
+
+    def flag(name: str) -> bool | None:
+        return bool(flags.get(name)) if known_argv else None
+
+    rules: list[dict[str, Any]] = []
+
+    def add(var: str, action: str, value: str | None, condition: str, applies: bool | None) -> None:
+        rules.append(
+            {"var": var, "action": action, "value": value, "condition": condition, "applies": applies}
+        )
+
+    if v is None:
+        add(
+            "NCCL_CUMEM_ENABLE",
+            "overrides",
+            "0",
+            "SGLang <= 0.5.3 always; >= 0.5.5 only if unset (or --enable-symm-mem); version unknown",
+            None,
+        )
+        add(
+            "NCCL_NVLS_ENABLE",
+            "overrides",
+            "0",
+            "SGLang <= 0.5.3 always; >= 0.5.5 only if unset "
+            "(or --enable-nccl-nvls/--enable-symm-mem); version unknown",
+            None,
+        )
+    elif v < (0, 5, 0):
+        add("NCCL_CUMEM_ENABLE", "overrides", "0", "SGLang 0.4.x sets it unconditionally", True)
+        add(
+            "NCCL_NVLS_ENABLE",
+            "overrides",
+            "1" if flag("nccl_nvls") else "0",
+            "SGLang 0.4.x sets it unconditionally (from --enable-nccl-nvls)",
+            True,
+        )
+    elif v < (0, 5, 5):
+        note = " (0.5.4 not inspected: assumed like 0.5.3)" if v >= (0, 5, 4) else ""
+        add(
+            "NCCL_CUMEM_ENABLE",
+            "overrides",
+            "1" if flag("symm_mem") else "0",
+            "SGLang 0.5.1-0.5.3 sets it unconditionally (from --enable-symm-mem)" + note,
+            True,
+        )
+        sm = flag("symm_mem")
+        add(
+            "NCCL_NVLS_ENABLE",
+            "overrides",
+            None,
+            "SGLang 0.5.1-0.5.3 overwrites it unless --enable-symm-mem" + note,
+            None if sm is None else not sm,
+        )
+    else:
+        sm, nv = flag("symm_mem"), flag("nccl_nvls")
+        add(
+            "NCCL_CUMEM_ENABLE",
+            "overrides",
+            None,
+            "SGLang >= 0.5.5 overrides it only with --enable-symm-mem",
+            sm,
+        )
+        add("NCCL_CUMEM_ENABLE", "sets_if_unset", "0", "SGLang >= 0.5.5 sets it only when unset", True)
+        nv_any = None if sm is None or nv is None else (sm or nv)
+        add(
+            "NCCL_NVLS_ENABLE",
+            "overrides",
+            None,
+            "SGLang >= 0.5.5 overrides it only with --enable-nccl-nvls or --enable-symm-mem",
+            nv_any,
+        )
+        add("NCCL_NVLS_ENABLE", "sets_if_unset", None, "SGLang >= 0.5.5 sets it only when unset", True)
+        if v >= (0, 5, 16):
+            add(
+                "NCCL_GRAPH_MIXING_SUPPORT",
+                "sets_if_unset",
+                "0",
+                "SGLang >= 0.5.16, only with dcp_size > 1",
+                None,
+            )
+        if v >= (0, 5, 20):
+            add("NCCL_MNNVL_ENABLE", "sets_if_unset", "1", "SGLang >= 0.5.20, multi-node MNNVL only", None)
+        if v >= (0, 5, 23):
+            add("NCCL_GRAPH_REGISTER", "sets_if_unset", "0", "SGLang 0.5.23 parallel_hook (setdefault)", None)
+    det = flag("deterministic")
+    add(
+        "NCCL_ALGO",
+        "overrides",
+        "allreduce:tree" if v is not None and v < (0, 5, 23) else None,
+        "--enable-deterministic-inference with TP > 1",
+        det,
+    )
+    if v is None or v >= (0, 5, 8):
+        cond = "--enable-deterministic-inference with TP > 1 (seen in 0.5.23"
+        cond += ")" if v is None or v >= (0, 5, 23) else "; versions between 0.5.7 and 0.5.23 not inspected)"
+        add("NCCL_MAX_NCHANNELS", "overrides", None, cond, det)
+        add("NCCL_MIN_NCHANNELS", "overrides", None, cond, det)
+    return rules
+
+
+def _custom_ar(
+    flags: dict[str, Any], gpus: dict[str, Any], world: int | None, log_line: str | None
+) -> dict[str, Any]:
+    reasons: list[str] = []
+    enabled: bool | None = None
+    if flags.get("disable_custom_all_reduce"):
+        enabled = False
+        reasons.append("launched with --disable-custom-all-reduce")
+    if flags.get("deterministic"):
+        enabled = False
+        reasons.append("--enable-deterministic-inference disables it")
+    if log_line:
+        enabled = False
+        reasons.append(f"log: {log_line}")
+    if world is not None and world > 2 and gpus.get("interconnect") == "pcie":
+        enabled = False
+        reasons.append(f"SGLang turns it off for more than two PCIe-only GPUs (TP {world})")
+    if world == 1:
+        enabled = False
+        reasons.append("TP 1: no all-reduce at all")
+    if (
+        enabled is None
+        and flags.get("known")
+        and world is not None
+        and gpus.get("interconnect") in ("nvlink", "pcie")
+    ):
+        enabled = True
+        reasons.append(
+            f"TP {world} on {gpus['interconnect']} and nothing disabled it: small decode all-reduces "
+            "bypass NCCL, so NCCL tuning matters less"
+        )
+    return {"enabled": enabled, "reasons": reasons}
+
+
+# ----------------------------------------------------------------------------------------------------
+# NCCL_DEBUG_FILE
+
+
+def _debug_file_paths(pattern: str, pid: int) -> list[str]:
+    """Files NCCL wrote for ``pid`` under ``pattern`` (%h any host, %p this pid, %% a percent sign)."""
+    if not os.path.isabs(pattern):
+        try:
+            pattern = os.path.join(os.readlink(f"{procs.PROC}/{pid}/cwd"), pattern)
+        except OSError:
+            return []
+    parts = re.split(r"(%[hp%])", pattern)
+    glob_pat = "".join(
+        "*" if p == "%h" else str(pid) if p == "%p" else "%" if p == "%%" else glob.escape(p) for p in parts
+    )
+    return sorted(glob.glob(glob_pat))[:DEBUG_FILES_MAX]
+
+
+# ----------------------------------------------------------------------------------------------------
+# the verb
+
+
+def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+    """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring."""
+    expected = req.get("expected") or {}
+    if not isinstance(expected, dict):
+        raise AgentError("bad_request", "expected must be a {VAR: value} object")
+    expected = {str(k): str(v) for k, v in expected.items()}
+    log_path = req.get("log_path")
+    log_offset = int(req.get("log_offset") or 0)
+    launcher_pid = req.get("launcher_pid")
+    launcher_ticks = req.get("launcher_start_ticks")
+    names = sorted(expected)
+
+    sink.emit("progress", step="processes")
+    found = _find_processes(
+        int(launcher_pid) if launcher_pid is not None else None,
+        int(launcher_ticks) if launcher_ticks is not None else None,
+    )
+    launcher = found["launcher"]
+    if launcher["alive"]:
+        st, vals, diag = _environ_view(launcher["pid"], names)
+        launcher.update(environ_status=st, environ=vals, environ_diag=diag)
+    else:
+        launcher.update(
+            environ_status="unreadable" if launcher_pid is not None else None, environ={}, environ_diag={}
+        )
+
+    sink.emit("progress", step="log")
+    scan = _Scan(req.get("deploy_id"))
+    log_info: dict[str, Any] = {"path": log_path, "exists": False}
+    if log_path:
+        lines, log_info = _read_lines(
+            str(log_path), log_offset, int(req.get("log_cap_bytes") or LOG_CAP_BYTES)
+        )
+        for line in lines:
+            scan.feed(line, "log")
+
+    debug_pattern = req.get("nccl_debug_file") or launcher.get("environ_diag", {}).get("NCCL_DEBUG_FILE")
+    debug_files: list[dict[str, Any]] = []
+    scheds: list[procs.ProcInfo] = found["schedulers"]
+    if debug_pattern:
+        sink.emit("progress", step="nccl_debug_files")
+        for p in scheds:
+            started = _start_epoch(p.start_ticks)
+            for path in _debug_file_paths(str(debug_pattern), p.pid):
+                entry: dict[str, Any] = {"path": path, "pid": p.pid, "stale": False}
+                try:
+                    mtime = os.path.getmtime(path)
+                except OSError:
+                    continue
+                if started is not None and mtime < started - 2.0:
+                    entry["stale"] = True  # an older process with the same pid wrote it
+                    debug_files.append(entry)
+                    continue
+                lines, info = _read_lines(path, 0, DEBUG_FILE_CAP_BYTES)
+                for line in lines:
+                    scan.feed(line, f"debug_file:{path}")
+                entry.update(bytes_read=info["bytes_read"], capped=info["capped"])
+                debug_files.append(entry)
+
+    sink.emit("progress", step="schedulers")
+    sched_pids = {p.pid for p in scheds}
+    schedulers: list[dict[str, Any]] = []
+    for p in scheds:
+        st, vals, diag = _environ_view(p.pid, names)
+        ev = scan.by_pid.get(p.pid) or _PidEvidence()
+        schedulers.append(
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "title": p.cmdline.split()[0],
+                "label": _label(p.cmdline),
+                "rank": procs.scheduler_rank(p.cmdline),
+                "start_ticks": p.start_ticks,
+                "environ_status": st,
+                "environ": vals,
+                "environ_diag": diag,
+                "nccl": ev.nccl_dict(),
+                "markers": ev.markers,
+            }
+        )
+    lev = scan.by_pid.get(launcher["pid"]) if launcher["pid"] is not None else None
+    launcher["nccl"] = (lev or _PidEvidence()).nccl_dict()
+    launcher["markers"] = lev.markers if lev else []
+    unattributed = {
+        str(pid): ev.lines + len(ev.markers)
+        for pid, ev in scan.by_pid.items()
+        if pid not in sched_pids and pid != launcher["pid"]
+    }
+    log_info.update(
+        nccl_lines=scan.nccl_lines,
+        marker_lines=scan.marker_lines,
+        foreign_deploy_markers=scan.foreign_markers,
+        unattributed_pids=unattributed,
+    )
+
+    sink.emit("progress", step="facts")
+    flags = _argv_flags(req.get("launch_argv"))
+    gpus = _gpu_facts()
+    nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
+    world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
+    rules = sglang_nccl_rules(req.get("sglang_version"), flags)
+    flagged = sorted({r["var"] for r in rules if r["var"] in expected and r["applies"] is not False})
+    facts = {
+        "sglang_version": req.get("sglang_version"),
+        "gpus": gpus,
+        "tp_size": flags["tp_size"],
+        "launch_flags": {k: v for k, v in flags.items() if k != "tp_size"},
+        "custom_all_reduce": _custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
+        "sglang_sets": rules,
+        "flagged_expected_vars": flagged,
+        "draft_worker": {
+            "separate_processes": [{"pid": d.pid, "title": d.cmdline} for d in found["drafts"]],
+            "note": DRAFT_WORKER_NOTE
+            if not found["drafts"]
+            else "separate draft process(es) found: they are not schedulers and are listed here only",
+        },
+        "gathered_at": time.time(),
+    }
+    return {
+        "schema": SCHEMA,
+        "expected": expected,
+        "discovery": found["discovery"],
+        "launcher": launcher,
+        "schedulers": schedulers,
+        "other_sglang_processes": [{"pid": o.pid, "title": o.cmdline.split()[0]} for o in found["others"]],
+        "log": log_info,
+        "nccl_debug_files": {"pattern": debug_pattern, "files": debug_files},
+        "facts": facts,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# evaluation (pure)
+
+STATUSES = ("proven", "different", "unconfirmed", "missing", "launcher_only")
+SOURCES = ("nccl_log", "marker", "environ")
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return False
+    a, b = _clean_value(str(a)), _clean_value(str(b))
+    if a == b:
+        return True
+    try:
+        return int(a, 0) == int(b, 0)
+    except ValueError:
+        return False
+
+
+def _nccl_logs(var: str, value: str | None) -> bool:
+    """Whether NCCL reports ``var`` with "set by environment" when it reads it (multi-rank assumed)."""
+    if var in NOT_LOGGED_BY_NCCL or not var.startswith("NCCL_"):
+        return False
+    if var in STRING_VARS_LOGGED:
+        return True
+    try:
+        int(str(value).strip(), 0)
+        return True  # integer NCCL_PARAMs are always echoed
+    except ValueError:
+        return False
+
+
+def _marker_value(markers: list[dict[str, Any]], var: str) -> tuple[str | None, str | None]:
+    """(value, "set"|"kept") from the last marker of a process that mentions ``var``."""
+    for mk in reversed(markers):
+        if var in mk.get("set", {}):
+            return str(mk["set"][var]), "set"
+        if var in mk.get("kept", {}):
+            return str(mk["kept"][var]), "kept"
+    return None, None
+
+
+def _hint(
+    hints: dict[str, dict[str, Any]],
+    code: str,
+    message: str,
+    severity: str = "error",
+    var: str | None = None,
+    pid: int | None = None,
+) -> None:
+    h = hints.setdefault(
+        code, {"code": code, "severity": severity, "message": message, "vars": [], "pids": []}
+    )
+    if var is not None and var not in h["vars"]:
+        h["vars"].append(var)
+    if pid is not None and pid not in h["pids"]:
+        h["pids"].append(pid)
+
+
+def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+    """One row per (scheduler process, expected variable); overall ``ok``; hints naming the likely cause.
+
+    Row: ``{"pid", "rank", "label", "title", "var", "expected", "observed", "evidence", "status", "sources",
+    "note"}`` with ``status`` one of ``STATUSES`` and ``evidence`` one of ``SOURCES`` (None when nothing was
+    seen). ``unconfirmed``: only a marker shows the value, while NCCL logged its environment in that process
+    and never mentioned the variable (typically set after NCCL initialised: patch too late).
+    """
+    expected = {str(k): str(v) for k, v in expected.items()}
+    schedulers: list[dict[str, Any]] = list(evidence.get("schedulers") or [])
+    launcher: dict[str, Any] = evidence.get("launcher") or {}
+    facts: dict[str, Any] = evidence.get("facts") or {}
+    rules = [r for r in facts.get("sglang_sets") or [] if r.get("applies") is not False]
+    hints: dict[str, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+
+    inits = [i for s in schedulers for i in (s.get("nccl") or {}).get("inits") or []]
+    if inits:
+        nranks: int | None = max(int(i["nranks"]) for i in inits)
+        nranks_source = "nccl_log"
+    elif facts.get("tp_size"):
+        nranks, nranks_source = int(facts["tp_size"]), "launch_argv"
+    elif schedulers:
+        nranks, nranks_source = len(schedulers), "scheduler_count"
+    else:
+        nranks, nranks_source = None, "unknown"
+    single_rank = nranks == 1
+    any_nccl = any((s.get("nccl") or {}).get("lines") for s in schedulers)
+
+    if not schedulers:
+        why = "no running server found"
+        if launcher.get("pid") is not None and launcher.get("identity") in ("gone", "pid_reused"):
+            why += (
+                f" (the recorded launcher pid {launcher['pid']} is {launcher['identity'].replace('_', ' ')})"
+            )
+        elif launcher.get("alive"):
+            why += f" (launcher pid {launcher['pid']} runs but has no sglang::scheduler children yet)"
+        _hint(hints, "no_server", why + ": deploy, or wait for the server to come up, then check again")
+
+    l_env = launcher.get("environ") or {}
+    l_nccl = (launcher.get("nccl") or {}).get("env") or {}
+    l_markers = launcher.get("markers") or []
+
+    for s in schedulers:
+        nccl = s.get("nccl") or {}
+        nccl_env: dict[str, list[str]] = nccl.get("env") or {}
+        env_status = s.get("environ_status")
+        env_vals = s.get("environ") or {}
+        markers = s.get("markers") or []
+        for var in sorted(expected):
+            exp = expected[var]
+            nccl_vals = nccl_env.get(var) or []
+            nccl_val = nccl_vals[-1] if nccl_vals else None
+            mk_val, mk_how = _marker_value(markers, var)
+            env_val = env_vals.get(var) if env_status == "ok" else None
+            sources = {"nccl_log": nccl_val, "marker": mk_val, "environ": env_val}
+            lmk, _ = _marker_value(l_markers, var)
+            launcher_val = (l_nccl.get(var) or [None])[-1] or lmk or l_env.get(var)
+            sources_l = {"launcher": launcher_val}
+            notes: list[str] = []
+            if len(nccl_vals) > 1:
+                notes.append(f"NCCL reported several values in this process: {', '.join(nccl_vals)}")
+            strongest = next((src for src in SOURCES if sources[src] is not None), None)
+            observed = sources[strongest] if strongest else None
+            multi_only = var in MULTI_RANK_ONLY
+            if strongest is None:
+                status = "launcher_only" if launcher_val is not None else "missing"
+                if multi_only and single_rank:
+                    notes.append(
+                        f"NCCL prints nothing for {var} with a single rank; a marker or the start "
+                        "environment would have been enough"
+                    )
+                if nccl_env:
+                    notes.append(f"NCCL logged its environment in this process without {var}")
+                if env_status == "wiped":
+                    notes.append("environ wiped by setproctitle (SPT_NOENV=1 was not set at launch)")
+                    _hint(
+                        hints,
+                        "environ_wiped",
+                        "launch with SPT_NOENV=1 or NCCL_DEBUG=INFO; the values may "
+                        "be fine but are not visible",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+                elif env_status == "unreadable":
+                    notes.append("environ unreadable (permissions: run check-env as the server's user)")
+                    _hint(
+                        hints,
+                        "environ_unreadable",
+                        "/proc/PID/environ is unreadable: run the agent as the "
+                        "server's user, or launch with NCCL_DEBUG=INFO",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+                elif status == "launcher_only":
+                    _hint(
+                        hints,
+                        "env_stripped",
+                        "the launch path strips the environment before the workers "
+                        "start: use --patch-mode scheduler (or plugin on SGLang >= 0.5.11)",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+                else:
+                    _hint(
+                        hints,
+                        "never_set",
+                        "the variable reached neither the launcher nor the workers: check "
+                        "the host's nccl_env / nccl_preset and the launch script",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+            elif _same(observed, exp):
+                status = "proven"
+                if strongest != "nccl_log":
+                    if multi_only and single_rank:
+                        notes.append(
+                            f"single rank: NCCL prints nothing for {var} with nranks 1, so the "
+                            f"{strongest} suffices"
+                        )
+                    elif (
+                        strongest == "marker"
+                        and not _same(env_val, exp)
+                        and nccl_env
+                        and _nccl_logs(var, exp)
+                        and not (multi_only and nranks is None)
+                    ):
+                        status = "unconfirmed"
+                        notes.append(f"NCCL logged its environment in this process but never {var}")
+                        _hint(
+                            hints,
+                            "nccl_silent",
+                            "NCCL logged its environment but not these variables: they "
+                            "were set after NCCL initialised (patch too late: use --patch-mode scheduler) or "
+                            "NCCL does not read them on this path",
+                            var=var,
+                            pid=s.get("pid"),
+                        )
+                for src in SOURCES:
+                    if sources[src] is not None and not _same(sources[src], exp):
+                        notes.append(f"{src} says {sources[src]} (superseded by {strongest})")
+            else:
+                status = "different"
+                said = ", ".join(f"{src}={sources[src]}" for src in SOURCES if sources[src] is not None)
+                notes.append(f"expected {exp}; {said}")
+                overriders = [r for r in rules if r["var"] == var and r["action"] == "overrides"]
+                fillers = [r for r in rules if r["var"] == var and r["action"] == "sets_if_unset"]
+                if mk_how == "kept" and _same(mk_val, observed):
+                    _hint(
+                        hints,
+                        "operator_value_kept",
+                        "an operator value was kept (patch without force): "
+                        "remove it from the launch environment or patch with force",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+                elif overriders:
+                    _hint(
+                        hints,
+                        f"sglang_overrides_{var}",
+                        f"something overrides it: SGLang itself sets {var} on "
+                        f"this version ({overriders[0]['condition']}); patch with --patch-mode scheduler "
+                        "so the value is set inside each worker",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+                elif fillers:
+                    _hint(
+                        hints,
+                        f"sglang_default_{var}",
+                        f"SGLang fills in {var} when it is unset "
+                        f"({fillers[0]['condition']}): the operator value never reached the launcher, or the "
+                        "launch path stripped it (use --patch-mode scheduler)",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+                else:
+                    _hint(
+                        hints,
+                        "overridden",
+                        "something overrides it: the launch environment, ~/.nccl.conf, "
+                        "/etc/nccl.conf or NCCL_CONF_FILE, or an operator value kept by the patch",
+                        var=var,
+                        pid=s.get("pid"),
+                    )
+            rows.append(
+                {
+                    "pid": s.get("pid"),
+                    "rank": s.get("rank"),
+                    "label": s.get("label"),
+                    "title": s.get("title"),
+                    "var": var,
+                    "expected": exp,
+                    "observed": observed,
+                    "evidence": strongest,
+                    "status": status,
+                    "sources": {**sources, **sources_l},
+                    "environ_status": env_status,
+                    "note": "; ".join(notes),
+                }
+            )
+
+    if schedulers and not any_nccl:
+        sev = "info" if all(r["status"] == "proven" for r in rows) else "warning"
+        _hint(
+            hints,
+            "no_nccl_debug",
+            "NCCL_DEBUG=INFO was not on, so only weaker evidence exists (markers, start "
+            "environment); deploy with nccl_debug to let NCCL say what it read",
+            severity=sev,
+        )
+    log = evidence.get("log") or {}
+    if log.get("capped"):
+        _hint(
+            hints,
+            "log_capped",
+            f"only the first {log.get('cap_bytes')} bytes of the log after the deploy offset were read",
+            severity="info",
+        )
+    if log.get("rotated"):
+        _hint(
+            hints,
+            "log_rotated",
+            "the log is shorter than the deploy's offset (rotated or truncated): read from its start",
+            severity="warning",
+        )
+    for var in facts.get("flagged_expected_vars") or []:
+        if var in expected:
+            _hint(
+                hints,
+                f"sglang_touches_{var}",
+                f"SGLang {facts.get('sglang_version') or '(unknown version)'} "
+                f"sets {var} itself in some cases: see facts.sglang_sets",
+                severity="info",
+                var=var,
+            )
+    car = facts.get("custom_all_reduce") or {}
+    if car.get("enabled"):
+        _hint(
+            hints,
+            "custom_all_reduce_on",
+            "custom all-reduce is on: most small decode all-reduces bypass NCCL, "
+            "so NCCL tuning matters less (add --disable-custom-all-reduce to make NCCL carry them)",
+            severity="info",
+        )
+
+    if not expected:
+        _hint(
+            hints, "nothing_expected", "no expected NCCL variables were given, so there is nothing to prove"
+        )
+    summary = {st: sum(1 for r in rows if r["status"] == st) for st in STATUSES}
+    ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows)
+    order = {"error": 0, "warning": 1, "info": 2}
+    return {
+        "ok": ok,
+        "rows": rows,
+        "summary": summary,
+        "nranks": nranks,
+        "nranks_source": nranks_source,
+        "single_rank": single_rank,
+        "schedulers": len(schedulers),
+        "hints": sorted(hints.values(), key=lambda h: (order.get(h["severity"], 3), h["code"])),
+    }

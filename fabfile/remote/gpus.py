@@ -1,0 +1,112 @@
+"""GPUs as ``nvidia-smi`` reports them (the real query formats, see shared/reference/gpu-host-facts.md)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from typing import Any, Dict, List, Optional
+
+from fabfile.remote import procs
+from fabfile.remote.common import AgentError
+
+GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
+APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
+
+
+def _smi(args: List[str], timeout: float = 15.0) -> Optional[str]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} did not answer within {timeout:.0f} s",
+                         "the GPU driver may be wedged; check `nvidia-smi` on the host") from None
+    if out.returncode != 0:
+        raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout
+
+
+def _rows(text: str) -> List[List[str]]:
+    return [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
+
+
+def snapshot() -> Dict[str, Any]:
+    """GPUs and the processes holding them; ``available`` is False when the host has no nvidia-smi."""
+    gpus_out = _smi([f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"])
+    if gpus_out is None:
+        return {"available": False, "gpus": [], "apps": []}
+    gpus = []
+    for r in _rows(gpus_out):
+        if len(r) < 5:
+            continue
+        gpus.append({"index": int(r[0]), "uuid": r[1], "name": r[2], "used_mib": _num(r[3]),
+                     "total_mib": _num(r[4])})
+    by_uuid = {g["uuid"]: g["index"] for g in gpus}
+    apps_out = _smi([f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits"]) or ""
+    apps = []
+    for r in _rows(apps_out):
+        if len(r) < 4 or not r[0].isdigit():
+            continue
+        pid = int(r[0])
+        # nvidia-smi names the process by its executable; /proc gives the live title (sglang::scheduler_TP0).
+        cmd = procs.read_cmdline(pid) or r[3]
+        apps.append({"pid": pid, "gpu": by_uuid.get(r[1], -1), "gpu_uuid": r[1], "used_mib": _num(r[2]),
+                     "process_name": r[3], "cmdline": cmd})
+    return {"available": True, "gpus": gpus, "apps": apps}
+
+
+def _num(s: str) -> int:
+    try:
+        return int(float(s.split()[0]))
+    except (ValueError, IndexError):
+        return 0
+
+
+def topology() -> Optional[str]:
+    try:
+        return _smi(["topo", "-m"])
+    except AgentError:
+        return None
+
+
+def wait_clean(targets: List[int], idle_mib: int, timeout: float, samples: int = 3,
+               interval: float = 0.2) -> Dict[str, Any]:
+    """The GPU-clean gate: no compute process on the target GPUs and memory back to idle, ``samples`` times in a row.
+
+    Bounded by ``timeout``; on failure the error names the PID and command line that still hold a GPU.
+    """
+    deadline = time.monotonic() + timeout
+    clean_in_a_row = 0
+    last: Dict[str, Any] = {}
+    started = time.monotonic()
+    while True:
+        last = snapshot()
+        if not last["available"]:
+            raise AgentError("gpu_busy", "nvidia-smi is not on the host's PATH, so the GPUs cannot be checked",
+                             "install the NVIDIA driver utilities or fix PATH for non-interactive SSH sessions")
+        holders = [a for a in last["apps"] if a["gpu"] in targets]
+        dirty = [g for g in last["gpus"] if g["index"] in targets and g["used_mib"] > idle_mib]
+        if not holders and not dirty:
+            clean_in_a_row += 1
+            if clean_in_a_row >= samples:
+                return {"gpus": [g for g in last["gpus"] if g["index"] in targets], "samples": samples,
+                        "waited_s": round(time.monotonic() - started, 3)}
+        else:
+            clean_in_a_row = 0
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(interval)
+    holders = [a for a in last["apps"] if a["gpu"] in targets]
+    if holders:
+        h = holders[0]
+        more = f" (and {len(holders) - 1} more)" if len(holders) > 1 else ""
+        raise AgentError("gpu_busy", f"GPU {h['gpu']} is still held by PID {h['pid']} ({h['cmdline']}), "
+                         f"{h['used_mib']} MiB{more}, after {timeout:.0f} s",
+                         f"stop it (kill -9 {h['pid']}) or raise timeouts.gpu_clean", holders=holders)
+    g = next(g for g in last["gpus"] if g["index"] in targets and g["used_mib"] > idle_mib)
+    raise AgentError("gpu_busy", f"GPU {g['index']} shows {g['used_mib']} MiB used with no process listed, "
+                     f"above the idle limit of {idle_mib} MiB, after {timeout:.0f} s",
+                     "a process in another container may hold it; raise gpu_idle_mib if this is the idle level",
+                     gpus=last["gpus"])

@@ -1,0 +1,194 @@
+"""Processes on the host, read straight from /proc (no ps/pgrep parsing): who is SGLang, who holds what, stopping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Dict, Iterable, List, Optional
+
+PROC = "/proc"
+
+
+class ProcInfo:
+    __slots__ = ("cmdline", "pgid", "pid", "ppid", "start_ticks", "state")
+
+    def __init__(self, pid: int, ppid: int, pgid: int, state: str, start_ticks: int, cmdline: str) -> None:
+        self.pid = pid
+        self.ppid = ppid
+        self.pgid = pgid
+        self.state = state
+        self.start_ticks = start_ticks
+        self.cmdline = cmdline
+
+    def as_dict(self) -> Dict[str, object]:
+        return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "state": self.state,
+                "start_ticks": self.start_ticks, "cmdline": self.cmdline}
+
+
+def read_cmdline(pid: int) -> str:
+    """The process's command line as one string; for setproctitle'd processes, the title (NUL padding dropped)."""
+    try:
+        with open(f"{PROC}/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    parts = [p for p in raw.split(b"\0") if p]
+    return " ".join(p.decode("utf-8", "replace") for p in parts).strip()
+
+
+def read_environ(pid: int) -> Optional[Dict[str, str]]:
+    """Start-time environment of ``pid``; ``{}`` when wiped by setproctitle (all NULs); None when unreadable."""
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    env: Dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, _, v = item.partition(b"=")
+            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return env
+
+
+def stat(pid: int) -> Optional[ProcInfo]:
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rfind(")") + 2:].split()
+    try:
+        state, ppid, pgid, start = rest[0], int(rest[1]), int(rest[2]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+    return ProcInfo(pid, ppid, pgid, state, start, read_cmdline(pid))
+
+
+def all_procs() -> List[ProcInfo]:
+    out = []
+    for name in os.listdir(PROC):
+        if name.isdigit():
+            info = stat(int(name))
+            if info is not None:
+                out.append(info)
+    return out
+
+
+def alive(pid: int, start_ticks: Optional[int] = None) -> bool:
+    """True if ``pid`` runs and is not a zombie (and, when given, is the same process: same start time)."""
+    info = stat(pid)
+    if info is None or info.state in ("Z", "X"):
+        return False
+    return start_ticks is None or info.start_ticks == start_ticks
+
+
+def descendants(root: int, procs: Optional[Iterable[ProcInfo]] = None) -> List[ProcInfo]:
+    procs = list(procs if procs is not None else all_procs())
+    children: Dict[int, List[ProcInfo]] = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p)
+    out: List[ProcInfo] = []
+    stack = [root]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c.pid)
+    return out
+
+
+def is_sglang_title(cmdline: str) -> bool:
+    return cmdline.startswith("sglang::")
+
+
+def is_sglang_launcher(cmdline: str) -> bool:
+    return "sglang.launch_server" in cmdline or " sglang serve" in f" {cmdline}" or "/sglang serve" in cmdline
+
+
+def scheduler_rank(cmdline: str) -> Optional[int]:
+    """TP rank from a scheduler title (``sglang::scheduler_TP3`` → 3, ``sglang::scheduler`` → 0)."""
+    if not cmdline.startswith("sglang::scheduler"):
+        return None
+    for part in cmdline.split("_"):
+        if part.startswith("TP") and part[2:].split()[0].isdigit():
+            return int(part[2:].split()[0])
+    return 0
+
+
+def protected_pids() -> set:
+    """This agent and its ancestors: never signalled, whatever they look like."""
+    out = set()
+    pid = os.getpid()
+    while pid > 1:
+        out.add(pid)
+        info = stat(pid)
+        if info is None:
+            break
+        pid = info.ppid
+    out.add(1)
+    return out
+
+
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            pass
+
+
+def signal_groups(pgids: Iterable[int], sig: int) -> None:
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def wait_gone(pids: Dict[int, int], timeout: float, interval: float = 0.05) -> List[int]:
+    """Wait until every pid (mapped to its start ticks) has exited; return the ones still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    remaining = dict(pids)
+    while True:
+        remaining = {p: t for p, t in remaining.items() if alive(p, t)}
+        for p in list(remaining):
+            _reap(p)
+        if not remaining or time.monotonic() >= deadline:
+            return sorted(remaining)
+        time.sleep(interval)
+
+
+def _reap(pid: int) -> None:
+    # A server this very agent started is our child: reap it so it does not linger as a zombie.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def terminate(targets: List[ProcInfo], grace: float) -> Dict[str, List[Dict[str, object]]]:
+    """SIGTERM every target (its whole group when it leads one), wait ``grace``, SIGKILL the rest, confirm gone."""
+    protected = protected_pids()
+    targets = [t for t in targets if t.pid not in protected]
+    if not targets:
+        return {"terminated": [], "killed": [], "survivors": []}
+    pids = {t.pid: t.start_ticks for t in targets}
+    groups = {t.pgid for t in targets if t.pgid == t.pid and t.pgid not in protected}
+    signal_groups(groups, signal.SIGTERM)
+    signal_all(pids, signal.SIGTERM)
+    left = wait_gone(pids, grace)
+    killed = [t for t in targets if t.pid in left]
+    if left:
+        signal_groups({t.pgid for t in killed if t.pgid == t.pid}, signal.SIGKILL)
+        signal_all(left, signal.SIGKILL)
+        left = wait_gone({p: pids[p] for p in left}, 5.0)
+    by_pid = {t.pid: t for t in targets}
+    return {
+        "terminated": [by_pid[p].as_dict() for p in pids if p not in {k.pid for k in killed}],
+        "killed": [k.as_dict() for k in killed if k.pid not in left],
+        "survivors": [by_pid[p].as_dict() for p in left],
+    }

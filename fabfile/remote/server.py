@@ -1,0 +1,191 @@
+"""Starting SGLang detached, following its log by byte offset, and judging readiness or failure.
+
+The server runs in its own session (``setsid``: it survives the SSH channel closing and its whole process tree
+shares one process group to stop), with stdin from /dev/null and every byte of output in its log file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from fabfile.remote import procs
+from fabfile.remote.common import AgentError
+
+# (pattern, what it means, what to do). Order matters: the first match names the failure.
+FATAL_PATTERNS: List[Tuple["re.Pattern[str]", str, str]] = [
+    (re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"),
+     "the GPU ran out of memory",
+     "lower --mem-fraction-static (sglang_args), reduce --cuda-graph-max-bs, or free the GPUs"),
+    (re.compile(r"Port is already in use|[Aa]ddress already in use"),
+     "the server's port is already in use",
+     "stop whatever listens on that port on the host, or change `port` in the inventory"),
+    (re.compile(r"NCCL WARN|NCCL error|Watchdog caught collective operation timeout"),
+     "NCCL reported an error",
+     "check the NCCL settings (an invalid NCCL_* value, P2P level or topology) in the excerpt"),
+    (re.compile(r"scheduler is dead|scheduler died during initialization|Child process unexpectedly failed"),
+     "a scheduler process died",
+     "the excerpt shows the scheduler's last words; exit code -9 usually means the OOM killer (dmesg -T)"),
+    (re.compile(r"Capture cuda graph failed"),
+     "CUDA graph capture failed",
+     "try --cuda-graph-max-bs smaller or --disable-cuda-graph in sglang_args"),
+    (re.compile(r"Initialization failed|Received sigquit from a child process"),
+     "SGLang's initialization failed",
+     "read the excerpt for the first error"),
+    (re.compile(r"Traceback \(most recent call last\)"),
+     "the server raised a Python exception",
+     "read the traceback in the excerpt; fix the argument or file it names"),
+]
+
+READY_LINE = "The server is fired up and ready to roll!"
+TAIL_LINES = 40
+
+
+def version_tuple(v: str) -> Tuple[int, ...]:
+    out = []
+    for part in re.split(r"[.+-]", v):
+        if part.isdigit():
+            out.append(int(part))
+        else:
+            break
+    return tuple(out)
+
+
+def readiness_path(sglang_version: str) -> str:
+    """The cheapest endpoint that means "ready" on this SGLang version (shared/reference/sglang.md, section 5)."""
+    v = version_tuple(sglang_version)
+    if v >= (0, 5, 20):
+        return "/ready"
+    if v >= (0, 5, 1):
+        return "/health"
+    return "/health_generate"  # 0.4.x: /health answers 200 as soon as uvicorn is up, before warmup
+
+
+def start(script: str, log_path: str, cwd: str, header: str) -> Dict[str, Any]:
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    with open(log_path, "ab") as log:
+        offset = log.tell()
+        log.write(header.encode() + b"\n")
+        log.flush()
+        proc = subprocess.Popen(["/bin/sh", script], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=cwd, start_new_session=True, close_fds=True)
+    info = procs.stat(proc.pid)
+    return {"pid": proc.pid, "pgid": proc.pid, "start_ticks": info.start_ticks if info else None,
+            "log_offset": offset}
+
+
+def probe(host: str, port: int, path: str, timeout: float = 1.0) -> Optional[int]:
+    """HTTP status of ``path`` on the server, or None when nothing answers."""
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback, fixed scheme)
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+class LogFollower:
+    """Reads a growing log by byte offset; decodes only whole lines, so a UTF-8 sequence is never split."""
+
+    def __init__(self, path: str, offset: int) -> None:
+        self.path = path
+        self.offset = offset
+        self.partial = b""
+        self.tail: List[str] = []
+        self.last_growth = time.monotonic()
+
+    def read_lines(self, cap: int = 4 << 20) -> List[str]:
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return []
+        if size < self.offset:  # truncated or rotated underneath us
+            self.offset = 0
+        if size == self.offset:
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(min(size - self.offset, cap))
+        self.offset += len(data)
+        self.last_growth = time.monotonic()
+        chunks = (self.partial + data).split(b"\n")
+        self.partial = chunks.pop()
+        lines = [c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
+        self.tail = (self.tail + lines)[-TAIL_LINES:]
+        return lines
+
+
+def classify(line: str) -> Optional[Tuple[str, str]]:
+    for pattern, what, hint in FATAL_PATTERNS:
+        if pattern.search(line):
+            return what, hint
+    return None
+
+
+def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offset: int, listen: str, port: int,
+               sglang_version: str, ready_s: float, stall_s: float, on_lines: Callable[[List[str]], None],
+               interval: float = 0.1) -> Dict[str, Any]:
+    """Follow the log and probe readiness until ready; raise AgentError at the first sign of failure.
+
+    Fails at once on a fatal log line or the launcher's death (exit status when it is our child), on no log growth
+    for ``stall_s``, and at ``ready_s`` overall. Probes every ``interval`` so readiness is seen within ~0.1 s.
+    """
+    path = readiness_path(sglang_version)
+    follower = LogFollower(log_path, log_offset)
+    started = time.monotonic()
+    fired_up = False
+    while True:
+        lines = follower.read_lines()
+        if lines:
+            on_lines(lines)
+        for line in lines:
+            if READY_LINE in line:
+                fired_up = True
+            verdict = classify(line)
+            if verdict:
+                # Give the rest of a traceback a moment to land so the excerpt is whole.
+                time.sleep(0.3)
+                follower.read_lines()
+                raise AgentError("fatal_log", f"{verdict[0]}: {line.strip()[:300]}", verdict[1],
+                                 excerpt=follower.tail, log_path=log_path)
+        status = _exit_status(pid)
+        if status is not None or not procs.alive(pid, start_ticks):
+            time.sleep(0.2)
+            follower.read_lines()
+            code = "unknown" if status is None else str(status)
+            raise AgentError("process_died", f"the server process {pid} exited (status {code}) before it was ready",
+                             "the excerpt is the end of its log", excerpt=follower.tail, log_path=log_path)
+        code_now = probe(listen, port, path, timeout=1.0)
+        if code_now == 200:
+            return {"ready_path": path, "ready_after_s": round(time.monotonic() - started, 3),
+                    "log_offset": follower.offset, "fired_up_line": fired_up}
+        now = time.monotonic()
+        if now - follower.last_growth > stall_s:
+            raise AgentError("stalled", f"the server's log has not grown for {stall_s:.0f} s and it is not ready",
+                             "it may hang in weight loading or NCCL init; raise timeouts.stall for very slow "
+                             "storage", excerpt=follower.tail, log_path=log_path)
+        if now - started > ready_s:
+            raise AgentError("ready_timeout", f"the server was not ready after {ready_s:.0f} s "
+                             f"({path} never answered 200)", "raise --timeout or timeouts.ready",
+                             excerpt=follower.tail, log_path=log_path)
+        time.sleep(interval)
+
+
+def _exit_status(pid: int) -> Optional[int]:
+    """Exit status if ``pid`` is our child and has exited (reaping it); None otherwise."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if done == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)

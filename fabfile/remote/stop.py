@@ -1,0 +1,56 @@
+"""Finding and stopping stale SGLang servers: by recorded process group first, then anything that looks like SGLang
+or holds one of the GPUs the new server needs. TERM, grace, KILL, and confirmation that each one is gone."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from fabfile.remote import gpus, procs, records
+
+
+def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool = True) -> Dict[str, Any]:
+    table = procs.all_procs()
+    by_pid = {p.pid: p for p in table}
+    protected = procs.protected_pids()
+    found: Dict[int, Dict[str, Any]] = {}
+
+    def add(p: procs.ProcInfo, why: str) -> None:
+        if p.pid in protected or p.state in ("Z", "X"):
+            return
+        found.setdefault(p.pid, {"proc": p, "why": why})
+
+    rec: Optional[Dict[str, Any]] = records.current(state_dir)
+    if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
+        leader = by_pid.get(int(rec["pid"]))
+        if leader is not None:
+            add(leader, f"recorded server of deploy {rec.get('deploy_id')}")
+            for d in procs.descendants(leader.pid, table):
+                add(d, "child of the recorded server")
+    for p in table:
+        if procs.is_sglang_title(p.cmdline):
+            add(p, "SGLang process title")
+        elif procs.is_sglang_launcher(p.cmdline):
+            add(p, "SGLang launcher")
+            for d in procs.descendants(p.pid, table):
+                add(d, "child of an SGLang launcher")
+    holders: List[Dict[str, Any]] = []
+    if include_gpu_holders:
+        snap = gpus.snapshot()
+        for app in snap["apps"]:
+            if app["gpu"] in target_gpus:
+                holders.append(app)
+                p = by_pid.get(app["pid"])
+                if p is not None:
+                    add(p, f"holds GPU {app['gpu']} ({app['used_mib']} MiB)")
+    return {"targets": found, "gpu_holders": holders}
+
+
+def stop_servers(state_dir: str, target_gpus: List[int], grace: float) -> Dict[str, Any]:
+    found = find_stale(state_dir, target_gpus)
+    targets = [v["proc"] for v in found["targets"].values()]
+    why = {pid: v["why"] for pid, v in found["targets"].items()}
+    result = procs.terminate(targets, grace)
+    for key in ("terminated", "killed", "survivors"):
+        for item in result[key]:
+            item["why"] = why.get(int(item["pid"]), "")
+    return result

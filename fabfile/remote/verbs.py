@@ -1,0 +1,233 @@
+"""The agent's verbs: name → function(request, sink) → result data. One line each; the work lives in the modules."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, List
+
+from fabfile.remote import deploy, facts, gpus, procs, records, server, stop
+from fabfile.remote.common import AgentError, EventSink
+
+
+def _facts(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    data = facts.collect(req)
+    data["problems"] = facts.problems(data, req)
+    return data
+
+
+def _deploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    return deploy.run(req, sink)
+
+
+def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    state_dir = facts.expand(req["state_dir"])
+    from fabfile.remote.lock import DeployLock
+
+    lock = DeployLock(state_dir)
+    lock.acquire({"deploy_id": "stop", "client": req.get("client")}, float(req.get("lock_wait", 0)))
+    try:
+        if req.get("dry_run"):
+            found = stop.find_stale(state_dir, list(req.get("target_gpus") or []))
+            return {"dry_run": True, "would_stop": [dict(v["proc"].as_dict(), why=v["why"])
+                                                    for v in found["targets"].values()]}
+        result = stop.stop_servers(state_dir, list(req.get("target_gpus") or []), float(req.get("grace", 15)))
+        rec = records.current(state_dir)
+        if rec and rec.get("status") == "running":
+            rec["status"] = "stopped"
+            rec["stopped_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            records.write(state_dir, rec)
+        return result
+    finally:
+        lock.release()
+
+
+def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    state_dir = facts.expand(req["state_dir"])
+    rec = records.current(state_dir)
+    out: Dict[str, Any] = {"record": rec, "running": False}
+    if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
+        pid = int(rec["pid"])
+        out["running"] = True
+        out["schedulers"] = deploy.schedulers_of(pid)
+        ticks = procs.stat(pid)
+        if ticks is not None:
+            out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
+        path = server.readiness_path(rec.get("sglang_version") or "0.5.23")
+        out["health"] = {"path": path, "status": server.probe(rec["listen"], int(rec["port"]), path)}
+        out["last_decode"] = _last_decode(rec["log_path"])
+    others = [p.as_dict() for p in procs.all_procs()
+              if (procs.is_sglang_title(p.cmdline) or procs.is_sglang_launcher(p.cmdline))
+              and not (rec and rec.get("pid") and (p.pid == rec["pid"] or _descends(p.pid, int(rec["pid"]))))]
+    out["other_sglang_processes"] = others
+    lock_holder = None
+    from fabfile.remote.lock import DeployLock
+
+    if os.path.isdir(state_dir):
+        lock_holder = DeployLock(state_dir).holder()
+    out["deploy_in_progress"] = lock_holder
+    return out
+
+
+def _descends(pid: int, root: int) -> bool:
+    seen = 0
+    while pid > 1 and seen < 64:
+        info = procs.stat(pid)
+        if info is None:
+            return False
+        if info.ppid == root:
+            return True
+        pid = info.ppid
+        seen += 1
+    return False
+
+
+def _uptime_of(start_ticks: int) -> float:
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime", encoding="ascii") as f:
+        up = float(f.read().split()[0])
+    return up - start_ticks / hz
+
+
+def _last_decode(log_path: str, window: int = 256 * 1024) -> Any:
+    try:
+        size = os.path.getsize(log_path)
+        with open(log_path, "rb") as f:
+            f.seek(max(0, size - window))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [ln for ln in text.splitlines() if "Decode batch" in ln]
+    if not lines:
+        return None
+    from fabfile.remote import metrics
+
+    return metrics.parse_decode_line(lines[-1])
+
+
+def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    state_dir = facts.expand(req["state_dir"])
+    rec = records.current(state_dir)
+    path = req.get("log_path") or (rec or {}).get("log_path")
+    if not path or not os.path.exists(path):
+        raise AgentError("not_running", "no server log found on this host (no deploy recorded here yet)",
+                         "deploy first, or pass the log path")
+    lines = int(req.get("lines", 50))
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(max(0, size - 1024 * max(lines, 1) * 2))
+        tail = f.read().decode("utf-8", "replace").splitlines()[-lines:]
+    sink.emit("log", lines=tail, count=len(tail))
+    if not req.get("follow"):
+        return {"log_path": path, "offset": size}
+    follower = server.LogFollower(path, size)
+    until = time.monotonic() + float(req.get("follow_s", 3600))
+    while time.monotonic() < until:
+        new = follower.read_lines()
+        if new:
+            sink.emit("log", lines=new, count=len(new))
+            if not sink.stdout_ok:
+                break
+        else:
+            time.sleep(0.2)
+    return {"log_path": path, "offset": follower.offset}
+
+
+def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
+    from fabfile.remote.lock import DeployLock
+
+    state_dir = facts.expand(req["state_dir"])
+    path = records.journal_path(state_dir, req["deploy_id"])
+    seen = 0
+    skip = int(req.get("skip", 0))
+    pos = 0
+    partial = b""
+    lock = DeployLock(state_dir)
+    idle_checks = 0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        pos += len(data)
+        chunks = (partial + data).split(b"\n")
+        partial = chunks.pop()
+        for raw in chunks:
+            seen += 1
+            if seen <= skip:
+                continue
+            import json
+
+            event = json.loads(raw)
+            if event.get("event") == "result":
+                return {"replayed": True, "result": event}
+            sink.emit("replay", original=event)
+        if not data:
+            holder = lock.holder()
+            if holder is None or holder.get("deploy_id") != req["deploy_id"]:
+                idle_checks += 1
+                if idle_checks > 5:
+                    raise AgentError("deploy_lost", f"deploy {req['deploy_id']} ended without a result in its "
+                                     "journal (its agent was killed)", "run `inv status` to see what runs now")
+            time.sleep(0.1)
+
+
+def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    snap = gpus.snapshot()
+    if req.get("topology"):
+        snap["topology"] = gpus.topology()
+    return snap
+
+
+def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import evidence
+
+    state_dir = facts.expand(req["state_dir"])
+    rec = records.current(state_dir) or {}
+    running = bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
+    ev_req = {"log_path": req.get("log_path") or rec.get("log_path"),
+              "log_offset": int(rec.get("log_offset") or 0) if running else 0,
+              "launcher_pid": int(rec["pid"]) if running else None,
+              "launcher_start_ticks": rec.get("start_ticks") if running else None,
+              "expected": req["expected"], "nccl_debug_file": req.get("nccl_debug_file"),
+              "sglang_version": rec.get("sglang_version") or req.get("sglang_version"),
+              "launch_argv": (rec.get("launch") or {}).get("argv")}
+    ev = evidence.gather(ev_req, sink)
+    return {"evidence": ev, "evaluation": evidence.evaluate(ev, req["expected"]), "record": rec or None}
+
+
+def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]]:
+    def verb(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+        from fabfile.remote import patching
+
+        req = dict(req)
+        req["state_dir"] = facts.expand(req["state_dir"])
+        result: Dict[str, Any] = getattr(patching, fn_name)(req)
+        return result
+
+    return verb
+
+
+def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
+    items: List[Dict[str, Any]] = [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
+    return {"processes": items, "gpu_holders": found["gpu_holders"]}
+
+
+TABLE: Dict[str, Callable[[Dict[str, Any], EventSink], Dict[str, Any]]] = {
+    "facts": _facts,
+    "deploy": _deploy,
+    "attach": _attach,
+    "stop": _stop,
+    "status": _status,
+    "logs": _logs,
+    "gpus": _gpus,
+    "stale": _stale,
+    "evidence": _evidence,
+    "patch_apply": _patch("apply"),
+    "patch_rollback": _patch("rollback"),
+    "patch_status": _patch("status"),
+}

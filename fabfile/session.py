@@ -1,0 +1,52 @@
+"""A session with one host: its transport (SSH or local) and the agent on it, opened once and reused for a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabfile.agentclient import AgentClient
+from fabfile.inventory import Host, Inventory
+from fabfile.transport import LocalTransport, Transport
+
+
+def open_transport(inv: Inventory, host: Host) -> Transport:
+    if host.connection == "local":
+        return LocalTransport(host.name)
+    from fabfile.ssh import SSHTransport  # paramiko is slow to import; `inv --list` should not pay for it
+
+    return SSHTransport(host.name, host.ssh_host, ssh_config=inv.ssh_config, known_hosts=inv.known_hosts,
+                        timeouts=host.timeouts)
+
+
+@dataclass
+class HostSession:
+    host: Host
+    transport: Transport
+    agent: AgentClient
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, inv: Inventory, host: Host) -> HostSession:
+        transport = open_transport(inv, host)
+        return cls(host=host, transport=transport, agent=AgentClient(transport, host.python, host.state_dir))
+
+    def resolve(self, path: str) -> str:
+        """A remote path with ``~/`` replaced by the host's HOME (known after the first agent call)."""
+        home = self.facts.get("home")
+        if path.startswith("~/") and home:
+            return f"{home.rstrip('/')}/{path[2:]}"
+        return path
+
+    def call(self, verb: str, request: dict[str, Any], timeout: float | None = None, **kw: Any) -> dict[str, Any]:
+        req = {"state_dir": self.host.state_dir, **request}
+        return self.agent.call(verb, req, timeout or self.host.timeouts.command, **kw)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self) -> HostSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,215 @@
+"""The SSH transport: one hardened Fabric connection per host.
+
+Fabric's defaults are unsafe or surprising (shared/reference/fabric-invoke.md): it auto-adds unknown host keys,
+never loads known_hosts, ignores ssh_config on cloned configs, leaves a 3600 s channel timeout, and its inline env
+is unquoted. Here every hop uses ``RejectPolicy`` with known_hosts loaded from ~/.ssh/known_hosts, the ssh_config's
+``UserKnownHostsFile`` and the inventory's ``known_hosts``; timeouts are bounded; nothing uses ``run(env=...)``.
+Connecting retries only transient failures (refused, reset, banner timeouts), never auth or host-key failures.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut
+from paramiko.ssh_exception import (
+    AuthenticationException,
+    BadHostKeyException,
+    NoValidConnectionsError,
+    SSHException,
+)
+from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
+
+from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
+from fabfile.inventory import Timeouts
+from fabfile.transport import CommandResult, ConnectionLost, Transport, _LineBuffer
+
+
+def _unknown_host(e: BaseException) -> bool:
+    return isinstance(e, SSHException) and "not found in known_hosts" in str(e)
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, (BadHostKeyException, AuthenticationException)) or _unknown_host(e):
+        return False
+    return isinstance(e, (NoValidConnectionsError, socket.timeout, EOFError, SSHException, OSError))
+
+
+def _hops(cxn: Any) -> Iterator[Any]:
+    while isinstance(cxn, Connection):
+        yield cxn
+        cxn = cxn.gateway
+
+
+class SSHTransport(Transport):
+    def __init__(self, host_name: str, alias: str, *, ssh_config: Path | None, known_hosts: Path | None,
+                 timeouts: Timeouts) -> None:
+        super().__init__(host_name)
+        self.alias = alias
+        self.ssh_config = ssh_config
+        self.extra_known_hosts = known_hosts
+        self.timeouts = timeouts
+        self.cxn: Any = None
+        self._connect()
+
+    # -- connecting -------------------------------------------------------------------------------------------
+    def _build(self) -> Any:
+        cfg = Config(runtime_ssh_path=str(self.ssh_config)) if self.ssh_config else Config()
+        cfg.run.in_stream = False  # never mirror our stdin to remote commands
+        t = self.timeouts
+        cxn = Connection(self.alias, config=cfg, connect_timeout=t.connect,
+                         connect_kwargs={"banner_timeout": t.connect, "auth_timeout": t.connect,
+                                         "channel_timeout": max(t.connect, 10.0)})
+        files = self._known_hosts_files(cxn)
+        for hop in _hops(cxn):
+            hop.client.load_system_host_keys()
+            for f in files:
+                hop.client.load_host_keys(str(f))
+            hop.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return cxn
+
+    def _known_hosts_files(self, cxn: Any) -> list[Path]:
+        files: list[Path] = []
+        for entry in (cxn.ssh_config.get("userknownhostsfile") or "").split():
+            p = Path(os.path.expanduser(entry))
+            if p.is_file():
+                files.append(p)
+        if self.extra_known_hosts is not None:
+            files.append(self.extra_known_hosts)
+        return files
+
+    def _open_once(self) -> Any:
+        cxn = self._build()
+        try:
+            cxn.open()
+        except BaseException:
+            cxn.close()
+            raise
+        cxn.transport.set_keepalive(15)
+        return cxn
+
+    def _connect(self) -> None:
+        try:
+            for attempt in Retrying(retry=retry_if_exception(_transient),
+                                    stop=stop_before_delay(self.timeouts.connect_total),
+                                    wait=wait_exponential_jitter(initial=0.3, max=4), reraise=True):
+                with attempt:
+                    self.cxn = self._open_once()
+        except BadHostKeyException as e:
+            raise HostKeyError(
+                f"the host key of {self.alias} does not match known_hosts: expected "
+                f"{e.expected_key.get_fingerprint().hex()}, got {e.key.get_fingerprint().hex()}; refusing to "
+                "connect (this is what a man-in-the-middle looks like)",
+                f"if the host was reinstalled, verify the new key out of band, then `ssh-keygen -R {self.alias}` "
+                "and add the new one", host=self.host_name) from None
+        except AuthenticationException as e:
+            raise AuthError(f"SSH authentication to {self.alias} was refused ({e})",
+                            "check User and IdentityFile for this alias in your ssh_config", host=self.host_name) \
+                from None
+        except SSHException as e:
+            if _unknown_host(e):
+                raise HostKeyError(
+                    f"{self.alias} is not in known_hosts, and the tool never trusts an unknown host key silently",
+                    f"check the fingerprint out of band, then add it: ssh-keyscan {self.alias} >> ~/.ssh/known_hosts",
+                    host=self.host_name) from None
+            raise ConnectError(f"could not open an SSH session to {self.alias}: {e}",
+                               "check that the host is up and its sshd answers", host=self.host_name) from None
+        except (OSError, EOFError) as e:
+            raise ConnectError(f"could not reach {self.alias} within {self.timeouts.connect_total:.0f} s: "
+                               f"{e or type(e).__name__}", "check the network, the ssh_config alias and sshd",
+                               host=self.host_name) from None
+        self.stats.connections += 1
+
+    def reconnect(self) -> None:
+        self.close()
+        self._connect()
+        self.stats.reconnects += 1
+
+    # -- commands ---------------------------------------------------------------------------------------------
+    def _alive(self) -> bool:
+        t = getattr(self.cxn, "transport", None)
+        return bool(t is not None and t.is_active())
+
+    def _run(self, command: str, timeout: float, **kw: Any) -> CommandResult:
+        if not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
+        self.stats.commands += 1
+        self.stats.commands_log.append(command)
+        try:
+            r = self.cxn.run(command, warn=True, pty=False, in_stream=False, timeout=timeout, **kw)
+        except CommandTimedOut:
+            raise RemoteError(f"a remote command ran past its {timeout:.0f} s bound", host=self.host_name,
+                              command=command) from None
+        except (SSHException, EOFError, OSError) as e:
+            raise ConnectionLost(f"the SSH session to {self.alias} dropped: {e or type(e).__name__}",
+                                 host=self.host_name) from None
+        if r.exited == -1 or not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} dropped while a command ran",
+                                 host=self.host_name)
+        return CommandResult(int(r.exited), r.stdout if isinstance(r.stdout, str) else "", r.stderr)
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        return self._run(command, timeout, hide=True)
+
+    def stream(self, command: str, on_line: Callable[[str], None], timeout: float) -> CommandResult:
+        sink = _LineBuffer(on_line)
+        try:
+            result = self._run(command, timeout, hide="err", out_stream=sink)
+        finally:
+            sink.close()
+        return CommandResult(result.exit_code, "", result.stderr)
+
+    # -- files ------------------------------------------------------------------------------------------------
+    def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
+        if not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
+        sftp = self.cxn.sftp()
+        # SFTP has no ~ expansion; its working directory is the login HOME.
+        rel = path[2:] if path.startswith("~/") else path
+        parent = os.path.dirname(rel)
+        self._makedirs(sftp, parent)
+        tmp = f"{parent}/.specdeploy-{secrets.token_hex(6)}" if parent else f".specdeploy-{secrets.token_hex(6)}"
+        try:
+            with sftp.open(tmp, "wb") as f:
+                f.chmod(mode)  # before any byte lands: secrets in launch scripts are never world-readable
+                f.set_pipelined(True)
+                f.write(data)
+            sftp.posix_rename(tmp, rel)
+        except BaseException:
+            try:
+                sftp.remove(tmp)
+            except (OSError, SSHException):
+                pass
+            raise
+        self.stats.uploads += 1
+
+    @staticmethod
+    def _makedirs(sftp: Any, path: str) -> None:
+        if not path:
+            return
+        try:
+            sftp.stat(path)
+            return
+        except OSError:
+            pass
+        SSHTransport._makedirs(sftp, os.path.dirname(path))
+        try:
+            sftp.mkdir(path, 0o700)
+        except OSError:
+            sftp.stat(path)  # raced with another creator: fine if it exists now
+
+    def close(self) -> None:
+        if self.cxn is not None:
+            try:
+                self.cxn.close()
+            finally:
+                self.cxn = None
+
+

@@ -1,0 +1,1 @@
+"""SGLang simulator: TEST EQUIPMENT for specdeploy's simulated GPU hosts (no GPU, no model math)."""

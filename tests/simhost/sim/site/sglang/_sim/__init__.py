@@ -1,0 +1,1 @@
+"""Internals of the SGLang simulator (test equipment; not part of SGLang's layout)."""

@@ -1,0 +1,85 @@
+"""Simulated ``python -m sglang.launch_server`` (TEST EQUIPMENT, not SGLang; no GPU, no model).
+
+The launcher keeps its title (``python -m sglang.launch_server ...``), spawns one titled scheduler per
+TP rank plus the detokenizer, and serves SGLang's HTTP endpoints once all schedulers are ready.
+Runtime behaviour (failures, timing, GPU inventory) comes from ``<venv>/sim-state/config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+from sglang._sim import runtime
+
+logger = logging.getLogger(__name__)
+
+
+def _strip_environment(prefixes: list[str]) -> None:
+    """Simulates a launch path that strips the environment (sudo env_reset, systemd, ...)."""
+    for key in list(os.environ):
+        if any(key.startswith(p) for p in prefixes):
+            del os.environ[key]
+
+
+def _check_model_path(path: str | None) -> None:
+    if path is None:
+        return
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise OSError(
+            f"Incorrect path_or_model_id: '{path}'. Please provide either the path to a local folder or the "
+            "repo_id of a model on the Hub."
+        )
+    with open(os.path.join(path, "config.json")) as f:
+        json.load(f)
+
+
+def run_server(server_args) -> None:  # noqa: ANN001 - SGLang's spelling
+    from sglang.srt.entrypoints.http_server import launch_server
+
+    launch_server(server_args)
+
+
+def main(argv: list[str]) -> None:
+    cfg = runtime.load_config()
+    prefixes = [str(p) for p in (cfg.get("strip_env_prefixes") or [])]
+    if prefixes:
+        _strip_environment(prefixes)
+
+    if runtime.version() >= (0, 5, 11):
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
+    runtime.configure_logger("", "info")
+
+    from sglang.srt.server_args import is_port_available, prepare_server_args
+
+    server_args = prepare_server_args(argv)
+    runtime.configure_logger("", server_args.log_level)
+    logger.info(f"server_args={server_args!r}")
+
+    if cfg.get("fail") == "port_in_use" or not is_port_available(server_args.port, server_args.host):
+        logger.error("Port is already in use.")
+        runtime.write_all(
+            2,
+            f"[{runtime.now_stamp()}] ERROR:    [Errno 98] error while attempting to bind on address "
+            f"('{server_args.host}', {server_args.port}): address already in use\n".encode(),
+        )
+        sys.exit(1)
+
+    _check_model_path(server_args.model_path)
+    if server_args.speculative_algorithm in ("EAGLE", "EAGLE3"):
+        _check_model_path(server_args.speculative_draft_model_path)
+
+    from sglang.srt.entrypoints.engine import kill_process_tree
+
+    try:
+        run_server(server_args)
+    finally:
+        kill_process_tree(include_parent=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,1 @@
+"""Simulated ``sglang.srt`` (test equipment)."""

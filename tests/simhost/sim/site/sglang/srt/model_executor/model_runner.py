@@ -1,0 +1,155 @@
+"""Simulated ``sglang.srt.model_executor.model_runner`` (TEST EQUIPMENT).
+
+Walks through SGLang's start-up phases with SGLang's log lines: torch.distributed/NCCL init (simulated
+NCCL log lines from this process's real environment), weight load (registers the simulated GPU memory
+in ``sim-state/gpu-procs``), KV cache, CUDA graph capture.  No GPU, no model math.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from sglang._sim import runtime
+from sglang._sim.nccl import simulate_comm_init
+from sglang.srt.model_loader.loader import DefaultModelLoader
+from sglang.srt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+
+def _read_model_config(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def used_mib_on_gpu(gpu: int, exclude_pid: int | None = None) -> int:
+    total = 0
+    d = runtime.gpu_procs_dir()
+    try:
+        entries = list(d.glob("*.json"))
+    except OSError:
+        return 0
+    for p in entries:
+        try:
+            e = json.loads(p.read_text())
+            pid = int(e["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if pid == exclude_pid or int(e.get("gpu", -1)) != gpu:
+            continue
+        if not os.path.exists(f"/proc/{pid}"):
+            continue
+        total += int(e.get("used_mib", 0))
+    return total
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        gpu_id: int,
+        tp_rank: int,
+        tp_size: int,
+        cfg: dict[str, Any],
+        nccl_port: int,
+    ) -> None:
+        self.server_args = server_args
+        self.gpu_id = gpu_id
+        self.tp_rank = tp_rank
+        self.tp_size = tp_size
+        self.cfg = cfg
+        self.nccl_port = nccl_port
+        self.total_gb = int(cfg["gpu_memory_mib"]) / 1024
+        self.model_config = _read_model_config(server_args.model_path)
+        self.nccl_env: dict[str, str] = {}
+        self.max_total_num_tokens = 0
+        t = float(cfg.get("load_seconds", 0.3))
+        self.phase_seconds = {"dist": 0.05 * t, "load": 0.8 * t, "kv": 0.05 * t, "graph": 0.1 * t}
+        fail = cfg.get("fail") if int(cfg.get("fail_rank", 0)) == tp_rank else None
+        self.fail = fail
+
+        self.init_torch_distributed()
+        self.load_model()
+        self.init_memory_pool()
+        if not server_args.disable_cuda_graph:
+            self.init_device_graphs()
+
+    def _sleep(self, phase: str) -> None:
+        runtime.scaled_sleep(self.phase_seconds[phase], {"time_scale": self.cfg.get("time_scale", 1.0)})
+
+    def init_torch_distributed(self) -> None:
+        logger.info("Init torch distributed begin.")
+        if self.gpu_id >= int(self.cfg["gpus"]):
+            raise RuntimeError(
+                "CUDA error: invalid device ordinal\nCUDA kernel errors might be asynchronously reported at "
+                "some other API call, so the stacktrace below might be incorrect.\nFor debugging consider "
+                "passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+                "assertions.\n"
+            )
+        self._sleep("dist")
+        self.nccl_env = simulate_comm_init(self.tp_rank, self.tp_size, self.gpu_id, self.cfg)
+        logger.info("Init torch distributed ends. mem usage=0.56 GB")
+
+    def load_model(self) -> None:
+        others = used_mib_on_gpu(self.gpu_id, exclude_pid=os.getpid())
+        avail = (int(self.cfg["gpu_memory_mib"]) - others) / 1024 - 0.56
+        logger.info(f"Load weight begin. avail mem={avail:.2f} GB")
+        runtime.register_gpu(self.gpu_id, int(self.cfg["per_gpu_memory_mib"]))
+        if self.fail == "hang":
+            runtime.sleep_forever()
+        loader = DefaultModelLoader(self.server_args.model_path, self.cfg, self.gpu_id, self.tp_rank)
+        free_mib = int(self.cfg["gpu_memory_mib"]) - others
+        loader.load_model(self.phase_seconds["load"], free_mib)
+        weights_gb = int(self.cfg["per_gpu_memory_mib"]) / 1024 * 0.55
+        arch = (self.model_config.get("architectures") or ["DeepseekV3ForCausalLM"])[0]
+        logger.info(
+            f"Load weight end. type={arch}, dtype=torch.bfloat16, avail mem={avail - weights_gb:.2f} GB, "
+            f"mem usage={weights_gb:.2f} GB."
+        )
+        if self.server_args.speculative:
+            draft = _read_model_config(self.server_args.speculative_draft_model_path)
+            darch = (draft.get("architectures") or ["LlamaForCausalLMEagle3"])[0]
+            logger.info(f"Load weight begin. avail mem={avail - weights_gb:.2f} GB")
+            logger.info(
+                f"Load weight end. type={darch}, dtype=torch.bfloat16, "
+                f"avail mem={avail - weights_gb - 1.9:.2f} GB, mem usage=1.90 GB."
+            )
+
+    def init_memory_pool(self) -> None:
+        self._sleep("kv")
+        kv_gb = int(self.cfg["per_gpu_memory_mib"]) / 1024 * 0.4
+        self.max_total_num_tokens = int(kv_gb * 1024**3 / (2 * 70 * 1024))
+        logger.info(
+            f"KV Cache is allocated. #tokens: {self.max_total_num_tokens}, K size: {kv_gb / 2:.2f} GB, "
+            f"V size: {kv_gb / 2:.2f} GB"
+        )
+        avail = (int(self.cfg["gpu_memory_mib"]) - int(self.cfg["per_gpu_memory_mib"])) / 1024
+        logger.info(f"Memory pool end. avail mem={avail:.2f} GB")
+
+    def init_device_graphs(self) -> None:
+        avail = (int(self.cfg["gpu_memory_mib"]) - int(self.cfg["per_gpu_memory_mib"])) / 1024
+        bs = self.server_args.cuda_graph_max_bs
+        logger.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
+        start = time.monotonic()
+        self._sleep("graph")
+        logger.info(f"Capture cuda graph bs [1, 2, 4, 8, ..., {bs}]")
+        logger.info(
+            f"Capture cuda graph end. Time elapsed: {time.monotonic() - start:.2f} s. mem usage=0.85 GB. "
+            f"avail mem={avail - 0.85:.2f} GB."
+        )
+
+    @property
+    def context_len(self) -> int:
+        if self.server_args.context_length:
+            return int(self.server_args.context_length)
+        return int(self.model_config.get("max_position_embeddings") or 131072)

@@ -1,0 +1,1 @@
+"""Simulated SGLang subpackage (test equipment)."""
