@@ -12,7 +12,9 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from invoke import Collection, Exit, task
+from invoke.collection import Collection
+from invoke.exceptions import Exit
+from invoke.tasks import task
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -95,7 +95,7 @@ class AgentClient:
         if final is None:
             stderr = result.stderr.strip()
             if "No such file or directory" in stderr and self.python in stderr:
-                raise AgentCrashError(f"the host's Python {self.python} does not exist", 
+                raise AgentCrashError(f"the host's Python {self.python} does not exist",
                                       "fix `python` for this host in the inventory", host=host)
             raise AgentCrashError(
                 f"the host-side agent ended without an answer (exit {result.exit_code})",

@@ -279,7 +279,7 @@ class Inventory:
         return out
 
 
-def _loc(err: dict[str, Any], prefix: str) -> str:
+def _loc(err: Any, prefix: str) -> str:
     parts = [prefix] if prefix else []
     parts += [str(p) for p in err.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-"))]
     return ".".join(p for p in parts if p)

@@ -192,13 +192,14 @@ def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json:
             continue
         d = o.data or {}
         items = d.get("files") or d.get("restored") or []
-        verb = "would restore" if dry_run else "restored"
+        verb = "would roll back" if dry_run else "rolled back"
         if not items:
             out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: nothing to roll back")
             continue
         out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: {verb} {len(items)} item(s)")
         for f in items:
-            out.print(f"  {f.get('action', verb)}: {f.get('path')}")
+            action = str(f.get("action", verb)).replace("would_", "would ").replace("_", " ")
+            out.print(f"  {action}: {f.get('path')}")
     _errors(outcomes)
     return _exit_code(outcomes)
 

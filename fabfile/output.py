@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from fabfile.deploy import DeployResult
 from fabfile.errors import SpecDeployError
@@ -28,6 +27,10 @@ def print_error(e: SpecDeployError) -> None:
         err.print(f"[dim]--- last lines of {e.details.get('log_path', 'the log')} ---[/dim]")
         for line in excerpt[-25:]:
             err.print(f"  {line}", markup=False)
+    stderr = e.details.get("stderr")
+    if stderr:
+        err.print("[dim]--- host stderr ---[/dim]")
+        err.print(stderr, markup=False)
     torn = e.details.get("torn_down")
     if torn:
         err.print(f"[dim]stopped the failed server's processes: {', '.join(map(str, torn))} (none left running)[/dim]")
@@ -57,8 +60,4 @@ def deploy_summary(r: DeployResult) -> None:
         proven = sum(1 for x in rows if x.get("status") == "proven")
         out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
     out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}")
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name in r.timings:
-        t.add_column(name, justify="right")
-    t.add_row(*[f"{v:.2f}s" for v in r.timings.values()])
-    out.print(t)
+    out.print("  timings: " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()), markup=False)

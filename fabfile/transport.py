@@ -60,7 +60,7 @@ class Transport(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def reconnect(self) -> None:
+    def reconnect(self) -> None:  # noqa: B027 (optional hook: only sessions that can drop override it)
         """Re-open the session after a drop (no-op for local)."""
 
     def shell_path(self, path: str) -> str:

@@ -12,7 +12,7 @@ import json
 import signal
 import sys
 import traceback
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 from fabfile.remote.common import AgentError, EventSink
 
@@ -34,7 +34,7 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise _Deadline()
 
 
-def main(argv: list) -> int:
+def main(argv: List[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     sink = EventSink()
     if len(argv) != 3:

@@ -33,7 +33,10 @@ class EventSink:
 
     def __init__(self, journal: Optional[str] = None) -> None:
         self.stdout_ok = True
-        self.journal = open(journal, "a", encoding="utf-8") if journal else None  # noqa: SIM115
+        self.journal = None
+        if journal:
+            ensure_private_dir(os.path.dirname(journal))
+            self.journal = open(journal, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the sink)
 
     def emit(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, **fields}, sort_keys=True, default=str) + "\n"

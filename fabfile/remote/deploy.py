@@ -8,8 +8,6 @@ client re-attaches to. Any failure after the start tears the new server down: no
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -160,8 +158,11 @@ class _NullSink(EventSink):
 def _patch_detail(r: Any) -> Any:
     if not isinstance(r, dict):
         return None
-    files = r.get("files") or []
-    return ", ".join(f"{os.path.basename(str(f.get('path', '?')))} {f.get('action', '?')}" for f in files) or None
+    counts: Dict[str, int] = {}
+    for f in r.get("files") or []:
+        counts[str(f.get("action", "?"))] = counts.get(str(f.get("action", "?")), 0) + 1
+    mode = r.get("mode", "?")
+    return f"mode {mode}: " + ", ".join(f"{n} file(s) {a}" for a, n in sorted(counts.items())) if counts else None
 
 
 def _stop_detail(r: Dict[str, Any]) -> str:
@@ -172,5 +173,6 @@ def _stop_detail(r: Dict[str, Any]) -> str:
 
 
 def _verify_detail(r: Dict[str, Any]) -> str:
-    ev = r["evaluation"]
-    return json.dumps({"ok": ev.get("ok")})
+    rows = r["evaluation"].get("rows") or []
+    proven = sum(1 for x in rows if x.get("status") == "proven")
+    return f"{proven}/{len(rows)} values proven across {len(r['evidence'].get('schedulers') or [])} scheduler(s)"

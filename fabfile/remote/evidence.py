@@ -26,7 +26,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fabfile.remote import procs
@@ -68,6 +68,7 @@ _NCCL_HEAD_RE = re.compile(
 _ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\s*$")
 _VERSION_RE = re.compile(r"^NCCL version (?P<version>\S+)")
 _INIT_RE = re.compile(r"\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.*\bInit (?P<phase>START|COMPLETE)\b")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _INT_DOT_RE = re.compile(r"^[+-]?\d+\.$")
 _CUSTOM_AR_OFF_RE = re.compile(r"custom ?all-?reduce is disabled", re.IGNORECASE)
 
@@ -88,6 +89,8 @@ def parse_nccl_records(line: str) -> list[dict[str, Any]]:
     plus ``var``/``value`` (env), ``version`` (version), ``rank``/``nranks``/``phase`` (init). A message runs
     until the next NCCL header on the same line, so text from another pid is never attributed to this one.
     """
+    if "\x1b" in line:  # colour codes from a log viewer or a wrapper
+        line = _ANSI_RE.sub("", line)
     heads = list(_NCCL_HEAD_RE.finditer(line))
     out: list[dict[str, Any]] = []
     for i, m in enumerate(heads):
@@ -252,8 +255,11 @@ class _Scan:
             self.custom_ar_disabled_line = line.strip()[:300]
 
 
-def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterable[str], dict[str, Any]]:
-    """Decoded lines of ``path`` from ``offset``, at most ``cap`` bytes; plus what was read."""
+def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterator[str], dict[str, Any]]:
+    """Decoded lines of ``path`` from ``offset``, at most ``cap`` bytes, streamed in 1 MiB chunks.
+
+    The info dict (``bytes_read``, ``capped``) is complete once the iterator is exhausted.
+    """
     info: dict[str, Any] = {
         "path": path,
         "exists": False,
@@ -266,26 +272,40 @@ def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterable[str], dict[s
         "error": None,
     }
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            info["exists"] = True
-            info["size"] = size
-            if offset > size:  # truncated or replaced since the deploy: what is there now is all we have
-                info["rotated"] = True
-                offset = 0
-            f.seek(offset)
-            data = f.read(cap + 1)
+        f = open(path, "rb")  # noqa: SIM115 (closed by the generator)
     except FileNotFoundError:
-        return [], info
+        return iter(()), info
     except OSError as e:
         info["error"] = str(e)
-        return [], info
-    if len(data) > cap:
-        data = data[:cap]
-        info["capped"] = True
-    info["bytes_read"] = len(data)
-    # splitlines also splits on '\r' (progress bars rewrite a line with it); headers are searched anywhere.
-    return data.decode("utf-8", "replace").splitlines(), info
+        return iter(()), info
+    size = os.fstat(f.fileno()).st_size
+    info.update(exists=True, size=size)
+    if offset > size:  # truncated or replaced since the deploy: what is there now is all we have
+        info["rotated"] = True
+        offset = 0
+
+    def lines() -> Iterator[str]:
+        with f:
+            f.seek(offset)
+            left = cap
+            rest = b""
+            while left > 0:
+                chunk = f.read(min(1 << 20, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                info["bytes_read"] += len(chunk)
+                parts = (rest + chunk).split(b"\n")
+                rest = parts.pop()
+                for raw in parts:
+                    # also split on '\r' (progress bars rewrite a line with it); headers are searched anywhere
+                    yield from raw.decode("utf-8", "replace").splitlines()
+            if left <= 0 and f.read(1):
+                info["capped"] = True
+            if rest:
+                yield from rest.decode("utf-8", "replace").splitlines()
+
+    return lines(), info
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -883,9 +903,15 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
                         f"NCCL prints nothing for {var} with a single rank; a marker or the start "
                         "environment would have been enough"
                     )
+                # NCCL echoed its environment in this process and would have echoed this one too: absent.
+                nccl_says_absent = (
+                    bool(nccl_env)
+                    and _nccl_logs(var, exp)
+                    and not (multi_only and (single_rank or nranks is None))
+                )
                 if nccl_env:
                     notes.append(f"NCCL logged its environment in this process without {var}")
-                if env_status == "wiped":
+                if env_status == "wiped" and not nccl_says_absent:
                     notes.append("environ wiped by setproctitle (SPT_NOENV=1 was not set at launch)")
                     _hint(
                         hints,
@@ -895,7 +921,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
                         var=var,
                         pid=s.get("pid"),
                     )
-                elif env_status == "unreadable":
+                elif env_status == "unreadable" and not nccl_says_absent:
                     notes.append("environ unreadable (permissions: run check-env as the server's user)")
                     _hint(
                         hints,

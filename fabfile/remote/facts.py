@@ -32,7 +32,7 @@ def sglang_info() -> Dict[str, Any]:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         return {"installed": False}
-    root = list(spec.submodule_search_locations)[0]
+    root = next(iter(spec.submodule_search_locations))
     version = None
     try:
         with open(os.path.join(root, "version.py"), encoding="utf-8") as f:

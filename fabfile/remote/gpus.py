@@ -72,7 +72,7 @@ def topology() -> Optional[str]:
 
 
 def wait_clean(targets: List[int], idle_mib: int, timeout: float, samples: int = 3,
-               interval: float = 0.2) -> Dict[str, Any]:
+               interval: float = 0.1) -> Dict[str, Any]:
     """The GPU-clean gate: no compute process on the target GPUs and memory back to idle, ``samples`` times in a row.
 
     Bounded by ``timeout``; on failure the error names the PID and command line that still hold a GPU.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Set
 
 PROC = "/proc"
 
@@ -117,9 +117,9 @@ def scheduler_rank(cmdline: str) -> Optional[int]:
     return 0
 
 
-def protected_pids() -> set:
+def protected_pids() -> Set[int]:
     """This agent and its ancestors: never signalled, whatever they look like."""
-    out = set()
+    out: Set[int] = set()
     pid = os.getpid()
     while pid > 1:
         out.add(pid)

@@ -18,7 +18,7 @@ from fabfile.remote import procs
 from fabfile.remote.common import AgentError
 
 # (pattern, what it means, what to do). Order matters: the first match names the failure.
-FATAL_PATTERNS: List[Tuple["re.Pattern[str]", str, str]] = [
+FATAL_PATTERNS: List[Tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"),
      "the GPU ran out of memory",
      "lower --mem-fraction-static (sglang_args), reduce --cuda-graph-max-bs, or free the GPUs"),
@@ -83,7 +83,7 @@ def probe(host: str, port: int, path: str, timeout: float = 1.0) -> Optional[int
     """HTTP status of ``path`` on the server, or None when nothing answers."""
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}{path}"
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback, fixed scheme)
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)

@@ -21,8 +21,9 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
 
     rec: Optional[Dict[str, Any]] = records.current(state_dir)
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
-        leader = by_pid.get(int(rec["pid"]))
-        if leader is not None:
+        leader_info = by_pid.get(int(rec["pid"]))
+        if leader_info is not None:
+            leader = leader_info
             add(leader, f"recorded server of deploy {rec.get('deploy_id')}")
             for d in procs.descendants(leader.pid, table):
                 add(d, "child of the recorded server")
@@ -39,9 +40,9 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
         for app in snap["apps"]:
             if app["gpu"] in target_gpus:
                 holders.append(app)
-                p = by_pid.get(app["pid"])
-                if p is not None:
-                    add(p, f"holds GPU {app['gpu']} ({app['used_mib']} MiB)")
+                holder = by_pid.get(app["pid"])
+                if holder is not None:
+                    add(holder, f"holds GPU {app['gpu']} ({app['used_mib']} MiB)")
     return {"targets": found, "gpu_holders": holders}
 
 
@@ -52,5 +53,5 @@ def stop_servers(state_dir: str, target_gpus: List[int], grace: float) -> Dict[s
     result = procs.terminate(targets, grace)
     for key in ("terminated", "killed", "survivors"):
         for item in result[key]:
-            item["why"] = why.get(int(item["pid"]), "")
+            item["why"] = why.get(int(str(item["pid"])), "")
     return result

@@ -36,7 +36,7 @@ def _check_model_path(path: str | None) -> None:
         json.load(f)
 
 
-def run_server(server_args) -> None:  # noqa: ANN001 - SGLang's spelling
+def run_server(server_args) -> None:
     from sglang.srt.entrypoints.http_server import launch_server
 
     launch_server(server_args)

@@ -27,10 +27,12 @@ from sglang.srt.server_args import PortArgs, ServerArgs
 logger = logging.getLogger(__name__)
 
 _sigquit_received = threading.Event()
+_shutting_down = threading.Event()
 
 
 def kill_process_tree(include_parent: bool = True, exit_code: int = 1, graceful: bool = False) -> None:
     """Kill the launcher's children (schedulers, detokenizer); optionally exit the launcher."""
+    _shutting_down.set()
     children = mp.active_children()
     if graceful:
         for p in children:
@@ -165,9 +167,12 @@ class LaunchedEngine:
         def watch() -> None:
             sentinels = {p.sentinel: (rank, p) for rank, p in zip(self.ranks, self.scheduler_procs)}
             ready = mp_wait(list(sentinels))
+            if _shutting_down.is_set():
+                return
             rank, proc = sentinels[ready[0]]
             proc.join(1.0)
-            on_death(rank, proc)
+            if not _shutting_down.is_set():
+                on_death(rank, proc)
 
         threading.Thread(target=watch, name="scheduler-watchdog", daemon=True).start()
 

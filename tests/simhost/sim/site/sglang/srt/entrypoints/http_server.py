@@ -160,7 +160,7 @@ class Handler(BaseHTTPRequestHandler):
     state: ServerState  # set on the subclass
 
     # ---------------------------------------------------------------- plumbing
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _access_log(self, code: int) -> None:

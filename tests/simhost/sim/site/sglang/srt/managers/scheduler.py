@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import time
 import traceback
 from typing import Any, Optional
 
