@@ -23,13 +23,11 @@ import glob
 import json
 import os
 import re
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from fabfile.remote import procs
+from fabfile.remote import gpus, procs
 from fabfile.remote.common import AgentError, EventSink
 
 SCHEMA = 1
@@ -392,17 +390,6 @@ def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dic
 # host facts
 
 
-def _smi(args: list[str]) -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
-    except (subprocess.TimeoutExpired, OSError):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def parse_topology(text: str) -> str:
     """``nvlink`` if a GPU↔GPU cell of ``nvidia-smi topo -m`` is ``NV#``; ``pcie`` otherwise; ``unknown``."""
     gpu_rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
@@ -416,7 +403,12 @@ def parse_topology(text: str) -> str:
 
 
 def _gpu_facts() -> dict[str, Any]:
-    listing = _smi(["-L"])
+    # Both queries at once: each nvidia-smi run costs tens of milliseconds on a real host.
+    try:
+        outs = gpus.smi_many([["-L"], ["topo", "-m"]], timeout=SMI_TIMEOUT_S, strict=False)
+    except AgentError:
+        outs = None
+    listing, topo = (outs[0], outs[1]) if outs else (None, None)
     if listing is None:
         return {
             "count": None,
@@ -429,7 +421,6 @@ def _gpu_facts() -> dict[str, Any]:
         m = re.match(r"^GPU \d+: (.*?)(?: \(UUID: [^)]*\))?\s*$", ln)
         if m:
             names.append(m.group(1))
-    topo = _smi(["topo", "-m"])
     inter = parse_topology(topo) if topo else "unknown"
     if inter == "unknown" and len(names) == 1:
         inter = "single"

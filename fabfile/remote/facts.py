@@ -69,7 +69,7 @@ def collect(req: Dict[str, Any]) -> Dict[str, Any]:
     for key, p in paths.items():
         p = expand(p)
         path_info[key] = {"path": p, "exists": os.path.exists(p), "is_dir": os.path.isdir(p)}
-    snap = gpus.snapshot() if req.get("gpus", True) else {"available": False, "gpus": [], "apps": []}
+    snap = gpus.snapshot(with_apps=False) if req.get("gpus", True) else {"available": False, "gpus": [], "apps": []}
     holder = DeployLock(state_dir).holder() if os.path.isdir(state_dir) else None
     return {
         "hostname": socket.gethostname(),

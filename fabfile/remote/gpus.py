@@ -14,29 +14,53 @@ GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
 
 
-def _smi(args: List[str], timeout: float = 15.0) -> Optional[str]:
+def smi_many(queries: List[List[str]], timeout: float = 15.0, strict: bool = True) -> Optional[List[Optional[str]]]:
+    """Run several nvidia-smi queries at once (each costs tens of ms on a real host); None without nvidia-smi.
+
+    ``strict``: a failing query raises AgentError; otherwise its output is None and the others still count.
+    """
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
-    try:
-        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} did not answer within {timeout:.0f} s",
-                         "the GPU driver may be wedged; check `nvidia-smi` on the host") from None
-    if out.returncode != 0:
-        raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
-    return out.stdout
+    running = [(args, subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       stdin=subprocess.DEVNULL)) for args in queries]
+    outputs: List[Optional[str]] = []
+    for args, proc in running:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for _, p in running:
+                p.kill()
+                p.communicate()
+            raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} did not answer within {timeout:.0f} s",
+                             "the GPU driver may be wedged; check `nvidia-smi` on the host") from None
+        if proc.returncode != 0:
+            if strict:
+                raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} failed: {err.strip() or out.strip()}")
+            outputs.append(None)
+            continue
+        outputs.append(out)
+    return outputs
+
+
+def _smi(args: List[str], timeout: float = 15.0) -> Optional[str]:
+    outs = smi_many([args], timeout)
+    return None if outs is None else outs[0]
 
 
 def _rows(text: str) -> List[List[str]]:
     return [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
 
 
-def snapshot() -> Dict[str, Any]:
+def snapshot(with_apps: bool = True) -> Dict[str, Any]:
     """GPUs and the processes holding them; ``available`` is False when the host has no nvidia-smi."""
-    gpus_out = _smi([f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"])
-    if gpus_out is None:
+    queries = [[f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"]]
+    if with_apps:
+        queries.append([f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits"])
+    outs = smi_many(queries)
+    if outs is None:
         return {"available": False, "gpus": [], "apps": []}
+    gpus_out = outs[0] or ""
     gpus = []
     for r in _rows(gpus_out):
         if len(r) < 5:
@@ -44,7 +68,7 @@ def snapshot() -> Dict[str, Any]:
         gpus.append({"index": int(r[0]), "uuid": r[1], "name": r[2], "used_mib": _num(r[3]),
                      "total_mib": _num(r[4])})
     by_uuid = {g["uuid"]: g["index"] for g in gpus}
-    apps_out = _smi([f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits"]) or ""
+    apps_out = (outs[1] or "") if with_apps else ""
     apps = []
     for r in _rows(apps_out):
         if len(r) < 4 or not r[0].isdigit():
@@ -72,7 +96,7 @@ def topology() -> Optional[str]:
 
 
 def wait_clean(targets: List[int], idle_mib: int, timeout: float, samples: int = 3,
-               interval: float = 0.1) -> Dict[str, Any]:
+               interval: float = 0.02) -> Dict[str, Any]:
     """The GPU-clean gate: no compute process on the target GPUs and memory back to idle, ``samples`` times in a row.
 
     Bounded by ``timeout``; on failure the error names the PID and command line that still hold a GPU.

@@ -149,7 +149,7 @@ def signal_groups(pgids: Iterable[int], sig: int) -> None:
             pass
 
 
-def wait_gone(pids: Dict[int, int], timeout: float, interval: float = 0.05) -> List[int]:
+def wait_gone(pids: Dict[int, int], timeout: float, interval: float = 0.02) -> List[int]:
     """Wait until every pid (mapped to its start ticks) has exited; return the ones still alive at the deadline."""
     deadline = time.monotonic() + timeout
     remaining = dict(pids)

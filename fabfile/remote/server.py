@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fabfile.remote import procs
@@ -80,15 +79,28 @@ def start(script: str, log_path: str, cwd: str, header: str) -> Dict[str, Any]:
 
 
 def probe(host: str, port: int, path: str, timeout: float = 1.0) -> Optional[int]:
-    """HTTP status of ``path`` on the server, or None when nothing answers."""
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}{path}"
+    """HTTP status of ``GET path`` on the server, or None when nothing answers.
+
+    A bare HTTP/1.0 request on a socket: urllib costs ~12 ms of imports per agent start, and all we need is the
+    status line from a server on this host.
+    """
+    target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except (urllib.error.URLError, OSError, ValueError):
+        with socket.create_connection((target, port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(f"GET {path} HTTP/1.0\r\nHost: {target}\r\nConnection: close\r\n\r\n".encode())
+            head = b""
+            while b"\r\n" not in head and len(head) < 4096:
+                chunk = s.recv(1024)
+                if not chunk:
+                    break
+                head += chunk
+    except OSError:
         return None
+    parts = head.split(b"\r\n", 1)[0].split()
+    if len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1].isdigit():
+        return int(parts[1])
+    return None
 
 
 class LogFollower:

@@ -6,21 +6,26 @@ import os
 import time
 from typing import Any, Callable, Dict, List
 
-from fabfile.remote import deploy, facts, gpus, procs, records, server, stop
 from fabfile.remote.common import AgentError, EventSink
+
+# Each verb imports what it needs: every agent call starts a fresh Python, and a status call should not pay for
+# the deploy machinery (measured: importing everything costs ~50 ms per call).
 
 
 def _facts(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import facts
     data = facts.collect(req)
     data["problems"] = facts.problems(data, req)
     return data
 
 
 def _deploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import deploy
     return deploy.run(req, sink)
 
 
 def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import facts, records, stop
     state_dir = facts.expand(req["state_dir"])
     from fabfile.remote.lock import DeployLock
 
@@ -43,6 +48,7 @@ def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import deploy, facts, procs, records, server
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir)
     out: Dict[str, Any] = {"record": rec, "running": False}
@@ -70,6 +76,7 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _descends(pid: int, root: int) -> bool:
+    from fabfile.remote import procs
     seen = 0
     while pid > 1 and seen < 64:
         info = procs.stat(pid)
@@ -106,6 +113,7 @@ def _last_decode(log_path: str, window: int = 256 * 1024) -> Any:
 
 
 def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import facts, records, server
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir)
     path = req.get("log_path") or (rec or {}).get("log_path")
@@ -135,6 +143,7 @@ def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
+    from fabfile.remote import facts, records
     from fabfile.remote.lock import DeployLock
 
     state_dir = facts.expand(req["state_dir"])
@@ -176,6 +185,7 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import gpus
     snap = gpus.snapshot()
     if req.get("topology"):
         snap["topology"] = gpus.topology()
@@ -183,7 +193,7 @@ def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import evidence
+    from fabfile.remote import evidence, facts, procs, records
 
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir) or {}
@@ -201,7 +211,7 @@ def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]]:
     def verb(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-        from fabfile.remote import patching
+        from fabfile.remote import facts, patching
 
         req = dict(req)
         req["state_dir"] = facts.expand(req["state_dir"])
@@ -212,6 +222,7 @@ def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]
 
 
 def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import facts, stop
     found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
     items: List[Dict[str, Any]] = [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
     return {"processes": items, "gpu_holders": found["gpu_holders"]}
