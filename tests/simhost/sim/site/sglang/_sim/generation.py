@@ -18,7 +18,12 @@ from typing import Any
 
 from sglang._sim import runtime
 
-_WORDS = ["the", "of", "and", "to", "in", "is", "that", "it", "for", "as", "with", "was", "on", "be", "by", "at", "this", "from", "or", "an", "are", "which", "have", "not", "but", "all", "can", "will", "one", "has", "more", "their", "been", "there", "when", "so", "its", "also", "into", "than", "other", "some", "time", "only", "these"]
+_WORDS = [
+    "the", "of", "and", "to", "in", "is", "that", "it", "for", "as", "with", "was", "on", "be",
+    "by", "at", "this", "from", "or", "an", "are", "which", "have", "not", "but", "all", "can",
+    "will", "one", "has", "more", "their", "been", "there", "when", "so", "its", "also", "into",
+    "than", "other", "some", "time", "only", "these",
+]
 
 
 class Generator:

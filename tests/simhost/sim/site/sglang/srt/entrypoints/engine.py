@@ -133,8 +133,9 @@ def _died_during_init(rank: int, proc: Any) -> None:
 def _wait_for_scheduler_ready(readers: list[Any], procs: list[Any]) -> list[dict[str, Any]]:
     infos: list[dict[str, Any] | None] = [None] * len(readers)
     pending = set(range(len(readers)))
+    at_eof: set[int] = set()  # pipe closed but process not reaped yet: wait on its sentinel only
     while pending:
-        waitables = [readers[i] for i in pending] + [procs[i].sentinel for i in pending]
+        waitables = [readers[i] for i in pending - at_eof] + [procs[i].sentinel for i in pending]
         ready = mp_wait(waitables)
         for i in sorted(pending):
             if readers[i] in ready or procs[i].sentinel in ready:
@@ -144,7 +145,7 @@ def _wait_for_scheduler_ready(readers: list[Any], procs: list[Any]) -> list[dict
                         infos[i] = readers[i].recv()
                         got = True
                 except (EOFError, OSError):
-                    got = False
+                    at_eof.add(i)
                 if got:
                     pending.discard(i)
                     info = infos[i]
@@ -165,7 +166,7 @@ class LaunchedEngine:
 
     def start_watchdog(self, on_death: Any) -> None:
         def watch() -> None:
-            sentinels = {p.sentinel: (rank, p) for rank, p in zip(self.ranks, self.scheduler_procs)}
+            sentinels = {p.sentinel: (rank, p) for rank, p in zip(self.ranks, self.scheduler_procs, strict=True)}
             ready = mp_wait(list(sentinels))
             if _shutting_down.is_set():
                 return

@@ -267,7 +267,9 @@ class Handler(BaseHTTPRequestHandler):
             prompt_tokens = _estimate_tokens(req.get("text"))
         if req.get("stream"):
             self._stream(lambda on_chunk: self.state.generator.generate(prompt_tokens, max_new, on_chunk),
-                         lambda text, n, meta: {"text": text, "meta_info": meta})
+                         lambda text, n, meta: {"text": text, "meta_info": meta or {
+                             "prompt_tokens": prompt_tokens, "completion_tokens": n, "cached_tokens": 0,
+                             "finish_reason": None}})
             return
         batch = isinstance(req.get("text"), list)
         n_req = len(req["text"]) if batch else 1

@@ -97,14 +97,21 @@ class ModelRunner:
                 "assertions.\n"
             )
         self._sleep("dist")
-        self.nccl_env = simulate_comm_init(self.tp_rank, self.tp_size, self.gpu_id, self.cfg)
+        if self.cfg.get("real_cuda"):
+            # On a machine with GPUs: real GPU memory and a real NCCL communicator, so NCCL prints its own lines.
+            from sglang._sim.cuda import real_comm_init
+
+            self.nccl_env = real_comm_init(self.tp_rank, self.tp_size, self.gpu_id, self.nccl_port, self.cfg)
+        else:
+            self.nccl_env = simulate_comm_init(self.tp_rank, self.tp_size, self.gpu_id, self.cfg)
         logger.info("Init torch distributed ends. mem usage=0.56 GB")
 
     def load_model(self) -> None:
         others = used_mib_on_gpu(self.gpu_id, exclude_pid=os.getpid())
         avail = (int(self.cfg["gpu_memory_mib"]) - others) / 1024 - 0.56
         logger.info(f"Load weight begin. avail mem={avail:.2f} GB")
-        runtime.register_gpu(self.gpu_id, int(self.cfg["per_gpu_memory_mib"]))
+        if not self.cfg.get("real_cuda"):  # with real CUDA, the real nvidia-smi sees the memory itself
+            runtime.register_gpu(self.gpu_id, int(self.cfg["per_gpu_memory_mib"]))
         if self.fail == "hang":
             runtime.sleep_forever()
         loader = DefaultModelLoader(self.server_args.model_path, self.cfg, self.gpu_id, self.tp_rank)

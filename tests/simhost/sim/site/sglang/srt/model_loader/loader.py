@@ -82,8 +82,10 @@ class DefaultModelLoader:
             time.sleep(seconds * float(cfg.get("time_scale", 1.0)) / steps / (2 if fail else 1))
             if fail == "load_traceback" and i == steps:
                 _safetensors_load_file(f"{self.model_path}/model-00017-of-000{NUM_SHARDS}.safetensors")
-            if (fail == "cuda_oom" and i == steps) or need_mib > free_mib:
-                _allocate_tensor(2 * 1024**3, self.gpu_id, int(cfg["gpu_memory_mib"]), free_mib - need_mib // 2)
+            if fail == "cuda_oom" and i == steps:
+                _allocate_tensor(2 * 1024**3, self.gpu_id, int(cfg["gpu_memory_mib"]), min(free_mib, 1075))
+            if need_mib > free_mib:
+                _allocate_tensor(need_mib * 1024**2 // 2, self.gpu_id, int(cfg["gpu_memory_mib"]), free_mib)
             if slow or i == steps:
                 done = NUM_SHARDS * i // steps
                 logger.info(_progress_line(done, NUM_SHARDS, time.monotonic() - start))
