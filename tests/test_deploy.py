@@ -272,3 +272,23 @@ def test_stop_status_logs(inventory: Path, sim_host: SimHost) -> None:
     assert sglang_pids(sim_host) == []
     code, doc, _ = inv_json("status", inventory=inventory)
     assert doc["data"]["running"] is False and doc["data"]["record"]["status"] == "stopped"
+
+
+def test_gpu_holder_whose_main_thread_exited_is_still_stopped(inventory: Path, sim_host: SimHost) -> None:
+    """Real-host behaviour (H200 smoke run): a CUDA process's main thread can show 'Z' while other threads still
+    hold the GPU. Such a process is neither skipped as "already gone" nor reported gone before it is."""
+    r = sim_host.exec("setsid nohup /root/ml-env/bin/python3 -m simgpu_holder --gpu 0 --mib 1000 --leader-exits "
+                      ">/tmp/holder.log 2>&1 </dev/null & echo $!")
+    holder = int(r.stdout.strip())
+    deadline = time.monotonic() + 10
+    while str(holder) not in sim_host.exec(["nvidia-smi", "--query-compute-apps=pid",
+                                            "--format=csv,noheader"]).stdout.split():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert sim_host.exec(["cut", "-d", " ", "-f", "3", f"/proc/{holder}/stat"]).stdout.strip() == "Z"
+    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    assert code == 0, err
+    stopped = {p["pid"] for p in doc["stopped"]["terminated"] + doc["stopped"]["killed"]}
+    assert holder in stopped
+    assert str(holder) not in sim_host.exec(["nvidia-smi", "--query-compute-apps=pid",
+                                             "--format=csv,noheader"]).stdout.split()

@@ -78,11 +78,37 @@ def all_procs() -> List[ProcInfo]:
 
 
 def alive(pid: int, start_ticks: Optional[int] = None) -> bool:
-    """True if ``pid`` runs and is not a zombie (and, when given, is the same process: same start time)."""
+    """True if ``pid`` still runs (and, when given, is the same process: same start time).
+
+    A zombie counts as gone only when all its threads are gone. Seen on a real H200: after SIGKILL, a CUDA
+    process's main thread turns ``Z`` at once while other threads spend about a second tearing down the CUDA
+    context; the process holds its GPU memory until the last thread exits.
+    """
     info = stat(pid)
-    if info is None or info.state in ("Z", "X"):
+    if info is None or info.state == "X":
         return False
-    return start_ticks is None or info.start_ticks == start_ticks
+    if start_ticks is not None and info.start_ticks != start_ticks:
+        return False
+    if info.state == "Z":
+        return _threads_still_running(pid)
+    return True
+
+
+def _threads_still_running(pid: int) -> bool:
+    try:
+        tasks = os.listdir(f"{PROC}/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"{PROC}/{pid}/task/{tid}/stat", "rb") as f:
+                raw = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        state = raw[raw.rfind(")") + 2:].split()[:1]
+        if state and state[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def descendants(root: int, procs: Optional[Iterable[ProcInfo]] = None) -> List[ProcInfo]:

@@ -15,7 +15,7 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
     found: Dict[int, Dict[str, Any]] = {}
 
     def add(p: procs.ProcInfo, why: str) -> None:
-        if p.pid in protected or p.state in ("Z", "X"):
+        if p.pid in protected or (p.state in ("Z", "X") and not procs.alive(p.pid)):
             return
         found.setdefault(p.pid, {"proc": p, "why": why})
 

@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default=None, help="process_name to record (default: sys.executable)")
     parser.add_argument("--ignore-term", dest="ignore_term", action="store_true", default=True)
     parser.add_argument("--no-ignore-term", dest="ignore_term", action="store_false")
+    parser.add_argument("--leader-exits", action="store_true",
+                        help="the main thread exits while another thread keeps the GPU: the pid shows 'Z' but the "
+                        "process lives, as a real CUDA process does while its context is torn down")
     args = parser.parse_args(argv)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -35,6 +38,12 @@ def main(argv: list[str] | None = None) -> None:
     runtime.register_gpu(args.gpu, args.mib, args.name)
     sys.stdout.write(f"simgpu_holder pid={os.getpid()} gpu={args.gpu} mib={args.mib}\n")
     sys.stdout.flush()
+    if args.leader_exits:
+        import ctypes
+        import threading
+
+        threading.Thread(target=runtime.sleep_forever).start()
+        ctypes.CDLL(None).pthread_exit(None)
     runtime.sleep_forever()
 
 

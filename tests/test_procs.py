@@ -1,0 +1,68 @@
+"""Process facts the stop logic relies on, checked against real processes on this machine."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from fabfile.remote import procs
+
+# The main thread leaves (pthread_exit) while another thread keeps running: the thread-group leader shows "Z"
+# although the process is alive, as a CUDA process does for a second after SIGKILL on a real GPU host.
+ZOMBIE_LEADER = """
+import ctypes, threading, time
+threading.Thread(target=lambda: time.sleep(60)).start()
+print("ready", flush=True)
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def _wait_state(pid: int, state: str) -> None:
+    deadline = time.monotonic() + 5
+    while (procs.stat(pid) or procs.ProcInfo(0, 0, 0, "?", 0, "")).state != state:
+        assert time.monotonic() < deadline, f"pid {pid} never reached state {state}"
+        time.sleep(0.01)
+
+
+def test_a_zombie_leader_with_running_threads_is_alive_until_they_end() -> None:
+    p = subprocess.Popen([sys.executable, "-c", ZOMBIE_LEADER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        _wait_state(p.pid, "Z")
+        info = procs.stat(p.pid)
+        assert info is not None
+        assert procs.alive(p.pid, info.start_ticks) is True
+        p.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while procs.alive(p.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert procs.wait_gone({p.pid: info.start_ticks}, 1.0) == []
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_plain_zombie_is_gone_and_a_reused_pid_is_not_the_same_process() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    info = None
+    deadline = time.monotonic() + 5
+    while info is None or info.state != "Z":
+        info = procs.stat(p.pid)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert procs.alive(p.pid) is False
+    p.wait()
+    me = procs.stat(procs.os.getpid())
+    assert me is not None
+    assert procs.alive(me.pid, me.start_ticks) is True
+    assert procs.alive(me.pid, me.start_ticks + 1) is False
+
+
+def test_scheduler_rank_from_titles() -> None:
+    assert procs.scheduler_rank("sglang::scheduler_TP3") == 3
+    assert procs.scheduler_rank("sglang::scheduler") == 0
+    assert procs.scheduler_rank("sglang::scheduler_DP1_TP2") == 2
+    assert procs.scheduler_rank("sglang::detokenizer") is None
