@@ -115,7 +115,7 @@ def gate_checks(tp: int) -> None:
     try:
         r = gpus.wait_clean(list(range(tp)), 1024, 20)
         record("GPU-clean gate, idle GPU", True, f"clean after {time.monotonic() - t0:.2f}s ({r['samples']} samples)")
-    except Exception as e:  # noqa: BLE001 (report, do not crash the smoke run)
+    except Exception as e:
         record("GPU-clean gate, idle GPU", False, str(e))
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
@@ -128,7 +128,7 @@ def gate_checks(tp: int) -> None:
     try:
         gpus.wait_clean(list(range(tp)), 1024, 2)
         record("gate refuses a held GPU", False, "gate passed although a process holds GPU 0")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         named = str(holder.pid) in str(e)
         record("gate refuses a held GPU", named, str(e)[:110])
     t0 = time.monotonic()
@@ -148,7 +148,7 @@ def gate_checks(tp: int) -> None:
     try:
         r = gpus.wait_clean(list(range(tp)), 1024, 20)
         record("gate clean again after stop", True, f"{r['waited_s']}s")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         record("gate clean again after stop", False, str(e))
 
 
