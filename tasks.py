@@ -21,6 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 INVENTORY_HELP = "inventory file (default: $SPECDEPLOY_INVENTORY or ./inventory.yaml)"
 HOST_HELP = "host, group, or comma list of them (default: the inventory's default host)"
 JSON_HELP = "print one JSON document on stdout instead of tables"
+HOST_TIMEOUT_HELP = ("wall-clock bound in seconds on each host's part (default: timeouts.host, 60): a host past it "
+                     "is reported as timed out while the others' results print")
 
 
 def cli(fn: F) -> F:
@@ -100,6 +102,11 @@ DEPLOY_HELP = {
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
     "no_verify": "skip the check-env step (not recommended: it is the proof the tuning reached the workers)",
+    "strategy": "several hosts: rolling (default: a canary host first, then batches) or parallel (all at once)",
+    "batch": "rolling: hosts per batch after the canary, a number (2) or a share (25%, the default)",
+    "no_canary": "rolling: do not deploy one host alone first",
+    "rollback_on_failure": "when a batch fails, put every host this run changed back to the deploy it ran before "
+                           "(default: hosts already deployed stay on the new version)",
 }
 
 
@@ -107,33 +114,66 @@ DEPLOY_HELP = {
 @cli
 def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
-           inventory: Any = None, no_verify: bool = False) -> None:
-    """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s): patch, stop stale, start, wait ready, verify env."""
+           inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
+           no_canary: bool = False, rollback_on_failure: bool = False) -> None:
+    """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
+    ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
+    from fabfile.errors import FlagError
+    from fabfile.rollout import STRATEGIES, parse_batch
+
     inv = _inventory(inventory)
     opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify)
-    hosts = inv.select(host)
+    if strategy is not None and strategy not in STRATEGIES:
+        raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
+    if batch is not None and strategy == "parallel":
+        raise FlagError("--batch: only with --strategy rolling (parallel deploys every host at once)")
+    if no_canary and strategy == "parallel":
+        raise FlagError("--no-canary: only with --strategy rolling")
+    batch_size = parse_batch(batch if batch is not None else "25%")
+    cluster = inv.cluster_named(host)
+    if cluster is not None and (strategy is not None or batch is not None or no_canary):
+        raise FlagError("--strategy/--batch/--no-canary: a cluster's nodes always start together (one model "
+                        "across nodes); leave these flags out")
+    hosts = inv.cluster_nodes(cluster.name) if cluster is not None else inv.select(host)
     if dry_run:
         _render(inv, hosts, opts, json)
         return
-    from fabfile.deploy import deploy_host
     from fabfile.output import deploy_summary, print_json
     from fabfile.plan import build
     from fabfile.progress import Reporter
 
     for h in hosts:  # validate every host's plan before touching the first
         build(h, opts)
-    results = []
-    for h in hosts:
-        r = deploy_host(inv, h, opts, Reporter(h.name))
-        results.append(r)
-        if not json:
+    if cluster is not None:
+        from fabfile.cluster import deploy_cluster, print_cluster
+
+        cres = deploy_cluster(inv, cluster, opts, quiet=json, rollback_on_failure=rollback_on_failure)
+        if json:
+            print_json(cres.as_dict())
+        else:
+            print_cluster(cres)
+        raise_for(0 if cres.ok else 1)
+        return
+    if len(hosts) == 1 and strategy is None and not rollback_on_failure:
+        from fabfile.deploy import deploy_host
+
+        r = deploy_host(inv, hosts[0], opts, Reporter(hosts[0].name))
+        if json:
+            print_json(r.as_dict())
+        else:
             deploy_summary(r)
+        if not r.ok:
+            raise Exit(code=r.error.exit_code if r.error else 1)
+        return
+    from fabfile.rollout import print_rollout, run_rollout
+
+    res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch_size, canary=not no_canary,
+                      rollback_on_failure=rollback_on_failure, quiet=json)
     if json:
-        docs = [r.as_dict() for r in results]
-        print_json(docs[0] if len(docs) == 1 else {"ok": all(r.ok for r in results), "hosts": docs})
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise Exit(code=max(r.error.exit_code if r.error else 1 for r in failed))
+        print_json(res.as_dict())
+    else:
+        print_rollout(res)
+    raise_for(0 if res.ok else 1)
 
 
 def _render(inv: Any, hosts: list[Any], opts: Any, as_json: bool) -> None:
@@ -169,43 +209,43 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
     raise_for(stop_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json))
 
 
-@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP})
+@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
 @cli
-def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None) -> None:
-    """Show what runs on host(s): config, pid, uptime, health, accept length."""
+def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> None:
+    """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
     from fabfile.operations import status_hosts
 
     inv = _inventory(inventory)
-    raise_for(status_hosts(inv, inv.select(host), as_json=json))
+    raise_for(status_hosts(inv, inv.select(host), as_json=json,
+                           host_timeout=_float("--host-timeout", host_timeout)))
 
 
 @task(help={"host": HOST_HELP, "follow": "keep printing new lines (Ctrl-C to stop)",
             "lines": "how many lines of the end to show first (default 50)",
-            "timeout": "with --follow, stop after this many seconds (default 3600)", "inventory": INVENTORY_HELP})
+            "timeout": "with --follow, stop after this many seconds (default 3600)", "inventory": INVENTORY_HELP,
+            "host_timeout": HOST_TIMEOUT_HELP})
 @cli
 def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, timeout: Any = None,
-         inventory: Any = None) -> None:
-    """Print the server log of a host (the current deploy's log file)."""
+         inventory: Any = None, host_timeout: Any = None) -> None:
+    """Print the server log of host(s) (the current deploy's log file); several hosts: lines prefixed by host."""
     from fabfile.operations import show_logs
 
     inv = _inventory(inventory)
-    hosts = inv.select(host)
-    if len(hosts) != 1:
-        from fabfile.errors import FlagError
-
-        raise FlagError("--host: logs reads one host at a time")
-    show_logs(inv, hosts[0], lines=_int("--lines", lines, 1) or 50, follow=follow,
-              follow_s=_float("--timeout", timeout) or 3600.0)
+    raise_for(show_logs(inv, inv.select(host), lines=_int("--lines", lines, 1) or 50, follow=follow,
+                        follow_s=_float("--timeout", timeout) or 3600.0,
+                        host_timeout=_float("--host-timeout", host_timeout)))
 
 
-@task(name="check-env", help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP})
+@task(name="check-env", help={"host": HOST_HELP + "; a cluster name covers the ranks on every node",
+                              "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
 @cli
-def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None) -> None:
+def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> None:
     """Prove, per scheduler rank, that every expected NCCL variable reached the worker (exit 1 if not)."""
     from fabfile.operations import check_env_hosts
 
     inv = _inventory(inventory)
-    raise_for(check_env_hosts(inv, inv.select(host), as_json=json))
+    raise_for(check_env_hosts(inv, inv.select(host), as_json=json,
+                              host_timeout=_float("--host-timeout", host_timeout)))
 
 
 @task(name="rollback-patches", help={"host": HOST_HELP, "dry_run": "say what would be restored, change nothing",
@@ -220,14 +260,188 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
     raise_for(rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json))
 
 
-@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP})
+@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
 @cli
-def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None) -> None:
+def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> None:
     """Show GPUs and the processes holding them on host(s)."""
     from fabfile.operations import gpus_hosts
 
     inv = _inventory(inventory)
-    raise_for(gpus_hosts(inv, inv.select(host), as_json=json))
+    raise_for(gpus_hosts(inv, inv.select(host), as_json=json, host_timeout=_float("--host-timeout", host_timeout)))
+
+
+BENCH_HELP = {
+    "host": "the host to benchmark (one host; default: the inventory's default host)",
+    "concurrency": "requests in flight at once (default 1: the single-stream speed speculation is for)",
+    "input_len": "prompt length in tokens, random ids (default 256)",
+    "output_len": "new tokens per request, EOS ignored (default 128)",
+    "num_prompts": "requests to measure, after one warm-up request (default 16)",
+    "client": "auto (sglang.bench_serving when the host's SGLang has it, else builtin) | sglang | builtin",
+    "timeout": "bound in seconds on the whole benchmark (default: from its size)",
+    "out": "local directory for results: OUT/<host>/<id>.json (default ./runs)",
+    "json": JSON_HELP,
+    "inventory": INVENTORY_HELP,
+}
+
+
+def _bench_params(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any,
+                  timeout: Any) -> Any:
+    from fabfile.bench import CLIENTS, BenchParams
+    from fabfile.errors import FlagError
+
+    if client is not None and client not in CLIENTS:
+        raise FlagError(f"--client: unknown client {client!r}; choose one of {', '.join(CLIENTS)}")
+    d = BenchParams()
+    return BenchParams(concurrency=_int("--concurrency", concurrency, 1) or d.concurrency,
+                       input_len=_int("--input-len", input_len, 1) or d.input_len,
+                       output_len=_int("--output-len", output_len, 2) or d.output_len,
+                       num_prompts=_int("--num-prompts", num_prompts, 1) or d.num_prompts,
+                       client=client or d.client, timeout=_float("--timeout", timeout))
+
+
+def _one_host(inv: Any, host: Any, command: str) -> Any:
+    from fabfile.errors import FlagError
+
+    hosts = inv.select(host)
+    if len(hosts) != 1:
+        raise FlagError(f"--host: {command} works on one host at a time, got {len(hosts)} "
+                        f"({', '.join(h.name for h in hosts)})")
+    return hosts[0]
+
+
+@task(help=BENCH_HELP)
+@cli
+def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+          num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
+          inventory: Any = None) -> None:
+    """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
+    params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
+    inv = _inventory(inventory)
+    h = _one_host(inv, host, "bench")
+    from fabfile.bench import bench_host, print_result
+    from fabfile.output import out as console
+    from fabfile.output import print_json
+    from fabfile.progress import BenchProgress
+
+    progress = BenchProgress(h.name, enabled=not json)
+    try:
+        result = bench_host(inv, h, params, out or "runs", on_event=progress.event)
+    finally:
+        progress.close()
+    if json:
+        print_json(result)
+    else:
+        print_result(result, console)
+
+
+SWEEP_HELP = {
+    "host": "the host to sweep (one host; default: the inventory's default host)",
+    "steps": "comma list of speculative steps to try, e.g. 0,1,2,3,4 (0 = baseline; the baseline is always run)",
+    "topk": "comma list of EAGLE top-k values (default: the inventory's)",
+    "draft_tokens": "comma list of draft token counts for topk > 1 (topk 1 always uses steps+1, SGLang's rule)",
+    "keep": "leave this configuration running afterwards (a config name from the table, e.g. baseline or "
+            "eagle3-s2-k1-d3; default: the winner)",
+    "concurrency": BENCH_HELP["concurrency"],
+    "input_len": BENCH_HELP["input_len"],
+    "output_len": BENCH_HELP["output_len"],
+    "num_prompts": BENCH_HELP["num_prompts"],
+    "client": BENCH_HELP["client"],
+    "patch_mode": DEPLOY_HELP["patch_mode"],
+    "timeout": "bound in seconds on each deploy's wait for readiness",
+    "out": "local directory: OUT/<host>/sweep-<id>/ gets sweep.json, report.md, sweep.png (default ./runs)",
+    "json": JSON_HELP,
+    "inventory": INVENTORY_HELP,
+}
+
+
+def _int_list(flag: str, value: Any, minimum: int) -> list[int] | None:
+    from fabfile.errors import FlagError
+
+    if value is None:
+        return None
+    items = [x.strip() for x in str(value).split(",") if x.strip()]
+    if not items:
+        raise FlagError(f"{flag}: expected a comma list of whole numbers, got {value!r}")
+    out = [n for n in (_int(flag, x, minimum) for x in items) if n is not None]
+    if len(set(out)) != len(out):
+        raise FlagError(f"{flag}: {value!r} lists a value twice")
+    return out
+
+
+@task(help=SWEEP_HELP)
+@cli
+def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
+          keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+          num_prompts: Any = None, client: Any = None, patch_mode: Any = None, timeout: Any = None,
+          out: Any = None, json: bool = False, inventory: Any = None) -> None:
+    """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
+    from fabfile.errors import FlagError
+
+    step_list = _int_list("--steps", steps, 0)
+    if not step_list:
+        raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
+    params = _bench_params(concurrency, input_len, output_len, num_prompts, client, None)
+    base = _options(None, None, None, patch_mode, timeout)
+    inv = _inventory(inventory)
+    h = _one_host(inv, host, "sweep")
+    from fabfile.sweep import configs, run_sweep
+
+    cfgs = configs(h, base, step_list, _int_list("--topk", topk, 1), _int_list("--draft-tokens", draft_tokens, 2))
+    if keep is not None and keep not in {x.name for x in cfgs}:
+        raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
+                        f"{', '.join(x.name for x in cfgs)}")
+    raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json))
+
+
+ANALYZE_HELP = {
+    "sweep": "a sweep result file (OUT/<host>/sweep-<id>/sweep.json): break-even for each configuration",
+    "baseline_ms": "baseline decode time per token, ms (e.g. 12.2)",
+    "verify_ms": "one verify pass, ms (e.g. 29 or 18.7); include the draft here if --draft-ms is not given",
+    "draft_ms": "draft cost per step, ms (default 0)",
+    "steps": "speculative steps (bounds the accept length at steps+1 and multiplies --draft-ms)",
+    "accept_len": "the accept length measured (optional: without it, only the break-even is printed)",
+    "json": JSON_HELP,
+}
+
+
+def _positive(flag: str, value: Any, what: str = "a number of milliseconds") -> float | None:
+    from fabfile.errors import FlagError
+
+    if value is None:
+        return None
+    try:
+        x = float(str(value).strip())
+    except ValueError:
+        raise FlagError(f"{flag}: expected {what}, got {value!r}") from None
+    if x < 0 or (x == 0 and flag != "--draft-ms"):
+        raise FlagError(f"{flag}: must be positive, got {value}")
+    return x
+
+
+@task(help=ANALYZE_HELP)
+@cli
+def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any = None, draft_ms: Any = None,
+            steps: Any = None, accept_len: Any = None, json: bool = False) -> None:
+    """Break-even: the accept length each configuration needs to beat the baseline, against what it got."""
+    from fabfile.errors import FlagError
+    from fabfile.report import analyze_file, analyze_numbers
+
+    numbers = {"--baseline-ms": baseline_ms, "--verify-ms": verify_ms, "--draft-ms": draft_ms, "--steps": steps,
+               "--accept-len": accept_len}
+    given = [k for k, v in numbers.items() if v is not None]
+    if sweep is not None:
+        if given:
+            raise FlagError(f"--sweep: reads the numbers from the file; drop {', '.join(given)}")
+        analyze_file(sweep, as_json=json)
+        return
+    missing = [k for k in ("--baseline-ms", "--verify-ms") if numbers[k] is None]
+    if missing:
+        raise FlagError(f"{' and '.join(missing)}: required without --sweep "
+                        "(e.g. inv analyze --baseline-ms 12.2 --verify-ms 29 --steps 2 --accept-len 1.75)")
+    analyze_numbers(baseline_ms=_positive("--baseline-ms", baseline_ms) or 0.0,
+                    verify_ms=_positive("--verify-ms", verify_ms) or 0.0,
+                    draft_ms=_positive("--draft-ms", draft_ms) or 0.0, steps=_int("--steps", steps, 1),
+                    accept_len=_positive("--accept-len", accept_len, "an accept length"), as_json=json)
 
 
 def raise_for(code: int) -> None:
@@ -235,4 +449,4 @@ def raise_for(code: int) -> None:
         raise Exit(code=code)
 
 
-ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus)
+ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus, bench, sweep, analyze)

@@ -8,7 +8,7 @@ SSH session by re-attaching to the deploy's journal, and turns the outcome into 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fabfile import __version__
@@ -96,6 +96,9 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
         "verify": {"expected": plan.expected, "settle_s": 3.0} if ("verify_env" in plan.steps and plan.expected)
         else None,
         "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},
+        # A multi-node rank >= 1 serves only SGLang's stub health server (/ping, /health, /health_generate).
+        "ready_path": "/health" if h.node is not None and h.node.rank > 0 else None,
+        "node": asdict(h.node) if h.node is not None else None,
     }
 
 
@@ -136,8 +139,9 @@ def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float
     return result
 
 
-def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter) -> DeployResult:
-    plan = build(host, opts)
+def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
+                plan: Plan | None = None) -> DeployResult:
+    plan = plan or build(host, opts)
     result = DeployResult(host=host.name, ok=False, plan=plan)
     session: HostSession | None = None
     try:

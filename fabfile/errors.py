@@ -14,8 +14,11 @@ what happened and a hint that says what to do; ``tasks.py`` maps them to exit co
     │   ├── PatchError                   anchor missing/ambiguous, unsupported mode, file changed
     │   ├── GpuBusyError                 a GPU still held after stopping everything
     │   ├── LaunchError                  the server died, logged a fatal line, stalled or timed out
+    │   ├── BenchError                   a benchmark could not run, or every request failed
     │   └── AgentCrashError              the agent itself failed (a bug: stderr is attached)
-    └── EnvNotProvenError                check-env could not prove the expected values in every rank
+    ├── EnvNotProvenError                check-env could not prove the expected values in every rank
+    ├── SweepError                       no configuration of a sweep could be deployed and measured
+    └── HostTimeoutError                 a host gave no answer within its wall-clock bound (its session was closed)
 """
 
 from __future__ import annotations
@@ -102,7 +105,19 @@ class AgentCrashError(RemoteError):
     pass
 
 
+class BenchError(RemoteError):
+    pass
+
+
 class EnvNotProvenError(SpecDeployError):
+    pass
+
+
+class SweepError(SpecDeployError):
+    pass
+
+
+class HostTimeoutError(SpecDeployError):
     pass
 
 
@@ -141,4 +156,9 @@ _AGENT_KINDS.update({
     "deadline": RemoteError,
     "deploy_lost": RemoteError,
     "gpu_query": RemoteError,
+    "bench_failed": BenchError,
+    "cancelled": LaunchError,
+    "no_record": RemoteError,
+    "script_changed": RemoteError,
+    "router_failed": LaunchError,
 })

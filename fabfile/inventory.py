@@ -90,6 +90,7 @@ class TimeoutFields(_Strict):
     stop_grace: float | None = None   # SIGTERM → SIGKILL
     gpu_clean: float | None = None    # bounded wait for the GPU-clean gate
     lock_wait: float | None = None    # wait for another deploy's lock (0 = fail at once)
+    host: float | None = None         # wall-clock bound on one host's part of a read-only command (status, ...)
 
 
 class HostFields(_Strict):
@@ -119,6 +120,14 @@ class HostFields(_Strict):
     min_free_disk_gb: float | None = None
     gpu_idle_mib: int | None = None
     timeouts: TimeoutFields | None = None
+    address: str | None = None        # how the other hosts reach this one (cluster rendezvous, router workers)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is not None and (not v or any(c.isspace() for c in v) or "/" in v):
+            raise ValueError("must be a bare IP address or DNS name, no spaces or scheme")
+        return v
 
     @field_validator("nccl_env", "env", mode="before")
     @classmethod
@@ -173,12 +182,52 @@ class PresetsFields(_Strict):
         return {str(k): _env_map(val or {}) for k, val in v.items()}
 
 
+class ClusterFields(_Strict):
+    hosts: list[str]                  # ordered: the first is node rank 0
+    tp: int                           # total tensor parallel size over all nodes
+    dist_init_port: int = 29500
+    dist_init_addr: str | None = None  # rank 0's address as the other nodes reach it (default: its `address`)
+
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @field_validator("dist_init_port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 1 <= v <= 65535:
+            raise ValueError("must be a TCP port between 1 and 65535")
+        return v
+
+
+class RouterFields(_Strict):
+    host: str                         # where the router runs (a host of this inventory)
+    group: str                        # whose healthy replicas it fronts (a group or a comma list of hosts)
+    port: int = 30000
+    listen: str = "0.0.0.0"
+    policy: Literal["round_robin", "random", "cache_aware", "power_of_two"] = "round_robin"
+    python: str | None = None         # default: the router host's `python`
+    args: list[str] = []
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 1 <= v <= 65535:
+            raise ValueError("must be a TCP port between 1 and 65535")
+        return v
+
+
 class InventoryFields(_Strict):
     ssh_config: str | None = None
     known_hosts: str | None = None
     presets: PresetsFields | None = None
     defaults: HostFields | None = None
     groups: dict[str, GroupFields | list[str]] | None = None
+    clusters: dict[str, ClusterFields] | None = None
+    routers: dict[str, RouterFields] | None = None
     hosts: dict[str, HostFields | None]
 
 
@@ -200,6 +249,43 @@ class Timeouts:
     stop_grace: float = 15.0
     gpu_clean: float = 60.0
     lock_wait: float = 0.0
+    host: float = 60.0
+
+
+@dataclass(frozen=True)
+class NodeRole:
+    """This host's place in a multi-node cluster (SGLang's --nnodes/--node-rank/--dist-init-addr)."""
+
+    cluster: str
+    rank: int
+    nnodes: int
+    total_tp: int
+    dist_init_addr: str  # host:port
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    hosts: tuple[str, ...]
+    tp: int
+    dist_init_addr: str  # host:port, as every node reaches rank 0
+
+    @property
+    def tp_per_node(self) -> int:
+        return self.tp // len(self.hosts)
+
+
+@dataclass(frozen=True)
+class Router:
+    name: str
+    host: str
+    members: tuple[str, ...]
+    group: str
+    port: int
+    listen: str
+    policy: str
+    python: str
+    args: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -232,6 +318,8 @@ class Host:
     gpu_idle_mib: int
     timeouts: Timeouts
     source: str = ""
+    address: str | None = None
+    node: NodeRole | None = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +329,29 @@ class Inventory:
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     ssh_config: Path | None = None
     known_hosts: Path | None = None
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    routers: dict[str, Router] = field(default_factory=dict)
+
+    def cluster_nodes(self, name: str) -> list[Host]:
+        """The cluster's hosts in rank order, each with its per-node TP size and its NodeRole."""
+        from dataclasses import replace
+
+        c = self.clusters[name]
+        return [replace(self.hosts[h], tp=c.tp_per_node,
+                        node=NodeRole(cluster=name, rank=i, nnodes=len(c.hosts), total_tp=c.tp,
+                                      dist_init_addr=c.dist_init_addr))
+                for i, h in enumerate(c.hosts)]
+
+    def cluster_named(self, spec: str | None) -> Cluster | None:
+        """The cluster when ``--host`` names one (and only one); None when it names no cluster."""
+        tokens = [t.strip() for t in (spec or "").split(",") if t.strip()]
+        named = [t for t in tokens if t in self.clusters]
+        if not named:
+            return None
+        if len(tokens) != 1:
+            raise InventoryError(f"--host: cluster {named[0]!r} must be named on its own, not in a list",
+                                 "deploy the cluster and the other hosts in separate commands")
+        return self.clusters[named[0]]
 
     def default_host(self) -> Host:
         marked = [h for h in self.hosts.values() if h.is_default]
@@ -262,17 +373,22 @@ class Inventory:
         for token in (t.strip() for t in spec.split(",")):
             if not token:
                 continue
+            if token in self.clusters:
+                for node in self.cluster_nodes(token):
+                    if all(o.name != node.name for o in out):
+                        out.append(node)
+                continue
             if token in self.hosts:
                 names: tuple[str, ...] = (token,)
             elif token in self.groups:
                 names = self.groups[token]
             else:
-                known = ", ".join(sorted([*self.hosts, *self.groups]))
+                known = ", ".join(sorted([*self.hosts, *self.groups, *self.clusters]))
                 raise InventoryError(f"--host: unknown host or group {token!r} in {self.path}",
                                      f"known names: {known}")
             for n in names:
                 h = self.hosts[n]
-                if h not in out:
+                if all(o.name != h.name for o in out):
                     out.append(h)
         if not out:
             raise InventoryError("--host: no host named", "pass --host NAME")
@@ -382,7 +498,66 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     for key, value in (("ssh_config", ssh_config), ("known_hosts", known_hosts)):
         if value is not None and not value.is_file():
             raise ValueError(f"{key}: file {value} does not exist")
-    return Inventory(path=p, hosts=hosts, groups=groups, ssh_config=ssh_config, known_hosts=known_hosts)
+    clusters = _clusters(inv, hosts, groups)
+    routers = _routers(inv, hosts, groups, clusters)
+    return Inventory(path=p, hosts=hosts, groups=groups, ssh_config=ssh_config, known_hosts=known_hosts,
+                     clusters=clusters, routers=routers)
+
+
+def _clusters(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]]) -> dict[str, Cluster]:
+    out: dict[str, Cluster] = {}
+    for name, c in (inv.clusters or {}).items():
+        where = f"clusters.{name}"
+        if name in hosts or name in groups:
+            raise ValueError(f"{where}: a cluster may not share its name with a host or group")
+        if len(c.hosts) < 2:
+            raise ValueError(f"{where}.hosts: a multi-node cluster needs at least 2 hosts, got {len(c.hosts)}")
+        for h in c.hosts:
+            if h not in hosts:
+                raise ValueError(f"{where}.hosts: unknown host {h!r}")
+        if len(set(c.hosts)) != len(c.hosts):
+            raise ValueError(f"{where}.hosts: a host is listed twice")
+        n = len(c.hosts)
+        if c.tp % n:
+            raise ValueError(f"{where}.tp: total TP size {c.tp} does not divide over {n} nodes")
+        per = c.tp // n
+        for h in c.hosts:
+            if hosts[h].gpus < per:
+                raise ValueError(f"{where}.tp: {c.tp} over {n} nodes needs {per} GPUs per node but {h} has "
+                                 f"gpus: {hosts[h].gpus}")
+        addr = c.dist_init_addr or hosts[c.hosts[0]].address
+        if not addr:
+            raise ValueError(f"{where}.dist_init_addr: required (or set hosts.{c.hosts[0]}.address: rank 0's "
+                             "address as the other nodes reach it)")
+        out[name] = Cluster(name=name, hosts=tuple(c.hosts), tp=c.tp, dist_init_addr=f"{addr}:{c.dist_init_port}")
+    return out
+
+
+def _routers(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]],
+             clusters: dict[str, Cluster]) -> dict[str, Router]:
+    out: dict[str, Router] = {}
+    for name, r in (inv.routers or {}).items():
+        where = f"routers.{name}"
+        if r.host not in hosts:
+            raise ValueError(f"{where}.host: unknown host {r.host!r}")
+        members: list[str] = []
+        for token in (t.strip() for t in r.group.split(",") if t.strip()):
+            if token in groups:
+                members += groups[token]
+            elif token in clusters:
+                members.append(clusters[token].hosts[0])  # a cluster serves through its rank 0
+            elif token in hosts:
+                members.append(token)
+            else:
+                raise ValueError(f"{where}.group: unknown group or host {token!r}")
+        for m in members:
+            if not hosts[m].address:
+                raise ValueError(f"{where}.group: host {m} has no `address` (the router reaches replicas by it)")
+        python = r.python or hosts[r.host].python
+        _remote_path(python, f"{where}.python")
+        out[name] = Router(name=name, host=r.host, members=tuple(dict.fromkeys(members)), group=r.group,
+                           port=r.port, listen=r.listen, policy=r.policy, python=python, args=tuple(r.args))
+    return out
 
 
 def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], source: str) -> Host:
@@ -444,6 +619,7 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         gpu_idle_mib=int(m.get("gpu_idle_mib", 512)),
         timeouts=t,
         source=source,
+        address=m.get("address"),
     )
 
 

@@ -7,17 +7,19 @@ document) and returns the exit code: 0 when every host succeeded, else the worst
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
 
-from fabfile.errors import SpecDeployError
+from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory import Host, Inventory
 from fabfile.output import err, out, print_error, print_json
 from fabfile.session import HostSession
+from fabfile.transport import Transport
 
 MAX_PARALLEL = 16
 
@@ -34,20 +36,89 @@ class HostOutcome:
 
 
 def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], Any],
-                  parallel: bool = True) -> list[HostOutcome]:
-    def one(h: Host) -> HostOutcome:
+                  parallel: bool = True, host_timeout: float | None = None) -> list[HostOutcome]:
+    """Run ``work`` on every host (at most MAX_PARALLEL at once); outcomes in the order of ``hosts``.
+
+    With ``host_timeout``, a host whose part takes longer (counted from when it started, connecting included) is
+    reported as timed out while the others finish. Its thread cannot be killed (paramiko), so the main thread closes
+    that host's SSH session, which unblocks the thread; the thread is a daemon and its late result is ignored.
+    """
+    def one(h: Host, on_open: Callable[[Transport], None] | None = None) -> HostOutcome:
         try:
-            with HostSession.open(inv, h) as s:
+            with HostSession.open(inv, h, on_open) as s:
                 return HostOutcome(h, data=work(s))
         except SpecDeployError as e:
             if e.host is None:
                 e.host = h.name
             return HostOutcome(h, error=e)
+        except Exception as e:  # a session closed under a thread can raise anything
+            return HostOutcome(h, error=RemoteError(f"{type(e).__name__}: {e}", host=h.name))
 
-    if not parallel or len(hosts) == 1:
+    if not parallel or (len(hosts) == 1 and host_timeout is None):
         return [one(h) for h in hosts]
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(hosts))) as pool:
-        return list(pool.map(one, hosts))
+    cv = threading.Condition()
+    results: dict[str, HostOutcome] = {}
+    started: dict[str, float] = {}
+    transports: dict[str, Transport] = {}
+
+    def runner(h: Host) -> None:
+        def on_open(t: Transport) -> None:
+            with cv:
+                transports[h.name] = t
+
+        outcome = one(h, on_open)
+        with cv:
+            results.setdefault(h.name, outcome)
+            cv.notify_all()
+
+    pending = list(hosts)
+    running: set[str] = set()
+    with cv:
+        while len(results) < len(hosts):
+            running -= set(results)
+            while pending and len(running) < MAX_PARALLEL:
+                h = pending.pop(0)
+                running.add(h.name)
+                started[h.name] = time.monotonic()
+                threading.Thread(target=runner, args=(h,), name=f"host-{h.name}", daemon=True).start()
+            to_abort: list[Transport] = []
+            now = time.monotonic()
+            for h in hosts:
+                if h.name in running and host_timeout is not None and now - started[h.name] > host_timeout:
+                    results[h.name] = HostOutcome(h, error=HostTimeoutError(
+                        f"no answer within {host_timeout:.0f} s; its session was closed and its result is unknown",
+                        "the host, its sshd or its network may hang: check it over SSH; raise --host-timeout "
+                        "if it is only slow", host=h.name, timed_out=True))
+                    running.discard(h.name)
+                    t = transports.get(h.name)
+                    if t is not None:
+                        to_abort.append(t)
+            if to_abort:
+                cv.release()
+                try:
+                    for t in to_abort:
+                        threading.Thread(target=t.abort, daemon=True).start()
+                finally:
+                    cv.acquire()
+                continue
+            if len(results) < len(hosts):
+                cv.wait(0.05)
+    return [results[h.name] for h in hosts]
+
+
+def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str]) -> Table:
+    """One row per host: result and key figures; failures say why in one line (details follow the table)."""
+    t = Table(header_style="bold")
+    for col in ("host", "result", "figures"):
+        t.add_column(col)
+    for o in outcomes:
+        if o.error is None:
+            t.add_row(o.host.name, "[green]ok[/green]", figures(o.data))
+        elif isinstance(o.error, HostTimeoutError):
+            t.add_row(o.host.name, "[red]timed out[/red]", o.error.message[:80])
+        else:
+            t.add_row(o.host.name, "[red]failed[/red]", f"{type(o.error).__name__}: {o.error.message[:70]}")
+    return t
 
 
 def _exit_code(outcomes: list[HostOutcome], extra: int = 0) -> int:
@@ -99,8 +170,8 @@ def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: boo
 
 
 # -- status ---------------------------------------------------------------------------------------------------
-def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("status", {}))
+def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
+    outcomes = for_each_host(inv, hosts, lambda s: s.call("status", {}), host_timeout=_bound(hosts, host_timeout))
     if as_json:
         _json(outcomes)
         return _exit_code(outcomes)
@@ -109,7 +180,8 @@ def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
         t.add_column(col)
     for o in outcomes:
         if o.error is not None:
-            t.add_row(o.host.name, "[red]error[/red]", o.error.message[:60], "", "", "", "", "", "")
+            what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
+            t.add_row(o.host.name, f"[red]{what}[/red]", o.error.message[:60], "", "", "", "", "", "")
             continue
         d = o.data
         rec = d.get("record") or {}
@@ -126,12 +198,31 @@ def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
                   str(decode.get("accept_len", "-")), str(decode.get("gen_throughput", "-")),
                   str(rec.get("deploy_id", "-")))
     out.print(t)
+    _router_table(outcomes)
     for o in outcomes:
         if o.ok and o.data.get("other_sglang_processes"):
             n = len(o.data["other_sglang_processes"])
             out.print(f"[yellow]{o.host.name}: {n} SGLang process(es) not started by specdeploy are running[/yellow]")
     _errors(outcomes)
     return _exit_code(outcomes)
+
+
+def _router_table(outcomes: list[HostOutcome]) -> None:
+    rows = [(o.host.name, r) for o in outcomes if o.ok for r in o.data.get("routers") or []]
+    if not rows:
+        return
+    t = Table(header_style="bold", title="routers")
+    for col in ("router", "on host", "state", "pid", "url", "health", "workers"):
+        t.add_column(col)
+    for host, r in rows:
+        state = "[green]running[/green]" if r.get("running") else f"[red]{r.get('status', 'down')}[/red]"
+        t.add_row(str(r.get("name")), host, state, str(r.get("pid", "-")), f"{r.get('listen')}:{r.get('port')}",
+                  str(r.get("health", "-")), ", ".join(r.get("workers") or []))
+    out.print(t)
+
+
+def _bound(hosts: list[Host], flag: float | None) -> float:
+    return flag if flag is not None else max(h.timeouts.host for h in hosts)
 
 
 def _duration(seconds: Any) -> str:
@@ -142,14 +233,40 @@ def _duration(seconds: Any) -> str:
 
 
 # -- logs -----------------------------------------------------------------------------------------------------
-def show_logs(inv: Inventory, host: Host, *, lines: int, follow: bool, follow_s: float) -> None:
-    def on_event(ev: dict[str, Any]) -> None:
-        for line in ev.get("lines") or []:
-            out.print(line, markup=False, highlight=False)
+def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, follow_s: float,
+              host_timeout: float | None = None) -> int:
+    """The server log of each host; with several hosts every line is prefixed with its host's name."""
+    prefix = len(hosts) > 1
+    width = max(len(h.name) for h in hosts)
+    lock = threading.Lock()
+    collected: dict[str, list[str]] = {h.name: [] for h in hosts}
 
-    with HostSession.open(inv, host) as s:
-        s.call("logs", {"lines": lines, "follow": follow, "follow_s": follow_s},
-               timeout=(follow_s + 30) if follow else s.host.timeouts.command, on_event=on_event)
+    def work(s: HostSession) -> Any:
+        name = s.host.name
+
+        def on_event(ev: dict[str, Any]) -> None:
+            got = [str(x) for x in ev.get("lines") or []]
+            if follow or not prefix:
+                with lock:
+                    for line in got:
+                        out.print(f"{name:<{width}} | {line}" if prefix else line, markup=False, highlight=False)
+            else:
+                collected[name] += got
+
+        return s.call("logs", {"lines": lines, "follow": follow, "follow_s": follow_s},
+                      timeout=(follow_s + 30) if follow else s.host.timeouts.command, on_event=on_event)
+
+    bound = (follow_s + 60) if follow else _bound(hosts, host_timeout)
+    outcomes = for_each_host(inv, hosts, work, host_timeout=bound)
+    if prefix and not follow:
+        for h in hosts:
+            for line in collected[h.name]:
+                out.print(f"{h.name:<{width}} | {line}", markup=False, highlight=False)
+    if prefix or any(not o.ok for o in outcomes):
+        if prefix:
+            err.print(summary_table(outcomes, lambda d: str((d or {}).get("log_path", ""))))
+        _errors(outcomes)
+    return _exit_code(outcomes)
 
 
 # -- check-env ------------------------------------------------------------------------------------------------
@@ -157,10 +274,11 @@ def check_env_request(host: Host) -> dict[str, Any]:
     return {"expected": dict(host.nccl_env)}
 
 
-def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
+def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
     from fabfile.checkenv_report import exit_code, render_table, to_json
 
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("evidence", check_env_request(s.host)))
+    outcomes = for_each_host(inv, hosts, lambda s: s.call("evidence", check_env_request(s.host)),
+                             host_timeout=_bound(hosts, host_timeout))
     codes = []
     docs = []
     for o in outcomes:
@@ -172,13 +290,25 @@ def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
         codes.append(exit_code(evaluation))
         docs.append({"host": o.host.name, **to_json(evaluation, facts)})
         if not as_json:
-            out.print(f"[bold]{o.host.name}[/bold]")
+            role = f" (cluster {o.host.node.cluster}, node rank {o.host.node.rank})" if o.host.node else ""
+            out.print(f"[bold]{o.host.name}[/bold]{role}")
             render_table(evaluation, facts, out)
     if as_json:
         print_json(docs[0] if len(docs) == 1 else {"hosts": docs})
     else:
+        if len(outcomes) > 1:
+            out.print(summary_table(outcomes, _checkenv_figures))
         _errors(outcomes)
     return max([_exit_code(outcomes), *codes])
+
+
+def _checkenv_figures(d: Any) -> str:
+    ev = d["evaluation"]
+    rows = ev.get("rows") or []
+    proven = sum(1 for x in rows if x.get("status") == "proven")
+    ranks = len((d.get("evidence") or {}).get("schedulers") or [])
+    verdict = "proven" if ev.get("ok") else "[red]NOT proven[/red]"
+    return f"{verdict}: {proven}/{len(rows)} values, {ranks} scheduler rank(s)"
 
 
 # -- rollback-patches -----------------------------------------------------------------------------------------
@@ -205,8 +335,8 @@ def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json:
 
 
 # -- gpus -----------------------------------------------------------------------------------------------------
-def gpus_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("gpus", {}))
+def gpus_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
+    outcomes = for_each_host(inv, hosts, lambda s: s.call("gpus", {}), host_timeout=_bound(hosts, host_timeout))
     if as_json:
         _json(outcomes)
         return _exit_code(outcomes)
@@ -215,6 +345,8 @@ def gpus_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
         t.add_column(col)
     for o in outcomes:
         if o.error is not None:
+            what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
+            t.add_row(o.host.name, "-", f"[red]{what}[/red]", "", "", o.error.message[:60])
             continue
         if not o.data["available"]:
             t.add_row(o.host.name, "-", "no nvidia-smi", "", "", "")

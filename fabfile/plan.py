@@ -140,8 +140,12 @@ def _speculative(host: Host, opts: Options) -> Speculative:
 
 
 def launch_argv(host: Host, spec: Speculative) -> list[str]:
-    argv = [host.python, "-m", "sglang.launch_server", "--model-path", host.model, "--tp-size", str(host.tp),
+    tp = host.node.total_tp if host.node is not None else host.tp
+    argv = [host.python, "-m", "sglang.launch_server", "--model-path", host.model, "--tp-size", str(tp),
             "--host", host.listen, "--port", str(host.port)]
+    if host.node is not None:
+        argv += ["--nnodes", str(host.node.nnodes), "--node-rank", str(host.node.rank),
+                 "--dist-init-addr", host.node.dist_init_addr]
     if host.served_model_name:
         argv += ["--served-model-name", host.served_model_name]
     if spec.steps > 0:

@@ -108,3 +108,166 @@ class Reporter:
                 self._refresh()
         elif kind == "info":
             self.info(str(ev.get("message")))
+
+
+class BenchProgress:
+    """A benchmark's live line on stderr: requests done of total, elapsed, and the estimated time left."""
+
+    def __init__(self, host: str, *, enabled: bool = True, console: Console | None = None,
+                 prefix: str = "") -> None:
+        self.host = host
+        self.enabled = enabled
+        self.console = console or Console(stderr=True, highlight=False)
+        self.prefix = prefix
+        self.t0 = time.monotonic()
+        self.done = 0
+        self.total = 0
+        self.last_line = ""
+        self.live: Live | None = None
+
+    def text(self) -> Text:
+        elapsed = time.monotonic() - self.t0
+        text = Text.assemble((f"{self.host} ", "bold"), self.prefix, "bench ", (f"{elapsed:5.1f}s", "cyan"))
+        if self.total:
+            text.append(f"  {self.done}/{self.total} requests")
+            if self.done:
+                text.append(f", ~{elapsed / self.done * (self.total - self.done):.0f}s left", style="dim")
+        if self.last_line:
+            text.append(f"  {self.last_line[-80:]}", style="dim")
+        return text
+
+    def event(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "progress":
+            self.done, self.total = int(ev.get("done") or 0), int(ev.get("total") or 0)
+        elif kind == "log":
+            lines = ev.get("lines") or []
+            if lines:
+                self.last_line = str(lines[-1]).strip()
+        elif kind == "info" and self.enabled and self.live is None:
+            self.console.print(f"  [yellow]•[/yellow] {self.host}: {ev.get('message')}")
+        if self.enabled and self.console.is_terminal:
+            if self.live is None:
+                self.live = Live(Spinner("dots", text=self.text()), console=self.console, refresh_per_second=10,
+                                 transient=True)
+                self.live.start()
+            self.live.update(Spinner("dots", text=self.text()))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+class SweepProgress:
+    """A sweep's progress on stderr: which configuration, which phase, elapsed, and the estimated time left
+    (the mean time per finished configuration times those left). One line per finished configuration."""
+
+    def __init__(self, host: str, total: int, *, enabled: bool = True, console: Console | None = None) -> None:
+        self.host = host
+        self.total = total
+        self.enabled = enabled
+        self.console = console or Console(stderr=True, highlight=False)
+        self.t0 = time.monotonic()
+        self.index = 0
+        self.config = ""
+        self.phase = ""
+        self.finished: list[float] = []
+        self.config_t0 = self.t0
+        self.live: Live | None = None
+        self.bench: BenchProgress | None = None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def remaining(self) -> float | None:
+        if not self.finished:
+            return None
+        left = self.total - len(self.finished)
+        current = time.monotonic() - self.config_t0 if self.config else 0.0
+        return max(0.0, sum(self.finished) / len(self.finished) * left - current)
+
+    def _text(self) -> Text:
+        rem = self.remaining()
+        text = Text.assemble((f"{self.host} ", "bold"), f"sweep [{self.index}/{self.total}] ", (self.config, "bold"),
+                             f" {self.phase} ", (f"{time.monotonic() - self.config_t0:5.1f}s", "cyan"),
+                             f"  elapsed {self.elapsed():.0f}s")
+        if rem is not None:
+            text.append(f", ~{rem:.0f}s left", style="dim")
+        if self.bench is not None and self.bench.total:
+            text.append(f"  {self.bench.done}/{self.bench.total} requests", style="dim")
+        return text
+
+    def _refresh(self) -> None:
+        if not (self.enabled and self.console.is_terminal):
+            return
+        if self.live is None:
+            self.live = Live(Spinner("dots", text=self._text()), console=self.console, refresh_per_second=10,
+                             transient=True)
+            self.live.start()
+        self.live.update(Spinner("dots", text=self._text()))
+
+    def _print(self, message: str) -> None:
+        if not self.enabled:
+            return
+        live = self.live
+        if live is not None:
+            live.stop()
+            self.live = None
+        self.console.print(message)
+        if live is not None:
+            self._refresh()
+
+    def start(self, index: int, config: str) -> None:
+        self.index, self.config, self.config_t0 = index, config, time.monotonic()
+        self.set_phase("deploy")
+        rem = self.remaining()
+        self._print(f"[bold]{self.host}[/bold] [{index}/{self.total}] [bold]{config}[/bold]: deploying "
+                    f"[dim](elapsed {self.elapsed():.1f}s" + (f", ~{rem:.0f}s left)" if rem is not None else ")")
+                    + "[/dim]")
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self._refresh()
+
+    def finish(self, ok: bool, summary: str) -> None:
+        self.finished.append(time.monotonic() - self.config_t0)
+        mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+        self._print(f"{mark} [bold]{self.host}[/bold] [{self.index}/{self.total}] [bold]{self.config}[/bold] "
+                    f"{summary}  [dim]({self.finished[-1]:.1f}s)[/dim]")
+        self.config = ""
+
+    def note(self, message: str) -> None:
+        self._print(f"  [yellow]•[/yellow] {self.host}: {message}")
+
+    def deploy_reporter(self) -> Reporter:
+        return _SweepDeployReporter(self)
+
+    def bench_events(self) -> BenchProgress:
+        self.bench = BenchProgress(self.host, enabled=False)
+        return self.bench
+
+    def bench_event(self, ev: dict[str, Any]) -> None:
+        if self.bench is not None:
+            self.bench.event(ev)
+        self._refresh()
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+class _SweepDeployReporter(Reporter):
+    """The deploy's step events feed the sweep's one progress line instead of printing a line per step."""
+
+    def __init__(self, sweep: SweepProgress) -> None:
+        super().__init__(sweep.host, enabled=False, console=sweep.console)
+        self.sweep = sweep
+
+    def step_start(self, name: str) -> None:
+        super().step_start(name)
+        self.sweep.set_phase("deploy: " + STEP_TITLES.get(name, name))
+
+    def info(self, message: str) -> None:
+        self.sweep.note(message)

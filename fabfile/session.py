@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,13 +11,17 @@ from fabfile.inventory import Host, Inventory
 from fabfile.transport import LocalTransport, Transport
 
 
-def open_transport(inv: Inventory, host: Host) -> Transport:
+def open_transport(inv: Inventory, host: Host,
+                   on_open: Callable[[Transport], None] | None = None) -> Transport:
     if host.connection == "local":
-        return LocalTransport(host.name)
+        local = LocalTransport(host.name)
+        if on_open is not None:
+            on_open(local)
+        return local
     from fabfile.ssh import SSHTransport  # paramiko is slow to import; `inv --list` should not pay for it
 
     return SSHTransport(host.name, host.ssh_host, ssh_config=inv.ssh_config, known_hosts=inv.known_hosts,
-                        timeouts=host.timeouts)
+                        timeouts=host.timeouts, on_open=on_open)
 
 
 @dataclass
@@ -27,8 +32,10 @@ class HostSession:
     facts: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, inv: Inventory, host: Host) -> HostSession:
-        transport = open_transport(inv, host)
+    def open(cls, inv: Inventory, host: Host,
+             on_open: Callable[[Transport], None] | None = None) -> HostSession:
+        """Connect; ``on_open`` gets the transport before the handshake, so another thread can abort it."""
+        transport = open_transport(inv, host, on_open)
         return cls(host=host, transport=transport, agent=AgentClient(transport, host.python, host.state_dir))
 
     def resolve(self, path: str) -> str:

@@ -50,13 +50,17 @@ def _hops(cxn: Any) -> Iterator[Any]:
 
 class SSHTransport(Transport):
     def __init__(self, host_name: str, alias: str, *, ssh_config: Path | None, known_hosts: Path | None,
-                 timeouts: Timeouts) -> None:
+                 timeouts: Timeouts, on_open: Callable[[Transport], None] | None = None) -> None:
         super().__init__(host_name)
         self.alias = alias
         self.ssh_config = ssh_config
         self.extra_known_hosts = known_hosts
         self.timeouts = timeouts
         self.cxn: Any = None
+        self._pending: Any = None  # the connection being opened (so abort() can close it mid-handshake)
+        self.aborted = False
+        if on_open is not None:
+            on_open(self)  # registered before connecting: a hang in the handshake can be aborted too
         self._connect()
 
     # -- connecting -------------------------------------------------------------------------------------------
@@ -86,18 +90,23 @@ class SSHTransport(Transport):
         return files
 
     def _open_once(self) -> Any:
+        if self.aborted:
+            raise ConnectError(f"the session to {self.alias} was aborted", host=self.host_name)
         cxn = self._build()
+        self._pending = cxn
         try:
             cxn.open()
         except BaseException:
             cxn.close()
             raise
+        finally:
+            self._pending = None
         cxn.transport.set_keepalive(15)
         return cxn
 
     def _connect(self) -> None:
         try:
-            for attempt in Retrying(retry=retry_if_exception(_transient),
+            for attempt in Retrying(retry=retry_if_exception(lambda e: _transient(e) and not self.aborted),
                                     stop=stop_before_delay(self.timeouts.connect_total),
                                     wait=wait_exponential_jitter(initial=0.3, max=4), reraise=True):
                 with attempt:
@@ -204,6 +213,20 @@ class SSHTransport(Transport):
             sftp.mkdir(path, 0o700)
         except OSError:
             sftp.stat(path)  # raced with another creator: fine if it exists now
+
+    def abort(self) -> None:
+        """Close the session from another thread (paramiko threads cannot be killed; this unblocks them)."""
+        self.aborted = True
+        for cxn in (self._pending, self.cxn):
+            if cxn is None:
+                continue
+            try:
+                client = getattr(cxn, "client", None)
+                if client is not None:
+                    client.close()
+                cxn.close()
+            except Exception:  # best effort from a foreign thread
+                pass
 
     def close(self) -> None:
         if self.cxn is not None:

@@ -60,6 +60,10 @@ class Transport(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def abort(self) -> None:
+        """Close the session from another thread to unblock whatever waits on it (default: close)."""
+        self.close()
+
     def reconnect(self) -> None:  # noqa: B027 (optional hook: only sessions that can drop override it)
         """Re-open the session after a drop (no-op for local)."""
 

@@ -8,6 +8,7 @@ client re-attaches to. Any failure after the start tears the new server down: no
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -51,17 +52,61 @@ def schedulers_of(pid: int) -> List[Dict[str, Any]]:
     return sorted(out, key=lambda d: (d["rank"] is None, d["rank"] or 0, d["title"]))
 
 
+# What a later rollback needs to start this exact server again (the request minus the one-off parts).
+_KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
+         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir")
+
+
+def _previous(state_dir: str) -> Optional[Dict[str, Any]]:
+    """The deploy this one replaces, as a rollback needs it: id, config, and whether its server still ran."""
+    rec = records.current(state_dir)
+    if not rec:
+        return None
+    running = bool(rec.get("pid")) and rec.get("status") == "running" and \
+        procs.alive(int(rec["pid"]), rec.get("start_ticks"))
+    return {"deploy_id": rec.get("deploy_id"), "config_name": rec.get("config_name"),
+            "plan_hash": rec.get("plan_hash"), "status": rec.get("status"), "running": running,
+            "pid": rec.get("pid"), "redeployable": bool(rec.get("request") and rec.get("script_copy"))}
+
+
+def _keep_script(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Copy the launch script next to the record (a later deploy of the same config overwrites the original)."""
+    import shutil
+
+    from fabfile.remote.common import sha256_file
+
+    copy = records.script_copy_path(state_dir, req["deploy_id"])
+    try:
+        shutil.copyfile(req["script"], copy)
+        os.chmod(copy, 0o700)
+        return {"script_copy": copy, "script_sha256": sha256_file(copy)}
+    except OSError:
+        return {}
+
+
 def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     state_dir = expand(req["state_dir"])
     t = req["timeouts"]
     steps = Steps(sink)
+    cancel_file = records.cancel_path(state_dir, req["deploy_id"])
+
+    def cancelled() -> Optional[str]:
+        try:
+            with open(cancel_file, encoding="utf-8") as f:
+                return f.read().strip() or "asked by the client"
+        except OSError:
+            return None
+
     record: Dict[str, Any] = {
         "deploy_id": req["deploy_id"], "status": "running", "client": req.get("client"),
         "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
         "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
         "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
         "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
+        "previous": _previous(state_dir), "node": req.get("node"), "rollback_of": req.get("rollback_of"),
+        "request": {k: req.get(k) for k in _KEEP},
     }
+    record.update(_keep_script(state_dir, req))
     lock = DeployLock(state_dir)
     steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client")},
                                            float(t.get("lock_wait", 0))))
@@ -99,7 +144,8 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
             pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
             log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
             sglang_version=req["sglang_version"], ready_s=float(t["ready"]), stall_s=float(t["stall"]),
-            on_lines=on_lines), lambda r: f"{r['ready_path']} answered 200")
+            on_lines=on_lines, ready_path=req.get("ready_path"), cancelled=cancelled),
+            lambda r: f"{r['ready_path']} answered 200")
         record["ready"] = ready
         record["schedulers"] = schedulers_of(started["pid"])
         if req.get("verify"):
@@ -117,6 +163,8 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     except AgentError as e:
         record["status"] = "failed"
         record["error"] = e.as_dict()
+        e.details["previous"] = record["previous"]
+        e.details["changed"] = any(k in steps.timings for k in ("patch", "stop"))
         if started is not None:
             # Never leave a half-started server: its whole session goes, and we confirm it is gone.
             leader = procs.stat(started["pid"])

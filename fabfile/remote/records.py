@@ -33,6 +33,23 @@ def current(state_dir: str) -> Optional[Dict[str, Any]]:
         return None
 
 
+def load(state_dir: str, deploy_id: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(os.path.join(state_dir, "deploys", f"{deploy_id}.json"), encoding="utf-8") as f:
+            data: Dict[str, Any] = json.load(f)
+            return data
+    except (OSError, ValueError):
+        return None
+
+
+def cancel_path(state_dir: str, deploy_id: str) -> str:
+    return os.path.join(_dir(state_dir), f"{deploy_id}.cancel")
+
+
+def script_copy_path(state_dir: str, deploy_id: str) -> str:
+    return os.path.join(_dir(state_dir), f"{deploy_id}.sh")
+
+
 def history(state_dir: str, limit: int = 20) -> List[Dict[str, Any]]:
     d = _dir(state_dir)
     out = []

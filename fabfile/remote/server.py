@@ -143,13 +143,16 @@ def classify(line: str) -> Optional[Tuple[str, str]]:
 
 def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offset: int, listen: str, port: int,
                sglang_version: str, ready_s: float, stall_s: float, on_lines: Callable[[List[str]], None],
-               interval: float = 0.1) -> Dict[str, Any]:
+               interval: float = 0.1, ready_path: Optional[str] = None,
+               cancelled: Optional[Callable[[], Optional[str]]] = None) -> Dict[str, Any]:
     """Follow the log and probe readiness until ready; raise AgentError at the first sign of failure.
 
     Fails at once on a fatal log line or the launcher's death (exit status when it is our child), on no log growth
     for ``stall_s``, and at ``ready_s`` overall. Probes every ``interval`` so readiness is seen within ~0.1 s.
+    ``ready_path`` overrides the version's endpoint (a multi-node rank >= 1 serves only SGLang's stub health server);
+    ``cancelled`` returns a reason when the client asked to abandon the wait (another rank of the cluster failed).
     """
-    path = readiness_path(sglang_version)
+    path = ready_path or readiness_path(sglang_version)
     follower = LogFollower(log_path, log_offset)
     started = time.monotonic()
     fired_up = False
@@ -167,6 +170,11 @@ def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offse
                 follower.read_lines()
                 raise AgentError("fatal_log", f"{verdict[0]}: {line.strip()[:300]}", verdict[1],
                                  excerpt=follower.tail, log_path=log_path)
+        reason = cancelled() if cancelled is not None else None
+        if reason:
+            raise AgentError("cancelled", f"the deploy was cancelled: {reason}",
+                             "the server was stopped; see the failing host's error", excerpt=follower.tail,
+                             log_path=log_path)
         status = _exit_status(pid)
         if status is not None or not procs.alive(pid, start_ticks):
             time.sleep(0.2)

@@ -72,6 +72,11 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     if os.path.isdir(state_dir):
         lock_holder = DeployLock(state_dir).holder()
     out["deploy_in_progress"] = lock_holder
+    if os.path.isdir(os.path.join(state_dir, "routers")):
+        from fabfile.remote import router
+        routers = router.status(state_dir)
+        if routers:
+            out["routers"] = routers
     return out
 
 
@@ -221,6 +226,65 @@ def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]
     return verb
 
 
+def _bench(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import bench
+    return bench.run(req, sink)
+
+
+def _records(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    """The current deploy record and the one it replaced (what a rollback would put back)."""
+    from fabfile.remote import facts, records
+    state_dir = facts.expand(req["state_dir"])
+    cur = records.current(state_dir)
+    prev = (cur or {}).get("previous") or None
+    full_prev = records.load(state_dir, prev["deploy_id"]) if prev and prev.get("deploy_id") else None
+    return {"current": cur, "previous": full_prev}
+
+
+def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    """Start a recorded deploy again from its own copy of the launch script (rollback); no patch step."""
+    from fabfile.remote import deploy, facts, records
+    from fabfile.remote.common import sha256_file
+    state_dir = facts.expand(req["state_dir"])
+    old = records.load(state_dir, req["from_deploy_id"])
+    if not old or not old.get("request") or not old.get("script_copy"):
+        raise AgentError("no_record", f"deploy {req['from_deploy_id']} has no redeployable record on this host",
+                         "it predates rollback support or was removed; deploy that configuration explicitly")
+    try:
+        sha = sha256_file(old["script_copy"])
+    except OSError:
+        sha = None
+    if sha != old.get("script_sha256"):
+        raise AgentError("script_changed", f"the saved launch script of deploy {old['deploy_id']} is missing or "
+                         "changed since it ran", "deploy that configuration explicitly")
+    new = dict(old["request"])
+    new.update(deploy_id=req["deploy_id"], client=req.get("client"), journal=req.get("journal"),
+               script=old["script_copy"], patch=None, rollback_of=old["deploy_id"],
+               state_dir=req["state_dir"])
+    return deploy.run(new, sink)
+
+
+def _cancel(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    """Ask a running deploy to give up its wait and tear its server down (another cluster rank failed)."""
+    from fabfile.remote import facts, records
+    from fabfile.remote.common import atomic_write
+    state_dir = facts.expand(req["state_dir"])
+    atomic_write(records.cancel_path(state_dir, req["deploy_id"]), str(req.get("reason", "")).encode(), 0o600)
+    return {"cancelled": req["deploy_id"]}
+
+
+def _router_start(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import facts, router
+    req = dict(req)
+    req["cwd"] = facts.expand(req["cwd"])
+    return router.start(facts.expand(req["state_dir"]), req)
+
+
+def _router_stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from fabfile.remote import facts, router
+    return router.stop(facts.expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
+
+
 def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     from fabfile.remote import facts, stop
     found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
@@ -237,6 +301,12 @@ TABLE: Dict[str, Callable[[Dict[str, Any], EventSink], Dict[str, Any]]] = {
     "logs": _logs,
     "gpus": _gpus,
     "stale": _stale,
+    "records": _records,
+    "redeploy": _redeploy,
+    "cancel": _cancel,
+    "router_start": _router_start,
+    "router_stop": _router_stop,
+    "bench": _bench,
     "evidence": _evidence,
     "patch_apply": _patch("apply"),
     "patch_rollback": _patch("rollback"),

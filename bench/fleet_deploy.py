@@ -1,0 +1,102 @@
+"""Benchmark (not a test): wall time of a parallel deploy to 1, 4, 8 and 16 simulated hosts, and the ratio to one.
+
+Every host is a real sshd in its own namespaces with the SGLang simulator (load time fixed at --load-seconds); the
+deploy is the real one (`inv deploy --strategy parallel`: one thread and one SSH session per host). Each size is
+deployed --runs times (each deploy replaces the previous server); the median is reported. Target on a 2-core
+machine: 16 hosts within 1.5x the single-host time.
+
+    .venv/bin/python -m bench.fleet_deploy [--sizes 1,4,8,16] [--runs 3] [--tp 2] [--load-seconds 0.3] [--profile]
+
+--profile also prints where the client's time goes (per-step medians across hosts, and the machine's CPU use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fabfile import inventory
+from fabfile.plan import Options
+from fabfile.rollout import BatchSize, run_rollout
+from tests.simhost import fleet as simfleet
+
+
+def _cpu_s() -> float:
+    """CPU seconds used by the whole machine so far (user + system, all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / ticks
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,4,8,16")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--load-seconds", type=float, default=0.3)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    directory = Path(tempfile.mkdtemp(prefix="specdeploy-fleetbench-"))
+    t_up = time.monotonic()
+    fl = simfleet.up(max(sizes), directory, gpus=8, tp=args.tp)
+    print(f"{max(sizes)} simulated hosts up in {time.monotonic() - t_up:.1f} s ({fl.mode} mode), "
+          f"{os.cpu_count()} CPU core(s), load_seconds {args.load_seconds}", file=sys.stderr)
+    try:
+        for h in fl.hosts.values():
+            h.set_sim_config(load_seconds=args.load_seconds)
+        inv = inventory.load(fl.inventory_path)
+        hosts = list(inv.hosts.values())
+        # One warm-up deploy everywhere: ships the agent and installs the patch once, as on a fleet in use.
+        run_rollout(inv, hosts, Options(steps=2), strategy="parallel", batch=BatchSize(percent=100), canary=False,
+                    rollback_on_failure=False, quiet=True)
+        rows = []
+        base = None
+        for n in sizes:
+            walls, cpus, servers = [], [], []
+            steps: dict[str, list[float]] = {}
+            for i in range(args.runs):
+                c0, t0 = _cpu_s(), time.monotonic()
+                res = run_rollout(inv, hosts[:n], Options(steps=2 + i % 2), strategy="parallel",
+                                  batch=BatchSize(percent=100), canary=False, rollback_on_failure=False, quiet=True)
+                wall = time.monotonic() - t0
+                cpus.append(_cpu_s() - c0)
+                if not res.ok:
+                    bad = [h for h in res.hosts if not h.ok]
+                    err = bad[0].deploy.error if bad[0].deploy else None
+                    print(f"deploy to {n} hosts failed on {bad[0].host.name}: {err and err.describe()}",
+                          file=sys.stderr)
+                    return 1
+                walls.append(wall)
+                for h in res.hosts:
+                    assert h.deploy is not None
+                    servers.append(float(h.deploy.record["ready"]["ready_after_s"]))
+                    for k, v in h.deploy.timings.items():
+                        steps.setdefault(k, []).append(v)
+            med = statistics.median(walls)
+            base = base or med
+            rows.append((n, med, min(walls), max(walls), med / base, statistics.median(cpus),
+                         statistics.median(servers), steps))
+        print(f"\n{'hosts':>5}  {'wall median':>11}  {'min':>6}  {'max':>6}  {'x 1 host':>8}  {'CPU s':>6}  "
+              f"{'server start->ready':>19}")
+        for n, med, lo, hi, ratio, cpu, server, _ in rows:
+            print(f"{n:>5}  {med:>10.3f}s  {lo:>6.3f}  {hi:>6.3f}  {ratio:>7.2f}x  {cpu:>6.2f}  {server:>18.3f}s")
+        if args.profile:
+            print("\nper-step median (s) across hosts and runs:")
+            names = list(rows[0][7])
+            print(f"{'hosts':>5}  " + "  ".join(f"{k[:10]:>10}" for k in names))
+            for n, *_, steps in rows:
+                print(f"{n:>5}  " + "  ".join(f"{statistics.median(steps.get(k, [0])):>10.3f}" for k in names))
+        return 0
+    finally:
+        fl.down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The host-side half of ``inv bench``: benchmark the running server from the host itself and read every metric.
+
+Order: find the running deploy (``STATE/current.json``) → snapshot ``/server_info``, ``/metrics`` and the log
+offset → run SGLang's own ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` when the
+host's SGLang ships it, else the tool's stdlib load generator (``loadgen``) → read ``/server_info``, ``/metrics`` and
+the ``Decode batch`` lines logged during the run → one result, written to ``STATE/bench/<id>.json``.
+
+Accept length, best source first: per-request ``meta_info`` (exactly our requests) → the decode log lines of the
+run → ``/metrics`` → bench_serving's ``Accept length`` → ``/server_info`` (cumulative since start, warm-up included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from fabfile.remote import metrics, procs, records, server
+from fabfile.remote.common import AgentError, EventSink, atomic_write, ensure_private_dir
+from fabfile.remote.facts import expand
+
+
+def _http_get(host: str, port: int, path: str, api_key: Optional[str], timeout: float = 5.0) -> Optional[str]:
+    import http.client
+
+    target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    conn = http.client.HTTPConnection(target, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+        resp = conn.getresponse()
+        body = resp.read().decode("utf-8", "replace")
+        return body if resp.status == 200 else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def server_info(host: str, port: int, version: str, api_key: Optional[str]) -> Dict[str, Any]:
+    paths = ("/server_info", "/get_server_info") if server.version_tuple(version) >= (0, 5, 6) else \
+        ("/get_server_info",)
+    for path in paths:
+        body = _http_get(host, port, path, api_key)
+        if body:
+            try:
+                doc = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                return doc
+    return {}
+
+
+def prometheus(host: str, port: int, api_key: Optional[str]) -> Optional[Dict[str, float]]:
+    body = _http_get(host, port, "/metrics", api_key)
+    return metrics.spec_from_prometheus(body) if body else None
+
+
+def has_bench_serving(sglang_root: Optional[str]) -> bool:
+    if not sglang_root:
+        return False
+    return os.path.isfile(os.path.join(sglang_root, "bench_serving.py")) or \
+        os.path.isfile(os.path.join(sglang_root, "benchmark", "serving.py"))
+
+
+def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str, sink: EventSink) -> Dict[str, Any]:
+    target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", target,
+            "--port", str(port), "--dataset-name", "random-ids",
+            "--random-input-len", str(req["input_len"]), "--random-output-len", str(req["output_len"]),
+            "--random-range-ratio", "1.0", "--num-prompts", str(req["num_prompts"]),
+            "--max-concurrency", str(req["concurrency"]), "--output-file", out_file, "--disable-tqdm"]
+    env = dict(os.environ)
+    if req.get("api_key"):
+        env["OPENAI_API_KEY"] = str(req["api_key"])
+    sink.emit("info", message="running " + " ".join(argv[1:4]) + " ...")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                            start_new_session=True)
+    lines: List[str] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            sink.emit("log", lines=[line.rstrip("\n")], count=1)
+            if not sink.stdout_ok:
+                proc.terminate()  # the client went away: do not keep loading the server
+        rc = proc.wait()
+    except BaseException:
+        procs.terminate([p for p in [procs.stat(proc.pid)] if p is not None], 5.0)
+        raise
+    text = "\n".join(lines)
+    parsed = metrics.parse_bench_serving(text)
+    if rc != 0 or "output_tok_s" not in parsed:
+        raise AgentError("bench_failed", f"sglang.bench_serving exited {rc} without a result",
+                         "see the excerpt; `--client builtin` uses the tool's own load generator instead",
+                         excerpt=lines[-25:])
+    parsed["duration_s"] = parsed.get("duration_s") or (time.monotonic() - t0)
+    parsed.setdefault("failed", max(0, int(req["num_prompts"]) - int(parsed.get("completed") or 0)))
+    return parsed
+
+
+def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    state_dir = expand(req["state_dir"])
+    rec = records.current(state_dir)
+    if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
+        raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
+                         "deploy one first (`inv deploy`), then benchmark it")
+    version = str(rec.get("sglang_version") or "0.5.23")
+    host, port = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
+    api_key = req.get("api_key")
+    from fabfile.remote.facts import sglang_info
+
+    sg = sglang_info()
+    client = req.get("client") or "auto"
+    if client == "auto":
+        client = "sglang" if has_bench_serving(sg.get("root")) else "builtin"
+    elif client == "sglang" and not has_bench_serving(sg.get("root")):
+        raise AgentError("bench_failed", f"SGLang {version} on this host has no sglang.bench_serving",
+                         "use `--client builtin` (or auto)")
+    info_before = metrics.spec_from_server_info(server_info(host, port, version, api_key))
+    log_path = str(rec.get("log_path") or "")
+    offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
+    bench_dir = os.path.join(state_dir, "bench")
+    ensure_private_dir(bench_dir)
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    sink.emit("step", name="bench", status="start")
+    t0 = time.monotonic()
+    if client == "sglang":
+        measured = _run_bench_serving(req, host, port, os.path.join(bench_dir, f"{req['bench_id']}.sglang.jsonl"),
+                                      sink)
+        client_name = "sglang.bench_serving"
+    else:
+        from fabfile.remote import loadgen
+
+        last = [0.0]
+
+        def progress(done: int, total: int, elapsed: float) -> bool:
+            if done == total or time.monotonic() - last[0] > 0.5:
+                last[0] = time.monotonic()
+                sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
+            return sink.stdout_ok
+
+        measured = loadgen.run(host, port, concurrency=int(req["concurrency"]), input_len=int(req["input_len"]),
+                               output_len=int(req["output_len"]), num_prompts=int(req["num_prompts"]),
+                               warmup=int(req.get("warmup", 1)), api_key=api_key, on_progress=progress,
+                               timeout=float(req.get("request_timeout", 600)))
+        client_name = "loadgen"
+        if not measured["completed"]:
+            raise AgentError("bench_failed", f"every benchmark request failed: {measured['errors'][:1]}",
+                             "check `inv status` and `inv logs`", errors=measured["errors"])
+    sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
+              detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
+    # -- every other source of the speculative figures ----------------------------------------------------------
+    lines: List[str] = []
+    if log_path:
+        follower = server.LogFollower(log_path, offset)
+        lines = follower.read_lines()
+    decode = metrics.summarize_decode_lines(lines)
+    spec_info = metrics.spec_from_server_info(server_info(host, port, version, api_key)) or info_before
+    prom = prometheus(host, port, api_key)
+    meta = measured.pop("meta", {}) or {}
+    sources: Dict[str, Optional[float]] = {
+        "meta_info": meta.get("accept_len"),
+        "decode_log": decode.get("accept_len"),
+        "prometheus": (prom or {}).get("accept_len"),
+        "bench_serving": measured.get("accept_len"),
+        "server_info": spec_info.get("avg_spec_accept_length"),
+    }
+    speculative = bool(spec_info.get("algorithm")) or any(v is not None for v in sources.values())
+    accept_len = next((v for v in sources.values() if v is not None), None) if speculative else None
+    draft_tokens = spec_info.get("draft_tokens")
+    reported_rate = decode.get("accept_rate")
+    if reported_rate is None and prom:
+        reported_rate = prom.get("accept_rate")
+    tpot = (measured.get("tpot_ms") or {}).get("mean")
+    cycle = (measured.get("cycle_ms") or {}).get("mean")
+    if speculative and cycle is None and tpot is not None and accept_len:
+        cycle = tpot * accept_len
+    result: Dict[str, Any] = {
+        "bench_id": req["bench_id"], "started_at": started_at, "client": client_name,
+        "params": {k: req[k] for k in ("concurrency", "input_len", "output_len", "num_prompts")},
+        "deploy_id": rec.get("deploy_id"), "config_name": rec.get("config_name"), "plan_hash": rec.get("plan_hash"),
+        "sglang_version": version,
+        "speculative": {k: spec_info.get(k) for k in ("algorithm", "steps", "topk", "draft_tokens")},
+        **{k: v for k, v in measured.items() if k not in ("accept_len",)},
+        "accept_len": accept_len,
+        "accept_len_sources": sources if speculative else {},
+        "accept_len_source": next((k for k, v in sources.items() if v is not None), None) if speculative else None,
+        "accept_rate": reported_rate if speculative else None,
+        "accept_rate_meaning": metrics.accept_rate_meaning(version) if speculative else None,
+        "draft_acceptance": (meta.get("draft_acceptance") if meta.get("draft_acceptance") is not None
+                             else metrics.draft_acceptance(accept_len, draft_tokens)) if speculative else None,
+        "decode_ms_per_token": tpot if not speculative else None,
+        "cycle_ms": cycle if speculative else None,
+        "decode_log": {k: v for k, v in decode.items() if k != "last"},
+        "prometheus": prom,
+        "server_info": spec_info,
+    }
+    path = os.path.join(bench_dir, f"{req['bench_id']}.json")
+    atomic_write(path, json.dumps(result, indent=2, sort_keys=True, default=str).encode(), 0o600)
+    result["host_path"] = path
+    return result

@@ -1,0 +1,162 @@
+"""The tool's own serving benchmark client: a stdlib load generator that runs ON the GPU host.
+
+Used when the host's SGLang has no ``sglang.bench_serving`` (or when asked for). It sends ``num_prompts`` streamed
+``POST /generate`` requests of ``input_len`` random token ids and exactly ``output_len`` new tokens
+(``ignore_eos``), ``concurrency`` at a time, after ``warmup`` requests that are not counted, and measures what
+bench_serving measures: TTFT (first streamed chunk), ITL (gaps between chunks), TPOT ((e2e - TTFT)/(tokens - 1)),
+E2E latency, output tok/s over the measured window. Each request's final ``meta_info`` is kept, so the accept
+length comes from the server's own counters (Σ completion_tokens / Σ spec_verify_ct).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from fabfile.remote import metrics
+
+
+class RequestResult:
+    __slots__ = ("chunk_times", "e2e", "error", "meta", "output_tokens", "start", "ttft")
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.ttft: Optional[float] = None
+        self.e2e = 0.0
+        self.output_tokens = 0
+        self.chunk_times: List[float] = []
+        self.meta: Dict[str, Any] = {}
+        self.error: Optional[str] = None
+
+
+def one_request(host: str, port: int, payload: bytes, api_key: Optional[str], timeout: float) -> RequestResult:
+    r = RequestResult()
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    r.start = time.perf_counter()
+    try:
+        conn.request("POST", "/generate", body=payload, headers=headers)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            r.error = f"HTTP {resp.status}: {resp.read(300).decode('utf-8', 'replace').strip()}"
+            return r
+        tokens = 0
+        while True:
+            raw = resp.readline()
+            if not raw:
+                break
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            now = time.perf_counter()
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(chunk, dict) and chunk.get("error"):
+                r.error = str(chunk["error"])[:300]
+                break
+            meta = (chunk.get("meta_info") or {}) if isinstance(chunk, dict) else {}
+            n = int(meta.get("completion_tokens") or tokens)
+            if n > tokens:
+                if r.ttft is None:
+                    r.ttft = now - r.start
+                r.chunk_times.append(now)
+                tokens = n
+            if meta:
+                r.meta = meta
+        r.output_tokens = tokens
+        r.e2e = time.perf_counter() - r.start
+        if tokens == 0 and r.error is None:
+            r.error = "the server streamed no tokens"
+    except (OSError, http.client.HTTPException) as e:
+        r.error = f"{type(e).__name__}: {e}"
+    finally:
+        conn.close()
+    return r
+
+
+def _payload(rng: random.Random, input_len: int, output_len: int) -> bytes:
+    ids = [rng.randrange(100, 30000) for _ in range(input_len)]
+    return json.dumps({"input_ids": ids, "stream": True,
+                       "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0,
+                                           "ignore_eos": True}}).encode()
+
+
+def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: int, num_prompts: int,
+        warmup: int = 1, seed: int = 1, api_key: Optional[str] = None, timeout: float = 600.0,
+        on_progress: Optional[Callable[[int, int, float], bool]] = None) -> Dict[str, Any]:
+    """Run the benchmark; ``on_progress(done, total, elapsed)`` returning False stops it early (client gone)."""
+    target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    rng = random.Random(seed)
+    for _ in range(warmup):
+        w = one_request(target, port, _payload(rng, input_len, min(output_len, 16)), api_key, timeout)
+        if w.error:
+            from fabfile.remote.common import AgentError
+
+            raise AgentError("bench_failed", f"the warm-up request to http://{target}:{port}/generate failed: "
+                             f"{w.error}", "check `inv status` and `inv logs`: is the server up and healthy?")
+    payloads = [_payload(rng, input_len, output_len) for _ in range(num_prompts)]
+    results: List[RequestResult] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    next_index = [0]
+    t0 = time.perf_counter()
+
+    def worker() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next_index[0]
+                if i >= len(payloads):
+                    return
+                next_index[0] += 1
+            res = one_request(target, port, payloads[i], api_key, timeout)
+            with lock:
+                results.append(res)
+                done = len(results)
+            if on_progress is not None and not on_progress(done, num_prompts, time.perf_counter() - t0):
+                stop.set()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(concurrency, num_prompts)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summarize(results, t0, time.perf_counter(), interrupted=stop.is_set())
+
+
+def summarize(results: List[RequestResult], t0: float, t1: float, interrupted: bool = False) -> Dict[str, Any]:
+    ok = [r for r in results if r.error is None]
+    errors = [r.error for r in results if r.error is not None]
+    duration = max(t1 - t0, 1e-9)
+    out_tokens = sum(r.output_tokens for r in ok)
+    ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
+    tpot = [(r.e2e - r.ttft) * 1000 / (r.output_tokens - 1) for r in ok if r.ttft is not None and r.output_tokens > 1]
+    itl: List[float] = []
+    for r in ok:
+        t = r.chunk_times
+        itl += [(t[i + 1] - t[i]) * 1000 for i in range(len(t) - 1)]
+    spec = metrics.spec_from_meta(r.meta for r in ok)
+    cycle: List[float] = []
+    for r in ok:
+        vct = int(r.meta.get("spec_verify_ct") or 0)
+        if r.ttft is not None and vct > 1:
+            # The first chunk arrives after prefill + the first cycle; the other vct-1 cycles fill the rest.
+            cycle.append((r.e2e - r.ttft) * 1000 / (vct - 1))
+    return {
+        "completed": len(ok), "failed": len(errors), "errors": errors[:5], "interrupted": interrupted,
+        "duration_s": duration, "output_tokens": out_tokens, "output_tok_s": out_tokens / duration,
+        "request_throughput": len(ok) / duration,
+        "ttft_ms": metrics.distribution(ttft), "tpot_ms": metrics.distribution(tpot),
+        "itl_ms": metrics.distribution(itl), "e2e_ms": metrics.distribution([r.e2e * 1000 for r in ok]),
+        "meta": spec, "cycle_ms": metrics.distribution(cycle) if cycle else {},
+    }

@@ -1,0 +1,107 @@
+"""SGLang's router (``python -m sglang_router.launch_router``) on a host: start it detached in front of the worker
+URLs the client found healthy, judge it ready by its ``/health``, record it in ``STATE/routers/<name>.json``.
+
+One router per name per host; starting it again replaces the recorded one (TERM, grace, KILL, confirmed gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from fabfile.remote import procs, server
+from fabfile.remote.common import AgentError, atomic_write, ensure_private_dir
+
+
+def _dir(state_dir: str) -> str:
+    d = os.path.join(state_dir, "routers")
+    ensure_private_dir(d)
+    return d
+
+
+def _path(state_dir: str, name: str) -> str:
+    return os.path.join(_dir(state_dir), f"{name}.json")
+
+
+def load(state_dir: str, name: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(_path(state_dir, name), encoding="utf-8") as f:
+            data: Dict[str, Any] = json.load(f)
+            return data
+    except (OSError, ValueError):
+        return None
+
+
+def all_records(state_dir: str) -> List[Dict[str, Any]]:
+    if not os.path.isdir(os.path.join(state_dir, "routers")):
+        return []
+    out = []
+    for n in sorted(os.listdir(os.path.join(state_dir, "routers"))):
+        if n.endswith(".json"):
+            rec = load(state_dir, n[:-5])
+            if rec:
+                out.append(rec)
+    return out
+
+
+def _running(rec: Dict[str, Any]) -> bool:
+    return bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
+
+
+def stop(state_dir: str, name: str, grace: float) -> Dict[str, Any]:
+    rec = load(state_dir, name)
+    if not rec or not _running(rec):
+        return {"stopped": []}
+    leader = procs.stat(int(rec["pid"]))
+    victims = ([leader] if leader else []) + procs.descendants(int(rec["pid"]))
+    down = procs.terminate([v for v in victims if v is not None], grace)
+    if down["survivors"]:
+        raise AgentError("router_failed", f"the old router (pid {rec['pid']}) survived SIGKILL",
+                         "the host may need attention")
+    rec["status"] = "stopped"
+    atomic_write(_path(state_dir, name), json.dumps(rec, indent=2).encode(), 0o600)
+    return {"stopped": [d["pid"] for k in ("terminated", "killed") for d in down[k]]}
+
+
+def start(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
+    name = req["name"]
+    stopped = stop(state_dir, name, float(req.get("grace", 5)))
+    os.makedirs(os.path.dirname(req["script"]), exist_ok=True)
+    header = f"=== specdeploy router {name} started {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ==="
+    started = server.start(req["script"], req["log_path"], req["cwd"], header)
+    rec: Dict[str, Any] = {"name": name, "pid": started["pid"], "start_ticks": started["start_ticks"],
+                           "listen": req["listen"], "port": req["port"], "workers": req["workers"],
+                           "policy": req.get("policy"), "log_path": req["log_path"], "status": "starting",
+                           "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": req.get("argv")}
+    atomic_write(_path(state_dir, name), json.dumps(rec, indent=2).encode(), 0o600)
+    try:
+        ready = server.wait_ready(pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
+                                  log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
+                                  sglang_version="0", ready_s=float(req.get("ready_s", 60)),
+                                  stall_s=float(req.get("ready_s", 60)), on_lines=lambda lines: None,
+                                  ready_path="/health")
+    except AgentError as e:
+        leader = procs.stat(started["pid"])
+        victims = ([leader] if leader else []) + procs.descendants(started["pid"])
+        procs.terminate([v for v in victims if v is not None], 3.0)
+        rec["status"] = "failed"
+        atomic_write(_path(state_dir, name), json.dumps(rec, indent=2).encode(), 0o600)
+        raise AgentError("router_failed", f"the router did not become healthy: {e.message}", e.hint,
+                         **e.details) from None
+    rec.update(status="running", ready_after_s=ready["ready_after_s"])
+    atomic_write(_path(state_dir, name), json.dumps(rec, indent=2).encode(), 0o600)
+    return {"record": rec, "replaced": stopped["stopped"]}
+
+
+def status(state_dir: str) -> List[Dict[str, Any]]:
+    out = []
+    for rec in all_records(state_dir):
+        running = _running(rec)
+        item = {k: rec.get(k) for k in ("name", "pid", "listen", "port", "workers", "policy", "status",
+                                        "started_at", "log_path")}
+        item["running"] = running
+        item["health"] = server.probe(rec["listen"], int(rec["port"]), "/health") if running else None
+        out.append(item)
+    return out

@@ -1,0 +1,284 @@
+"""Deploying to several hosts: ``parallel`` (every host at once) or ``rolling`` (a canary host first, then batches).
+
+Each host's deploy runs in its own thread with its own SSH session (``fabfile.deploy.deploy_host``), so a batch
+takes as long as its slowest host, not the sum. A failed batch stops the rollout: later batches are not started.
+The hosts already changed then stay on the new version where it is healthy, or, with ``rollback_on_failure``, are
+put back to what they ran before: the host's previous deploy record (kept by the agent with its own copy of the
+launch script) is started again by the ``redeploy`` verb; a host that ran nothing before is stopped.
+
+The result says exactly which host runs what: outcome, configuration running now, and its pid.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from fabfile.deploy import DeployResult, deploy_host
+from fabfile.errors import FlagError, SpecDeployError, from_agent
+from fabfile.inventory import Host, Inventory
+from fabfile.plan import Options, new_deploy_id
+from fabfile.progress import Reporter
+from fabfile.session import HostSession
+
+STRATEGIES = ("parallel", "rolling")
+
+
+@dataclass(frozen=True)
+class BatchSize:
+    count: int | None = None      # hosts per batch
+    percent: float | None = None  # or a share of all hosts, rounded up
+
+    def size(self, total: int) -> int:
+        if self.count is not None:
+            return max(1, min(self.count, total))
+        return max(1, min(total, math.ceil(total * (self.percent or 100) / 100)))
+
+    def __str__(self) -> str:
+        return str(self.count) if self.count is not None else f"{self.percent:g}%"
+
+
+def parse_batch(value: Any) -> BatchSize:
+    """``--batch``: a whole number of hosts (``2``) or a share of them (``25%``)."""
+    text = str(value).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)%", text)
+    if m:
+        pct = float(m.group(1))
+        if not 0 < pct <= 100:
+            raise FlagError(f"--batch: a percentage must be above 0 and at most 100, got {text}")
+        return BatchSize(percent=pct)
+    if not text.isdigit() or int(text) < 1:
+        raise FlagError(f"--batch: expected a number of hosts (e.g. 2) or a percentage (e.g. 25%), got {value!r}")
+    return BatchSize(count=int(text))
+
+
+def make_batches(hosts: list[Host], strategy: str, batch: BatchSize, canary: bool) -> list[list[Host]]:
+    """Parallel: one batch of every host. Rolling: the canary (first host) alone, then batches of ``batch``."""
+    if strategy not in STRATEGIES:
+        raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
+    if strategy == "parallel":
+        return [list(hosts)]
+    rest = list(hosts)
+    out: list[list[Host]] = []
+    if canary and len(rest) > 1:
+        out.append([rest.pop(0)])
+    n = batch.size(len(hosts))
+    while rest:
+        out.append(rest[:n])
+        rest = rest[n:]
+    return out
+
+
+@dataclass
+class HostRollout:
+    host: Host
+    batch: int
+    deploy: DeployResult | None = None
+    outcome: str = "not started"      # deployed | failed | failed (unchanged) | rolled back | stopped | ...
+    config_now: str | None = None     # what runs on the host now, as far as this run knows
+    pid_now: int | None = None
+    rollback: dict[str, Any] | None = None
+    rollback_error: SpecDeployError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "deployed"
+
+    def previous(self) -> dict[str, Any] | None:
+        d = self.deploy
+        if d is None:
+            return None
+        details = d.record if d.ok else (d.error.details if d.error is not None else {})
+        prev = details.get("previous")
+        return prev if isinstance(prev, dict) else None
+
+    def changed(self) -> bool:
+        d = self.deploy
+        if d is None:
+            return False
+        if d.ok:
+            return True
+        return bool(d.error is not None and d.error.details.get("changed"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**(self.deploy.as_dict() if self.deploy else {"host": self.host.name, "ok": False}),
+                "batch": self.batch, "outcome": self.outcome, "config_now": self.config_now,
+                "pid_now": self.pid_now, "rollback": self.rollback,
+                "rollback_error": self.rollback_error.as_dict() if self.rollback_error else None}
+
+
+@dataclass
+class RolloutResult:
+    strategy: str
+    batches: list[list[str]]
+    hosts: list[HostRollout]
+    stopped_after_batch: int | None = None
+    rolled_back: bool = False
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(h.ok for h in self.hosts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "strategy": self.strategy, "batches": self.batches,
+                "stopped_after_batch": self.stopped_after_batch, "rolled_back": self.rolled_back,
+                "wall_s": round(self.wall_s, 3), "hosts": [h.as_dict() for h in self.hosts], **self.extra}
+
+
+def concurrent(items: list[Any], fn: Callable[[Any], None]) -> None:
+    """Run ``fn`` on every item in its own thread (one SSH session each) and wait for all of them."""
+    if len(items) == 1:
+        fn(items[0])
+        return
+    threads = [threading.Thread(target=fn, args=(it,), name=f"deploy-{i}", daemon=True)
+               for i, it in enumerate(items)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def reporter_for(host: Host, *, quiet: bool, shared_console: bool) -> Reporter:
+    """Several hosts at once print plain step lines (no spinner: one live display cannot serve many threads)."""
+    if quiet:
+        return Reporter(host.name, enabled=False)
+    console = Console(stderr=True, highlight=False, force_terminal=False) if shared_console else None
+    return Reporter(host.name, console=console)
+
+
+def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: str, batch: BatchSize,
+                canary: bool, rollback_on_failure: bool, quiet: bool = False,
+                on_batch: Callable[[int, list[HostRollout]], None] | None = None) -> RolloutResult:
+    import time
+
+    t0 = time.monotonic()
+    plan_batches = make_batches(hosts, strategy, batch, canary)
+    rows = {h.name: HostRollout(h, batch=i + 1) for i, b in enumerate(plan_batches) for h in b}
+    result = RolloutResult(strategy, [[h.name for h in b] for b in plan_batches], [rows[h.name] for h in hosts])
+
+    for i, b in enumerate(plan_batches):
+        shared = len(b) > 1
+
+        def one(h: Host, shared: bool = shared) -> None:
+            r = deploy_host(inv, h, opts, reporter_for(h, quiet=quiet, shared_console=shared))
+            row = rows[h.name]
+            row.deploy = r
+            if r.ok:
+                row.outcome, row.config_now, row.pid_now = "deployed", r.plan.config_name, r.record.get("pid")
+            else:
+                row.outcome = "failed" if row.changed() else "failed (unchanged)"
+                prev = row.previous()
+                if not row.changed() and prev and prev.get("running"):
+                    row.config_now, row.pid_now = prev.get("config_name"), prev.get("pid")
+
+        concurrent(b, one)
+        if on_batch is not None:
+            on_batch(i + 1, [rows[h.name] for h in b])
+        if any(not rows[h.name].ok for h in b):
+            result.stopped_after_batch = i + 1
+            break
+    for row in result.hosts:
+        if row.outcome == "not started":
+            row.outcome = "not started (rollout stopped)" if result.stopped_after_batch else row.outcome
+    if result.stopped_after_batch is not None and rollback_on_failure:
+        rollback_hosts([r for r in result.hosts if r.changed()], inv, quiet=quiet)
+        result.rolled_back = True
+    result.wall_s = time.monotonic() - t0
+    return result
+
+
+def rollback_hosts(rows: list[HostRollout], inv: Inventory, *, quiet: bool) -> None:
+    """Put each changed host back to its previous deploy (or stop it when nothing ran before), concurrently."""
+
+    def one(row: HostRollout) -> None:
+        prev = row.previous()
+        h = row.host
+        try:
+            with HostSession.open(inv, h) as s:
+                if prev and prev.get("running") and prev.get("redeployable"):
+                    data = redeploy(s, str(prev["deploy_id"]),
+                                    reporter_for(h, quiet=quiet, shared_console=len(rows) > 1))
+                    row.rollback = {"action": "redeployed", "deploy_id": data.get("deploy_id"),
+                                    "from_deploy_id": prev["deploy_id"], "config": data.get("config_name")}
+                    row.outcome = "rolled back"
+                    row.config_now, row.pid_now = data.get("config_name"), data.get("pid")
+                else:
+                    s.call("stop", {"target_gpus": list(range(h.tp)), "grace": h.timeouts.stop_grace,
+                                    "lock_wait": h.timeouts.lock_wait}, timeout=3 * h.timeouts.stop_grace + 30)
+                    why = "nothing ran before" if not prev or not prev.get("running") else \
+                        "its previous deploy predates rollback records"
+                    row.rollback = {"action": "stopped", "why": why}
+                    row.outcome = "rolled back (stopped)"
+                    row.config_now, row.pid_now = None, None
+        except SpecDeployError as e:
+            if e.host is None:
+                e.host = h.name
+            row.rollback_error = e
+            row.outcome = "rollback failed"
+            row.config_now, row.pid_now = "unknown", None
+
+    if rows:
+        concurrent(rows, one)
+
+
+def redeploy(session: HostSession, from_deploy_id: str, reporter: Reporter) -> dict[str, Any]:
+    """Start a recorded deploy again on the host (the agent's ``redeploy`` verb), following its events."""
+    from fabfile.deploy import deadline_for
+    from fabfile.plan import build
+
+    h = session.host
+    deploy_id = new_deploy_id()
+    req = {"from_deploy_id": from_deploy_id, "deploy_id": deploy_id, "client": None}
+    try:
+        return session.call("redeploy", req, timeout=deadline_for(build(h, Options())), on_event=reporter.event)
+    except SpecDeployError:
+        raise
+    except Exception as e:  # a session closed under us can raise anything
+        raise from_agent({"kind": "deploy_lost", "message": str(e)}, h.name) from None
+    finally:
+        reporter.close()
+
+
+def print_rollout(result: RolloutResult) -> None:
+    """The final word: per host, what happened and what runs there now; then each failure in detail."""
+    from rich.table import Table
+
+    from fabfile.output import deploy_summary, err, out, print_error
+
+    for row in result.hosts:
+        if row.deploy is not None and not row.deploy.ok:
+            deploy_summary(row.deploy)
+        if row.rollback_error is not None:
+            print_error(row.rollback_error)
+    title = f"{result.strategy} deploy, batches: " + " | ".join(",".join(b) for b in result.batches)
+    t = Table(header_style="bold", title=title)
+    for col in ("host", "batch", "outcome", "running now", "pid", "note"):
+        t.add_column(col)
+    for row in result.hosts:
+        color = "green" if row.ok else ("yellow" if row.outcome.startswith(("rolled back", "not started")) else "red")
+        note = ""
+        if row.deploy is not None and row.deploy.error is not None:
+            note = row.deploy.error.message[:70]
+        if row.rollback:
+            note = (note + "; " if note else "") + (f"back to deploy {row.rollback.get('from_deploy_id')}"
+                                                    if row.rollback.get("action") == "redeployed"
+                                                    else f"stopped: {row.rollback.get('why')}")
+        t.add_row(row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", row.config_now or "-",
+                  str(row.pid_now) if row.pid_now else "-", note)
+    out.print(t)
+    if result.stopped_after_batch is not None:
+        left = [r.host.name for r in result.hosts if r.outcome.startswith("not started")]
+        err.print(f"[red]rollout stopped after batch {result.stopped_after_batch}[/red]"
+                  + (f"; not started: {', '.join(left)}" if left else "")
+                  + ("; changed hosts were rolled back" if result.rolled_back else
+                     "; hosts already deployed stay on the new version (--rollback-on-failure puts them back)"))
+    else:
+        out.print(f"[green]all {len(result.hosts)} host(s) deployed[/green] in {result.wall_s:.2f} s")
