@@ -261,15 +261,21 @@ def _cmdline(pid: int) -> str:
 # ------------------------------------------------------------------ CLI up/down, loopback
 
 
-def _machine_snapshot() -> dict[str, object]:
+def _machine_snapshot(directory: Path | None = None) -> dict[str, object]:
+    """What a fleet could leave behind. Scoped to ``directory`` when given, because other fleets (other test
+    sessions, a demo) may be coming and going on the same machine at the same time."""
     sshd = subprocess.run(["pgrep", "-x", "sshd"], capture_output=True, text=True).stdout.split()
+    mounts = Path("/proc/self/mountinfo").read_text()
+    if directory is not None:
+        sshd = [p for p in sshd if str(directory) in _cmdline(int(p))]
+        mounts = "\n".join(line for line in mounts.splitlines() if str(directory) in line)
     return {
         "netns": sorted(
             subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
         ),
         "links": subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout,
         "sshd": sorted(sshd),
-        "mounts": Path("/proc/self/mountinfo").read_text(),
+        "mounts": mounts,
     }
 
 
@@ -299,7 +305,12 @@ def test_cli_up_down_leaves_nothing_behind(fleet: Fleet, tmp_path: Path) -> None
     for _ in range(2):  # down twice is fine
         r = _cli("down", "--dir", str(d))
         assert r.returncode == 0, r.stderr
-    assert _machine_snapshot() == before
+    after = _machine_snapshot(d)
+    assert after["sshd"] == [] and after["mounts"] == ""
+    for fid in (old.fleet_id, Fleet.load(d).fleet_id if (d / "fleet.json").exists() else old.fleet_id):
+        assert not any(ns.startswith(f"sd{fid}-") for ns in after["netns"])  # type: ignore[union-attr]
+        assert f"sd{fid}" not in str(after["links"])
+    del before
 
 
 def test_loopback_mode(tmp_path: Path) -> None:

@@ -1,0 +1,37 @@
+"""The command line itself: every task and flag documented, help never runs anything, errors are sentences."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import tasks
+from tests.invoke_cli import run_inv
+
+
+def test_every_task_and_flag_has_help_text() -> None:
+    assert tasks.ns.tasks, "no tasks registered"
+    for name, task in tasks.ns.tasks.items():
+        assert (task.__doc__ or "").strip(), f"{name} has no docstring"
+        params = [p for p in inspect.signature(task.body).parameters if p != "c"]
+        missing = [p for p in params if p not in task.help]
+        assert not missing, f"inv {name}: flags without help: {missing}"
+
+
+def test_list_shows_the_commands_users_type() -> None:
+    r = run_inv("--list", "-F", "json")
+    assert r.returncode == 0, r.stderr
+    names = {t["name"] for t in json.loads(r.stdout)["tasks"]}
+    assert {"deploy", "check-env", "rollback-patches", "stop", "status", "logs", "render"} <= names
+
+
+def test_help_describes_and_runs_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = run_inv("--help", "deploy", cwd=tmp_path)
+    assert r.returncode == 0
+    assert "--steps" in r.stdout and "--patch-mode" in r.stdout and "--dry-run" in r.stdout
+
+
+def test_missing_inventory_is_a_sentence_and_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = run_inv("check-env", "--inventory", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr and "Traceback" not in r.stderr

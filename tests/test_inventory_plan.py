@@ -1,0 +1,147 @@
+"""Inventory layering and validation, and the plan a deploy derives from it (no host involved)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fabfile import inventory
+from fabfile.errors import FlagError, InventoryError
+from fabfile.plan import Options, build
+
+BASE = """
+presets:
+  nccl:
+    tuned: {NCCL_PROTO: Simple, NCCL_BUFFSIZE: 4194304}
+defaults:
+  python: /opt/venv/bin/python3
+  model: /models/m
+  draft_model: /models/d
+  log_dir: /var/log/sg
+  port: 9000
+  nccl_preset: pcie
+  env: {A: from-defaults, B: from-defaults}
+groups:
+  big:
+    hosts: [g1, g2]
+    defaults: {gpus: 8, tp: 8, env: {B: from-group}, nccl_preset: tuned}
+hosts:
+  g1: {default: true, env: {C: "from host"}, nccl_env: {NCCL_BUFFSIZE: 1048576}}
+  g2: {ssh_host: gpu-two, port: 9100}
+  g3: {gpus: 2, tp: 2}
+"""
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> inventory.Inventory:
+    p = tmp_path / "inventory.yaml"
+    p.write_text(BASE)
+    return inventory.load(p)
+
+
+def test_layering_host_over_group_over_defaults_over_preset(inv: inventory.Inventory) -> None:
+    g1, g2, g3 = inv.hosts["g1"], inv.hosts["g2"], inv.hosts["g3"]
+    assert g1.env == {"A": "from-defaults", "B": "from-group", "C": "from host"}
+    assert g1.tp == 8 and g3.tp == 2
+    assert g1.nccl_env == {"NCCL_PROTO": "Simple", "NCCL_BUFFSIZE": "1048576"}  # nccl_env over preset `tuned`
+    assert g3.nccl_env["NCCL_PROTO"] == "LL"  # built-in pcie preset from defaults
+    assert g2.port == 9100 and g2.ssh_host == "gpu-two" and g1.ssh_host == "g1"
+
+
+def test_selection_by_name_group_and_comma_list(inv: inventory.Inventory) -> None:
+    assert [h.name for h in inv.select(None)] == ["g1"]
+    assert [h.name for h in inv.select("big")] == ["g1", "g2"]
+    assert [h.name for h in inv.select("g3,big,g1")] == ["g3", "g1", "g2"]
+    with pytest.raises(InventoryError, match="unknown host or group 'g9'"):
+        inv.select("g9")
+
+
+def test_plan_launch_command_env_and_names(inv: inventory.Inventory) -> None:
+    plan = build(inv.hosts["g1"], Options(steps=2))
+    assert plan.config_name == "eagle3-s2-k1-d3"
+    assert plan.argv[:3] == ("/opt/venv/bin/python3", "-m", "sglang.launch_server")
+    assert "--speculative-num-draft-tokens" in plan.argv and plan.argv[plan.argv.index(
+        "--speculative-num-draft-tokens") + 1] == "3"
+    assert plan.env["SPT_NOENV"] == "1" and plan.env["NCCL_DEBUG"] == "INFO"
+    assert plan.log_path == "/var/log/sg/sglang-eagle3-s2-k1-d3.log"
+    baseline = build(inv.hosts["g1"], Options(steps=0))
+    assert baseline.config_name == "baseline" and not any(a.startswith("--speculative") for a in baseline.argv)
+    # Same configuration, same hash, whatever the deploy id.
+    assert build(inv.hosts["g1"], Options(steps=2)).plan_hash == plan.plan_hash
+    assert baseline.plan_hash != plan.plan_hash
+
+
+def test_flag_rules(inv: inventory.Inventory) -> None:
+    with pytest.raises(FlagError, match="steps \\+ 1 = 4"):
+        build(inv.hosts["g1"], Options(steps=3, draft_tokens=5))
+    with pytest.raises(FlagError, match="--draft-tokens is required"):
+        build(inv.hosts["g1"], Options(steps=3, topk=4))
+    assert build(inv.hosts["g1"], Options(steps=3, topk=4, draft_tokens=8)).config_name == "eagle3-s3-k4-d8"
+
+
+def test_secrets_are_masked_everywhere_they_are_shown(tmp_path: Path) -> None:
+    p = tmp_path / "i.yaml"
+    p.write_text(BASE.replace("g3: {gpus: 2, tp: 2}", "g3: {gpus: 2, tp: 2, env: {HF_TOKEN: hf_s3cr3t}, "
+                              "sglang_args: [--api-key, k3y-s3cr3t]}"))
+    plan = build(inventory.load(p).hosts["g3"], Options(steps=1))
+    shown = str(plan.summary()) + plan.masked_script()
+    assert "hf_s3cr3t" not in shown and "k3y-s3cr3t" not in shown
+    assert "hf_s3cr3t" in plan.script  # the real script, written 0700 on the host, has it
+
+
+def test_launch_script_passes_hostile_values_exactly(tmp_path: Path) -> None:
+    """Render the real launch script and run it with a stand-in python that prints its argv and env."""
+    hostile = "a b 'c' \"d\" $HOME `id` ; $(touch pwned) \\ \t end"
+    p = tmp_path / "i.yaml"
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"ARG=$a\"; done\nprintf 'ENV=%s\\n' \"$NOTE\"\n")
+    fake.chmod(0o755)
+    import yaml
+
+    p.write_text(yaml.safe_dump({"hosts": {"h": {"python": str(fake), "model": "/m", "log_dir": str(tmp_path),
+                                                 "served_model_name": hostile, "env": {"NOTE": hostile}}}}))
+    plan = build(inventory.load(p).hosts["h"], Options(steps=0))
+    script = tmp_path / "launch.sh"
+    script.write_text(plan.script)
+    out = subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]}).stdout
+    lines = out.splitlines()
+    assert f"ARG={hostile}" in lines
+    assert f"ENV={hostile}" in lines
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("hosts: {}\n", "at least one host"),
+    ("hosts:\n  a: {python: /p, model: /m, default: true}\n  b: {python: /p, model: /m, default: true}\n",
+     "only one host"),
+    ("hosts:\n  a: {python: /p, model: /m, env: {BAD-NAME: x}}\n", "not a valid environment variable"),
+    ("hosts:\n  a: {python: /p, model: /m, env: {X: true}}\n", "quote true"),
+    ("hosts:\n  a: {python: /p, model: /m, nccl_env: {FOO: 1}}\n", "not an NCCL_ variable"),
+    ("hosts:\n  a: {python: /p, model: /m, sglang_args: [--tp-size, '2']}\n", "set by the tool"),
+    ("hosts:\n  a: {python: /p, model: /m, port: 70000}\n", "between 1 and 65535"),
+    ("groups: {g: [nobody]}\nhosts:\n  a: {python: /p, model: /m}\n", "unknown host 'nobody'"),
+    ("hosts:\n  a: {python: /p, model: /m, state_dir: rel/dir}\n", "absolute or start with ~/"),
+    ("ssh_config: missing_config\nhosts:\n  a: {python: /p, model: /m}\n", "does not exist"),
+])
+def test_invalid_inventories_name_the_field(tmp_path: Path, text: str, words: str) -> None:
+    p = tmp_path / "inventory.yaml"
+    p.write_text(text)
+    with pytest.raises(InventoryError) as e:
+        inventory.load(p)
+    assert words in str(e.value) and str(p) in str(e.value)
+    assert "\n" not in e.value.message
+
+
+def test_repository_example_inventory_is_the_seed_host() -> None:
+    inv = inventory.load(Path(__file__).resolve().parent.parent / "inventory.yaml")
+    h = inv.default_host()
+    assert (h.gpus, h.tp, h.python, h.model, h.draft_model, h.port) == (
+        8, 8, "/root/ml-env/bin/python3", "/shared/kimi-k2.5-int4", "/data/eagle3/output_100k_sglang/4", 8000)
+    assert h.nccl_env == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
+                          "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+    assert h.ssh_host == "gpu1" and not any(c.isdigit() and "." in h.ssh_host for c in h.ssh_host)
