@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from fabfile import checkenv_report
-from fabfile.remote import evidence, procs
+from fabfile.remote import evidence, markers, procs
 from fabfile.remote.common import EventSink
 
 # ----------------------------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def test_marker_parser_matches_the_patch_format() -> None:
         '[2026-11-29 10:00:00 TP0] [specdeploy] nccl-env mode=scheduler pid=1234 set={"NCCL_PROTO": "LL"} '
         'kept={"NCCL_ALGO": "Tree"}'
     )
-    mk = evidence._parse_marker(line)
+    mk = markers.parse_marker(line)
     assert mk == {
         "mode": "scheduler",
         "hash": "",
@@ -142,8 +142,8 @@ def test_marker_parser_matches_the_patch_format() -> None:
         "kept": {"NCCL_ALGO": "Tree"},
     }
     rich_form = "[specdeploy] nccl-env mode=engine hash=0123456789ab pid=7 deploy=d1 set={} kept={}"
-    assert evidence._parse_marker(rich_form)["deploy"] == "d1"  # type: ignore[index]
-    assert evidence._parse_marker("[specdeploy] nccl-env mode=x pid=1 set={broken kept={}") is None
+    assert markers.parse_marker(rich_form)["deploy"] == "d1"  # type: ignore[index]
+    assert markers.parse_marker("[specdeploy] nccl-env mode=x pid=1 set={broken kept={}") is None
 
 
 def test_topology_parse() -> None:

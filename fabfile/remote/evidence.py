@@ -20,7 +20,6 @@ client.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 from fabfile.remote import gpus, procs
 from fabfile.remote.common import AgentError, EventSink
+from fabfile.remote.markers import parse_marker
 
 SCHEMA = 1
 LOG_CAP_BYTES = 64 << 20
@@ -138,43 +138,6 @@ def parse_nccl_line(line: str) -> dict[str, Any] | None:
     return None
 
 
-# ----------------------------------------------------------------------------------------------------
-# patch marker
-# TODO(lead): switch to fabfile.remote.patching.parse_marker once it is settled; this private copy accepts the
-# same format (`[specdeploy] nccl-env mode=M [hash=H] pid=N [deploy=D] set={json} kept={json}`).
-
-_MARKER_HEAD_RE = re.compile(r"\[specdeploy\] nccl-env((?: [a-z_]+=\S*)*) set=")
-
-
-def _parse_marker(line: str) -> dict[str, Any] | None:
-    m = _MARKER_HEAD_RE.search(line)
-    if not m:
-        return None
-    fields: dict[str, str] = {}
-    for tok in m.group(1).split():
-        k, _, v = tok.partition("=")
-        fields[k] = v
-    dec = json.JSONDecoder()
-    try:
-        set_vals, end = dec.raw_decode(line, m.end())
-        if not line[end:].startswith(" kept="):
-            return None
-        kept_vals, end2 = dec.raw_decode(line, end + len(" kept="))
-        pid = int(fields.get("pid", ""))
-    except ValueError:
-        return None
-    if not isinstance(set_vals, dict) or not isinstance(kept_vals, dict) or line[end2:].strip():
-        return None
-    deploy = fields.get("deploy", "-")
-    return {
-        "mode": fields.get("mode", ""),
-        "hash": fields.get("hash", ""),
-        "pid": pid,
-        "deploy": None if deploy in ("", "-") else deploy,
-        "set": {str(k): str(v) for k, v in set_vals.items()},
-        "kept": {str(k): str(v) for k, v in kept_vals.items()},
-    }
-
 
 # ----------------------------------------------------------------------------------------------------
 # reading logs
@@ -242,7 +205,7 @@ class _Scan:
                 self.nccl_lines += 1
                 self.pid(rec["pid"]).add_nccl(rec, source)
         if "[specdeploy] nccl-env" in line:
-            mk = _parse_marker(line)
+            mk = parse_marker(line)
             if mk is not None:
                 if self.deploy_id and mk["deploy"] and mk["deploy"] != self.deploy_id:
                     self.foreign_markers += 1

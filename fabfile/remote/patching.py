@@ -31,7 +31,6 @@ from typing import Any
 from .common import AgentError, atomic_write, ensure_private_dir, sha256_bytes, sha256_file
 
 MANIFEST_VERSION = 1
-MARKER_PREFIX = "[specdeploy] nccl-env"
 SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"
 SENTINEL_END = "# <<< specdeploy nccl-env end"
 PLUGIN_GROUP = "sglang.srt.plugins"
@@ -102,49 +101,9 @@ def check_mode(mode: str, version: str) -> None:
 # marker line
 
 
-_MARKER_HEAD_RE = re.compile(r"\[specdeploy\] nccl-env((?: [a-z_]+=\S*)*) set=")
-
-
-def parse_marker(line: str) -> dict[str, Any] | None:
-    """Parse one marker line printed by a patch block; None if the line is not one.
-
-    Format (one line, JSON dicts with sorted keys)::
-
-        [specdeploy] nccl-env mode=scheduler hash=0123456789ab pid=1234 deploy=ID set={"NCCL_PROTO": "LL"} \
-kept={"NCCL_ALGO": "Tree"}
-
-    Returns ``{"mode", "hash", "pid" (int), "deploy" (str or None), "set" (dict), "kept" (dict)}``.
-    Text before the marker on the same line (a log prefix) is ignored.
-    """
-    m = _MARKER_HEAD_RE.search(line)
-    if not m:
-        return None
-    fields: dict[str, Any] = {}
-    for tok in m.group(1).split():
-        k, _, v = tok.partition("=")
-        fields[k] = v
-    dec = json.JSONDecoder()
-    try:
-        set_vals, end = dec.raw_decode(line, m.end())
-        rest = line[end:]
-        if not rest.startswith(" kept="):
-            return None
-        kept_vals, end2 = dec.raw_decode(line, end + len(" kept="))
-        pid = int(fields.get("pid", ""))
-    except ValueError:
-        return None
-    if not isinstance(set_vals, dict) or not isinstance(kept_vals, dict) or line[end2:].strip():
-        return None
-    deploy = fields.get("deploy", "-")
-    return {
-        "mode": fields.get("mode", ""),
-        "hash": fields.get("hash", ""),
-        "pid": pid,
-        "deploy": None if deploy in ("", "-") else deploy,
-        "set": set_vals,
-        "kept": kept_vals,
-    }
-
+# The marker line format and its parser live in fabfile.remote.markers (check-env reads them too).
+from fabfile.remote.markers import MARKER_PREFIX as MARKER_PREFIX  # noqa: E402
+from fabfile.remote.markers import parse_marker as parse_marker  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------
 # anchors
