@@ -62,15 +62,24 @@ def test_redeploy_replaces_the_running_server(inventory: Path, sim_host: SimHost
     assert second["config"] == "baseline"
 
 
-def test_gpu_holder_that_ignores_sigterm_is_killed_and_named(inventory: Path, sim_host: SimHost) -> None:
-    r = sim_host.exec("setsid nohup /root/ml-env/bin/python3 -m simgpu_holder --gpu 1 --mib 3000 "
-                      ">/tmp/holder.log 2>&1 </dev/null & echo $!")
-    holder = int(r.stdout.strip())
+def _gpu_pids(host: SimHost) -> list[str]:
+    return host.exec(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]).stdout.split()
+
+
+def _start_gpu_holder(host: SimHost, *args: str) -> int:
+    """A foreign, detached process holding a GPU (it ignores SIGTERM); returns its pid once nvidia-smi lists it."""
+    r = host.exec("setsid nohup /root/ml-env/bin/python3 -m simgpu_holder " + " ".join(args)
+                  + " >/tmp/holder.log 2>&1 </dev/null & echo $!")
+    pid = int(r.stdout.strip())
     deadline = time.monotonic() + 10
-    while str(holder) not in sim_host.exec(["nvidia-smi", "--query-compute-apps=pid",
-                                            "--format=csv,noheader"]).stdout.split():
+    while str(pid) not in _gpu_pids(host):
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    return pid
+
+
+def test_gpu_holder_that_ignores_sigterm_is_killed_and_named(inventory: Path, sim_host: SimHost) -> None:
+    holder = _start_gpu_holder(sim_host, "--gpu", "1", "--mib", "3000")
     code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     killed = {p["pid"]: p for p in doc["stopped"]["killed"]}
@@ -277,18 +286,10 @@ def test_stop_status_logs(inventory: Path, sim_host: SimHost) -> None:
 def test_gpu_holder_whose_main_thread_exited_is_still_stopped(inventory: Path, sim_host: SimHost) -> None:
     """Real-host behaviour (H200 smoke run): a CUDA process's main thread can show 'Z' while other threads still
     hold the GPU. Such a process is neither skipped as "already gone" nor reported gone before it is."""
-    r = sim_host.exec("setsid nohup /root/ml-env/bin/python3 -m simgpu_holder --gpu 0 --mib 1000 --leader-exits "
-                      ">/tmp/holder.log 2>&1 </dev/null & echo $!")
-    holder = int(r.stdout.strip())
-    deadline = time.monotonic() + 10
-    while str(holder) not in sim_host.exec(["nvidia-smi", "--query-compute-apps=pid",
-                                            "--format=csv,noheader"]).stdout.split():
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    holder = _start_gpu_holder(sim_host, "--gpu", "0", "--mib", "1000", "--leader-exits")
     assert sim_host.exec(["cut", "-d", " ", "-f", "3", f"/proc/{holder}/stat"]).stdout.strip() == "Z"
     code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     stopped = {p["pid"] for p in doc["stopped"]["terminated"] + doc["stopped"]["killed"]}
     assert holder in stopped
-    assert str(holder) not in sim_host.exec(["nvidia-smi", "--query-compute-apps=pid",
-                                             "--format=csv,noheader"]).stdout.split()
+    assert str(holder) not in _gpu_pids(sim_host)
