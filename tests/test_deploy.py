@@ -117,7 +117,7 @@ def test_injected_failures_fail_fast_with_excerpt_and_leave_nothing(inventory: P
 def test_hang_is_reported_as_stalled_and_torn_down(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"stall": 2}})
     sim_host.set_sim_config(fail="hang")
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, _ = inv_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 1
     assert doc["error"]["details"]["agent_kind"] == "stalled", doc["error"]
     assert sglang_pids(sim_host) == []
@@ -192,7 +192,8 @@ def test_unknown_host_and_bad_flags_exit_2(inventory: Path, sim_host: SimHost) -
     before = ssh_logins(sim_host)
     for args, words in [(("deploy", "--host", "gpu9"), "unknown host"), (("deploy", "--steps", "two"), "--steps"),
                         (("deploy", "--steps", "3", "--draft-tokens", "2"), "draft tokens"),
-                        (("deploy", "--patch-mode", "magic"), "--patch-mode"), (("deploy", "--timeout", "-1"), "--timeout")]:
+                        (("deploy", "--patch-mode", "magic"), "--patch-mode"),
+                        (("deploy", "--timeout", "-1"), "--timeout")]:
         r = run_inv(*args, inventory=inventory)
         assert r.returncode == 2, (args, r.stderr)
         assert words in r.stderr, (args, r.stderr)
@@ -245,7 +246,7 @@ def test_dropped_ssh_connection_mid_deploy_is_reattached(fleet: Fleet, sim_host:
         while not any("sglang.launch_server" in c for _, c in sglang_pids(sim_host)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        socats = [c for c in _children(proc.pid) if "socat" in open(f"/proc/{c}/cmdline").read()]
+        socats = [c for c in _children(proc.pid) if "socat" in Path(f"/proc/{c}/cmdline").read_text()]
         assert socats
         for s in socats:
             os.kill(s, signal.SIGKILL)
