@@ -67,7 +67,7 @@ def test_env_mode_fails_check_env_when_the_launch_path_strips_the_environment(in
 def test_in_process_values_are_proven_by_nccl_lines_not_by_environ(inventory: Path, sim_host: SimHost) -> None:
     """The seed's blind spot: a value set inside the scheduler never shows in /proc/PID/environ."""
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_"])
-    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
+    code, _doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 0
@@ -78,7 +78,7 @@ def test_in_process_values_are_proven_by_nccl_lines_not_by_environ(inventory: Pa
 
 def test_missing_spt_noenv_wipes_environ_but_nccl_lines_still_prove(inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_", "SPT_"])
-    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
+    code, _doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 0
