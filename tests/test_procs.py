@@ -66,3 +66,26 @@ def test_scheduler_rank_from_titles() -> None:
     assert procs.scheduler_rank("sglang::scheduler") == 0
     assert procs.scheduler_rank("sglang::scheduler_DP1_TP2") == 2
     assert procs.scheduler_rank("sglang::detokenizer") is None
+
+
+def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
+    """A server in another container must not be stopped just because its title says sglang::."""
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                          "import setproctitle, time; setproctitle.setproctitle('sglang::scheduler_TP0'); "
+                          "time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 5
+        inner = []
+        while not inner:
+            inner = [q for q in procs.all_procs() if q.cmdline == "sglang::scheduler_TP0"
+                     and not procs.same_pid_namespace(q.pid)]
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert procs.same_pid_namespace(procs.os.getpid())
+        from fabfile.remote import stop
+
+        found = stop.find_stale("/nonexistent-state", [], include_gpu_holders=False)
+        assert inner[0].pid not in found["targets"]
+    finally:
+        p.kill()
+        p.wait()

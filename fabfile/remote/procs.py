@@ -125,6 +125,14 @@ def descendants(root: int, procs: Optional[Iterable[ProcInfo]] = None) -> List[P
     return out
 
 
+def same_pid_namespace(pid: int) -> bool:
+    """Whether ``pid`` lives in this agent's PID namespace (a container's processes do not)."""
+    try:
+        return os.readlink(f"{PROC}/{pid}/ns/pid") == os.readlink(f"{PROC}/self/ns/pid")
+    except OSError:
+        return True  # cannot tell (permissions): treat it as ours, as ps would show it
+
+
 def is_sglang_title(cmdline: str) -> bool:
     return cmdline.startswith("sglang::")
 

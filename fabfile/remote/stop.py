@@ -28,6 +28,10 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
             for d in procs.descendants(leader.pid, table):
                 add(d, "child of the recorded server")
     for p in table:
+        # An SGLang server in another container (another PID namespace) is not ours to stop by its name; it is
+        # stopped only if it holds one of the GPUs this deploy needs (below).
+        if not procs.same_pid_namespace(p.pid):
+            continue
         if procs.is_sglang_title(p.cmdline):
             add(p, "SGLang process title")
         elif procs.is_sglang_launcher(p.cmdline):
