@@ -1,0 +1,40 @@
+"""SSH connection policy: which failures are retried, and what the user reads when connecting fails."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import paramiko
+from paramiko.ssh_exception import AuthenticationException, BadHostKeyException, NoValidConnectionsError, SSHException
+
+from fabfile.ssh import _transient
+from tests.invoke_cli import derived_inventory, run_inv
+from tests.simhost.fleet import Fleet, SimHost
+
+
+def test_only_transient_failures_are_retried() -> None:
+    key = paramiko.Ed25519Key.generate() if hasattr(paramiko.Ed25519Key, "generate") else None
+    assert _transient(NoValidConnectionsError({("127.0.0.1", 22): OSError("refused")}))
+    assert _transient(TimeoutError())
+    assert _transient(EOFError())
+    assert _transient(SSHException("Error reading SSH protocol banner"))
+    assert not _transient(AuthenticationException("nope"))
+    assert not _transient(SSHException("Server 'gpu1' not found in known_hosts"))
+    if key is not None:
+        assert not _transient(BadHostKeyException("gpu1", key, key))
+
+
+def test_refused_key_is_an_auth_error_not_retried(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    other_key = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True)
+    config = fleet.ssh_config_path.read_text().replace(str(fleet.client_key_path), str(other_key))
+    (tmp_path / "ssh_config").write_text(config)
+    inventory = derived_inventory(fleet, tmp_path)
+    inventory.write_text(inventory.read_text().replace(str(fleet.ssh_config_path), str(tmp_path / "ssh_config")))
+    t0 = time.monotonic()
+    r = run_inv("status", inventory=inventory)
+    assert r.returncode == 1
+    assert "authentication" in r.stderr.lower() and "IdentityFile" in r.stderr
+    assert time.monotonic() - t0 < 8  # not retried for connect_total
