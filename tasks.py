@@ -319,6 +319,7 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
     from fabfile.bench import bench_host, print_result
+    from fabfile.errors import SpecDeployError
     from fabfile.output import out as console
     from fabfile.output import print_json
     from fabfile.progress import BenchProgress
@@ -326,6 +327,10 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     progress = BenchProgress(h.name, enabled=not json)
     try:
         result = bench_host(inv, h, params, out or "runs", on_event=progress.event)
+    except SpecDeployError as e:
+        if json:
+            print_json({"host": h.name, "ok": False, "error": e.as_dict()})
+        raise
     finally:
         progress.close()
     if json:
@@ -444,9 +449,34 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
                     accept_len=_positive("--accept-len", accept_len, "an accept length"), as_json=json)
 
 
+@task(name="deploy-router", help={
+    "router": "which router of the inventory's `routers:` (default: the only one)",
+    "timeout": "seconds the router has to answer /health (default 60)",
+    "host_timeout": HOST_TIMEOUT_HELP + "; applies to judging the replicas",
+    "json": JSON_HELP, "inventory": INVENTORY_HELP})
+@cli
+def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout: Any = None, json: bool = False,
+                  inventory: Any = None) -> None:
+    """Start SGLang's router in front of the healthy replicas of a group, on the host the inventory names."""
+    from fabfile.output import print_json
+    from fabfile.router import deploy_router as start_router
+    from fabfile.router import pick, print_router
+
+    inv = _inventory(inventory)
+    r = start_router(inv, pick(inv, router), ready_s=_float("--timeout", timeout) or 60.0,
+                     host_timeout=_float("--host-timeout", host_timeout))
+    if json:
+        print_json(r.as_dict())
+    else:
+        print_router(r)
+    if r.error is not None:
+        raise Exit(code=r.error.exit_code)
+
+
 def raise_for(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
-ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus, bench, sweep, analyze)
+ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus, bench, sweep, analyze,
+                deploy_router)

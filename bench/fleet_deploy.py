@@ -34,6 +34,44 @@ def _cpu_s() -> float:
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / ticks
 
 
+def _server_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
+    """CPU seconds used so far by the SGLang simulator processes (launcher, schedulers, detokenizer) of hosts."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for name in names:
+        for pid in fl.host(name).pids():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if cmd.startswith(b"sglang::") or b"sglang.launch_server" in cmd or b"multiprocessing" in cmd:
+                total += (int(stat[11]) + int(stat[12])) / ticks
+    return total
+
+
+def _hosts_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
+    """CPU seconds of everything inside the hosts (their PID namespaces): live processes plus the reaped ones
+    (cutime/cstime of the parents that waited for them: init, sshd, the agents). Other tenants are not counted."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for name in names:
+        for pid in fl.host(name).pids():
+            try:
+                st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
+    return total / ticks
+
+
+def _client_cpu_s() -> float:
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,4,8,16")
@@ -59,14 +97,18 @@ def main() -> int:
         rows = []
         base = None
         for n in sizes:
-            walls, cpus, servers = [], [], []
+            walls, cpus, servers, server_cpu, client_cpu, host_cpu = [], [], [], [], [], []
             steps: dict[str, list[float]] = {}
             for i in range(args.runs):
-                c0, t0 = _cpu_s(), time.monotonic()
+                names = [h.name for h in hosts[:n]]
+                c0, k0, h0, t0 = _cpu_s(), _client_cpu_s(), _hosts_cpu_s(fl, names), time.monotonic()
                 res = run_rollout(inv, hosts[:n], Options(steps=2 + i % 2), strategy="parallel",
                                   batch=BatchSize(percent=100), canary=False, rollback_on_failure=False, quiet=True)
                 wall = time.monotonic() - t0
                 cpus.append(_cpu_s() - c0)
+                client_cpu.append(_client_cpu_s() - k0)
+                host_cpu.append(_hosts_cpu_s(fl, names) - h0)
+                server_cpu.append(_server_cpu_s(fl, names))
                 if not res.ok:
                     bad = [h for h in res.hosts if not h.ok]
                     err = bad[0].deploy.error if bad[0].deploy else None
@@ -82,17 +124,24 @@ def main() -> int:
             med = statistics.median(walls)
             base = base or med
             rows.append((n, med, min(walls), max(walls), med / base, statistics.median(cpus),
-                         statistics.median(servers), steps))
+                         statistics.median(servers), steps, statistics.median(client_cpu),
+                         statistics.median(server_cpu), statistics.median(host_cpu)))
         print(f"\n{'hosts':>5}  {'wall median':>11}  {'min':>6}  {'max':>6}  {'x 1 host':>8}  {'CPU s':>6}  "
               f"{'server start->ready':>19}")
-        for n, med, lo, hi, ratio, cpu, server, _ in rows:
+        for n, med, lo, hi, ratio, cpu, server, *_ in rows:
             print(f"{n:>5}  {med:>10.3f}s  {lo:>6.3f}  {hi:>6.3f}  {ratio:>7.2f}x  {cpu:>6.2f}  {server:>18.3f}s")
         if args.profile:
             print("\nper-step median (s) across hosts and runs:")
             names = list(rows[0][7])
             print(f"{'hosts':>5}  " + "  ".join(f"{k[:10]:>10}" for k in names))
-            for n, *_, steps in rows:
+            for n, *_, steps, _c, _s, _h in rows:
                 print(f"{n:>5}  " + "  ".join(f"{statistics.median(steps.get(k, [0])):>10.3f}" for k in names))
+            print("\nwhere the CPU goes (median CPU seconds per deploy; the machine has "
+                  f"{os.cpu_count()} core(s)):")
+            print(f"{'hosts':>5}  {'client':>7}  {'inside the hosts':>16}  {'of which new servers':>20}  "
+                  f"{'agents, nvidia-smi, sshd, old servers':>38}  {'machine, all tenants':>20}")
+            for n, _m, _lo, _hi, _r, cpu, _sv, _st, ccpu, scpu, hcpu in rows:
+                print(f"{n:>5}  {ccpu:>7.2f}  {hcpu:>16.2f}  {scpu:>20.2f}  {hcpu - scpu:>38.2f}  {cpu:>20.2f}")
         return 0
     finally:
         fl.down()

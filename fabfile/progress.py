@@ -226,15 +226,25 @@ class SweepProgress:
                     f"[dim](elapsed {self.elapsed():.1f}s" + (f", ~{rem:.0f}s left)" if rem is not None else ")")
                     + "[/dim]")
 
+    def start_keep(self, config: str) -> None:
+        """The final redeploy of the configuration to leave running (not counted as a configuration)."""
+        self.config, self.config_t0 = config, time.monotonic()
+        self.set_phase("redeploy to keep")
+        self._print(f"[bold]{self.host}[/bold] keeping [bold]{config}[/bold]: redeploying "
+                    f"[dim](elapsed {self.elapsed():.1f}s)[/dim]")
+
     def set_phase(self, phase: str) -> None:
         self.phase = phase
         self._refresh()
 
-    def finish(self, ok: bool, summary: str) -> None:
-        self.finished.append(time.monotonic() - self.config_t0)
+    def finish(self, ok: bool, summary: str, counted: bool = True) -> None:
+        took = time.monotonic() - self.config_t0
+        if counted:
+            self.finished.append(took)
         mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-        self._print(f"{mark} [bold]{self.host}[/bold] [{self.index}/{self.total}] [bold]{self.config}[/bold] "
-                    f"{summary}  [dim]({self.finished[-1]:.1f}s)[/dim]")
+        where = f"[{self.index}/{self.total}] " if counted else ""
+        self._print(f"{mark} [bold]{self.host}[/bold] {where}[bold]{self.config}[/bold] "
+                    f"{summary}  [dim]({took:.1f}s)[/dim]")
         self.config = ""
 
     def note(self, message: str) -> None:

@@ -274,7 +274,10 @@ def print_rollout(result: RolloutResult) -> None:
         t.add_row(row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", row.config_now or "-",
                   str(row.pid_now) if row.pid_now else "-", note)
     out.print(t)
-    if result.stopped_after_batch is not None:
+    if result.stopped_after_batch is not None and result.strategy == "cluster":
+        err.print("[red]the cluster did not come up[/red]; every rank was torn down"
+                  + (" and the nodes were put back to their previous deploys" if result.rolled_back else ""))
+    elif result.stopped_after_batch is not None:
         left = [r.host.name for r in result.hosts if r.outcome.startswith("not started")]
         err.print(f"[red]rollout stopped after batch {result.stopped_after_batch}[/red]"
                   + (f"; not started: {', '.join(left)}" if left else "")

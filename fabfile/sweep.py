@@ -171,12 +171,12 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         running = _running_config(rows)
         if doc["kept"] != running:
             cfg = next(c for c in cfgs if c.name == doc["kept"])
-            progress.start(len(cfgs), cfg.name)
-            progress.phase = "redeploy to keep"
+            progress.start_keep(cfg.name)
             from fabfile.deploy import deploy_host
 
             res = deploy_host(inv, host, cfg.opts, progress.deploy_reporter())
-            progress.finish(res.ok, "left running" if res.ok else f"redeploy failed: {res.error and res.error.message}")
+            progress.finish(res.ok, "left running" if res.ok else
+                            f"redeploy failed: {res.error.message if res.error else '?'}", counted=False)
             progress.close()
             doc["final_deploy"] = res.as_dict()
             if not res.ok:

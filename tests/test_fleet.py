@@ -109,7 +109,7 @@ def test_each_host_sees_only_its_own_processes_and_gpus(fleet: Fleet, sim_hosts:
         assert int(count) < 12, out  # init, sshd listener + session, shell, ls, wc
         assert init.startswith("simhost-init sim1"), out
         assert hostname == "sim1"
-        assert links == "1"  # lo only
+        assert links == "2"  # lo, and eth0 on the fleet's private LAN (10.77.0.N, for multi-node ranks)
         assert run(c1, "nvidia-smi -L | grep -c '^GPU '")[1].strip() == "8"
         assert run(c2, "nvidia-smi -L | grep -c '^GPU '")[1].strip() == "4"
 
@@ -293,7 +293,7 @@ def test_cli_up_down_leaves_nothing_behind(fleet: Fleet, tmp_path: Path) -> None
     r = _cli("up", "--hosts", "2", "--dir", str(d), "--versions", "0.5.23,0.5.7", "--tp", "2")
     assert r.returncode == 0, r.stderr
     assert "sim1: up" in r.stdout and "sim2: up" in r.stdout and "host(s) up in" in r.stdout
-    assert "sim1: {ssh_host: sim1, default: true}" in (d / "inventory.yaml").read_text()
+    assert "sim1: {ssh_host: sim1, default: true, address: " in (d / "inventory.yaml").read_text()
     with connect(d / "ssh_config", d / "known_hosts", "sim2") as c:
         out = run(c, "~/ml-env/bin/python3 -c 'import sglang.version as v; print(v.__version__)'")[1]
         assert out.strip() == "0.5.7"

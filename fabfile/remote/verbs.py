@@ -59,7 +59,8 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         ticks = procs.stat(pid)
         if ticks is not None:
             out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
-        path = server.readiness_path(rec.get("sglang_version") or "0.5.23")
+        path = (rec.get("request") or {}).get("ready_path") or \
+            server.readiness_path(rec.get("sglang_version") or "0.5.23")
         out["health"] = {"path": path, "status": server.probe(rec["listen"], int(rec["port"]), path)}
         out["last_decode"] = _last_decode(rec["log_path"])
     others = [p.as_dict() for p in procs.all_procs()
@@ -276,7 +277,8 @@ def _cancel(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 def _router_start(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     from fabfile.remote import facts, router
     req = dict(req)
-    req["cwd"] = facts.expand(req["cwd"])
+    for key in ("cwd", "script", "log_path"):
+        req[key] = facts.expand(req[key])
     return router.start(facts.expand(req["state_dir"]), req)
 
 

@@ -173,6 +173,7 @@ class SimHost:
     gpus: int
     ssh_port: int
     sglang_port: int
+    address: str = ""  # how the other hosts reach this one (netns: 10.77.0.N on the fleet's bridge)
     init_pid: int = 0
     init_start: int = 0
     launcher_pid: int = 0
@@ -569,13 +570,44 @@ def _install_venv(h: SimHost, template: Path) -> None:
     h.pristine_site = sorted(p.name for p in h.site_packages().iterdir())
 
 
-def _start_host(h: SimHost) -> None:
+SUBNET = "10.77.0"
+
+
+def _switch_netns(fleet_id: str) -> str:
+    return f"sd{fleet_id}-switch"
+
+
+def _make_switch(fleet_id: str) -> None:
+    """The fleet's private LAN: a bridge inside its own network namespace (nothing in this machine's namespace).
+
+    Each host joins with a veth pair (``eth0`` in the host, ``vN`` on the bridge). Deleting the switch namespace
+    and the hosts' namespaces (``down``) deletes the bridge and every veth with them.
+    """
+    sw = _switch_netns(fleet_id)
+    _run(["ip", "netns", "add", sw])
+    _run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+    _run(["ip", "-n", sw, "link", "set", "br0", "up"])
+
+
+def _join_switch(h: SimHost, fleet_id: str) -> None:
+    assert h.netns
+    sw = _switch_netns(fleet_id)
+    port = f"v{h.index}"
+    _run(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", h.netns])
+    _run(["ip", "-n", sw, "link", "set", port, "master", "br0", "up"])
+    _run(["ip", "-n", h.netns, "addr", "add", f"{h.address}/24", "dev", "eth0"])
+    _run(["ip", "-n", h.netns, "link", "set", "eth0", "up"])
+
+
+def _start_host(h: SimHost, fleet_id: str = "") -> None:
     init_argv = [sys.executable, str(HOSTINIT), str(h.directory / "init.json")]
     log = open(h.directory / "init.log", "wb")  # noqa: SIM115 (handed to the child)
     if h.mode == "netns":
         assert h.netns
         _run(["ip", "netns", "add", h.netns])
         _run(["ip", "-n", h.netns, "link", "set", "lo", "up"])
+        if fleet_id:
+            _join_switch(h, fleet_id)
         argv = [
             "ip", "netns", "exec", h.netns,
             "unshare", "--mount", "--pid", "--uts", "--ipc", "--fork", "--mount-proc",
@@ -668,6 +700,7 @@ def _write_client_files(fleet: Fleet, host_keys: dict[str, str], tp: int) -> Non
             entry.append(f"port: {h.sglang_port}")
         if h.gpus != first.gpus:
             entry.append(f"gpus: {h.gpus}")
+        entry.append(f"address: {h.address}")  # how the other hosts reach it (cluster rendezvous, router)
         inv.append(f"  {h.name}: {{{', '.join(entry)}}}")
     fleet.inventory_path.write_text("\n".join(inv) + "\n")
 
@@ -722,6 +755,7 @@ def up(
             gpus=gpus,
             ssh_port=22 if chosen == "netns" else _free_port(),
             sglang_port=8000 if chosen == "netns" else 18000 + i,
+            address=f"{SUBNET}.{i}" if chosen == "netns" else "127.0.0.1",
         )
     fleet = Fleet(directory, chosen, fleet_id, hosts, tp, why)
     if keeper:
@@ -737,8 +771,12 @@ def up(
             host_keys = {name: job.result() for name, job in key_jobs.items()}
             venv_job.result()
             list(pool.map(lambda h: _install_venv(h, template), hosts.values()))
+            if chosen == "netns":
+                if n > 250:
+                    raise FleetError("at most 250 hosts fit the fleet's /24")
+                _make_switch(fleet_id)
             for h in hosts.values():
-                _start_host(h)
+                _start_host(h, fleet_id if chosen == "netns" else "")
             fleet.save()
             list(pool.map(_wait_ready, hosts.values()))
         for h in hosts.values():

@@ -105,6 +105,8 @@ def install_simulator(
     shutil.rmtree(site / "sglang", ignore_errors=True)
     shutil.copytree(SITE_SRC / "sglang", site / "sglang", ignore=_IGNORE)
     shutil.copy2(SITE_SRC / "simgpu_holder.py", site / "simgpu_holder.py")
+    shutil.rmtree(site / "sglang_router", ignore_errors=True)
+    shutil.copytree(SITE_SRC / "sglang_router", site / "sglang_router", ignore=_IGNORE)
     (site / "sglang" / "version.py").write_text(f'__version__ = "{version}"\n')
     if _version_tuple(version) < (0, 5, 11):
         shutil.rmtree(site / "sglang" / "srt" / "plugins")

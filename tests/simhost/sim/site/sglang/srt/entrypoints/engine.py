@@ -27,6 +27,7 @@ from sglang.srt.server_args import PortArgs, ServerArgs
 logger = logging.getLogger(__name__)
 
 _sigquit_received = threading.Event()
+_rendezvous_sockets: list[Any] = []  # multi-node: kept open for the server's life (NCCL's sockets)
 _shutting_down = threading.Event()
 
 
@@ -188,6 +189,20 @@ def _launch_subprocesses(server_args: ServerArgs) -> LaunchedEngine:
 
     port_args = PortArgs.init_new(server_args)
     nnodes = max(1, server_args.nnodes)
+    if nnodes > 1:
+        from sglang._sim import rendezvous
+
+        def on_lost(peer: str) -> None:
+            if _shutting_down.is_set():
+                return
+            runtime.write_all(2, (f"{runtime.hostname()}:{os.getpid()}:{os.getpid()} [0] NCCL WARN socket.c: "
+                                  f"Connection closed by remote peer ({peer})\n").encode())
+            logger.error(f"Lost {peer}; the distributed group is broken. Exiting.")
+            kill_process_tree(include_parent=True, exit_code=1)
+
+        global _rendezvous_sockets
+        _rendezvous_sockets = rendezvous.join(server_args.dist_init_addr or "127.0.0.1:29500", nnodes,
+                                              server_args.node_rank, on_lost)
     tp_size_per_node = max(1, server_args.tp_size // nnodes)
     tp_rank_range = range(
         tp_size_per_node * server_args.node_rank, tp_size_per_node * (server_args.node_rank + 1)

@@ -377,11 +377,36 @@ def _bind(sa: ServerArgs, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTT
     return Server((sa.host, sa.port), handler)
 
 
+class StubHealthHandler(BaseHTTPRequestHandler):
+    """What a multi-node rank >= 1 serves on --port: SGLang's dummy health server (200 on /ping, /health and
+    /health_generate; nothing else: only node rank 0 serves the API)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        code = 200 if path in ("/ping", "/health", "/health_generate") else 404
+        body = b"" if code == 200 else b'{"detail":"Not Found"}'
+        self.send_response(code)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+
 def launch_server(server_args: ServerArgs) -> None:
     cfg = runtime.load_config()
     launched = engine._launch_subprocesses(server_args)
     state = ServerState(server_args, launched, cfg)
-    handler = type("SimHandler", (Handler,), {"state": state})
+    handler: type[BaseHTTPRequestHandler] = type("SimHandler", (Handler,), {"state": state})
+    if server_args.node_rank > 0:
+        handler = StubHealthHandler
     uv_log(f"Started server process [{os.getpid()}]")
     uv_log("Waiting for application startup.")
     uv_log("Application startup complete.")

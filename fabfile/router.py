@@ -1,0 +1,130 @@
+"""``inv deploy-router``: SGLang's router (``python -m sglang_router.launch_router --worker-urls ...``) in front of
+the healthy replicas of a group, on the host the inventory names.
+
+The replicas are judged first (the ``status`` verb on each member, in parallel, each bounded): only members whose
+server runs and answers its readiness endpoint become worker URLs (``http://ADDRESS:PORT``, the address other hosts
+reach it by). The router is then started detached on its host, health-checked on ``/health`` like a server, and
+recorded there (``STATE/routers/NAME.json``), so ``inv status`` shows it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabfile.errors import FlagError, LaunchError, SpecDeployError
+from fabfile.inventory import Inventory, Router
+from fabfile.operations import HostOutcome, for_each_host
+from fabfile.session import HostSession
+
+
+@dataclass
+class RouterResult:
+    router: Router
+    workers: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)   # member → why it is not a worker
+    record: dict[str, Any] = field(default_factory=dict)
+    error: SpecDeployError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.router
+        return {"ok": self.ok, "router": r.name, "host": r.host, "group": r.group, "url": f"http://{r.listen}:{r.port}",
+                "workers": self.workers, "skipped": self.skipped, "pid": self.record.get("pid"),
+                "record": self.record, "error": self.error.as_dict() if self.error else None}
+
+
+def pick(inv: Inventory, name: str | None) -> Router:
+    if not inv.routers:
+        raise FlagError(f"--router: {inv.path} defines no `routers:`", "add a routers: section (see README)")
+    if name is None:
+        if len(inv.routers) == 1:
+            return next(iter(inv.routers.values()))
+        raise FlagError(f"--router: the inventory defines {len(inv.routers)} routers; name one of "
+                        f"{', '.join(sorted(inv.routers))}")
+    if name not in inv.routers:
+        raise FlagError(f"--router: unknown router {name!r}; known: {', '.join(sorted(inv.routers))}")
+    return inv.routers[name]
+
+
+def healthy_workers(inv: Inventory, router: Router, host_timeout: float | None) -> tuple[list[str], dict[str, str]]:
+    members = [inv.hosts[m] for m in router.members]
+    outcomes: list[HostOutcome] = for_each_host(inv, members, lambda s: s.call("status", {}),
+                                                host_timeout=host_timeout or max(h.timeouts.host for h in members))
+    workers: list[str] = []
+    skipped: dict[str, str] = {}
+    for o in outcomes:
+        h = o.host
+        if o.error is not None:
+            skipped[h.name] = f"unreachable: {o.error.message}"
+            continue
+        health = (o.data.get("health") or {}).get("status")
+        if not o.data.get("running"):
+            skipped[h.name] = "no server running"
+        elif health != 200:
+            skipped[h.name] = f"not healthy ({(o.data.get('health') or {}).get('path')} answered {health})"
+        elif h.name != router.host and h.listen in ("127.0.0.1", "localhost", "::1"):
+            skipped[h.name] = f"listens on {h.listen} only; set `listen: 0.0.0.0` for it so the router can reach it"
+        else:
+            addr = "127.0.0.1" if h.name == router.host and h.listen in ("127.0.0.1", "localhost") else h.address
+            workers.append(f"http://{addr}:{h.port}")
+    return workers, skipped
+
+
+def router_argv(router: Router, workers: list[str]) -> list[str]:
+    return [router.python, "-m", "sglang_router.launch_router", "--worker-urls", *workers, "--host", router.listen,
+            "--port", str(router.port), "--policy", router.policy, *router.args]
+
+
+def launch_script(router: Router, argv: list[str], cwd: str) -> str:
+    return ("#!/bin/sh\n"
+            f"# specdeploy: router {router.name} in front of {router.group}\n"
+            f"cd {shlex.quote(cwd)} || exit 1\n"
+            "exec env -i HOME=\"$HOME\" PATH=\"$PATH\" LANG=C.UTF-8 PYTHONUNBUFFERED=1 "
+            f"{shlex.join(argv)}\n")
+
+
+def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
+                  host_timeout: float | None = None) -> RouterResult:
+    result = RouterResult(router)
+    try:
+        result.workers, result.skipped = healthy_workers(inv, router, host_timeout)
+        if not result.workers:
+            raise LaunchError(f"no healthy replica in {router.group} to route to",
+                              "deploy the group first (`inv deploy --host GROUP`); `inv status` shows why "
+                              "each one is left out", skipped=result.skipped)
+        host = inv.hosts[router.host]
+        argv = router_argv(router, result.workers)
+        state = host.state_dir.rstrip("/")
+        script = f"{state}/router-{router.name}.sh"
+        with HostSession.open(inv, host) as s:
+            s.transport.put(launch_script(router, argv, host.log_dir).encode(), script, 0o700)
+            data = s.call("router_start", {"name": router.name, "script": script, "cwd": host.log_dir,
+                                           "log_path": f"{host.log_dir.rstrip('/')}/router-{router.name}.log",
+                                           "listen": router.listen, "port": router.port, "workers": result.workers,
+                                           "policy": router.policy, "argv": argv, "ready_s": ready_s,
+                                           "grace": host.timeouts.stop_grace}, timeout=ready_s + 60)
+        result.record = data["record"]
+    except SpecDeployError as e:
+        if e.host is None:
+            e.host = router.host
+        result.error = e
+    return result
+
+
+def print_router(result: RouterResult) -> None:
+    from fabfile.output import err, out, print_error
+
+    r = result.router
+    for name, why in result.skipped.items():
+        err.print(f"[yellow]•[/yellow] {name}: left out of the router: {why}")
+    if result.error is not None:
+        print_error(result.error)
+        return
+    out.print(f"[green]✓[/green] router [bold]{r.name}[/bold] on [bold]{r.host}[/bold] at "
+              f"http://{r.listen}:{r.port}  pid {result.record.get('pid')}  policy {r.policy}")
+    out.print("  workers: " + ", ".join(result.workers))

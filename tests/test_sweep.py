@@ -1,0 +1,240 @@
+"""`inv bench` and `inv sweep` end to end over real SSH against the simulated fleet.
+
+The simulator's cost model (tests/simhost/sim/README.md) decides tok/s and accept length from the configuration:
+a speculative cycle costs ``draft_ms_per_step·steps + verify_ms_base + verify_ms_per_token·(steps+1)`` and emits
+1 + the accepted drafts (position i accepted with ``accept_prob[i]``, the run stopping at the first rejection);
+the baseline costs ``decode_ms`` per token. ``expected_tok_s`` below is that model; the sweep must find its best.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids
+from tests.simhost.fleet import Fleet, SimHost
+
+FAST = {"time_scale": 0.5, "load_seconds": 0.1}
+BENCH = ["--num-prompts", "3", "--output-len", "32", "--input-len", "32"]
+
+
+def expected_tok_s(cfg: dict[str, Any], steps: int) -> float:
+    """Single-stream decode tok/s the cost model gives (sim defaults where the test does not set a key)."""
+    c: dict[str, Any] = {"decode_ms": 12.2, "verify_ms_base": 14.2, "verify_ms_per_token": 1.5,
+                         "draft_ms_per_step": 1.5, "accept_prob": [0.8, 0.6, 0.45, 0.3, 0.2], **cfg}
+    if steps == 0:
+        return 1000.0 / float(c["decode_ms"])
+    probs = [float(p) for p in c["accept_prob"]]
+    emitted, run = 1.0, 1.0
+    for i in range(steps):
+        run *= probs[i] if i < len(probs) else probs[-1]
+        emitted += run
+    cycle = float(c["draft_ms_per_step"]) * steps + float(c["verify_ms_base"]) + \
+        float(c["verify_ms_per_token"]) * (steps + 1)
+    return 1000.0 * emitted / cycle
+
+
+@pytest.fixture
+def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
+    return derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--enable-metrics",
+                                                                        "--decode-log-interval", "5"]})
+
+
+def _server_steps(host: SimHost) -> int | None:
+    status, body = http_get(host, "/server_info")
+    if status != 200:
+        log = host.exec("tail -n 30 /root/sglang-logs/*.log; cat /root/.specdeploy/current.json").stdout
+        raise AssertionError(f"/server_info: {body}\n{log}")
+    info = json.loads(body)
+    return info["speculative_num_steps"] if info.get("speculative_algorithm") else 0
+
+
+def test_bench_reads_every_metric_source_and_stores_the_result(inventory: Path, sim_host: SimHost,
+                                                               tmp_path: Path) -> None:
+    sim_host.set_sim_config(**FAST)
+    code, _doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    assert code == 0, err
+    runs = tmp_path / "runs"
+    code, r, err = inv_json("bench", *BENCH, "--client", "builtin", "--out", str(runs), inventory=inventory)
+    assert code == 0, err
+    assert r["client"] == "loadgen" and r["completed"] == 3 and r["failed"] == 0
+    assert r["config_name"] == "eagle3-s2-k1-d3"
+    # Every source SGLang offers answered, and they agree on the accept length.
+    src = r["accept_len_sources"]
+    assert r["accept_len_source"] == "meta_info"
+    for name in ("meta_info", "decode_log", "prometheus", "server_info"):
+        assert src[name] is not None and 1.0 <= src[name] <= 3.0, (name, src)
+    assert abs(src["meta_info"] - src["decode_log"]) < 0.3
+    assert r["decode_log"]["lines"] >= 2
+    assert r["accept_rate_meaning"].startswith("(accept_len - 1)")  # the sim runs 0.5.23
+    assert r["accept_rate"] == pytest.approx((r["decode_log"]["accept_len"] - 1) / 2, abs=0.02)
+    # The cycle time is the cost model's (2·1.5 + 14.2 + 1.5·3 = 21.7 ms, scaled to wall-clock by time_scale).
+    assert r["cycle_ms"] == pytest.approx(21.7 * 0.5, rel=0.15)
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert {"mean", "median", "p99"} <= set(r[key]), key
+    assert r["output_tok_s"] > 0
+    # Stored locally and on the host.
+    local = runs / "sim1" / f"{r['bench_id']}.json"
+    assert json.loads(local.read_text())["bench_id"] == r["bench_id"]
+    on_host = json.loads(sim_host.exec(["cat", f"/root/.specdeploy/bench/{r['bench_id']}.json"]).stdout)
+    assert on_host["output_tok_s"] == r["output_tok_s"]
+    # The person's view names the figures.
+    p = run_inv("bench", *BENCH, "--out", str(runs), inventory=inventory)
+    assert p.returncode == 0, p.stderr
+    for words in ("tok/s", "TTFT", "TPOT", "ITL", "accept length", "accept rate"):
+        assert words in p.stdout, p.stdout
+
+
+def test_bench_uses_sglangs_own_bench_serving_when_the_host_has_it(inventory: Path, sim_host: SimHost,
+                                                                   tmp_path: Path) -> None:
+    sim_host.set_sim_config(**FAST)
+    code, _doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    assert code == 0, err
+    code, r, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    assert code == 0, err
+    assert r["client"] == "sglang.bench_serving" and r["completed"] == 3
+    assert r["output_tok_s"] > 0 and r["ttft_ms"]["median"] > 0 and r["itl_ms"]["p95"] > 0
+    # No per-request meta_info from bench_serving: the run's decode log lines come first.
+    assert r["accept_len_source"] == "decode_log" and r["accept_len_sources"]["bench_serving"] is not None
+    assert 1.0 <= r["accept_len"] <= 2.0
+    assert r["cycle_ms"] == pytest.approx(18.7 * 0.5, rel=0.25)
+    assert sim_host.exec(["test", "-s", f"/root/.specdeploy/bench/{r['bench_id']}.sglang.jsonl"]).returncode == 0
+
+
+def test_bench_without_a_server_says_so(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
+    code, doc, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    assert code == 1 and doc["ok"] is False
+    assert doc["error"]["kind"] == "RemoteError" and "no server" in doc["error"]["message"]
+    assert "deploy one first" in err
+
+
+def _sweep(inventory: Path, runs: Path, steps: str, *extra: str) -> tuple[int, dict[str, Any], str, float]:
+    t0 = time.monotonic()
+    code, doc, err = inv_json("sweep", "--steps", steps, *BENCH, "--out", str(runs), *extra, inventory=inventory,
+                              timeout=120)
+    return code, doc, err, time.monotonic() - t0
+
+
+def test_sweep_finds_the_cost_models_best_configuration(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
+    cost = {"accept_prob": [0.95, 0.95, 0.05]}
+    sim_host.set_sim_config(**FAST, **cost)
+    model = {s: expected_tok_s(cost, s) for s in (0, 1, 2, 3)}
+    best = max(model, key=lambda s: model[s])
+    assert best == 2 and model[2] > 1.1 * max(v for s, v in model.items() if s != 2)  # a clear optimum
+    code, doc, err, took = _sweep(inventory, tmp_path, "0,1,2,3")
+    assert code == 0, err
+    print(f"sweep of 4 configurations took {took:.1f} s")
+    rows = {r["config"]: r for r in doc["rows"]}
+    assert list(rows) == ["baseline", "eagle3-s1-k1-d2", "eagle3-s2-k1-d3", "eagle3-s3-k1-d4"]
+    assert doc["winner"] == "eagle3-s2-k1-d3" and doc["running"] == "eagle3-s2-k1-d3" and not doc["baseline_wins"]
+    # The measurements follow the model: speedups within 15 % of the model's, ranking identical.
+    for r in doc["rows"]:
+        assert r["ok"], r
+        want = model[r["steps"]] / model[0]
+        assert r["speedup"] == pytest.approx(want, rel=0.15), (r["config"], r["speedup"], want)
+    # The model's 2.85 tokens per cycle, less the last cycle of each request, clipped at --output-len.
+    assert 2.4 <= rows["eagle3-s2-k1-d3"]["accept_len"] <= 2.9
+    assert rows["baseline"]["decode_ms_per_token"] == pytest.approx(12.2 * 0.5, rel=0.15)
+    # Break-even per configuration; all three win in this model.
+    verdicts = {r["config"]: r["verdict"] for r in doc["analysis"]["rows"]}
+    assert set(verdicts.values()) == {"wins"}
+    # The winner runs on the host; the outputs exist.
+    assert _server_steps(sim_host) == 2
+    out = Path(doc["paths"]["report"]).parent
+    assert out.parent == tmp_path / "sim1" and out.name.startswith("sweep-")
+    report = (out / "report.md").read_text()
+    assert "winner: eagle3-s2-k1-d3" in report and "## Break-even" in report and "sweep.png" in report
+    assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "sweep.json").read_text())["winner"] == "eagle3-s2-k1-d3"
+    assert all(Path(r["bench_path"]).exists() for r in doc["rows"])
+    assert took < 40
+
+
+def test_sweep_says_when_speculation_loses_and_keeps_the_baseline(inventory: Path, sim_host: SimHost,
+                                                                  tmp_path: Path) -> None:
+    # The seed's situation: a verify pass far dearer than a decode step, a middling drafter.
+    cost = {"verify_ms_base": 26.0, "accept_prob": [0.5, 0.3]}
+    sim_host.set_sim_config(**FAST, **cost)
+    model = {s: expected_tok_s(cost, s) for s in (0, 1, 2)}
+    assert max(model, key=lambda s: model[s]) == 0
+    code, doc, err, took = _sweep(inventory, tmp_path, "1,2")   # the baseline is added
+    assert code == 0, err
+    print(f"sweep of 3 configurations took {took:.1f} s")
+    assert [r["config"] for r in doc["rows"]] == ["baseline", "eagle3-s1-k1-d2", "eagle3-s2-k1-d3"]
+    assert doc["winner"] == "baseline" and doc["baseline_wins"] and doc["running"] == "baseline"
+    for r in doc["analysis"]["rows"]:
+        assert r["verdict"] in ("loses", "cannot win") and r["needed_accept_len"] > r["accept_len"], r
+    assert _server_steps(sim_host) == 0
+    report = (Path(doc["paths"]["report"])).read_text()
+    assert "speculation loses to the baseline" in report
+    # The person's table says so too (same run on the analysis of the file).
+    p = run_inv("analyze", "--sweep", doc["paths"]["json"])
+    assert p.returncode == 0, p.stderr
+    assert "loses" in p.stdout and "eagle3-s1-k1-d2" in p.stdout
+
+
+def test_sweep_keep_leaves_the_named_configuration(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
+    sim_host.set_sim_config(**FAST, accept_prob=[0.95, 0.95])
+    code, doc, err, _ = _sweep(inventory, tmp_path, "0,1", "--keep", "baseline")
+    assert code == 0, err
+    assert doc["winner"] == "eagle3-s1-k1-d2" and doc["running"] == "baseline"
+    assert _server_steps(sim_host) == 0
+
+
+def test_sweep_flags_are_checked_before_touching_anything(inventory: Path, tmp_path: Path) -> None:
+    for args, words in [(("--steps", "one,two"), "--steps"), (("--steps", ""), "--steps"),
+                        (("--steps", "0,1", "--keep", "eagle3-s9-k1-d10"), "--keep"),
+                        (("--steps", "1,1"), "--steps"), (("--steps", "1", "--topk", "2"), "--draft-tokens"),
+                        (("--steps", "1", "--concurrency", "0"), "--concurrency"),
+                        (("--steps", "1", "--client", "curl"), "--client")]:
+        r = run_inv("sweep", *args, "--out", str(tmp_path), inventory=inventory)
+        assert r.returncode == 2, (args, r.stderr)
+        assert words in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "sim1").exists()
+    r = run_inv("analyze", "--baseline-ms", "12.2")
+    assert r.returncode == 2 and "--verify-ms" in r.stderr
+    r = run_inv("analyze", "--baseline-ms", "12.2", "--verify-ms", "29", "--steps", "2", "--accept-len", "1.75",
+                "--json")
+    be = json.loads(r.stdout)
+    assert r.returncode == 0 and be["verdict"] == "loses" and round(be["needed_accept_len"], 2) == 2.38
+
+
+def test_ctrl_c_during_a_sweep_leaves_no_half_started_server(inventory: Path, sim_host: SimHost,
+                                                             tmp_path: Path) -> None:
+    sim_host.set_sim_config(**{**FAST, "load_seconds": 1.0})
+    argv = [*INV, "sweep", "--steps", "0,1,2", *BENCH, "--out", str(tmp_path), "--inventory", str(inventory)]
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 60
+    while "[2/3] eagle3-s1-k1-d2: deploying" not in seen:
+        line = proc.stderr.readline()
+        assert line and time.monotonic() < deadline, seen
+        seen += line
+    time.sleep(0.5)  # inside the second deploy (its server is loading)
+    proc.send_signal(signal.SIGINT)
+    _out, rest = proc.communicate(timeout=60)
+    err = seen + rest
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and ("now running:" in err or "no server is running" in err), err
+    # Whatever the interrupted deploy did, the host has a whole server (launcher + every rank, healthy) or none.
+    pids = sglang_pids(sim_host)
+    launchers = [p for p, c in pids if "sglang.launch_server" in c]
+    schedulers = [p for p, c in pids if c.startswith("sglang::scheduler")]
+    if "now running:" in err:
+        assert len(launchers) == 1 and len(schedulers) == 2
+        assert http_get(sim_host, "/health")[0] == 200
+    else:
+        assert not launchers and not schedulers
+    partial = json.loads(next(tmp_path.glob("sim1/sweep-*/sweep.json")).read_text())
+    assert partial["interrupted"]["during"] == "eagle3-s1-k1-d2"
+    assert [r["config"] for r in partial["rows"]] == ["baseline"]
