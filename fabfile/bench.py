@@ -47,21 +47,10 @@ def new_bench_id() -> str:
     return "b" + time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def api_key(host: Host) -> str | None:
-    """The server's ``--api-key`` from the host's ``sglang_args``, so the benchmark's requests are authorised."""
-    args = list(host.sglang_args)
-    for i, a in enumerate(args):
-        if a == "--api-key" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--api-key="):
-            return a.split("=", 1)[1]
-    return None
-
-
 def bench_request(host: Host, params: BenchParams, bench_id: str) -> dict[str, Any]:
     return {"bench_id": bench_id, "concurrency": params.concurrency, "input_len": params.input_len,
             "output_len": params.output_len, "num_prompts": params.num_prompts, "client": params.client,
-            "warmup": params.warmup, "api_key": api_key(host)}
+            "warmup": params.warmup}
 
 
 def run_bench(session: HostSession, params: BenchParams, *, bench_id: str | None = None,

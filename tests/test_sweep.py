@@ -108,6 +108,19 @@ def test_bench_uses_sglangs_own_bench_serving_when_the_host_has_it(inventory: Pa
     assert sim_host.exec(["test", "-s", f"/root/.specdeploy/bench/{r['bench_id']}.sglang.jsonl"]).returncode == 0
 
 
+def test_bench_against_a_server_with_an_api_key_never_shows_the_key(fleet: Fleet, sim_host: SimHost,
+                                                                    tmp_path: Path) -> None:
+    inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--api-key", "k3y-s3cr3t"]})
+    sim_host.set_sim_config(**FAST)
+    code, _doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    assert code == 0, err
+    r = run_inv("bench", *BENCH, "--client", "builtin", "--out", str(tmp_path / "runs"), "--json", inventory=inventory)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["completed"] == 3  # the requests were authorised
+    assert "k3y-s3cr3t" not in r.stdout + r.stderr
+    assert all("k3y-s3cr3t" not in p.read_text() for p in (tmp_path / "runs").rglob("*.json"))
+
+
 def test_bench_without_a_server_says_so(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
     code, doc, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
     assert code == 1 and doc["ok"] is False

@@ -103,6 +103,21 @@ def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str,
     return parsed
 
 
+def api_key_of(pid: int) -> Optional[str]:
+    """``--api-key`` of the running server, from /proc/PID/cmdline (None without one)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")]
+    except OSError:
+        return None
+    for i, a in enumerate(args):
+        if a == "--api-key" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--api-key="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
@@ -111,7 +126,9 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                          "deploy one first (`inv deploy`), then benchmark it")
     version = str(rec.get("sglang_version") or "0.5.23")
     host, port = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
-    api_key = req.get("api_key")
+    # The key is read from the running server's own command line, never sent: a request travels in the agent's
+    # argv, which any user on the host can read with ps.
+    api_key = api_key_of(int(rec["pid"]))
     from fabfile.remote.facts import sglang_info
 
     sg = sglang_info()
