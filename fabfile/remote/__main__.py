@@ -14,14 +14,14 @@ import sys
 import traceback
 from typing import Any, Callable, Dict, List
 
-from fabfile.remote.common import AgentError, EventSink
+from .common import AgentError, EventSink
 
 Verb = Callable[[Dict[str, Any], EventSink], Dict[str, Any]]
 
 
 def _verbs() -> Dict[str, Verb]:
     # Imported lazily so a small verb does not pay for the big ones.
-    from fabfile.remote import verbs
+    from . import verbs
 
     return verbs.TABLE
 

@@ -18,9 +18,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from fabfile.remote import metrics, procs, records, server
-from fabfile.remote.common import AgentError, EventSink, atomic_write, ensure_private_dir
-from fabfile.remote.facts import expand
+from . import metrics, procs, records, server
+from .common import AgentError, EventSink, atomic_write, ensure_private_dir
+from .facts import expand
 
 
 def _http_get(host: str, port: int, path: str, api_key: Optional[str], timeout: float = 5.0) -> Optional[str]:
@@ -129,7 +129,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     # The key is read from the running server's own command line, never sent: a request travels in the agent's
     # argv, which any user on the host can read with ps.
     api_key = api_key_of(int(rec["pid"]))
-    from fabfile.remote.facts import sglang_info
+    from .facts import sglang_info
 
     sg = sglang_info()
     client = req.get("client") or "auto"
@@ -151,7 +151,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                                       sink)
         client_name = "sglang.bench_serving"
     else:
-        from fabfile.remote import loadgen
+        from . import loadgen
 
         last = [0.0]
 

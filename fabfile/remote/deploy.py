@@ -12,10 +12,10 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from fabfile.remote import gpus, procs, records, server, stop
-from fabfile.remote.common import AgentError, EventSink
-from fabfile.remote.facts import expand
-from fabfile.remote.lock import DeployLock
+from . import gpus, procs, records, server, stop
+from .common import AgentError, EventSink
+from .facts import expand
+from .lock import DeployLock
 
 
 class Steps:
@@ -73,7 +73,7 @@ def _keep_script(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
     """Copy the launch script next to the record (a later deploy of the same config overwrites the original)."""
     import shutil
 
-    from fabfile.remote.common import sha256_file
+    from .common import sha256_file
 
     copy = records.script_copy_path(state_dir, req["deploy_id"])
     try:
@@ -116,7 +116,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     started: Optional[Dict[str, Any]] = None
     try:
         if req.get("patch"):
-            from fabfile.remote import patching
+            from . import patching
 
             record["patch"] = steps.run("patch", lambda: patching.apply(req["patch"]), _patch_detail)
         stopped = steps.run("stop", lambda: stop.stop_servers(state_dir, req["target_gpus"], float(t["stop_grace"])),
@@ -181,7 +181,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _verify(req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
-    from fabfile.remote import evidence
+    from . import evidence
 
     ev_req = {"log_path": req["log_path"], "log_offset": started["log_offset"], "launcher_pid": started["pid"],
               "launcher_start_ticks": started["start_ticks"], "expected": req["verify"]["expected"],

@@ -26,9 +26,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from fabfile.remote import gpus, procs
-from fabfile.remote.common import AgentError, EventSink
-from fabfile.remote.markers import parse_marker
+from . import gpus, procs
+from .common import AgentError, EventSink
+from .markers import parse_marker
 
 SCHEMA = 1
 LOG_CAP_BYTES = 64 << 20

@@ -12,8 +12,8 @@ import sys
 import sysconfig
 from typing import Any, Dict, List, Optional
 
-from fabfile.remote import gpus
-from fabfile.remote.lock import DeployLock
+from . import gpus
+from .lock import DeployLock
 
 LAYOUT = {
     "engine": "srt/entrypoints/engine.py",

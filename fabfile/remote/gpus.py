@@ -7,8 +7,8 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from fabfile.remote import procs
-from fabfile.remote.common import AgentError
+from . import procs
+from .common import AgentError
 
 GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from fabfile.remote import metrics
+from . import metrics
 
 
 class RequestResult:
@@ -101,7 +101,7 @@ def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: i
     for _ in range(warmup):
         w = one_request(target, port, _payload(rng, input_len, min(output_len, 16)), api_key, timeout)
         if w.error:
-            from fabfile.remote.common import AgentError
+            from .common import AgentError
 
             raise AgentError("bench_failed", f"the warm-up request to http://{target}:{port}/generate failed: "
                              f"{w.error}", "check `inv status` and `inv logs`: is the server up and healthy?")

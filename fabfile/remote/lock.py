@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any, Dict, Optional
 
-from fabfile.remote.common import AgentError, atomic_write, ensure_private_dir
+from .common import AgentError, atomic_write, ensure_private_dir
 
 
 class DeployLock:

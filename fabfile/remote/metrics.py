@@ -57,7 +57,7 @@ def parse_decode_line(line: str) -> Optional[Dict[str, Any]]:
 
 
 def accept_rate_meaning(version: str) -> str:
-    from fabfile.remote.server import version_tuple
+    from .server import version_tuple
 
     v = version_tuple(version)
     if v >= (0, 5, 11):

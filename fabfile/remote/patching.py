@@ -102,8 +102,8 @@ def check_mode(mode: str, version: str) -> None:
 
 
 # The marker line format and its parser live in fabfile.remote.markers (check-env reads them too).
-from fabfile.remote.markers import MARKER_PREFIX as MARKER_PREFIX  # noqa: E402
-from fabfile.remote.markers import parse_marker as parse_marker  # noqa: E402
+from .markers import MARKER_PREFIX as MARKER_PREFIX  # noqa: E402
+from .markers import parse_marker as parse_marker  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------------
 # anchors

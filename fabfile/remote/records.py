@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from fabfile.remote.common import atomic_write, ensure_private_dir
+from .common import atomic_write, ensure_private_dir
 
 
 def _dir(state_dir: str) -> str:

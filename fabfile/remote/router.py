@@ -11,8 +11,8 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from fabfile.remote import procs, server
-from fabfile.remote.common import AgentError, atomic_write, ensure_private_dir
+from . import procs, server
+from .common import AgentError, atomic_write, ensure_private_dir
 
 
 def _dir(state_dir: str) -> str:

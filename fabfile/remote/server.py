@@ -13,8 +13,8 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from fabfile.remote import procs
-from fabfile.remote.common import AgentError
+from . import procs
+from .common import AgentError
 
 # (pattern, what it means, what to do). Order matters: the first match names the failure.
 FATAL_PATTERNS: List[Tuple[re.Pattern[str], str, str]] = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from fabfile.remote import gpus, procs, records
+from . import gpus, procs, records
 
 
 def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool = True) -> Dict[str, Any]:

@@ -6,28 +6,28 @@ import os
 import time
 from typing import Any, Callable, Dict, List
 
-from fabfile.remote.common import AgentError, EventSink
+from .common import AgentError, EventSink
 
 # Each verb imports what it needs: every agent call starts a fresh Python, and a status call should not pay for
 # the deploy machinery (measured: importing everything costs ~50 ms per call).
 
 
 def _facts(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import facts
+    from . import facts
     data = facts.collect(req)
     data["problems"] = facts.problems(data, req)
     return data
 
 
 def _deploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import deploy
+    from . import deploy
     return deploy.run(req, sink)
 
 
 def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import facts, records, stop
+    from . import facts, records, stop
     state_dir = facts.expand(req["state_dir"])
-    from fabfile.remote.lock import DeployLock
+    from .lock import DeployLock
 
     lock = DeployLock(state_dir)
     lock.acquire({"deploy_id": "stop", "client": req.get("client")}, float(req.get("lock_wait", 0)))
@@ -48,7 +48,7 @@ def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import deploy, facts, procs, records, server
+    from . import deploy, facts, procs, records, server
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir)
     out: Dict[str, Any] = {"record": rec, "running": False}
@@ -68,13 +68,13 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
               and not (rec and rec.get("pid") and (p.pid == rec["pid"] or _descends(p.pid, int(rec["pid"]))))]
     out["other_sglang_processes"] = others
     lock_holder = None
-    from fabfile.remote.lock import DeployLock
+    from .lock import DeployLock
 
     if os.path.isdir(state_dir):
         lock_holder = DeployLock(state_dir).holder()
     out["deploy_in_progress"] = lock_holder
     if os.path.isdir(os.path.join(state_dir, "routers")):
-        from fabfile.remote import router
+        from . import router
         routers = router.status(state_dir)
         if routers:
             out["routers"] = routers
@@ -82,7 +82,7 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _descends(pid: int, root: int) -> bool:
-    from fabfile.remote import procs
+    from . import procs
     seen = 0
     while pid > 1 and seen < 64:
         info = procs.stat(pid)
@@ -113,13 +113,13 @@ def _last_decode(log_path: str, window: int = 256 * 1024) -> Any:
     lines = [ln for ln in text.splitlines() if "Decode batch" in ln]
     if not lines:
         return None
-    from fabfile.remote import metrics
+    from . import metrics
 
     return metrics.parse_decode_line(lines[-1])
 
 
 def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import facts, records, server
+    from . import facts, records, server
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir)
     path = req.get("log_path") or (rec or {}).get("log_path")
@@ -149,8 +149,8 @@ def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
-    from fabfile.remote import facts, records
-    from fabfile.remote.lock import DeployLock
+    from . import facts, records
+    from .lock import DeployLock
 
     state_dir = facts.expand(req["state_dir"])
     path = records.journal_path(state_dir, req["deploy_id"])
@@ -191,7 +191,7 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import gpus
+    from . import gpus
     snap = gpus.snapshot()
     if req.get("topology"):
         snap["topology"] = gpus.topology()
@@ -199,7 +199,7 @@ def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import evidence, facts, procs, records
+    from . import evidence, facts, procs, records
 
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir) or {}
@@ -217,7 +217,7 @@ def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]]:
     def verb(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-        from fabfile.remote import facts, patching
+        from . import facts, patching
 
         req = dict(req)
         req["state_dir"] = facts.expand(req["state_dir"])
@@ -228,13 +228,13 @@ def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]
 
 
 def _bench(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import bench
+    from . import bench
     return bench.run(req, sink)
 
 
 def _records(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     """The current deploy record and the one it replaced (what a rollback would put back)."""
-    from fabfile.remote import facts, records
+    from . import facts, records
     state_dir = facts.expand(req["state_dir"])
     cur = records.current(state_dir)
     prev = (cur or {}).get("previous") or None
@@ -244,8 +244,8 @@ def _records(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     """Start a recorded deploy again from its own copy of the launch script (rollback); no patch step."""
-    from fabfile.remote import deploy, facts, records
-    from fabfile.remote.common import sha256_file
+    from . import deploy, facts, records
+    from .common import sha256_file
     state_dir = facts.expand(req["state_dir"])
     old = records.load(state_dir, req["from_deploy_id"])
     if not old or not old.get("request") or not old.get("script_copy"):
@@ -267,15 +267,15 @@ def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 def _cancel(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     """Ask a running deploy to give up its wait and tear its server down (another cluster rank failed)."""
-    from fabfile.remote import facts, records
-    from fabfile.remote.common import atomic_write
+    from . import facts, records
+    from .common import atomic_write
     state_dir = facts.expand(req["state_dir"])
     atomic_write(records.cancel_path(state_dir, req["deploy_id"]), str(req.get("reason", "")).encode(), 0o600)
     return {"cancelled": req["deploy_id"]}
 
 
 def _router_start(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import facts, router
+    from . import facts, router
     req = dict(req)
     for key in ("cwd", "script", "log_path"):
         req[key] = facts.expand(req[key])
@@ -283,12 +283,12 @@ def _router_start(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _router_stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import facts, router
+    from . import facts, router
     return router.stop(facts.expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
 
 
 def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from fabfile.remote import facts, stop
+    from . import facts, stop
     found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
     items: List[Dict[str, Any]] = [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
     return {"processes": items, "gpu_holders": found["gpu_holders"]}
