@@ -138,42 +138,10 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     if dry_run:
         _render(inv, hosts, opts, json)
         return
-    from fabfile.output import deploy_summary, print_json
-    from fabfile.plan import build
-    from fabfile.progress import Reporter
+    from fabfile.rollout import deploy_command
 
-    for h in hosts:  # validate every host's plan before touching the first
-        build(h, opts)
-    if cluster is not None:
-        from fabfile.cluster import deploy_cluster, print_cluster
-
-        cres = deploy_cluster(inv, cluster, opts, quiet=json, rollback_on_failure=rollback_on_failure)
-        if json:
-            print_json(cres.as_dict())
-        else:
-            print_cluster(cres)
-        raise_for(0 if cres.ok else 1)
-        return
-    if len(hosts) == 1 and strategy is None and not rollback_on_failure:
-        from fabfile.deploy import deploy_host
-
-        r = deploy_host(inv, hosts[0], opts, Reporter(hosts[0].name))
-        if json:
-            print_json(r.as_dict())
-        else:
-            deploy_summary(r)
-        if not r.ok:
-            raise Exit(code=r.error.exit_code if r.error else 1)
-        return
-    from fabfile.rollout import print_rollout, run_rollout
-
-    res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch_size, canary=not no_canary,
-                      rollback_on_failure=rollback_on_failure, quiet=json)
-    if json:
-        print_json(res.as_dict())
-    else:
-        print_rollout(res)
-    raise_for(0 if res.ok else 1)
+    raise_for(deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
+                             canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json))
 
 
 def _render(inv: Any, hosts: list[Any], opts: Any, as_json: bool) -> None:

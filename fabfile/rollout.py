@@ -285,3 +285,39 @@ def print_rollout(result: RolloutResult) -> None:
                      "; hosts already deployed stay on the new version (--rollback-on-failure puts them back)"))
     else:
         out.print(f"[green]all {len(result.hosts)} host(s) deployed[/green] in {result.wall_s:.2f} s")
+
+
+def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
+                   batch: BatchSize, canary: bool, rollback_on_failure: bool, as_json: bool) -> int:
+    """`inv deploy` after its flags are checked: one host, a rollout over several, or a multi-node cluster.
+
+    Every host's plan is built (and so validated) before the first host is touched. Returns the exit code.
+    """
+    from fabfile.output import deploy_summary, print_json
+    from fabfile.plan import build
+
+    for h in hosts:
+        build(h, opts)
+    if cluster is not None:
+        from fabfile.cluster import deploy_cluster, print_cluster
+
+        cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
+        if as_json:
+            print_json(cres.as_dict())
+        else:
+            print_cluster(cres)
+        return 0 if cres.ok else 1
+    if len(hosts) == 1 and strategy is None and not rollback_on_failure:
+        r = deploy_host(inv, hosts[0], opts, Reporter(hosts[0].name))
+        if as_json:
+            print_json(r.as_dict())
+        else:
+            deploy_summary(r)
+        return 0 if r.ok else (r.error.exit_code if r.error else 1)
+    res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
+                      rollback_on_failure=rollback_on_failure, quiet=as_json)
+    if as_json:
+        print_json(res.as_dict())
+    else:
+        print_rollout(res)
+    return 0 if res.ok else 1
