@@ -1,5 +1,6 @@
 """`./dev demo`: the main job end to end. Deploys EAGLE-3 with the PCIe NCCL preset, proves the settings reached
-every scheduler (check-env), shows status, then rolls the patches back, exactly as a user types the commands.
+every scheduler (check-env), shows status, benchmarks it, stops it and rolls the patches back, exactly as a user
+types the commands.
 
 Without a configured GPU host (no --inventory and no $SPECDEPLOY_INVENTORY) it runs against one simulated GPU host
 (tests/simhost: a real sshd in its own namespaces with the SGLang-shaped simulator), brought up and torn down here.
@@ -48,6 +49,7 @@ def main() -> int:
             inv("deploy", "--steps", args.steps, inventory=inventory),
             inv("check-env", inventory=inventory),
             inv("status", inventory=inventory),
+            inv("bench", "--num-prompts", "4", "--output-len", "64", "--input-len", "128", inventory=inventory),
             inv("stop", inventory=inventory),
             inv("rollback-patches", inventory=inventory),
         ]
