@@ -294,3 +294,14 @@ def test_gpu_holder_whose_main_thread_exited_is_still_stopped(inventory: Path, s
     stopped = {p["pid"] for p in doc["stopped"]["terminated"] + doc["stopped"]["killed"]}
     assert holder in stopped
     assert str(holder) not in _gpu_pids(sim_host)
+
+
+def test_host_without_sftp_gets_files_by_shell_write(inventory: Path, sim_host: SimHost) -> None:
+    """Some hosts disable sshd's sftp subsystem: the agent and the launch script still arrive, atomically."""
+    sim_host.set_sftp(False)
+    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    assert code == 0, err
+    assert doc["transport"]["uploads"] >= 2  # the agent (first time on this host) and the launch script
+    mode = sim_host.exec(["stat", "-c", "%a", "/root/.specdeploy/launch-eagle3-s2-k1-d3.sh"]).stdout.strip()
+    assert mode == "700"
+    assert sim_host.exec("ls -a /root/.specdeploy | grep -c specdeploy-").stdout.strip() == "0"  # no temp files

@@ -311,6 +311,7 @@ class SimHost:
         """Back to the state right after ``up``: processes, venv, sim config, logs, state, HOME and /tmp."""
         self.kill_all()
         self.restore_host_key()
+        self.set_sftp(True)
         site = self.site_packages()
         for entry in site.iterdir():
             if entry.name not in self.pristine_site:
@@ -349,6 +350,17 @@ class SimHost:
             shutil.copy2(self.directory / f"ssh_host_ed25519_key.orig{suffix}", str(self.host_key) + suffix)
         pub = self.directory / "ssh_host_ed25519_key.pub"
         self._reload_sshd(key_type_and_blob(pub.read_text()))
+
+    def set_sftp(self, enabled: bool) -> None:
+        """Turn sshd's sftp subsystem on or off (some real hosts disable it); sshd is reloaded when it changes."""
+        cfg = self.directory / "sshd_config"
+        lines = cfg.read_text().splitlines()
+        kept = [line for line in lines if not line.startswith("Subsystem sftp")]
+        wanted = [*kept, "Subsystem sftp internal-sftp"] if enabled else kept
+        if wanted == lines:
+            return
+        cfg.write_text("\n".join(wanted) + "\n")
+        self._reload_sshd(key_type_and_blob((self.directory / "ssh_host_ed25519_key.pub").read_text()))
 
     def _reload_sshd(self, expect: str) -> None:
         _kill(self.sshd_pid(), signal.SIGHUP)
