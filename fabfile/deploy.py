@@ -69,8 +69,10 @@ def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, 
     except PatchModeError as e:
         raise FlagError(str(e), "choose another --patch-mode (auto picks one this version supports)",
                         host=plan.host.name) from None
-    if mode == "env" or not plan.nccl_values:
-        return mode, None
+    if not plan.nccl_values:
+        mode = "env"  # nothing to carry in-process
+    # Even in env mode a patch request goes to the host: applying "env" takes back patches an earlier deploy left
+    # (the host then runs exactly the mode asked for, and a rollback can restore any earlier mode).
     values = dict(plan.nccl_values)
     if plan.host.nccl_debug:
         # Carried by the patch too, so the evidence survives a launch path that strips the environment.

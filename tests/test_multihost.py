@@ -129,12 +129,13 @@ def test_rolling_failure_with_rollback_puts_every_changed_host_back(fleet: Fleet
                                                                    tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path)
     code, before, err = inv_json("deploy", "--host", ALL, "--strategy", "parallel", "--steps", "2",
-                                 inventory=inventory)
+                                 "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
     # sim3 is slow to load: the new deploy's 2 s bound fails there; the rollback uses the old deploy's own bounds.
     sim_hosts["sim3"].set_sim_config(fail="slow_load", load_seconds=4)
     code, doc, err = inv_json("deploy", "--host", ALL, "--strategy", "rolling", "--batch", "50%", "--steps", "3",
-                              "--timeout", "2", "--rollback-on-failure", inventory=inventory, timeout=180)
+                              "--patch-mode", "plugin", "--timeout", "2", "--rollback-on-failure", inventory=inventory,
+                              timeout=180)
     assert code == 1, err
     assert doc["batches"] == [["sim1"], ["sim2", "sim3"]]
     assert doc["rolled_back"] is True
@@ -147,6 +148,10 @@ def test_rolling_failure_with_rollback_puts_every_changed_host_back(fleet: Fleet
         assert _steps_running(sim_hosts[name]) == 2, name
         launchers = [p for p, c in sglang_pids(sim_hosts[name]) if "sglang.launch_server" in c]
         assert launchers == [rows[name]["pid_now"]]
+        # ... and with its own patch state: the new deploy's plugin is gone, the old scheduler patch is back.
+        site = sim_hosts[name].site_packages()
+        assert not (site / "specdeploy_nccl_env").exists(), name
+        assert "specdeploy" in (site / "sglang/srt/managers/scheduler.py").read_text(), name
 
 
 def test_rollout_flags_are_checked_before_any_connection(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:

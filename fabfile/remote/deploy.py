@@ -54,7 +54,7 @@ def schedulers_of(pid: int) -> List[Dict[str, Any]]:
 
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
-         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir")
+         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch")
 
 
 def _previous(state_dir: str) -> Optional[Dict[str, Any]]:

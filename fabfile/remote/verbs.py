@@ -243,7 +243,8 @@ def _records(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    """Start a recorded deploy again from its own copy of the launch script (rollback); no patch step."""
+    """Start a recorded deploy again from its own copy of the launch script (rollback), with its own patch state:
+    the patch engine reconciles the host to that deploy's mode and values."""
     from . import deploy, facts, records
     from .common import sha256_file
     state_dir = facts.expand(req["state_dir"])
@@ -260,7 +261,7 @@ def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                          "changed since it ran", "deploy that configuration explicitly")
     new = dict(old["request"])
     new.update(deploy_id=req["deploy_id"], client=req.get("client"), journal=req.get("journal"),
-               script=old["script_copy"], patch=None, rollback_of=old["deploy_id"],
+               script=old["script_copy"], patch=old["request"].get("patch"), rollback_of=old["deploy_id"],
                state_dir=req["state_dir"])
     return deploy.run(new, sink)
 
