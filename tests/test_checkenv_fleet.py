@@ -142,3 +142,15 @@ def test_commands_work_with_no_flags_on_the_default_host(inventory: Path, sim_ho
     assert "sim1" in r.stdout
     assert run("rollback-patches", env=env).returncode == 0
     assert ssh_logins(sim_host) >= 3
+
+
+def test_env_mode_takes_back_an_earlier_source_patch(inventory: Path, sim_host: SimHost) -> None:
+    """The host runs exactly the mode asked for: env mode after a scheduler-mode deploy leaves no source patch."""
+    original = _sha(sim_host, SCHEDULER_PY)
+    code, _, err = inv_json("deploy", "--steps", "1", "--patch-mode", "scheduler", inventory=inventory)
+    assert code == 0, err
+    assert _sha(sim_host, SCHEDULER_PY) != original
+    code, doc, err = inv_json("deploy", "--steps", "1", "--patch-mode", "env", inventory=inventory)
+    assert code == 0, err
+    assert doc["patch_mode"] == "env" and doc["check_env"]["ok"] is True
+    assert _sha(sim_host, SCHEDULER_PY) == original
