@@ -38,7 +38,8 @@ def _unknown_host(e: BaseException) -> bool:
 
 
 def _transient(e: BaseException) -> bool:
-    if isinstance(e, (BadHostKeyException, AuthenticationException)) or _unknown_host(e):
+    # A name that does not resolve will not resolve on the next try either: a typo in the alias or ssh_config.
+    if isinstance(e, (BadHostKeyException, AuthenticationException, socket.gaierror)) or _unknown_host(e):
         return False
     return isinstance(e, (NoValidConnectionsError, socket.timeout, EOFError, SSHException, OSError))
 
@@ -132,6 +133,10 @@ class SSHTransport(Transport):
                     host=self.host_name) from None
             raise ConnectError(f"could not open an SSH session to {self.alias}: {e}",
                                "check that the host is up and its sshd answers", host=self.host_name) from None
+        except socket.gaierror as e:
+            raise ConnectError(f"cannot resolve the host name of {self.alias} ({e.strerror or e})",
+                               f"is `{self.alias}` a Host in your ssh_config (or `ssh_host` in the inventory) with a "
+                               "HostName that resolves?", host=self.host_name) from None
         except (OSError, EOFError) as e:
             raise ConnectError(f"could not reach {self.alias} within {self.timeouts.connect_total:.0f} s: "
                                f"{e or type(e).__name__}", "check the network, the ssh_config alias and sshd",

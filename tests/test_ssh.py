@@ -38,3 +38,12 @@ def test_refused_key_is_an_auth_error_not_retried(fleet: Fleet, sim_host: SimHos
     assert r.returncode == 1
     assert "authentication" in r.stderr.lower() and "IdentityFile" in r.stderr
     assert time.monotonic() - t0 < 8  # not retried for connect_total
+
+
+def test_unresolvable_alias_fails_at_once_with_a_sentence(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"ssh_host": "no-such-alias.invalid"}})
+    t0 = time.monotonic()
+    r = run_inv("status", "--host", "sim1", inventory=inventory)
+    assert r.returncode == 1
+    assert "cannot resolve" in r.stderr and "no-such-alias.invalid" in r.stderr and "Traceback" not in r.stderr
+    assert time.monotonic() - t0 < 8
