@@ -14,7 +14,7 @@ from typing import Any
 from fabfile import __version__
 from fabfile.errors import FlagError, PreflightError, SpecDeployError, from_agent
 from fabfile.inventory import Host, Inventory
-from fabfile.plan import Options, Plan, build
+from fabfile.plan import Options, Plan, build, mask_secrets, secret_values
 from fabfile.progress import Reporter
 from fabfile.session import HostSession
 from fabfile.transport import ConnectionLost
@@ -168,6 +168,10 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
             reporter.step_end(reporter.current, False, message=e.message)
         if e.host is None:
             e.host = host.name
+        hidden = secret_values(host)
+        e.message = mask_secrets(e.message, hidden)
+        if isinstance(e.details.get("excerpt"), list):
+            e.details["excerpt"] = [mask_secrets(str(line), hidden) for line in e.details["excerpt"]]
         result.error = e
     finally:
         reporter.close()

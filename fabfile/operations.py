@@ -18,6 +18,7 @@ from rich.table import Table
 from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory import Host, Inventory
 from fabfile.output import err, out, print_error, print_json
+from fabfile.plan import mask_secrets, secret_values
 from fabfile.session import HostSession
 from fabfile.transport import Transport
 
@@ -243,9 +244,10 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
 
     def work(s: HostSession) -> Any:
         name = s.host.name
+        hidden = secret_values(s.host)
 
         def on_event(ev: dict[str, Any]) -> None:
-            got = [str(x) for x in ev.get("lines") or []]
+            got = [mask_secrets(str(x), hidden) for x in ev.get("lines") or []]
             if follow or not prefix:
                 with lock:
                     for line in got:

@@ -22,6 +22,25 @@ DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
 _SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
 _SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
 
+def secret_values(host: Host) -> list[str]:
+    """The secret values this host's configuration carries (secret-named env vars, --api-key style flags), so
+    anything the host sends back (log lines, excerpts) can be masked before it is shown. SGLang logs its
+    server_args, API key included."""
+    found = [v for k, v in host.env.items() if _SECRET_NAME.search(k) and v]
+    args = list(host.sglang_args)
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag in _SECRET_FLAGS:
+            found.append(value if eq else (args[i + 1] if i + 1 < len(args) else ""))
+    return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)
+
+
+def mask_secrets(text: str, secrets_: list[str]) -> str:
+    for value in secrets_:
+        text = text.replace(value, "***")
+    return text
+
+
 STEPS = ("connect", "preflight", "lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "verify_env",
          "record")
 

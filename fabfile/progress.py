@@ -32,6 +32,7 @@ class Reporter:
         self.live: Live | None = None
         self.t0 = time.monotonic()
         self.events_seen = 0
+        self.hidden: list[str] = []  # secret values to mask in log lines (set by the deploy from the plan)
 
     # -- rendering ----------------------------------------------------------------------------------------------
     def _spinner(self) -> Spinner:
@@ -105,6 +106,8 @@ class Reporter:
             lines = ev.get("lines") or []
             if lines:
                 self.last_line = str(lines[-1]).strip()
+                for value in self.hidden:
+                    self.last_line = self.last_line.replace(value, "***")
                 self._refresh()
         elif kind == "info":
             self.info(str(ev.get("message")))

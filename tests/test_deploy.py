@@ -305,3 +305,20 @@ def test_host_without_sftp_gets_files_by_shell_write(inventory: Path, sim_host: 
     mode = sim_host.exec(["stat", "-c", "%a", "/root/.specdeploy/launch-eagle3-s2-k1-d3.sh"]).stdout.strip()
     assert mode == "700"
     assert sim_host.exec("ls -a /root/.specdeploy | grep -c specdeploy-").stdout.strip() == "0"  # no temp files
+
+
+def test_secrets_never_shown_even_though_sglang_logs_them(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"sglang_args": ["--api-key", "k3y-s3cr3t"],
+                                                                   "env": {"HF_TOKEN": "hf_t0k3n_s3cr3t"}}})
+    code, doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    assert code == 0, err
+    shown = json.dumps(doc) + err
+    log = sim_host.exec(["cat", doc["log_path"]]).stdout
+    assert "k3y-s3cr3t" in log  # SGLang itself logs its server_args, key included ...
+    r = run_inv("logs", "--lines", "500", inventory=inventory)
+    shown += r.stdout + r.stderr
+    r = run_inv("deploy", "--steps", "1", "--dry-run", inventory=inventory)
+    shown += r.stdout + r.stderr
+    assert "k3y-s3cr3t" not in shown and "hf_t0k3n_s3cr3t" not in shown  # ... the tool never shows it
+    mode = sim_host.exec(["stat", "-c", "%a", "/root/.specdeploy/launch-eagle3-s1-k1-d2.sh"]).stdout.strip()
+    assert mode == "700"
