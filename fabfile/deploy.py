@@ -145,6 +145,7 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
                 plan: Plan | None = None) -> DeployResult:
     plan = plan or build(host, opts)
     result = DeployResult(host=host.name, ok=False, plan=plan)
+    reporter.hidden = secret_values(host)
     session: HostSession | None = None
     try:
         reporter.step_start("connect")
