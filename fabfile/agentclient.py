@@ -33,7 +33,7 @@ _MISSING_MARK = "can't open file"
 
 @functools.lru_cache(maxsize=1)
 def agent_bundle() -> tuple[bytes, str]:
-    """The agent zipapp's bytes and sha256."""
+    """The agent archive (zip) and its sha256: what is shipped, and the name of the directory it unpacks into."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         entries = [("__main__.py", _MAIN.encode())]

@@ -1,4 +1,4 @@
-"""Agent entry point: ``python -I agent.pyz VERB B64JSON``. Prints JSON event lines; the last is the result.
+"""Agent entry point: ``python -I STATE/agent/<sha16> VERB B64JSON``. Prints JSON event lines; the last is the result.
 
 Every run is bounded on the host itself: the request's ``deadline_s`` arms SIGALRM, so a lost client can never leave
 an agent running forever. SIGHUP is ignored: a dropped SSH session must not kill a deploy half-way (the deploy

@@ -65,6 +65,7 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         out["last_decode"] = _last_decode(rec["log_path"])
     others = [p.as_dict() for p in procs.all_procs()
               if (procs.is_sglang_title(p.cmdline) or procs.is_sglang_launcher(p.cmdline))
+              and procs.same_pid_namespace(p.pid)
               and not (rec and rec.get("pid") and (p.pid == rec["pid"] or _descends(p.pid, int(rec["pid"]))))]
     out["other_sglang_processes"] = others
     lock_holder = None

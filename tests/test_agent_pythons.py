@@ -1,0 +1,33 @@
+"""The agent runs with whatever Python the GPU host has (3.9 and newer): every verb that needs no server answers
+under each interpreter this machine has, from the very bundle that is shipped."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fabfile.agentclient import agent_bundle
+
+PYTHONS = sorted(p for v in ("3.9", "3.10", "3.11", "3.12", "3.13")
+                 for p in Path("/root/.pyenv/versions").glob(f"{v}*/bin/python3") if p.exists())
+PYTHONS += [Path(p) for p in ("/usr/bin/python3",) if Path(p).exists()]
+
+
+@pytest.mark.skipif(not PYTHONS, reason="no other Python interpreters on this machine")
+@pytest.mark.parametrize("python", PYTHONS, ids=[str(p) for p in PYTHONS])
+def test_agent_verbs_answer_under_each_python(python: Path, tmp_path: Path) -> None:
+    agent = tmp_path / "agent"
+    zipfile.ZipFile(io.BytesIO(agent_bundle()[0])).extractall(agent)
+    state = tmp_path / "state"
+    for verb in ("facts", "gpus", "status", "stale", "evidence", "patch_status"):
+        req = base64.b64encode(json.dumps({"state_dir": str(state), "expected": {}}).encode()).decode()
+        r = subprocess.run([str(python), "-I", str(agent), verb, req], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (verb, r.stderr)
+        result = json.loads(r.stdout.strip().splitlines()[-1])
+        assert result["event"] == "result" and result["ok"] is True, (verb, result)
