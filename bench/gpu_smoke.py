@@ -73,7 +73,7 @@ def _short(doc: Any) -> Any:
 
 
 def record(check: str, ok: bool, detail: str) -> None:
-    results.append((check, "PASS" if ok else "FAIL", detail))
+    results.append((check, "PASS" if ok else "FAIL", " ".join(str(detail).split()).replace("|", "/")))
 
 
 def setup(tp: int, version: str) -> None:
