@@ -164,24 +164,26 @@ def _find_func_end(lines: list[str], start: int) -> int:
     return i
 
 
+def _the_module_level_def(text: str, lines: list[str], def_re: re.Pattern[str], name: str, rel: str,
+                          version: str) -> int:
+    """Line index of the one module-level ``def name(`` (a regex over the lines, confirmed by ``ast`` when this
+    Python can parse the file); a missing or duplicated definition is an anchor error naming file and version."""
+    defs = _module_level_defs(lines, def_re)
+    tree = _try_parse(text, rel)
+    if tree is not None:
+        ast_defs = [n.lineno - 1 for n in tree.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+        defs = [d for d in defs if d in ast_defs]
+    if len(defs) != 1:
+        raise _anchor_err("anchor_not_found" if not defs else "anchor_ambiguous", rel,
+                          f"module-level 'def {name}('", version, len(defs))
+    return defs[0]
+
+
 def find_engine_anchor(text: str, rel: str, version: str) -> int:
     """Line index before which the engine block goes (the ``mp.set_start_method`` line)."""
     lines = _lines(text)
-    defs = _module_level_defs(lines, ENGINE_DEF_RE)
-    anchor = "module-level 'def _set_envs_and_config('"
-    tree = _try_parse(text, rel)
-    if tree is not None:
-        ast_defs = [
-            n.lineno - 1
-            for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "_set_envs_and_config"
-        ]
-        defs = [d for d in defs if d in ast_defs]
-    if len(defs) != 1:
-        raise _anchor_err(
-            "anchor_not_found" if not defs else "anchor_ambiguous", rel, anchor, version, len(defs)
-        )
-    start = defs[0]
+    start = _the_module_level_def(text, lines, ENGINE_DEF_RE, "_set_envs_and_config", rel, version)
     end = _find_func_end(lines, start)
     hits = [i for i in range(start + 1, end) if lines[i].rstrip("\r\n").rstrip() == ENGINE_ANCHOR_LINE]
     anchor2 = f"{ENGINE_ANCHOR_LINE.strip()!r} inside _set_envs_and_config"
@@ -195,22 +197,9 @@ def find_engine_anchor(text: str, rel: str, version: str) -> int:
 def find_scheduler_anchor(text: str, rel: str, version: str) -> int:
     """Line index of the ``):`` line closing ``run_scheduler_process``'s signature (block goes after it)."""
     lines = _lines(text)
-    defs = _module_level_defs(lines, SCHED_DEF_RE)
-    anchor = "module-level 'def run_scheduler_process('"
-    tree = _try_parse(text, rel)
-    if tree is not None:
-        ast_defs = [
-            n.lineno - 1
-            for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "run_scheduler_process"
-        ]
-        defs = [d for d in defs if d in ast_defs]
-    if len(defs) != 1:
-        raise _anchor_err(
-            "anchor_not_found" if not defs else "anchor_ambiguous", rel, anchor, version, len(defs)
-        )
+    start = _the_module_level_def(text, lines, SCHED_DEF_RE, "run_scheduler_process", rel, version)
     anchor2 = "line '):' closing the signature of run_scheduler_process"
-    for i in range(defs[0] + 1, len(lines)):
+    for i in range(start + 1, len(lines)):
         ln = lines[i]
         if SIG_END_RE.match(ln):
             return i
