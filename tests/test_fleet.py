@@ -233,7 +233,10 @@ def test_reset_restores_the_pristine_host(sim_host: SimHost) -> None:
     (sim_host.home / ".specdeploy").mkdir()
     r = sim_host.exec("setsid sleep 777 </dev/null >/dev/null 2>&1 & echo started")
     assert r.returncode == 0
-    assert any("sleep" in _cmdline(p) for p in sim_host.pids())
+    deadline = time.monotonic() + 5  # the background child may not have exec'd sleep yet when bash returns
+    while not any("sleep" in _cmdline(p) for p in sim_host.pids()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     sim_host.reset()
     assert not (site / "sitecustomize.py").exists()
     assert not (site / "specdeploy_plugin-0.1.dist-info").exists()
