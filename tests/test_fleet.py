@@ -8,7 +8,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -123,7 +123,7 @@ def test_process_started_on_one_host_is_invisible_and_unkillable_from_another(
     with ssh(fleet, "sim1") as c1, ssh(fleet, "sim2") as c2:
         code, out = run(c1, f"setsid {tag} </dev/null >/dev/null 2>&1 & echo $!")
         assert code == 0, out
-        time.sleep(0.1)
+        _eventually(lambda: run(c1, "ps -o ppid= -C sleep")[1].split() == ["1"])
         # Detached from its session it is reparented to the host's init, as on a real host.
         assert run(c1, "ps -o ppid= -C sleep")[1].split() == ["1"]
         assert run(c2, f"pgrep -f '{pattern}'")[0] == 1
@@ -154,7 +154,7 @@ def test_hosts_cannot_reach_each_other(fleet: Fleet, sim_hosts: dict[str, SimHos
         "python3 -c \"import socket,sys\ntry:\n socket.create_connection(('127.0.0.1', 8000), 2)\n"
         "except OSError as e: print('refused', type(e).__name__)\nelse: print('connected')\""
     )
-    assert "connected" in sim2.exec(probe).stdout
+    _eventually(lambda: "connected" in sim2.exec(probe).stdout)  # the server may take a moment to listen
     with ssh(fleet, "sim1") as c1:
         assert run(c1, probe)[1].startswith("refused")
         # 127.0.0.1:22 from sim1 is sim1's own sshd, never sim2's.
@@ -219,6 +219,14 @@ def test_unknown_host_is_rejected(fleet: Fleet, tmp_path: Path) -> None:
         connect(fleet.ssh_config_path, None, "sim2"),
     ):
         pass
+
+
+def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll instead of sleeping a fixed time: a loaded CI machine starts processes slower than this one."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.05)
 
 
 # ------------------------------------------------------------------ reset / versions
@@ -330,8 +338,7 @@ def test_loopback_mode(tmp_path: Path) -> None:
             )
         assert code == 0, out
         assert out.split() == [str(h.home), "2"]
-        time.sleep(0.1)
-        assert any("sleep 555" in _cmdline(p) for p in h.pids())  # detached, still the host's
+        _eventually(lambda: any("sleep 555" in _cmdline(p) for p in h.pids()))  # detached, still the host's
     finally:
         f.down()
     after = sorted(subprocess.run(["pgrep", "-x", "sshd"], capture_output=True, text=True).stdout.split())
