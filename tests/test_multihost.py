@@ -284,9 +284,13 @@ def test_fleet_hosts_reach_each_other_and_down_leaves_nothing(tmp_path: Path) ->
                 "c, a = s.accept(); print(a[0])")
         server = subprocess.Popen(["nsenter", "-t", str(sim1.init_pid), "-n", sys.executable, "-c", code],
                                   stdout=subprocess.PIPE, text=True)
-        time.sleep(0.5)
+        # The listener may take a moment to start: the client retries for a few seconds.
         r = sim2.exec([sim2.python_in_host, "-c",
-                       f"import socket; socket.create_connection(('{sim1.address}', 4242), timeout=5)"])
+                       "import socket, time\n"
+                       "for _ in range(100):\n"
+                       f"    try: socket.create_connection(('{sim1.address}', 4242), timeout=5); break\n"
+                       "    except ConnectionRefusedError: time.sleep(0.05)\n"
+                       "else: raise SystemExit('never connected')\n"])
         assert r.returncode == 0, r.stderr
         assert server.communicate(timeout=10)[0].strip() == sim2.address
         prefix = f"sd{f.fleet_id}-"
