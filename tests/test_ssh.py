@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 import paramiko
+import pytest
 from paramiko.ssh_exception import AuthenticationException, BadHostKeyException, NoValidConnectionsError, SSHException
 
 from fabfile.ssh import _transient
-from tests.invoke_cli import derived_inventory, run_inv
+from tests.invoke_cli import INV, ROOT, derived_inventory, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 
 
@@ -47,3 +48,23 @@ def test_unresolvable_alias_fails_at_once_with_a_sentence(fleet: Fleet, sim_host
     assert r.returncode == 1
     assert "cannot resolve" in r.stderr and "no-such-alias.invalid" in r.stderr and "Traceback" not in r.stderr
     assert time.monotonic() - t0 < 8
+
+
+def test_transient_network_failure_is_retried_until_the_host_answers(fleet: Fleet, sim_host: SimHost,
+                                                                      tmp_path: Path) -> None:
+    """The host's network is down when the command starts and comes back 1.5 s later: the connect is retried
+    with backoff and the command succeeds, once the host answers."""
+    if fleet.mode != "netns":
+        pytest.skip("needs netns mode (root)")
+    inventory = derived_inventory(fleet, tmp_path)
+    ns = sim_host.netns
+    subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "down"], check=True)
+    try:
+        proc = subprocess.Popen([*INV, "status", "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        time.sleep(1.5)
+    finally:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "sim1" in out
