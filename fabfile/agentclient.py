@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fabfile.errors import AgentCrashError, from_agent
+from fabfile.errors import AgentCrashError, PreflightError, from_agent
 from fabfile.transport import CommandResult, Transport
 
 REMOTE_SRC = Path(__file__).resolve().parent / "remote"
@@ -118,9 +118,11 @@ class AgentClient:
         host = self.transport.host_name
         if final is None:
             stderr = result.stderr.strip()
-            if "No such file or directory" in stderr and self.python in stderr:
-                raise AgentCrashError(f"the host's Python {self.python} does not exist",
-                                      "fix `python` for this host in the inventory", host=host)
+            if result.exit_code in (126, 127) or ("No such file" in stderr and self.python in stderr):
+                raise PreflightError(f"the host's Python {self.python} cannot be run there "
+                                     f"({stderr.splitlines()[-1] if stderr else f'exit {result.exit_code}'})",
+                                     "fix `python` for this host in the inventory: the Python that runs SGLang",
+                                     host=host)
             raise AgentCrashError(
                 f"the host-side agent ended without an answer (exit {result.exit_code})",
                 "this is a bug in specdeploy; the host's stderr is attached", host=host,

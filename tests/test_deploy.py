@@ -322,3 +322,12 @@ def test_secrets_never_shown_even_though_sglang_logs_them(fleet: Fleet, sim_host
     assert "k3y-s3cr3t" not in shown and "hf_t0k3n_s3cr3t" not in shown  # ... the tool never shows it
     mode = sim_host.exec(["stat", "-c", "%a", "/root/.specdeploy/launch-eagle3-s1-k1-d2.sh"]).stdout.strip()
     assert mode == "700"
+
+
+def test_wrong_python_path_is_a_sentence_and_nothing_runs(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"python": "/root/no-env/bin/python3"}})
+    code, doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    assert code == 1
+    assert doc["error"]["kind"] == "PreflightError"
+    assert "/root/no-env/bin/python3" in doc["error"]["message"] and "inventory" in doc["error"]["hint"]
+    assert sglang_pids(sim_host) == [] and "Traceback" not in err
