@@ -437,7 +437,8 @@ def load(path: str | Path) -> Inventory:
     """Read and validate an inventory file; raise :class:`InventoryError` naming the file and the field."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise InventoryError(f"inventory file {p} does not exist", "pass --inventory PATH or create inventory.yaml")
+        what = "is not a regular file" if p.exists() else "does not exist"
+        raise InventoryError(f"inventory file {p} {what}", "pass --inventory PATH or create inventory.yaml")
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
