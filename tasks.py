@@ -441,10 +441,53 @@ def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout:
         raise Exit(code=r.error.exit_code)
 
 
+TRUST_HELP = {
+    "host": "the host whose key to fetch and trust (one host)",
+    "fingerprint": "the SHA256:... fingerprint you verified out of band; written only if the host offers exactly it",
+    "inventory": INVENTORY_HELP,
+}
+
+
+@task(name="trust-host", help=TRUST_HELP)
+@cli
+def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any = None) -> None:
+    """First contact: show a host's key fingerprint and add it to known_hosts only when you confirm it."""
+    import sys
+
+    from fabfile.errors import FlagError, HostKeyError
+    from fabfile.output import out
+    from fabfile.trust import already_known, fetch_key, known_hosts_file, trust
+
+    inv = _inventory(inventory)
+    hosts = inv.select(host)
+    if len(hosts) != 1:
+        raise FlagError("--host: trust-host takes one host at a time")
+    h = hosts[0]
+    if h.connection == "local":
+        raise FlagError(f"--host: {h.name} is a local host; there is no SSH key to trust")
+    offered = fetch_key(inv, h)
+    path = known_hosts_file(inv, h)
+    out.print(f"{h.name} ({offered.entry_name}) offers a {offered.key.get_name()} key: {offered.fingerprint}")
+    state = already_known(path, offered)
+    if state is True:
+        out.print(f"already trusted in {path}")
+        return
+    if state is False:
+        raise HostKeyError(f"{path} already holds a DIFFERENT key for {offered.entry_name}; not touching it",
+                           f"if the host was reinstalled, verify the new key, then `ssh-keygen -R {offered.entry_name} "
+                           f"-f {path}` and run trust-host again", host=h.name)
+    confirmed = False
+    if fingerprint is None and sys.stdin.isatty():
+        answer = input("Did you verify this fingerprint out of band? Type yes to trust it: ")
+        confirmed = answer.strip().lower() == "yes"
+    trust(path, offered, fingerprint, confirmed)
+    out.print(f"trusted: added to {path}")
+
+
 def raise_for(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
 ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router)
+                deploy_router, trust_host)
