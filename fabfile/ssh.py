@@ -129,7 +129,8 @@ class SSHTransport(Transport):
             if _unknown_host(e):
                 raise HostKeyError(
                     f"{self.alias} is not in known_hosts, and the tool never trusts an unknown host key silently",
-                    f"check the fingerprint out of band, then add it: ssh-keyscan {self.alias} >> ~/.ssh/known_hosts",
+                    f"run `inv trust-host --host {self.host_name}`: it shows the fingerprint to check out of band "
+                    "and adds the key once you confirm it",
                     host=self.host_name) from None
             raise ConnectError(f"could not open an SSH session to {self.alias}: {e}",
                                "check that the host is up and its sshd answers", host=self.host_name) from None
