@@ -67,7 +67,8 @@ class AgentClient:
         """Upload the zip and unpack it into its content-addressed directory (atomically: unpack, then rename)."""
         archive = f"{self.dir}.zip"
         self.transport.put(self.bundle, archive, 0o600)
-        unpack = ("import os,sys,tempfile,zipfile\n"
+        unpack = ("import os,signal,sys,tempfile,zipfile\n"
+                  "signal.alarm(60)\n"  # bounded on the host too, like every remote command
                   "z,d=sys.argv[1],sys.argv[2]\n"
                   "if not os.path.isdir(d):\n"
                   " t=tempfile.mkdtemp(dir=os.path.dirname(d))\n"
