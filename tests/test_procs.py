@@ -89,3 +89,25 @@ def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_fatal_log_lines_and_benign_nccl_warnings() -> None:
+    from fabfile.remote.server import classify
+
+    fatal = [
+        "vm:1:1 [0] NCCL WARN Cuda failure 'out of memory'",
+        "sim2:9:9 [0] NCCL WARN socket.c: Connection closed by remote peer (10.77.0.1<41234>)",
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error",
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE)",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "Port is already in use.",
+        "Traceback (most recent call last):",
+        "[2026-01-01 10:00:00] Rank 1 scheduler is dead. Please check if there are relevant logs.",
+    ]
+    benign = [
+        "vm:1:1 [0] NCCL WARN Could not find real path of /sys/class/pci_bus/0000:00/../../0000:00:04.0",
+        "vm:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL",
+        "[2026-01-01 10:00:00 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16",
+    ]
+    assert all(classify(line) for line in fatal), [line for line in fatal if not classify(line)]
+    assert not any(classify(line) for line in benign), [line for line in benign if classify(line)]

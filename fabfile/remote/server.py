@@ -24,7 +24,10 @@ FATAL_PATTERNS: List[Tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"Port is already in use|[Aa]ddress already in use"),
      "the server's port is already in use",
      "stop whatever listens on that port on the host, or change `port` in the inventory"),
-    (re.compile(r"NCCL WARN|NCCL error|Watchdog caught collective operation timeout"),
+    # Not every "NCCL WARN" is fatal (some hosts warn about sysfs paths or plugins and run fine): only the ones that
+    # report a failure, a lost peer or a timeout end the wait.
+    (re.compile(r"NCCL error|Watchdog caught collective operation timeout|"
+                r"NCCL WARN .*(?:[Ff]ail|[Ee]rror|unhandled|[Tt]imeout|[Tt]imed out|closed by|[Aa]bort)"),
      "NCCL reported an error",
      "check the NCCL settings (an invalid NCCL_* value, P2P level or topology) in the excerpt"),
     (re.compile(r"scheduler is dead|scheduler died during initialization|Child process unexpectedly failed"),
