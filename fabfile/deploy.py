@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fabfile import __version__
-from fabfile.errors import FlagError, PreflightError, SpecDeployError, from_agent
+from fabfile.errors import ConnectError, FlagError, PreflightError, RemoteError, SpecDeployError, from_agent
 from fabfile.inventory import Host, Inventory
 from fabfile.plan import Options, Plan, build, mask_secrets, secret_values
 from fabfile.progress import Reporter
@@ -112,8 +112,6 @@ def deadline_for(plan: Plan) -> float:
 def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float,
                       reporter: Reporter) -> dict[str, Any]:
     """One agent call; if the SSH session drops, reconnect and follow the deploy's journal to its end."""
-    from fabfile.errors import RemoteError
-
     req = dict(req)
     req["journal"] = f"{req['state_dir']}/deploys/{req['deploy_id']}.events"
     try:
@@ -123,7 +121,14 @@ def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float
     t_end = time.monotonic() + deadline
     while True:
         try:
-            session.transport.reconnect()
+            try:
+                session.transport.reconnect()
+            except ConnectError as e:
+                raise ConnectError(
+                    f"lost the SSH session during the deploy and could not reconnect ({e.message}); the deploy "
+                    "goes on without us on the host: it finishes, or tears its server down if it fails",
+                    "run `inv status` once the host is reachable to see the outcome", host=session.host.name) \
+                    from None
             data = session.agent.call("attach", {"state_dir": req["state_dir"], "deploy_id": req["deploy_id"],
                                                  "skip": reporter.events_seen},
                                       max(5.0, t_end - time.monotonic()), on_event=reporter.event)

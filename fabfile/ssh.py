@@ -9,6 +9,7 @@ Connecting retries only transient failures (refused, reset, banner timeouts), ne
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shlex
@@ -31,6 +32,12 @@ from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_expon
 from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
 from fabfile.inventory import Timeouts
 from fabfile.transport import CommandResult, ConnectionLost, Transport, _LineBuffer
+
+# Paramiko's transport thread logs its own tracebacks (a broken ProxyCommand pipe, a reset connection) through the
+# logging module, which would print them on stderr. The failures reach the user as this module's exceptions, in
+# sentences; the raw tracebacks are noise.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 
 def _unknown_host(e: BaseException) -> bool:

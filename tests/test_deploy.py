@@ -262,6 +262,49 @@ def test_dropped_ssh_connection_mid_deploy_is_reattached(fleet: Fleet, sim_host:
     assert launchers == [doc["pid"]]
 
 
+def test_host_unreachable_after_a_drop_is_reported_and_the_deploy_finishes_there(fleet: Fleet, sim_host: SimHost,
+                                                                                  tmp_path: Path) -> None:
+    """The link drops mid-deploy and the host stays unreachable past the connect budget: the client says what
+    happened and what to do; on the host the deploy runs to its end (no half state), as `inv status` shows later."""
+    if fleet.mode != "netns":
+        pytest.skip("needs netns mode (root)")
+    inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"connect_total": 3}})
+    sim_host.set_sim_config(fail="slow_load", load_seconds=2)
+    proc = subprocess.Popen([*INV, "deploy", "--steps", "2", "--inventory", str(inventory)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    lo = ["ip", "netns", "exec", str(sim_host.netns), "ip", "link", "set", "lo"]
+    try:
+        deadline = time.monotonic() + 20
+        while not any("sglang.launch_server" in c for _, c in sglang_pids(sim_host)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        subprocess.run([*lo, "down"], check=True)
+        for c in _children(proc.pid):
+            if "socat" in Path(f"/proc/{c}/cmdline").read_text():
+                os.kill(c, signal.SIGKILL)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        subprocess.run([*lo, "up"], check=True)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "could not reconnect" in err and "inv status" in err and "Traceback" not in err
+    # Taking the host's network down also broke the server's own loopback, so the headless deploy may have failed:
+    # either way it must end whole, a healthy server or none at all.
+    deadline = time.monotonic() + 60
+    while True:
+        code, doc, _ = inv_json("status", inventory=inventory)
+        if code == 0 and not doc["data"]["deploy_in_progress"] and (doc["data"]["record"] or {}).get("status") in (
+                "running", "failed"):
+            break
+        assert time.monotonic() < deadline, doc
+        time.sleep(0.5)
+    if doc["data"]["record"]["status"] == "running":
+        assert doc["data"]["running"] and doc["data"]["health"]["status"] == 200
+    else:
+        assert not doc["data"]["running"] and sglang_pids(sim_host) == []
+
+
 def test_changed_host_key_is_refused_without_retry(inventory: Path, sim_host: SimHost) -> None:
     sim_host.rotate_host_key()
     t0 = time.monotonic()
