@@ -86,7 +86,8 @@ class AgentClient:
         self.shipped = True
 
     def _execute(self, verb: str, request: dict[str, Any], timeout: float,
-                 on_event: Callable[[dict[str, Any]], None] | None) -> tuple[CommandResult, list[dict[str, Any]]]:
+                 on_event: Callable[[dict[str, Any]], None] | None,
+                 idle_timeout: float | None = None) -> tuple[CommandResult, list[dict[str, Any]]]:
         request = {"deadline_s": timeout, **request}
         events: list[dict[str, Any]] = []
 
@@ -98,23 +99,30 @@ class AgentClient:
                 event = json.loads(line)
             except ValueError:
                 return  # not ours (a sitecustomize or the shell printed something): ignore
+            if event.get("event") == "heartbeat" or (event.get("event") == "replay" and
+                                                      (event.get("original") or {}).get("event") == "heartbeat"):
+                return  # only proof of life (see idle_timeout); not an event anyone handles
             events.append(event)
             if on_event is not None and event.get("event") != "result":
                 on_event(event)
 
         cmd = self._command(verb, request)
-        result = self.transport.stream(cmd, on_line, timeout + 15)
+        result = self.transport.stream(cmd, on_line, timeout + 15, idle_timeout)
         if result.exit_code == 2 and _MISSING_MARK in result.stderr and not self.shipped:
             # "can't open file": this host has not got this version of the agent yet.
             self.ship()
             events.clear()
-            result = self.transport.stream(cmd, on_line, timeout + 15)
+            result = self.transport.stream(cmd, on_line, timeout + 15, idle_timeout)
         return result, events
 
     def call(self, verb: str, request: dict[str, Any], timeout: float = 60.0,
-             on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Run a verb; return its data or raise the tool's exception for the agent's error."""
-        result, events = self._execute(verb, request, timeout, on_event)
+             on_event: Callable[[dict[str, Any]], None] | None = None,
+             idle_timeout: float | None = None) -> dict[str, Any]:
+        """Run a verb; return its data or raise the tool's exception for the agent's error.
+
+        ``idle_timeout`` (for verbs that send heartbeats): silence that long means the link is dead.
+        """
+        result, events = self._execute(verb, request, timeout, on_event, idle_timeout)
         final = next((e for e in reversed(events) if e.get("event") == "result"), None)
         host = self.transport.host_name
         if final is None:

@@ -98,6 +98,8 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
         "verify": {"expected": plan.expected, "settle_s": 3.0} if ("verify_env" in plan.steps and plan.expected)
         else None,
         "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},
+        # Several heartbeats fit in the client's silence bound, so only a dead link can exhaust it.
+        "heartbeat_s": max(0.5, min(5.0, t.silence / 4)),
         # A multi-node rank >= 1 serves only SGLang's stub health server (/ping, /health, /health_generate).
         "ready_path": "/health" if h.node is not None and h.node.rank > 0 else None,
         "node": asdict(h.node) if h.node is not None else None,
@@ -115,7 +117,8 @@ def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float
     req = dict(req)
     req["journal"] = f"{req['state_dir']}/deploys/{req['deploy_id']}.events"
     try:
-        return session.agent.call("deploy", req, deadline, on_event=reporter.event)
+        return session.agent.call("deploy", req, deadline, on_event=reporter.event,
+                                  idle_timeout=session.host.timeouts.silence)
     except ConnectionLost:
         reporter.info("SSH session dropped; the deploy continues on the host, reconnecting to follow it")
     t_end = time.monotonic() + deadline
@@ -131,7 +134,8 @@ def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float
                     from None
             data = session.agent.call("attach", {"state_dir": req["state_dir"], "deploy_id": req["deploy_id"],
                                                  "skip": reporter.events_seen},
-                                      max(5.0, t_end - time.monotonic()), on_event=reporter.event)
+                                      max(5.0, t_end - time.monotonic()), on_event=reporter.event,
+                                      idle_timeout=session.host.timeouts.silence)
             break
         except ConnectionLost:
             if time.monotonic() > t_end:

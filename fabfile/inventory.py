@@ -8,7 +8,7 @@ nothing is touched on any host (exit 2).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +91,7 @@ class TimeoutFields(_Strict):
     gpu_clean: float | None = None    # bounded wait for the GPU-clean gate
     lock_wait: float | None = None    # wait for another deploy's lock (0 = fail at once)
     host: float | None = None         # wall-clock bound on one host's part of a read-only command (status, ...)
+    silence: float | None = None      # a deploy's link is dead after this long without a byte (heartbeats: 5 s)
 
 
 class HostFields(_Strict):
@@ -250,6 +251,7 @@ class Timeouts:
     gpu_clean: float = 60.0
     lock_wait: float = 0.0
     host: float = 60.0
+    silence: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -593,6 +595,12 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
     check_speculative(spec, has_draft=bool(m.get("draft_model")), where=f"{where}.speculative")
 
     t = Timeouts(**{k: float(v) for k, v in (m.get("timeouts") or {}).items() if v is not None})
+    for key, value in asdict(t).items():
+        if value < 0 or (value == 0 and key != "lock_wait"):
+            raise ValueError(f"{where}.timeouts.{key}: must be a positive number of seconds, got {value:g}")
+    if t.silence < 2:
+        raise ValueError(f"{where}.timeouts.silence: at least 2 s (the host sends a heartbeat every "
+                         f"silence/4 s, at least every 0.5 s), got {t.silence:g}")
     return Host(
         name=name,
         connection=m.get("connection") or "ssh",

@@ -14,6 +14,8 @@ import os
 import secrets
 import shlex
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -183,11 +185,35 @@ class SSHTransport(Transport):
     def run(self, command: str, timeout: float) -> CommandResult:
         return self._run(command, timeout, hide=True)
 
-    def stream(self, command: str, on_line: Callable[[str], None], timeout: float) -> CommandResult:
+    def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
+               idle_timeout: float | None = None) -> CommandResult:
         sink = _LineBuffer(on_line)
+        done = threading.Event()
+        went_silent = threading.Event()
+
+        def watchdog() -> None:
+            # Keepalives do not notice a black-holed link; a command that should emit heartbeats and went silent
+            # has lost its link: close the session so the blocked run() returns and the caller can re-attach.
+            assert idle_timeout is not None
+            while not done.wait(1.0):
+                if time.monotonic() - sink.last_activity > idle_timeout:
+                    went_silent.set()
+                    t = getattr(self.cxn, "transport", None)
+                    if t is not None:
+                        t.close()
+                    return
+
+        if idle_timeout:
+            threading.Thread(target=watchdog, name=f"silence-{self.host_name}", daemon=True).start()
         try:
             result = self._run(command, timeout, hide="err", out_stream=sink)
+        except ConnectionLost:
+            if went_silent.is_set():
+                raise ConnectionLost(f"no word from {self.alias} for {idle_timeout:.0f} s: the link looks dead",
+                                     host=self.host_name) from None
+            raise
         finally:
+            done.set()
             sink.close()
         return CommandResult(result.exit_code, "", result.stderr)
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,8 +51,13 @@ class Transport(ABC):
     def run(self, command: str, timeout: float) -> CommandResult: ...
 
     @abstractmethod
-    def stream(self, command: str, on_line: Callable[[str], None], timeout: float) -> CommandResult:
-        """Run ``command``, handing each complete stdout line to ``on_line`` as it arrives."""
+    def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
+               idle_timeout: float | None = None) -> CommandResult:
+        """Run ``command``, handing each complete stdout line to ``on_line`` as it arrives.
+
+        ``idle_timeout``: with no output for that long, treat the link as dead (``ConnectionLost``); used for
+        commands that emit heartbeats, so a black-holed connection is noticed in seconds, not at the deadline.
+        """
 
     @abstractmethod
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
@@ -86,8 +92,10 @@ class _LineBuffer:
     def __init__(self, on_line: Callable[[str], None]) -> None:
         self.on_line = on_line
         self.buf = ""
+        self.last_activity = time.monotonic()
 
     def write(self, text: str) -> int:
+        self.last_activity = time.monotonic()
         self.buf += text
         *lines, self.buf = self.buf.split("\n")
         for line in lines:
@@ -134,7 +142,9 @@ class LocalTransport(Transport):
                               host=self.host_name, command=command) from None
         return CommandResult(proc.returncode, out, err)
 
-    def stream(self, command: str, on_line: Callable[[str], None], timeout: float) -> CommandResult:
+    def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
+               idle_timeout: float | None = None) -> CommandResult:
+        del idle_timeout  # a local pipe cannot black-hole
         proc = self._popen(command)
         timer = threading.Timer(timeout, self._kill, args=(proc,))
         timer.start()

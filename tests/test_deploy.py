@@ -374,3 +374,40 @@ def test_wrong_python_path_is_a_sentence_and_nothing_runs(fleet: Fleet, sim_host
     assert doc["error"]["kind"] == "PreflightError"
     assert "/root/no-env/bin/python3" in doc["error"]["message"] and "inventory" in doc["error"]["hint"]
     assert sglang_pids(sim_host) == [] and "Traceback" not in err
+
+
+def test_black_holed_link_is_noticed_by_silence_and_reattached(fleet: Fleet, sim_host: SimHost,
+                                                                tmp_path: Path) -> None:
+    """The link stops carrying bytes but never closes (the client's ProxyCommand is frozen): keepalives cannot tell,
+    the host's heartbeats stop arriving, so after `timeouts.silence` the client reconnects and re-attaches."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"silence": 3}})
+    sim_host.set_sim_config(fail="slow_load", load_seconds=5)
+    proc = subprocess.Popen([*INV, "deploy", "--steps", "2", "--json", "--inventory", str(inventory)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    frozen: list[int] = []
+    try:
+        deadline = time.monotonic() + 20
+        while not any("sglang.launch_server" in c for _, c in sglang_pids(sim_host)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        frozen = [c for c in _children(proc.pid) if "socat" in Path(f"/proc/{c}/cmdline").read_text()]
+        assert frozen
+        t0 = time.monotonic()
+        for s in frozen:
+            os.kill(s, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - t0
+    finally:
+        for s in frozen:
+            try:
+                os.kill(s, signal.SIGKILL)
+                os.kill(s, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] and doc["transport"]["reconnects"] >= 1
+    assert "link looks dead" in err or "dropped" in err
+    assert waited < 30  # noticed in seconds, not at the deploy's deadline

@@ -7,7 +7,8 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Dict, Optional
+import threading
+from typing import Any, Callable, Dict, Optional
 
 
 class AgentError(Exception):
@@ -33,6 +34,7 @@ class EventSink:
 
     def __init__(self, journal: Optional[str] = None) -> None:
         self.stdout_ok = True
+        self._lock = threading.Lock()
         self.journal = None
         if journal:
             ensure_private_dir(os.path.dirname(journal))
@@ -40,15 +42,31 @@ class EventSink:
 
     def emit(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, **fields}, sort_keys=True, default=str) + "\n"
-        if self.journal is not None:
-            self.journal.write(line)
-            self.journal.flush()
-        if self.stdout_ok:
-            try:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            except (BrokenPipeError, OSError):
-                self.stdout_ok = False
+        with self._lock:  # the heartbeat thread writes too
+            if self.journal is not None:
+                self.journal.write(line)
+                self.journal.flush()
+            if self.stdout_ok:
+                try:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                except (BrokenPipeError, OSError):
+                    self.stdout_ok = False
+
+    def start_heartbeat(self, every: float = 5.0) -> Callable[[], None]:
+        """Emit ``heartbeat`` events every ``every`` seconds until the returned function is called.
+
+        A long step (a model that loads for minutes) can be silent; the heartbeat lets the client tell a quiet
+        deploy from a dead link and re-attach instead of waiting out the whole deadline.
+        """
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every):
+                self.emit("heartbeat")
+
+        threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+        return stop.set
 
 
 def sha256_bytes(data: bytes) -> str:

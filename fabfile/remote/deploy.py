@@ -110,6 +110,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     lock = DeployLock(state_dir)
     steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client")},
                                            float(t.get("lock_wait", 0))))
+    stop_heartbeat = sink.start_heartbeat(float(req.get("heartbeat_s") or 5.0))
     if lock.stale:
         sink.emit("info", message=f"replaced a stale lock note left by deploy {lock.stale.get('deploy_id')} "
                   f"(agent pid {lock.stale.get('pid')} is gone)")
@@ -177,6 +178,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         records.write(state_dir, record)
         raise
     finally:
+        stop_heartbeat()
         lock.release()
 
 

@@ -172,12 +172,16 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         chunks = (partial + data).split(b"\n")
         partial = chunks.pop()
         for raw in chunks:
-            seen += 1
-            if seen <= skip:
-                continue
             import json
 
             event = json.loads(raw)
+            if event.get("event") == "heartbeat":
+                # Proof of life for the client's silence watchdog; not counted (the client never counts them).
+                sink.emit("heartbeat")
+                continue
+            seen += 1
+            if seen <= skip:
+                continue
             if event.get("event") == "result":
                 return {"replayed": True, "result": event}
             sink.emit("replay", original=event)
