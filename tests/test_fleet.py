@@ -298,29 +298,32 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @needs_netns
 def test_cli_up_down_leaves_nothing_behind(fleet: Fleet, tmp_path: Path) -> None:
     _netns_only(fleet)  # the session fleet has already created /run/netns, which `ip` never removes
-    before = _machine_snapshot()
     d = tmp_path / "cli-fleet"
-    r = _cli("up", "--hosts", "2", "--dir", str(d), "--versions", "0.5.23,0.5.7", "--tp", "2")
-    assert r.returncode == 0, r.stderr
-    assert "sim1: up" in r.stdout and "sim2: up" in r.stdout and "host(s) up in" in r.stdout
-    assert "sim1: {ssh_host: sim1, default: true, address: " in (d / "inventory.yaml").read_text()
-    with connect(d / "ssh_config", d / "known_hosts", "sim2") as c:
-        out = run(c, "~/ml-env/bin/python3 -c 'import sglang.version as v; print(v.__version__)'")[1]
-        assert out.strip() == "0.5.7"
-    # up on a live DIR brings the old fleet down first
-    old = Fleet.load(d)
-    r = _cli("up", "--hosts", "1", "--dir", str(d))
-    assert r.returncode == 0, r.stderr
-    assert not any(ns.startswith(f"sd{old.fleet_id}-") for ns in _machine_snapshot()["netns"])  # type: ignore[union-attr]
-    for _ in range(2):  # down twice is fine
-        r = _cli("down", "--dir", str(d))
+    try:
+        r = _cli("up", "--hosts", "2", "--dir", str(d), "--versions", "0.5.23,0.5.7", "--tp", "2")
         assert r.returncode == 0, r.stderr
+        assert "sim1: up" in r.stdout and "sim2: up" in r.stdout and "host(s) up in" in r.stdout
+        assert "sim1: {ssh_host: sim1, default: true, address: " in (d / "inventory.yaml").read_text()
+        with connect(d / "ssh_config", d / "known_hosts", "sim2") as c:
+            out = run(c, "~/ml-env/bin/python3 -c 'import sglang.version as v; print(v.__version__)'")[1]
+            assert out.strip() == "0.5.7"
+        # up on a live DIR brings the old fleet down first
+        old = Fleet.load(d)
+        r = _cli("up", "--hosts", "1", "--dir", str(d))
+        assert r.returncode == 0, r.stderr
+        assert not any(ns.startswith(f"sd{old.fleet_id}-")
+                       for ns in _machine_snapshot()["netns"])  # type: ignore[union-attr]
+        new_id = Fleet.load(d).fleet_id
+        for _ in range(2):  # down twice is fine
+            r = _cli("down", "--dir", str(d))
+            assert r.returncode == 0, r.stderr
+    finally:
+        _cli("down", "--dir", str(d))  # even when an assertion above failed: never leak a fleet
     after = _machine_snapshot(d)
     assert after["sshd"] == [] and after["mounts"] == ""
-    for fid in (old.fleet_id, Fleet.load(d).fleet_id if (d / "fleet.json").exists() else old.fleet_id):
+    for fid in (old.fleet_id, new_id):
         assert not any(ns.startswith(f"sd{fid}-") for ns in after["netns"])  # type: ignore[union-attr]
         assert f"sd{fid}" not in str(after["links"])
-    del before
 
 
 def test_loopback_mode(tmp_path: Path) -> None:
