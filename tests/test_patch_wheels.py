@@ -32,6 +32,7 @@ import pytest
 from fabfile import patchset
 from fabfile.remote import patching
 from fabfile.remote.common import sha256_file
+from tests.test_patching import tree as tree_hashes
 
 pytestmark = pytest.mark.wheels
 
@@ -229,13 +230,6 @@ def _extract(whl: Path, site: Path) -> dict[str, Path]:
     return got
 
 
-def _tree_hashes(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): sha256_file(str(p))
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
-
 
 def _module_func(tree: ast.Module, name: str) -> ast.FunctionDef:
     found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
@@ -258,7 +252,7 @@ def test_real_wheel(label: str, wheels: dict[str, Any], tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     files = _extract(info["path"], site)
     assert {"engine", "scheduler"} <= set(files), f"{version}: wheel lacks engine.py/scheduler.py"
-    pristine = _tree_hashes(site)
+    pristine = tree_hashes(site)
     state = tmp_path / "state"
     modes = [m for m in patching.supported_modes(version) if m != "env"]
     assert ("plugin" in modes) == ("plugins" in files), version
@@ -299,5 +293,5 @@ def test_real_wheel(label: str, wheels: dict[str, Any], tmp_path: Path) -> None:
         )
         rb = patching.rollback({"state_dir": str(state)})
         assert not rb["nothing_to_do"]
-        assert _tree_hashes(site) == pristine, (version, mode)
+        assert tree_hashes(site) == pristine, (version, mode)
         assert patching.rollback({"state_dir": str(state)})["nothing_to_do"]

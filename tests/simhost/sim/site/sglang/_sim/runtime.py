@@ -200,3 +200,15 @@ def scaled_sleep(seconds: float, cfg: dict[str, Any]) -> None:
     t = seconds * float(cfg.get("time_scale", 1.0))
     if t > 0:
         time.sleep(t)
+
+
+def read_model_config(path: str | None) -> dict[str, Any]:
+    """A model directory's config.json as a dict ({} when absent or unreadable), as SGLang reads it."""
+    if not path:
+        return {}
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -34,16 +34,6 @@ def uv_log(msg: str, level: str = "INFO") -> None:
     runtime.write_all(2, f"[{runtime.now_stamp()}] {(level + ':').ljust(9)} {msg}\n".encode())
 
 
-def _read_json(path: str | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    try:
-        with open(os.path.join(path, "config.json")) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
 
 class ServerState:
     def __init__(self, server_args: ServerArgs, launched: engine.LaunchedEngine | None, cfg: dict[str, Any]):
@@ -57,7 +47,7 @@ class ServerState:
         self.scheduler_info = infos[0] if infos else {}
         tp0_prefix = " TP0" if server_args.tp_size > 1 else ""
         self.generator = Generator(server_args, cfg, infos, tp0_prefix)
-        self.model_config = _read_json(server_args.model_path)
+        self.model_config = runtime.read_model_config(server_args.model_path)
         self.context_len = int(self.scheduler_info.get("context_len") or 131072)
 
     # ---------------------------------------------------------------- payloads

@@ -21,16 +21,6 @@ from sglang.srt.server_args import ServerArgs
 logger = logging.getLogger(__name__)
 
 
-def _read_model_config(path: str | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    try:
-        with open(os.path.join(path, "config.json")) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
 
 def used_mib_on_gpu(gpu: int, exclude_pid: int | None = None) -> int:
     total = 0
@@ -70,7 +60,7 @@ class ModelRunner:
         self.cfg = cfg
         self.nccl_port = nccl_port
         self.total_gb = int(cfg["gpu_memory_mib"]) / 1024
-        self.model_config = _read_model_config(server_args.model_path)
+        self.model_config = runtime.read_model_config(server_args.model_path)
         self.nccl_env: dict[str, str] = {}
         self.max_total_num_tokens = 0
         t = float(cfg.get("load_seconds", 0.3))
@@ -124,7 +114,7 @@ class ModelRunner:
             f"mem usage={weights_gb:.2f} GB."
         )
         if self.server_args.speculative:
-            draft = _read_model_config(self.server_args.speculative_draft_model_path)
+            draft = runtime.read_model_config(self.server_args.speculative_draft_model_path)
             darch = (draft.get("architectures") or ["LlamaForCausalLMEagle3"])[0]
             logger.info(f"Load weight begin. avail mem={avail - weights_gb:.2f} GB")
             logger.info(
