@@ -59,7 +59,7 @@ def _int(flag: str, value: Any, minimum: int = 0) -> int | None:
     return n
 
 
-def _float(flag: str, value: Any) -> float | None:
+def _float(flag: str, value: Any, what: str = "a number of seconds") -> float | None:
     from fabfile.errors import FlagError
 
     if value is None:
@@ -67,7 +67,7 @@ def _float(flag: str, value: Any) -> float | None:
     try:
         x = float(str(value).strip())
     except ValueError:
-        raise FlagError(f"{flag}: expected a number of seconds, got {value!r}") from None
+        raise FlagError(f"{flag}: expected {what}, got {value!r}") from None
     if x <= 0:
         raise FlagError(f"{flag}: must be positive, got {value}")
     return x
@@ -314,10 +314,19 @@ SWEEP_HELP = {
     "draft_tokens": "comma list of draft token counts for topk > 1 (topk 1 always uses steps+1, SGLang's rule)",
     "keep": "leave this configuration running afterwards (a config name from the table, e.g. baseline or "
             "eagle3-s2-k1-d3; default: the winner)",
-    "concurrency": BENCH_HELP["concurrency"],
     "input_len": BENCH_HELP["input_len"],
     "output_len": BENCH_HELP["output_len"],
-    "num_prompts": BENCH_HELP["num_prompts"],
+    "concurrency": "comma list of load levels, e.g. 1,8,32: each deployed configuration is benchmarked at each "
+                   "(one model load serves them all); the table, report and plot give the winner per level, and "
+                   "the first level's winner is left running (default 1)",
+    "num_prompts": "a fixed number of requests per configuration and level (default: adaptive, see --target-ci)",
+    "target_ci": "adaptive length: each benchmark stops once its tok/s is known within ±PCT % (95 % interval; "
+                 "default 2)",
+    "min_requests": "adaptive length: at least this many requests (default 8)",
+    "max_requests": "adaptive length: at most this many requests (default 256)",
+    "predict": "measure the baseline and the smallest and largest chain step counts, predict the other topk-1 "
+               "configurations from the accepted-drafts histogram and the cycle fit, deploy only the predicted "
+               "winner to confirm it (topk > 1 and other draft-token counts are measured)",
     "client": BENCH_HELP["client"],
     "patch_mode": DEPLOY_HELP["patch_mode"],
     "timeout": "bound in seconds on each deploy's wait for readiness",
@@ -345,15 +354,26 @@ def _int_list(flag: str, value: Any, minimum: int) -> list[int] | None:
 @cli
 def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
           keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
-          num_prompts: Any = None, client: Any = None, patch_mode: Any = None, timeout: Any = None,
+          num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
+          predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
           out: Any = None, json: bool = False, inventory: Any = None) -> None:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
+    from dataclasses import replace
+
     from fabfile.errors import FlagError
 
     step_list = _int_list("--steps", steps, 0)
     if not step_list:
         raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
-    params = _bench_params(concurrency, input_len, output_len, num_prompts, client, None)
+    levels = _int_list("--concurrency", concurrency, 1) or [1]
+    params = _bench_params(levels[0], input_len, output_len, num_prompts, client, None)
+    params = replace(params, **_adaptive(num_prompts, target_ci, min_requests, max_requests), need_histogram=predict)
+    if predict and params.client == "sglang":
+        raise FlagError("--client: --predict needs each request's meta_info and stream, which sglang.bench_serving "
+                        "does not keep; use --client builtin or auto")
+    if params.target_ci is not None and params.client == "sglang":
+        raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
+                        "sglang.bench_serving")
     base = _options(None, None, None, patch_mode, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
@@ -363,7 +383,29 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
-    raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json))
+    raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
+                        predict=predict))
+
+
+def _adaptive(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:
+    """Sweep length: a fixed --num-prompts, or adaptive (default) to ±--target-ci % between the request bounds."""
+    from fabfile.errors import FlagError
+
+    adaptive_flags = [f for f, v in (("--target-ci", target_ci), ("--min-requests", min_requests),
+                                     ("--max-requests", max_requests)) if v is not None]
+    if num_prompts is not None:
+        if adaptive_flags:
+            raise FlagError(f"{adaptive_flags[0]}: an adaptive length and a fixed --num-prompts exclude each other")
+        return {"target_ci": None}
+    pct = 2.0 if target_ci is None else _float("--target-ci", target_ci, "a percentage, e.g. 2")
+    assert pct is not None
+    if pct >= 50:
+        raise FlagError(f"--target-ci: a percentage below 50, got {target_ci}")
+    lo = _int("--min-requests", min_requests, 2) or 8
+    hi = _int("--max-requests", max_requests, 2) or 256
+    if hi < lo:
+        raise FlagError(f"--max-requests: {hi} is below --min-requests {lo}")
+    return {"target_ci": pct / 100.0, "min_requests": lo, "num_prompts": hi}
 
 
 ANALYZE_HELP = {

@@ -145,6 +145,7 @@ def analyze_sweep(rows: list[dict[str, Any]]) -> dict[str, Any]:
     baseline_ms = base.get("decode_ms_per_token") or (1000.0 / base["tok_s"] if base.get("tok_s") else None)
     if not baseline_ms:
         return {"baseline_ms": None, "rows": [], "fit": None, "note": "the baseline has no per-token time"}
+    rows = [r for r in rows if r.get("measured", True)]  # predicted rows are not evidence
     out_rows = []
     for r in rows:
         if not r.get("ok") or r.get("steps") == 0 or not r.get("cycle_ms"):

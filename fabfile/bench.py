@@ -34,6 +34,11 @@ class BenchParams:
     client: str = "auto"          # auto | sglang (sglang.bench_serving) | builtin (the agent's load generator)
     warmup: int = 1
     timeout: float | None = None  # bound on the whole benchmark; default from the size of the run
+    # Adaptive length: stop once the 95 % interval of tok/s is within ±target_ci (relative), after at least
+    # min_requests; num_prompts is then the most it sends. None: exactly num_prompts.
+    target_ci: float | None = None
+    min_requests: int = 8
+    need_histogram: bool = False  # the accepted-drafts histogram is wanted (sweep --predict): builtin client
 
     def bound(self) -> float:
         if self.timeout is not None:
@@ -50,7 +55,8 @@ def new_bench_id() -> str:
 def bench_request(host: Host, params: BenchParams, bench_id: str) -> dict[str, Any]:
     return {"bench_id": bench_id, "concurrency": params.concurrency, "input_len": params.input_len,
             "output_len": params.output_len, "num_prompts": params.num_prompts, "client": params.client,
-            "warmup": params.warmup}
+            "warmup": params.warmup, "target_ci": params.target_ci, "min_requests": params.min_requests,
+            "need_histogram": params.need_histogram}
 
 
 def run_bench(session: HostSession, params: BenchParams, *, bench_id: str | None = None,
@@ -97,7 +103,10 @@ def print_result(r: dict[str, Any], console: Console) -> None:
                   f"concurrency {p.get('concurrency')}  in/out {p.get('input_len')}/"
                   f"{p.get('output_len')}  prompts {r.get('completed')}/{p.get('num_prompts')}"
                   + (f"  [red]{r.get('failed')} failed[/red]" if r.get("failed") else ""))
-    console.print(f"  output [bold]{r.get('output_tok_s', 0):.1f} tok/s[/bold] over {r.get('duration_s', 0):.2f} s")
+    ci = r.get("tok_s_ci")
+    console.print(f"  output [bold]{r.get('output_tok_s', 0):.1f} tok/s[/bold]"
+                  + (f" ±{ci:.1%} (95 % interval)" if ci is not None else "")
+                  + f" over {r.get('duration_s', 0):.2f} s")
     t = Table(header_style="bold", box=None, pad_edge=False)
     for col in ("ms", "mean", "median", "p95", "p99", "max"):
         t.add_column(col, justify="right")

@@ -13,31 +13,69 @@ from fabfile.analysis import BreakEven, analyze_sweep, from_numbers
 from fabfile.errors import FlagError
 from fabfile.output import out, print_json
 
-COLUMNS = ("config", "tok/s", "speedup", "accept len", "drafts accepted", "ms/token", "cycle ms", "needs accept len",
-           "verdict")
+COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted", "ms/token", "cycle ms",
+           "needs accept len", "verdict")
 
 
 def _f(v: Any, fmt: str = "{:.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def _levels(doc: dict[str, Any]) -> list[int]:
+    return [int(c) for c in doc.get("concurrency_levels") or []]
+
+
+def columns(doc: dict[str, Any]) -> list[str]:
+    """The table's columns: with several concurrency levels, one tok/s column per level."""
+    levels = _levels(doc)
+    if len(levels) <= 1:
+        return list(COLUMNS)
+    return ["config", "how", *[f"tok/s @{c}" for c in levels], *COLUMNS[3:]]
+
+
+def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool) -> str:
+    if not lv or lv.get("tok_s") is None:
+        return "-"
+    text = f"{lv['tok_s']:.1f}"
+    if measured and lv.get("tok_s_ci") is not None:
+        text += f" ±{lv['tok_s_ci']:.1%}"
+    if measured and lv.get("predicted_tok_s") is not None:
+        text += f" (pred {lv['predicted_tok_s']:.1f})"
+    return text + (" ★" if star else "")
+
+
 def table_rows(doc: dict[str, Any]) -> list[list[str]]:
-    """One row of strings per configuration: the same cells in the terminal table and in report.md."""
+    """One row of strings per configuration: the same cells in the terminal table and in report.md. Each row says
+    whether it was measured or predicted; ★ marks the (measured) winner, per level with several levels."""
     analysis = doc.get("analysis") or analyze_sweep(doc.get("rows") or [])
     by_config = {r["config"]: r for r in analysis.get("rows") or []}
+    levels = _levels(doc)
+    winners = doc.get("winners") or {}
     rows = []
+    base = next((r for r in doc.get("rows") or [] if r.get("steps") == 0 and r.get("ok")), None)
     for r in doc.get("rows") or []:
         be = by_config.get(r["config"]) or {}
+        measured = bool(r.get("measured", True))
+        n_tok = max(1, len(levels))
         if not r.get("ok"):
             msg = (r.get("error") or {}).get("message", "")
-            rows.append([r["config"], f"{r.get('phase', '')} failed", "-", "-", "-", "-", "-", "-", msg[:60]])
+            rows.append([r["config"], "measured", f"{r.get('phase', '')} failed", *["-"] * (n_tok - 1),
+                         "-", "-", "-", "-", "-", "-", msg[:60]])
             continue
         verdict = "baseline" if r["steps"] == 0 else be.get("verdict", "-")
-        if r["config"] == doc.get("winner"):
-            verdict += " ★"
+        if not measured:
+            verdict = "predicted"
+        if len(levels) <= 1:
+            tok = [_tok_cell(r, measured, r["config"] == doc.get("winner"))]
+        else:
+            by_level = {int(lv["concurrency"]): lv for lv in r.get("levels") or []}
+            tok = [_tok_cell(by_level.get(c), measured, winners.get(str(c)) == r["config"]) for c in levels]
+        speedup = r.get("speedup")
+        if speedup is None and base and r.get("tok_s"):
+            speedup = r["tok_s"] / base["tok_s"]
         rows.append([
-            r["config"], _f(r.get("tok_s"), "{:.1f}"), _f(r.get("speedup"), "×{:.2f}"), _f(r.get("accept_len")),
-            _f(r.get("draft_acceptance"), "{:.0%}"),
+            r["config"], "measured" if measured else "predicted", *tok, _f(speedup, "×{:.2f}"),
+            _f(r.get("accept_len")), _f(r.get("draft_acceptance"), "{:.0%}"),
             _f(r.get("decode_ms_per_token") if r["steps"] == 0 else r.get("ms_per_token"), "{:.1f}"),
             _f(r.get("cycle_ms"), "{:.1f}"), _f(be.get("needed_accept_len")), verdict,
         ])
@@ -51,8 +89,8 @@ def conclusion(doc: dict[str, Any]) -> str:
     rows = {r["config"]: r for r in doc.get("rows") or []}
     w = rows[winner]
     if doc.get("baseline_wins"):
-        best_spec = max((r for r in rows.values() if r.get("ok") and r["steps"] > 0 and r.get("tok_s")),
-                        key=lambda r: r["tok_s"], default=None)
+        best_spec = max((r for r in rows.values() if r.get("ok") and r["steps"] > 0 and r.get("tok_s") and
+                         r.get("measured", True)), key=lambda r: r["tok_s"], default=None)
         text = f"speculation loses to the baseline on this host: baseline {w['tok_s']:.1f} tok/s"
         if best_spec is not None:
             text += (f", best speculative {best_spec['config']} {best_spec['tok_s']:.1f} tok/s "
@@ -70,18 +108,42 @@ def conclusion(doc: dict[str, Any]) -> str:
     return text
 
 
+def details(doc: dict[str, Any]) -> list[str]:
+    """Sentences under the table: winners per level, the prediction against the measurement, model loads."""
+    lines: list[str] = []
+    levels = _levels(doc)
+    winners = doc.get("winners") or {}
+    if len(levels) > 1:
+        lines.append("winner per concurrency: " + ", ".join(f"{c}: {winners.get(str(c)) or '-'}" for c in levels))
+    pred = doc.get("prediction") or {}
+    if pred.get("rows"):
+        lines.append(f"predicted from {pred['histogram_config']}'s accepted-drafts histogram "
+                     f"({sum(pred['histogram'])} verify passes, from {pred.get('histogram_source')}) and the cycle "
+                     "fit; predicted winner " + ", ".join(f"@{c}: {n}" for c, n in pred["winners"].items()))
+        if doc.get("predicted_tok_s") is not None and doc.get("measured_tok_s"):
+            err = doc["predicted_tok_s"] / doc["measured_tok_s"] - 1
+            lines.append(f"{doc['winner']}: predicted {doc['predicted_tok_s']:.1f} tok/s, measured "
+                         f"{doc['measured_tok_s']:.1f} tok/s ({err:+.1%})")
+    if doc.get("predict") or doc.get("model_loads"):
+        lines.append(f"model loads: {doc.get('model_loads')} (the full grid would have taken {doc.get('grid_loads')})")
+    lines += list(doc.get("notes") or [])
+    return lines
+
+
 def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None = None) -> None:
     if as_json:
         print_json(doc)
         return
     c = console or out
     t = Table(header_style="bold", title=f"{doc['host']} sweep {doc['sweep_id']}")
-    for col in COLUMNS:
-        t.add_column(col, justify="left" if col in ("config", "verdict") else "right")
+    for col in columns(doc):
+        t.add_column(col, justify="left" if col in ("config", "how", "verdict") else "right")
     for row in table_rows(doc):
         t.add_row(*row)
     c.print(t)
     c.print(f"[bold]{conclusion(doc)}[/bold]")
+    for line in details(doc):
+        c.print(f"  {line}", markup=False)
     a = doc.get("analysis") or {}
     for r in a.get("rows") or []:
         c.print(f"  {r['config']}: {r['sentence']}")
@@ -98,14 +160,19 @@ def markdown(doc: dict[str, Any]) -> str:
     p = doc.get("params") or {}
     lines = [f"# Sweep {doc['sweep_id']} on {doc['host']}", "",
              f"Started {doc.get('started_at')}, took {doc.get('elapsed_s', 0):.1f} s. Benchmark: concurrency "
-             f"{p.get('concurrency')}, input {p.get('input_len')} tokens, output {p.get('output_len')} tokens, "
-             f"{p.get('num_prompts')} prompts, client {p.get('client')}; run from the host itself.", "",
-             f"**{conclusion(doc)}**", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+             f"{', '.join(str(c) for c in _levels(doc)) or p.get('concurrency')}, input {p.get('input_len')} "
+             f"tokens, output {p.get('output_len')} tokens, "
+             + (f"adaptive length (95 % interval within ±{p['target_ci']:.0%}, {p.get('min_requests')}–"
+                f"{p.get('num_prompts')} requests)" if p.get("target_ci") else f"{p.get('num_prompts')} prompts")
+             + f", client {p.get('client')}; run from the host itself.", "",
+             f"**{conclusion(doc)}**", "", *[f"- {x}" for x in details(doc)], "",
+             "| " + " | ".join(columns(doc)) + " |", "|" + "---|" * len(columns(doc))]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table_rows(doc)]
     lines += ["", "`ms/token` is the baseline's decode step (TPOT) and, for speculative configurations, "
               "1000 / tok/s; `cycle ms` is one draft+verify cycle; `drafts accepted` is (accept len − 1) / "
-              "(draft tokens − 1) on every SGLang version.", ""]
+              "(draft tokens − 1) on every SGLang version. `±` is the 95 % confidence interval of the measured "
+              "tok/s; `(pred …)` the prediction for a measured configuration; `predicted` rows were not deployed.",
+              ""]
     a = doc.get("analysis") or {}
     lines += ["## Break-even", ""]
     if a.get("baseline_ms"):
@@ -134,7 +201,8 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def plot(doc: dict[str, Any], path: Path) -> bool:
-    """tok/s (left axis) and accept length (right axis) against steps, one line per topk; baseline horizontal."""
+    """One panel per concurrency level: tok/s (left axis) and accept length (right axis) against steps, one line per
+    topk; measured points filled, predicted ones hollow; the baseline horizontal; the level's winner circled."""
     try:
         import matplotlib
 
@@ -142,38 +210,49 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    rows = [r for r in doc.get("rows") or [] if r.get("ok") and r.get("tok_s")]
-    spec = [r for r in rows if r["steps"] > 0]
-    base = next((r for r in rows if r["steps"] == 0), None)
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    ax2 = ax.twinx()
-    groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
-    for r in spec:
-        groups.setdefault((r["topk"], r["draft_tokens"] if r["topk"] > 1 else None), []).append(r)
-    for (k, d), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        rs.sort(key=lambda r: r["steps"])
-        label = f"topk {k}" + (f", {d} draft tokens" if d else "")
-        xs = [r["steps"] for r in rs]
-        ax.plot(xs, [r["tok_s"] for r in rs], marker="o", label=f"tok/s ({label})")
-        al = [(r["steps"], r["accept_len"]) for r in rs if r.get("accept_len") is not None]
-        if al:
-            ax2.plot([x for x, _ in al], [y for _, y in al], marker="s", linestyle="--", alpha=0.7,
-                     label=f"accept len ({label})")
-    if base is not None:
-        ax.axhline(base["tok_s"], color="grey", linestyle=":", label=f"baseline {base['tok_s']:.1f} tok/s")
-    if doc.get("winner"):
-        w = next(r for r in rows if r["config"] == doc["winner"])
-        ax.scatter([w["steps"]], [w["tok_s"]], s=160, facecolors="none", edgecolors="red", zorder=5,
-                   label=f"winner {w['config']}")
-    ax.set_xlabel("speculative steps")
-    ax.set_ylabel("output tok/s")
-    ax2.set_ylabel("accept length")
-    steps = sorted({r["steps"] for r in rows} | {0})
-    ax.set_xticks(steps)
-    ax.set_title(f"{doc['host']} sweep {doc['sweep_id']}")
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
+    from fabfile.sweep import level_rows
+
+    levels = _levels(doc) or [int((doc.get("params") or {}).get("concurrency") or 1)]
+    winners = doc.get("winners") or {str(levels[0]): doc.get("winner")}
+    fig, axes = plt.subplots(1, len(levels), figsize=(7 * len(levels), 4.2), dpi=110, squeeze=False)
+    all_rows = doc.get("rows") or []
+    for ax, c in zip(axes[0], levels, strict=True):
+        at = level_rows(all_rows, c) if any(r.get("levels") for r in all_rows) else all_rows
+        rows = [r for r in at if r.get("ok") and r.get("tok_s")]
+        spec = [r for r in rows if r["steps"] > 0]
+        base = next((r for r in rows if r["steps"] == 0), None)
+        ax2 = ax.twinx()
+        groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+        for r in spec:
+            groups.setdefault((r["topk"], r["draft_tokens"] if r["topk"] > 1 else None), []).append(r)
+        for (k, d), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            rs.sort(key=lambda r: r["steps"])
+            label = f"topk {k}" + (f", {d} draft tokens" if d else "")
+            line = ax.plot([r["steps"] for r in rs], [r["tok_s"] for r in rs], label=f"tok/s ({label})")[0]
+            meas = [r for r in rs if r.get("measured", True)]
+            pred = [r for r in rs if not r.get("measured", True)]
+            ax.scatter([r["steps"] for r in meas], [r["tok_s"] for r in meas], color=line.get_color(), zorder=4)
+            if pred:
+                ax.scatter([r["steps"] for r in pred], [r["tok_s"] for r in pred], facecolors="white",
+                           edgecolors=line.get_color(), zorder=4, label=f"predicted ({label})")
+            al = [(r["steps"], r["accept_len"]) for r in rs if r.get("accept_len") is not None]
+            if al:
+                ax2.plot([x for x, _ in al], [y for _, y in al], marker="s", linestyle="--", alpha=0.5,
+                         label=f"accept len ({label})")
+        if base is not None:
+            ax.axhline(base["tok_s"], color="grey", linestyle=":", label=f"baseline {base['tok_s']:.1f} tok/s")
+        w = next((r for r in rows if r["config"] == winners.get(str(c))), None)
+        if w is not None:
+            ax.scatter([w["steps"]], [w["tok_s"]], s=160, facecolors="none", edgecolors="red", zorder=5,
+                       label=f"winner {w['config']}")
+        ax.set_xlabel("speculative steps")
+        ax.set_ylabel("output tok/s")
+        ax2.set_ylabel("accept length")
+        ax.set_xticks(sorted({r["steps"] for r in rows} | {0}))
+        ax.set_title(f"{doc['host']} sweep {doc['sweep_id']}, concurrency {c}")
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

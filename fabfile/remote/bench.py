@@ -134,7 +134,10 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     sg = sglang_info()
     client = req.get("client") or "auto"
     if client == "auto":
-        client = "sglang" if has_bench_serving(sg.get("root")) else "builtin"
+        # An adaptive length needs each request as it completes, and the accepted-drafts histogram needs each
+        # request's meta_info and stream: only the tool's own load generator sees those.
+        adaptive_or_hist = req.get("target_ci") is not None or req.get("need_histogram")
+        client = "sglang" if has_bench_serving(sg.get("root")) and not adaptive_or_hist else "builtin"
     elif client == "sglang" and not has_bench_serving(sg.get("root")):
         raise AgentError("bench_failed", f"SGLang {version} on this host has no sglang.bench_serving",
                          "use `--client builtin` (or auto)")
@@ -164,7 +167,9 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         measured = loadgen.run(host, port, concurrency=int(req["concurrency"]), input_len=int(req["input_len"]),
                                output_len=int(req["output_len"]), num_prompts=int(req["num_prompts"]),
                                warmup=int(req.get("warmup", 1)), api_key=api_key, on_progress=progress,
-                               timeout=float(req.get("request_timeout", 600)))
+                               timeout=float(req.get("request_timeout", 600)),
+                               target_ci=float(req["target_ci"]) if req.get("target_ci") is not None else None,
+                               min_requests=int(req.get("min_requests") or 8))
         client_name = "loadgen"
         if not measured["completed"]:
             raise AgentError("bench_failed", f"every benchmark request failed: {measured['errors'][:1]}",
@@ -197,9 +202,11 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     cycle = (measured.get("cycle_ms") or {}).get("mean")
     if speculative and cycle is None and tpot is not None and accept_len:
         cycle = tpot * accept_len
+    hist = measured.pop("accept_histogram", None) if speculative else None
     result: Dict[str, Any] = {
         "bench_id": req["bench_id"], "started_at": started_at, "client": client_name,
-        "params": {k: req[k] for k in ("concurrency", "input_len", "output_len", "num_prompts")},
+        "params": {**{k: req[k] for k in ("concurrency", "input_len", "output_len", "num_prompts")},
+                   "target_ci": req.get("target_ci"), "min_requests": req.get("min_requests")},
         "deploy_id": rec.get("deploy_id"), "config_name": rec.get("config_name"), "plan_hash": rec.get("plan_hash"),
         "sglang_version": version,
         "speculative": {k: spec_info.get(k) for k in ("algorithm", "steps", "topk", "draft_tokens")},
@@ -213,6 +220,8 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                              else metrics.draft_acceptance(accept_len, draft_tokens)) if speculative else None,
         "decode_ms_per_token": tpot if not speculative else None,
         "cycle_ms": cycle if speculative else None,
+        "accept_histogram": hist,
+        "accept_histogram_source": measured.pop("accept_histogram_source", None) if hist else None,
         "decode_log": {k: v for k, v in decode.items() if k != "last"},
         "prometheus": prom,
         "server_info": spec_info,

@@ -5,7 +5,15 @@ Used when the host's SGLang has no ``sglang.bench_serving`` (or when asked for).
 (``ignore_eos``), ``concurrency`` at a time, after ``warmup`` requests that are not counted, and measures what
 bench_serving measures: TTFT (first streamed chunk), ITL (gaps between chunks), TPOT ((e2e - TTFT)/(tokens - 1)),
 E2E latency, output tok/s over the measured window. Each request's final ``meta_info`` is kept, so the accept
-length comes from the server's own counters (Σ completion_tokens / Σ spec_verify_ct).
+length comes from the server's own counters (Σ completion_tokens / Σ spec_verify_ct), and so are the tokens each
+streamed chunk brought (one verify pass each), the source of the accepted-drafts histogram where the version's
+``meta_info`` has none.
+
+The window: from the start until the first moment fewer than ``concurrency`` requests are in flight (the queue
+ran dry), counting the tokens streamed within it, so the figure is the server's throughput at that load, not
+diluted by the last requests draining. Adaptive length (``target_ci``): requests keep being issued until the
+95 % confidence interval of the throughput is within ±``target_ci`` (relative) with at least ``min_requests``
+done, or ``num_prompts`` were issued.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from . import metrics
 
 
 class RequestResult:
-    __slots__ = ("chunk_times", "e2e", "error", "meta", "output_tokens", "start", "ttft")
+    __slots__ = ("chunk_times", "chunk_tokens", "e2e", "error", "meta", "output_tokens", "start", "ttft")
 
     def __init__(self) -> None:
         self.start = 0.0
@@ -29,6 +37,7 @@ class RequestResult:
         self.e2e = 0.0
         self.output_tokens = 0
         self.chunk_times: List[float] = []
+        self.chunk_tokens: List[int] = []
         self.meta: Dict[str, Any] = {}
         self.error: Optional[str] = None
 
@@ -71,6 +80,7 @@ def one_request(host: str, port: int, payload: bytes, api_key: Optional[str], ti
                 if r.ttft is None:
                     r.ttft = now - r.start
                 r.chunk_times.append(now)
+                r.chunk_tokens.append(n - tokens)
                 tokens = n
             if meta:
                 r.meta = meta
@@ -94,8 +104,11 @@ def _payload(rng: random.Random, input_len: int, output_len: int) -> bytes:
 
 def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: int, num_prompts: int,
         warmup: int = 1, seed: int = 1, api_key: Optional[str] = None, timeout: float = 600.0,
-        on_progress: Optional[Callable[[int, int, float], bool]] = None) -> Dict[str, Any]:
-    """Run the benchmark; ``on_progress(done, total, elapsed)`` returning False stops it early (client gone)."""
+        on_progress: Optional[Callable[[int, int, float], bool]] = None, target_ci: Optional[float] = None,
+        min_requests: int = 8) -> Dict[str, Any]:
+    """Run the benchmark; ``on_progress(done, total, elapsed)`` returning False stops it early (client gone).
+    With ``target_ci`` the run stops issuing requests once the throughput's 95 % interval is that narrow
+    (``num_prompts`` is then the most it sends)."""
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     rng = random.Random(seed)
     for _ in range(warmup):
@@ -105,24 +118,33 @@ def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: i
 
             raise AgentError("bench_failed", f"the warm-up request to http://{target}:{port}/generate failed: "
                              f"{w.error}", "check `inv status` and `inv logs`: is the server up and healthy?")
-    payloads = [_payload(rng, input_len, output_len) for _ in range(num_prompts)]
     results: List[RequestResult] = []
     lock = threading.Lock()
     stop = threading.Event()
-    next_index = [0]
+    enough = threading.Event()
+    issued = [0]
+    window_end = [0.0]
+    floor = max(2, min(min_requests, num_prompts))
     t0 = time.perf_counter()
 
     def worker() -> None:
         while not stop.is_set():
             with lock:
-                i = next_index[0]
-                if i >= len(payloads):
+                if issued[0] >= num_prompts or enough.is_set():
+                    if not window_end[0]:
+                        window_end[0] = time.perf_counter()
                     return
-                next_index[0] += 1
-            res = one_request(target, port, payloads[i], api_key, timeout)
+                issued[0] += 1
+                payload = _payload(rng, input_len, output_len)
+            res = one_request(target, port, payload, api_key, timeout)
             with lock:
                 results.append(res)
                 done = len(results)
+                if target_ci is not None and done >= floor:
+                    ok = [r for r in results if r.error is None and r.output_tokens]
+                    ci = metrics.throughput_ci([float(r.output_tokens) for r in ok], [r.e2e for r in ok])
+                    if ci is not None and ci <= target_ci:
+                        enough.set()
             if on_progress is not None and not on_progress(done, num_prompts, time.perf_counter() - t0):
                 stop.set()
 
@@ -131,14 +153,23 @@ def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: i
         t.start()
     for t in threads:
         t.join()
-    return summarize(results, t0, time.perf_counter(), interrupted=stop.is_set())
+    out = summarize(results, t0, time.perf_counter(), interrupted=stop.is_set(),
+                    window_end=window_end[0] or None)
+    out["adaptive"] = {"target_ci": target_ci, "min_requests": floor, "max_requests": num_prompts,
+                       "stopped": "confidence" if enough.is_set() else "max_requests"} if target_ci is not None \
+        else None
+    return out
 
 
-def summarize(results: List[RequestResult], t0: float, t1: float, interrupted: bool = False) -> Dict[str, Any]:
+def summarize(results: List[RequestResult], t0: float, t1: float, interrupted: bool = False,
+              window_end: Optional[float] = None) -> Dict[str, Any]:
     ok = [r for r in results if r.error is None]
     errors = [r.error for r in results if r.error is not None]
     duration = max(t1 - t0, 1e-9)
     out_tokens = sum(r.output_tokens for r in ok)
+    end = window_end if window_end is not None and window_end > t0 else t1
+    window = max(end - t0, 1e-9)
+    window_tokens = sum(r.chunk_tokens[i] for r in ok for i in range(len(r.chunk_tokens)) if r.chunk_times[i] <= end)
     ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
     tpot = [(r.e2e - r.ttft) * 1000 / (r.output_tokens - 1) for r in ok if r.ttft is not None and r.output_tokens > 1]
     itl: List[float] = []
@@ -147,16 +178,35 @@ def summarize(results: List[RequestResult], t0: float, t1: float, interrupted: b
         itl += [(t[i + 1] - t[i]) * 1000 for i in range(len(t) - 1)]
     spec = metrics.spec_from_meta(r.meta for r in ok)
     cycle: List[float] = []
+    hist: List[int] = []
+    sources = set()
     for r in ok:
         vct = int(r.meta.get("spec_verify_ct") or 0)
-        if r.ttft is not None and vct > 1:
-            # The first chunk arrives after prefill + the first cycle; the other vct-1 cycles fill the rest.
-            cycle.append((r.e2e - r.ttft) * 1000 / (vct - 1))
+        if r.ttft is not None and vct > 0:
+            # The first chunk is the prefill's token; the request's vct verify passes fill the rest.
+            cycle.append((r.e2e - r.ttft) * 1000 / vct)
+        h = metrics.histogram_from_meta(r.meta)
+        if h is not None:
+            sources.add("meta_info")
+        elif vct:
+            h = metrics.histogram_from_stream(r.chunk_tokens, vct)
+            if h is not None:
+                sources.add("stream")
+        if h is not None:
+            hist = metrics.add_histograms(hist, h)
+    tok_s = window_tokens / window if window_tokens else out_tokens / duration
     return {
         "completed": len(ok), "failed": len(errors), "errors": errors[:5], "interrupted": interrupted,
-        "duration_s": duration, "output_tokens": out_tokens, "output_tok_s": out_tokens / duration,
+        "duration_s": duration, "window_s": window, "output_tokens": out_tokens, "output_tok_s": tok_s,
+        "tok_s_ci": metrics.throughput_ci([float(r.output_tokens) for r in ok if r.output_tokens],
+                                          [r.e2e for r in ok if r.output_tokens]),
         "request_throughput": len(ok) / duration,
         "ttft_ms": metrics.distribution(ttft), "tpot_ms": metrics.distribution(tpot),
         "itl_ms": metrics.distribution(itl), "e2e_ms": metrics.distribution([r.e2e * 1000 for r in ok]),
         "meta": spec, "cycle_ms": metrics.distribution(cycle) if cycle else {},
+        "accept_histogram": hist or None,
+        "accept_histogram_source": ("meta_info" if "meta_info" in sources else "stream") if hist else None,
+        "accept_histogram_requests": sum(1 for r in ok if metrics.histogram_from_meta(r.meta) is not None or
+                                         metrics.histogram_from_stream(r.chunk_tokens,
+                                                                       r.meta.get("spec_verify_ct")) is not None),
     }

@@ -158,7 +158,8 @@ def spec_from_meta(metas: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     """Totals over requests' ``meta_info``: accept length = Σ completion_tokens / Σ spec_verify_ct.
 
     The accept rate comes from the version's draft counters: ``spec_accept_token_num``/``spec_draft_token_num``
-    (0.5.7) or ``spec_num_correct_drafts``/``spec_num_proposed_drafts`` (0.5.23).
+    (0.5.6–0.5.10), ``spec_accepted_drafts``/``spec_proposed_drafts`` (0.5.11) or
+    ``spec_num_correct_drafts``/``spec_num_proposed_drafts`` (0.5.12+).
     """
     tokens = verify = accepted = proposed = 0
     n = 0
@@ -170,6 +171,7 @@ def spec_from_meta(metas: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
         tokens += int(m.get("completion_tokens") or 0)
         verify += int(m.get("spec_verify_ct") or 0)
         for a_key, p_key in (("spec_accept_token_num", "spec_draft_token_num"),
+                             ("spec_accepted_drafts", "spec_proposed_drafts"),
                              ("spec_num_correct_drafts", "spec_num_proposed_drafts")):
             if m.get(a_key) is not None and m.get(p_key) is not None:
                 accepted += int(m[a_key])
@@ -184,6 +186,74 @@ def spec_from_meta(metas: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     if have_counts and proposed:
         out["draft_acceptance"] = accepted / proposed
     return out
+
+
+# -- accepted drafts per verify pass ---------------------------------------------------------------------------------
+# Which SGLang returns the per-request histogram (read in the wheels' tokenizer_manager.py,
+# ``_calculate_spec_decoding_metrics``): ``spec_accept_histogram`` 0.5.9–0.5.20, ``spec_correct_drafts_histogram``
+# 0.5.12 and later; before 0.5.9 neither. Index j counts the verify passes that accepted j drafts.
+HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
+def histogram_from_meta(meta: Dict[str, Any]) -> Optional[List[int]]:
+    for key in HISTOGRAM_KEYS:
+        h = meta.get(key)
+        if isinstance(h, list) and h and all(isinstance(x, int) for x in h):
+            return list(h)
+    return None
+
+
+def histogram_from_stream(chunk_tokens: List[int], verify_ct: Optional[int]) -> Optional[List[int]]:
+    """Accepted drafts per verify pass from the tokens each streamed chunk brought: SGLang streams the prefill's
+    token first, then each verify pass's tokens together (1 + accepted drafts). Trusted only when the chunks after
+    the first are exactly the request's ``spec_verify_ct`` passes (coalesced chunks would inflate it); the last pass
+    is left out, as ``max_new_tokens`` may have cut it short."""
+    if not verify_ct or len(chunk_tokens) != int(verify_ct) + 1 or chunk_tokens[0] != 1:
+        return None
+    hist: List[int] = []
+    for n in chunk_tokens[1:-1]:
+        j = n - 1
+        if j < 0:
+            return None
+        if len(hist) <= j:
+            hist.extend([0] * (j + 1 - len(hist)))
+        hist[j] += 1
+    return hist or None
+
+
+def add_histograms(a: List[int], b: List[int]) -> List[int]:
+    out = list(a) + [0] * max(0, len(b) - len(a))
+    for i, x in enumerate(b):
+        out[i] += x
+    return out
+
+
+# -- how well a throughput is known ---------------------------------------------------------------------------------
+_T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t95(df: int) -> float:
+    """Two-sided 95 % Student-t quantile (table, the next smaller df where not listed; 1.96 beyond 120)."""
+    if df <= 0:
+        return float("inf")
+    if df > 120:
+        return 1.96
+    return _T95[max(k for k in _T95 if k <= df)]
+
+
+def throughput_ci(tokens: List[float], seconds: List[float]) -> Optional[float]:
+    """Relative half-width of the 95 % confidence interval of a throughput Σtokens/Σseconds over requests (the ratio
+    estimator; with C requests in flight the served tok/s is C times it, so the relative width is the same).
+    None with fewer than 2 requests."""
+    n = len(tokens)
+    if n < 2 or sum(seconds) <= 0 or sum(tokens) <= 0:
+        return None
+    r = sum(tokens) / sum(seconds)
+    resid = [tokens[i] - r * seconds[i] for i in range(n)]  # (no zip(strict=): the agent runs on Python 3.9)
+    var = sum(x * x for x in resid) / (n - 1)
+    se = math.sqrt(var / n) / (sum(seconds) / n)
+    return t95(n - 1) * se / r
 
 
 # -- bench_serving output -------------------------------------------------------------------------------------------

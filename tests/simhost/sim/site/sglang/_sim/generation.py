@@ -1,14 +1,24 @@
-"""Cost model of the SGLang simulator's /generate (TEST EQUIPMENT; no model, only timing).
+"""Cost model and scheduler of the SGLang simulator's /generate (TEST EQUIPMENT; no model, only timing).
 
-Speculative (EAGLE/EAGLE3) cycle: draft ``steps`` tokens (``draft_ms_per_step`` each), verify
-``num_draft_tokens`` D at ``verify_ms_base + verify_ms_per_token * D``; draft position i is accepted
-with ``accept_prob[i]`` (last value repeats), the run stops at the first rejection, and the cycle emits
-1 + accepted tokens.  Baseline: ``decode_ms`` per token.  Sleeps the cost times ``time_scale`` so
-throughput is real wall-clock.  Requests are served one at a time (batch size 1).
+One engine thread runs the requests in flight as SGLang's scheduler does: new requests are admitted as a prefill
+batch (their first token comes from the prefill, as in SGLang), then every running request advances by one decode
+step per forward of the whole batch (continuous batching, at most ``--max-running-requests``).
+
+Speculative (EAGLE/EAGLE3) cycle for a batch of B requests: draft ``steps`` tokens
+(``(draft_ms_per_step + draft_ms_per_seq·(B-1))`` each), verify ``num_draft_tokens`` D per request at
+``verify_ms_base + verify_ms_per_token·D + verify_ms_per_batch_token·D·(B-1)``. Per request, draft position i is
+accepted with ``accept_prob[i]`` (last value repeats) and the run stops at the first rejection, so the distribution
+of accepted drafts per verify pass (not only its mean) follows the per-position rates; the pass emits 1 + accepted
+tokens, streamed together as one chunk. Baseline: ``decode_ms + decode_ms_per_seq·(B-1)`` per step. At B = 1 the
+costs are the single-stream ones. The engine sleeps each cost times ``time_scale`` so throughput is wall-clock.
+
+``meta_info`` of a finished request carries the speculative fields the simulated version's
+``TokenizerManager._calculate_spec_decoding_metrics`` returns (read from the real wheels; see ``spec_meta``).
 """
 
 from __future__ import annotations
 
+import queue
 import random
 import threading
 import time
@@ -26,17 +36,74 @@ _WORDS = [
 ]
 
 
+def spec_meta(ver: tuple[int, ...], *, completion_tokens: int, verify_ct: int, correct_drafts: int, steps: int,
+              num_draft_tokens: int, histogram: list[int]) -> dict[str, Any]:
+    """The speculative ``meta_info`` fields of a finished request, per SGLang version (checked in the wheels'
+    ``tokenizer_manager.py``): 0.4.x–0.5.3 ``spec_verify_ct`` only; 0.5.4–0.5.5 accept rate over verify·steps;
+    0.5.6–0.5.10 ``spec_accept_token_num``/``spec_draft_token_num``, 0.5.9+ ``spec_accept_histogram``; 0.5.11
+    ``spec_accepted_drafts``/``spec_proposed_drafts``; 0.5.12–0.5.20 ``spec_num_correct_drafts``/
+    ``spec_num_proposed_drafts`` and ``spec_correct_drafts_histogram`` with the old names as aliases; 0.5.21+
+    without the aliases (no ``spec_accept_histogram``). The histogram counts verify passes by correct drafts."""
+    if verify_ct <= 0:
+        return {}
+    if ver < (0, 5, 4):
+        return {"spec_verify_ct": verify_ct}
+    guesses = steps if ver < (0, 5, 6) else max(0, num_draft_tokens - 1)
+    proposed = verify_ct * guesses
+    meta: dict[str, Any] = {}
+    if ver < (0, 5, 6) or proposed > 0:
+        meta["spec_accept_rate"] = correct_drafts / proposed if proposed else 0.0
+        meta["spec_accept_length"] = completion_tokens / verify_ct
+        if (0, 5, 6) <= ver < (0, 5, 11):
+            meta["spec_accept_token_num"] = correct_drafts
+            meta["spec_draft_token_num"] = proposed
+        elif ver >= (0, 5, 12):
+            meta["spec_num_correct_drafts"] = correct_drafts
+            meta["spec_num_proposed_drafts"] = proposed
+        meta["spec_verify_ct"] = verify_ct
+        if (0, 5, 11) <= ver < (0, 5, 21):
+            meta["spec_accepted_drafts"] = correct_drafts
+            meta["spec_proposed_drafts"] = proposed
+    if histogram and ver >= (0, 5, 9):
+        if ver >= (0, 5, 12):
+            meta["spec_correct_drafts_histogram"] = list(histogram)
+        if ver < (0, 5, 21):
+            meta["spec_accept_histogram"] = list(histogram)
+    return meta
+
+
+class _Req:
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, streaming: bool):
+        self.prompt_tokens = prompt_tokens
+        self.max_new = max(1, max_new_tokens)
+        self.streaming = streaming
+        self.words: list[str] = []
+        self.verify_ct = 0
+        self.correct_drafts = 0
+        self.histogram: list[int] = []
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.aborted = False
+        self.start = time.perf_counter()
+
+    def add_pass(self, correct: int) -> None:
+        self.verify_ct += 1
+        self.correct_drafts += correct
+        if len(self.histogram) <= correct:
+            self.histogram.extend([0] * (correct + 1 - len(self.histogram)))
+        self.histogram[correct] += 1
+
+
 class Generator:
     def __init__(self, server_args: Any, cfg: dict[str, Any], infos: list[dict[str, Any]], tp0_prefix: str):
         self.sa = server_args
         self.cfg = cfg
         self.ver = runtime.version()
-        self.lock = threading.Lock()
         self.stats_lock = threading.Lock()
         self.rng = random.Random(int(cfg.get("seed", 42)))
         self.tp0_prefix = tp0_prefix
         info0 = infos[0] if infos else {}
         self.max_total_num_tokens = int(info0.get("max_total_num_tokens") or 1_000_000)
+        self.max_running = int(getattr(server_args, "max_running_requests", None) or 48)
         self.spec = server_args.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE")
         self.steps = int(server_args.speculative_num_steps or 0)
         self.num_draft = int(server_args.speculative_num_draft_tokens or (self.steps + 1))
@@ -45,6 +112,11 @@ class Generator:
         for k, v in (info0.get("nccl_env") or {}).items():
             factor *= float(factors.get(f"{k}={v}", 1.0))
         self.comm_factor = factor
+        # scheduler state (engine thread)
+        self.cv = threading.Condition()
+        self.waiting: list[_Req] = []
+        self.running: list[_Req] = []
+        self.engine: threading.Thread | None = None
         # counters
         self.num_running = 0
         self.forward_ct = 0
@@ -62,13 +134,22 @@ class Generator:
         self.num_requests_total = 0
 
     # -------------------------------------------------------------- costs (ms of simulated GPU time)
-    def cycle_ms(self) -> float:
+    def cycle_ms(self, batch: int = 1) -> float:
+        """One draft+verify cycle of a batch of ``batch`` requests."""
         c = self.cfg
-        verify = float(c["verify_ms_base"]) + float(c["verify_ms_per_token"]) * self.num_draft
-        return (float(c["draft_ms_per_step"]) * self.steps + verify) * self.comm_factor
+        extra = max(0, batch - 1)
+        draft = float(c["draft_ms_per_step"]) + float(c.get("draft_ms_per_seq", 0.0)) * extra
+        verify = float(c["verify_ms_base"]) + float(c["verify_ms_per_token"]) * self.num_draft + \
+            float(c.get("verify_ms_per_batch_token", 0.0)) * self.num_draft * extra
+        return (draft * self.steps + verify) * self.comm_factor
 
-    def decode_ms(self) -> float:
-        return float(self.cfg["decode_ms"]) * self.comm_factor
+    def decode_ms(self, batch: int = 1) -> float:
+        c = self.cfg
+        return (float(c["decode_ms"]) + float(c.get("decode_ms_per_seq", 0.0)) * max(0, batch - 1)) * \
+            self.comm_factor
+
+    def prefill_ms(self, prompt_tokens: int) -> float:
+        return float(self.cfg["prefill_ms_base"]) + float(self.cfg["prefill_ms_per_token"]) * prompt_tokens
 
     def _accepted(self) -> int:
         probs = [float(p) for p in (self.cfg.get("accept_prob") or [0.0])]
@@ -105,7 +186,7 @@ class Generator:
                 msg += f"accept rate: {rate:.2f}, "
         msg += (
             f"cuda graph: {not self.sa.disable_cuda_graph}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: 0"
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
         )
         if self.ver < (0, 5, 11):
             msg += ", "
@@ -115,81 +196,129 @@ class Generator:
         self.window_start = now
         return msg
 
-    def _prefill_line(self, n: int) -> str:
+    def _prefill_line(self, reqs: list[_Req]) -> str:
         head = "Prefill batch." if self.ver < (0, 5, 0) else "Prefill batch,"
+        n = sum(r.prompt_tokens for r in reqs)
         msg = (
-            f"{head} #new-seq: 1, #new-token: {n}, #cached-token: 0, token usage: "
-            f"{n / self.max_total_num_tokens:.2f}, #running-req: {self.num_running}, #queue-req: 0"
+            f"{head} #new-seq: {len(reqs)}, #new-token: {n}, #cached-token: 0, token usage: "
+            f"{n / self.max_total_num_tokens:.2f}, #running-req: {len(self.running)}, #queue-req: 0"
         )
         return msg + (", " if self.ver < (0, 5, 11) else "")
 
-    # -------------------------------------------------------------- generation
+    # -------------------------------------------------------------- the engine (SGLang's scheduler loop)
+    def _ensure_engine(self) -> None:
+        with self.cv:
+            if self.engine is None:
+                self.engine = threading.Thread(target=self._loop, name="sim-scheduler", daemon=True)
+                self.engine.start()
+
+    def _loop(self) -> None:
+        scale = float(self.cfg.get("time_scale", 1.0))
+        interval = max(1, int(self.sa.decode_log_interval or 40))
+        t = time.perf_counter()
+        while True:
+            with self.cv:
+                while not self.waiting and not self.running:
+                    self.cv.wait()
+                    t = time.perf_counter()
+                self.running = [r for r in self.running if not r.aborted]
+                room = self.max_running - len(self.running)
+                admit = [r for r in self.waiting if not r.aborted][:max(0, room)]
+                self.waiting = [r for r in self.waiting if r not in admit and not r.aborted]
+            if admit:
+                # A prefill batch: its forward yields each new request's first token.
+                self._log(self._prefill_line(admit))
+                t = max(t, time.perf_counter()) + sum(self.prefill_ms(r.prompt_tokens) for r in admit) * scale / 1000
+                _sleep_until(t)
+                with self.stats_lock:
+                    self.prompt_tokens_total += sum(r.prompt_tokens for r in admit)
+                    self.generation_tokens_total += len(admit)
+                for r in admit:
+                    self._emit(r, 1)
+                with self.cv:
+                    self.running += [r for r in admit if len(r.words) < r.max_new and not r.aborted]
+                continue
+            batch = [r for r in self.running if not r.aborted]
+            if not batch:
+                continue
+            b = len(batch)
+            self.num_running = b
+            cost = self.cycle_ms(b) if self.spec else self.decode_ms(b)
+            t = max(t, time.perf_counter() - 0.05) + cost * scale / 1000
+            _sleep_until(t)
+            emitted_total = 0
+            for r in batch:
+                if self.spec:
+                    acc = self._accepted()
+                    r.add_pass(acc)
+                    n = min(1 + acc, r.max_new - len(r.words))
+                else:
+                    n = 1
+                emitted_total += n
+                self._emit(r, n)
+            with self.stats_lock:
+                self.forward_ct += 1
+                self.window_forward_ct += b
+                self.window_tokens += emitted_total
+                self.generation_tokens_total += emitted_total
+                if self.spec:
+                    self.cum_spec_tokens += emitted_total
+                    self.cum_spec_forward += b
+                if self.forward_ct % interval == 0:
+                    self._log(self._decode_line(sum(r.prompt_tokens + len(r.words) for r in batch)))
+            with self.cv:
+                self.running = [r for r in self.running if len(r.words) < r.max_new and not r.aborted]
+                self.num_running = len(self.running)
+
+    def _emit(self, r: _Req, n: int) -> None:
+        new = [self.rng.choice(_WORDS) for _ in range(n)]
+        r.words.extend(new)
+        if len(r.words) >= r.max_new:
+            # The last pass's tokens travel in the finished response, with the final meta_info (as in SGLang).
+            r.events.put(("done", self._finish(r)))
+        elif r.streaming:
+            r.events.put(("chunk", ("".join(" " + w for w in new), len(r.words))))
+
+    def _finish(self, r: _Req) -> dict[str, Any]:
+        with self.stats_lock:
+            self.num_requests_total += 1
+        n = len(r.words)
+        meta: dict[str, Any] = {
+            "id": uuid.uuid4().hex,
+            "finish_reason": {"type": "length", "length": n},
+            "prompt_tokens": r.prompt_tokens,
+            "completion_tokens": n,
+            "cached_tokens": 0,
+            "e2e_latency": time.perf_counter() - r.start,
+        }
+        if self.spec:
+            meta.update(spec_meta(self.ver, completion_tokens=n, verify_ct=r.verify_ct,
+                                  correct_drafts=r.correct_drafts, steps=self.steps,
+                                  num_draft_tokens=self.num_draft, histogram=r.histogram))
+        return {"text": "".join(" " + w for w in r.words), "meta_info": meta}
+
+    # -------------------------------------------------------------- one request (an HTTP handler's thread)
     def generate(
         self,
         prompt_tokens: int,
         max_new_tokens: int,
         on_chunk: Callable[[str, int], None] | None = None,
     ) -> dict[str, Any]:
-        scale = float(self.cfg.get("time_scale", 1.0))
-        interval = max(1, int(self.sa.decode_log_interval or 40))
-        start = time.perf_counter()
-        with self.lock:
-            self.num_running = 1
-            t = time.perf_counter()
-            prefill = float(self.cfg["prefill_ms_base"]) + float(self.cfg["prefill_ms_per_token"]) * prompt_tokens
-            self._log(self._prefill_line(prompt_tokens))
-            t += prefill * scale / 1000
-            _sleep_until(t)
-            out_words: list[str] = []
-            verify_ct = 0
-            accepted_total = 0
-            while len(out_words) < max_new_tokens:
-                if self.spec:
-                    acc = self._accepted()
-                    emitted = min(1 + acc, max_new_tokens - len(out_words))
-                    cost = self.cycle_ms()
-                    verify_ct += 1
-                    accepted_total += acc
-                else:
-                    emitted = 1
-                    cost = self.decode_ms()
-                t += cost * scale / 1000
-                _sleep_until(t)
-                new = [self.rng.choice(_WORDS) for _ in range(emitted)]
-                out_words.extend(new)
-                with self.stats_lock:
-                    self.forward_ct += 1
-                    self.window_forward_ct += 1
-                    self.window_tokens += emitted
-                    self.generation_tokens_total += emitted
-                    if self.spec:
-                        self.cum_spec_tokens += emitted
-                        self.cum_spec_forward += 1
-                    if self.forward_ct % interval == 0:
-                        self._log(self._decode_line(prompt_tokens + len(out_words)))
+        self._ensure_engine()
+        r = _Req(prompt_tokens, max_new_tokens, on_chunk is not None)
+        with self.cv:
+            self.waiting.append(r)
+            self.cv.notify()
+        try:
+            while True:
+                kind, data = r.events.get()
+                if kind == "done":
+                    return dict(data)
                 if on_chunk is not None:
-                    on_chunk("".join(" " + w for w in new), len(out_words))
-            self.num_running = 0
-        with self.stats_lock:
-            self.prompt_tokens_total += prompt_tokens
-            self.num_requests_total += 1
-        n = len(out_words)
-        meta: dict[str, Any] = {
-            "id": uuid.uuid4().hex,
-            "finish_reason": {"type": "length", "length": n},
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": n,
-            "cached_tokens": 0,
-            "e2e_latency": time.perf_counter() - start,
-        }
-        if self.spec:
-            meta["spec_verify_ct"] = verify_ct
-            meta["spec_accept_length"] = n / verify_ct if verify_ct else 0.0
-            proposed = verify_ct * max(1, self.num_draft - 1)
-            meta["spec_accept_rate"] = accepted_total / proposed if proposed else 0.0
-            meta["spec_accept_token_num"] = accepted_total
-            meta["spec_draft_token_num"] = proposed
-        return {"text": "".join(" " + w for w in out_words), "meta_info": meta}
+                    on_chunk(*data)
+        except BaseException:
+            r.aborted = True  # the client went away: SGLang aborts the request
+            raise
 
     @property
     def avg_spec_accept_length(self) -> float | None:

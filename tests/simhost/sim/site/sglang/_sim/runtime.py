@@ -37,6 +37,11 @@ DEFAULTS: dict[str, Any] = {
     "verify_ms_base": 14.2,
     "verify_ms_per_token": 1.5,
     "draft_ms_per_step": 1.5,
+    # growth with the batch (requests decoding together), per request beyond the first: a decode step, a draft
+    # step, and each verified draft token; at one request in flight the costs above hold unchanged
+    "decode_ms_per_seq": 0.1,
+    "draft_ms_per_seq": 0.02,
+    "verify_ms_per_batch_token": 0.12,
     "prefill_ms_base": 5.0,
     "prefill_ms_per_token": 0.02,
     "accept_prob": [0.8, 0.6, 0.45, 0.3, 0.2],
