@@ -1,0 +1,151 @@
+"""The sweep's prediction (fabfile/predict.py) against the simulator's own cost model, for several models.
+
+The simulator (tests/simhost/sim/site/sglang/_sim/generation.py) decides each verify pass's accepted drafts by
+per-position acceptance and each cycle's cost from the steps and the batch. Here its ``Generator`` is driven
+directly: the histogram comes from its acceptance draws at the largest step count, the two "measured" cycle times
+from its cost functions, and the prediction must name the step count the cost model says is best, with tok/s
+close to the model's at every step count. Also: the histogram sources (meta_info fields and streamed chunks) and
+the throughput interval the adaptive length stops on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fabfile.analysis import fit_cycle
+from fabfile.predict import Measured, accept_len_at, plan_runs, predict_level, request_tok_s, unpredictable_reason
+from fabfile.remote import metrics
+
+SITE = Path(__file__).resolve().parent / "simhost" / "sim" / "site"
+STEPS = list(range(1, 8))
+OUT_LEN, PROMPT = 128, 256
+
+
+@pytest.fixture(scope="module")
+def generation() -> Iterator[ModuleType]:
+    """The simulator's generation module, imported from its site dir (removed from sys.modules afterwards)."""
+    sys.path.insert(0, str(SITE))
+    try:
+        yield importlib.import_module("sglang._sim.generation")
+    finally:
+        sys.path.remove(str(SITE))
+        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+            del sys.modules[name]
+
+
+def _generator(gen: ModuleType, cfg: dict[str, Any], steps: int) -> Any:
+    from_sim = importlib.import_module("sglang._sim.runtime").DEFAULTS
+    sa = SimpleNamespace(speculative_algorithm="EAGLE3" if steps else None, speculative_num_steps=steps,
+                         speculative_num_draft_tokens=steps + 1, max_running_requests=48, decode_log_interval=40,
+                         disable_cuda_graph=False)
+    return gen.Generator(sa, {**from_sim, **cfg}, [], " TP0")
+
+
+def _truth(gen: ModuleType, cfg: dict[str, Any], k: int, batch: int) -> float:
+    """The cost model's served tok/s at k steps: exact accept length from the per-position rates."""
+    g = _generator(gen, cfg, k)
+    ttft = g.prefill_ms(PROMPT)
+    if k == 0:
+        return 1000.0 * batch * OUT_LEN / (ttft + (OUT_LEN - 1) * g.decode_ms(batch))
+    probs = [float(p) for p in cfg.get("accept_prob") or g.cfg["accept_prob"]]
+    emitted, run = 1.0, 1.0
+    for i in range(k):
+        run *= probs[i] if i < len(probs) else probs[-1]
+        emitted += run
+    return request_tok_s(accept_len=emitted, cycle_ms=g.cycle_ms(batch), ttft_ms=ttft, output_len=OUT_LEN,
+                         concurrency=batch)
+
+
+MODELS = {
+    "sim defaults": {},
+    "speculation loses": {"verify_ms_base": 26.0, "accept_prob": [0.5, 0.3]},
+    "peak at a middle step": {"accept_prob": [0.9, 0.85, 0.8, 0.25, 0.1], "draft_ms_per_step": 2.0},
+    "the longest chain wins": {"accept_prob": [0.97], "draft_ms_per_step": 0.5, "verify_ms_per_token": 0.3},
+    "one step is enough": {"accept_prob": [0.9, 0.2], "verify_ms_per_token": 3.0},
+}
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_prediction_names_the_cost_models_best_step_count(generation: ModuleType, name: str, batch: int) -> None:
+    cfg = MODELS[name]
+    lo, hi = plan_runs([0, *STEPS]) or (0, 0)
+    assert (lo, hi) == (0, 7) or (lo, hi) == (1, 7)
+    lo = 1
+    big = _generator(generation, {**cfg, "seed": 7}, hi)
+    hist: list[int] = []
+    for _ in range(3000):   # what a few dozen requests at 7 steps report
+        j = big._accepted()
+        hist = metrics.add_histograms(hist, [0] * j + [1])
+    measured = [Measured(steps=k, tok_s=_truth(generation, cfg, k, batch),
+                         cycle_ms=_generator(generation, cfg, k).cycle_ms(batch),
+                         ttft_ms=big.prefill_ms(PROMPT)) for k in (lo, hi)]
+    fit = fit_cycle([(m.steps, m.cycle_ms) for m in measured])
+    assert fit is not None
+    preds, _ = predict_level(hist, hi, fit, measured, STEPS, output_len=OUT_LEN, concurrency=batch)
+    truth = {k: _truth(generation, cfg, k, batch) for k in [0, *STEPS]}
+    predicted = {p.steps: p.tok_s for p in preds} | {0: truth[0]}   # the baseline is always measured
+    assert max(predicted, key=lambda k: predicted[k]) == max(truth, key=lambda k: truth[k]), (predicted, truth)
+    for k in STEPS:
+        assert predicted[k] == pytest.approx(truth[k], rel=0.03), (k, predicted[k], truth[k])
+
+
+def test_the_models_cover_a_loss_a_middle_peak_and_both_ends(generation: ModuleType) -> None:
+    best = {name: max([0, *STEPS], key=lambda k: _truth(generation, cfg, k, 1)) for name, cfg in MODELS.items()}
+    assert best["speculation loses"] == 0
+    assert best["peak at a middle step"] == 3
+    assert best["the longest chain wins"] == 7
+    assert best["one step is enough"] == 1
+    # The batch costs move the optimum: what wins alone is not what wins at 32 requests in flight.
+    at32 = max([0, *STEPS], key=lambda k: _truth(generation, {}, k, 32))
+    assert at32 < best["sim defaults"]
+
+
+def test_accept_len_from_the_histogram() -> None:
+    hist = [10, 20, 30, 40]          # passes with 0..3 correct drafts
+    assert accept_len_at(hist, 3) == pytest.approx(1 + (20 + 60 + 120) / 100)
+    assert accept_len_at(hist, 1) == pytest.approx(1 + 0.9)
+    assert accept_len_at(hist, 0) == 1.0
+    with pytest.raises(ValueError):
+        accept_len_at([0, 0], 2)
+
+
+def test_what_is_measured_rather_than_predicted() -> None:
+    assert unpredictable_reason(2, 1, 3) is None and unpredictable_reason(0, 1, None) is None
+    assert "tree" in (unpredictable_reason(2, 4, 8) or "")
+    assert "steps+1" in (unpredictable_reason(2, 1, 6) or "")
+    assert plan_runs([1, 2]) is None and plan_runs([2, 5, 3]) == (2, 5)
+
+
+def test_histogram_sources_by_version() -> None:
+    # 0.5.12–0.5.20 send both names, 0.5.21+ only the new one, 0.5.9–0.5.11 only the old one.
+    assert metrics.histogram_from_meta({"spec_correct_drafts_histogram": [3, 1]}) == [3, 1]
+    assert metrics.histogram_from_meta({"spec_accept_histogram": [5, 0, 2]}) == [5, 0, 2]
+    assert metrics.histogram_from_meta({"spec_verify_ct": 4}) is None
+    # Older versions: prefill token, then one chunk per verify pass (1 + correct drafts); the last pass may be cut.
+    assert metrics.histogram_from_stream([1, 3, 1, 4, 2], 4) == [1, 0, 1, 1]
+    assert metrics.histogram_from_stream([1, 3, 5], 3) is None      # coalesced chunks: not one per pass
+    assert metrics.histogram_from_stream([2, 3, 1], 2) is None      # no lone prefill token first
+    s = metrics.spec_from_meta([{"completion_tokens": 30, "spec_verify_ct": 10, "spec_accepted_drafts": 20,
+                                 "spec_proposed_drafts": 40}])        # 0.5.11's counters
+    assert s["draft_acceptance"] == 0.5
+
+
+def test_throughput_interval_narrows_with_requests() -> None:
+    rng = random.Random(3)
+    tokens = [128.0] * 400
+    secs = [1.0 + rng.gauss(0, 0.05) for _ in tokens]
+    wide = metrics.throughput_ci(tokens[:8], secs[:8])
+    narrow = metrics.throughput_ci(tokens, secs)
+    assert wide is not None and narrow is not None and narrow < wide / 4
+    assert 0.003 < narrow < 0.01    # ≈ 1.96 · 5 % / √400
+    assert metrics.throughput_ci(tokens[:1], secs[:1]) is None
+    assert metrics.throughput_ci([64.0, 64.0], [1.0, 1.0]) == 0.0
