@@ -114,6 +114,33 @@ def test_injected_failures_fail_fast_with_excerpt_and_leave_nothing(inventory: P
     assert apps == ""
 
 
+@pytest.mark.parametrize("failure, sglang_line", [
+    ("load_traceback", "SafetensorError"),
+    ("cuda_oom", "torch.OutOfMemoryError: CUDA out of memory"),
+    ("port_in_use", "Port is already in use"),
+])
+def test_the_message_itself_carries_sglangs_error_line(inventory: Path, sim_host: SimHost, failure: str,
+                                                         sglang_line: str) -> None:
+    # On a real H200 the first line of a traceback or SGLang's "Received sigquit" told the user nothing; the line
+    # that names the error (the exception, argparse's complaint) must be in the one-line message, not only in the
+    # excerpt further down.
+    sim_host.set_sim_config(fail=failure, fail_after_seconds=0.0)
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    assert code == 1, err
+    assert sglang_line in doc["error"]["message"], "\n".join(doc["error"]["details"].get("excerpt") or [])
+    assert "Traceback (most recent call last)" not in doc["error"]["message"]
+
+
+def test_a_flag_the_version_rejects_is_named_in_the_message(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"sglang_args": ["--enable-amd-monokernel"]}})
+    t0 = time.monotonic()
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    assert code == 1, err
+    assert "error: unrecognized arguments: --enable-amd-monokernel" in doc["error"]["message"], doc["error"]
+    assert time.monotonic() - t0 < 30
+    assert sglang_pids(sim_host) == []
+
+
 def test_hang_is_reported_as_stalled_and_torn_down(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"stall": 2}})
     sim_host.set_sim_config(fail="hang")

@@ -46,6 +46,7 @@ FATAL_PATTERNS: List[Tuple[re.Pattern[str], str, str]] = [
 
 READY_LINE = "The server is fired up and ready to roll!"
 TAIL_LINES = 40
+CAUSE_WINDOW = 400
 
 
 def version_tuple(v: str) -> Tuple[int, ...]:
@@ -114,6 +115,7 @@ class LogFollower:
         self.offset = offset
         self.partial = b""
         self.tail: List[str] = []
+        self.window: List[str] = []   # a longer tail, to find the root cause above a long traceback
         self.last_growth = time.monotonic()
 
     def read_lines(self, cap: int = 4 << 20) -> List[str]:
@@ -134,7 +136,33 @@ class LogFollower:
         self.partial = chunks.pop()
         lines = [c.decode("utf-8", "replace").rstrip("\r") for c in chunks]
         self.tail = (self.tail + lines)[-TAIL_LINES:]
+        self.window = (self.window + lines)[-CAUSE_WINDOW:]
         return lines
+
+
+# The line that says what went wrong, as SGLang (or Python, or argparse) printed it: the last exception line of a
+# traceback, argparse's "error:" line, a RuntimeError SGLang raises. Tracebacks' frames and NCCL/info chatter are not.
+_ERROR_LINE = re.compile(r"(?:^|\s)(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|error:)|CUDA out of memory|"
+                         r"[Aa]ddress already in use|Port is already in use|scheduler died|scheduler is dead")
+_NOT_CAUSE = re.compile(r"NCCL INFO|Traceback \(most recent call last\)|^\s*File \"|Received sigquit|^\s*\^+\s*$")
+
+
+def cause_line(lines: List[str]) -> Optional[str]:
+    """SGLang's own error line in a log window, for the message the user reads: the exception line that ends the
+    first traceback (the root cause, e.g. a scheduler's CUDA OOM; the launcher's "scheduler died" follows it), else
+    the last line naming an error (argparse's "error: unrecognized arguments"). An exception line is an unindented
+    line right after a traceback's indented frames; indented lines themselves are never the cause."""
+    prev_indented = False
+    for line in lines:
+        indented = line[:1] in (" ", "\t")
+        if (prev_indented and not indented and _ERROR_LINE.search(line) and not _NOT_CAUSE.search(line)):
+            return line.strip()[:300]
+        prev_indented = indented
+    for line in reversed(lines):
+        text = line.strip()
+        if text and line[:1] not in (" ", "\t") and not _NOT_CAUSE.search(text) and _ERROR_LINE.search(text):
+            return text[:300]
+    return None
 
 
 def classify(line: str) -> Optional[Tuple[str, str]]:
@@ -171,7 +199,11 @@ def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offse
                 # Give the rest of a traceback a moment to land so the excerpt is whole.
                 time.sleep(0.3)
                 follower.read_lines()
-                raise AgentError("fatal_log", f"{verdict[0]}: {line.strip()[:300]}", verdict[1],
+                # A traceback's first line says nothing: name its exception line (SGLang's own words) instead.
+                said = line.strip()[:300]
+                if said.endswith("Traceback (most recent call last):") or not _ERROR_LINE.search(said):
+                    said = cause_line(follower.window) or said
+                raise AgentError("fatal_log", f"{verdict[0]}: {said}", verdict[1],
                                  excerpt=follower.tail, log_path=log_path)
         reason = cancelled() if cancelled is not None else None
         if reason:
@@ -183,7 +215,9 @@ def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offse
             time.sleep(0.2)
             follower.read_lines()
             code = "unknown" if status is None else str(status)
-            raise AgentError("process_died", f"the server process {pid} exited (status {code}) before it was ready",
+            cause = cause_line(follower.window)
+            raise AgentError("process_died", f"the server process {pid} exited (status {code}) before it was ready"
+                             + (f": {cause}" if cause else ""),
                              "the excerpt is the end of its log", excerpt=follower.tail, log_path=log_path)
         code_now = probe(listen, port, path, timeout=1.0)
         if code_now == 200:

@@ -1,0 +1,481 @@
+"""Real SGLang 0.5.16 deployed by the tool's own commands on a GPU machine (``local`` connection kind).
+
+Run by bench/real_sglang/run.sh after it installed the carried SGLang into a venv over the image's torch. Every
+step is an ``inv`` command of this checkout; each result is printed as it happens and kept in OUT/results.json.
+
+    python bench/real_sglang/real_run.py --phase tp1|tp2|tp8 --python VENV_PYTHON --models DIR --out OUT
+
+tp1: deploy --steps 0 and --steps 3, check-env in the env, plugin, scheduler and engine modes, bench (accept
+     length against the prediction of make_models.py), a three-configuration sweep, failure paths (a flag 0.5.16
+     rejects, a CUDA OOM start, a port in use), stop (nvidia-smi clean), rollback-patches (byte-exact tree).
+tp2: --tp 2 on two GPUs: every patch mode with check-env proving 6 NCCL variables × 2 ranks from NCCL's lines,
+     then a launch path that strips the six variables (a python wrapper), bench, stop, rollback.
+tp8: the seed's launch shape at --tp 8 (issue 20).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.real_sglang import make_models  # noqa: E402
+
+# Mandatory on this workplace's multi-GPU machines, and kept in the launch env (built with env -i) on purpose.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+TUNED = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS")
+PORT = 30000
+BENCH = ["--client", "builtin", "--input-len", "64", "--output-len", "128", "--num-prompts", "6"]
+OUTPUT_LEN = 128
+# CUDA graphs off (fast starts). 0.5.16's own flags; --disable-cuda-graph is its deprecated spelling.
+NO_GRAPH = os.environ.get("REAL_RUN_NO_GRAPH",
+                          "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled").split()
+
+results: list[dict[str, Any]] = []
+OUT = Path(".")
+WORK = Path("/tmp/rs/work")
+
+
+def now() -> str:
+    return f"{datetime.datetime.now(datetime.timezone.utc):%H:%M:%S}"
+
+
+def sh(cmd: list[str] | str, timeout: float = 60) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, shell=isinstance(cmd, str))
+    return (r.stdout + r.stderr).strip()
+
+
+def save() -> None:
+    (OUT / "results.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+def record(check: str, ok: bool | None, detail: Any, **extra: Any) -> None:
+    status = "PASS" if ok else ("INFO" if ok is None else "FAIL")
+    results.append({"check": check, "result": status, "detail": detail, "at": now(), **extra})
+    print(f"[{now()}] {status}: {check}: {detail}", flush=True)
+    save()
+
+
+def inv(*args: str, inventory: Path | None = None, timeout: float = 540) -> tuple[int, Any, str, float]:
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args, "--inventory",
+            str(inventory or WORK / "inventory.yaml")]
+    print(f"\n[{now()}] $ inv {' '.join(args)}", flush=True)
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, "COLUMNS": "160"})
+        code, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        code, out, err = 124, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), \
+            f"inv did not return within {timeout} s"
+    wall = time.monotonic() - t0
+    doc: Any = None
+    if "--json" in args:
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            doc = None
+    print(f"  → exit {code} in {wall:.1f} s")
+    print(out[-7000:] if doc is None else json.dumps(doc, indent=1, default=str)[-7000:])
+    if err.strip():
+        print("  stderr: " + err[-3000:])
+    return code, doc, err, wall
+
+
+def write_inventory(path: Path, *, python: str, tp: int, models: Path, extra_args: list[str] | None = None,
+                    mem: str = "0.3", env: dict[str, str] | None = None, idle_mib: int = 2048,
+                    steps: int = 3) -> Path:
+    import yaml
+
+    args = ["--attention-backend", "triton", "--sampling-backend", "pytorch", *NO_GRAPH, "--skip-tokenizer-init",
+            "--mem-fraction-static", mem, *(extra_args or [])]
+    inventory = {
+        "defaults": {"timeouts": {"ready": 420, "stall": 300, "stop_grace": 15, "gpu_clean": 60}},
+        "hosts": {"h200": {
+            "connection": "local", "default": True, "python": python, "gpus": tp, "tp": tp,
+            "model": str(models / "target"), "draft_model": str(models / "draft"),
+            "log_dir": str(WORK / "logs"), "state_dir": str(WORK / "state"), "port": PORT,
+            "nccl_preset": "pcie", "gpu_idle_mib": idle_mib,
+            "env": {**SAFE_ENV, "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", "/tmp/rs/triton-cache"),
+                    **(env or {})},
+            "speculative": {"algorithm": "EAGLE3", "steps": steps, "topk": 1},
+            "sglang_args": args,
+        }},
+    }
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
+def tree_manifest(site: Path) -> dict[str, str]:
+    """sha256 of every file under site-packages except bytecode caches (importing SGLang writes those)."""
+    out: dict[str, str] = {}
+    for p in sorted(site.rglob("*")):
+        if "__pycache__" in p.parts or not p.is_file():
+            continue
+        out[str(p.relative_to(site))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def deploy_ok(doc: Any, code: int) -> bool:
+    return code == 0 and bool(doc and doc.get("ok"))
+
+
+def deploy_detail(doc: Any, err: str, wall: float) -> str:
+    if not doc:
+        return f"no JSON; {err.strip()[-300:]}"
+    if doc.get("ok"):
+        t = doc.get("timings") or {}
+        return f"ready in {wall:.1f} s (wait_ready {t.get('wait_ready', '?')} s, start {t.get('start', '?')} s)"
+    e = doc.get("error") or {}
+    return f"{e.get('kind')}: {e.get('message')} | hint: {e.get('hint')}"
+
+
+def checkenv_summary(doc: Any) -> str:
+    rows = (doc or {}).get("rows") or []
+    by: dict[str, int] = {}
+    for r in rows:
+        key = f"{r.get('status')}/{r.get('evidence')}"
+        by[key] = by.get(key, 0) + 1
+    return f"{len(rows)} rows: " + ", ".join(f"{n} {k}" for k, n in sorted(by.items()))
+
+
+def server_log(name: str) -> Path:
+    return WORK / "logs" / f"sglang-{name}.log"
+
+
+def nccl_lines(name: str, limit: int = 40) -> list[str]:
+    p = server_log(name)
+    if not p.is_file():
+        return []
+    lines = [ln for ln in p.read_text(errors="replace").splitlines()
+             if "set by environment" in ln or "[specdeploy]" in ln]
+    return lines[-limit:]
+
+
+def gpu_state() -> str:
+    return sh(["nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader"]) + \
+        " | apps: " + (sh(["nvidia-smi", "--query-compute-apps=pid,used_memory,process_name",
+                           "--format=csv,noheader"]) or "none")
+
+
+def sglang_procs() -> str:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            comm = (d / "comm").read_text().strip()
+        except OSError:
+            continue
+        if "-m sglang." in cmd or cmd.startswith("sglang::") or comm.startswith("sglang::"):
+            out.append(f"{d.name}:{cmd[:80]}")
+    return "; ".join(out) or "none"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def check_modes(modes: list[str], tp: int, steps: int = 3) -> None:
+    for mode in modes:
+        code, doc, err, wall = inv("deploy", "--steps", str(steps), "--patch-mode", mode, "--json")
+        record(f"tp{tp} deploy --steps {steps} --patch-mode {mode}", deploy_ok(doc, code),
+               deploy_detail(doc, err, wall), wall_s=round(wall, 1), doc=doc)
+        if not deploy_ok(doc, code):
+            continue
+        code, doc, err, _ = inv("check-env", "--json")
+        rows = (doc or {}).get("rows") or []
+        proven = [r for r in rows if r.get("status") == "proven"]
+        nccl = [r for r in rows if r.get("evidence") == "nccl_log"]
+        record(f"tp{tp} check-env after {mode}", code == 0 and len(proven) == len(rows) == 6 * tp,
+               checkenv_summary(doc) + f"; {len(nccl)} proven by NCCL's own lines", rows=rows)
+        print("NCCL 'set by environment' lines and patch markers in the server log:")
+        print("\n".join(nccl_lines("baseline" if steps == 0 else f"eagle3-s{steps}-k1-d{steps + 1}")))
+
+
+def bench(label: str, steps: int, extra: list[str] | None = None, timeout: float = 300) -> Any:
+    code, doc, err, _wall = inv("bench", *BENCH, *(extra or []), "--json", timeout=timeout)
+    if not doc or code != 0:
+        record(label, False, (doc or {}).get("error") or err[-400:])
+        return None
+    predicted = make_models.predicted_accept_length(OUTPUT_LEN, steps) if steps else None
+    got = doc.get("accept_len")
+    ok = True if not steps else (got is not None and abs(got - predicted) < 0.01)
+    record(label, ok, f"output {doc.get('output_tok_s')} tok/s, TPOT {doc.get('tpot_ms')} ms, accept_len {got} "
+           f"(source {doc.get('accept_len_source')}; predicted {predicted}), all sources "
+           f"{doc.get('accept_len_sources')}, accept_rate {doc.get('accept_rate')}", doc=doc)
+    return doc
+
+
+def failure_paths(python: str, models: Path, tp: int) -> None:
+    # 1. a flag SGLang 0.5.16 does not define (0.5.23 does): SGLang's argparse must end the deploy.
+    inv_bad = write_inventory(WORK / "inv-badflag.yaml", python=python, tp=tp, models=models,
+                              extra_args=["--enable-amd-monokernel"])
+    code, doc, err, wall = inv("deploy", "--steps", "3", "--json", inventory=inv_bad, timeout=300)
+    msg = json.dumps((doc or {}).get("error") or err[-500:])
+    record("failure: a flag 0.5.16 rejects (--enable-amd-monokernel)",
+           code != 0 and ("unrecognized arguments" in msg or "enable-amd-monokernel" in msg),
+           deploy_detail(doc, err, wall) + f" [wall {wall:.1f} s]", doc=doc)
+    # 2. a CUDA out-of-memory start: a memory fraction no GPU can honour.
+    inv_oom = write_inventory(WORK / "inv-oom.yaml", python=python, tp=tp, models=models, mem="0.999")
+    code, doc, err, wall = inv("deploy", "--steps", "3", "--json", inventory=inv_oom, timeout=400)
+    msg = json.dumps((doc or {}).get("error") or err[-500:])
+    record("failure: --mem-fraction-static 0.999 (CUDA OOM start)",
+           code != 0 and ("memory" in msg.lower()),
+           deploy_detail(doc, err, wall) + f" [wall {wall:.1f} s]", doc=doc)
+    print("gpu after the OOM failure: " + gpu_state())
+    # 3. the port held by another process (listening, never answering). Whatever the tool left running goes first.
+    inv("stop", "--json", timeout=120)
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", PORT))
+    holder.listen(1)
+    try:
+        code, doc, err, wall = inv("deploy", "--steps", "3", "--json", timeout=400)
+    finally:
+        holder.close()
+    msg = json.dumps((doc or {}).get("error") or err[-500:])
+    record("failure: port in use", code != 0 and ("in use" in msg.lower() or "98" in msg),
+           deploy_detail(doc, err, wall) + f" [wall {wall:.1f} s]", doc=doc)
+    print("gpu after the port failure: " + gpu_state() + " | sglang processes: " + sglang_procs())
+
+
+def stop_and_rollback(site: Path, before: dict[str, str], tp: int) -> None:
+    code, doc, _err, wall = inv("stop", "--json", timeout=120)
+    time.sleep(1.0)
+    state = gpu_state()
+    procs_left = sglang_procs()
+    used = [int(x.split(",")[1].strip().split()[0]) for x in
+            sh(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]).splitlines()
+            if x.strip()]
+    record(f"tp{tp} stop: every process gone, GPU memory released", code == 0 and procs_left == "none" and
+           "apps: none" in state and max(used[:tp]) < 1024,
+           f"stop exit {code} in {wall:.1f} s; nvidia-smi: {state}; sglang processes: {procs_left}", doc=doc)
+    code, doc, _err, wall = inv("rollback-patches", "--json", timeout=120)
+    after = tree_manifest(site)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    record(f"tp{tp} rollback-patches: installed tree byte-identical", code == 0 and not changed,
+           f"exit {code}; {len(before)} files hashed; differing after rollback: {changed[:10] or 'none'}; "
+           f"restored: {json.dumps(((doc or {}).get('data') or {}).get('files', []))[:600]}")
+
+
+DEADLINE = float("inf")
+
+
+def time_left() -> float:
+    return DEADLINE - time.monotonic()
+
+
+def run_steps(steps: list[tuple[str, float, Any]], reserve: float) -> None:
+    """Run each (name, estimated seconds, fn) while it fits before the deadline, keeping ``reserve`` seconds for
+    the closing stop + rollback; a step that does not fit is recorded as skipped (a later call runs it)."""
+    for name, estimate, fn in steps:
+        if time_left() < estimate + reserve:
+            record(f"skipped: {name}", None, f"{time_left():.0f} s left, needs ~{estimate:.0f} s + {reserve:.0f} s")
+            continue
+        try:
+            fn()
+        except Exception as e:  # a step's own failure must not cost the steps after it
+            record(f"{name} raised", False, f"{type(e).__name__}: {e}")
+
+
+def step_baseline() -> None:
+    code, doc, err, wall = inv("deploy", "--steps", "0", "--patch-mode", "env", "--json")
+    record("tp1 deploy --steps 0 (baseline, env mode)", deploy_ok(doc, code), deploy_detail(doc, err, wall),
+           doc=doc)
+    if not deploy_ok(doc, code):
+        log = server_log("baseline")
+        print(log.read_text(errors="replace")[-6000:] if log.is_file() else "no server log")
+        return
+    code, cdoc, _, _ = inv("check-env", "--json")
+    record("tp1 check-env after env (baseline)", code == 0, checkenv_summary(cdoc), rows=(cdoc or {}).get("rows"))
+    BENCHES["baseline"] = bench("tp1 bench baseline", 0)
+
+
+def step_eagle(tp: int, mode: str = "plugin") -> None:
+    code, doc, err, wall = inv("deploy", "--steps", "3", "--patch-mode", mode, "--json")
+    record(f"tp{tp} deploy --steps 3 (EAGLE-3, {mode} mode)", deploy_ok(doc, code), deploy_detail(doc, err, wall),
+           doc=doc)
+    if not deploy_ok(doc, code):
+        log = server_log("eagle3-s3-k1-d4")
+        print(log.read_text(errors="replace")[-6000:] if log.is_file() else "no server log")
+        return
+    code, cdoc, _, _ = inv("check-env", "--json")
+    rows = (cdoc or {}).get("rows") or []
+    record(f"tp{tp} check-env after {mode}", code == 0 and len(rows) == 6 * tp and
+           all(r.get("status") == "proven" for r in rows), checkenv_summary(cdoc), rows=rows)
+    print("\n".join(nccl_lines("eagle3-s3-k1-d4")))
+    eagle = bench(f"tp{tp} bench EAGLE-3 steps 3", 3)
+    base = BENCHES.get("baseline")
+    if base and eagle:
+        record(f"tp{tp} baseline vs EAGLE-3", None,
+               f"{base.get('output_tok_s')} → {eagle.get('output_tok_s')} tok/s")
+
+
+def step_sweep() -> None:
+    t0 = time.monotonic()
+    code, doc, _err, _wall = inv("sweep", "--steps", "2,3", *BENCH, "--patch-mode", "plugin", "--json",
+                               "--out", str(WORK / "runs"), timeout=max(60, time_left() - 60))
+    record("tp1 sweep --steps 2,3 (baseline + 2 EAGLE-3 configurations)", code == 0,
+           f"{time.monotonic() - t0:.0f} s; predicted accept_len s2 {make_models.predicted_accept_length(128, 2):.3f}"
+           f", s3 4.000; result: " + json.dumps(doc, default=str)[:2500], doc=doc)
+
+
+def step_bench_sglang() -> None:
+    # SGLang's own bench_serving through the tool (it wants a tokenizer; these models have none).
+    _code, sdoc, _err, _wall = inv("bench", "--client", "sglang", "--input-len", "64", "--output-len", "128",
+                                "--num-prompts", "4", "--timeout", "60", "--json", timeout=100)
+    record("bench --client sglang (SGLang's bench_serving)", None,
+           (sdoc or {}).get("error") or {k: (sdoc or {}).get(k) for k in ("output_tok_s", "accept_len",
+                                                                              "accept_len_source")})
+
+
+def stripped(python: str, models: Path, tp: int, modes: list[str], **inv_kw: Any) -> None:
+    """A launch path that strips the six tuned variables before Python starts (the multicast-off ones stay)."""
+    wrapper = WORK / "python-stripped"
+    wrapper.write_text("#!/bin/sh\n# a launch path that drops the tuned NCCL variables before SGLang starts\n"
+                       f"exec env {' '.join('-u ' + v for v in TUNED)} {python} \"$@\"\n")
+    wrapper.chmod(0o755)
+    write_inventory(WORK / "inventory.yaml", python=str(wrapper), tp=tp, models=models, **inv_kw)
+    try:
+        for mode in modes:
+            if time_left() < 120:
+                record(f"skipped: tp{tp} stripped env {mode}", None, f"{time_left():.0f} s left")
+                continue
+            code, doc, err, wall = inv("deploy", "--steps", "3", "--patch-mode", mode, "--json")
+            if mode == "env":
+                record(f"tp{tp} stripped env: deploy --patch-mode env is refused by the check",
+                       code == 1 and ((doc or {}).get("error") or {}).get("kind") == "EnvNotProvenError",
+                       deploy_detail(doc, err, wall), doc=doc)
+                continue
+            record(f"tp{tp} stripped env: deploy --patch-mode {mode}", deploy_ok(doc, code),
+                   deploy_detail(doc, err, wall), doc=doc)
+            if not deploy_ok(doc, code):
+                continue
+            code, cdoc, _, _ = inv("check-env", "--json")
+            rows = (cdoc or {}).get("rows") or []
+            blind = [r for r in rows if r.get("evidence") == "nccl_log" and
+                     (r.get("sources") or {}).get("environ") is None]
+            record(f"tp{tp} stripped env: check-env after {mode}", code == 0 and len(rows) == 6 * tp and
+                   all(r.get("status") == "proven" for r in rows),
+                   checkenv_summary(cdoc) + f"; {len(blind)}/{6 * tp} proven by NCCL's lines with "
+                   "/proc/PID/environ blind", rows=rows)
+            print("\n".join(nccl_lines("eagle3-s3-k1-d4")))
+    finally:
+        write_inventory(WORK / "inventory.yaml", python=python, tp=tp, models=models, **inv_kw)
+
+
+BENCHES: dict[str, Any] = {}
+RESERVE = 75.0   # the closing stop + rollback
+
+
+def phase_tp1a(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models)
+    inv("render", "--steps", "3", "--json")
+    run_steps([("baseline", 150, step_baseline), ("eagle plugin", 120, lambda: step_eagle(1, "plugin")),
+               ("check-env scheduler", 60, lambda: check_modes(["scheduler"], 1)),
+               ("check-env engine", 60, lambda: check_modes(["engine"], 1))], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
+def phase_tp1b(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models)
+    run_steps([("sweep", 200, step_sweep), ("bench client sglang", 60, step_bench_sglang),
+               ("failure paths", 150, lambda: failure_paths(python, models, 1))], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
+def phase_tp1(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models)
+    inv("render", "--steps", "3", "--json")
+    run_steps([("baseline", 150, step_baseline), ("eagle plugin", 120, lambda: step_eagle(1, "plugin")),
+               ("sweep", 200, step_sweep), ("check-env scheduler", 60, lambda: check_modes(["scheduler"], 1)),
+               ("check-env engine", 60, lambda: check_modes(["engine"], 1)),
+               ("failure paths", 150, lambda: failure_paths(python, models, 1))], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
+def phase_tp2(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=2, models=models)
+    run_steps([("eagle env", 240, lambda: step_eagle(2, "env")),
+               ("stripped env+scheduler", 150, lambda: stripped(python, models, 2, ["env", "scheduler"])),
+               ("check-env plugin", 70, lambda: check_modes(["plugin"], 2)),
+               ("check-env engine", 70, lambda: check_modes(["engine"], 2)),
+               ("check-env scheduler", 70, lambda: check_modes(["scheduler"], 2)),
+               ("stripped plugin+engine", 150, lambda: stripped(python, models, 2, ["plugin", "engine"]))],
+              RESERVE)
+    stop_and_rollback(site, before, 2)
+
+
+SEED = {"extra_args": ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"],
+        "env": {"EAGLE3_PROFILE": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}}
+
+
+def step_sweep_tp8() -> None:
+    code, doc, _err, _wall = inv("sweep", "--steps", "1,3", *BENCH, "--json", "--out", str(WORK / "runs"),
+                                 timeout=max(60, time_left() - 60))
+    record("tp8 sweep --steps 1,3 (baseline, s1, s3)", code == 0, json.dumps(doc, default=str)[:2500], doc=doc)
+
+
+def phase_tp8(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    """Issue 20: the seed's launch shape at TP 8 (mem fraction given explicitly, PCIe NCCL preset)."""
+    write_inventory(WORK / "inventory.yaml", python=python, tp=8, models=models, mem="0.3", **SEED)
+    run_steps([("eagle env", 300, lambda: step_eagle(8, "env")),
+               ("stripped env+scheduler", 200,
+                lambda: stripped(python, models, 8, ["env", "scheduler"], mem="0.3", **SEED)),
+               ("check-env plugin", 90, lambda: check_modes(["plugin"], 8)),
+               ("check-env engine", 90, lambda: check_modes(["engine"], 8)),
+               ("sweep 0,1,3", 240, step_sweep_tp8),
+               ("check-env scheduler", 90, lambda: check_modes(["scheduler"], 8))], RESERVE)
+    stop_and_rollback(site, before, 8)
+
+
+def main() -> int:
+    global OUT, DEADLINE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp8"), required=True)
+    ap.add_argument("--budget-s", type=float, default=560.0, help="seconds this run may take in all")
+    ap.add_argument("--python", required=True, help="the venv python that has the real SGLang")
+    ap.add_argument("--models", default="/tmp/rs/models")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    DEADLINE = time.monotonic() + a.budget_s
+    OUT = Path(a.out)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (WORK / "logs").mkdir(parents=True, exist_ok=True)
+    models = Path(a.models)
+    if not (models / "draft" / "model.safetensors").is_file():
+        make_models.write(models)
+    site = Path(sh([a.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]))
+    print(f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC; phase {a.phase}")
+    print(sh(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total,memory.used",
+              "--format=csv,noheader"]))
+    print(sh(["nvidia-smi", "topo", "-m"]))
+    print(sh([a.python, "-c", "import torch, sglang, transformers, sgl_kernel, triton; "
+              "print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), "
+              "'sglang', sglang.__version__, 'transformers', transformers.__version__, 'sgl_kernel', "
+              "sgl_kernel.__version__ if hasattr(sgl_kernel, '__version__') else '?', 'triton', triton.__version__)"],
+             timeout=180))
+    before = tree_manifest(site)
+    print(f"hashed {len(before)} files under {site}")
+    phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp8": phase_tp8}
+    phases[a.phase](a.python, models, site, before)
+    print("\n| check | result | detail |\n|---|---|---|")
+    for r in results:
+        print(f"| {r['check']} | {r['result']} | {' '.join(str(r['detail']).split()).replace('|', '/')[:400]} |")
+    failed = [r for r in results if r["result"] == "FAIL"]
+    print(f"\n{len(results) - len(failed) - sum(r['result'] == 'INFO' for r in results)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the checkout's root: install the carried real SGLang (.gpu/site.tar.xz, made by
+# prepare.sh) into a venv over the image's torch, unpack the tool (.gpu/src.tar.gz), generate the models, then
+# run real_run.py for one phase. Everything lands under $OUT (log, results.json, server logs).
+#   bench/real_sglang/run.sh tp1|tp2|tp8
+set -uo pipefail
+PHASE=${1:?phase: tp1, tp2 or tp8}
+KIT=$(pwd)/.gpu
+R=/tmp/rs
+OUT=${OUT:-/tmp/rs/out}
+mkdir -p "$R" "$OUT"
+export PYTHONUNBUFFERED=1
+# Required on the multi-GPU machines here; also written into every launch environment by the inventory.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TRITON_CACHE_DIR=$R/triton-cache   # persists for the machine's lifetime: later deploys skip compiling
+t0=$(date +%s)
+if [ ! -x "$R/venv/bin/python" ]; then
+  python3 -m venv --system-site-packages "$R/venv" || exit 1
+  SP=$("$R/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  xz -dc "$KIT/site.tar.xz" | tar -x -C "$R" || exit 1
+  cp -a "$R/site/." "$SP/" && rm -rf "$R/site"
+fi
+rm -rf "$R/src" && mkdir -p "$R/src" && tar -xzf "$KIT/src.tar.gz" -C "$R/src" || exit 1
+echo "install: $(( $(date +%s) - t0 )) s"
+cd "$R/src"
+"$R/venv/bin/python" bench/real_sglang/real_run.py --phase "$PHASE" --python "$R/venv/bin/python" \
+  --models "$R/models" --out "$OUT" 2>&1 | tee "$OUT/log"
+rc=${PIPESTATUS[0]}
+# Server logs and the tool's run records come back too (at most 8 files from $OUT).
+tar -czf "$OUT/server-logs.tar.gz" -C "$R/work" logs state runs 2>/dev/null
+exit "$rc"
