@@ -48,17 +48,18 @@ def main(argv: list[str]) -> None:
     if prefixes:
         _strip_environment(prefixes)
 
-    if runtime.version() >= (0, 5, 11):
-        from sglang.srt.plugins import load_plugins
-
-        load_plugins()
     runtime.configure_logger("", "info")
 
     from sglang.srt.server_args import is_port_available, prepare_server_args
 
     server_args = prepare_server_args(argv)
     runtime.configure_logger("", server_args.log_level)
-    logger.info(f"server_args={server_args!r}")
+    if runtime.version() >= (0, 5, 19):  # SGLang logs the resolved dict from 0.5.19
+        import dataclasses
+
+        logger.info(f"server_args={dataclasses.asdict(server_args)}")
+    else:
+        logger.info(f"server_args={server_args!r}")
 
     if cfg.get("fail") == "port_in_use" or not is_port_available(server_args.port, server_args.host):
         logger.error("Port is already in use.")
@@ -82,4 +83,12 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    # As in SGLang 0.5.11+: the plugins load at the top of `python -m sglang.launch_server`, before parsing
+    # (the strip_env_prefixes launch-path simulation runs first: it stands for what launched the process).
+    _cfg = runtime.load_config()
+    _strip_environment([str(p) for p in (_cfg.get("strip_env_prefixes") or [])])
+    if runtime.version() >= (0, 5, 11):
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
     main(sys.argv[1:])

@@ -170,7 +170,13 @@ class Generator:
         now = time.perf_counter()
         gap = max(now - self.window_start, 1e-9)
         self.last_gen_throughput = self.window_tokens / gap
-        head = "Decode batch." if self.ver < (0, 5, 0) else "Decode batch,"
+        # "Decode batch." until 0.5.3, "Decode batch [<forward ct>]," in 0.5.4, "Decode batch," from 0.5.5
+        if self.ver < (0, 5, 4):
+            head = "Decode batch."
+        elif self.ver < (0, 5, 5):
+            head = f"Decode batch [{self.forward_ct}],"
+        else:
+            head = "Decode batch,"
         usage = num_tokens / self.max_total_num_tokens
         msg = f"{head} #running-req: {self.num_running}, #token: {num_tokens}, token usage: {usage:.2f}, "
         if self.spec and self.window_forward_ct:
@@ -182,13 +188,13 @@ class Generator:
                 rate = al / self.num_draft if self.num_draft else 0.0
             self.last_accept_rate = rate
             msg += f"accept len: {al:.2f}, "
-            if self.ver >= (0, 5, 5):
+            if self.ver >= (0, 5, 4):
                 msg += f"accept rate: {rate:.2f}, "
         msg += (
             f"cuda graph: {not self.sa.disable_cuda_graph}, "
             f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
         )
-        if self.ver < (0, 5, 11):
+        if (0, 5, 1) <= self.ver < (0, 5, 9):  # the trailing ", " of 0.5.1-0.5.8 (not 0.4.x, gone in 0.5.9)
             msg += ", "
         self.window_tokens = 0
         self.window_forward_ct = 0

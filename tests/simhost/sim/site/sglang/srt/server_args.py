@@ -22,6 +22,21 @@ logger = logging.getLogger(__name__)
 SPEC_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
 
 
+def spec_algorithm_choices() -> list[str] | None:
+    """``--speculative-algorithm``'s argparse choices in this version (docs/sglang-contract.md); from 0.5.12
+    SGLang declares none (any registered name) and rejects an unknown one after parsing."""
+    ver = version()
+    if ver >= (0, 5, 12):
+        return None
+    if ver >= (0, 5, 11):
+        return ["DFLASH", "EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"]
+    if ver >= (0, 5, 3):
+        return ["EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"]
+    if ver >= (0, 5, 2):
+        return ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE"]
+    return ["EAGLE", "EAGLE3", "NEXTN"]
+
+
 @dataclasses.dataclass
 class ServerArgs:
     # Model and tokenizer
@@ -63,6 +78,7 @@ class ServerArgs:
     pp_size: int = 1
     dp_size: int = 1
     ep_size: int = 1
+    dcp_size: int = 1
     random_seed: int | None = None
     watchdog_timeout: float = 300
     base_gpu_id: int = 0
@@ -137,6 +153,19 @@ class ServerArgs:
             self.mem_fraction_static = round((140.0 - reserve_gb) / 140.0, 3)
         if self.speculative_algorithm is not None:
             self._handle_speculative_decoding()
+        self._handle_deterministic_inference()
+
+    def _handle_deterministic_inference(self) -> None:
+        # SGLang writes these in its argument post-processing (ServerArgs._handle_deterministic_inference,
+        # arg_groups/attention_hook.py from 0.5.20), before _set_envs_and_config: operator values are lost.
+        if not self.enable_deterministic_inference or self.tp_size <= 1 or version() < (0, 5, 3):
+            return
+        os.environ["NCCL_ALGO"] = "allreduce:tree"
+        self.disable_custom_all_reduce = True
+        if version() >= (0, 5, 18):
+            nchannels = os.environ.get("SGLANG_DETERMINISTIC_NCCL_NCHANNELS", "8")
+            os.environ["NCCL_MIN_NCHANNELS"] = nchannels
+            os.environ["NCCL_MAX_NCHANNELS"] = nchannels
 
     def _model_architectures(self) -> list[str]:
         try:
@@ -147,6 +176,8 @@ class ServerArgs:
         return [str(a) for a in arch]
 
     def _handle_speculative_decoding(self) -> None:
+        if spec_algorithm_choices() is None and self.speculative_algorithm not in SPEC_ALGORITHMS + ["DFLASH"]:
+            raise ValueError(f"Unknown speculative algorithm name: {self.speculative_algorithm}")
         if self.speculative_algorithm == "NEXTN":
             self.speculative_algorithm = "EAGLE"
         if self.max_running_requests is None:
@@ -190,6 +221,8 @@ class ServerArgs:
     # ------------------------------------------------------------------ CLI
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        # Only flags SGLang defines in this version (tests/test_contract.py checks them against the wheels).
+        ver = version()
         a = parser.add_argument
         a("--model-path", "--model", type=str, required=True, help="The path of the model weights.")
         a("--tokenizer-path", type=str, default=None)
@@ -198,8 +231,7 @@ class ServerArgs:
         a("--trust-remote-code", action="store_true")
         a("--dtype", type=str, default="auto",
           choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
-        a("--kv-cache-dtype", type=str, default="auto",
-          choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"])
+        a("--kv-cache-dtype", type=str, default="auto")  # choices vary by release; not simulated
         a("--quantization", type=str, default=None)
         a("--context-length", type=int, default=None)
         a("--device", type=str, default=None)
@@ -224,7 +256,10 @@ class ServerArgs:
         a("--tensor-parallel-size", "--tp-size", type=int, default=1, dest="tp_size")
         a("--pipeline-parallel-size", "--pp-size", type=int, default=1, dest="pp_size")
         a("--data-parallel-size", "--dp-size", type=int, default=1, dest="dp_size")
-        a("--expert-parallel-size", "--ep-size", "--ep", type=int, default=1, dest="ep_size")
+        ep_names = ["--expert-parallel-size", "--ep-size"] + (["--ep"] if ver >= (0, 5, 1) else [])
+        a(*ep_names, type=int, default=1, dest="ep_size")
+        if ver >= (0, 5, 15):
+            a("--decode-context-parallel-size", "--dcp-size", type=int, default=1, dest="dcp_size")
         a("--random-seed", type=int, default=None)
         a("--watchdog-timeout", type=float, default=300)
         a("--base-gpu-id", type=int, default=0)
@@ -238,22 +273,27 @@ class ServerArgs:
         a("--dist-init-addr", "--nccl-init-addr", type=str, default=None)
         a("--nnodes", type=int, default=1)
         a("--node-rank", type=int, default=0)
-        a("--speculative-algorithm", type=str, default=None, choices=SPEC_ALGORITHMS)
-        a("--speculative-draft-model-path", "--speculative-draft-model", type=str, default=None)
-        a("--speculative-draft-model-revision", type=str, default=None)
+        a("--speculative-algorithm", type=str, default=None, choices=spec_algorithm_choices())
+        if ver >= (0, 5, 2):
+            a("--speculative-draft-model-path", "--speculative-draft-model", type=str, default=None)
+            a("--speculative-draft-model-revision", type=str, default=None)
+        else:
+            a("--speculative-draft-model-path", type=str, default=None)
         a("--speculative-num-steps", type=int, default=None)
         a("--speculative-eagle-topk", type=int, default=None)
         a("--speculative-num-draft-tokens", type=int, default=None)
         a("--speculative-accept-threshold-single", type=float, default=1.0)
         a("--speculative-accept-threshold-acc", type=float, default=1.0)
         a("--speculative-token-map", type=str, default=None)
-        a("--speculative-attention-mode", type=str, default="prefill", choices=["prefill", "decode"])
+        if ver >= (0, 5, 2):
+            a("--speculative-attention-mode", type=str, default="prefill", choices=["prefill", "decode"])
         a("--attention-backend", type=str, default=None)
         a("--sampling-backend", type=str, default=None)
         a("--grammar-backend", type=str, default=None)
         a("--disable-radix-cache", action="store_true")
-        a("--cuda-graph-max-bs", type=int, default=None)
-        a("--cuda-graph-bs", type=int, nargs="+", default=None)
+        if ver < (0, 5, 20):  # 0.5.20 folded them into the cuda-graph config
+            a("--cuda-graph-max-bs", type=int, default=None)
+            a("--cuda-graph-bs", type=int, nargs="+", default=None)
         a("--disable-cuda-graph", action="store_true")
         a("--disable-cuda-graph-padding", action="store_true")
         a("--disable-custom-all-reduce", action="store_true")
@@ -262,8 +302,10 @@ class ServerArgs:
         a("--enable-dp-attention", action="store_true")
         a("--enable-torch-compile", action="store_true")
         a("--torch-compile-max-bs", type=int, default=32)
-        a("--enable-deterministic-inference", action="store_true")
-        a("--enable-symm-mem", action="store_true")
+        if ver >= (0, 5, 3):
+            a("--enable-deterministic-inference", action="store_true")
+        if ver >= (0, 5, 1):
+            a("--enable-symm-mem", action="store_true")
         a("--enable-nccl-nvls", action="store_true")
         a("--enable-cache-report", action="store_true")
         a("--chat-template", type=str, default=None)

@@ -67,9 +67,10 @@ def launch_phase_sigquit_handler(signum: int, frame: Any) -> None:
 
 
 def _set_envs_and_config(server_args: ServerArgs):
-    # Set global environments
+    # Set global environments (each release's writes: docs/sglang-contract.md, checked against the wheels)
     ver = runtime.version()
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    if ver < (0, 5, 6):
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     if ver >= (0, 5, 5):
         if "NCCL_CUMEM_ENABLE" not in os.environ or server_args.enable_symm_mem:
             os.environ["NCCL_CUMEM_ENABLE"] = str(int(server_args.enable_symm_mem))
@@ -79,6 +80,11 @@ def _set_envs_and_config(server_args: ServerArgs):
             or server_args.enable_symm_mem
         ):
             os.environ["NCCL_NVLS_ENABLE"] = str(int(server_args.enable_nccl_nvls or server_args.enable_symm_mem))
+        if ver >= (0, 5, 15) and (
+            "NCCL_GRAPH_MIXING_SUPPORT" not in os.environ or server_args.enable_symm_mem
+        ):
+            if getattr(server_args, "dcp_size", 1) > 1:
+                os.environ["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
     elif ver >= (0, 5, 1):
         os.environ["NCCL_CUMEM_ENABLE"] = str(int(server_args.enable_symm_mem))
@@ -90,16 +96,20 @@ def _set_envs_and_config(server_args: ServerArgs):
         os.environ["NCCL_NVLS_ENABLE"] = str(int(server_args.enable_nccl_nvls))
         os.environ["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "4"
-    os.environ["CUDA_MODULE_LOADING"] = "AUTO"
+    if ver < (0, 5, 19):
+        os.environ["CUDA_MODULE_LOADING"] = "AUTO"
+    if ver >= (0, 5, 1):
+        if os.environ.get("TRTLLM_ENABLE_PDL", "1") != "0":
+            os.environ["TRTLLM_ENABLE_PDL"] = "1"
+    if ver >= (0, 5, 3):
+        if os.environ.get("CUTE_DSL_LOG_LEVEL") is None:
+            os.environ["CUTE_DSL_LOG_LEVEL"] = "30"
+        if os.environ.get("CUTE_DSL_LOG_TO_CONSOLE") is None:
+            os.environ["CUTE_DSL_LOG_TO_CONSOLE"] = "1"
     if ver >= (0, 5, 1):
         os.environ["SGLANG_RUN_ID"] = f"sglang-run-{time.time()}-{random.randint(0, 100000000)}"
 
-    # Deterministic inference forces a reduction order (overrides the user's values)
-    if server_args.enable_deterministic_inference and server_args.tp_size > 1:
-        os.environ["NCCL_ALGO"] = "allreduce:tree"
-        if ver >= (0, 5, 20):
-            os.environ["NCCL_MIN_NCHANNELS"] = "1"
-            os.environ["NCCL_MAX_NCHANNELS"] = "1"
+    # (--enable-deterministic-inference's NCCL writes happen earlier, in ServerArgs post-processing.)
 
     # Set prometheus env vars
     if server_args.enable_metrics:
@@ -179,13 +189,27 @@ class LaunchedEngine:
         threading.Thread(target=watch, name="scheduler-watchdog", daemon=True).start()
 
 
-def _launch_subprocesses(server_args: ServerArgs) -> LaunchedEngine:
-    # Set up environment and multiprocessing
-    _set_envs_and_config(server_args)
-    if runtime.version() >= (0, 5, 11):
+class Engine:
+    """SGLang 0.5.11+ launches from ``Engine._launch_subprocesses`` (a classmethod), which loads the plugins."""
+
+    @classmethod
+    def _launch_subprocesses(cls, server_args: ServerArgs) -> LaunchedEngine:
         from sglang.srt.plugins import load_plugins
 
         load_plugins()
+        return _launch(server_args)
+
+
+def _launch_subprocesses(server_args: ServerArgs) -> LaunchedEngine:
+    """The launch entry point: ``Engine._launch_subprocesses`` from 0.5.11, a module function before."""
+    if runtime.version() >= (0, 5, 11):
+        return Engine._launch_subprocesses(server_args)
+    return _launch(server_args)
+
+
+def _launch(server_args: ServerArgs) -> LaunchedEngine:
+    # Set up environment and multiprocessing
+    _set_envs_and_config(server_args)
 
     port_args = PortArgs.init_new(server_args)
     nnodes = max(1, server_args.nnodes)

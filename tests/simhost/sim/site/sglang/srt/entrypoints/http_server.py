@@ -216,6 +216,8 @@ class Handler(BaseHTTPRequestHandler):
             "/v1/completions": lambda: self._openai(chat=False),
             "/v1/chat/completions": lambda: self._openai(chat=True),
         }
+        if method == "PUT":  # SGLang serves /generate with methods=["POST", "PUT"]
+            posts = {"/generate": self._generate}
         table = gets if method in ("GET", "HEAD") else posts
         other = posts if method in ("GET", "HEAD") else gets
         if path in table:
@@ -233,6 +235,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._route("POST")
+
+    def do_PUT(self) -> None:
+        self._route("PUT")
 
     # ---------------------------------------------------------------- endpoints
     def _health(self) -> None:

@@ -1,0 +1,30 @@
+"""The simulator's contract with SGLang, derived from the real release wheels (issue 12, part A).
+
+``python -m tests.contract --write`` regenerates ``docs/sglang-contract.md`` (version × fact: SGLang /
+simulator / match) and ``fabfile/remote/sglang_env_facts.py`` (the NCCL variables each release writes);
+``tests/test_contract.py`` asserts both. Modules: ``real`` (facts from a wheel's source), ``sim`` and
+``probe`` (the same facts observed on the simulator), ``table`` (the comparison), ``envfacts``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Releases read only for the NCCL table (boundaries between the matrix versions), besides the matrix itself.
+ENV_EXTRA = ["0.5.1", "0.5.2", "0.5.4", "0.5.5", "0.5.6", "0.5.8", "0.5.10", "0.5.11", "0.5.13", "0.5.14",
+             "0.5.15", "0.5.17", "0.5.19", "0.5.21", "0.5.22"]
+
+
+def matrix() -> list[str]:
+    """The real-wheel matrix (tests/test_patch_wheels.py), ``latest`` resolved through the index."""
+    from tests import test_patch_wheels as tpw
+
+    return [tpw._latest_version() if v == "latest" else v for v in tpw.VERSIONS]
+
+
+def version_key(v: str) -> tuple[Any, ...]:
+    import re
+
+    nums = [int(x) for x in re.findall(r"\d+", v.split("post")[0].split("rc")[0])[:3]]
+    post = re.search(r"post(\d+)", v)
+    return (*nums, int(post.group(1)) if post else 0)
