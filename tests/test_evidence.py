@@ -168,8 +168,37 @@ def test_sglang_rules_per_version() -> None:
     assert overriding("0.5.3.post3", ["--tp", "8"]) == {"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"}
     assert overriding("0.5.7", ["--tp", "8"]) == set()
     assert overriding("0.5.7", ["--tp", "8", "--enable-deterministic-inference"]) >= {"NCCL_ALGO"}
-    assert overriding("0.5.23", ["--enable-deterministic-inference"]) >= {"NCCL_ALGO", "NCCL_MAX_NCHANNELS"}
+    assert overriding("0.5.23", ["--tp", "2", "--enable-deterministic-inference"]) >= {
+        "NCCL_ALGO", "NCCL_MAX_NCHANNELS"}
     assert overriding("0.5.23", ["--enable-symm-mem"]) == {"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"}
+
+
+def test_sglang_rules_boundaries_from_the_wheels() -> None:
+    """Issue 11 point 5: the version boundaries come from the table derived from the wheels (each of these
+    was wrong when the rules were written by hand)."""
+    det = evidence._argv_flags(["--tp", "2", "--enable-deterministic-inference"])
+
+    def rules(version: str, flags: dict[str, object] | None = None) -> list[dict[str, object]]:
+        return evidence.sglang_nccl_rules(version, flags or evidence._argv_flags(["--tp", "2"]))
+
+    def variables(version: str, flags: dict[str, object] | None = None) -> set[object]:
+        return {r["var"] for r in rules(version, flags)}
+
+    assert "NCCL_GRAPH_MIXING_SUPPORT" in variables("0.5.15.post1")
+    assert "NCCL_GRAPH_MIXING_SUPPORT" not in variables("0.5.14")
+    assert {"NCCL_MNNVL_ENABLE"} <= variables("0.5.18") and "NCCL_MNNVL_ENABLE" not in variables("0.5.16")
+    assert any(r["var"] == "NCCL_CUMEM_ENABLE" and r["action"] == "sets_if_unset" and r["value"] == "1"
+               and "mnnvl" in str(r["condition"]) for r in rules("0.5.18"))
+    on = {r["var"]: r["value"] for r in rules("0.5.16", det) if r["action"] == "overrides" and r["applies"]}
+    assert on == {"NCCL_ALGO": "allreduce:tree"}  # 0.5.16: NCCL_ALGO only
+    on = {r["var"]: r["value"] for r in rules("0.5.18", det) if r["action"] == "overrides" and r["applies"]}
+    assert on == {"NCCL_ALGO": "allreduce:tree", "NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "8"}
+    assert not any(r["var"] == "NCCL_MIN_NCHANNELS" for r in rules("0.5.8", det))
+    assert any(r["var"] == "NCCL_ALGO" and r["value"] == "allreduce:tree" for r in rules("0.5.23", det))
+    assert "NCCL_GRAPH_REGISTER" in variables("0.5.20") and "NCCL_GRAPH_REGISTER" not in variables("0.5.19")
+    # a release between two that were read gets the facts of the lower one, and says so
+    cond = next(r["condition"] for r in rules("0.5.16.post2") if r["var"] == "NCCL_CUMEM_ENABLE")
+    assert "SGLang 0.5.16 (as read for 0.5.16.post2)" in str(cond)
 
 
 def test_custom_all_reduce_rules() -> None:

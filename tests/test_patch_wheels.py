@@ -36,7 +36,7 @@ from tests.test_patching import tree as tree_hashes
 
 pytestmark = pytest.mark.wheels
 
-VERSIONS = ["0.4.9", "0.5.3", "0.5.7", "0.5.9", "0.5.12", "0.5.16", "0.5.20", "latest"]
+VERSIONS = ["0.4.9", "0.5.3", "0.5.7", "0.5.9", "0.5.12", "0.5.15.post1", "0.5.16", "0.5.18", "0.5.20", "latest"]
 VALUES = {
     "NCCL_PROTO": "LL",
     "NCCL_ALGO": "Ring",

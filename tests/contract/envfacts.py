@@ -68,8 +68,10 @@ def classify(write: dict[str, Any], value: str | None) -> dict[str, Any]:
                 other.append(a.strip())
             else:
                 requires.append(("!" if neg else "") + name)
-    value_flags = sorted({n for n, _ in (_atom(x) for x in re.findall(r"\w+\.enable_\w+", write["value"] or ""))
-                          if n})
+    expr = write["value"] or ""
+    value_flags = sorted({n for n, _ in (_atom(x) for x in re.findall(r"\w+\.enable_\w+", expr)) if n})
+    if re.sub(r"\w+\.enable_\w+|\b(?:str|int|or)\b|[()\s]", "", expr):
+        value_flags = []  # the value also depends on something else: left to value_from
     return {
         "var": write["var"],
         "action": "sets_if_unset" if write["how"] == "setdefault" else "overrides",

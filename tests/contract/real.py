@@ -77,15 +77,13 @@ def _qualname(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str:
     names: list[str] = []
     cur = parents.get(node)
     while cur is not None:
-        if isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names.append(cur.name)
-        elif isinstance(cur, ast.ClassDef):
+        if isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(cur.name)
         cur = parents.get(cur)
     if not names:
         return "<module>"
     out: list[str] = []
-    for i, n in enumerate(reversed(names)):
+    for _i, n in enumerate(reversed(names)):
         out.append(n)
     # functions nested in functions get the <locals> marker, as in co_qualname
     return ".".join(out)
@@ -145,7 +143,7 @@ def flags(w: Wheel) -> dict[str, list[str] | str]:
     into ``--name`` (plus ``Arg(aliases=..., cli_name=...)``, skipped with ``no_cli=True``).
     """
     out: dict[str, list[str] | str] = {}
-    members = ["sglang/srt/server_args.py"] + w.py("sglang/srt/arg_groups/")
+    members = ["sglang/srt/server_args.py", *w.py("sglang/srt/arg_groups/")]
     for member in members:
         tree = w.tree(member)
         if tree is None:

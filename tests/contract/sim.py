@@ -109,6 +109,10 @@ def _title(pid: int) -> str:
     return raw.split(b"\0")[0].decode(errors="replace")
 
 
+class _Killed(Exception):
+    pass
+
+
 class SimInstall:
     """A fresh venv with the simulator set to ``version`` and the probe plugin, under ``root``."""
 
@@ -142,7 +146,18 @@ class SimInstall:
             raise RuntimeError(f"probe failed on the simulator {self.version}:\n{out.stderr}")
         return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    def launch(self, extra: list[str]) -> dict[str, Any]:
+    def launch(self, extra: list[str], attempts: int = 3) -> dict[str, Any]:
+        """``_launch_once``, tried again when the launcher died before ready without an error of its own: on a
+        shared test machine other tests' cleanups may signal it. A simulator that cannot start fails every try."""
+        for i in range(attempts):
+            try:
+                return self._launch_once(extra)
+            except _Killed as e:
+                if i == attempts - 1:
+                    raise RuntimeError(str(e)) from None
+        raise AssertionError("unreachable")
+
+    def _launch_once(self, extra: list[str]) -> dict[str, Any]:
         """Start the server (TP 2, EAGLE-3 3/1/4, metrics on), read titles, routes, log; stop it."""
         port = _free_port()
         argv = [self.python, "-m", "sglang.launch_server", "--model-path", str(self.model), "--port", str(port),
@@ -156,8 +171,12 @@ class SimInstall:
         try:
             deadline = time.monotonic() + 60
             while "fired up and ready" not in log.read_text(errors="replace"):
+                if p.poll() is not None and p.returncode < 0:
+                    raise _Killed(f"simulator {self.version}: launcher killed by signal {-p.returncode} "
+                                  f"before ready:\n{log.read_text()}")
                 if p.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"simulator {self.version} did not start:\n{log.read_text()}")
+                    raise RuntimeError(f"simulator {self.version} did not start (exit {p.returncode}):\n"
+                                       f"{log.read_text()}")
                 time.sleep(0.05)
             titles = sorted({_title(c) for c in _children(p.pid)} - {""})
             base = f"http://127.0.0.1:{port}"
@@ -172,12 +191,16 @@ class SimInstall:
                 routes[r] = ",".join(ok) or None
             text = log.read_text(errors="replace")
         finally:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=15)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=5)
+            for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+                try:
+                    p.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         lines = text.splitlines()
         return {
             "titles": titles,

@@ -176,7 +176,7 @@ class ServerArgs:
         return [str(a) for a in arch]
 
     def _handle_speculative_decoding(self) -> None:
-        if spec_algorithm_choices() is None and self.speculative_algorithm not in SPEC_ALGORITHMS + ["DFLASH"]:
+        if spec_algorithm_choices() is None and self.speculative_algorithm not in [*SPEC_ALGORITHMS, "DFLASH"]:
             raise ValueError(f"Unknown speculative algorithm name: {self.speculative_algorithm}")
         if self.speculative_algorithm == "NEXTN":
             self.speculative_algorithm = "EAGLE"

@@ -82,9 +82,8 @@ def _set_envs_and_config(server_args: ServerArgs):
             os.environ["NCCL_NVLS_ENABLE"] = str(int(server_args.enable_nccl_nvls or server_args.enable_symm_mem))
         if ver >= (0, 5, 15) and (
             "NCCL_GRAPH_MIXING_SUPPORT" not in os.environ or server_args.enable_symm_mem
-        ):
-            if getattr(server_args, "dcp_size", 1) > 1:
-                os.environ["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
+        ) and getattr(server_args, "dcp_size", 1) > 1:
+            os.environ["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
     elif ver >= (0, 5, 1):
         os.environ["NCCL_CUMEM_ENABLE"] = str(int(server_args.enable_symm_mem))
@@ -98,9 +97,8 @@ def _set_envs_and_config(server_args: ServerArgs):
         os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "4"
     if ver < (0, 5, 19):
         os.environ["CUDA_MODULE_LOADING"] = "AUTO"
-    if ver >= (0, 5, 1):
-        if os.environ.get("TRTLLM_ENABLE_PDL", "1") != "0":
-            os.environ["TRTLLM_ENABLE_PDL"] = "1"
+    if ver >= (0, 5, 1) and os.environ.get("TRTLLM_ENABLE_PDL", "1") != "0":
+        os.environ["TRTLLM_ENABLE_PDL"] = "1"
     if ver >= (0, 5, 3):
         if os.environ.get("CUTE_DSL_LOG_LEVEL") is None:
             os.environ["CUTE_DSL_LOG_LEVEL"] = "30"

@@ -1,0 +1,66 @@
+"""The simulator's contract with SGLang (issue 12, part A), asserted for every real-wheel matrix version.
+
+For each version of tests/test_patch_wheels.py's matrix, the facts derived from the real wheel's source
+(tests/contract/real.py) must equal what the simulator set to that version shows (tests/contract/sim.py):
+flags and choices, routes, log lines, process titles, load_plugins sites, environment writes. The committed
+docs/sglang-contract.md and fabfile/remote/sglang_env_facts.py must be what the wheels give today
+(regenerate both with ``python -m tests.contract --write``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from fabfile.remote import sglang_env_facts
+from tests.contract import envfacts, real, sim, table
+from tests.test_patch_wheels import VERSIONS, fetch_wheel, wheels  # noqa: F401 - the session fixture
+
+pytestmark = pytest.mark.wheels
+
+
+def _wheel(label: str, wheels: dict[str, Any]) -> real.Wheel:  # noqa: F811
+    info = wheels[label]
+    if not isinstance(info, dict):
+        if os.environ.get("SPECDEPLOY_WHEELS_REQUIRED"):
+            pytest.fail(f"sglang {label}: wheel unavailable ({info})")
+        pytest.skip(f"sglang {label}: wheel unavailable ({info}); set SPECDEPLOY_WHEELS_REQUIRED=1 to fail")
+    return real.Wheel(info["path"])
+
+
+@pytest.mark.parametrize("label", VERSIONS)
+def test_simulator_matches_sglang(label: str, wheels: dict[str, Any]) -> None:  # noqa: F811
+    w = _wheel(label, wheels)
+    rows = table.rows(w, table.real_facts(w), sim.facts(w.version))
+    bad = [f"{r.fact}\n    SGLang {w.version}: {r.sglang}\n    simulator:    {r.sim}" for r in rows if not r.match]
+    assert not bad, "the simulator differs from SGLang (fix tests/simhost/sim):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("label", VERSIONS)
+def test_committed_tables_match_the_wheels(label: str, wheels: dict[str, Any]) -> None:  # noqa: F811
+    w = _wheel(label, wheels)
+    assert w.version in sglang_env_facts.NCCL_WRITES, (
+        f"fabfile/remote/sglang_env_facts.py has no entry for SGLang {w.version}: run python -m tests.contract "
+        "--write")
+    assert sglang_env_facts.NCCL_WRITES[w.version] == envfacts.version_facts(w), (
+        f"fabfile/remote/sglang_env_facts.py drifted from the {w.version} wheel: run python -m tests.contract --write")
+    doc = (table.ROOT / "docs" / "sglang-contract.md").read_text()
+    assert f"## SGLang {w.version} (" in doc, f"docs/sglang-contract.md lacks {w.version}: regenerate it"
+
+
+def test_committed_nccl_table_other_cached_releases() -> None:
+    """Releases read only for the NCCL table's boundaries: checked when their wheel is already cached."""
+    from tests.contract import ENV_EXTRA
+    from tests.test_patch_wheels import _cache_dir
+
+    checked = 0
+    for v in ENV_EXTRA:
+        if not (_cache_dir() / f"sglang-{v}.json").exists():
+            continue
+        w = real.Wheel(fetch_wheel(v)["path"])
+        assert sglang_env_facts.NCCL_WRITES.get(v) == envfacts.version_facts(w), v
+        checked += 1
+    if not checked:
+        pytest.skip("none of the extra releases is cached (python -m tests.contract --write fetches them)")
