@@ -4,7 +4,9 @@ The agent travels as one zip built in memory with fixed timestamps, so its sha25
 unpacked on the host into ``STATE/agent/<sha>/``, a directory named by that hash. Why a directory rather than
 running the zip: Python cannot cache bytecode for modules imported from a zip, so every call recompiled the agent
 (measured ~80 ms of CPU per call); from a directory the host's Python writes ``__pycache__`` once and reuses it.
-A call normally costs one round trip; the upload happens only when the host's Python reports the file missing.
+A call normally costs one round trip; the upload happens only when the bootstrap reports the agent missing. Every
+call goes through the bootstrap (``fabfile/remote/boot.py``), which refuses to run code from a directory another
+account could change and checks every unpacked file against the manifest shipped with it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import functools
 import hashlib
 import io
 import json
+import secrets
 import shlex
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +32,42 @@ REMOTE_SRC = Path(__file__).resolve().parent / "remote"
 # itself installed (say, editable, on the GPU box) would otherwise import the installed copy instead of this one.
 AGENT_PACKAGE = "specdeploy_agent"
 _MAIN = f"import sys\nfrom {AGENT_PACKAGE}.__main__ import main\nsys.exit(main(sys.argv))\n"
-_MISSING_MARK = "can't open file"
+# The bootstrap (fabfile/remote/boot.py) travels in every command line: it checks the directories and the files
+# it runs before running them, and installs the agent safely. Comment-only lines are left out to keep it short.
+BOOT_SOURCE = "\n".join(line for line in (REMOTE_SRC / "boot.py").read_text().splitlines()
+                         if not line.lstrip().startswith("#")) + "\n"
+NOT_INSTALLED = "specdeploy-agent-not-installed"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    data: bytes           # the zip that is shipped
+    sha256: str           # of the zip: names the directory it unpacks into (first 16 hex digits)
+    manifest_sha256: str  # of MANIFEST.json inside it: what every call checks the unpacked files against
 
 
 @functools.lru_cache(maxsize=1)
-def agent_bundle() -> tuple[bytes, str]:
-    """The agent archive (zip) and its sha256: what is shipped, and the name of the directory it unpacks into."""
+def bundle() -> Bundle:
+    """The agent archive (zip, fixed timestamps: its hash depends only on the code) with its manifest."""
+    files = [("__main__.py", _MAIN.encode())]
+    files += [(f"{AGENT_PACKAGE}/{p.name}", p.read_bytes()) for p in sorted(REMOTE_SRC.glob("*.py"))]
+    manifest = json.dumps({name: hashlib.sha256(data).hexdigest() for name, data in files},
+                          sort_keys=True, indent=0).encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        entries = [("__main__.py", _MAIN.encode())]
-        entries += [(f"{AGENT_PACKAGE}/{p.name}", p.read_bytes()) for p in sorted(REMOTE_SRC.glob("*.py"))]
-        for name, data in entries:
+        for name, data in [*files, ("MANIFEST.json", manifest)]:
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = 0o644 << 16
+            info.external_attr = 0o600 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
     data = buf.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
+    return Bundle(data, hashlib.sha256(data).hexdigest(), hashlib.sha256(manifest).hexdigest())
+
+
+def agent_bundle() -> tuple[bytes, str]:
+    """The agent archive (zip) and its sha256: what is shipped, and the name of the directory it unpacks into."""
+    b = bundle()
+    return b.data, b.sha256
 
 
 class AgentClient:
@@ -52,37 +75,42 @@ class AgentClient:
         self.transport = transport
         self.python = python
         self.state_dir = state_dir.rstrip("/")
-        data, sha = agent_bundle()
-        self.bundle = data
-        self.dir = f"{self.state_dir}/agent/{sha[:16]}"
-        self.path = self.dir  # run as `python -I DIR`: -I drops the script's directory from sys.path, not DIR's
+        self.bundle = bundle()
+        self.dir = f"{self.state_dir}/agent/{self.bundle.sha256[:16]}"
         self.shipped = False
+
+    def _boot(self, mode: str, *args: str) -> str:
+        # -I: ignore PYTHON* variables and the user site, and keep the working directory off sys.path.
+        return (f"{shlex.quote(self.python)} -I -c {shlex.quote(BOOT_SOURCE)} {mode} "
+                + " ".join(self.transport.shell_path(a) if a.startswith(("~/", "/")) else shlex.quote(a)
+                           for a in args))
 
     def _command(self, verb: str, request: dict[str, Any]) -> str:
         payload = base64.b64encode(json.dumps(request, sort_keys=True).encode()).decode()
-        # -I: ignore PYTHON* variables and the user site; the agent needs nothing but the standard library.
-        return f"{shlex.quote(self.python)} -I {self.transport.shell_path(self.path)} {verb} {payload}"
+        return self._boot("run", self.dir, self.bundle.manifest_sha256, verb, payload)
+
+    def _refused(self, r: CommandResult, what: str) -> None:
+        """A bootstrap refusal (an unsafe directory) or failure, as the tool's error."""
+        for line in r.stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "result" and not event.get("ok"):
+                raise from_agent(event.get("error") or {}, self.transport.host_name)
+        if r.exit_code != 0:
+            raise AgentCrashError(f"could not {what} in {self.dir}: {r.stderr.strip()[-300:]}",
+                                  "check free space and permissions of the state_dir", host=self.transport.host_name)
 
     def ship(self) -> None:
-        """Upload the zip and unpack it into its content-addressed directory (atomically: unpack, then rename)."""
-        archive = f"{self.dir}.zip"
-        self.transport.put(self.bundle, archive, 0o600)
-        unpack = ("import os,signal,sys,tempfile,zipfile\n"
-                  "signal.alarm(60)\n"  # bounded on the host too, like every remote command
-                  "z,d=sys.argv[1],sys.argv[2]\n"
-                  "if not os.path.isdir(d):\n"
-                  " t=tempfile.mkdtemp(dir=os.path.dirname(d))\n"
-                  " zipfile.ZipFile(z).extractall(t)\n"
-                  " try: os.rename(t,d)\n"
-                  " except OSError:\n"
-                  "  import shutil; shutil.rmtree(t)\n"
-                  "os.unlink(z)\n")
-        cmd = (f"{shlex.quote(self.python)} -I -c {shlex.quote(unpack)} {self.transport.shell_path(archive)} "
-               f"{self.transport.shell_path(self.dir)}")
-        r = self.transport.run(cmd, 60)
-        if r.exit_code != 0:
-            raise AgentCrashError(f"could not unpack the agent into {self.dir}: {r.stderr.strip()[-300:]}",
-                                  "check free space and permissions of the state_dir", host=self.transport.host_name)
+        """Install the agent: check/create the state directory, upload the zip under a name of its own (two
+        deploys may ship at once), and unpack it on the host into its content-addressed directory, verified."""
+        self._refused(self.transport.run(self._boot("prep", self.state_dir), 60), "prepare the agent directory")
+        archive = f"{self.state_dir}/agent/.upload-{secrets.token_hex(8)}.zip"
+        self.transport.put(self.bundle.data, archive, 0o600)
+        r = self.transport.run(self._boot("unpack", archive, self.dir, self.bundle.sha256,
+                                          self.bundle.manifest_sha256), 60)
+        self._refused(r, "unpack the agent")
         self.shipped = True
 
     def _execute(self, verb: str, request: dict[str, Any], timeout: float,
@@ -108,8 +136,8 @@ class AgentClient:
 
         cmd = self._command(verb, request)
         result = self.transport.stream(cmd, on_line, timeout + 15, idle_timeout)
-        if result.exit_code == 2 and _MISSING_MARK in result.stderr and not self.shipped:
-            # "can't open file": this host has not got this version of the agent yet.
+        if result.exit_code == 3 and NOT_INSTALLED in result.stderr and not self.shipped:
+            # This host has not got this version of the agent yet.
             self.ship()
             events.clear()
             result = self.transport.stream(cmd, on_line, timeout + 15, idle_timeout)

@@ -12,7 +12,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fabfile import __version__
-from fabfile.errors import ConnectError, FlagError, PreflightError, RemoteError, SpecDeployError, from_agent
+from fabfile.errors import (
+    ConnectError,
+    FlagError,
+    PreflightError,
+    RemoteError,
+    SpecDeployError,
+    UnsafePathError,
+    from_agent,
+)
 from fabfile.inventory import Host, Inventory
 from fabfile.plan import Options, Plan, build, mask_secrets, secret_values
 from fabfile.progress import Reporter
@@ -55,6 +63,10 @@ def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
                                    "need_gpus": h.tp, "min_free_disk_gb": h.min_free_disk_gb,
                                    "log_dir": h.log_dir})
     session.facts = facts
+    if facts.get("unsafe"):
+        raise UnsafePathError("; ".join(facts["unsafe"]), "use a directory only the deploying user can write (the "
+                              "defaults under its HOME are), or fix the owner and mode of the one named; nothing "
+                              "was started", host=h.name, unsafe=facts["unsafe"])
     if facts["problems"]:
         raise PreflightError("; ".join(facts["problems"]), "fix the host or the inventory, then deploy again",
                              host=h.name, problems=facts["problems"])
@@ -89,8 +101,9 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
     return {
         "deploy_id": plan.deploy_id, "client": plan.client, "tool_version": __version__,
         "state_dir": session.resolve(h.state_dir), "journal": None, "config_name": plan.config_name,
-        "plan_hash": plan.plan_hash, "script": session.resolve(plan.script_path), "log_path": plan.log_path,
-        "cwd": h.log_dir, "listen": h.listen, "port": h.port, "sglang_version": version,
+        "plan_hash": plan.plan_hash, "script": session.resolve(plan.script_path),
+        "log_path": session.resolve(plan.log_path), "cwd": session.resolve(h.log_dir), "listen": h.listen,
+        "port": h.port, "sglang_version": version,
         "target_gpus": list(range(h.tp)), "gpu_idle_mib": h.gpu_idle_mib,
         "timeouts": {"ready": plan.ready_timeout, "stall": t.stall, "stop_grace": t.stop_grace,
                      "gpu_clean": t.gpu_clean, "lock_wait": t.lock_wait},

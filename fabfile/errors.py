@@ -4,7 +4,8 @@ what happened and a hint that says what to do; ``tasks.py`` maps them to exit co
     SpecDeployError                      (exit 1 unless noted)
     ├── UsageError                       (exit 2: nothing was touched on any host)
     │   ├── InventoryError               a bad inventory file or field
-    │   └── FlagError                    a bad command-line flag or combination
+    │   ├── FlagError                    a bad command-line flag or combination
+    │   └── UnsafePathError              a host directory others could write (code or secrets would leak)
     ├── ConnectError                     could not get a working SSH session
     │   ├── HostKeyError                 unknown or changed host key (never retried)
     │   └── AuthError                    authentication refused (never retried)
@@ -62,6 +63,10 @@ class InventoryError(UsageError):
 
 
 class FlagError(UsageError):
+    pass
+
+
+class UnsafePathError(UsageError):
     pass
 
 
@@ -161,4 +166,5 @@ _AGENT_KINDS.update({
     "no_record": RemoteError,
     "script_changed": RemoteError,
     "router_failed": LaunchError,
+    "unsafe_path": UnsafePathError,
 })

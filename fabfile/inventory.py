@@ -41,6 +41,8 @@ MANAGED_FLAGS = {
     "--speculative-num-draft-tokens": "speculative.draft_tokens / --draft-tokens",
 }
 
+DEFAULT_LOG_DIR = "~/.specdeploy/logs"
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -568,9 +570,10 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
     for req in ("python", "model"):
         if not m.get(req):
             raise ValueError(f"{where}.{req}: required (set it on the host or under defaults)")
-    for key in ("python", "model", "draft_model", "log_dir"):
+    for key in ("python", "model", "draft_model"):
         _remote_path(m.get(key), f"{where}.{key}")
-    _remote_path(m.get("state_dir"), f"{where}.state_dir", allow_home=True)
+    for key in ("log_dir", "state_dir"):
+        _remote_path(m.get(key), f"{where}.{key}", allow_home=True)
 
     gpus = int(m.get("gpus", 1))
     tp = int(m.get("tp", gpus))
@@ -612,7 +615,9 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         model=m["model"],
         draft_model=m.get("draft_model"),
         served_model_name=m.get("served_model_name"),
-        log_dir=m.get("log_dir") or "/tmp/specdeploy-logs",
+        # Under the deploying user's HOME (created 0700): a shared /tmp directory let other accounts plant code
+        # that Python imported from the working directory, and links the log was appended through.
+        log_dir=m.get("log_dir") or DEFAULT_LOG_DIR,
         state_dir=m.get("state_dir") or "~/.specdeploy",
         listen=m.get("listen") or "127.0.0.1",
         port=int(m.get("port", 30000)),

@@ -184,7 +184,9 @@ def build(host: Host, opts: Options, deploy_id: str | None = None) -> Plan:
     spec = _speculative(host, opts)
     name = config_name(spec)
     deploy_id = deploy_id or new_deploy_id()
-    env: dict[str, str] = {"SPT_NOENV": "1", "PYTHONUNBUFFERED": "1"}
+    # PYTHONSAFEPATH (3.11+; older Pythons ignore it, and the working directory is checked to be private): keeps
+    # the working directory off the import path of the launcher and of every scheduler it spawns.
+    env: dict[str, str] = {"SPT_NOENV": "1", "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
     env.update(host.nccl_env)
     if host.nccl_debug:
         env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"})

@@ -36,6 +36,13 @@ def _shjoin(items: Iterable[Any]) -> Raw:
     return Raw(shlex.join(str(x) for x in items))
 
 
+def shell_path(path: str) -> Raw:
+    """A remote path for ``sh``: quoted, with a leading ``~/`` kept expandable as ``"$HOME"/``."""
+    if path.startswith("~/"):
+        return Raw('"$HOME"/' + shlex.quote(path[2:]))
+    return Raw(shlex.quote(path))
+
+
 def _make(finalize: Any | None) -> Environment:
     kwargs: dict[str, Any] = {}
     if finalize is not None:
@@ -51,6 +58,7 @@ def _make(finalize: Any | None) -> Environment:
     )
     env.filters["shjoin"] = _shjoin
     env.filters["raw"] = Raw
+    env.filters["shpath"] = shell_path
     env.filters["pyrepr"] = repr
     env.filters["tojson_sorted"] = lambda v: json.dumps(v, sort_keys=True)
     return env

@@ -16,6 +16,7 @@ from typing import Any
 from fabfile.errors import FlagError, LaunchError, SpecDeployError
 from fabfile.inventory import Inventory, Router
 from fabfile.operations import HostOutcome, for_each_host
+from fabfile.render import shell_path
 from fabfile.session import HostSession
 
 
@@ -81,10 +82,12 @@ def router_argv(router: Router, workers: list[str]) -> list[str]:
 
 
 def launch_script(router: Router, argv: list[str], cwd: str) -> str:
+    # Names go into the comment through repr-like escaping: a newline in one must not become a command.
+    what = f"router {router.name} in front of {router.group}".encode("unicode_escape").decode("ascii")
     return ("#!/bin/sh\n"
-            f"# specdeploy: router {router.name} in front of {router.group}\n"
-            f"cd {shlex.quote(cwd)} || exit 1\n"
-            "exec env -i HOME=\"$HOME\" PATH=\"$PATH\" LANG=C.UTF-8 PYTHONUNBUFFERED=1 "
+            f"# specdeploy: {what}\n"
+            f"cd {shell_path(cwd)} || exit 1\n"
+            "exec env -i HOME=\"$HOME\" PATH=\"$PATH\" LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1 "
             f"{shlex.join(argv)}\n")
 
 

@@ -38,7 +38,8 @@ class EventSink:
         self.journal = None
         if journal:
             ensure_private_dir(os.path.dirname(journal))
-            self.journal = open(journal, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the sink)
+            # 0600, not through a link: the journal carries log lines, and SGLang logs its arguments.
+            self.journal = os.fdopen(open_private(journal), "a", encoding="utf-8")
 
     def emit(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, **fields}, sort_keys=True, default=str) + "\n"
@@ -117,6 +118,23 @@ def atomic_write(path: str, data: bytes, mode: Optional[int] = None) -> None:
         raise
 
 
-def ensure_private_dir(path: str) -> None:
-    """Create ``path`` (and parents) with mode 0700: deploy records and backups are the operator's business."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
+def ensure_private_dir(path: str, what: str = "directory") -> None:
+    """Create ``path`` (and parents) with mode 0700, or tighten our own to 0700: deploy records, journals, logs and
+    backups are the operator's business. A directory another account owns or can write is refused (see boot)."""
+    from .boot import HINT, Unsafe, check_dir
+
+    try:
+        check_dir(path, what)
+    except Unsafe as e:
+        raise AgentError("unsafe_path", str(e), HINT) from None
+
+
+def open_private(path: str, append: bool = True) -> int:
+    """A file descriptor on ``path`` created 0600, never through a link, ours alone (see boot.open_private)."""
+    from .boot import HINT, Unsafe
+    from .boot import open_private as _open
+
+    try:
+        return _open(path, append)
+    except Unsafe as e:
+        raise AgentError("unsafe_path", str(e), HINT) from None

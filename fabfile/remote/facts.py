@@ -13,6 +13,7 @@ import sysconfig
 from typing import Any, Dict, List, Optional
 
 from . import gpus
+from .boot import unsafe_reason
 from .lock import DeployLock
 
 LAYOUT = {
@@ -83,6 +84,11 @@ def collect(req: Dict[str, Any]) -> Dict[str, Any]:
         "disk_free_gb": disk_free_gb(expand(req.get("log_dir") or state_dir)),
         "gpu": snap,
         "lock_holder": holder,
+        # Directories the deploy writes logs and secrets to and runs code from: refused (exit 2) when another
+        # account owns them or can write them.
+        "unsafe": [r for r in (unsafe_reason(state_dir, "state_dir"),
+                               unsafe_reason(expand(req["log_dir"]), "log_dir") if req.get("log_dir") else None)
+                   if r],
     }
 
 

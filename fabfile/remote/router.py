@@ -68,7 +68,7 @@ def stop(state_dir: str, name: str, grace: float) -> Dict[str, Any]:
 def start(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
     name = req["name"]
     stopped = stop(state_dir, name, float(req.get("grace", 5)))
-    os.makedirs(os.path.dirname(req["script"]), exist_ok=True)
+    ensure_private_dir(os.path.dirname(req["script"]), "state_dir")
     header = f"=== specdeploy router {name} started {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ==="
     started = server.start(req["script"], req["log_path"], req["cwd"], header)
     rec: Dict[str, Any] = {"name": name, "pid": started["pid"], "start_ticks": started["start_ticks"],

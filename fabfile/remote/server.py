@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import procs
-from .common import AgentError
+from .common import AgentError, ensure_private_dir, open_private
 
 # (pattern, what it means, what to do). Order matters: the first match names the failure.
 FATAL_PATTERNS: List[Tuple[re.Pattern[str], str, str]] = [
@@ -70,8 +70,15 @@ def readiness_path(sglang_version: str) -> str:
 
 
 def start(script: str, log_path: str, cwd: str, header: str) -> Dict[str, Any]:
-    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-    with open(log_path, "ab") as log:
+    """Start ``script`` detached, its output appended to ``log_path``.
+
+    The log directory and the working directory must be private (ours, writable by nobody else): Python puts the
+    working directory on its import path for ``-m``, and SGLang logs its arguments. The log is created 0600 and
+    never opened through a symlink (a planted ``x.log -> /root/.bashrc`` would otherwise grow that file).
+    """
+    ensure_private_dir(os.path.dirname(log_path) or ".", "log_dir")
+    ensure_private_dir(cwd, "the working directory")
+    with os.fdopen(open_private(log_path), "ab") as log:
         offset = log.tell()
         log.write(header.encode() + b"\n")
         log.flush()
