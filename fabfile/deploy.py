@@ -61,7 +61,7 @@ def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
     facts = session.call("facts", {"paths": {"model": h.model, "draft_model": h.draft_model if
                                              plan.config_name != "baseline" else None, "log_dir": h.log_dir},
                                    "need_gpus": h.tp, "min_free_disk_gb": h.min_free_disk_gb,
-                                   "log_dir": h.log_dir})
+                                   "log_dir": h.log_dir, "log_path": plan.log_path})
     session.facts = facts
     if facts.get("unsafe"):
         raise UnsafePathError("; ".join(facts["unsafe"]), "use a directory only the deploying user can write (the "

@@ -87,9 +87,25 @@ def collect(req: Dict[str, Any]) -> Dict[str, Any]:
         # Directories the deploy writes logs and secrets to and runs code from: refused (exit 2) when another
         # account owns them or can write them.
         "unsafe": [r for r in (unsafe_reason(state_dir, "state_dir"),
-                               unsafe_reason(expand(req["log_dir"]), "log_dir") if req.get("log_dir") else None)
+                               unsafe_reason(expand(req["log_dir"]), "log_dir") if req.get("log_dir") else None,
+                               _unsafe_file(expand(req["log_path"])) if req.get("log_path") else None)
                    if r],
     }
+
+
+def _unsafe_file(path: str) -> Optional[str]:
+    """Why an existing log file must not be appended to (a link, or not our own regular file), or None."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symlink (to {os.readlink(path)}); the log is never written through a link"
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return f"{path} is not a regular file of this user"
+    return None
 
 
 def problems(facts: Dict[str, Any], req: Dict[str, Any]) -> List[str]:

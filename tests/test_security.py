@@ -1,0 +1,205 @@
+"""Another local user on a GPU host gets neither code execution nor secrets through the tool (issue #18).
+
+Each test plays that user on a simulated host: an unprivileged account (``nobody``, through ``setpriv`` inside the
+host's namespaces) plants files in the log and state directories, polls ``/proc/*/cmdline`` during a deploy and
+reads what it can, while the operator (root on the host, over real SSH) runs the tool as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fabfile.agentclient import agent_bundle
+from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
+from tests.simhost.fleet import Fleet, SimHost
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+MARKER = "/tmp/pwned"
+
+
+def as_nobody(host: SimHost, script: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run a shell script inside the host as the unprivileged account."""
+    return host.exec([*NOBODY, "/bin/sh", "-c", script], timeout=timeout)
+
+
+def exists(host: SimHost, path: str) -> bool:
+    return host.exec(["test", "-e", path]).returncode == 0
+
+
+def planted_package(directory: str) -> str:
+    """Shell that plants ``DIRECTORY/sglang/__init__.py``: Python would import it if DIRECTORY were on its path."""
+    return (f"mkdir -p {directory}/sglang && chmod 777 {directory} && "
+            f"printf 'import os\\nopen(\"{MARKER}\", \"a\").write(str(os.getuid()))\\n' > {directory}/sglang/__init__.py")
+
+
+@pytest.fixture
+def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
+    return derived_inventory(fleet, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- 1. log directory
+
+
+def test_a_log_dir_another_user_owns_is_refused_and_nothing_runs(fleet: Fleet, sim_host: SimHost,
+                                                                 tmp_path: Path) -> None:
+    # The old default, /tmp/specdeploy-logs, created first by someone else with a planted `sglang` package.
+    r = as_nobody(sim_host, planted_package("/tmp/specdeploy-logs"))
+    assert r.returncode == 0, r.stderr
+    inv = derived_inventory(fleet, tmp_path, defaults={"log_dir": "/tmp/specdeploy-logs"})
+    r = run_inv("deploy", "--steps", "3", inventory=inv)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "/tmp/specdeploy-logs belongs to nobody" in r.stderr and "Traceback" not in r.stderr
+    assert not exists(sim_host, MARKER)
+    assert sglang_pids(sim_host) == []  # nothing started
+
+
+def test_a_log_dir_others_can_write_is_refused(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    sim_host.exec("mkdir -p /srv/shared-logs && chmod 1777 /srv/shared-logs")  # ours, but anyone may add files
+    inv = derived_inventory(fleet, tmp_path, defaults={"log_dir": "/srv/shared-logs"})
+    r = run_inv("deploy", "--steps", "3", inventory=inv)
+    assert r.returncode == 2 and "writable by other accounts" in r.stderr, r.stderr
+    assert sglang_pids(sim_host) == []
+
+
+def test_default_log_dir_is_private_under_home_and_python_keeps_cwd_off_its_path(fleet: Fleet, sim_host: SimHost,
+                                                                                  tmp_path: Path) -> None:
+    inv = derived_inventory(fleet, tmp_path)
+    text = inv.read_text().replace("  log_dir: /root/sglang-logs\n", "")
+    assert "log_dir" not in text
+    inv.write_text(text)
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    assert code == 0, err
+    assert doc["log_path"] == "/root/.specdeploy/logs/sglang-eagle3-s3-k1-d4.log"
+    modes = sim_host.exec("stat -c '%a %U' /root/.specdeploy/logs /root/.specdeploy/logs/*.log").stdout.split("\n")
+    assert modes[0] == "700 root" and modes[1] == "600 root"
+    environ = sim_host.exec(f"tr '\\0' '\\n' < /proc/{doc['pid']}/environ").stdout
+    assert "PYTHONSAFEPATH=1" in environ.splitlines()
+    # nobody cannot read the log (SGLang writes its arguments there)
+    assert as_nobody(sim_host, f"cat {doc['log_path']}").returncode != 0
+
+
+def test_an_existing_log_dir_of_ours_is_tightened(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    sim_host.exec("chmod 755 /root/sglang-logs && touch /root/sglang-logs/sglang-eagle3-s3-k1-d4.log && "
+                  "chmod 644 /root/sglang-logs/sglang-eagle3-s3-k1-d4.log && chmod 755 /root/.specdeploy || true")
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=derived_inventory(fleet, tmp_path))
+    assert code == 0, err
+    out = sim_host.exec("stat -c '%a' /root/sglang-logs /root/sglang-logs/sglang-eagle3-s3-k1-d4.log "
+                        "/root/.specdeploy /root/.specdeploy/deploys").stdout.split()
+    assert out == ["700", "600", "700", "700"]
+
+
+def test_a_planted_log_symlink_is_never_followed(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    sim_host.exec("echo original > /root/victim.txt && "
+                  "ln -s /root/victim.txt /root/sglang-logs/sglang-eagle3-s3-k1-d4.log")
+    r = run_inv("deploy", "--steps", "3", inventory=derived_inventory(fleet, tmp_path))
+    assert r.returncode == 2 and "symlink" in r.stderr, r.stderr
+    assert sim_host.exec("cat /root/victim.txt").stdout == "original\n"
+    assert sglang_pids(sim_host) == []
+
+
+# ---------------------------------------------------------------------------------------------- 3. state directory
+
+
+def test_a_planted_agent_in_a_shared_state_dir_never_runs(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    sha16 = agent_bundle()[1][:16]
+    d = f"/tmp/sdstate/agent/{sha16}"
+    r = as_nobody(sim_host, f"mkdir -p {d} && chmod -R 777 /tmp/sdstate && "
+                            f"printf 'open(\"{MARKER}\", \"a\").write(\"agent\")\\n' > {d}/__main__.py")
+    assert r.returncode == 0, r.stderr
+    inv = derived_inventory(fleet, tmp_path, defaults={"state_dir": "/tmp/sdstate"})
+    r = run_inv("status", inventory=inv)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "/tmp/sdstate belongs to nobody" in r.stdout + r.stderr
+    assert not exists(sim_host, MARKER)
+
+
+def test_a_changed_agent_file_is_refused_before_it_runs(inventory: Path, sim_host: SimHost) -> None:
+    code, _, err = inv_json("gpus", inventory=inventory)  # installs the agent
+    assert code == 0, err
+    sha16 = agent_bundle()[1][:16]
+    sim_host.exec(f"echo 'open(\"{MARKER}\", \"a\").write(\"x\")' >> /root/.specdeploy/agent/{sha16}/"
+                  "specdeploy_agent/verbs.py")
+    r = run_inv("gpus", inventory=inventory)
+    assert r.returncode == 2 and "differs from the file shipped" in r.stdout + r.stderr
+    assert not exists(sim_host, MARKER)
+
+
+def test_two_deploys_install_the_agent_at_the_same_moment(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    """A fresh host, two `inv deploy` started together: both install (or find) the agent; no traceback; the second
+    waits for the first's lock and then deploys too."""
+    inv = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"lock_wait": 60}})
+    assert not exists(sim_host, "/root/.specdeploy")
+    results: list[subprocess.CompletedProcess[str]] = []
+    start = threading.Barrier(2)
+
+    def one() -> None:
+        start.wait()
+        results.append(run_inv("deploy", "--steps", "3", inventory=inv, timeout=180))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+    sha16 = agent_bundle()[1][:16]
+    listing = sim_host.exec("ls -a /root/.specdeploy/agent; stat -c '%a %U' /root/.specdeploy/agent/" + sha16)
+    names = listing.stdout.split()
+    assert sha16 in names and not [n for n in names if n.startswith((".install-", ".upload-"))], listing.stdout
+    assert "700 root" in listing.stdout
+
+
+def test_concurrent_installs_race_on_the_rename(fleet: Fleet, sim_host: SimHost) -> None:
+    """Many sessions ship the same agent into one fresh state dir at once: each ends verified, none fails."""
+    from fabfile.inventory import load
+    from fabfile.session import HostSession
+
+    inv = load(fleet.inventory_path)
+    host = inv.hosts["sim1"]
+    sessions = [HostSession.open(inv, host) for _ in range(4)]
+    errors: list[BaseException] = []
+    gate = threading.Barrier(len(sessions))
+
+    def ship(s: HostSession) -> None:
+        try:
+            gate.wait()
+            s.agent.ship()
+            s.call("gpus", {})
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=ship, args=(s,)) for s in sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for s in sessions:
+            s.close()
+    assert errors == []
+    left = sim_host.exec("ls -a /root/.specdeploy/agent").stdout.split()
+    assert sorted(left) == [".", "..", agent_bundle()[1][:16]]
+
+
+def test_an_installed_agent_owned_by_someone_else_is_refused(fleet: Fleet, sim_host: SimHost,
+                                                             inventory: Path) -> None:
+    code, _, err = inv_json("gpus", inventory=inventory)
+    assert code == 0, err
+    sha16 = agent_bundle()[1][:16]
+    sim_host.exec(f"chown -R 65534:65534 /root/.specdeploy/agent/{sha16}")
+    r = run_inv("gpus", inventory=inventory)
+    assert r.returncode == 2 and "belongs to nobody" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def _unused() -> None:  # keep imports used while later sections are written
+    del json, os, time
