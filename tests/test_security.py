@@ -7,11 +7,8 @@ reads what it can, while the operator (root on the host, over real SSH) runs the
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -35,8 +32,8 @@ def exists(host: SimHost, path: str) -> bool:
 
 def planted_package(directory: str) -> str:
     """Shell that plants ``DIRECTORY/sglang/__init__.py``: Python would import it if DIRECTORY were on its path."""
-    return (f"mkdir -p {directory}/sglang && chmod 777 {directory} && "
-            f"printf 'import os\\nopen(\"{MARKER}\", \"a\").write(str(os.getuid()))\\n' > {directory}/sglang/__init__.py")
+    code = f"import os\\nopen(\"{MARKER}\", \"a\").write(str(os.getuid()))\\n"
+    return f"mkdir -p {directory}/sglang && chmod 777 {directory} && printf '{code}' > {directory}/sglang/__init__.py"
 
 
 @pytest.fixture
@@ -88,7 +85,7 @@ def test_default_log_dir_is_private_under_home_and_python_keeps_cwd_off_its_path
 def test_an_existing_log_dir_of_ours_is_tightened(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     sim_host.exec("chmod 755 /root/sglang-logs && touch /root/sglang-logs/sglang-eagle3-s3-k1-d4.log && "
                   "chmod 644 /root/sglang-logs/sglang-eagle3-s3-k1-d4.log && chmod 755 /root/.specdeploy || true")
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=derived_inventory(fleet, tmp_path))
+    code, _, err = inv_json("deploy", "--steps", "3", inventory=derived_inventory(fleet, tmp_path))
     assert code == 0, err
     out = sim_host.exec("stat -c '%a' /root/sglang-logs /root/sglang-logs/sglang-eagle3-s3-k1-d4.log "
                         "/root/.specdeploy /root/.specdeploy/deploys").stdout.split()
@@ -174,7 +171,7 @@ def test_concurrent_installs_race_on_the_rename(fleet: Fleet, sim_host: SimHost)
             gate.wait()
             s.agent.ship()
             s.call("gpus", {})
-        except BaseException as e:  # noqa: BLE001 (reported below)
+        except BaseException as e:  # reported below
             errors.append(e)
 
     try:
@@ -199,7 +196,3 @@ def test_an_installed_agent_owned_by_someone_else_is_refused(fleet: Fleet, sim_h
     sim_host.exec(f"chown -R 65534:65534 /root/.specdeploy/agent/{sha16}")
     r = run_inv("gpus", inventory=inventory)
     assert r.returncode == 2 and "belongs to nobody" in r.stdout + r.stderr, r.stdout + r.stderr
-
-
-def _unused() -> None:  # keep imports used while later sections are written
-    del json, os, time
