@@ -50,7 +50,7 @@ class DeployResult:
             "url": self.plan.url, "launch_argv": self.plan.masked_argv(), "env": self.plan.masked_env(),
             "log_path": self.record.get("log_path") or self.plan.log_path, "timings": self.timings,
             "patch_mode": self.patch_mode, "sglang_version": self.sglang_version,
-            "schedulers": self.record.get("schedulers"), "check_env": verify,
+            "schedulers": self.record.get("schedulers"), "ready": self.record.get("ready"), "check_env": verify,
             "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
             "transport": self.stats,
         }

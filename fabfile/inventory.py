@@ -638,7 +638,14 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
 
 
 def check_speculative(spec: Speculative, *, has_draft: bool, where: str) -> None:
-    """SGLang's rules for EAGLE parameters, checked up front instead of being silently rewritten by the server."""
+    """SGLang's rules for EAGLE parameters (the same in every release 0.4.5 ... 0.5.23), checked up front.
+
+    - topk 1: SGLang replaces any other draft-token count with steps + 1 (a warning, server_args / speculative_hook);
+      refused here so the plan, its config name and the server agree.
+    - topk > 1: the draft tree picks ``draft_tokens - 1`` tokens with ``torch.topk`` from the ``topk + (steps - 1) *
+      topk**2`` candidates the steps produce (``organize_draft_results``); more than that fails at the first draft.
+      SGLang sets no other limit (its own EAGLE tests run steps 5, topk 8, draft tokens 64).
+    """
     if spec.steps < 0:
         raise ValueError(f"{where}.steps: must be 0 (baseline) or more, got {spec.steps}")
     if spec.topk < 1:
@@ -652,6 +659,10 @@ def check_speculative(spec: Speculative, *, has_draft: bool, where: str) -> None
         raise ValueError(
             f"{where}.draft_tokens: with topk 1 SGLang requires draft tokens = steps + 1 = {spec.steps + 1}, "
             f"got {dt} (SGLang would silently change it)")
-    if spec.topk > 1 and dt is not None and not 2 <= dt <= spec.steps * spec.topk + 1:
-        raise ValueError(f"{where}.draft_tokens: must be between 2 and steps*topk+1 = "
-                         f"{spec.steps * spec.topk + 1}, got {dt}")
+    if spec.topk > 1 and dt is not None:
+        candidates = spec.topk + (spec.steps - 1) * spec.topk ** 2
+        if not 1 <= dt <= candidates + 1:
+            raise ValueError(
+                f"{where}.draft_tokens: SGLang picks draft tokens - 1 of the {candidates} candidates that "
+                f"{spec.steps} steps of topk {spec.topk} produce, so draft tokens must be between 1 and "
+                f"{candidates + 1}, got {dt}")

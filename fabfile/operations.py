@@ -194,6 +194,9 @@ def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeo
         else:
             state = f"[dim]{rec.get('status', 'none')}[/dim]"
         health = d.get("health") or {}
+        took = health.get("latency_s")
+        if health.get("status") is not None and took is not None:
+            health = {**health, "status": f"{health['status']} in {took:.1f}s"}
         t.add_row(o.host.name, state, str(rec.get("config_name", "-")), str(rec.get("pid", "-")),
                   _duration(d.get("uptime_s")), f"{health.get('path', '')} {health.get('status', '')}".strip() or "-",
                   str(decode.get("accept_len", "-")), str(decode.get("gen_throughput", "-")),

@@ -48,6 +48,24 @@ def test_clean_deploy_serves_eagle3_with_the_planned_command(inventory: Path, si
     assert record["pid"] == doc["pid"] and record["plan_hash"] == doc["plan_hash"] and record["status"] == "running"
 
 
+@pytest.mark.parametrize(("version", "path"), [("0.4.9", "/health_generate"), ("0.5.16", "/health")])
+def test_deploy_and_status_wait_as_long_as_sglangs_health_endpoint_takes(inventory: Path, sim_host: SimHost,
+                                                                        version: str, path: str) -> None:
+    """On 0.4.x ... 0.5.19 readiness is a health endpoint that runs a one-token generate and sleeps a second before
+    it answers 200 (the simulator does as the wheels do): the probe must wait for that, and say how long it took."""
+    sim_host.set_version(version)
+    code, doc, err = inv_json("deploy", "--steps", "3", "--timeout", "60", inventory=inventory)
+    assert code == 0, err
+    assert doc["sglang_version"] == version
+    assert doc["ready"]["ready_path"] == path
+    assert doc["ready"]["probe_latency_s"] >= 1.0  # SGLang's asyncio.sleep(1) comes before its first look
+    assert doc["ready"]["probe_timeout_s"] > 20  # the server's own limit (SGLANG_HEALTH_CHECK_TIMEOUT) first
+    code, st, err = inv_json("status", inventory=inventory)
+    assert code == 0, err
+    health = st["data"]["health"]
+    assert health["path"] == path and health["status"] == 200 and health["latency_s"] >= 1.0
+
+
 def test_redeploy_replaces_the_running_server(inventory: Path, sim_host: SimHost) -> None:
     code, first, err = inv_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 0, err

@@ -82,6 +82,19 @@ def test_flag_rules(inv: inventory.Inventory) -> None:
     assert build(inv.hosts["g1"], Options(steps=3, topk=4, draft_tokens=8)).config_name == "eagle3-s3-k4-d8"
 
 
+def test_tree_drafts_follow_sglangs_only_limit(inv: inventory.Inventory) -> None:
+    """SGLang picks draft_tokens - 1 of the topk + (steps - 1) * topk**2 tree candidates and sets no other limit:
+    its own EAGLE fixture (steps 5, topk 8, draft tokens 64) must plan (the old steps*topk+1 bound refused it)."""
+    plan = build(inv.hosts["g1"], Options(steps=5, topk=8, draft_tokens=64))
+    assert plan.config_name == "eagle3-s5-k8-d64"
+    assert ("--speculative-num-draft-tokens", "64") == \
+        plan.argv[plan.argv.index("--speculative-num-draft-tokens"):][:2]
+    assert build(inv.hosts["g1"], Options(steps=1, topk=2, draft_tokens=3)).config_name == "eagle3-s1-k2-d3"
+    assert build(inv.hosts["g1"], Options(steps=2, topk=4, draft_tokens=21)).config_name == "eagle3-s2-k4-d21"
+    with pytest.raises(FlagError, match="between 1 and 21, got 22"):
+        build(inv.hosts["g1"], Options(steps=2, topk=4, draft_tokens=22))
+
+
 def test_secrets_are_masked_everywhere_they_are_shown(tmp_path: Path) -> None:
     p = tmp_path / "i.yaml"
     p.write_text(BASE.replace("g3: {gpus: 2, tp: 2}", "g3: {gpus: 2, tp: 2, env: {HF_TOKEN: hf_s3cr3t}, "

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import metrics, procs, records, server
+from . import metrics, procs, records, server, versions
 from .common import AgentError, EventSink, atomic_write, ensure_private_dir
 from .facts import expand
 
@@ -40,7 +40,7 @@ def _http_get(host: str, port: int, path: str, api_key: Optional[str], timeout: 
 
 
 def server_info(host: str, port: int, version: str, api_key: Optional[str]) -> Dict[str, Any]:
-    paths = ("/server_info", "/get_server_info") if server.version_tuple(version) >= (0, 5, 6) else \
+    paths = ("/server_info", "/get_server_info") if versions.at_least(version, "0.5.6") else \
         ("/get_server_info",)
     for path in paths:
         body = _http_get(host, port, path, api_key)
@@ -124,7 +124,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
                          "deploy one first (`inv deploy`), then benchmark it")
-    version = str(rec.get("sglang_version") or "0.5.23")
+    version = str(rec.get("sglang_version") or versions.NEWEST_SUPPORTED)
     host, port = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
     # The key is read from the running server's own command line, never sent: a request travels in the agent's
     # argv, which any user on the host can read with ps.

@@ -145,8 +145,9 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
             pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
             log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
             sglang_version=req["sglang_version"], ready_s=float(t["ready"]), stall_s=float(t["stall"]),
-            on_lines=on_lines, ready_path=req.get("ready_path"), cancelled=cancelled),
-            lambda r: f"{r['ready_path']} answered 200")
+            on_lines=on_lines, ready_path=req.get("ready_path"), cancelled=cancelled,
+            env=(req.get("summary") or {}).get("env")),
+            lambda r: f"{r['ready_path']} answered 200 in {r['probe_latency_s']:.2f} s")
         record["ready"] = ready
         record["schedulers"] = schedulers_of(started["pid"])
         if req.get("verify"):

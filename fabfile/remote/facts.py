@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import glob
 import importlib.util
 import os
 import platform
@@ -10,9 +12,9 @@ import shutil
 import socket
 import sys
 import sysconfig
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from . import gpus
+from . import gpus, versions
 from .boot import unsafe_reason
 from .lock import DeployLock
 
@@ -28,29 +30,82 @@ def expand(path: str) -> str:
     return os.path.expanduser(path) if path.startswith("~") else path
 
 
+def _literal_version(path: str, top_level_only: bool) -> Optional[str]:
+    """The string assigned to ``__version__`` in a Python file, read with ``ast`` (never executed or imported).
+
+    ``top_level_only``: only a module-level ``__version__ = "x"`` counts, the way Python would see it; one inside a
+    ``try``/``except`` is a fallback (SGLang 0.5.7+'s ``version.py`` keeps ``"0.0.0.dev0"`` there), not the version.
+    """
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = None
+    for node in tree.body if top_level_only else list(ast.walk(tree)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str) \
+                and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
+            found = node.value.value  # the last assignment wins, as when the module runs
+    return found
+
+
+def _dist_metadata(site: str) -> Tuple[Optional[str], Optional[str]]:
+    """(version, dist-info name) of the ``sglang`` distribution installed next to the package; or the one
+    ``importlib.metadata`` finds on sys.path (an editable install keeps its dist-info away from the source tree).
+    Reading metadata imports nothing of SGLang."""
+    infos = sorted(glob.glob(os.path.join(glob.escape(site), "sglang-*.dist-info", "METADATA")))
+    if len(infos) == 1:
+        try:
+            with open(infos[0], encoding="utf-8", errors="replace") as f:
+                head = f.read(64 * 1024)
+        except OSError:
+            head = ""
+        m = re.search(r"^Version:\s*(\S+)\s*$", head, re.M)
+        if m:
+            return m.group(1), os.path.basename(os.path.dirname(infos[0]))
+    try:
+        from importlib import metadata
+
+        dist = metadata.distribution("sglang")
+        return dist.version, "importlib.metadata"
+    except Exception:
+        return None, None
+
+
 def sglang_info() -> Dict[str, Any]:
-    # find_spec locates the package without importing it: importing real SGLang pulls in torch and takes seconds.
+    """Where SGLang is and which version, read without importing it (importing real SGLang pulls in torch and takes
+    seconds; find_spec only locates the package).
+
+    The version is what ``sglang.version.__version__`` would be: a module-level literal in ``version.py`` (up to
+    0.5.6), else the build-generated ``_version.py`` (0.5.7+; ``version.py`` only imports it), else the installed
+    metadata. Every source found must agree with the installed distribution's METADATA (what pip and the patch step
+    go by); a disagreement is a mixed install and is reported, not guessed at.
+    """
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         return {"installed": False}
     root = next(iter(spec.submodule_search_locations))
-    version = None
-    try:
-        with open(os.path.join(root, "version.py"), encoding="utf-8") as f:
-            m = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", f.read())
-            version = m.group(1) if m else None
-    except OSError:
-        pass
-    if version is None:
-        try:
-            from importlib import metadata
-
-            version = metadata.version("sglang")
-        except Exception:
-            version = None
+    site = os.path.dirname(root)
+    sources: Dict[str, str] = {}
+    literal = _literal_version(os.path.join(root, "version.py"), top_level_only=True)
+    if literal:
+        sources["sglang/version.py"] = literal
+    generated = _literal_version(os.path.join(root, "_version.py"), top_level_only=False)
+    if generated:
+        sources["sglang/_version.py"] = generated
+    dist_version, dist_name = _dist_metadata(site)
+    if dist_version:
+        sources[dist_name or "metadata"] = dist_version
+    version = literal or generated or dist_version
+    if version == versions.DEV_FALLBACK:
+        version = None
     layout = {k: os.path.isfile(os.path.join(root, rel)) for k, rel in LAYOUT.items()}
-    return {"installed": True, "version": version, "root": root, "site_packages": os.path.dirname(root),
-            "layout": layout}
+    info: Dict[str, Any] = {"installed": True, "version": version, "version_sources": sources, "root": root,
+                            "site_packages": site, "layout": layout}
+    if len(set(sources.values())) > 1:
+        info["version_conflict"] = sources
+    return info
 
 
 def disk_free_gb(path: str) -> Optional[float]:
@@ -118,8 +173,14 @@ def problems(facts: Dict[str, Any], req: Dict[str, Any]) -> List[str]:
         missing = [LAYOUT[k] for k in ("engine", "scheduler", "launch_server") if not sg["layout"].get(k)]
         if missing:
             out.append(f"SGLang {sg.get('version')} at {sg['root']} lacks {', '.join(missing)}: an unknown layout")
-        if not sg.get("version"):
-            out.append(f"cannot tell the SGLang version at {sg['root']}")
+        conflict = sg.get("version_conflict")
+        if conflict:
+            said = ", ".join(f"{src} says {v}" for src, v in conflict.items())
+            out.append(f"SGLang at {sg['root']} is a mixed install ({said}): reinstall it with pip so the files and "
+                       "the metadata agree")
+        elif not sg.get("version"):
+            out.append(f"cannot tell the SGLang version at {sg['root']}: neither sglang/version.py, "
+                       "sglang/_version.py nor an installed sglang-*.dist-info names a release (install it with pip)")
     for key, info in facts["paths"].items():
         if key == "log_dir":
             continue

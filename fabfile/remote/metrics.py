@@ -17,6 +17,8 @@ import math
 import re
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from . import versions
+
 _FIELD = re.compile(r"(#?[A-Za-z][A-Za-z ._()/-]*?):\s*([-+]?[0-9.]+(?:e[-+]?\d+)?|True|False)")
 _PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)(?P<ranks>(?: [A-Z_]+\d+)*)\]\s*")
 
@@ -57,9 +59,7 @@ def parse_decode_line(line: str) -> Optional[Dict[str, Any]]:
 
 
 def accept_rate_meaning(version: str) -> str:
-    from .server import version_tuple
-
-    v = version_tuple(version)
+    v = versions.release_or_none(version) or (0, 0, 0)
     if v >= (0, 5, 11):
         return "(accept_len - 1) / (draft_tokens - 1): share of drafted tokens accepted"
     if v >= (0, 5, 5):

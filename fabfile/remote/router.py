@@ -102,6 +102,6 @@ def status(state_dir: str) -> List[Dict[str, Any]]:
         item = {k: rec.get(k) for k in ("name", "pid", "listen", "port", "workers", "policy", "status",
                                         "started_at", "log_path")}
         item["running"] = running
-        item["health"] = server.probe(rec["listen"], int(rec["port"]), "/health") if running else None
+        item["health"] = server.probe(rec["listen"], int(rec["port"]), "/health", 5.0) if running else None
         out.append(item)
     return out

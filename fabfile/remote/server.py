@@ -10,10 +10,11 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import procs
+from . import procs, versions
 from .common import AgentError, ensure_private_dir, open_private
 
 # (pattern, what it means, what to do). Order matters: the first match names the failure.
@@ -49,24 +50,27 @@ TAIL_LINES = 40
 CAUSE_WINDOW = 400
 
 
-def version_tuple(v: str) -> Tuple[int, ...]:
-    out = []
-    for part in re.split(r"[.+-]", v):
-        if part.isdigit():
-            out.append(int(part))
-        else:
-            break
-    return tuple(out)
-
-
 def readiness_path(sglang_version: str) -> str:
-    """The cheapest endpoint that means "ready" on this SGLang version (shared/reference/sglang.md, section 5)."""
-    v = version_tuple(sglang_version)
-    if v >= (0, 5, 20):
-        return "/ready"
-    if v >= (0, 5, 1):
-        return "/health"
-    return "/health_generate"  # 0.4.x: /health answers 200 as soon as uvicorn is up, before warmup
+    return versions.readiness_path(sglang_version)
+
+
+def probe_timeout_s(path: str, env: Optional[Dict[str, str]] = None) -> float:
+    """How long one GET of ``path`` may take before the probe gives up on it.
+
+    ``/health`` (0.5.1 ... 0.5.19) and ``/health_generate`` run SGLang's health-generate handler: it sends a one-token
+    request, then ``await asyncio.sleep(1)`` before it first looks for an answer, and keeps looking each second up to
+    ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s unless the server's environment says otherwise), answering 503 then. So a
+    healthy server needs a little over a second, a loaded one a few; the probe waits for the server's own verdict
+    (plus a margin), never less. ``/ready`` and the 0.4.x ``/health`` answer at once.
+    """
+    if path not in ("/health", "/health_generate"):
+        return 5.0
+    raw = (env or {}).get("SGLANG_HEALTH_CHECK_TIMEOUT", "")
+    try:
+        server_limit = int(raw) if raw else versions.HEALTH_CHECK_TIMEOUT_S
+    except ValueError:
+        server_limit = versions.HEALTH_CHECK_TIMEOUT_S  # SGLang itself would fail to start on such a value
+    return float(max(1, server_limit) + 5)
 
 
 def start(script: str, log_path: str, cwd: str, header: str) -> Dict[str, Any]:
@@ -89,8 +93,9 @@ def start(script: str, log_path: str, cwd: str, header: str) -> Dict[str, Any]:
             "log_offset": offset}
 
 
-def probe(host: str, port: int, path: str, timeout: float = 1.0) -> Optional[int]:
-    """HTTP status of ``GET path`` on the server, or None when nothing answers.
+def probe(host: str, port: int, path: str, timeout: float) -> Optional[int]:
+    """HTTP status of ``GET path`` on the server, or None when nothing answers within ``timeout`` (see
+    :func:`probe_timeout_s`: SGLang's health endpoints take over a second by design).
 
     A bare HTTP/1.0 request on a socket: urllib costs ~12 ms of imports per agent start, and all we need is the
     status line from a server on this host.
@@ -112,6 +117,37 @@ def probe(host: str, port: int, path: str, timeout: float = 1.0) -> Optional[int
     if len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1].isdigit():
         return int(parts[1])
     return None
+
+
+def timed_probe(host: str, port: int, path: str, timeout: float) -> Tuple[Optional[int], float]:
+    """(status or None, seconds the answer took)."""
+    t0 = time.monotonic()
+    code = probe(host, port, path, timeout)
+    return code, round(time.monotonic() - t0, 3)
+
+
+class _Prober(threading.Thread):
+    """Probes readiness in its own thread, so a probe that legitimately takes seconds (SGLang's /health runs a
+    one-token generate and sleeps a second) never holds up following the log, where failures show first."""
+
+    def __init__(self, host: str, port: int, path: str, timeout: float, interval: float) -> None:
+        super().__init__(name="ready-probe", daemon=True)
+        self.args = (host, port, path, timeout)
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.ready_latency: Optional[float] = None  # seconds the 200 took, once seen
+        self.last: Optional[Tuple[Optional[int], float]] = None
+        self.count = 0
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            code, took = timed_probe(*self.args)
+            self.last = (code, took)
+            self.count += 1
+            if code == 200:
+                self.ready_latency = took
+                return
+            self.stopped.wait(self.interval)
 
 
 class LogFollower:
@@ -182,17 +218,35 @@ def classify(line: str) -> Optional[Tuple[str, str]]:
 def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offset: int, listen: str, port: int,
                sglang_version: str, ready_s: float, stall_s: float, on_lines: Callable[[List[str]], None],
                interval: float = 0.1, ready_path: Optional[str] = None,
-               cancelled: Optional[Callable[[], Optional[str]]] = None) -> Dict[str, Any]:
+               cancelled: Optional[Callable[[], Optional[str]]] = None,
+               env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Follow the log and probe readiness until ready; raise AgentError at the first sign of failure.
 
     Fails at once on a fatal log line or the launcher's death (exit status when it is our child), on no log growth
-    for ``stall_s``, and at ``ready_s`` overall. Probes every ``interval`` so readiness is seen within ~0.1 s.
+    for ``stall_s``, and at ``ready_s`` overall. The readiness probe runs in its own thread, one GET after another
+    ``interval`` apart, each allowed :func:`probe_timeout_s`; its 200 is seen within ``interval``.
     ``ready_path`` overrides the version's endpoint (a multi-node rank >= 1 serves only SGLang's stub health server);
     ``cancelled`` returns a reason when the client asked to abandon the wait (another rank of the cluster failed).
+    ``env`` is the server's environment (SGLANG_HEALTH_CHECK_TIMEOUT bounds how long its health endpoint may take).
     """
     path = ready_path or readiness_path(sglang_version)
+    timeout = probe_timeout_s(path, env)
     follower = LogFollower(log_path, log_offset)
     started = time.monotonic()
+    prober = _Prober(listen, port, path, timeout, interval)
+    prober.start()
+    try:
+        return _follow(prober, follower, pid=pid, start_ticks=start_ticks, log_path=log_path, path=path,
+                       timeout=timeout, started=started, ready_s=ready_s, stall_s=stall_s, on_lines=on_lines,
+                       interval=interval, cancelled=cancelled)
+    finally:
+        prober.stopped.set()
+
+
+def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: Optional[int], log_path: str,
+            path: str, timeout: float, started: float, ready_s: float, stall_s: float,
+            on_lines: Callable[[List[str]], None], interval: float,
+            cancelled: Optional[Callable[[], Optional[str]]]) -> Dict[str, Any]:
     fired_up = False
     while True:
         lines = follower.read_lines()
@@ -226,19 +280,21 @@ def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offse
             raise AgentError("process_died", f"the server process {pid} exited (status {code}) before it was ready"
                              + (f": {cause}" if cause else ""),
                              "the excerpt is the end of its log", excerpt=follower.tail, log_path=log_path)
-        code_now = probe(listen, port, path, timeout=1.0)
-        if code_now == 200:
+        if prober.ready_latency is not None:
             return {"ready_path": path, "ready_after_s": round(time.monotonic() - started, 3),
-                    "log_offset": follower.offset, "fired_up_line": fired_up}
+                    "log_offset": follower.offset, "fired_up_line": fired_up,
+                    "probe_latency_s": prober.ready_latency, "probe_timeout_s": timeout, "probes": prober.count}
         now = time.monotonic()
         if now - follower.last_growth > stall_s:
             raise AgentError("stalled", f"the server's log has not grown for {stall_s:.0f} s and it is not ready",
                              "it may hang in weight loading or NCCL init; raise timeouts.stall for very slow "
                              "storage", excerpt=follower.tail, log_path=log_path)
         if now - started > ready_s:
+            last = prober.last
+            said = "never answered" if last is None or last[0] is None else f"last answered {last[0]}"
             raise AgentError("ready_timeout", f"the server was not ready after {ready_s:.0f} s "
-                             f"({path} never answered 200)", "raise --timeout or timeouts.ready",
-                             excerpt=follower.tail, log_path=log_path)
+                             f"({path} {said}, not 200)", "raise --timeout or timeouts.ready",
+                             excerpt=follower.tail, log_path=log_path, probe_timeout_s=timeout)
         time.sleep(interval)
 
 

@@ -59,9 +59,11 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         ticks = procs.stat(pid)
         if ticks is not None:
             out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
-        path = (rec.get("request") or {}).get("ready_path") or \
-            server.readiness_path(rec.get("sglang_version") or "0.5.23")
-        out["health"] = {"path": path, "status": server.probe(rec["listen"], int(rec["port"]), path)}
+        request = rec.get("request") or {}
+        path = request.get("ready_path") or server.readiness_path(rec.get("sglang_version") or "")
+        timeout = server.probe_timeout_s(path, (request.get("summary") or {}).get("env"))
+        code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
+        out["health"] = {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
         out["last_decode"] = _last_decode(rec["log_path"])
     others = [p.as_dict() for p in procs.all_procs()
               if (procs.is_sglang_title(p.cmdline) or procs.is_sglang_launcher(p.cmdline))

@@ -83,6 +83,7 @@ class _Req:
         self.histogram: list[int] = []
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.aborted = False
+        self.log_metrics = True  # False for SGLang's health check request
         self.start = time.perf_counter()
 
     def add_pass(self, correct: int) -> None:
@@ -132,6 +133,9 @@ class Generator:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.num_requests_total = 0
+        # time.time() of the last output the "detokenizer" delivered (SGLang's tokenizer_manager.last_receive_tstamp,
+        # which its health-generate handler watches)
+        self.last_receive_tstamp = 0.0
 
     # -------------------------------------------------------------- costs (ms of simulated GPU time)
     def cycle_ms(self, batch: int = 1) -> float:
@@ -237,8 +241,8 @@ class Generator:
                 t = max(t, time.perf_counter()) + sum(self.prefill_ms(r.prompt_tokens) for r in admit) * scale / 1000
                 _sleep_until(t)
                 with self.stats_lock:
-                    self.prompt_tokens_total += sum(r.prompt_tokens for r in admit)
-                    self.generation_tokens_total += len(admit)
+                    self.prompt_tokens_total += sum(r.prompt_tokens for r in admit if r.log_metrics)
+                    self.generation_tokens_total += sum(1 for r in admit if r.log_metrics)
                 for r in admit:
                     self._emit(r, 1)
                 with self.cv:
@@ -279,6 +283,7 @@ class Generator:
     def _emit(self, r: _Req, n: int) -> None:
         new = [self.rng.choice(_WORDS) for _ in range(n)]
         r.words.extend(new)
+        self.last_receive_tstamp = time.time()
         if len(r.words) >= r.max_new:
             # The last pass's tokens travel in the finished response, with the final meta_info (as in SGLang).
             r.events.put(("done", self._finish(r)))
@@ -287,7 +292,7 @@ class Generator:
 
     def _finish(self, r: _Req) -> dict[str, Any]:
         with self.stats_lock:
-            self.num_requests_total += 1
+            self.num_requests_total += 1 if r.log_metrics else 0
         n = len(r.words)
         meta: dict[str, Any] = {
             "id": uuid.uuid4().hex,
@@ -325,6 +330,17 @@ class Generator:
         except BaseException:
             r.aborted = True  # the client went away: SGLang aborts the request
             raise
+
+    def health_request(self) -> None:
+        """SGLang's health check request: ``input_ids=[0]``, ``max_new_tokens=1``, ``log_metrics=False``. Its one
+        token comes out of the prefill; it is not counted in the request metrics."""
+        self._ensure_engine()
+        r = _Req(1, 1, False)
+        r.log_metrics = False
+        with self.cv:
+            self.waiting.append(r)
+            self.cv.notify()
+        r.events.get()
 
     @property
     def avg_spec_accept_length(self) -> float | None:

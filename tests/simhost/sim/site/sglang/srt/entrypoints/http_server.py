@@ -2,7 +2,8 @@
 
 A stdlib ThreadingHTTPServer that opens the port only after every scheduler reported ready (as
 uvicorn does in SGLang), with SGLang's endpoints and their version-dependent behaviour:
-``/health`` (503 until warmup on 0.5.1+, always 200 on 0.4.x), ``/ready`` (0.5.20+), ``/model_info``
+``/health`` (503 until warmup on 0.5.1+, then SGLang's one-token generate check that answers after a second; a bare
+200 on 0.4.x), ``/ready`` (0.5.20+), ``/model_info``
 and ``/server_info`` (0.5.6+) next to ``/get_model_info`` and ``/get_server_info``, ``/v1/models``,
 ``/generate``, ``/v1/completions``, ``/v1/chat/completions``, ``/ping``, ``/metrics``
 (``--enable-metrics``).
@@ -49,6 +50,23 @@ class ServerState:
         self.generator = Generator(server_args, cfg, infos, tp0_prefix)
         self.model_config = runtime.read_model_config(server_args.model_path)
         self.context_len = int(self.scheduler_info.get("context_len") or 131072)
+
+    def health_generate(self) -> int:
+        """The health-generate loop: send a one-token request, then each second (SGLang's fixed
+        ``await asyncio.sleep(1)``, not scaled by time_scale) look whether any output arrived since; 200 at the first
+        that did, 503 after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without one."""
+        tic = time.time()
+        threading.Thread(target=self.generator.health_request, daemon=True).start()
+        limit = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        while time.time() < tic + limit:
+            time.sleep(1)
+            if self.generator.last_receive_tstamp > tic:
+                if self.ver >= (0, 5, 1):
+                    self.status = "Up"
+                return 200
+        if self.ver >= (0, 5, 1):
+            self.status = "UnHealthy"
+        return 503
 
     # ---------------------------------------------------------------- payloads
     def model_info(self) -> dict[str, Any]:
@@ -241,11 +259,31 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- endpoints
     def _health(self) -> None:
+        """SGLang's ``/health`` and ``/health_generate`` as each release has them (http_server.py of the wheels).
+
+        0.4.x: ``/health`` is a bare 200; ``/health_generate`` runs the generate check below. 0.5.1+: both routes are
+        one handler: 503 while Starting; on 0.5.6+ ``/health`` is a bare 200 when SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION
+        is off (default on); on 0.5.19+ SGLANG_DIAG_BYPASS_HEALTH_GENERATE answers 200 at once; otherwise the generate
+        check, so a healthy server answers after a little over one second.
+        """
         st = self.state
-        if st.ver < (0, 5, 1) and self.path.startswith("/health") and not self.path.startswith("/health_"):
-            self._send(200, None)
-            return
-        self._send(200 if st.status == "Up" else 503, None)
+        path = self.path.split("?", 1)[0]
+        if st.ver < (0, 5, 1):
+            if path == "/health":
+                self._send(200, None)
+                return
+        else:
+            if st.status == "Starting":
+                self._send(503, None)
+                return
+            if st.ver >= (0, 5, 19) and _env_bool("SGLANG_DIAG_BYPASS_HEALTH_GENERATE", False):
+                self._send(200, None)
+                return
+            if st.ver >= (0, 5, 6) and path == "/health" and \
+                    not _env_bool("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True):
+                self._send(200, None)
+                return
+        self._send(st.health_generate(), None)
 
     def _generate(self) -> None:
         try:
@@ -337,6 +375,19 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         self._access_log(200)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    """SGLang's EnvBool: true/1/yes/y and false/0/no/n, any case; anything else is an error there."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.lower()
+    if value in ("true", "1", "yes", "y"):
+        return True
+    if value in ("false", "0", "no", "n"):
+        return False
+    raise ValueError(f'"{value}" is not a valid boolean value')
 
 
 def _warmup(state: ServerState, url: str) -> None:

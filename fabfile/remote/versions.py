@@ -1,0 +1,106 @@
+"""SGLang version strings: the one parser of the agent and the client, and the per-version facts it gates on.
+
+Stdlib only and free of agent imports, so ``fabfile`` (the client) imports it as it is. Every comparison of an SGLang
+version in the tool goes through :func:`release` (feature gates: "0.5.20rc1" already has 0.5.20's endpoints) or
+:func:`key` (a total order in PEP 440's sense: 0.5.20rc1 < 0.5.20 < 0.5.20.post1 < 0.5.21.dev3).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Tuple
+
+# The newest SGLang release the tool was checked against (its wheels in the contract tests). Defaults that need "some
+# version" when none is recorded use it.
+NEWEST_SUPPORTED = "0.5.23"
+
+# A PEP 440 version as pip and SGLang's own build (setuptools-scm / vcs-versioning) write them: "0.5.12",
+# "v0.5.12", "0.5.15.post1", "0.5.20rc1", "0.5.21.dev12+g1a2b3c", "0.4.3.post4".
+_VERSION_RE = re.compile(
+    r"""^\s*v?
+    (?P<release>\d+(?:\.\d+)*)
+    (?:[-_.]?(?P<pre>a|alpha|b|beta|c|rc|pre|preview)[-_.]?(?P<pre_n>\d*))?
+    (?:(?:[-_.]?(?:post|rev|r)[-_.]?(?P<post_n>\d*))|-(?P<post_implicit>\d+))?
+    (?:[-_.]?dev[-_.]?(?P<dev_n>\d*))?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
+    \s*$""",
+    re.X | re.I,
+)
+_PRE_ORDER = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+
+# SGLang's HEALTH_CHECK_TIMEOUT (http_server.py, every release 0.4.5 ... 0.5.23): how long its health-generate
+# handler waits for the one-token answer before it says 503; the server's SGLANG_HEALTH_CHECK_TIMEOUT overrides it.
+HEALTH_CHECK_TIMEOUT_S = 20
+
+# The development fallback SGLang's own version.py uses when neither _version.py nor the metadata is there.
+DEV_FALLBACK = "0.0.0.dev0"
+
+
+def valid(version: object) -> bool:
+    return isinstance(version, str) and _VERSION_RE.match(version) is not None
+
+
+def release(version: str) -> Tuple[int, int, int]:
+    """The first three release numbers: "0.5.20rc1" -> (0, 5, 20), "0.5.15.post1" -> (0, 5, 15), "0.5" -> (0, 5, 0).
+
+    Raises ValueError on a string that is not a version.
+    """
+    m = _VERSION_RE.match(str(version))
+    if not m:
+        raise ValueError(f"not a version: {version!r}")
+    nums = [int(x) for x in m.group("release").split(".")][:3]
+    nums += [0] * (3 - len(nums))
+    return nums[0], nums[1], nums[2]
+
+
+def release_or_none(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
+    if not version:
+        return None
+    try:
+        return release(version)
+    except ValueError:
+        return None
+
+
+def key(version: str) -> Tuple[Tuple[int, ...], int, int, int, int, int]:
+    """A sort key with PEP 440's order: dev < pre < final < post, and a dev release of a post before that post."""
+    m = _VERSION_RE.match(str(version))
+    if not m:
+        raise ValueError(f"not a version: {version!r}")
+    rel = tuple(int(x) for x in m.group("release").split("."))
+    while len(rel) > 1 and rel[-1] == 0:
+        rel = rel[:-1]
+    has_post = m.group("post_n") is not None or m.group("post_implicit") is not None
+    post = int(m.group("post_n") or m.group("post_implicit") or 0) if has_post else -1
+    dev = m.group("dev_n")
+    if m.group("pre"):
+        pre_kind, pre_n = _PRE_ORDER[m.group("pre").lower()], int(m.group("pre_n") or 0)
+    elif dev is not None and not has_post:
+        pre_kind, pre_n = -1, 0  # "0.5.21.dev3" comes before "0.5.21a1"
+    else:
+        pre_kind, pre_n = 3, 0
+    return rel, pre_kind, pre_n, post, 0 if dev is not None else 1, int(dev or 0)
+
+
+def at_least(version: Optional[str], minimum: str) -> bool:
+    """``version`` >= ``minimum`` in release numbers (a pre-release of X counts as X); False when unknown."""
+    rel = release_or_none(version)
+    return rel is not None and rel >= release(minimum)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Per-version facts of SGLang (read from the release wheels' source; tests/test_versions.py checks them there).
+
+def readiness_path(version: str) -> str:
+    """The cheapest endpoint whose 200 means "ready" on this version.
+
+    0.5.20+ has ``/ready`` (200 once the server is up, answered at once). 0.5.1 ... 0.5.19 ``/health`` waits for the
+    scheduler (and on most of them runs a one-token generate); 0.4.x ``/health`` answers 200 as soon as uvicorn is up,
+    before warmup, so only ``/health_generate`` means ready there.
+    """
+    rel = release_or_none(version) or release(NEWEST_SUPPORTED)
+    if rel >= (0, 5, 20):
+        return "/ready"
+    if rel >= (0, 5, 1):
+        return "/health"
+    return "/health_generate"
