@@ -261,10 +261,10 @@ class Handler(BaseHTTPRequestHandler):
     def _health(self) -> None:
         """SGLang's ``/health`` and ``/health_generate`` as each release has them (http_server.py of the wheels).
 
-        0.4.x: ``/health`` is a bare 200; ``/health_generate`` runs the generate check below. 0.5.1+: both routes are
-        one handler: 503 while Starting; on 0.5.6+ ``/health`` is a bare 200 when SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION
-        is off (default on); on 0.5.19+ SGLANG_DIAG_BYPASS_HEALTH_GENERATE answers 200 at once; otherwise the generate
-        check, so a healthy server answers after a little over one second.
+        0.4.x: ``/health`` is a bare 200; ``/health_generate`` runs the generate check below. 0.5.1+: both routes
+        are one handler: 503 while Starting; on 0.5.6+ ``/health`` is a bare 200 when
+        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off (default on); on 0.5.19+ SGLANG_DIAG_BYPASS_HEALTH_GENERATE
+        answers 200 at once; otherwise the generate check, so a healthy server answers after a little over a second.
         """
         st = self.state
         path = self.path.split("?", 1)[0]
