@@ -52,7 +52,7 @@ class DeployResult:
             "patch_mode": self.patch_mode, "sglang_version": self.sglang_version,
             "schedulers": self.record.get("schedulers"), "ready": self.record.get("ready"), "check_env": verify,
             "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
-            "transport": self.stats,
+            "transport": self.stats, "notes": list(self.plan.notes),
         }
 
 

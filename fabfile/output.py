@@ -59,5 +59,7 @@ def deploy_summary(r: DeployResult) -> None:
         rows = ev.get("rows") or []
         proven = sum(1 for x in rows if x.get("status") == "proven")
         out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
+    for note in r.plan.notes:
+        out.print(f"  note: {note}", markup=False, highlight=False)
     out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}")
     out.print("  timings: " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()), markup=False)

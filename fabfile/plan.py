@@ -16,6 +16,7 @@ from typing import Any
 from fabfile import __version__
 from fabfile.errors import FlagError
 from fabfile.inventory import PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.remote import patching
 from fabfile.render import render_shell
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
@@ -74,6 +75,7 @@ class Plan:
     steps: tuple[str, ...]
     client: str
     expected: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the tool changed in, or adds to, the inventory's settings, in sentences
 
     @property
     def plan_hash(self) -> str:
@@ -123,7 +125,7 @@ class Plan:
         return {"host": self.host.name, "deploy_id": self.deploy_id, "config": self.config_name,
                 "plan_hash": self.plan_hash, "url": self.url, "argv": self.masked_argv(), "env": self.masked_env(),
                 "patch_mode": self.patch_mode, "log_path": self.log_path, "script_path": self.script_path,
-                "steps": list(self.steps)}
+                "steps": list(self.steps), "notes": list(self.notes)}
 
 
 def config_name(spec: Speculative) -> str:
@@ -192,17 +194,32 @@ def build(host: Host, opts: Options, deploy_id: str | None = None) -> Plan:
         env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"})
     env.update(host.env)
     env[DEPLOY_ID_ENV] = deploy_id
+    patch_mode = opts.patch_mode or host.patch_mode
+    notes = _plugin_allowlist(env, host, patch_mode)
     argv = launch_argv(host, spec)
     log_path = f"{host.log_dir.rstrip('/')}/sglang-{name}.log"
     script_path = f"{host.state_dir.rstrip('/')}/launch-{name}.sh"
     client = f"{getpass.getuser()}@{socket.gethostname()}"
-    patch_mode = opts.patch_mode or host.patch_mode
     plan = Plan(host=host, deploy_id=deploy_id, config_name=name, argv=tuple(argv), env=env, patch_mode=patch_mode,
                 nccl_values=dict(host.nccl_env), force_env=host.force_env, log_path=log_path,
                 script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
                 steps=STEPS if opts.verify else tuple(s for s in STEPS if s != "verify_env"), client=client,
-                expected=dict(host.nccl_env))
+                expected=dict(host.nccl_env), notes=tuple(notes))
     return replace(plan, script=render_launch_script(plan))
+
+
+def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[str]:
+    """A user's SGLANG_PLUGINS would keep SGLang 0.5.11+ from loading specdeploy's plugin (only the named plugins
+    load), so the plugin mode would silently do nothing: the plugin is added to the list, and the plan says so.
+    (``auto`` may pick the plugin mode; on versions or modes without the plugin the extra name is inert.)"""
+    value = env.get("SGLANG_PLUGINS")
+    if value is None or patch_mode not in ("auto", "plugin") or not host.nccl_env or \
+            not patching.plugin_excluded_by(value):
+        return []
+    env["SGLANG_PLUGINS"] = patching.with_plugin_allowed(value)
+    return [f"SGLANG_PLUGINS from the inventory env ({value!r}) lets SGLang load only the plugins it names; "
+            f"specdeploy's plugin {patching.PLUGIN_NAME} is added to it, so the launch has "
+            f"SGLANG_PLUGINS={env['SGLANG_PLUGINS']!r}"]
 
 
 def render_launch_script(plan: Plan) -> str:

@@ -15,8 +15,9 @@ from fabfile import __version__
 from fabfile.inventory import Host
 from fabfile.output import out
 from fabfile.plan import Options, build
+from fabfile.remote import versions
 
-ASSUMED_VERSION = "0.5.23"
+ASSUMED_VERSION = versions.NEWEST_SUPPORTED
 
 
 def plan_document(host: Host, opts: Options) -> dict[str, Any]:
@@ -51,6 +52,8 @@ def describe(doc: dict[str, Any]) -> None:
               "[dim](dry run: no host touched)[/dim]")
     out.print(f"  url: {doc['url']}\n  log: {doc['log_path']}\n  patch mode: {doc['patch_mode_note']}")
     out.print("  steps: " + " → ".join(doc["steps"]))
+    for note in doc.get("notes") or []:
+        out.print(f"  note: {note}", markup=False, highlight=False)
     out.print("[bold]launch command[/bold]")
     out.print(doc["launch_command"], markup=False, highlight=False)
     for path, text in doc["files"].items():

@@ -43,6 +43,19 @@ def test_in_process_modes_survive_a_launch_path_that_strips_the_environment(inve
     assert code == 0 and report["ok"] is True
 
 
+def test_a_users_sglang_plugins_still_lets_the_plugin_mode_work(fleet: Fleet, sim_host: SimHost,
+                                                                 tmp_path: Path) -> None:
+    """SGLang 0.5.11+ loads only the plugins SGLANG_PLUGINS names: with the user's own list in the inventory env,
+    the tool adds its plugin (and says so), so the values are still proven behind a launch path that strips NCCL_*."""
+    sim_host.set_sim_config(strip_env_prefixes=["NCCL_"])
+    inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"env": {"SGLANG_PLUGINS": "other"}}})
+    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "plugin", inventory=inventory)
+    assert code == 0, (err, doc.get("error"))
+    assert doc["env"]["SGLANG_PLUGINS"] == "other,specdeploy_nccl_env"
+    assert any("SGLANG_PLUGINS" in n and "specdeploy_nccl_env" in n for n in doc["notes"])
+    assert all(r["status"] == "proven" for r in doc["check_env"]["rows"])
+
+
 def test_env_mode_fails_check_env_when_the_launch_path_strips_the_environment(inventory: Path,
                                                                                sim_host: SimHost) -> None:
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -158,3 +159,30 @@ def test_repository_example_inventory_is_the_seed_host() -> None:
     assert h.nccl_env == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
                           "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
     assert h.ssh_host == "gpu1" and not any(c.isdigit() and "." in h.ssh_host for c in h.ssh_host)
+
+
+@pytest.mark.parametrize(("value", "mode", "launched"), [
+    ("other", "auto", "other,specdeploy_nccl_env"),
+    ("other, ", "plugin", "other, specdeploy_nccl_env"),
+    (" , ", "plugin", " , specdeploy_nccl_env"),  # SGLang loads no plugin at all with this allowlist
+    ("other, specdeploy_nccl_env", "plugin", "other, specdeploy_nccl_env"),
+    ("", "plugin", ""),  # empty: SGLang loads every plugin
+    ("other", "scheduler", "other"),  # no plugin in that mode
+    ("other", "env", "other"),
+])
+def test_a_users_sglang_plugins_lets_the_tools_plugin_load(tmp_path: Path, value: str, mode: str,
+                                                           launched: str) -> None:
+    """From 0.5.11 SGLang loads only the general plugins SGLANG_PLUGINS names (comma-separated): the plugin mode
+    would silently do nothing, so the tool adds its plugin to the user's list and says so in the plan."""
+    p = tmp_path / "i.yaml"
+    p.write_text(BASE.replace('env: {C: "from host"}', f"env: {{C: from host, SGLANG_PLUGINS: {value!r}}}, "
+                              f"patch_mode: {mode}"))
+    plan = build(inventory.load(p).hosts["g1"], Options(steps=1))
+    assert plan.env["SGLANG_PLUGINS"] == launched
+    assert shlex.quote(f"SGLANG_PLUGINS={launched}") in plan.script
+    notes = plan.summary()["notes"]
+    if launched == value:
+        assert notes == []
+    else:
+        (note,) = notes
+        assert repr(value) in note and "specdeploy_nccl_env" in note and repr(launched) in note

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import facts, server, versions
+from fabfile.remote import facts, patching, server, versions
 from tests.simhost.sim.install import install_simulator
 from tests.test_patch_wheels import fetch_wheel
 
@@ -257,3 +257,60 @@ def test_simulator_health_endpoints_follow_the_release(version: str, tmp_path: P
             assert check("/health_generate")[:2] == (200, True)
     finally:
         sim.kill_all()
+
+
+# ------------------------------------------------------------------------------------------- SGLANG_PLUGINS
+
+
+@pytest.mark.wheels
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.12", "0.5.16", "0.5.23"])
+def test_plugin_allowlist_is_parsed_as_the_release_parses_it(version: str) -> None:
+    """The tool's reading of SGLANG_PLUGINS is SGLang's: no plugin system before 0.5.11; from then a non-empty
+    value is split on commas, names stripped, and entry points not named there are skipped."""
+    with zipfile.ZipFile(_wheel(version)) as z:
+        names = set(z.namelist())
+        src = z.read("sglang/srt/plugins/__init__.py").decode() if "sglang/srt/plugins/__init__.py" in names \
+            else None
+    if not versions.at_least(version, "0.5.11"):
+        assert src is None
+        return
+    assert src is not None
+    assert re.search(r'allowed_str = envs\.SGLANG_PLUGINS\.get\(\)\s*\n\s*if allowed_str:\s*\n\s*'
+                     r'allowed_set = \{x\.strip\(\) for x in allowed_str\.split\(","\) if x\.strip\(\)\}', src)
+    assert "if allowed_set is not None and ep.name not in allowed_set:" in src
+    assert patching.plugin_allowlist("") is None and patching.plugin_allowlist(None) is None
+    assert patching.plugin_allowlist(" a , b,,") == ["a", "b"]
+    assert patching.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
+    assert patching.plugin_excluded_by(" , ") and patching.plugin_excluded_by("other")
+    assert not patching.plugin_excluded_by("other, specdeploy_nccl_env ")
+
+
+def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path) -> None:
+    """When the plugin mode did not prove its values and the server's environment has an SGLANG_PLUGINS without the
+    plugin, the first hint says that (read from the real process's /proc/PID/environ)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SGLANG_PLUGINS": "other"}
+    proc = subprocess.Popen(["sleep", "60"], env=env)
+    try:
+        while b"SGLANG_PLUGINS" not in Path(f"/proc/{proc.pid}/environ").read_bytes():  # exec has completed
+            time.sleep(0.01)
+        generic = {"code": "env_stripped", "severity": "error", "message": "use --patch-mode plugin", "vars": [],
+                   "pids": []}
+        evaluation: dict[str, Any] = {"ok": False, "hints": [dict(generic)]}
+        patching.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
+        first = evaluation["hints"][0]
+        assert first["code"] == "plugin_not_allowed" and first["pids"] == [proc.pid]
+        assert "SGLANG_PLUGINS='other'" in first["message"] and "specdeploy_nccl_env" in first["message"]
+        assert evaluation["hints"][1] == generic
+        # proven, another mode, or a list naming the plugin: nothing to explain
+        for ok, mode, value in ((True, "plugin", "other"), (False, "scheduler", "other"),
+                                (False, "plugin", "other,specdeploy_nccl_env")):
+            ev: dict[str, Any] = {"ok": ok, "hints": []}
+            patching.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
+            assert ev["hints"] == []
+        # no readable process: the launch environment of the deploy record says it
+        ev = {"ok": False, "hints": []}
+        patching.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
+        assert "SGLANG_PLUGINS='a,b' in the launch environment" in ev["hints"][0]["message"]
+    finally:
+        proc.kill()
+        proc.wait()

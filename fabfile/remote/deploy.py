@@ -184,7 +184,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _verify(req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
-    from . import evidence
+    from . import evidence, patching
 
     ev_req = {"log_path": req["log_path"], "log_offset": started["log_offset"], "launcher_pid": started["pid"],
               "launcher_start_ticks": started["start_ticks"], "expected": req["verify"]["expected"],
@@ -195,6 +195,8 @@ def _verify(req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any]
     while True:
         ev = evidence.gather(ev_req, _NullSink())
         ev_eval = evidence.evaluate(ev, req["verify"]["expected"])
+        patching.explain_unloaded_plugin(ev_eval, (req.get("patch") or {}).get("mode"), started["pid"],
+                                         (req.get("summary") or {}).get("env"))
         if ev_eval["ok"] or time.monotonic() >= deadline:
             return {"evidence": ev, "evaluation": ev_eval}
         time.sleep(0.2)

@@ -53,6 +53,59 @@ SIG_END_RE = re.compile(r"^\)\s*:\s*$")
 # versions and modes
 
 
+def plugin_allowlist(value: str | None) -> list[str] | None:
+    """The entry-point names a ``SGLANG_PLUGINS`` value lets SGLang load, or None when it loads every plugin.
+
+    SGLang 0.5.11+ (``sglang/srt/plugins/__init__.py``, ``load_plugins_by_group``): an unset or empty value loads
+    all; any other value is split on commas, each name stripped, empties dropped, and only entry points named there
+    load (so " , " loads none).
+    """
+    if not value:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def plugin_excluded_by(value: str | None) -> bool:
+    """Whether this ``SGLANG_PLUGINS`` value keeps specdeploy's plugin from loading."""
+    allowed = plugin_allowlist(value)
+    return allowed is not None and PLUGIN_NAME not in allowed
+
+
+def with_plugin_allowed(value: str) -> str:
+    """A user's ``SGLANG_PLUGINS`` with specdeploy's plugin added, the user's text kept as written."""
+    if not plugin_excluded_by(value):
+        return value
+    return value + ("" if value.rstrip().endswith(",") else ",") + PLUGIN_NAME
+
+
+def explain_unloaded_plugin(evaluation: dict[str, Any], mode: str | None, launcher_pid: int | None,
+                            planned_env: dict[str, Any] | None) -> None:
+    """When a plugin-mode server did not prove its values and its ``SGLANG_PLUGINS`` leaves the plugin out, say so
+    first among check-env's hints (the generic hints would send the user to the plugin mode they already use)."""
+    if mode != "plugin" or evaluation.get("ok"):
+        return
+    value: str | None = None
+    where = "the server's environment"
+    if launcher_pid:
+        try:
+            with open(f"/proc/{int(launcher_pid)}/environ", "rb") as f:
+                for item in f.read().split(b"\0"):
+                    if item.startswith(b"SGLANG_PLUGINS="):
+                        value = item.split(b"=", 1)[1].decode("utf-8", "replace")
+        except OSError:
+            value = None
+    if value is None and planned_env:
+        value, where = planned_env.get("SGLANG_PLUGINS"), "the launch environment"
+    if not plugin_excluded_by(value):
+        return
+    hint = {"code": "plugin_not_allowed", "severity": "error", "vars": [], "pids": [launcher_pid] if launcher_pid
+            else [],
+            "message": f"SGLANG_PLUGINS={value!r} in {where} does not name {PLUGIN_NAME}: SGLang 0.5.11+ loads only "
+                       f"the plugins it names, so specdeploy's plugin never ran. Add {PLUGIN_NAME} to it (set in the "
+                       "inventory env, specdeploy adds it itself), unset it, or use --patch-mode scheduler"}
+    evaluation["hints"] = [hint] + [h for h in evaluation.get("hints") or [] if h.get("code") != hint["code"]]
+
+
 def parse_version(version: str) -> tuple[int, int, int]:
     """``"0.5.10.post1"`` -> (0, 5, 10); ``"0.5.12rc1"`` -> (0, 5, 12). Raises AgentError on garbage."""
     m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))

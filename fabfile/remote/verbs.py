@@ -206,7 +206,7 @@ def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from . import evidence, facts, procs, records
+    from . import evidence, facts, patching, procs, records
 
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir) or {}
@@ -219,7 +219,11 @@ def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
               "sglang_version": rec.get("sglang_version") or req.get("sglang_version"),
               "launch_argv": (rec.get("launch") or {}).get("argv")}
     ev = evidence.gather(ev_req, sink)
-    return {"evidence": ev, "evaluation": evidence.evaluate(ev, req["expected"]), "record": rec or None}
+    evaluation = evidence.evaluate(ev, req["expected"])
+    request = rec.get("request") or {}
+    patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
+                                     ev_req["launcher_pid"], (request.get("summary") or {}).get("env"))
+    return {"evidence": ev, "evaluation": evaluation, "record": rec or None}
 
 
 def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]]:

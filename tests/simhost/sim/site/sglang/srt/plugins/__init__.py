@@ -1,7 +1,7 @@
 """Simulated ``sglang.srt.plugins`` (TEST EQUIPMENT), shaped like SGLang 0.5.11+'s plugin loader.
 
 Entry points of group ``sglang.srt.plugins`` are loaded with importlib.metadata and called with no
-arguments; ``SGLANG_PLUGINS`` is a comma-separated allowlist of entry-point names (empty: load all).
+arguments; ``SGLANG_PLUGINS`` is a comma-separated allowlist of entry-point names (unset or empty: load all).
 Idempotent per process; exceptions are logged, not raised. Removed by the installer for versions
 before 0.5.11, as in SGLang.
 """
@@ -23,9 +23,11 @@ _plugins_loaded = False
 
 
 def _allowed_names() -> set[str] | None:
+    # As SGLang: only an unset or empty value means "all"; " , " is an empty allowlist that loads none.
     raw = os.environ.get("SGLANG_PLUGINS", "")
-    names = {n.strip() for n in raw.split(",") if n.strip()}
-    return names or None
+    if not raw:
+        return None
+    return {n.strip() for n in raw.split(",") if n.strip()}
 
 
 def load_plugins_by_group(group: str) -> dict[str, object]:
