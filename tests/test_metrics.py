@@ -85,6 +85,8 @@ def test_accept_rate_meaning_and_version_independent_acceptance() -> None:
     assert metrics.accept_rate_meaning("0.5.11").startswith("(accept_len - 1)")
     assert metrics.accept_rate_meaning("0.5.23").startswith("(accept_len - 1)")
     assert metrics.accept_rate_meaning("0.4.10").startswith("not printed")
+    assert metrics.accept_rate_meaning("0.5.5").startswith("accept_len / (steps + 1)")
+    assert metrics.accept_rate_meaning("0.5.11rc1").startswith("(accept_len - 1)")
     # The same server state (accept len 2.85 of 4 draft tokens) prints 0.71 on 0.5.7 and 0.62 on 0.5.11+.
     assert round(2.85 / 4, 2) == 0.71
     assert metrics.draft_acceptance(2.85, 4) == pytest.approx(0.6167, abs=1e-3)

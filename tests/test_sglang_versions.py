@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import facts, patching, server, versions
+from fabfile.remote import bench, facts, metrics, patching, server, versions
 from tests.simhost.sim.install import install_simulator
 from tests.test_patch_wheels import fetch_wheel
 
@@ -314,3 +314,75 @@ def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path)
     finally:
         proc.kill()
         proc.wait()
+
+
+# ------------------------------------------------------------------------------------------- Decode batch lines
+
+
+def _decode_log_source(whl: Path) -> str:
+    """The statements that build the ``Decode batch`` line, from ``Decode batch`` to its ``logger.info(msg)``."""
+    with zipfile.ZipFile(whl) as z:
+        for name in sorted(z.namelist()):
+            if (name.startswith("sglang/srt/") and name.endswith(".py") and "metrics" in name) or \
+                    name == "sglang/srt/managers/scheduler.py":
+                src = z.read(name).decode()
+                m = re.search(r'msg = f?"Decode batch.*?logger\.info\(\s*msg', src, re.S)
+                if m:
+                    return m.group(0)
+    raise AssertionError(f"no Decode batch line in {whl.name}")
+
+
+@pytest.mark.wheels
+@pytest.mark.parametrize("version", ["0.4.9", "0.5.3", "0.5.5", "0.5.7", "0.5.9", "0.5.11", "0.5.16", "0.5.23"])
+def test_decode_line_notes_follow_the_release(version: str) -> None:
+    """metrics' reading of the ``Decode batch`` line is the release's: what ``accept rate`` divides, and whether
+    the line ends with ", " (0.5.1-0.5.8)."""
+    src = _decode_log_source(_wheel(version))
+    meaning = metrics.accept_rate_meaning(version)
+    if "accept rate" not in src:
+        assert meaning.startswith("not printed")
+    elif "draft_per_round" in src:  # (accepted - forwards) / (forwards * (draft_tokens - 1))
+        assert meaning.startswith("(accept_len - 1) / (draft_tokens - 1)")
+    elif "speculative_num_draft_tokens or draft_tokens_fallback" in src:
+        assert meaning.startswith("accept_len / draft_tokens")
+    else:
+        assert re.search(r"total_draft_tokens = self\.\w+ \* \(\s*\(self\.server_args\.speculative_num_steps or 0\)"
+                         r" \+ 1\s*\)", src)
+        assert meaning.startswith("accept_len / (steps + 1)")
+    tail = re.findall(r'f"#queue-req: \{[^}]*\}(, )?"', src)
+    assert tail, src[-400:]
+    trailing = tail[-1] == ", "
+    assert trailing == (versions.at_least(version, "0.5.1") and not versions.at_least(version, "0.5.9"))
+
+
+# ------------------------------------------------------------------------------------------- bench_serving
+
+
+def _dataset_choices_in(whl: Path) -> list[str]:
+    with zipfile.ZipFile(whl) as z:
+        names = set(z.namelist())
+        for member in ("sglang/benchmark/serving.py", "sglang/bench_serving.py"):
+            if member in names:
+                src = z.read(member).decode()
+                m = re.search(r'"--dataset-name",.*?choices=\[(.*?)\]', src, re.S)
+                if m:
+                    return re.findall(r'"([^"]+)"', m.group(1))
+    raise AssertionError(f"no --dataset-name choices in {whl.name}")
+
+
+@pytest.mark.wheels
+@pytest.mark.parametrize("version", ["0.4.5", "0.4.9", "0.5.12", "0.5.16", "0.5.23"])
+def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None:
+    """The tool runs bench_serving with random-ids only where the release has it (0.4.6+), and the simulator's
+    bench_serving offers it exactly there; the agent reads the choices from the module's own --help."""
+    real = _dataset_choices_in(_wheel(version))
+    assert (bench.BENCH_DATASET in real) == versions.at_least(version, "0.4.6"), real
+    install_simulator(tmp_path / "venv", tmp_path / "bin", version, sys.executable)
+    site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote import bench; "
+            "print(json.dumps(bench.bench_serving_datasets({'PYTHONPATH': sys.argv[2]})))")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(site)], capture_output=True, text=True,
+                         timeout=120, env=env, check=True)
+    offered = json.loads(out.stdout)
+    assert (bench.BENCH_DATASET in offered) == (bench.BENCH_DATASET in real)

@@ -108,6 +108,25 @@ def test_bench_uses_sglangs_own_bench_serving_when_the_host_has_it(inventory: Pa
     assert sim_host.exec(["test", "-s", f"/root/.specdeploy/bench/{r['bench_id']}.sglang.jsonl"]).returncode == 0
 
 
+def test_bench_picks_a_client_whose_dataset_the_hosts_sglang_has(inventory: Path, sim_host: SimHost,
+                                                                  tmp_path: Path) -> None:
+    """0.4.5's bench_serving has no random-ids dataset (the others download ShareGPT): auto uses the built-in client
+    there and says why; asking for SGLang's client is a sentence, not bench_serving's argparse error."""
+    sim_host.set_version("0.4.5")
+    sim_host.set_sim_config(**FAST)
+    code, doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    assert code == 0, err
+    assert doc["sglang_version"] == "0.4.5"
+    code, r, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    assert code == 0, err
+    assert r["client"] == "loadgen" and r["completed"] == 3
+    code, r, err = inv_json("bench", *BENCH, "--client", "sglang", "--out", str(tmp_path), inventory=inventory)
+    assert code != 0
+    message = r["error"]["message"]
+    assert "random-ids" in message and "sharegpt, random, generated-shared-prefix" in message, message
+    assert "Traceback" not in err
+
+
 def test_bench_against_a_server_with_an_api_key_never_shows_the_key(fleet: Fleet, sim_host: SimHost,
                                                                     tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--api-key", "k3y-s3cr3t"]})

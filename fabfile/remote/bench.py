@@ -2,8 +2,9 @@
 
 Order: find the running deploy (``STATE/current.json``) → snapshot ``/server_info``, ``/metrics`` and the log
 offset → run SGLang's own ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` when the
-host's SGLang ships it, else the tool's stdlib load generator (``loadgen``) → read ``/server_info``, ``/metrics`` and
-the ``Decode batch`` lines logged during the run → one result, written to ``STATE/bench/<id>.json``.
+host's SGLang ships it with that dataset (0.4.6+), else the tool's stdlib load generator (``loadgen``) → read
+``/server_info``, ``/metrics`` and the ``Decode batch`` lines logged during the run → one result, written to
+``STATE/bench/<id>.json``.
 
 Accept length, best source first: per-request ``meta_info`` (exactly our requests) → the decode log lines of the
 run → ``/metrics`` → bench_serving's ``Accept length`` → ``/server_info`` (cumulative since start, warm-up included).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,10 +68,31 @@ def has_bench_serving(sglang_root: Optional[str]) -> bool:
         os.path.isfile(os.path.join(sglang_root, "benchmark", "serving.py"))
 
 
+# The dataset the tool runs bench_serving with: synthetic token ids of exactly the requested lengths, no download.
+# SGLang 0.4.5's bench_serving lacks it (its choices: sharegpt, random, generated-shared-prefix; its "random" samples
+# ShareGPT, downloading it); 0.4.6 ... 0.5.23 have it (tests/test_sglang_versions.py reads the wheels).
+BENCH_DATASET = "random-ids"
+
+
+def bench_serving_datasets(env: Optional[Dict[str, str]] = None) -> Optional[List[str]]:
+    """The ``--dataset-name`` choices of the host's ``sglang.bench_serving``, as its own ``--help`` lists them
+    (the module moved to ``sglang.benchmark.serving`` in 0.5.15 and kept a shim; asking it covers every layout).
+    None when it cannot say."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "sglang.bench_serving", "--help"], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"--dataset-name\s+\{([^}]*)\}", out.stdout)
+    if out.returncode != 0 or not m:
+        return None
+    return [name.strip() for name in m.group(1).split(",") if name.strip()]
+
+
 def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str, sink: EventSink) -> Dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", target,
-            "--port", str(port), "--dataset-name", "random-ids",
+            "--port", str(port), "--dataset-name", BENCH_DATASET,
             "--random-input-len", str(req["input_len"]), "--random-output-len", str(req["output_len"]),
             "--random-range-ratio", "1.0", "--num-prompts", str(req["num_prompts"]),
             "--max-concurrency", str(req["concurrency"]), "--output-file", out_file, "--disable-tqdm"]
@@ -138,9 +161,22 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         # request's meta_info and stream: only the tool's own load generator sees those.
         adaptive_or_hist = req.get("target_ci") is not None or req.get("need_histogram")
         client = "sglang" if has_bench_serving(sg.get("root")) and not adaptive_or_hist else "builtin"
+        if client == "sglang":
+            datasets = bench_serving_datasets()
+            if datasets is None or BENCH_DATASET not in datasets:
+                client = "builtin"
+                sink.emit("info", message=f"SGLang {version}'s bench_serving offers no {BENCH_DATASET} dataset "
+                                          f"({', '.join(datasets or ['none listed'])}): using the built-in client")
     elif client == "sglang" and not has_bench_serving(sg.get("root")):
         raise AgentError("bench_failed", f"SGLang {version} on this host has no sglang.bench_serving",
                          "use `--client builtin` (or auto)")
+    elif client == "sglang":
+        datasets = bench_serving_datasets()
+        if datasets is None or BENCH_DATASET not in datasets:
+            offered = ", ".join(datasets) if datasets else "(its --help lists none)"
+            raise AgentError("bench_failed", f"SGLang {version}'s sglang.bench_serving has no {BENCH_DATASET} "
+                             f"dataset (it offers {offered}); the others need a download or other lengths",
+                             "use `--client builtin` (or auto), which needs no dataset")
     info_before = metrics.spec_from_server_info(server_info(host, port, version, api_key))
     log_path = str(rec.get("log_path") or "")
     offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import gpus, procs, sglang_env_facts
+from . import gpus, procs, sglang_env_facts, versions
 from .common import AgentError, EventSink
 from .markers import parse_marker
 
@@ -395,15 +395,6 @@ def _gpu_facts() -> dict[str, Any]:
     }
 
 
-def _version_tuple(version: str | None) -> tuple[int, int, int] | None:
-    if not version:
-        return None
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
-    if not m:
-        return None
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
-
-
 def _argv_flags(argv: list[str] | None) -> dict[str, Any]:
     argv = list(argv or [])
     flags: dict[str, Any] = {"known": bool(argv), "tp_size": None}
@@ -431,10 +422,11 @@ def _argv_flags(argv: list[str] | None) -> dict[str, Any]:
 
 
 def _facts_version_key(version: str) -> tuple[int, int, int, int]:
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?post(\d+))?", version)
-    if not m:
+    """The agent's one version reading (:func:`versions.feature_key`); (-1, 0, 0, 0) for a string that is none."""
+    try:
+        return versions.feature_key(version)
+    except ValueError:
         return (-1, 0, 0, 0)
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), int(m.group(4) or 0)
 
 
 _FLAG_NAMES = {"symm_mem": "--enable-symm-mem", "nccl_nvls": "--enable-nccl-nvls"}

@@ -1,10 +1,12 @@
 """Parsers for SGLang's speculative-decoding figures, from every channel SGLang offers.
 
-- ``Decode batch`` log lines of every version's format: 0.5.7 ends the line with ``", "``; 0.5.11+ does not; hybrid
-  models replace ``#token``/``token usage`` with ``#full token``/``full token usage``/``#swa token``/
+- ``Decode batch`` log lines of every version's format (read from the wheels' scheduler log code): 0.4.x ends
+  ``Decode batch.``; 0.5.1–0.5.8 end the line with ``", "``, gone from 0.5.9; 0.5.4 prints ``Decode batch [N],``;
+  hybrid models replace ``#token``/``token usage`` with ``#full token``/``full token usage``/``#swa token``/
   ``swa token usage`` (or add ``mamba num``/``mamba usage``); 0.5.11+ may add ``cap len``/``block accept len``.
-- ``accept rate`` means accept_len/draft_tokens on 0.5.5–0.5.10 and (accept_len-1)/(draft_tokens-1) from 0.5.11
-  (shared/reference/sglang.md, section 7); :func:`draft_acceptance` gives the version-independent figure.
+- ``accept rate`` (printed from 0.5.4) means accept_len/(steps+1) on 0.5.4–0.5.5, accept_len/draft_tokens on
+  0.5.6–0.5.10 and (accept_len-1)/(draft_tokens-1) from 0.5.11 (the same figure only for topk 1, where
+  draft_tokens = steps+1); :func:`draft_acceptance` gives the version-independent figure.
 - ``/server_info`` ``internal_states[0].avg_spec_accept_length`` (cumulative since the server started).
 - ``/metrics`` (Prometheus text, ``--enable-metrics``): ``sglang:spec_accept_length`` and friends.
 - per-request ``meta_info``: ``spec_verify_ct``, ``completion_tokens`` and the version's draft counters.
@@ -59,12 +61,15 @@ def parse_decode_line(line: str) -> Optional[Dict[str, Any]]:
 
 
 def accept_rate_meaning(version: str) -> str:
-    v = versions.release_or_none(version) or (0, 0, 0)
-    if v >= (0, 5, 11):
+    """What the ``accept rate`` of this version's ``Decode batch`` line divides (checked against the wheels by
+    tests/test_sglang_versions.py)."""
+    if versions.at_least(version, "0.5.11"):
         return "(accept_len - 1) / (draft_tokens - 1): share of drafted tokens accepted"
-    if v >= (0, 5, 5):
+    if versions.at_least(version, "0.5.6"):
         return "accept_len / draft_tokens: tokens per verify step over tokens verified"
-    return "not printed before 0.5.5"
+    if versions.at_least(version, "0.5.4"):
+        return "accept_len / (steps + 1): tokens per verify step over steps + 1 (not draft_tokens when topk > 1)"
+    return "not printed before 0.5.4"
 
 
 def draft_acceptance(accept_len: Optional[float], draft_tokens: Optional[int]) -> Optional[float]:

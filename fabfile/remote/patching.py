@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from . import versions
 from .common import AgentError, atomic_write, ensure_private_dir, sha256_bytes, sha256_file
 
 MANIFEST_VERSION = 1
@@ -107,15 +108,16 @@ def explain_unloaded_plugin(evaluation: dict[str, Any], mode: str | None, launch
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
-    """``"0.5.10.post1"`` -> (0, 5, 10); ``"0.5.12rc1"`` -> (0, 5, 12). Raises AgentError on garbage."""
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
-    if not m:
+    """``"0.5.10.post1"`` -> (0, 5, 10); ``"0.5.12rc1"`` -> (0, 5, 12) (the agent's one parser,
+    :mod:`versions`). Raises AgentError on garbage."""
+    try:
+        return versions.release(str(version))
+    except ValueError:
         raise AgentError(
             "bad_version",
             f"Cannot understand SGLang version {version!r}.",
             hint="Pass a version such as 0.5.12 (what importlib.metadata.version('sglang') reports).",
-        )
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+        ) from None
 
 
 def supported_modes(version: str) -> list[str]:

@@ -82,10 +82,22 @@ def key(version: str) -> Tuple[Tuple[int, ...], int, int, int, int, int]:
     return rel, pre_kind, pre_n, post, 0 if dev is not None else 1, int(dev or 0)
 
 
+def feature_key(version: str) -> Tuple[int, int, int, int]:
+    """What per-version facts of SGLang are keyed by: the release numbers and the post-release number. A pre-release
+    or development build of X counts as X (it carries X's code: "0.5.20rc1" has /ready), and X.postN comes after X
+    ("0.5.15.post1" already has code that 0.5.15 lacks). Raises ValueError on a string that is not a version."""
+    m = _VERSION_RE.match(str(version))
+    if not m:
+        raise ValueError(f"not a version: {version!r}")
+    post = m.group("post_n") or m.group("post_implicit") or "0"
+    return (*release(version), int(post))
+
+
 def at_least(version: Optional[str], minimum: str) -> bool:
-    """``version`` >= ``minimum`` in release numbers (a pre-release of X counts as X); False when unknown."""
-    rel = release_or_none(version)
-    return rel is not None and rel >= release(minimum)
+    """``version`` >= ``minimum`` by :func:`feature_key`; False when the version is unknown or not one."""
+    if not valid(version):
+        return False
+    return feature_key(str(version)) >= feature_key(minimum)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -98,9 +110,9 @@ def readiness_path(version: str) -> str:
     scheduler (and on most of them runs a one-token generate); 0.4.x ``/health`` answers 200 as soon as uvicorn is up,
     before warmup, so only ``/health_generate`` means ready there.
     """
-    rel = release_or_none(version) or release(NEWEST_SUPPORTED)
-    if rel >= (0, 5, 20):
+    v = version if valid(version) else NEWEST_SUPPORTED
+    if at_least(v, "0.5.20"):
         return "/ready"
-    if rel >= (0, 5, 1):
+    if at_least(v, "0.5.1"):
         return "/health"
     return "/health_generate"

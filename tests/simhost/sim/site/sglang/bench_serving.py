@@ -3,7 +3,9 @@
 Only what specdeploy uses: ``--backend sglang --dataset-name random-ids`` against ``/generate`` (streamed), with
 ``--max-concurrency``, ``--num-prompts``, ``--random-input-len/--random-output-len``, ``--output-file`` (one JSON line)
 and SGLang's printed result block (``"{:<40} {:<10.2f}"`` lines, ``Accept length:`` from ``/server_info``).
-Unknown flags are ignored.
+Unknown flags are ignored. ``--dataset-name`` has the release's choices as far as specdeploy cares: ``random-ids``
+from 0.4.6 (0.4.5 offers sharegpt, random, generated-shared-prefix); every dataset but ``random-ids`` needs a download
+(ShareGPT) or a tokenizer here, so the simulator fails them as an offline host would.
 """
 
 from __future__ import annotations
@@ -52,12 +54,25 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def _dataset_choices() -> list[str]:
+    from sglang._sim import runtime
+
+    v = runtime.version()
+    names = ["sharegpt", "random"]
+    if v >= (0, 4, 6):
+        names.append("random-ids")
+    names.append("generated-shared-prefix")
+    if v >= (0, 4, 7):
+        names.append("mmmu")
+    return names
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="sglang")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--dataset-name", default="sharegpt")
+    p.add_argument("--dataset-name", type=str, default="sharegpt", choices=_dataset_choices())
     p.add_argument("--random-input-len", type=int, default=1024)
     p.add_argument("--random-output-len", type=int, default=1024)
     p.add_argument("--random-range-ratio", type=float, default=0.0)
@@ -68,7 +83,8 @@ def main() -> None:
     p.add_argument("--disable-tqdm", action="store_true")
     args, _ = p.parse_known_args()
     if args.dataset_name != "random-ids":
-        raise SystemExit(f"simulated bench_serving supports --dataset-name random-ids only, got {args.dataset_name}")
+        raise SystemExit(f"simulated bench_serving: --dataset-name {args.dataset_name} needs a download or a "
+                         "tokenizer, which this host does not have")
     rng = random.Random(1)
     prompts = [[rng.randrange(100, 30000) for _ in range(args.random_input_len)] for _ in range(args.num_prompts)]
     for _ in range(args.warmup_requests):

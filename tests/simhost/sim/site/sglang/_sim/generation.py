@@ -188,8 +188,10 @@ class Generator:
             self.last_accept_length = al
             if self.ver >= (0, 5, 11):
                 rate = (al - 1) / (self.num_draft - 1) if self.num_draft > 1 else 0.0
-            else:
+            elif self.ver >= (0, 5, 6):
                 rate = al / self.num_draft if self.num_draft else 0.0
+            else:  # 0.5.4-0.5.5 divide by steps + 1, whatever the draft-token count (topk > 1)
+                rate = al / (self.steps + 1)
             self.last_accept_rate = rate
             msg += f"accept len: {al:.2f}, "
             if self.ver >= (0, 5, 4):
