@@ -311,12 +311,13 @@ def test_marker_and_environ_are_evidence_without_nccl_debug() -> None:
     assert "NCCL_DEBUG=INFO was not on" in hint["message"] and hint["severity"] == "info"
 
 
-def test_wiped_environ_and_nothing_else() -> None:
+def test_wiped_environ_and_nothing_else_is_unconfirmed_not_missing() -> None:
+    """Nothing can show the value either way: the values may be there (issue 21, point 6), so not "missing"."""
     res = evidence.evaluate(ev(sched(10, 0, env_status="wiped", nccl_env=None)), EXP)
-    assert {r["status"] for r in res["rows"]} == {"missing"}
+    assert {r["status"] for r in res["rows"]} == {"unconfirmed"}
     assert {"environ_wiped", "no_nccl_debug"} <= codes(res)
     msg = next(h["message"] for h in res["hints"] if h["code"] == "environ_wiped")
-    assert "SPT_NOENV=1" in msg and "not visible" in msg
+    assert "SPT_NOENV=1" in msg and "cannot be seen" in msg
     assert checkenv_report.exit_code(res) == 1
 
 
@@ -344,8 +345,9 @@ def test_engine_marker_in_launcher_is_never_worker_proof() -> None:
         "markers": [marker(1, {"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216"}, mode="engine")],
     }
     res = evidence.evaluate(ev(sched(10, 0, env_status="wiped"), launcher=launcher), EXP)
-    assert {r["status"] for r in res["rows"]} == {"launcher_only"}
-    assert "environ_wiped" in codes(res)  # workers' environ is blind: the values may be fine
+    # workers' environ is blind: the values may be fine, but nothing in the worker shows them
+    assert {r["status"] for r in res["rows"]} == {"unconfirmed"} and res["ok"] is False
+    assert "environ_wiped" in codes(res) and "launcher has" in row(res, 10, "NCCL_PROTO")["note"]
 
 
 def test_missing_everywhere() -> None:
@@ -431,7 +433,7 @@ def test_report_renders_and_serialises() -> None:
     buf = io.StringIO()
     checkenv_report.render_table(res, facts, Console(file=buf, width=200, color_system=None))
     out = buf.getvalue()
-    assert "TP0" in out and "TP1" in out and "NCCL log" in out and "proven" in out and "missing" in out
+    assert "TP0" in out and "TP1" in out and "NCCL log" in out and "proven" in out and "unconfirmed" in out
     assert "NOT PROVEN" in out and "SPT_NOENV=1" in out and "TP 2 [pcie]" in out
     js = checkenv_report.to_json(res, facts)
     assert json.loads(json.dumps(js))["ok"] is False and len(js["rows"]) == 4

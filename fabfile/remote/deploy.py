@@ -49,7 +49,8 @@ def schedulers_of(pid: int) -> List[Dict[str, Any]]:
     for p in procs.descendants(pid):
         if p.cmdline.startswith("sglang::"):
             out.append({"pid": p.pid, "title": p.cmdline, "rank": procs.scheduler_rank(p.cmdline)})
-    return sorted(out, key=lambda d: (d["rank"] is None, d["rank"] or 0, d["title"]))
+    return sorted(out, key=lambda d: (not str(d["title"]).startswith(procs.SCHEDULER_TITLE),
+                                      procs.scheduler_sort_key(str(d["title"])), d["title"]))
 
 
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).

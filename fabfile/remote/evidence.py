@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import gpus, procs, sglang_env_facts, versions
+from . import gpus, ncclenv, procs, sglang_env_facts, versions
 from .common import AgentError, EventSink
 from .markers import parse_marker
 
@@ -36,15 +36,7 @@ DEBUG_FILE_CAP_BYTES = 16 << 20
 DEBUG_FILES_MAX = 256
 SMI_TIMEOUT_S = 10.0
 
-# NCCL only tunes (and so only reads / prints these) with two or more ranks in the communicator.
-MULTI_RANK_ONLY = ("NCCL_PROTO", "NCCL_ALGO")
-# Variables NCCL reads for its own logging: it never prints "set by environment" for them.
-NOT_LOGGED_BY_NCCL = frozenset(
-    {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERSION", "NCCL_HOME", "NCCL_CONF_FILE"}
-)
-# String-valued variables that NCCL is known to report with "set by environment" when it reads them
-# (integer NCCL_PARAMs are always reported, with a trailing period).
-STRING_VARS_LOGGED = frozenset({"NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_ALGO", "NCCL_SOCKET_IFNAME"})
+# Which variables NCCL reads when, and how it parses and echoes them: fabfile/remote/ncclenv.py.
 # Environment values we report from /proc (besides the expected ones); never the whole environment (secrets).
 DIAG_VARS = ("SPT_NOENV", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SGLANG_RUN_ID")
 
@@ -64,6 +56,10 @@ _NCCL_HEAD_RE = re.compile(
     r"NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?"
 )
 _ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\s*$")
+# NCCL refused an integer it could not parse (out of range) and kept its default.
+_INVALID_RE = re.compile(
+    r"^Invalid value (?P<value>.*) for (?P<var>NCCL_[A-Z0-9_]+), using default (?P<default>-?\d+)\.?\s*$"
+)
 _VERSION_RE = re.compile(r"^NCCL version (?P<version>\S+)")
 _INIT_RE = re.compile(r"\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.*\bInit (?P<phase>START|COMPLETE)\b")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -109,7 +105,11 @@ def parse_nccl_records(line: str) -> list[dict[str, Any]]:
             em = _ENV_RE.match(msg)
             vm = _VERSION_RE.match(msg)
             im = _INIT_RE.search(msg)
-            if em:
+            bad = _INVALID_RE.match(msg)
+            if bad:
+                rec.update(kind="invalid", var=bad.group("var"), value=bad.group("value"),
+                           default=bad.group("default"))
+            elif em:
                 value = _clean_value(em.group("value"))
                 if value:
                     rec.update(kind="env", var=em.group("var"), value=value)
@@ -148,6 +148,7 @@ class _PidEvidence:
 
     def __init__(self) -> None:
         self.env: dict[str, list[str]] = {}
+        self.invalid: dict[str, str] = {}
         self.version: str | None = None
         self.inits: list[dict[str, Any]] = []
         self.warnings: list[str] = []
@@ -164,6 +165,8 @@ class _PidEvidence:
             vals = self.env.setdefault(rec["var"], [])
             if rec["value"] not in vals:
                 vals.append(rec["value"])
+        elif kind == "invalid":
+            self.invalid[rec["var"]] = rec["value"]
         elif kind == "version":
             self.version = rec["version"]
         elif kind == "init":
@@ -176,6 +179,7 @@ class _PidEvidence:
     def nccl_dict(self) -> dict[str, Any]:
         return {
             "env": self.env,
+            "invalid": self.invalid,
             "version": self.version,
             "inits": self.inits,
             "warnings": self.warnings,
@@ -303,9 +307,8 @@ def _environ_view(pid: int, names: Iterable[str]) -> tuple[str, dict[str, str | 
 
 def _label(title: str) -> str:
     """``sglang::scheduler_DP0_TP1`` → ``DP0_TP1``; ``sglang::scheduler`` → ``TP0``."""
-    head = title.split()[0] if title else ""
-    suffix = head[len("sglang::scheduler") :].lstrip("_")
-    return suffix or "TP0"
+    ranks = procs.scheduler_ranks(title) or {}
+    return "_".join(f"{k}{v}" for k, v in ranks.items()) or "TP0"
 
 
 def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dict[str, Any]:
@@ -330,8 +333,15 @@ def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dic
     live = [p for p in pool if p.state not in ("Z", "X")]
     scheds = sorted(
         (p for p in live if p.cmdline.startswith("sglang::scheduler")),
-        key=lambda p: (_label(p.cmdline), p.pid),
+        key=lambda p: (procs.scheduler_sort_key(p.cmdline), p.pid),
     )
+    if launcher_pid is None and scheds:
+        # Found by a host scan: the schedulers' common parent, when it is an SGLang launcher, is this server's.
+        parents = {p.ppid for p in scheds}
+        parent = procs.stat(parents.pop()) if len(parents) == 1 else None
+        if parent is not None and procs.is_sglang_launcher(parent.cmdline):
+            launcher.update(pid=parent.pid, alive=True, identity="found_by_scan", cmdline=parent.cmdline,
+                            start_ticks=parent.start_ticks)
     drafts = [
         p
         for p in live
@@ -543,6 +553,16 @@ def _custom_ar(
     return {"enabled": enabled, "reasons": reasons}
 
 
+def _infiniband() -> list[str] | None:
+    """InfiniBand devices of this host (``/sys/class/infiniband``); [] when none, None when it cannot tell."""
+    try:
+        return sorted(os.listdir("/sys/class/infiniband"))
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+
+
 # ----------------------------------------------------------------------------------------------------
 # NCCL_DEBUG_FILE
 
@@ -661,13 +681,24 @@ def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     )
 
     sink.emit("progress", step="facts")
-    flags = _argv_flags(req.get("launch_argv"))
+    argv = req.get("launch_argv")
+    argv_source = "record" if argv else None
+    if not argv and launcher.get("identity") == "found_by_scan" and launcher.get("cmdline"):
+        # not the recorded deploy: its own command line, never the stale record's
+        argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
+    flags = _argv_flags(argv)
     gpus = _gpu_facts()
     nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
     world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
     rules = sglang_nccl_rules(req.get("sglang_version"), flags)
     flagged = sorted({r["var"] for r in rules if r["var"] in expected and r["applies"] is not False})
     facts = {
+        "server": req.get("server") or {},
+        "patch_mode": req.get("patch_mode"),
+        "nccl_debug": req.get("nccl_debug"),
+        "launch_env": req.get("launch_env") or {},
+        "launch_argv_source": argv_source,
+        "infiniband": _infiniband(),
         "sglang_version": req.get("sglang_version"),
         "gpus": gpus,
         "tp_size": flags["tp_size"],
@@ -701,31 +732,8 @@ def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 
 STATUSES = ("proven", "different", "unconfirmed", "missing", "launcher_only")
 SOURCES = ("nccl_log", "marker", "environ")
-
-
-def _same(a: str | None, b: str | None) -> bool:
-    if a is None or b is None:
-        return False
-    a, b = _clean_value(str(a)), _clean_value(str(b))
-    if a == b:
-        return True
-    try:
-        return int(a, 0) == int(b, 0)
-    except ValueError:
-        return False
-
-
-def _nccl_logs(var: str, value: str | None) -> bool:
-    """Whether NCCL reports ``var`` with "set by environment" when it reads it (multi-rank assumed)."""
-    if var in NOT_LOGGED_BY_NCCL or not var.startswith("NCCL_"):
-        return False
-    if var in STRING_VARS_LOGGED:
-        return True
-    try:
-        int(str(value).strip(), 0)
-        return True  # integer NCCL_PARAMs are always echoed
-    except ValueError:
-        return False
+# Patch modes that set the values inside each scheduler process (engine sets them in the launcher only).
+IN_PROCESS_MODES = ("scheduler", "plugin", "sitecustomize")
 
 
 def _marker_value(markers: list[dict[str, Any]], var: str) -> tuple[str | None, str | None]:
@@ -755,19 +763,104 @@ def _hint(
         h["pids"].append(pid)
 
 
+def _mode_advice(mode: str | None) -> str:
+    """How to get values into the workers, never the patch mode already in use."""
+    if mode in IN_PROCESS_MODES:
+        return (
+            f"the {mode} patch is in use but printed no marker in these workers: check `inv patch-status` "
+            "(SGLang reinstalled since the patch?) and deploy again to re-apply it"
+        )
+    used = f" (this deploy used --patch-mode {mode})" if mode else ""
+    return "use --patch-mode scheduler (or plugin on SGLang >= 0.5.11) to set them inside each worker" + used
+
+
+def _diag(evidence: dict[str, Any], name: str) -> tuple[str | None, str]:
+    """A logging/diagnostic variable's value as the processes saw it (schedulers, launcher) or as launched."""
+    for s in evidence.get("schedulers") or []:
+        if s.get("environ_status") == "ok":
+            return (s.get("environ_diag") or {}).get(name), "the workers' environment"
+    launcher = evidence.get("launcher") or {}
+    if launcher.get("environ_status") == "ok":
+        return (launcher.get("environ_diag") or {}).get(name), "the launcher's environment"
+    launch_env = (evidence.get("facts") or {}).get("launch_env") or {}
+    if name in launch_env:
+        return launch_env.get(name), "the recorded launch environment"
+    return None, "unknown"
+
+
+def _no_nccl_debug_message(evidence: dict[str, Any]) -> str:
+    """Why NCCL said nothing about its environment, as precisely as the evidence allows."""
+    facts = evidence.get("facts") or {}
+    debug, where = _diag(evidence, "NCCL_DEBUG")
+    subsys, _ = _diag(evidence, "NCCL_DEBUG_SUBSYS")
+    if debug is not None and debug.strip().upper() not in ("INFO", "TRACE"):
+        why = f"NCCL_DEBUG={debug} in {where} keeps NCCL from saying what it read"
+        if facts.get("nccl_debug"):
+            why += " (the inventory's `env` sets it, and `env` wins over nccl_debug: remove it there)"
+        return why
+    if debug is not None and subsys:
+        items = [x.strip().upper() for x in subsys.split(",") if x.strip()]
+        excluded = bool(items) and items[0].startswith("^")
+        names = {items[0][1:], *items[1:]} if excluded else set(items)
+        if ("ENV" in names) == excluded and "ALL" not in names:
+            return f"NCCL_DEBUG_SUBSYS={subsys} in {where} leaves out ENV, so NCCL does not echo its variables"
+    if debug is not None:
+        return (
+            "NCCL_DEBUG=INFO was on but NCCL printed nothing for these processes (not initialised yet, or "
+            "NCCL_DEBUG_FILE sends it elsewhere)"
+        )
+    if facts.get("nccl_debug") is False:
+        return (
+            "NCCL_DEBUG=INFO was not on (nccl_debug is false for this host), so only weaker evidence exists "
+            "(markers, start environment); set nccl_debug: true to let NCCL say what it read"
+        )
+    return (
+        "NCCL_DEBUG=INFO was not on, so only weaker evidence exists (markers, start environment); deploy with "
+        "nccl_debug to let NCCL say what it read"
+    )
+
+
+def _blind_message(evidence: dict[str, Any], env_status: str | None) -> tuple[str, str]:
+    """(code, message) for workers whose start environment cannot be read."""
+    if env_status == "unreadable":
+        return (
+            "environ_unreadable",
+            "/proc/PID/environ of the workers is unreadable: run check-env as the server's user, or deploy "
+            "with nccl_debug so NCCL says what it read",
+        )
+    spt, where = _diag({"launcher": evidence.get("launcher"), "facts": evidence.get("facts")}, "SPT_NOENV")
+    if spt == "1":
+        return (
+            "environ_wiped",
+            f"SPT_NOENV=1 was in {where}, yet the workers' environ is wiped by setproctitle: the launch path "
+            "dropped it before the workers started; the values may be there but cannot be seen: deploy with "
+            "nccl_debug so NCCL says what it read",
+        )
+    return (
+        "environ_wiped",
+        "the workers' environ is wiped by setproctitle (SPT_NOENV=1 was not in their environment); the "
+        "values may be there but cannot be seen: launch with SPT_NOENV=1 or NCCL_DEBUG=INFO",
+    )
+
+
 def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
     """One row per (scheduler process, expected variable); overall ``ok``; hints naming the likely cause.
 
     Row: ``{"pid", "rank", "label", "title", "var", "expected", "observed", "evidence", "status", "sources",
     "note"}`` with ``status`` one of ``STATUSES`` and ``evidence`` one of ``SOURCES`` (None when nothing was
-    seen). ``unconfirmed``: only a marker shows the value, while NCCL logged its environment in that process
-    and never mentioned the variable (typically set after NCCL initialised: patch too late).
+    seen). The rules (README, check-env): NCCL's own echo decides when there is one; values are compared the
+    way NCCL parses them (ncclenv); ``unconfirmed`` where the worker may hold the value but nothing shows NCCL
+    took it (NCCL echoed other variables in that process but not this one it always echoes, NCCL ignores the
+    value, the worker's environment cannot be read); ``missing``/``launcher_only`` only where evidence shows
+    the worker lacks it.
     """
     expected = {str(k): str(v) for k, v in expected.items()}
     schedulers: list[dict[str, Any]] = list(evidence.get("schedulers") or [])
     launcher: dict[str, Any] = evidence.get("launcher") or {}
     facts: dict[str, Any] = evidence.get("facts") or {}
-    rules = [r for r in facts.get("sglang_sets") or [] if r.get("applies") is not False]
+    server: dict[str, Any] = facts.get("server") or {}
+    mode = facts.get("patch_mode")
+    all_rules = list(facts.get("sglang_sets") or [])
     hints: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
 
@@ -793,6 +886,16 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
         elif launcher.get("alive"):
             why += f" (launcher pid {launcher['pid']} runs but has no sglang::scheduler children yet)"
         _hint(hints, "no_server", why + ": deploy, or wait for the server to come up, then check again")
+    not_recorded = bool(schedulers) and server.get("is_recorded_deploy") is False
+    if not_recorded:
+        _hint(
+            hints,
+            "not_recorded_deploy",
+            f"the running server is not the recorded deploy {server.get('recorded_deploy') or ''}"
+            f" ({server.get('why') or 'its launcher is gone'}): it was started outside specdeploy, so the "
+            "recorded log and record say nothing about it; only its own processes are read, and its verdict "
+            "cannot stand for the deploy: deploy again, or stop it",
+        )
 
     l_env = launcher.get("environ") or {}
     l_nccl = (launcher.get("nccl") or {}).get("env") or {}
@@ -801,11 +904,16 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
     for s in schedulers:
         nccl = s.get("nccl") or {}
         nccl_env: dict[str, list[str]] = nccl.get("env") or {}
+        invalid: dict[str, str] = nccl.get("invalid") or {}
         env_status = s.get("environ_status")
         env_vals = s.get("environ") or {}
         markers = s.get("markers") or []
+        pid = s.get("pid")
+        echoed_here = bool(nccl_env) or bool(invalid)  # NCCL echoed its environment in this very process
         for var in sorted(expected):
             exp = expected[var]
+            exp_read = ncclenv.reading(var, exp)
+            when, condition = ncclenv.read_when(var)
             nccl_vals = nccl_env.get(var) or []
             nccl_val = nccl_vals[-1] if nccl_vals else None
             mk_val, mk_how = _marker_value(markers, var)
@@ -813,142 +921,159 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
             sources = {"nccl_log": nccl_val, "marker": mk_val, "environ": env_val}
             lmk, _ = _marker_value(l_markers, var)
             launcher_val = (l_nccl.get(var) or [None])[-1] or lmk or l_env.get(var)
-            sources_l = {"launcher": launcher_val}
             notes: list[str] = []
             if len(nccl_vals) > 1:
                 notes.append(f"NCCL reported several values in this process: {', '.join(nccl_vals)}")
-            strongest = next((src for src in SOURCES if sources[src] is not None), None)
-            observed = sources[strongest] if strongest else None
-            multi_only = var in MULTI_RANK_ONLY
-            if strongest is None:
-                status = "launcher_only" if launcher_val is not None else "missing"
-                if multi_only and single_rank:
+            p2p_off = var == "NCCL_P2P_LEVEL" and any(
+                ncclenv.strtoll(v) == 1 for v in nccl_env.get("NCCL_P2P_DISABLE") or []
+            )
+            would_echo = (
+                echoed_here
+                and not p2p_off
+                and (when == "init" or (when == "multi_rank" and nranks is not None and nranks > 1))
+            )
+            weaker = next((src for src in ("marker", "environ") if sources[src] is not None), None)
+            status: str
+            strongest: str | None
+            observed: str | None
+
+            if var in invalid:
+                strongest, observed, status = "nccl_log", invalid[var], "different"
+                notes.append(f"NCCL refused {invalid[var]!r} (out of range) and kept its default")
+            elif nccl_val is not None:
+                strongest, observed = "nccl_log", nccl_val
+                status = "proven" if ncclenv.same(var, nccl_val, exp) else "different"
+            elif weaker is not None:
+                strongest, observed = weaker, sources[weaker]
+                if not ncclenv.same(var, observed, exp) and not (exp_read["value"] is None and observed == exp):
+                    status = "different"
+                    if would_echo:
+                        notes.append(f"NCCL logged its environment in this process but never {var}")
+                elif exp_read["value"] is None:
+                    status = "unconfirmed"
+                    notes.append(f"NCCL ignores this value: {exp_read['why']}")
+                    _hint(
+                        hints,
+                        "nccl_ignores_value",
+                        f"NCCL ignores the value asked for {var}: {exp_read['why']}; fix it in the inventory",
+                        var=var,
+                        pid=pid,
+                    )
+                elif would_echo:
+                    status = "unconfirmed"
                     notes.append(
-                        f"NCCL prints nothing for {var} with a single rank; a marker or the start "
-                        "environment would have been enough"
+                        f"NCCL logged its environment in this process but never {var}, which it echoes at every "
+                        + ("init" if when == "init" else "init with two or more ranks")
                     )
-                # NCCL echoed its environment in this process and would have echoed this one too: absent.
-                nccl_says_absent = (
-                    bool(nccl_env)
-                    and _nccl_logs(var, exp)
-                    and not (multi_only and (single_rank or nranks is None))
-                )
-                if nccl_env:
-                    notes.append(f"NCCL logged its environment in this process without {var}")
-                if env_status == "wiped" and not nccl_says_absent:
-                    notes.append("environ wiped by setproctitle (SPT_NOENV=1 was not set at launch)")
+                    if strongest == "marker" and mode not in IN_PROCESS_MODES:
+                        why = (
+                            "they were set after NCCL had read its environment (patch too late): "
+                            + _mode_advice(mode)
+                        )
+                    else:
+                        why = (
+                            "the process held them at start or from the patch, yet NCCL never read them: "
+                            "something removed or reset them inside the process before NCCL initialised "
+                            "(see facts.sglang_sets)"
+                        )
+                    _hint(hints, "nccl_silent", "NCCL logged its environment but not these variables: " + why,
+                          var=var, pid=pid)
+                elif when == "unknown":
+                    status = "unconfirmed"
+                    notes.append(str(condition))
                     _hint(
                         hints,
-                        "environ_wiped",
-                        "launch with SPT_NOENV=1 or NCCL_DEBUG=INFO; the values may "
-                        "be fine but are not visible",
+                        "not_an_nccl_variable",
+                        "NCCL 2.28 reads no variable by this name, so nothing can show it took effect: "
+                        "check the spelling",
+                        severity="warning",
                         var=var,
-                        pid=s.get("pid"),
-                    )
-                elif env_status == "unreadable" and not nccl_says_absent:
-                    notes.append("environ unreadable (permissions: run check-env as the server's user)")
-                    _hint(
-                        hints,
-                        "environ_unreadable",
-                        "/proc/PID/environ is unreadable: run the agent as the "
-                        "server's user, or launch with NCCL_DEBUG=INFO",
-                        var=var,
-                        pid=s.get("pid"),
-                    )
-                elif status == "launcher_only":
-                    _hint(
-                        hints,
-                        "env_stripped",
-                        "the launch path strips the environment before the workers "
-                        "start: use --patch-mode scheduler (or plugin on SGLang >= 0.5.11)",
-                        var=var,
-                        pid=s.get("pid"),
+                        pid=pid,
                     )
                 else:
-                    _hint(
-                        hints,
-                        "never_set",
-                        "the variable reached neither the launcher nor the workers: check "
-                        "the host's nccl_env / nccl_preset and the launch script",
-                        var=var,
-                        pid=s.get("pid"),
-                    )
-            elif _same(observed, exp):
-                status = "proven"
-                if strongest != "nccl_log":
-                    if multi_only and single_rank:
+                    status = "proven"
+                    if when == "multi_rank" and single_rank:
                         notes.append(
-                            f"single rank: NCCL prints nothing for {var} with nranks 1, so the "
-                            f"{strongest} suffices"
+                            f"single rank: NCCL prints nothing for {var} with nranks 1, so the {strongest} suffices"
                         )
-                    elif (
-                        strongest == "marker"
-                        and not _same(env_val, exp)
-                        and nccl_env
-                        and _nccl_logs(var, exp)
-                        and not (multi_only and nranks is None)
-                    ):
-                        status = "unconfirmed"
-                        notes.append(f"NCCL logged its environment in this process but never {var}")
+                    elif when == "conditional" and echoed_here:
+                        notes.append(f"{condition}: its silence proves nothing; the {strongest} shows the value")
+                    elif p2p_off:
+                        notes.append("NCCL_P2P_DISABLE=1 wins over NCCL_P2P_LEVEL, which NCCL then never reads")
+                    if var.startswith("NCCL_IB_") and facts.get("infiniband") == []:
+                        notes.append("this host has no InfiniBand device: NCCL never reads it here")
                         _hint(
                             hints,
-                            "nccl_silent",
-                            "NCCL logged its environment but not these variables: they "
-                            "were set after NCCL initialised (patch too late: use --patch-mode scheduler) or "
-                            "NCCL does not read them on this path",
+                            "ib_without_infiniband",
+                            "these variables only matter over InfiniBand, and this host has no InfiniBand "
+                            "device: they are set but have no effect here",
+                            severity="info",
                             var=var,
-                            pid=s.get("pid"),
                         )
-                for src in SOURCES:
-                    if sources[src] is not None and not _same(sources[src], exp):
-                        notes.append(f"{src} says {sources[src]} (superseded by {strongest})")
             else:
-                status = "different"
+                strongest, observed = None, None
+                absent_shown = would_echo or env_status == "ok"
+                if absent_shown:
+                    status = "launcher_only" if launcher_val is not None else "missing"
+                    if would_echo:
+                        notes.append(f"NCCL logged its environment in this process without {var}")
+                    if status == "launcher_only":
+                        _hint(
+                            hints,
+                            "env_stripped",
+                            "the launch path strips the environment before the workers start: " + _mode_advice(mode),
+                            var=var,
+                            pid=pid,
+                        )
+                    else:
+                        _hint(
+                            hints,
+                            "never_set",
+                            "the variable reached neither the launcher nor the workers: check the host's "
+                            "nccl_env / nccl_preset and the launch script",
+                            var=var,
+                            pid=pid,
+                        )
+                else:
+                    status = "unconfirmed"
+                    if env_status == "wiped":
+                        notes.append("environ wiped by setproctitle")
+                    elif env_status == "unreadable":
+                        notes.append("environ unreadable (permissions)")
+                    if when == "multi_rank" and single_rank and echoed_here:
+                        notes.append(f"NCCL prints nothing for {var} with a single rank")
+                    elif when in ("conditional", "unknown") and echoed_here:
+                        notes.append(str(condition))
+                    elif not echoed_here:
+                        notes.append("NCCL did not echo its environment in this process")
+                    if launcher_val is not None:
+                        notes.append(f"the launcher has {launcher_val}; nothing shows whether the worker does")
+                    code, message = _blind_message(evidence, env_status)
+                    _hint(hints, code, message, var=var, pid=pid)
+
+            if status == "proven":
+                for src in SOURCES:
+                    if sources[src] is not None and not ncclenv.same(var, sources[src], exp):
+                        notes.append(f"{src} says {sources[src]} (superseded by {strongest})")
+            if status == "different":
                 said = ", ".join(f"{src}={sources[src]}" for src in SOURCES if sources[src] is not None)
-                notes.append(f"expected {exp}; {said}")
-                overriders = [r for r in rules if r["var"] == var and r["action"] == "overrides"]
-                fillers = [r for r in rules if r["var"] == var and r["action"] == "sets_if_unset"]
-                if mk_how == "kept" and _same(mk_val, observed):
+                notes.append(f"expected {exp}; {said}" if said else f"expected {exp}")
+                if var in invalid:
+                    pass
+                elif mk_how == "kept" and mk_val is not None and ncclenv.same(var, mk_val, observed):
                     _hint(
                         hints,
                         "operator_value_kept",
-                        "an operator value was kept (patch without force): "
-                        "remove it from the launch environment or patch with force",
+                        "an operator value was kept (patch without force): remove it from the launch "
+                        "environment or patch with force",
                         var=var,
-                        pid=s.get("pid"),
-                    )
-                elif overriders:
-                    _hint(
-                        hints,
-                        f"sglang_overrides_{var}",
-                        f"something overrides it: SGLang itself sets {var} on "
-                        f"this version ({overriders[0]['condition']}); patch with --patch-mode scheduler "
-                        "so the value is set inside each worker",
-                        var=var,
-                        pid=s.get("pid"),
-                    )
-                elif fillers:
-                    _hint(
-                        hints,
-                        f"sglang_default_{var}",
-                        f"SGLang fills in {var} when it is unset "
-                        f"({fillers[0]['condition']}): the operator value never reached the launcher, or the "
-                        "launch path stripped it (use --patch-mode scheduler)",
-                        var=var,
-                        pid=s.get("pid"),
+                        pid=pid,
                     )
                 else:
-                    _hint(
-                        hints,
-                        "overridden",
-                        "something overrides it: the launch environment, ~/.nccl.conf, "
-                        "/etc/nccl.conf or NCCL_CONF_FILE, or an operator value kept by the patch",
-                        var=var,
-                        pid=s.get("pid"),
-                    )
+                    _blame(hints, all_rules, var, pid, facts)
             rows.append(
                 {
-                    "pid": s.get("pid"),
+                    "pid": pid,
                     "rank": s.get("rank"),
                     "label": s.get("label"),
                     "title": s.get("title"),
@@ -957,7 +1082,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
                     "observed": observed,
                     "evidence": strongest,
                     "status": status,
-                    "sources": {**sources, **sources_l},
+                    "sources": {**sources, "launcher": launcher_val},
                     "environ_status": env_status,
                     "note": "; ".join(notes),
                 }
@@ -965,13 +1090,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
 
     if schedulers and not any_nccl:
         sev = "info" if all(r["status"] == "proven" for r in rows) else "warning"
-        _hint(
-            hints,
-            "no_nccl_debug",
-            "NCCL_DEBUG=INFO was not on, so only weaker evidence exists (markers, start "
-            "environment); deploy with nccl_debug to let NCCL say what it read",
-            severity=sev,
-        )
+        _hint(hints, "no_nccl_debug", _no_nccl_debug_message(evidence), severity=sev)
     log = evidence.get("log") or {}
     if log.get("capped"):
         _hint(
@@ -997,6 +1116,17 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
                 severity="info",
                 var=var,
             )
+    changed = evidence.get("inventory_differs") or {}
+    if changed:
+        parts = [f"{k}: {v.get('record')!s} → {v.get('inventory')!s}" for k, v in sorted(changed.items())]
+        _hint(
+            hints,
+            "inventory_changed",
+            "the inventory now asks for other values than the running deploy was started with ("
+            + "; ".join(parts)
+            + "): check-env judges the running deploy against its record; deploy again to apply the inventory",
+            severity="info",
+        )
     car = facts.get("custom_all_reduce") or {}
     if car.get("enabled"):
         _hint(
@@ -1012,7 +1142,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
             hints, "nothing_expected", "no expected NCCL variables were given, so there is nothing to prove"
         )
     summary = {st: sum(1 for r in rows if r["status"] == st) for st in STATUSES}
-    ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows)
+    ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded
     order = {"error": 0, "warning": 1, "info": 2}
     return {
         "ok": ok,
@@ -1022,5 +1152,47 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
         "nranks_source": nranks_source,
         "single_rank": single_rank,
         "schedulers": len(schedulers),
+        "recorded_deploy": not not_recorded,
         "hints": sorted(hints.values(), key=lambda h: (order.get(h["severity"], 3), h["code"])),
     }
+
+
+def _blame(
+    hints: dict[str, dict[str, Any]], rules: list[dict[str, Any]], var: str, pid: Any, facts: dict[str, Any]
+) -> None:
+    """The likeliest cause of a different value: SGLang's own env writes (only those known to apply are
+    stated as fact), else the usual suspects."""
+    order = ((True, "overrides"), (True, "sets_if_unset"), (None, "overrides"), (None, "sets_if_unset"))
+    for applies, action in order:
+        hit = next(
+            (r for r in rules if r["var"] == var and r["action"] == action and r.get("applies") is applies), None
+        )
+        if hit is None:
+            continue
+        if applies is True and action == "overrides":
+            msg = (
+                f"something overrides it: SGLang itself sets {var} on this version ({hit['condition']}); patch "
+                "with --patch-mode scheduler so the value is set inside each worker"
+            )
+        elif applies is True:
+            msg = (
+                f"SGLang fills in {var} when it is unset ({hit['condition']}): the operator value never reached "
+                "the launcher, or the launch path stripped it"
+            )
+        else:
+            unknown = "the SGLang version" if not facts.get("sglang_version") else "the launch flags"
+            msg = (
+                f"SGLang may set {var} itself ({hit['condition']}), but {unknown} are unknown here, so whether "
+                "it did cannot be told; other causes: the launch environment, ~/.nccl.conf, /etc/nccl.conf"
+            )
+        code = f"sglang_{'overrides' if action == 'overrides' else 'default'}_{var}" + ("" if applies else "_maybe")
+        _hint(hints, code, msg, var=var, pid=pid)
+        return
+    _hint(
+        hints,
+        "overridden",
+        "something overrides it: the launch environment, ~/.nccl.conf, /etc/nccl.conf or NCCL_CONF_FILE, or an "
+        "operator value kept by the patch",
+        var=var,
+        pid=pid,
+    )

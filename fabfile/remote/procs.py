@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 PROC = "/proc"
 
@@ -141,14 +142,48 @@ def is_sglang_launcher(cmdline: str) -> bool:
     return "sglang.launch_server" in cmdline or " sglang serve" in f" {cmdline}" or "/sglang serve" in cmdline
 
 
-def scheduler_rank(cmdline: str) -> Optional[int]:
-    """TP rank from a scheduler title (``sglang::scheduler_TP3`` → 3, ``sglang::scheduler`` → 0)."""
-    if not cmdline.startswith("sglang::scheduler"):
+# SGLang titles a scheduler ``sglang::scheduler`` + ``_DP{d}`` ``_PP{p}`` ``_ATTN_CP{c}`` ``_MOE_DP{m}`` ``_TP{t}``
+# ``_EP{e}``, each part only when that parallelism is on (0.4.x: ``_DP``, ``_TP``, ``_PP``, in that order).
+SCHEDULER_TITLE = "sglang::scheduler"
+RANK_PARTS = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
+_RANK_PART_RE = re.compile(r"_(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)")
+
+
+def scheduler_ranks(cmdline: str) -> Optional[Dict[str, int]]:
+    """The ranks a scheduler title names (``sglang::scheduler_DP0_PP1_TP2`` → ``{"DP": 0, "PP": 1, "TP": 2}``);
+    ``{}`` for a bare ``sglang::scheduler``; None for anything else."""
+    head = cmdline.split()[0] if cmdline.strip() else ""
+    if not head.startswith(SCHEDULER_TITLE):
         return None
-    for part in cmdline.split("_"):
-        if part.startswith("TP") and part[2:].split()[0].isdigit():
-            return int(part[2:].split()[0])
-    return 0
+    rest = head[len(SCHEDULER_TITLE):]
+    out: Dict[str, int] = {}
+    pos = 0
+    for m in _RANK_PART_RE.finditer(rest):
+        if m.start() != pos:
+            break
+        out[m.group(1)] = int(m.group(2))
+        pos = m.end()
+    return out
+
+
+def scheduler_rank(cmdline: str) -> Optional[int]:
+    """The TP rank a scheduler title names (``sglang::scheduler_TP3`` → 3; ``sglang::scheduler`` → 0, TP 1).
+
+    None for a title that names other ranks but no TP rank (``sglang::scheduler_PP1``): several such processes
+    would all be "rank 0", so the title's label (:func:`scheduler_sort_key`, ``PP1``) identifies them instead.
+    """
+    ranks = scheduler_ranks(cmdline)
+    if ranks is None:
+        return None
+    if "TP" in ranks:
+        return ranks["TP"]
+    return 0 if not ranks else None
+
+
+def scheduler_sort_key(cmdline: str) -> Tuple[int, ...]:
+    """Numeric order of scheduler titles (TP2 before TP10; DP, then PP, ..., then TP, then EP)."""
+    ranks = scheduler_ranks(cmdline) or {}
+    return tuple(ranks.get(part, -1) for part in RANK_PARTS)
 
 
 def protected_pids() -> Set[int]:
