@@ -86,9 +86,9 @@ def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, 
     # Even in env mode a patch request goes to the host: applying "env" takes back patches an earlier deploy left
     # (the host then runs exactly the mode asked for, and a rollback can restore any earlier mode).
     values = dict(plan.nccl_values)
-    if plan.host.nccl_debug:
-        # Carried by the patch too, so the evidence survives a launch path that strips the environment.
-        values.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"})
+    # NCCL's logging values are carried by the patch too, so the evidence survives a launch path that strips the
+    # environment (the same values the launch environment has: plan.nccl_settings).
+    values.update(plan.nccl_logging)
     site = session.facts["sglang"]["site_packages"]
     req = build_patch_request(mode, values, plan.force_env, version, session.resolve(plan.host.state_dir), site,
                               __version__, python=plan.host.python)
@@ -108,6 +108,8 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
         "timeouts": {"ready": plan.ready_timeout, "stall": t.stall, "stop_grace": t.stop_grace,
                      "gpu_clean": t.gpu_clean, "lock_wait": t.lock_wait},
         "patch": patch,
+        # What this deploy asks NCCL for: kept in the record, so check-env judges the running deploy by it.
+        "expected": plan.expected, "nccl_debug": h.nccl_debug,
         "verify": {"expected": plan.expected, "settle_s": 3.0} if ("verify_env" in plan.steps and plan.expected)
         else None,
         "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},

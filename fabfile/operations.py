@@ -276,7 +276,11 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
 
 # -- check-env ------------------------------------------------------------------------------------------------
 def check_env_request(host: Host) -> dict[str, Any]:
-    return {"expected": dict(host.nccl_env)}
+    """The inventory's values, by the same precedence the launch uses; the host judges a running deploy by its
+    record instead (what that deploy was asked for) and reports where the inventory has moved on."""
+    from fabfile.plan import nccl_settings
+
+    return {"expected": nccl_settings(host).tuning}
 
 
 def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:

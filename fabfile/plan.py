@@ -20,6 +20,7 @@ from fabfile.remote import patching
 from fabfile.render import render_shell
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 _SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
 _SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
 
@@ -76,6 +77,8 @@ class Plan:
     client: str
     expected: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the tool changed in, or adds to, the inventory's settings, in sentences
+    nccl_logging: dict[str, str] = field(default_factory=dict)
+    nccl_notes: tuple[str, ...] = ()
 
     @property
     def plan_hash(self) -> str:
@@ -125,7 +128,8 @@ class Plan:
         return {"host": self.host.name, "deploy_id": self.deploy_id, "config": self.config_name,
                 "plan_hash": self.plan_hash, "url": self.url, "argv": self.masked_argv(), "env": self.masked_env(),
                 "patch_mode": self.patch_mode, "log_path": self.log_path, "script_path": self.script_path,
-                "steps": list(self.steps), "notes": list(self.notes)}
+                "steps": list(self.steps), "notes": list(self.notes), "nccl_expected": dict(self.expected),
+                "nccl_notes": list(self.nccl_notes)}
 
 
 def config_name(spec: Speculative) -> str:
@@ -178,6 +182,43 @@ def launch_argv(host: Host, spec: Speculative) -> list[str]:
     return argv + list(host.sglang_args)
 
 
+@dataclass(frozen=True)
+class NcclSettings:
+    """Which value of each NCCL_* variable a deploy asks for: one rule, used for the launch environment, the
+    in-process patch and check-env's expectations alike.
+
+    Lowest first: the preset, ``nccl_env``, then ``env`` (the most specific: what the process is started with).
+    NCCL's logging variables (``NCCL_DEBUG*``) are never values to prove: ``nccl_debug`` supplies them and a
+    value for them under ``env`` or ``nccl_env`` wins over it.
+    """
+
+    tuning: dict[str, str]
+    logging: dict[str, str]
+    notes: tuple[str, ...]
+
+
+def nccl_settings(host: Host) -> NcclSettings:
+    from fabfile.remote import ncclenv
+
+    tuning: dict[str, str] = {}
+    logging: dict[str, str] = dict(NCCL_DEBUG_ENV) if host.nccl_debug else {}
+    notes: list[str] = []
+    preset = f"nccl_preset {host.nccl_preset}" if host.nccl_preset else "nccl_env"
+    for where, values in (("nccl_env", host.nccl_env), ("env", host.env)):
+        for k, v in values.items():
+            if not k.startswith("NCCL_") or ncclenv.kind(k) == "not_param":
+                continue
+            if ncclenv.kind(k) == "logging":
+                if host.nccl_debug and k in NCCL_DEBUG_ENV and v != NCCL_DEBUG_ENV[k]:
+                    notes.append(f"{where}.{k}={v} replaces nccl_debug's {NCCL_DEBUG_ENV[k]}")
+                logging[k] = v
+                continue
+            if where == "env" and k in tuning and tuning[k] != v:
+                notes.append(f"env.{k}={v} replaces {preset}'s {tuning[k]} (env wins; check-env expects {v})")
+            tuning[k] = v
+    return NcclSettings(tuning=tuning, logging=logging, notes=tuple(notes))
+
+
 def build(host: Host, opts: Options, deploy_id: str | None = None) -> Plan:
     if opts.patch_mode is not None and opts.patch_mode not in PATCH_MODES:
         raise FlagError(f"--patch-mode: unknown mode {opts.patch_mode!r}", f"choose one of {', '.join(PATCH_MODES)}")
@@ -188,11 +229,11 @@ def build(host: Host, opts: Options, deploy_id: str | None = None) -> Plan:
     deploy_id = deploy_id or new_deploy_id()
     # PYTHONSAFEPATH (3.11+; older Pythons ignore it, and the working directory is checked to be private): keeps
     # the working directory off the import path of the launcher and of every scheduler it spawns.
+    nccl = nccl_settings(host)
     env: dict[str, str] = {"SPT_NOENV": "1", "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
-    env.update(host.nccl_env)
-    if host.nccl_debug:
-        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"})
-    env.update(host.env)
+    env.update(nccl.tuning)
+    env.update(nccl.logging)
+    env.update({k: v for k, v in host.env.items() if k not in env or not k.startswith("NCCL_")})
     env[DEPLOY_ID_ENV] = deploy_id
     patch_mode = opts.patch_mode or host.patch_mode
     notes = _plugin_allowlist(env, host, patch_mode)
@@ -201,10 +242,11 @@ def build(host: Host, opts: Options, deploy_id: str | None = None) -> Plan:
     script_path = f"{host.state_dir.rstrip('/')}/launch-{name}.sh"
     client = f"{getpass.getuser()}@{socket.gethostname()}"
     plan = Plan(host=host, deploy_id=deploy_id, config_name=name, argv=tuple(argv), env=env, patch_mode=patch_mode,
-                nccl_values=dict(host.nccl_env), force_env=host.force_env, log_path=log_path,
+                nccl_values=dict(nccl.tuning), force_env=host.force_env, log_path=log_path,
                 script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
                 steps=STEPS if opts.verify else tuple(s for s in STEPS if s != "verify_env"), client=client,
-                expected=dict(host.nccl_env), notes=tuple(notes))
+                expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
+                nccl_notes=nccl.notes)
     return replace(plan, script=render_launch_script(plan))
 
 

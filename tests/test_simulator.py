@@ -352,6 +352,33 @@ def test_nccl_lines_reflect_process_env(sim: Sim) -> None:
         assert body[-1].endswith("- Init COMPLETE")
 
 
+def test_nccl_lines_are_printed_the_way_nccl_2_28_parses_the_values(sim: Sim) -> None:
+    """NCCL echoes what it parsed, not what was written: strtoll integers plus a dot, ncclGetLevel names, and
+    nothing for a level it cannot map or a variable it does not read on this path (NCCL's param.cc, paths.cc)."""
+    sim.install("0.5.23")
+    launcher = sim.launch(extra_env={"NCCL_DEBUG": "INFO", "NCCL_BUFFSIZE": "16777216.0", "NCCL_NTHREADS": "010",
+                                     "NCCL_MAX_NCHANNELS": "0x10", "NCCL_MIN_NCHANNELS": "99999999999999999999",
+                                     "NCCL_P2P_LEVEL": "5", "NCCL_IB_TIMEOUT": "22", "NCCL_PROTO": "LL"})
+    text = sim.wait_log("fired up", proc=launcher)
+    pid = sim.schedulers(launcher)["sglang::scheduler_TP0"]
+    body = [ln.split("NCCL INFO ", 1)[1] for ln in _nccl_lines(text, pid)]
+    assert "NCCL_BUFFSIZE set by environment to 16777216." in body
+    assert "NCCL_NTHREADS set by environment to 8." in body  # octal, as strtoll(…, 0) reads it
+    assert "NCCL_MAX_NCHANNELS set by environment to 16." in body
+    assert "Invalid value 99999999999999999999 for NCCL_MIN_NCHANNELS, using default -2." in body
+    assert "NCCL_P2P_LEVEL set by environment to SYS" in body  # old-style level 5, printed by name
+    assert "NCCL_PROTO set by environment to LL" in body
+    assert not any("NCCL_IB_TIMEOUT" in b for b in body)  # read only over InfiniBand connections
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=10) == 0
+    launcher = sim.launch(extra_env={"NCCL_DEBUG": "INFO", "NCCL_P2P_LEVEL": "sys", "NCCL_BUFFSIZE": "1"})
+    text = sim.wait_log("fired up", proc=launcher)
+    pid = sim.schedulers(launcher)["sglang::scheduler_TP0"]
+    body = [ln.split("NCCL INFO ", 1)[1] for ln in _nccl_lines(text, pid)]
+    assert "NCCL_BUFFSIZE set by environment to 1." in body
+    assert not any("NCCL_P2P_LEVEL" in b for b in body)  # case-sensitive names: "sys" is ignored silently
+
+
 @pytest.mark.parametrize(("version", "cumem"), [("0.5.3", "0."), ("0.5.5", "1.")])
 def test_sglang_env_writes_by_version(sim: Sim, version: str, cumem: str) -> None:
     sim.install(version)

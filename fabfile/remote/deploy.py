@@ -55,7 +55,8 @@ def schedulers_of(pid: int) -> List[Dict[str, Any]]:
 
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
-         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch")
+         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch",
+         "expected", "nccl_debug")
 
 
 def _previous(state_dir: str) -> Optional[Dict[str, Any]]:
@@ -105,6 +106,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
         "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
         "previous": _previous(state_dir), "node": req.get("node"), "rollback_of": req.get("rollback_of"),
+        "expected": expected_of(req),
         "request": {k: req.get(k) for k in _KEEP},
     }
     record.update(_keep_script(state_dir, req))
@@ -152,11 +154,18 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         record["ready"] = ready
         record["schedulers"] = schedulers_of(started["pid"])
         if req.get("verify"):
-            record["verify"] = steps.run("verify_env", lambda: _verify(req, started, record), _verify_detail)
-            if not record["verify"]["evaluation"]["ok"]:
-                raise AgentError("env_not_proven", "check-env could not prove the NCCL settings in every scheduler",
-                                 "see the table; the hint names the patch mode that fixes it",
-                                 verify=record["verify"])
+            def verify_step() -> Dict[str, Any]:
+                started_ = started
+                assert started_ is not None
+                record["verify"] = v = _verify(req, started_, record)
+                if not v["evaluation"]["ok"]:
+                    # raised inside the step, so the step is reported failed (never "✓ verify env 10/12")
+                    raise AgentError("env_not_proven", "check-env could not prove the NCCL settings in every "
+                                     f"scheduler ({_verify_detail(v)})", "see the table and its hints",
+                                     verify=v)
+                return v
+
+            steps.run("verify_env", verify_step, _verify_detail)
         record["status"] = "running"
         record["ready_at"] = _now()
         record["timings"] = steps.timings
@@ -184,13 +193,40 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         lock.release()
 
 
+def expected_of(req: Dict[str, Any]) -> Optional[Dict[str, str]]:
+    """The NCCL values a deploy request asked for (older requests carried them only when verifying)."""
+    exp = req.get("expected")
+    if exp is None:
+        exp = (req.get("verify") or {}).get("expected")
+    return dict(exp) if isinstance(exp, dict) else None
+
+
+LAUNCH_DIAG = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SPT_NOENV")
+
+
+def evidence_request(rec_or_req: Dict[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
+                     start_ticks: Optional[int], expected: Dict[str, str]) -> Dict[str, Any]:
+    """What evidence.gather needs to judge the server of one deploy: its own log region, its launcher (pid and
+    start time), its deploy id for the markers, and what it was launched with."""
+    summary = rec_or_req.get("summary") or rec_or_req.get("launch") or {}
+    env = summary.get("env") or {}
+    patch = rec_or_req.get("patch") or {}
+    return {"log_path": log_path, "log_offset": log_offset, "launcher_pid": pid, "launcher_start_ticks": start_ticks,
+            "deploy_id": deploy_id, "expected": expected,
+            "nccl_debug_file": (rec_or_req.get("verify") or {}).get("nccl_debug_file"),
+            "sglang_version": rec_or_req.get("sglang_version"), "launch_argv": summary.get("argv"),
+            "patch_mode": rec_or_req.get("patch_mode") or patch.get("mode") or "env",
+            "nccl_debug": rec_or_req.get("nccl_debug"),
+            "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
+            "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}
+
+
 def _verify(req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
     from . import evidence, patching
 
-    ev_req = {"log_path": req["log_path"], "log_offset": started["log_offset"], "launcher_pid": started["pid"],
-              "launcher_start_ticks": started["start_ticks"], "expected": req["verify"]["expected"],
-              "nccl_debug_file": req["verify"].get("nccl_debug_file"), "sglang_version": req["sglang_version"],
-              "launch_argv": req.get("summary", {}).get("argv")}
+    ev_req = evidence_request(req, deploy_id=req["deploy_id"], log_path=req["log_path"],
+                              log_offset=started["log_offset"], pid=started["pid"],
+                              start_ticks=started["start_ticks"], expected=req["verify"]["expected"])
     # NCCL prints its lines when each communicator initialises, which can trail readiness by a moment.
     deadline = time.monotonic() + float(req["verify"].get("settle_s", 3.0))
     while True:

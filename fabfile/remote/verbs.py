@@ -206,23 +206,47 @@ def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    from . import evidence, facts, patching, procs, records
+    """check-env: judge the running server by what its deploy asked for (the record), with evidence that belongs
+    to it (its launcher's pid and start time, its part of the log, its deploy id). A server that is not the
+    recorded deploy is reported as such and judged only by its own processes."""
+    from . import deploy, evidence, facts, ncclenv, patching, procs, records
 
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir) or {}
+    asked = {str(k): str(v) for k, v in (req.get("expected") or {}).items()}
     running = bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
-    ev_req = {"log_path": req.get("log_path") or rec.get("log_path"),
-              "log_offset": int(rec.get("log_offset") or 0) if running else 0,
-              "launcher_pid": int(rec["pid"]) if running else None,
-              "launcher_start_ticks": rec.get("start_ticks") if running else None,
-              "expected": req["expected"], "nccl_debug_file": req.get("nccl_debug_file"),
-              "sglang_version": rec.get("sglang_version") or req.get("sglang_version"),
-              "launch_argv": (rec.get("launch") or {}).get("argv")}
+    if running:
+        recorded = deploy.expected_of(rec) or deploy.expected_of(rec.get("request") or {})
+        expected = asked if recorded is None else recorded
+        ev_req = deploy.evidence_request(
+            {**(rec.get("request") or {}), **rec}, deploy_id=str(rec.get("deploy_id")),
+            log_path=str(rec.get("log_path")), log_offset=int(rec.get("log_offset") or 0), pid=int(rec["pid"]),
+            start_ticks=rec.get("start_ticks"), expected=expected)
+        ev_req["nccl_debug_file"] = req.get("nccl_debug_file") or ev_req.get("nccl_debug_file")
+        differs = {} if recorded is None else {
+            k: {"record": recorded.get(k), "inventory": asked.get(k)}
+            for k in sorted(set(recorded) | set(asked))
+            if not (recorded.get(k) == asked.get(k) or ncclenv.same(k, recorded.get(k), asked.get(k)))}
+    else:
+        expected, differs = asked, {}
+        why = None
+        if rec:
+            why = (f"its launcher pid {rec.get('pid')} is gone" if rec.get("pid") else "it never started") + \
+                f"; the record says {rec.get('status')}"
+        # Nothing recorded runs: the log, deploy id, version and launch flags of the record say nothing about
+        # whatever runs now; only the processes themselves are read.
+        ev_req = {"log_path": None, "launcher_pid": None, "expected": expected,
+                  "nccl_debug_file": req.get("nccl_debug_file"),
+                  "server": {"recorded_deploy": rec.get("deploy_id"), "record_status": rec.get("status"),
+                             "is_recorded_deploy": False if rec else None, "why": why}}
     ev = evidence.gather(ev_req, sink)
-    evaluation = evidence.evaluate(ev, req["expected"])
-    request = rec.get("request") or {}
-    patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
-                                     ev_req["launcher_pid"], (request.get("summary") or {}).get("env"))
+    ev["expected_source"] = "record" if running and expected is not asked else "inventory"
+    ev["inventory_differs"] = differs
+    evaluation = evidence.evaluate(ev, expected)
+    if running:
+        request = rec.get("request") or {}
+        patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
+                                         ev_req["launcher_pid"], (request.get("summary") or {}).get("env"))
     return {"evidence": ev, "evaluation": evaluation, "record": rec or None}
 
 
