@@ -659,3 +659,105 @@ def test_wiped_environ_but_nccl_echo_shows_the_var_absent() -> None:
     assert row(res, 10, "NCCL_PROTO")["status"] == "proven"
     assert row(res, 10, "NCCL_BUFFSIZE")["status"] == "launcher_only"
     assert "env_stripped" in codes(res) and "environ_wiped" not in codes(res)
+
+
+# ----------------------------------------------------------------------------------------------------
+# issue 21: NCCL's own parsing and reading rules (fabfile/remote/ncclenv.py, learnt from NCCL 2.28's source)
+
+NCCL_OTHERS = {"NCCL_PROTO": ["LL"], "NCCL_ALGO": ["Ring"], "NCCL_MAX_NCHANNELS": ["16"],
+               "NCCL_BUFFSIZE": ["16777216"], "NCCL_NTHREADS": ["512"], "NCCL_CUMEM_ENABLE": ["0"],
+               "NCCL_NVLS_ENABLE": ["0"]}
+
+
+def test_values_are_compared_the_way_nccl_parses_them() -> None:
+    nccl = {"NCCL_P2P_LEVEL": ["SYS"], "NCCL_BUFFSIZE": ["16777216"], "NCCL_NTHREADS": ["8"]}
+    exp = {"NCCL_P2P_LEVEL": "5", "NCCL_BUFFSIZE": "16777216.0", "NCCL_NTHREADS": "010"}
+    res = evidence.evaluate(ev(sched(10, 0, nccl_env=nccl)), exp)
+    assert {r["status"] for r in res["rows"]} == {"proven"}, res["rows"]
+    # and what differs to NCCL still differs
+    res = evidence.evaluate(ev(sched(10, 0, nccl_env=nccl)), {"NCCL_P2P_LEVEL": "PHB", "NCCL_NTHREADS": "10"})
+    assert {r["status"] for r in res["rows"]} == {"different"}
+
+
+def test_nccl_refusing_a_value_is_parsed_and_reported() -> None:
+    line = "vm:9:9 [0] NCCL INFO Invalid value 99999999999999999999 for NCCL_BUFFSIZE, using default -2."
+    rec = evidence.parse_nccl_line(line)
+    assert rec is not None and rec["kind"] == "invalid" and rec["var"] == "NCCL_BUFFSIZE"
+    s = sched(10, 0, nccl_env={"NCCL_PROTO": ["LL"]})
+    s["nccl"]["invalid"] = {"NCCL_BUFFSIZE": "99999999999999999999"}
+    res = evidence.evaluate(ev(s), EXP)
+    assert row(res, 10, "NCCL_BUFFSIZE")["status"] == "different"
+    assert "refused" in row(res, 10, "NCCL_BUFFSIZE")["note"]
+
+
+def test_a_value_nccl_ignores_is_unconfirmed_even_where_environ_and_marker_hold_it() -> None:
+    s = sched(10, 0, nccl_env=NCCL_OTHERS, environ={"NCCL_P2P_LEVEL": "sys"},
+              markers=[marker(10, {"NCCL_P2P_LEVEL": "sys"})])
+    res = evidence.evaluate(ev(s), {"NCCL_P2P_LEVEL": "sys", "NCCL_PROTO": "LL"})
+    lvl = row(res, 10, "NCCL_P2P_LEVEL")
+    assert lvl["status"] == "unconfirmed" and res["ok"] is False
+    assert "case-sensitively" in next(h["message"] for h in res["hints"] if h["code"] == "nccl_ignores_value")
+
+
+def test_silence_about_a_variable_nccl_always_echoes_is_unconfirmed_from_environ_too() -> None:
+    # NCCL echoed 7 variables in this process but not NCCL_NTHREADS, which it reads at every init.
+    others = {k: v for k, v in NCCL_OTHERS.items() if k != "NCCL_NTHREADS"}
+    s = sched(10, 0, nccl_env=others, environ={"NCCL_NTHREADS": "512"})
+    res = evidence.evaluate(ev(s), {"NCCL_NTHREADS": "512"})
+    assert row(res, 10, "NCCL_NTHREADS")["status"] == "unconfirmed"
+
+
+def test_a_variable_read_only_over_infiniband_is_proven_by_its_marker_without_blaming_the_mode() -> None:
+    s = sched(10, 0, nccl_env=NCCL_OTHERS, markers=[marker(10, {"NCCL_IB_TIMEOUT": "22"})])
+    facts = {"patch_mode": "scheduler", "infiniband": []}
+    res = evidence.evaluate(ev(s, facts=facts), {"NCCL_IB_TIMEOUT": "22"})
+    ib = row(res, 10, "NCCL_IB_TIMEOUT")
+    assert (ib["status"], ib["evidence"]) == ("proven", "marker") and res["ok"] is True
+    assert "InfiniBand" in ib["note"] and "nccl_silent" not in codes(res)
+    assert not any("--patch-mode scheduler" in h["message"] for h in res["hints"])
+
+
+def test_advice_never_names_the_patch_mode_in_use() -> None:
+    launcher = {"pid": 1, "alive": True, "environ": {"NCCL_PROTO": "LL"}, "markers": [], "nccl": {}}
+    res = evidence.evaluate(ev(sched(10, 0, environ={"PATH": "/bin"}), launcher=launcher,
+                               facts={"patch_mode": "scheduler"}), {"NCCL_PROTO": "LL"})
+    msg = next(h["message"] for h in res["hints"] if h["code"] == "env_stripped")
+    assert "use --patch-mode scheduler" not in msg and "scheduler patch is in use" in msg
+
+
+def _titled_children(tmp: Path, titles: list[str]) -> subprocess.Popen[bytes]:
+    code = textwrap.dedent(f"""
+        import subprocess, sys, time
+        kids = [subprocess.Popen([sys.executable, "-c",
+                 "import setproctitle, time; setproctitle.setproctitle(%r); time.sleep(60)" % t])
+                for t in {titles!r}]
+        time.sleep(60)
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+@pytest.mark.parametrize(("titles", "labels", "ranks"), [
+    (["sglang::scheduler_TP10", "sglang::scheduler_TP2", "sglang::scheduler_TP0"], ["TP0", "TP2", "TP10"],
+     [0, 2, 10]),
+    (["sglang::scheduler_PP1", "sglang::scheduler_PP0"], ["PP0", "PP1"], [None, None]),
+    (["sglang::scheduler_DP1_TP0", "sglang::scheduler_DP0_TP1", "sglang::scheduler_DP0_TP0"],
+     ["DP0_TP0", "DP0_TP1", "DP1_TP0"], [0, 1, 0]),
+])
+def test_scheduler_rows_sort_by_rank_numbers(tmp_path: Path, titles: list[str], labels: list[str],
+                                             ranks: list[int | None]) -> None:
+    parent = _titled_children(tmp_path, titles)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            info = procs.stat(parent.pid)
+            assert info is not None
+            got = evidence.gather({"launcher_pid": parent.pid, "launcher_start_ticks": info.start_ticks,
+                                   "expected": {"NCCL_PROTO": "LL"}}, EventSink())
+            if len(got["schedulers"]) == len(titles) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert [s["label"] for s in got["schedulers"]] == labels
+        assert [s["rank"] for s in got["schedulers"]] == ranks
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)

@@ -68,6 +68,21 @@ def test_scheduler_rank_from_titles() -> None:
     assert procs.scheduler_rank("sglang::detokenizer") is None
 
 
+def test_scheduler_titles_sort_numerically_and_name_every_rank() -> None:
+    """Titles as SGLang 0.5.x writes them (scheduler.py: DP, PP, ATTN_CP, MOE_DP, TP, EP parts)."""
+    titles = ["sglang::scheduler_TP10", "sglang::scheduler_TP2", "sglang::scheduler_TP1"]
+    assert sorted(titles, key=procs.scheduler_sort_key) == [
+        "sglang::scheduler_TP1", "sglang::scheduler_TP2", "sglang::scheduler_TP10"]
+    # PP-only titles (tp_size 1): not all "rank 0"; their order and label come from the PP rank
+    assert procs.scheduler_rank("sglang::scheduler_PP1") is None
+    assert procs.scheduler_ranks("sglang::scheduler_PP1") == {"PP": 1}
+    assert sorted(["sglang::scheduler_PP1", "sglang::scheduler_PP0"], key=procs.scheduler_sort_key)[0].endswith("PP0")
+    # MOE_DP and ATTN_CP are not DP/CP ranks of their own
+    full = procs.scheduler_ranks("sglang::scheduler_DP1_PP0_ATTN_CP1_MOE_DP0_TP3_EP2")
+    assert full == {"DP": 1, "PP": 0, "ATTN_CP": 1, "MOE_DP": 0, "TP": 3, "EP": 2}
+    assert procs.scheduler_rank("sglang::scheduler_DP1_PP0_ATTN_CP1_MOE_DP0_TP3_EP2") == 3
+
+
 def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
     """A server in another container must not be stopped just because its title says sglang::."""
     p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
