@@ -45,6 +45,12 @@ def _rank_label(row: Mapping[str, Any]) -> str:
 def _facts_lines(facts: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     gpus: Mapping[str, Any] = facts.get("gpus") or {}
+    server: Mapping[str, Any] = facts.get("server") or {}
+    if server.get("is_recorded_deploy") is True:
+        out.append(f"server: deploy {_s(server.get('recorded_deploy'))} (judged by what its record asked for)")
+    elif server.get("is_recorded_deploy") is False:
+        out.append(f"server: NOT the recorded deploy {_s(server.get('recorded_deploy'))} "
+                   f"({_s(server.get('why'))}); launch flags from {_s(facts.get('launch_argv_source'))}")
     out.append(f"SGLang version: {_s(facts.get('sglang_version'))}")
     names = gpus.get("names") or []
     gpu_desc = f"{_s(gpus.get('count'))}"
@@ -102,6 +108,9 @@ def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], consol
     counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if v)
     if verdict:
         console.print(f"[bold green]OK[/]: every expected variable is proven in every rank ({counts})")
+    elif evaluation.get("recorded_deploy") is False:
+        console.print("[bold red]NOT PROVEN[/]: the running server is not the recorded deploy"
+                      + (f" ({counts})" if counts else ""))
     else:
         console.print("[bold red]NOT PROVEN[/]" + (f" ({counts})" if counts else ""))
 

@@ -51,6 +51,8 @@ def describe(doc: dict[str, Any]) -> None:
     out.print(f"[bold]plan for {doc['host']}[/bold]  config {doc['config']}  plan {doc['plan_hash']}  "
               "[dim](dry run: no host touched)[/dim]")
     out.print(f"  url: {doc['url']}\n  log: {doc['log_path']}\n  patch mode: {doc['patch_mode_note']}")
+    for note in doc.get("nccl_notes") or []:
+        out.print(f"  nccl: {note}", markup=False, highlight=False)
     out.print("  steps: " + " → ".join(doc["steps"]))
     for note in doc.get("notes") or []:
         out.print(f"  note: {note}", markup=False, highlight=False)
