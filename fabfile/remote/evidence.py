@@ -1180,10 +1180,15 @@ def _blame(
                 "the launcher, or the launch path stripped it"
             )
         else:
-            unknown = "the SGLang version" if not facts.get("sglang_version") else "the launch flags"
+            if not facts.get("sglang_version"):
+                unknown = "the SGLang version is unknown"
+            elif not (facts.get("launch_flags") or {}).get("known"):
+                unknown = "the launch flags are unknown"
+            else:
+                unknown = "its condition is not decided by the launch flags"
             msg = (
-                f"SGLang may set {var} itself ({hit['condition']}), but {unknown} are unknown here, so whether "
-                "it did cannot be told; other causes: the launch environment, ~/.nccl.conf, /etc/nccl.conf"
+                f"SGLang may set {var} itself ({hit['condition']}), but {unknown}, so whether it did cannot be "
+                "told; other causes: the launch environment, ~/.nccl.conf, /etc/nccl.conf"
             )
         code = f"sglang_{'overrides' if action == 'overrides' else 'default'}_{var}" + ("" if applies else "_maybe")
         _hint(hints, code, msg, var=var, pid=pid)
