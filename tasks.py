@@ -14,9 +14,13 @@ from typing import Any, TypeVar
 
 from invoke.collection import Collection
 from invoke.exceptions import Exit
-from invoke.tasks import task
+from invoke.tasks import task as _task
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# No automatic one-letter flags: Invoke derives them from each task's parameter names, so `-i` meant --timeout for
+# deploy and --inventory for status, and `--no-canary` got the "short" flag `--`. Long flags only, the same everywhere.
+task = functools.partial(_task, auto_shortflags=False)
 
 INVENTORY_HELP = "inventory file (default: $SPECDEPLOY_INVENTORY or ./inventory.yaml)"
 HOST_HELP = "host, group, or comma list of them (default: the inventory's default host)"
@@ -135,6 +139,14 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
         raise FlagError("--strategy/--batch/--no-canary: a cluster's nodes always start together (one model "
                         "across nodes); leave these flags out")
     hosts = inv.cluster_nodes(cluster.name) if cluster is not None else inv.select(host)
+    if cluster is None:
+        for h in hosts:
+            for c_name, c_def in inv.clusters.items():
+                if h.name in c_def.hosts:
+                    raise FlagError(f"--host: {h.name} is node {c_def.hosts.index(h.name)} of cluster {c_name}; a "
+                                    "deploy of it alone would stop its rank and leave the cluster broken",
+                                    f"deploy the whole cluster with --host {c_name}, or take {h.name} out of "
+                                    "`clusters:` to run it on its own")
     if dry_run:
         _render(inv, hosts, opts, json)
         return
@@ -167,14 +179,27 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 
 
 @task(help={"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
-            "inventory": INVENTORY_HELP})
+            "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
+            "router": "stop this router of the inventory's `routers:` instead of servers (on the host it runs on)"})
 @cli
-def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, inventory: Any = None) -> None:
-    """Stop the SGLang server(s) on host(s): TERM, grace, KILL; confirms every process is gone."""
+def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, inventory: Any = None,
+         host_timeout: Any = None, router: Any = None) -> None:
+    """Stop the SGLang server(s) on host(s), all at once: TERM, grace, KILL; confirms every process is gone.
+    With --router NAME, stop that router instead."""
+    from fabfile.errors import FlagError
     from fabfile.operations import stop_hosts
 
     inv = _inventory(inventory)
-    raise_for(stop_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json))
+    bound = _float("--host-timeout", host_timeout)
+    if router is not None:
+        from fabfile.router import pick, stop_router
+
+        if host is not None or dry_run:
+            raise FlagError("--router: stops the router on the host the inventory names; leave out --host and "
+                            "--dry-run")
+        raise_for(stop_router(inv, pick(inv, router), as_json=json))
+        return
+    raise_for(stop_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json, host_timeout=bound))
 
 
 @task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})

@@ -17,7 +17,7 @@ from fabfile.deploy import deploy_host
 from fabfile.errors import SpecDeployError
 from fabfile.inventory import Cluster, Host, Inventory
 from fabfile.plan import Options, build, new_deploy_id
-from fabfile.rollout import HostRollout, RolloutResult, concurrent, reporter_for, rollback_hosts
+from fabfile.rollout import HostRollout, RolloutResult, concurrent, observe, reporter_for, rollback_hosts
 from fabfile.session import HostSession
 
 
@@ -58,7 +58,7 @@ def deploy_cluster(inv: Inventory, cluster: Cluster, opts: Options, *, quiet: bo
         if r.ok:
             row.outcome, row.config_now, row.pid_now = "deployed", r.plan.config_name, r.record.get("pid")
             return
-        row.outcome = "failed" if row.changed() else "failed (unchanged)"
+        row.outcome = "unknown" if r.outcome_unknown else ("failed" if row.changed() else "failed (unchanged)")
         with lock:
             first = not failed_first
             failed_first.append(node.name)
@@ -82,8 +82,12 @@ def deploy_cluster(inv: Inventory, cluster: Cluster, opts: Options, *, quiet: bo
                     row.deploy.error.details.get("agent_kind") == "cancelled":
                 row.outcome = "cancelled (another rank failed)"
         if rollback_on_failure:
-            rollback_hosts([r for r in result.hosts if r.changed()], inv, quiet=quiet)
-            result.rolled_back = True
+            todo = [r for r in result.hosts if r.changed() or r.unknown()]
+            rollback_hosts(todo, inv, quiet=quiet)
+            result.rollback_incomplete = [r.host.name for r in todo if r.rollback_error is not None or r.unknown()]
+            result.rolled_back = not result.rollback_incomplete
+    result.deploy_s = time.monotonic() - t0
+    observe(inv, result.hosts)
     result.extra["failed_first"] = failed_first[:1]
     result.wall_s = time.monotonic() - t0
     return result

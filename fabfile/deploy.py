@@ -13,6 +13,7 @@ from typing import Any
 
 from fabfile import __version__
 from fabfile.errors import (
+    AgentCrashError,
     ConnectError,
     FlagError,
     PreflightError,
@@ -39,6 +40,18 @@ class DeployResult:
     sglang_version: str | None = None
     error: SpecDeployError | None = None
     stats: dict[str, int] = field(default_factory=dict)
+    # True once the host-side deploy was asked for: from then on, a lost link leaves its outcome unknown (the
+    # deploy goes on without us), unlike a failure before it, which changed nothing.
+    remote_started: bool = False
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """The host-side deploy ran but its result never reached us (the link died and did not come back)."""
+        e = self.error
+        if self.ok or not self.remote_started or e is None or "changed" in e.details:
+            return False
+        return isinstance(e, (ConnectError, AgentCrashError)) or "command" in e.details or \
+            e.details.get("agent_kind") in ("deadline", "deploy_lost") or e.details.get("timed_out") is True
 
     def as_dict(self) -> dict[str, Any]:
         verify = (self.record.get("verify") or {}).get("evaluation")
@@ -53,6 +66,7 @@ class DeployResult:
             "schedulers": self.record.get("schedulers"), "ready": self.record.get("ready"), "check_env": verify,
             "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
             "transport": self.stats, "notes": list(self.plan.notes),
+            "outcome_unknown": self.outcome_unknown,
         }
 
 
@@ -185,6 +199,7 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         reporter.step_end("preflight", True, detail=f"SGLang {version}, {len(facts['gpu']['gpus'])} GPU(s), "
                                                     f"patch mode {mode}")
         req = deploy_request(session, plan, patch, version)
+        result.remote_started = True
         record = run_remote_deploy(session, req, deadline_for(plan), reporter)
         result.record = record
         result.ok = True

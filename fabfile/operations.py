@@ -37,12 +37,15 @@ class HostOutcome:
 
 
 def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], Any],
-                  parallel: bool = True, host_timeout: float | None = None) -> list[HostOutcome]:
+                  parallel: bool = True, host_timeout: float | None = None,
+                  answered: set[str] | None = None) -> list[HostOutcome]:
     """Run ``work`` on every host (at most MAX_PARALLEL at once); outcomes in the order of ``hosts``.
 
     With ``host_timeout``, a host whose part takes longer (counted from when it started, connecting included) is
     reported as timed out while the others finish. Its thread cannot be killed (paramiko), so the main thread closes
     that host's SSH session, which unblocks the thread; the thread is a daemon and its late result is ignored.
+    ``answered``: a set the work adds its host's name to once the host has answered; from then on ``host_timeout``
+    no longer applies to it (a long ``logs --follow`` is bounded by its own duration, only its start by this).
     """
     def one(h: Host, on_open: Callable[[Transport], None] | None = None) -> HostOutcome:
         try:
@@ -85,7 +88,8 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
             to_abort: list[Transport] = []
             now = time.monotonic()
             for h in hosts:
-                if h.name in running and host_timeout is not None and now - started[h.name] > host_timeout:
+                if h.name in running and host_timeout is not None and now - started[h.name] > host_timeout and \
+                        not (answered is not None and h.name in answered):
                     results[h.name] = HostOutcome(h, error=HostTimeoutError(
                         f"no answer within {host_timeout:.0f} s; its session was closed and its result is unknown",
                         "the host, its sshd or its network may hang: check it over SSH; raise --host-timeout "
@@ -107,14 +111,17 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
     return [results[h.name] for h in hosts]
 
 
-def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str]) -> Table:
-    """One row per host: result and key figures; failures say why in one line (details follow the table)."""
+def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str],
+                  verdict: Callable[[Any], str] | None = None) -> Table:
+    """One row per host: result and key figures; failures say why in one line (details follow the table).
+    ``verdict`` judges a host that answered (default: ok); a command whose answer can itself be a failure
+    (check-env: not proven) passes one, so the row never says ok for it."""
     t = Table(header_style="bold")
     for col in ("host", "result", "figures"):
         t.add_column(col)
     for o in outcomes:
         if o.error is None:
-            t.add_row(o.host.name, "[green]ok[/green]", figures(o.data))
+            t.add_row(o.host.name, verdict(o.data) if verdict else "[green]ok[/green]", figures(o.data))
         elif isinstance(o.error, HostTimeoutError):
             t.add_row(o.host.name, "[red]timed out[/red]", o.error.message[:80])
         else:
@@ -140,13 +147,17 @@ def _json(outcomes: list[HostOutcome], key: str = "data") -> None:
 
 
 # -- stop -----------------------------------------------------------------------------------------------------
-def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool) -> int:
+def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool,
+               host_timeout: float | None = None) -> int:
     def work(s: HostSession) -> Any:
         return s.call("stop", {"target_gpus": list(range(s.host.tp)), "grace": s.host.timeouts.stop_grace,
                                "dry_run": dry_run, "lock_wait": s.host.timeouts.lock_wait},
                       timeout=3 * s.host.timeouts.stop_grace + 30)
 
-    outcomes = for_each_host(inv, hosts, work, parallel=False)
+    # Every host at once, each bounded: a host whose sshd hangs is reported as timed out, the others still stop.
+    bound = host_timeout if host_timeout is not None else \
+        max(h.timeouts.host + 3 * h.timeouts.stop_grace + h.timeouts.lock_wait for h in hosts)
+    outcomes = for_each_host(inv, hosts, work, host_timeout=bound)
     if as_json:
         _json(outcomes)
         return _exit_code(outcomes)
@@ -154,6 +165,9 @@ def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: boo
         if o.error is not None:
             continue
         d = o.data
+        for name in d.get("routers_running") or []:
+            err.print(f"[yellow]{o.host.name}: router {name} still runs here[/yellow] (`inv stop --router {name}` "
+                      "stops it)")
         if dry_run:
             items = d["would_stop"]
             out.print(f"[bold]{o.host.name}[/bold]: would stop {len(items)} process(es)")
@@ -171,11 +185,68 @@ def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: boo
 
 
 # -- status ---------------------------------------------------------------------------------------------------
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def server_view(d: dict[str, Any]) -> dict[str, Any]:
+    """What a ``status`` answer says runs on the host, in one place for ``inv status`` and a rollout's table.
+
+    ``state``: running (its process is alive and its readiness endpoint answers 200) | not ready (it answers
+    something else) | no answer (alive, but its endpoint does not answer: hung, or busy past the probe) | hung
+    (its process is stopped by a signal) | deploying (a deploy holds the host's lock) | exited (the record says
+    running, but its process is gone) | stopped | failed | none (no deploy recorded). ``problem``: a sentence when
+    the host is not in the state its record intends; ``config``/``pid``: the server that runs now, else None.
+    """
+    rec = d.get("record") or {}
+    health = d.get("health") or {}
+    code = health.get("status")
+    in_progress = d.get("deploy_in_progress")
+    new_server = d.get("deploying_server") or {}
+    view: dict[str, Any] = {"state": "none", "config": None, "pid": None, "deploy_id": rec.get("deploy_id"),
+                            "health": code, "health_path": health.get("path"), "problem": None}
+    if d.get("running"):
+        view.update(config=rec.get("config_name"), pid=rec.get("pid"))
+        if d.get("process_state") == "T":
+            view["state"] = "hung"
+            view["problem"] = f"the server (pid {rec.get('pid')}) is stopped by a signal (SIGSTOP?): it serves nothing"
+        elif code == 200:
+            view["state"] = "running"
+        elif code is None:
+            view["state"] = "no answer"
+            view["problem"] = f"the server runs but {health.get('path')} did not answer: it may hang"
+        else:
+            view["state"] = "not ready"
+            view["problem"] = f"the server runs but {health.get('path')} answered {code}"
+    elif rec:
+        status = str(rec.get("status") or "none")
+        view["state"] = "exited" if status == "running" else status
+        if status == "running":
+            view["problem"] = (f"deploy {rec.get('deploy_id')} is recorded as running, but its server (pid "
+                               f"{rec.get('pid')}) is gone")
+    if in_progress:
+        # A deploy owns the host right now: what its server is doing is its business until it ends.
+        view["state"] = "deploying"
+        view["problem"] = None
+        view["deploy_id"] = in_progress.get("deploy_id")
+        if new_server:
+            view.update(config=new_server.get("config_name"), pid=new_server.get("pid"), health=None)
+    return view
+
+
+STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "none": "dim"}
+
+
 def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
     outcomes = for_each_host(inv, hosts, lambda s: s.call("status", {}), host_timeout=_bound(hosts, host_timeout))
+    views = {o.host.name: server_view(o.data) for o in outcomes if o.ok}
+    # A server that runs but does not serve, or a record that disagrees with the host, is a problem: exit 1.
+    problem = 1 if any(v["problem"] for v in views.values()) else 0
     if as_json:
+        for o in outcomes:
+            if o.ok:
+                o.data["state"] = views[o.host.name]
         _json(outcomes)
-        return _exit_code(outcomes)
+        return _exit_code(outcomes, problem)
     t = Table(header_style="bold")
     for col in ("host", "state", "config", "pid", "uptime", "health", "accept len", "tok/s", "deploy"):
         t.add_column(col)
@@ -185,43 +256,69 @@ def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeo
             t.add_row(o.host.name, f"[red]{what}[/red]", o.error.message[:60], "", "", "", "", "", "")
             continue
         d = o.data
+        v = views[o.host.name]
         rec = d.get("record") or {}
-        decode = d.get("last_decode") or {}
-        if d.get("running"):
-            state = "[green]running[/green]"
-        elif d.get("deploy_in_progress"):
-            state = "[yellow]deploying[/yellow]"
+        style = STATE_STYLE.get(v["state"], "red")
+        decode = (d.get("last_decode") or {}) if v["state"] != "deploying" else {}
+        age = f" ({_duration(decode['age_s'])} ago)" if decode.get("age_s") is not None else ""
+        if v["health_path"] and v["state"] != "deploying":
+            code = v["health"]
+            took = (d.get("health") or {}).get("latency_s")
+            health = f"{v['health_path']} " + (str(code) if code is not None else "no answer")
+            health += f" in {took:.1f}s" if code is not None and took is not None else ""
+            health = health if code == 200 else f"[red]{health}[/red]"
         else:
-            state = f"[dim]{rec.get('status', 'none')}[/dim]"
-        health = d.get("health") or {}
-        took = health.get("latency_s")
-        if health.get("status") is not None and took is not None:
-            health = {**health, "status": f"{health['status']} in {took:.1f}s"}
-        t.add_row(o.host.name, state, str(rec.get("config_name", "-")), str(rec.get("pid", "-")),
-                  _duration(d.get("uptime_s")), f"{health.get('path', '')} {health.get('status', '')}".strip() or "-",
-                  str(decode.get("accept_len", "-")), str(decode.get("gen_throughput", "-")),
-                  str(rec.get("deploy_id", "-")))
+            health = "-"
+        deploy = str(v["deploy_id"] or "-")
+        if v["config"] is None and rec.get("config_name"):
+            deploy += f" (last: {rec.get('config_name')}, {rec.get('status')})"
+        t.add_row(o.host.name, f"[{style}]{v['state']}[/{style}]", str(v["config"] or "-"),
+                  str(v["pid"] or "-"), _duration(d.get("uptime_s")) if v["state"] != "deploying" else "-", health,
+                  f"{decode['accept_len']}{age}" if "accept_len" in decode else "-",
+                  f"{decode['gen_throughput']}{age}" if "gen_throughput" in decode else "-", deploy)
     out.print(t)
     _router_table(outcomes)
     for o in outcomes:
         if o.ok and o.data.get("other_sglang_processes"):
             n = len(o.data["other_sglang_processes"])
             out.print(f"[yellow]{o.host.name}: {n} SGLang process(es) not started by specdeploy are running[/yellow]")
+    for name, v in views.items():
+        if v["problem"]:
+            err.print(f"[red]{name}:[/red] {v['problem']}")
     _errors(outcomes)
-    return _exit_code(outcomes)
+    return _exit_code(outcomes, problem)
+
+
+def router_url(host: Host, listen: Any, port: Any) -> str:
+    """Where clients reach a router: a wildcard listen address is not an address, the host's is."""
+    addr = (host.address or host.ssh_host) if str(listen) in WILDCARDS else str(listen)
+    return f"http://{addr}:{port}"
 
 
 def _router_table(outcomes: list[HostOutcome]) -> None:
-    rows = [(o.host.name, r) for o in outcomes if o.ok for r in o.data.get("routers") or []]
+    rows = [(o.host, r) for o in outcomes if o.ok for r in o.data.get("routers") or []]
     if not rows:
         return
     t = Table(header_style="bold", title="routers")
-    for col in ("router", "on host", "state", "pid", "url", "health", "workers"):
+    for col in ("router", "on host", "state", "pid", "url", "health", "workers (as the router lists them now)"):
         t.add_column(col)
     for host, r in rows:
-        state = "[green]running[/green]" if r.get("running") else f"[red]{r.get('status', 'down')}[/red]"
-        t.add_row(str(r.get("name")), host, state, str(r.get("pid", "-")), f"{r.get('listen')}:{r.get('port')}",
-                  str(r.get("health", "-")), ", ".join(r.get("workers") or []))
+        recorded = str(r.get("status") or "down")
+        state = "[green]running[/green]" if r.get("running") else \
+            ("[red]exited[/red]" if recorded in ("running", "starting") else f"[dim]{recorded}[/dim]")
+        workers = []
+        for w in r.get("workers") or []:
+            if isinstance(w, dict):
+                code = w.get("health")
+                mark = f"/health {code}" if code is not None else "no answer"
+                workers.append(f"{w.get('url')} ({mark})" if code == 200 else f"[red]{w.get('url')} ({mark})[/red]")
+            else:
+                workers.append(str(w))
+        health = r.get("health")
+        t.add_row(str(r.get("name")), host.name, state, str(r.get("pid", "-")),
+                  router_url(host, r.get("listen"), r.get("port")),
+                  "-" if health is None else (str(health) if health == 200 else f"[red]{health}[/red]"),
+                  ", ".join(workers) or "-")
     out.print(t)
 
 
@@ -244,12 +341,14 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
     width = max(len(h.name) for h in hosts)
     lock = threading.Lock()
     collected: dict[str, list[str]] = {h.name: [] for h in hosts}
+    answered: set[str] = set()
 
     def work(s: HostSession) -> Any:
         name = s.host.name
         hidden = secret_values(s.host)
 
         def on_event(ev: dict[str, Any]) -> None:
+            answered.add(name)
             got = [mask_secrets(str(x), hidden) for x in ev.get("lines") or []]
             if follow or not prefix:
                 with lock:
@@ -261,8 +360,10 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
         return s.call("logs", {"lines": lines, "follow": follow, "follow_s": follow_s},
                       timeout=(follow_s + 30) if follow else s.host.timeouts.command, on_event=on_event)
 
-    bound = (follow_s + 60) if follow else _bound(hosts, host_timeout)
-    outcomes = for_each_host(inv, hosts, work, host_timeout=bound)
+    # --host-timeout bounds each host until it answers (a stopped sshd is reported in seconds, not after the
+    # follow); a host that answered is bounded by --timeout of the follow itself (the agent's call timeout).
+    outcomes = for_each_host(inv, hosts, work, host_timeout=_bound(hosts, host_timeout),
+                             answered=answered if follow else None)
     if prefix and not follow:
         for h in hosts:
             for line in collected[h.name]:
@@ -306,9 +407,18 @@ def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_ti
         print_json(docs[0] if len(docs) == 1 else {"hosts": docs})
     else:
         if len(outcomes) > 1:
-            out.print(summary_table(outcomes, _checkenv_figures))
+            out.print(summary_table(outcomes, _checkenv_figures, verdict=_checkenv_verdict))
         _errors(outcomes)
     return max([_exit_code(outcomes), *codes])
+
+
+def _checkenv_verdict(d: Any) -> str:
+    ev = d["evaluation"]
+    if ev.get("ok") is True:
+        return "[green]proven[/green]"
+    if not (d.get("evidence") or {}).get("schedulers"):
+        return "[red]no server[/red]"
+    return "[red]not proven[/red]"
 
 
 def _checkenv_figures(d: Any) -> str:

@@ -6,7 +6,10 @@ The hosts already changed then stay on the new version where it is healthy, or, 
 put back to what they ran before: the host's previous deploy record (kept by the agent with its own copy of the
 launch script) is started again by the ``redeploy`` verb; a host that ran nothing before is stopped.
 
-The result says exactly which host runs what: outcome, configuration running now, and its pid.
+The result says exactly which host runs what, observed on each host after the run (``status``: processes and
+health at that moment), never taken from what this run believes it did. A host whose link died during its deploy
+has an unknown outcome: it is reported as such; with ``rollback_on_failure`` it is re-checked when it answers again
+(its deploy's journal says how it ended) and put back if it changed.
 """
 
 from __future__ import annotations
@@ -80,11 +83,14 @@ class HostRollout:
     host: Host
     batch: int
     deploy: DeployResult | None = None
-    outcome: str = "not started"      # deployed | failed | failed (unchanged) | rolled back | stopped | ...
-    config_now: str | None = None     # what runs on the host now, as far as this run knows
+    outcome: str = "not started"      # deployed | failed | failed (unchanged) | unknown | rolled back | ...
+    config_now: str | None = None     # what runs on the host now: observed there after the run ("unknown": no answer)
     pid_now: int | None = None
     rollback: dict[str, Any] | None = None
     rollback_error: SpecDeployError | None = None
+    recheck: dict[str, Any] | None = None    # an unknown outcome, learnt from the host's journal once it answered
+    observed: dict[str, Any] | None = None   # operations.server_view of the host after the run
+    observe_error: str | None = None         # why the host could not be observed
 
     @property
     def ok(self) -> bool:
@@ -94,8 +100,11 @@ class HostRollout:
         d = self.deploy
         if d is None:
             return None
-        details = d.record if d.ok else (d.error.details if d.error is not None else {})
-        prev = details.get("previous")
+        if self.recheck is not None:
+            prev = self.recheck.get("previous")
+        else:
+            details = d.record if d.ok else (d.error.details if d.error is not None else {})
+            prev = details.get("previous")
         return prev if isinstance(prev, dict) else None
 
     def changed(self) -> bool:
@@ -104,12 +113,19 @@ class HostRollout:
             return False
         if d.ok:
             return True
+        if self.recheck is not None:
+            return bool(self.recheck.get("changed"))
         return bool(d.error is not None and d.error.details.get("changed"))
+
+    def unknown(self) -> bool:
+        """This run cannot tell whether the host changed (its link died mid-deploy and no re-check answered)."""
+        return self.deploy is not None and self.deploy.outcome_unknown and self.recheck is None
 
     def as_dict(self) -> dict[str, Any]:
         return {**(self.deploy.as_dict() if self.deploy else {"host": self.host.name, "ok": False}),
                 "batch": self.batch, "outcome": self.outcome, "config_now": self.config_now,
-                "pid_now": self.pid_now, "rollback": self.rollback,
+                "pid_now": self.pid_now, "observed": self.observed, "observe_error": self.observe_error,
+                "recheck": self.recheck, "rollback": self.rollback,
                 "rollback_error": self.rollback_error.as_dict() if self.rollback_error else None}
 
 
@@ -119,8 +135,10 @@ class RolloutResult:
     batches: list[list[str]]
     hosts: list[HostRollout]
     stopped_after_batch: int | None = None
-    rolled_back: bool = False
+    rolled_back: bool = False                 # a rollback ran and every host it had to put back is back
+    rollback_incomplete: list[str] = field(default_factory=list)  # hosts a rollback could not put back
     wall_s: float = 0.0
+    deploy_s: float = 0.0                     # the batches alone (before rollback and the final observation)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -130,7 +148,9 @@ class RolloutResult:
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "strategy": self.strategy, "batches": self.batches,
                 "stopped_after_batch": self.stopped_after_batch, "rolled_back": self.rolled_back,
-                "wall_s": round(self.wall_s, 3), "hosts": [h.as_dict() for h in self.hosts], **self.extra}
+                "rollback_incomplete": self.rollback_incomplete,
+                "wall_s": round(self.wall_s, 3), "deploy_s": round(self.deploy_s, 3),
+                "hosts": [h.as_dict() for h in self.hosts], **self.extra}
 
 
 def concurrent(items: list[Any], fn: Callable[[Any], None]) -> None:
@@ -173,11 +193,10 @@ def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: s
             row.deploy = r
             if r.ok:
                 row.outcome, row.config_now, row.pid_now = "deployed", r.plan.config_name, r.record.get("pid")
+            elif r.outcome_unknown:
+                row.outcome = "unknown"
             else:
                 row.outcome = "failed" if row.changed() else "failed (unchanged)"
-                prev = row.previous()
-                if not row.changed() and prev and prev.get("running"):
-                    row.config_now, row.pid_now = prev.get("config_name"), prev.get("pid")
 
         concurrent(b, one)
         if on_batch is not None:
@@ -185,24 +204,60 @@ def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: s
         if any(not rows[h.name].ok for h in b):
             result.stopped_after_batch = i + 1
             break
+    result.deploy_s = time.monotonic() - t0
     for row in result.hosts:
         if row.outcome == "not started":
             row.outcome = "not started (rollout stopped)" if result.stopped_after_batch else row.outcome
     if result.stopped_after_batch is not None and rollback_on_failure:
-        rollback_hosts([r for r in result.hosts if r.changed()], inv, quiet=quiet)
-        result.rolled_back = True
+        todo = [r for r in result.hosts if r.changed() or r.unknown()]
+        rollback_hosts(todo, inv, quiet=quiet)
+        result.rollback_incomplete = [r.host.name for r in todo if r.rollback_error is not None or r.unknown()]
+        result.rolled_back = not result.rollback_incomplete
+    observe(inv, result.hosts)
     result.wall_s = time.monotonic() - t0
     return result
+
+
+def observe(inv: Inventory, rows: list[HostRollout]) -> None:
+    """Fill each row's "running now" from the host itself (the ``status`` verb, all hosts at once, each bounded):
+    what this run believes it did is only the intent; the table shows what runs."""
+    from fabfile.errors import ConnectError
+    from fabfile.operations import for_each_host, server_view
+
+    # A host this run already failed to reach twice (deploy, then rollback) is not waited for a third time.
+    gone = [r for r in rows if isinstance(r.rollback_error, ConnectError)]
+    for r in gone:
+        r.config_now, r.pid_now = "unknown", None
+        r.observe_error = f"unreachable: {r.rollback_error.message if r.rollback_error else ''}"
+    targets = [r for r in rows if r not in gone]
+    if not targets:
+        return
+    bound = max(r.host.timeouts.connect_total + r.host.timeouts.command for r in targets)
+    outcomes = for_each_host(inv, [r.host for r in targets], lambda s: s.call("status", {}), host_timeout=bound)
+    for row, o in zip(targets, outcomes, strict=True):
+        if o.error is not None:
+            row.config_now, row.pid_now = "unknown", None
+            row.observe_error = o.error.message
+            continue
+        view = server_view(o.data)
+        row.observed = view
+        row.config_now, row.pid_now = view["config"], view["pid"]
 
 
 def rollback_hosts(rows: list[HostRollout], inv: Inventory, *, quiet: bool) -> None:
     """Put each changed host back to its previous deploy (or stop it when nothing ran before), concurrently."""
 
     def one(row: HostRollout) -> None:
-        prev = row.previous()
         h = row.host
         try:
             with HostSession.open(inv, h) as s:
+                if row.unknown():
+                    recheck(s, row)
+                    if not row.changed():
+                        row.outcome = "failed (unchanged)" if row.recheck and row.recheck.get("finished") == \
+                            "failed" else "unchanged (re-checked)"
+                        return
+                prev = row.previous()
                 if prev and prev.get("running") and prev.get("redeployable"):
                     data = redeploy(s, str(prev["deploy_id"]),
                                     reporter_for(h, quiet=quiet, shared_console=len(rows) > 1))
@@ -215,18 +270,66 @@ def rollback_hosts(rows: list[HostRollout], inv: Inventory, *, quiet: bool) -> N
                                     "lock_wait": h.timeouts.lock_wait}, timeout=3 * h.timeouts.stop_grace + 30)
                     why = "nothing ran before" if not prev or not prev.get("running") else \
                         "its previous deploy predates rollback records"
-                    row.rollback = {"action": "stopped", "why": why}
+                    patches = restore_patches(s, row.deploy.plan.deploy_id) if row.deploy else None
+                    row.rollback = {"action": "stopped", "why": why, "patches": patches}
                     row.outcome = "rolled back (stopped)"
                     row.config_now, row.pid_now = None, None
         except SpecDeployError as e:
             if e.host is None:
                 e.host = h.name
             row.rollback_error = e
-            row.outcome = "rollback failed"
+            row.outcome = "unknown" if row.unknown() else "rollback failed"
             row.config_now, row.pid_now = "unknown", None
 
     if rows:
         concurrent(rows, one)
+
+
+def recheck(session: HostSession, row: HostRollout) -> None:
+    """Learn how a deploy whose link died has ended, from its journal on the host (``attach``; it waits while the
+    deploy still runs there). A deploy that left no journal never started: nothing changed."""
+    from fabfile.deploy import deadline_for
+
+    assert row.deploy is not None
+    plan = row.deploy.plan
+    state_dir = session.resolve(row.host.state_dir)
+    try:
+        # skip: only the result is wanted, not a replay of its progress.
+        data = session.call("attach", {"state_dir": state_dir, "deploy_id": plan.deploy_id, "skip": 1 << 30},
+                            timeout=deadline_for(plan))
+    except SpecDeployError as e:
+        if e.details.get("agent_kind") != "deploy_lost":
+            raise
+        rec = (session.call("records", {}).get("current") or {})
+        mine = rec.get("deploy_id") == plan.deploy_id
+        row.recheck = {"finished": "lost", "changed": mine, "previous": rec.get("previous") if mine else None,
+                       "message": e.message}
+        return
+    final = data.get("result") or {}
+    if final.get("ok"):
+        rec = final.get("data") or {}
+        row.recheck = {"finished": "deployed", "changed": True, "previous": rec.get("previous")}
+    else:
+        err = final.get("error") or {}
+        details = err.get("details") or {}
+        row.recheck = {"finished": "failed", "changed": bool(details.get("changed")),
+                       "previous": details.get("previous"), "message": err.get("message")}
+
+
+def restore_patches(session: HostSession, deploy_id: str) -> dict[str, Any]:
+    """After stopping a host that ran nothing before, put its SGLang files back as they were before this run: the
+    patch state of the deploy recorded before it (stopped, but its files stay as it left them), or the pristine
+    files when there was none. Otherwise the failed deploy's patch mode would stay behind."""
+    recs = session.call("records", {})
+    cur = recs.get("current") or {}
+    prev = recs.get("previous") or {}
+    if cur.get("deploy_id") != deploy_id:
+        return {"action": "none", "why": "the host's latest deploy is not this run's"}
+    if prev.get("deploy_id") and (prev.get("request") or {}).get("patch"):
+        session.call("patch_apply", dict(prev["request"]["patch"]))
+        return {"action": "reapplied", "mode": prev["request"]["patch"].get("mode"), "deploy_id": prev["deploy_id"]}
+    data = session.call("patch_rollback", {"dry_run": False})
+    return {"action": "restored", "files": len(data.get("files") or data.get("restored") or [])}
 
 
 def redeploy(session: HostSession, from_deploy_id: str, reporter: Reporter) -> dict[str, Any]:
@@ -247,8 +350,45 @@ def redeploy(session: HostSession, from_deploy_id: str, reporter: Reporter) -> d
         reporter.close()
 
 
+def running_now(row: HostRollout) -> str:
+    """The "running now" cell: the configuration observed on the host, with its state when it is not plainly
+    running, or why nothing could be observed."""
+    if row.observed is None:
+        return "unknown (unreachable)" if row.config_now == "unknown" else (row.config_now or "-")
+    v = row.observed
+    if v["state"] == "running":
+        return str(v["config"])
+    if v["config"]:
+        return f"{v['config']} ({v['state']})"
+    return "nothing" if v["state"] in ("none", "stopped", "failed", "exited") else f"nothing ({v['state']})"
+
+
+def rollout_notes(row: HostRollout) -> list[str]:
+    notes: list[str] = []
+    d = row.deploy
+    if row.recheck is not None:
+        notes.append(f"link lost mid-deploy; re-checked: its deploy {row.recheck.get('finished')}")
+    elif d is not None and d.outcome_unknown:
+        notes.append("link lost mid-deploy: whether it changed is unknown")
+    if d is not None and d.error is not None and row.recheck is None:
+        notes.append(d.error.message[:70])
+    if row.rollback:
+        notes.append(f"back to deploy {row.rollback.get('from_deploy_id')}" if row.rollback.get("action") ==
+                     "redeployed" else f"stopped: {row.rollback.get('why')}")
+    if row.rollback_error is not None:
+        notes.append(f"rollback failed: {row.rollback_error.message[:60]}")
+    if row.observe_error:
+        notes.append(f"not observed: {row.observe_error[:60]}")
+    v = row.observed
+    if v is not None and v.get("problem"):
+        notes.append(v["problem"][:80])
+    if row.ok and d is not None and v is not None and v.get("config") != d.plan.config_name:
+        notes.append(f"deployed {d.plan.config_name}, but the host now runs {v.get('config') or 'nothing'}")
+    return notes
+
+
 def print_rollout(result: RolloutResult) -> None:
-    """The final word: per host, what happened and what runs there now; then each failure in detail."""
+    """The final word: per host, what happened and what runs there now (observed); then each failure in detail."""
     from rich.table import Table
 
     from fabfile.output import deploy_summary, err, out, print_error
@@ -264,27 +404,39 @@ def print_rollout(result: RolloutResult) -> None:
         t.add_column(col)
     for row in result.hosts:
         color = "green" if row.ok else ("yellow" if row.outcome.startswith(("rolled back", "not started")) else "red")
-        note = ""
-        if row.deploy is not None and row.deploy.error is not None:
-            note = row.deploy.error.message[:70]
-        if row.rollback:
-            note = (note + "; " if note else "") + (f"back to deploy {row.rollback.get('from_deploy_id')}"
-                                                    if row.rollback.get("action") == "redeployed"
-                                                    else f"stopped: {row.rollback.get('why')}")
-        t.add_row(row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", row.config_now or "-",
-                  str(row.pid_now) if row.pid_now else "-", note)
+        t.add_row(row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", running_now(row),
+                  str(row.pid_now) if row.pid_now else "-", "; ".join(rollout_notes(row)))
     out.print(t)
+    unknown = [r.host.name for r in result.hosts if r.config_now == "unknown"]
     if result.stopped_after_batch is not None and result.strategy == "cluster":
         err.print("[red]the cluster did not come up[/red]; every rank was torn down"
-                  + (" and the nodes were put back to their previous deploys" if result.rolled_back else ""))
+                  + (" and the nodes were put back to their previous deploys" if result.rolled_back else "")
+                  + (f"; [red]rollback incomplete[/red] on {', '.join(result.rollback_incomplete)}"
+                     if result.rollback_incomplete else ""))
     elif result.stopped_after_batch is not None:
         left = [r.host.name for r in result.hosts if r.outcome.startswith("not started")]
-        err.print(f"[red]rollout stopped after batch {result.stopped_after_batch}[/red]"
-                  + (f"; not started: {', '.join(left)}" if left else "")
-                  + ("; changed hosts were rolled back" if result.rolled_back else
-                     "; hosts already deployed stay on the new version (--rollback-on-failure puts them back)"))
+        text = f"[red]rollout stopped after batch {result.stopped_after_batch}[/red]"
+        text += f"; not started: {', '.join(left)}" if left else ""
+        if result.rollback_incomplete:
+            text += (f"; [red]rollback incomplete[/red]: {', '.join(result.rollback_incomplete)} could not be put "
+                     "back (see the table)")
+        elif result.rolled_back:
+            text += "; changed hosts were rolled back"
+        else:
+            new = [r.host.name for r in result.hosts if r.ok and r.deploy is not None and r.observed is not None
+                   and r.observed.get("config") == r.deploy.plan.config_name]
+            text += (f"; {', '.join(new)} {'stays' if len(new) == 1 else 'stay'} on the new version" if new
+                     else "; no host runs the new version")
+            text += " (--rollback-on-failure puts changed hosts back)"
+        idle = [r.host.name for r in result.hosts if r.observed is not None and r.observed.get("config") is None]
+        if idle:
+            text += f"; nothing runs now on {', '.join(idle)}"
+        err.print(text)
     else:
         out.print(f"[green]all {len(result.hosts)} host(s) deployed[/green] in {result.wall_s:.2f} s")
+    if unknown:
+        err.print(f"[red]not observed:[/red] {', '.join(unknown)} did not answer after the run; what runs there is "
+                  "unknown: check with `inv status` once it answers")
 
 
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,

@@ -23,6 +23,7 @@ from fabfile.session import HostSession
 @dataclass
 class RouterResult:
     router: Router
+    url: str = ""
     workers: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)   # member → why it is not a worker
     record: dict[str, Any] = field(default_factory=dict)
@@ -34,7 +35,7 @@ class RouterResult:
 
     def as_dict(self) -> dict[str, Any]:
         r = self.router
-        return {"ok": self.ok, "router": r.name, "host": r.host, "group": r.group, "url": f"http://{r.listen}:{r.port}",
+        return {"ok": self.ok, "router": r.name, "host": r.host, "group": r.group, "url": self.url,
                 "workers": self.workers, "skipped": self.skipped, "pid": self.record.get("pid"),
                 "record": self.record, "error": self.error.as_dict() if self.error else None}
 
@@ -93,7 +94,9 @@ def launch_script(router: Router, argv: list[str], cwd: str) -> str:
 
 def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
                   host_timeout: float | None = None) -> RouterResult:
-    result = RouterResult(router)
+    from fabfile.operations import router_url
+
+    result = RouterResult(router, url=router_url(inv.hosts[router.host], router.listen, router.port))
     try:
         result.workers, result.skipped = healthy_workers(inv, router, host_timeout)
         if not result.workers:
@@ -129,5 +132,36 @@ def print_router(result: RouterResult) -> None:
         print_error(result.error)
         return
     out.print(f"[green]✓[/green] router [bold]{r.name}[/bold] on [bold]{r.host}[/bold] at "
-              f"http://{r.listen}:{r.port}  pid {result.record.get('pid')}  policy {r.policy}")
+              f"{result.url}  pid {result.record.get('pid')}  policy {r.policy}")
     out.print("  workers: " + ", ".join(result.workers))
+
+
+def stop_router(inv: Inventory, router: Router, *, as_json: bool) -> int:
+    """``inv stop --router NAME``: stop the router on its host (TERM, grace, KILL, confirmed gone)."""
+    from fabfile.output import out, print_error, print_json
+
+    host = inv.hosts[router.host]
+    doc: dict[str, Any] = {"router": router.name, "host": router.host, "ok": True}
+    try:
+        with HostSession.open(inv, host) as s:
+            data = s.call("router_stop", {"name": router.name, "grace": host.timeouts.stop_grace},
+                          timeout=3 * host.timeouts.stop_grace + 30)
+        doc["stopped"] = data.get("stopped") or []
+    except SpecDeployError as e:
+        if e.host is None:
+            e.host = router.host
+        doc.update(ok=False, error=e.as_dict())
+        if as_json:
+            print_json(doc)
+        else:
+            print_error(e)
+        return e.exit_code
+    if as_json:
+        print_json(doc)
+    elif doc["stopped"]:
+        out.print(f"[green]✓[/green] router [bold]{router.name}[/bold] on [bold]{router.host}[/bold]: stopped "
+                  f"{len(doc['stopped'])} process(es)")
+    else:
+        out.print(f"[green]✓[/green] router [bold]{router.name}[/bold] on [bold]{router.host}[/bold]: it was not "
+                  "running")
+    return 0

@@ -333,7 +333,7 @@ def test_host_unreachable_after_a_drop_is_reported_and_the_deploy_finishes_there
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1
-    assert "could not reconnect" in err and "inv status" in err and "Traceback" not in err
+    assert "could not reconnect" in err and "inv status" in err and "Traceback" not in err, err
     # Taking the host's network down also broke the server's own loopback, so the headless deploy may have failed:
     # either way it must end whole, a healthy server or none at all.
     deadline = time.monotonic() + 60

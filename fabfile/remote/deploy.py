@@ -111,7 +111,8 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     }
     record.update(_keep_script(state_dir, req))
     lock = DeployLock(state_dir)
-    steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client")},
+    steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client"),
+                                                         "config_name": req["config_name"]},
                                            float(t.get("lock_wait", 0))))
     stop_heartbeat = sink.start_heartbeat(float(req.get("heartbeat_s") or 5.0))
     if lock.stale:
@@ -139,6 +140,8 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                             lambda r: f"pid {r['pid']}")
         record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],
                        "log_offset": started["log_offset"]})
+        lock.annotate(server_pid=started["pid"], server_start_ticks=started["start_ticks"], log_path=req["log_path"],
+                      log_offset=started["log_offset"])
         sink.emit("started", pid=started["pid"], log_path=req["log_path"], log_offset=started["log_offset"])
 
         def on_lines(lines: List[str]) -> None:

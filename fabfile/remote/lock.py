@@ -60,6 +60,15 @@ class DeployLock:
         atomic_write(self.info_path, json.dumps({**owner, "pid": os.getpid(),
                                                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode(), 0o600)
 
+    def annotate(self, **fields: Any) -> None:
+        """Add facts to the holder note (the new server's pid once started), so ``status`` can tell the deploy's own
+        processes from strangers while it runs."""
+        if self.fd is None:
+            return
+        note = self.holder() or {}
+        note.update(fields)
+        atomic_write(self.info_path, json.dumps(note).encode(), 0o600)
+
     def release(self) -> None:
         if self.fd is None:
             return

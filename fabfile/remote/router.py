@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import procs, server
 from .common import AgentError, atomic_write, ensure_private_dir
@@ -46,8 +46,11 @@ def all_records(state_dir: str) -> List[Dict[str, Any]]:
     return out
 
 
-def _running(rec: Dict[str, Any]) -> bool:
+def is_running(rec: Dict[str, Any]) -> bool:
     return bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
+
+
+_running = is_running
 
 
 def stop(state_dir: str, name: str, grace: float) -> Dict[str, Any]:
@@ -95,13 +98,81 @@ def start(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
     return {"record": rec, "replaced": stopped["stopped"]}
 
 
+def _get_json(listen: str, port: int, path: str, timeout: float = 2.0) -> Optional[Any]:
+    """``GET path`` on the router → its JSON body, or None (no answer, not 200, not JSON)."""
+    import http.client
+
+    target = "127.0.0.1" if listen in ("0.0.0.0", "::", "") else listen
+    conn = http.client.HTTPConnection(target, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read(1 << 20)
+        if resp.status != 200:
+            return None
+        return json.loads(body.decode("utf-8", "replace"))
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def _split_url(url: str) -> Optional[Tuple[str, int]]:
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        return (u.hostname or "", int(u.port or 80)) if u.hostname else None
+    except ValueError:
+        return None
+
+
+def live_workers(rec: Dict[str, Any]) -> Dict[str, Any]:
+    """The router's worker set as the router itself reports it now, and each worker's ``/health`` probed from the
+    router's host (what the router can reach), instead of the list recorded when it started.
+
+    sglang-router answers ``GET /workers`` (``{"workers": [{"url", "is_healthy", ...}], ...}``) in current
+    releases and ``GET /list_workers`` (``{"urls": [...]}``) in all of them; both are tried.
+    """
+    listen, port = str(rec.get("listen")), int(rec["port"])
+    source = "router"
+    said: Dict[str, Optional[bool]] = {}
+    doc = _get_json(listen, port, "/workers")
+    if isinstance(doc, dict) and isinstance(doc.get("workers"), list):
+        for w in doc["workers"]:
+            if isinstance(w, dict) and w.get("url"):
+                healthy = w.get("is_healthy")
+                said[str(w["url"])] = healthy if isinstance(healthy, bool) else None
+    else:
+        doc = _get_json(listen, port, "/list_workers")
+        if isinstance(doc, dict) and isinstance(doc.get("urls"), list):
+            said = {str(u): None for u in doc["urls"]}
+        else:
+            source = "record (the router did not list its workers)"
+            said = {str(u): None for u in rec.get("workers") or []}
+    items = []
+    for url, router_healthy in said.items():
+        where = _split_url(url)
+        # A worker's /health runs a one-token generation on current SGLang (over a second): same bound as above.
+        code = server.probe(where[0], where[1], "/health", 5.0) if where else None
+        items.append({"url": url, "health": code, "router_says_healthy": router_healthy})
+    return {"source": source, "workers": items}
+
+
 def status(state_dir: str) -> List[Dict[str, Any]]:
     out = []
     for rec in all_records(state_dir):
         running = _running(rec)
-        item = {k: rec.get(k) for k in ("name", "pid", "listen", "port", "workers", "policy", "status",
-                                        "started_at", "log_path")}
+        item = {k: rec.get(k) for k in ("name", "pid", "listen", "port", "policy", "status", "started_at",
+                                        "log_path")}
+        item["workers_at_start"] = rec.get("workers")
         item["running"] = running
         item["health"] = server.probe(rec["listen"], int(rec["port"]), "/health", 5.0) if running else None
+        if running:
+            live = live_workers(rec)
+            item["workers"] = live["workers"]
+            item["workers_source"] = live["source"]
+        else:
+            item["workers"] = []
         out.append(item)
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .common import AgentError, EventSink
 
@@ -32,11 +32,14 @@ def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     lock = DeployLock(state_dir)
     lock.acquire({"deploy_id": "stop", "client": req.get("client")}, float(req.get("lock_wait", 0)))
     try:
+        from . import router
+        routers = [r["name"] for r in router.all_records(state_dir) if router.is_running(r)]
         if req.get("dry_run"):
             found = stop.find_stale(state_dir, list(req.get("target_gpus") or []))
             return {"dry_run": True, "would_stop": [dict(v["proc"].as_dict(), why=v["why"])
-                                                    for v in found["targets"].values()]}
+                                                    for v in found["targets"].values()], "routers_running": routers}
         result = stop.stop_servers(state_dir, list(req.get("target_gpus") or []), float(req.get("grace", 15)))
+        result["routers_running"] = routers
         rec = records.current(state_dir)
         if rec and rec.get("status") == "running":
             rec["status"] = "stopped"
@@ -48,6 +51,8 @@ def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
+    figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
     from . import deploy, facts, procs, records, server
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir)
@@ -59,23 +64,36 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         ticks = procs.stat(pid)
         if ticks is not None:
             out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
+            # "T": stopped by a signal (SIGSTOP, a debugger): alive, but it serves nothing.
+            out["process_state"] = ticks.state
         request = rec.get("request") or {}
         path = request.get("ready_path") or server.readiness_path(rec.get("sglang_version") or "")
         timeout = server.probe_timeout_s(path, (request.get("summary") or {}).get("env"))
-        code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
-        out["health"] = {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
-        out["last_decode"] = _last_decode(rec["log_path"])
-    others = [p.as_dict() for p in procs.all_procs()
-              if (procs.is_sglang_title(p.cmdline) or procs.is_sglang_launcher(p.cmdline))
-              and procs.same_pid_namespace(p.pid)
-              and not (rec and rec.get("pid") and (p.pid == rec["pid"] or _descends(p.pid, int(rec["pid"]))))]
-    out["other_sglang_processes"] = others
+        if ticks is not None and ticks.state == "T":
+            # A stopped process cannot answer: do not spend the probe's bound to learn it.
+            out["health"] = {"path": path, "status": None, "latency_s": None, "timeout_s": timeout}
+        else:
+            code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
+            out["health"] = {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
+        out["last_decode"] = _last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
     lock_holder = None
     from .lock import DeployLock
 
     if os.path.isdir(state_dir):
         lock_holder = DeployLock(state_dir).holder()
     out["deploy_in_progress"] = lock_holder
+    ours = {int(rec["pid"])} if rec and rec.get("pid") and out["running"] else set()
+    if lock_holder and lock_holder.get("server_pid") and \
+            procs.alive(int(lock_holder["server_pid"]), lock_holder.get("server_start_ticks")):
+        # The deploy in progress has started its server: those processes are ours, not strangers.
+        ours.add(int(lock_holder["server_pid"]))
+        out["deploying_server"] = {"pid": lock_holder["server_pid"], "config_name": lock_holder.get("config_name"),
+                                   "deploy_id": lock_holder.get("deploy_id")}
+    others = [p.as_dict() for p in procs.all_procs()
+              if (procs.is_sglang_title(p.cmdline) or procs.is_sglang_launcher(p.cmdline))
+              and procs.same_pid_namespace(p.pid)
+              and not any(p.pid == root or _descends(p.pid, root) for root in ours)]
+    out["other_sglang_processes"] = others
     if os.path.isdir(os.path.join(state_dir, "routers")):
         from . import router
         routers = router.status(state_dir)
@@ -105,11 +123,15 @@ def _uptime_of(start_ticks: int) -> float:
     return up - start_ticks / hz
 
 
-def _last_decode(log_path: str, window: int = 256 * 1024) -> Any:
+def _last_decode(log_path: str, offset: int = 0, window: int = 256 * 1024) -> Any:
+    """The last ``Decode batch`` figures of the current deploy's part of the log (from ``offset``, where its header
+    was written: an earlier server's lines in the same file are not this one's), with their age in seconds."""
     try:
         size = os.path.getsize(log_path)
+        if size < offset:
+            return None  # truncated since: none of it is known to be this server's
         with open(log_path, "rb") as f:
-            f.seek(max(0, size - window))
+            f.seek(max(offset, size - window))
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return None
@@ -118,7 +140,14 @@ def _last_decode(log_path: str, window: int = 256 * 1024) -> Any:
         return None
     from . import metrics
 
-    return metrics.parse_decode_line(lines[-1])
+    found = metrics.parse_decode_line(lines[-1])
+    if found is not None and found.get("time"):
+        try:
+            stamp = time.mktime(time.strptime(str(found["time"])[:19], "%Y-%m-%d %H:%M:%S"))
+            found["age_s"] = max(0.0, round(time.time() - stamp, 1))
+        except ValueError:
+            pass
+    return found
 
 
 def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
@@ -139,7 +168,20 @@ def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         return {"log_path": path, "offset": size}
     follower = server.LogFollower(path, size)
     until = time.monotonic() + float(req.get("follow_s", 3600))
+    next_check = 0.0
     while time.monotonic() < until:
+        if not req.get("log_path") and time.monotonic() >= next_check:
+            # A redeploy to another configuration writes another file: follow the server that runs (or is being
+            # started) now, not the one we began with.
+            next_check = time.monotonic() + 1.0
+            moved = _current_log(state_dir)
+            if moved is not None and moved[0] != follower.path:
+                rest = follower.read_lines()
+                if rest:
+                    sink.emit("log", lines=rest, count=len(rest))
+                new_path, offset = moved
+                sink.emit("log", lines=[f"=== specdeploy: a new deploy writes {new_path}; following it ==="], count=1)
+                follower = server.LogFollower(new_path, offset)
         new = follower.read_lines()
         if new:
             sink.emit("log", lines=new, count=len(new))
@@ -147,7 +189,21 @@ def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                 break
         else:
             time.sleep(0.2)
-    return {"log_path": path, "offset": follower.offset}
+    return {"log_path": follower.path, "offset": follower.offset}
+
+
+def _current_log(state_dir: str) -> Optional[Tuple[str, int]]:
+    """(log path, offset of its deploy's header) of the deploy in progress, else of the recorded deploy."""
+    from . import records
+    from .lock import DeployLock
+
+    holder = DeployLock(state_dir).holder() or {}
+    if holder.get("log_path"):
+        return str(holder["log_path"]), int(holder.get("log_offset") or 0)
+    rec = records.current(state_dir) or {}
+    if rec.get("log_path"):
+        return str(rec["log_path"]), int(rec.get("log_offset") or 0)
+    return None
 
 
 def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:

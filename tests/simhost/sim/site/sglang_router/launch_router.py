@@ -65,8 +65,12 @@ def main(argv: list[str]) -> int:
             if path in ("/health", "/health_generate", "/liveness", "/readiness"):
                 ok = any(_healthy(w) for w in workers)
                 self._send(200 if ok else 503, b"")
-            elif path in ("/list_workers", "/workers"):
-                self._send(200, json.dumps({"urls": workers, "served": served}).encode())
+            elif path == "/list_workers":
+                self._send(200, json.dumps({"urls": workers}).encode())
+            elif path == "/workers":
+                items = [{"url": w, "model_id": "unknown", "worker_type": "regular", "is_healthy": _healthy(w),
+                          "load": 0, "served": served[w]} for w in workers]
+                self._send(200, json.dumps({"workers": items, "total": len(items)}).encode())
             else:
                 self._send(404, b'{"detail":"Not Found"}')
 
