@@ -23,7 +23,16 @@ from fabfile.errors import (
     from_agent,
 )
 from fabfile.inventory import Host, Inventory
-from fabfile.plan import Options, Plan, build, mask_secrets, secret_values
+from fabfile.plan import (
+    Options,
+    Plan,
+    build,
+    config_file_text,
+    env_file_text,
+    for_version,
+    mask_secrets,
+    secret_values,
+)
 from fabfile.progress import Reporter
 from fabfile.session import HostSession
 from fabfile.transport import ConnectionLost
@@ -135,6 +144,16 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
     }
 
 
+def upload_launch_files(session: HostSession, plan: Plan) -> None:
+    """The launch script and the private files it reads (the env file, SGLang's --config file), each written
+    atomically with its mode set before any byte lands."""
+    if plan.env_file:
+        session.transport.put(env_file_text(plan.file_env).encode(), plan.env_file, 0o600)
+    if plan.config_file:
+        session.transport.put(config_file_text(plan.secret_config).encode(), plan.config_file, 0o600)
+    session.transport.put(plan.script.encode(), plan.script_path, 0o700)
+
+
 def deadline_for(plan: Plan) -> float:
     t = plan.host.timeouts
     return plan.ready_timeout + 3 * t.stop_grace + t.gpu_clean + t.lock_wait + 60.0
@@ -195,7 +214,10 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         result.sglang_version = version
         mode, patch = patch_request(session, plan, version)
         result.patch_mode = mode
-        session.transport.put(plan.script.encode(), plan.script_path, 0o700)
+        plan = result.plan = for_version(plan, version)  # where the API key can go depends on the version
+        for note in plan.notes:
+            reporter.info(note)
+        upload_launch_files(session, plan)
         reporter.step_end("preflight", True, detail=f"SGLang {version}, {len(facts['gpu']['gpus'])} GPU(s), "
                                                     f"patch mode {mode}")
         req = deploy_request(session, plan, patch, version)

@@ -115,6 +115,7 @@ class HostFields(_Strict):
     nccl_preset: str | None = None
     nccl_env: dict[str, str] | None = None
     env: dict[str, str] | None = None
+    secret_env: list[str] | None = None  # env names whose values are secret (besides *TOKEN*, *PASSWORD*, ...)
     sglang_args: list[str] | None = None
     speculative: SpeculativeFields | None = None
     patch_mode: Literal["auto", "env", "engine", "scheduler", "plugin", "sitecustomize"] | None = None
@@ -136,6 +137,15 @@ class HostFields(_Strict):
     @classmethod
     def _check_env(cls, v: Any) -> Any:
         return None if v is None else _env_map(v)
+
+    @field_validator("secret_env", mode="before")
+    @classmethod
+    def _check_secret_env(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, list) or not all(isinstance(k, str) and _ENV_NAME.fullmatch(k) for k in v):
+            raise ValueError("must be a list of environment variable names")
+        return v
 
     @field_validator("sglang_args", mode="before")
     @classmethod
@@ -314,6 +324,7 @@ class Host:
     nccl_env: dict[str, str]
     env: dict[str, str]
     sglang_args: tuple[str, ...]
+    secret_env: tuple[str, ...]
     speculative: Speculative
     patch_mode: str
     force_env: bool
@@ -625,6 +636,7 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         nccl_env=nccl_env,
         env=dict(m.get("env") or {}),
         sglang_args=tuple(m.get("sglang_args") or ()),
+        secret_env=tuple(m.get("secret_env") or ()),
         speculative=spec,
         patch_mode=m.get("patch_mode") or "auto",
         force_env=bool(m.get("force_env", False)),

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import secrets
+import shlex
 import socket
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -23,24 +24,79 @@ DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 _SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
 _SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
+# SGLang reads `--config FILE` (YAML; each key a flag name) since 0.5.3: the one way to give it the API key without
+# putting the key in its command line, which every account on the host can read (ps, /proc/PID/cmdline).
+CONFIG_SINCE = (0, 5, 3)
+
+
+def secret_names(host: Host) -> set[str]:
+    """Environment variables whose values are secret: by name (TOKEN, PASSWORD, API_KEY, ...) or marked in the
+    inventory with ``secret_env`` (a DATABASE_URL carries a password under an innocent name)."""
+    return {k for k in host.env if _SECRET_NAME.search(k)} | set(host.secret_env)
+
+
+def _secret_flag(arg: str) -> tuple[str, bool]:
+    flag, eq, _ = arg.partition("=")
+    return (flag, bool(eq)) if flag in _SECRET_FLAGS else ("", False)
+
+
+def split_secret_flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` without the secret flags (``--api-key V`` / ``--api-key=V``), and those as a config mapping."""
+    rest: list[str] = []
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        flag, one_word = _secret_flag(args[i])
+        if not flag:
+            rest.append(args[i])
+        elif one_word:
+            found[flag[2:]] = args[i].split("=", 1)[1]
+        elif i + 1 < len(args):
+            found[flag[2:]] = args[i + 1]
+            i += 1
+        i += 1
+    return rest, found
+
 
 def secret_values(host: Host) -> list[str]:
-    """The secret values this host's configuration carries (secret-named env vars, --api-key style flags), so
-    anything the host sends back (log lines, excerpts) can be masked before it is shown. SGLang logs its
+    """The secret values this host's configuration carries (secret env vars, --api-key style flags), so anything
+    the host sends back (log lines, excerpts, command lines) can be masked before it is shown. SGLang logs its
     server_args, API key included."""
-    found = [v for k, v in host.env.items() if _SECRET_NAME.search(k) and v]
-    args = list(host.sglang_args)
-    for i, a in enumerate(args):
-        flag, eq, value = a.partition("=")
-        if flag in _SECRET_FLAGS:
-            found.append(value if eq else (args[i + 1] if i + 1 < len(args) else ""))
+    names = secret_names(host)
+    found = [v for k, v in host.env.items() if k in names and v]
+    found += list(split_secret_flags(list(host.sglang_args))[1].values())
     return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)
 
 
 def mask_secrets(text: str, secrets_: list[str]) -> str:
+    """``text`` with every secret replaced by ``***``, also as shell quoting, JSON or repr would have spelt it."""
     for value in secrets_:
-        text = text.replace(value, "***")
+        spellings = {value, shlex.quote(value), json.dumps(value)[1:-1], repr(value)[1:-1],
+                     json.dumps(value, ensure_ascii=False)[1:-1]}
+        for spelt in sorted(spellings, key=len, reverse=True):
+            if len(spelt) >= 3:
+                text = text.replace(spelt, "***")
     return text
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in re.split(r"[.+-]", v):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """The private environment file the launch script sources (``set -a``): values never enter a command line."""
+    head = "# specdeploy: environment for the server, read by its launch script (mode 0600)\n"
+    return head + "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
+
+
+def config_file_text(values: dict[str, str]) -> str:
+    """SGLang's ``--config`` file (YAML; JSON is YAML) holding the secret flags."""
+    return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 
 STEPS = ("connect", "preflight", "lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "verify_env",
@@ -79,6 +135,13 @@ class Plan:
     notes: tuple[str, ...] = ()  # what the tool changed in, or adds to, the inventory's settings, in sentences
     nccl_logging: dict[str, str] = field(default_factory=dict)
     nccl_notes: tuple[str, ...] = ()
+    # What the script really runs: argv with the secret flags moved into ``config_file`` (when SGLang has
+    # --config), and the inventory's ``env`` read from ``env_file`` (0600) instead of the command line.
+    launch_argv: tuple[str, ...] = ()
+    file_env: dict[str, str] = field(default_factory=dict)
+    env_file: str = ""
+    config_file: str = ""
+    secret_config: dict[str, str] = field(default_factory=dict)
 
     @property
     def plan_hash(self) -> str:
@@ -93,7 +156,8 @@ class Plan:
         return f"http://{self.host.listen}:{self.host.port}"
 
     def masked_env(self) -> dict[str, str]:
-        return {k: ("***" if _SECRET_NAME.search(k) else v) for k, v in self.env.items()}
+        names = secret_names(self.host)
+        return {k: ("***" if k in names or _SECRET_NAME.search(k) else v) for k, v in self.env.items()}
 
     def masked_argv(self) -> list[str]:
         out: list[str] = []
@@ -115,14 +179,17 @@ class Plan:
         return out
 
     def masked_script(self) -> str:
-        text = self.script
-        for k, v in self.env.items():
-            if _SECRET_NAME.search(k) and v:
-                text = text.replace(v, "***")
-        for i, a in enumerate(self.argv[:-1]):
-            if a in _SECRET_FLAGS:
-                text = text.replace(self.argv[i + 1], "***")
-        return text
+        return mask_secrets(self.script, secret_values(self.host))
+
+    def masked_files(self) -> dict[str, str]:
+        """The private files a deploy writes next to the script, as ``render`` may show them."""
+        out: dict[str, str] = {}
+        if self.env_file:
+            names = secret_names(self.host)
+            out[self.env_file] = env_file_text({k: ("***" if k in names else v) for k, v in self.file_env.items()})
+        if self.config_file:
+            out[self.config_file] = config_file_text({k: "***" for k in self.secret_config})
+        return out
 
     def summary(self) -> dict[str, Any]:
         return {"host": self.host.name, "deploy_id": self.deploy_id, "config": self.config_name,
@@ -219,7 +286,8 @@ def nccl_settings(host: Host) -> NcclSettings:
     return NcclSettings(tuning=tuning, logging=logging, notes=tuple(notes))
 
 
-def build(host: Host, opts: Options, deploy_id: str | None = None) -> Plan:
+def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_version: str | None = None) -> Plan:
+    """The plan for ``host``; ``sglang_version`` (known after preflight) decides how secret flags reach SGLang."""
     if opts.patch_mode is not None and opts.patch_mode not in PATCH_MODES:
         raise FlagError(f"--patch-mode: unknown mode {opts.patch_mode!r}", f"choose one of {', '.join(PATCH_MODES)}")
     if opts.timeout is not None and opts.timeout <= 0:
@@ -247,7 +315,31 @@ def build(host: Host, opts: Options, deploy_id: str | None = None) -> Plan:
                 steps=STEPS if opts.verify else tuple(s for s in STEPS if s != "verify_env"), client=client,
                 expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
                 nccl_notes=nccl.notes)
-    return replace(plan, script=render_launch_script(plan))
+    return for_version(plan, sglang_version)
+
+
+def for_version(plan: Plan, sglang_version: str | None) -> Plan:
+    """Decide how secrets reach the server and render the script: the inventory's ``env`` from a 0600 file the
+    script sources; secret flags in SGLang's ``--config`` file where the version has it (None: assume it has),
+    else on the command line, with a note saying so."""
+    deploys = f"{plan.host.state_dir.rstrip('/')}/deploys"
+    rest, secret_cfg = split_secret_flags(list(plan.argv))
+    launch = list(plan.argv)
+    notes = list(plan.notes)
+    config_file = f"{deploys}/{plan.deploy_id}.yaml" if secret_cfg else ""
+    if secret_cfg:
+        flags = ", ".join(f"--{k}" for k in sorted(secret_cfg))
+        if sglang_version is None or version_tuple(sglang_version) >= CONFIG_SINCE:
+            launch = [*rest, "--config", config_file]
+        else:
+            notes.append(f"SGLang {sglang_version} takes {flags} only on its command line (--config FILE came in "
+                         "0.5.3): other accounts on the host can read it with ps while the server runs; upgrade "
+                         "SGLang to keep it private")
+    file_env = {k: v for k, v in plan.env.items() if k in plan.host.env}
+    out = replace(plan, launch_argv=tuple(launch), file_env=file_env,
+                  env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,
+                  secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)))
+    return replace(out, script=render_launch_script(out))
 
 
 def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[str]:
@@ -265,7 +357,9 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
 
 
 def render_launch_script(plan: Plan) -> str:
-    return render_shell("launch.sh.j2", plan=plan, host=plan.host, env=plan.env, argv=plan.argv,
+    inline = {k: v for k, v in plan.env.items() if k not in plan.file_env}
+    return render_shell("launch.sh.j2", plan=plan, host=plan.host, env=inline, argv=plan.launch_argv or plan.argv,
+                        env_file=plan.env_file,
                         tool_version=__version__, plan_hash=plan.plan_hash,
                         rendered_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
 

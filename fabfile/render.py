@@ -43,6 +43,16 @@ def shell_path(path: str) -> Raw:
     return Raw(shlex.quote(path))
 
 
+def shell_argv(items: Iterable[Any]) -> Raw:
+    """Shell words for a command line; a word starting with ``~/`` (a path under the host's HOME) expands."""
+    return Raw(" ".join(shell_path(str(x)) for x in items))
+
+
+def comment(value: Any) -> Raw:
+    """Text for a ``#`` comment line: control characters escaped, so a newline in a name cannot start a command."""
+    return Raw(str(value).encode("unicode_escape").decode("ascii"))
+
+
 def _make(finalize: Any | None) -> Environment:
     kwargs: dict[str, Any] = {}
     if finalize is not None:
@@ -59,6 +69,8 @@ def _make(finalize: Any | None) -> Environment:
     env.filters["shjoin"] = _shjoin
     env.filters["raw"] = Raw
     env.filters["shpath"] = shell_path
+    env.filters["shargv"] = shell_argv
+    env.filters["comment"] = comment
     env.filters["pyrepr"] = repr
     env.filters["tojson_sorted"] = lambda v: json.dumps(v, sort_keys=True)
     return env

@@ -14,7 +14,7 @@ from rich.syntax import Syntax
 from fabfile import __version__
 from fabfile.inventory import Host
 from fabfile.output import out
-from fabfile.plan import Options, build
+from fabfile.plan import Options, build, mask_secrets, secret_values
 from fabfile.remote import versions
 
 ASSUMED_VERSION = versions.NEWEST_SUPPORTED
@@ -25,9 +25,13 @@ def plan_document(host: Host, opts: Options) -> dict[str, Any]:
 
     plan = build(host, opts)
     doc = plan.summary()
-    doc["launch_command"] = shlex.join(["env", *(f"{k}={v}" for k, v in plan.masked_env().items()),
-                                        *plan.masked_argv()])
-    files: dict[str, str] = {plan.script_path: plan.masked_script()}
+    # The command the script really runs: the inventory's env comes from the private env file, secret flags from
+    # SGLang's --config file; masked all the same, in case a version without --config keeps a key in argv.
+    inline = [f"{k}={v}" for k, v in plan.env.items() if k not in plan.file_env]
+    wrapper = ["/bin/sh", "-c", 'set -a && . "$0" && set +a && exec "$@"', plan.env_file] if plan.env_file else []
+    doc["launch_command"] = mask_secrets(shlex.join(["env", "-i", *inline, *wrapper, *plan.launch_argv]),
+                                         secret_values(host))
+    files: dict[str, str] = {plan.script_path: plan.masked_script(), **plan.masked_files()}
     mode_note = plan.patch_mode
     if plan.patch_mode == "auto":
         mode_note = (f"auto → {resolve_mode('auto', ASSUMED_VERSION)} on SGLang {ASSUMED_VERSION} "

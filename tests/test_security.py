@@ -196,3 +196,129 @@ def test_an_installed_agent_owned_by_someone_else_is_refused(fleet: Fleet, sim_h
     sim_host.exec(f"chown -R 65534:65534 /root/.specdeploy/agent/{sha16}")
     r = run_inv("gpus", inventory=inventory)
     assert r.returncode == 2 and "belongs to nobody" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------- 2. secrets
+
+SECRETS = {"HF_TOKEN": "hf_S3CRETa'q\"1", "MY_PASSWORD": "pw-S3CRETb-2", "DATABASE_URL": "postgres://u:S3CRETc@db/x"}
+API_KEY = "key-S3CRETd-4"
+POLLER = """
+import os, sys, time
+seen = set()
+while not os.path.exists('/tmp/stop-polling'):
+    for p in os.listdir('/proc'):
+        if p.isdigit():
+            try:
+                seen.add(open('/proc/%s/cmdline' % p, 'rb').read())
+            except OSError:
+                pass
+    time.sleep(0.002)
+with open('/tmp/cmdlines-seen', 'wb') as f:
+    f.write(b'\\n'.join(sorted(seen)))
+"""
+
+
+@pytest.fixture
+def secret_inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
+    return derived_inventory(fleet, tmp_path, defaults={
+        "env": dict(SECRETS), "secret_env": ["DATABASE_URL"], "sglang_args": [f"--api-key={API_KEY}"]})
+
+
+class Poller:
+    """``nobody`` polling every process's command line on the host while the operator works."""
+
+    def __init__(self, host: SimHost) -> None:
+        self.host = host
+        host.exec("rm -f /tmp/stop-polling /tmp/cmdlines-seen")
+        self.thread = threading.Thread(target=lambda: as_nobody(host, f"/usr/bin/python3 -c \"{POLLER}\"", 600))
+        self.thread.start()
+
+    def stop(self) -> str:
+        self.host.exec("touch /tmp/stop-polling")
+        self.thread.join()
+        seen = self.host.exec("cat /tmp/cmdlines-seen").stdout
+        assert "sglang.launch_server" in seen  # it did watch the deploy
+        return seen
+
+
+def _leaks(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "S3CRET" in line]
+
+
+def test_secrets_stay_out_of_command_lines_and_reach_the_server(secret_inventory: Path, sim_host: SimHost) -> None:
+    poller = Poller(sim_host)
+    try:
+        code, doc, err = inv_json("deploy", "--steps", "3", inventory=secret_inventory)
+    finally:
+        seen = poller.stop()
+    assert code == 0, err
+    assert _leaks(seen) == []
+    # The server got every value exactly (quotes included), and enforces the key.
+    environ = dict(line.split("=", 1) for line in
+                   sim_host.exec(f"tr '\\0' '\\n' < /proc/{doc['pid']}/environ").stdout.splitlines() if "=" in line)
+    assert {k: environ[k] for k in SECRETS} == SECRETS
+    probe = ("import urllib.request as u, sys\n"
+             "def get(h):\n"
+             "  try: return u.urlopen(u.Request('http://127.0.0.1:8000/get_model_info', headers=h), timeout=5).status\n"
+             "  except Exception as e: return getattr(e, 'code', 0)\n"
+             f"print(get({{}}), get({{'Authorization': 'Bearer {API_KEY}'}}))\n")
+    assert sim_host.exec(["/usr/bin/python3", "-c", probe]).stdout.split() == ["401", "200"]
+
+
+def test_bench_against_a_server_with_an_api_key(secret_inventory: Path, sim_host: SimHost) -> None:
+    code, _, err = inv_json("deploy", "--steps", "3", inventory=secret_inventory)
+    assert code == 0, err
+    for client in ("sglang", "builtin"):
+        code, doc, err = inv_json("bench", "--client", client, "--num-prompts", "4", "--output-len", "16",
+                                  inventory=secret_inventory)
+        assert code == 0, err
+        assert doc["hosts"][0]["completed"] == 4 if "hosts" in doc else doc["completed"] == 4, doc
+
+
+def test_a_deploy_with_secrets_leaves_them_nowhere_another_user_can_read(secret_inventory: Path,
+                                                                         sim_host: SimHost) -> None:
+    """Deploy with secrets, then search every output (text and JSON, every command), every file under the state
+    and log directories, and every command line seen during the deploys for the secret values."""
+    outputs: list[str] = []
+
+    def inv(*args: str) -> None:
+        r = run_inv(*args, inventory=secret_inventory, timeout=180)
+        outputs.append(f"$ inv {' '.join(args)} (exit {r.returncode})\n{r.stdout}\n{r.stderr}")
+
+    for args in (["render"], ["render", "--json"], ["deploy", "--dry-run"], ["deploy", "--dry-run", "--json"]):
+        inv(*args)
+    poller = Poller(sim_host)
+    try:
+        inv("deploy", "--steps", "3", "--json")
+        inv("deploy", "--steps", "2")            # a redeploy: reports what it stopped
+        inv("deploy", "--steps", "3", "--json")  # and in JSON
+    finally:
+        seen = poller.stop()
+    for args in (["status"], ["status", "--json"], ["check-env"], ["check-env", "--json"], ["logs"],
+                 ["logs", "--lines", "500"], ["gpus"], ["gpus", "--json"], ["stop", "--dry-run"],
+                 ["stop", "--dry-run", "--json"], ["bench", "--num-prompts", "4", "--output-len", "8"],
+                 ["bench", "--num-prompts", "4", "--output-len", "8", "--json"], ["stop", "--json"]):
+        inv(*args)
+    # A server started by hand with its key on its command line: what the tool reports about it is masked too.
+    sim_host.exec(f"cd /root; setsid {sim_host.python_in_host} -m sglang.launch_server --model-path "
+                  f"/root/models/kimi-k2.5-int4 --port 8001 --api-key {API_KEY} >/dev/null 2>&1 < /dev/null &")
+    for args in (["stop", "--dry-run"], ["stop", "--dry-run", "--json"], ["gpus", "--json"], ["status", "--json"],
+                 ["stop", "--json"]):
+        inv(*args)
+    text = "\n".join(outputs)
+    assert "deploy --steps 3 --json (exit 0)" in text and "$ inv stop --json (exit 0)" in text, text[-3000:]
+    assert "--api-key=***" in text or "--api-key ***" in text  # the hand-started server was seen, masked
+    assert _leaks(text) == [], "\n".join(_leaks(text))
+    assert _leaks(seen) == []
+    # Files: the secrets are on the host (SGLang needs them, and logs its arguments), but only the deploying user
+    # can read any file that holds one, and nobody can read anything there at all.
+    dirs = "/root/.specdeploy /root/sglang-logs"
+    holders = sim_host.exec(f"grep -rl S3CRET {dirs}").stdout.split()
+    assert holders, "expected the env file, the config file and the log to hold them"
+    for path in holders:
+        parts = path.split("/")
+        for i in range(3, len(parts) + 1):
+            mode = int(sim_host.exec(["stat", "-c", "%a", "/".join(parts[:i])]).stdout, 8)
+            assert mode & 0o077 == 0, f"{'/'.join(parts[:i])} is {mode:o}"
+    r = as_nobody(sim_host, f"find {dirs} -type f -exec cat {{}} + 2>&1; ls -R {dirs} 2>&1")
+    assert "S3CRET" not in r.stdout and "Permission denied" in r.stdout

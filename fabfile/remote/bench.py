@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import metrics, procs, records, server, versions
-from .common import AgentError, EventSink, atomic_write, ensure_private_dir
+from .common import AgentError, EventSink, atomic_write, ensure_private_dir, open_private
 from .facts import expand
 
 
@@ -89,7 +89,8 @@ def bench_serving_datasets(env: Optional[Dict[str, str]] = None) -> Optional[Lis
     return [name.strip() for name in m.group(1).split(",") if name.strip()]
 
 
-def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str, sink: EventSink) -> Dict[str, Any]:
+def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str, sink: EventSink,
+                       api_key: Optional[str]) -> Dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", target,
             "--port", str(port), "--dataset-name", BENCH_DATASET,
@@ -97,8 +98,9 @@ def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str,
             "--random-range-ratio", "1.0", "--num-prompts", str(req["num_prompts"]),
             "--max-concurrency", str(req["concurrency"]), "--output-file", out_file, "--disable-tqdm"]
     env = dict(os.environ)
-    if req.get("api_key"):
-        env["OPENAI_API_KEY"] = str(req["api_key"])
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key  # bench_serving's get_auth_headers(): never on its command line
+    os.close(open_private(out_file))  # bench_serving appends to it: 0600 from the start
     sink.emit("info", message="running " + " ".join(argv[1:4]) + " ...")
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
@@ -121,13 +123,18 @@ def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str,
         raise AgentError("bench_failed", f"sglang.bench_serving exited {rc} without a result",
                          "see the excerpt; `--client builtin` uses the tool's own load generator instead",
                          excerpt=lines[-25:])
+    if not parsed.get("completed"):
+        raise AgentError("bench_failed", f"sglang.bench_serving completed 0 of {req['num_prompts']} requests",
+                         "see the excerpt (a 401 means the API key did not reach it); `inv logs` shows the server's "
+                         "side", excerpt=lines[-25:])
     parsed["duration_s"] = parsed.get("duration_s") or (time.monotonic() - t0)
     parsed.setdefault("failed", max(0, int(req["num_prompts"]) - int(parsed.get("completed") or 0)))
     return parsed
 
 
 def api_key_of(pid: int) -> Optional[str]:
-    """``--api-key`` of the running server, from /proc/PID/cmdline (None without one)."""
+    """The running server's API key: from the ``--config`` file its command line names (how specdeploy passes
+    it), else ``--api-key`` on the command line itself (None without one)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             args = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")]
@@ -138,6 +145,19 @@ def api_key_of(pid: int) -> Optional[str]:
             return args[i + 1]
         if a.startswith("--api-key="):
             return a.split("=", 1)[1]
+    if "--config" in args and args.index("--config") + 1 < len(args):
+        path = args[args.index("--config") + 1]
+        try:
+            with open(path if os.path.isabs(path) else f"/proc/{pid}/cwd/{path}", encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            return None
+        try:
+            key = json.loads(text).get("api-key")  # the tool writes JSON (which is YAML)
+        except (ValueError, AttributeError):
+            m = re.search(r"^api[-_]key:\s*['\"]?([^'\"\n]*)", text, re.M)
+            key = m.group(1) if m else None
+        return str(key) if key else None
     return None
 
 
@@ -187,7 +207,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     t0 = time.monotonic()
     if client == "sglang":
         measured = _run_bench_serving(req, host, port, os.path.join(bench_dir, f"{req['bench_id']}.sglang.jsonl"),
-                                      sink)
+                                      sink, api_key)
         client_name = "sglang.bench_serving"
     else:
         from . import loadgen

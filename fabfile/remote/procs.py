@@ -34,8 +34,31 @@ def read_cmdline(pid: int) -> str:
             raw = f.read()
     except OSError:
         return ""
-    parts = [p for p in raw.split(b"\0") if p]
-    return " ".join(p.decode("utf-8", "replace") for p in parts).strip()
+    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
+    return " ".join(redact_argv(parts)).strip()
+
+
+# Flags whose value is a secret. A server started by hand (or by an SGLang too old for --config) carries its key in
+# its command line; whatever the agent reports (status, stop, check-env, journals) shows *** instead.
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token")
+
+
+def redact_argv(args: List[str]) -> List[str]:
+    out: List[str] = []
+    hide = False
+    for a in args:
+        if hide:
+            out.append("***")
+            hide = False
+            continue
+        flag = a.split("=", 1)[0]
+        if flag in SECRET_FLAGS:
+            if "=" in a:
+                a = flag + "=***"
+            else:
+                hide = True
+        out.append(a)
+    return out
 
 
 def read_environ(pid: int) -> Optional[Dict[str, str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import statistics
 import threading
@@ -20,12 +21,21 @@ import time
 from typing import Any
 
 
+def _auth_headers() -> dict[str, str]:
+    """SGLang's get_auth_headers(): the key comes from the environment, never from the command line."""
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        return {"Authorization": f"Bearer {key}"}
+    key = os.environ.get("API_KEY")
+    return {"Authorization": key} if key else {}
+
+
 def _one(host: str, port: int, ids: list[int], out_len: int) -> dict[str, Any]:
     conn = http.client.HTTPConnection(host, port, timeout=600)
     body = json.dumps({"input_ids": ids, "stream": True,
                        "sampling_params": {"max_new_tokens": out_len, "ignore_eos": True, "temperature": 0}})
     t0 = time.perf_counter()
-    conn.request("POST", "/generate", body=body, headers={"Content-Type": "application/json"})
+    conn.request("POST", "/generate", body=body, headers={"Content-Type": "application/json", **_auth_headers()})
     resp = conn.getresponse()
     times: list[float] = []
     n = 0

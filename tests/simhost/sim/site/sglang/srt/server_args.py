@@ -348,9 +348,50 @@ def auto_choose_speculative_params(self: ServerArgs) -> tuple[int, int, int]:
     return (3, 1, 4) if version() >= (0, 5, 8) else (5, 4, 8)
 
 
+def _config_args(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """SGLang's ``--config FILE`` (0.5.3+, ``ConfigArgumentMerger``): a YAML mapping of flag names to values,
+    turned into ``--key value`` words placed before the command line's own (which win). Booleans add the bare
+    flag for store_true actions; lists add one word per item."""
+    i = argv.index("--config")
+    if argv.count("--config") > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    if i == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    path = argv[i + 1]
+    if not path.endswith((".yaml", ".yml")):
+        raise ValueError(f"Config file must be YAML format: {path}")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        import yaml  # type: ignore[import-untyped]
+
+        data = yaml.safe_load(text)
+    except ImportError:  # the simulated venv has no PyYAML: JSON (a subset of YAML) still parses
+        data = json.loads(text) if text.strip() else None
+    store_true = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
+    words: list[str] = []
+    for key, value in (data or {}).items():
+        if isinstance(value, bool):
+            if key.replace("-", "_") in store_true:
+                if value:
+                    words.append(f"--{key}")
+            else:
+                words += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            if value:
+                words += [f"--{key}", *(str(v) for v in value)]
+        else:
+            words += [f"--{key}", str(value)]
+    return words + argv[:i] + argv[i + 2:]
+
+
 def prepare_server_args(argv: list[str]) -> ServerArgs:
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
+    if version() >= (0, 5, 3):
+        parser.add_argument("--config", type=str, help="Read CLI options from a config file.")
+        if "--config" in argv:
+            argv = _config_args(argv, parser)
     raw_args = parser.parse_args(argv)
     return ServerArgs.from_cli_args(raw_args)
 
