@@ -11,7 +11,7 @@ import pytest
 
 from fabfile import inventory
 from fabfile.errors import FlagError, InventoryError
-from fabfile.plan import Options, build
+from fabfile.plan import Options, build, env_file_text
 
 BASE = """
 presets:
@@ -103,7 +103,12 @@ def test_secrets_are_masked_everywhere_they_are_shown(tmp_path: Path) -> None:
     plan = build(inventory.load(p).hosts["g3"], Options(steps=1))
     shown = str(plan.summary()) + plan.masked_script()
     assert "hf_s3cr3t" not in shown and "k3y-s3cr3t" not in shown
-    assert "hf_s3cr3t" in plan.script  # the real script, written 0700 on the host, has it
+    # Neither is in the script (its words become command lines any account can read): the env value is in the
+    # private env file the script sources, the key in SGLang's --config file, both written 0600.
+    assert "hf_s3cr3t" not in plan.script and "k3y-s3cr3t" not in plan.script
+    assert "HF_TOKEN=hf_s3cr3t" in env_file_text(plan.file_env) and plan.env_file in plan.script.replace(
+        '"$HOME"/', "~/")
+    assert plan.secret_config == {"api-key": "k3y-s3cr3t"} and "--config" in plan.launch_argv
 
 
 def test_launch_script_passes_hostile_values_exactly(tmp_path: Path) -> None:
@@ -121,6 +126,9 @@ def test_launch_script_passes_hostile_values_exactly(tmp_path: Path) -> None:
     plan = build(inventory.load(p).hosts["h"], Options(steps=0))
     script = tmp_path / "launch.sh"
     script.write_text(plan.script)
+    env_file = tmp_path / plan.env_file.removeprefix("~/")
+    env_file.parent.mkdir(parents=True)
+    env_file.write_text(env_file_text(plan.file_env))
     out = subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, cwd=tmp_path,
                          env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]}).stdout
     lines = out.splitlines()
@@ -179,7 +187,7 @@ def test_a_users_sglang_plugins_lets_the_tools_plugin_load(tmp_path: Path, value
                               f"patch_mode: {mode}"))
     plan = build(inventory.load(p).hosts["g1"], Options(steps=1))
     assert plan.env["SGLANG_PLUGINS"] == launched
-    assert shlex.quote(f"SGLANG_PLUGINS={launched}") in plan.script
+    assert f"SGLANG_PLUGINS={shlex.quote(launched)}" in env_file_text(plan.file_env)
     notes = plan.summary()["notes"]
     if launched == value:
         assert notes == []
