@@ -761,3 +761,35 @@ def test_scheduler_rows_sort_by_rank_numbers(tmp_path: Path, titles: list[str], 
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
+
+
+def test_a_marker_from_an_older_process_with_the_same_pid_is_not_evidence(tmp_path: Path) -> None:
+    """Markers carry the process start time: one printed by an earlier holder of the pid never counts."""
+    parent = _titled_children(tmp_path, ["sglang::scheduler_TP0"])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            kids = [p for p in procs.descendants(parent.pid) if p.cmdline.startswith("sglang::scheduler")]
+            if kids or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        kid = kids[0]
+        log = tmp_path / "server.log"
+        log.write_text(
+            f'[specdeploy] nccl-env mode=scheduler hash=x pid={kid.pid} start={kid.start_ticks - 1} deploy=d1 '
+            'set={"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": "16777216"} kept={}\n'
+            f'[specdeploy] nccl-env mode=scheduler hash=x pid={kid.pid} start={kid.start_ticks} deploy=d1 '
+            'set={"NCCL_PROTO": "Simple"} kept={}\n')
+        info = procs.stat(parent.pid)
+        assert info is not None
+        got = evidence.gather({"launcher_pid": parent.pid, "launcher_start_ticks": info.start_ticks,
+                               "log_path": str(log), "deploy_id": "d1", "expected": EXP}, EventSink())
+        (s,) = got["schedulers"]
+        assert [m["set"] for m in s["markers"]] == [{"NCCL_PROTO": "Simple"}]
+        assert got["log"]["other_process_markers"] == 1
+        res = evidence.evaluate(got, EXP)
+        assert row(res, kid.pid, "NCCL_PROTO")["status"] == "different"
+        assert row(res, kid.pid, "NCCL_BUFFSIZE")["status"] != "proven"
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)

@@ -195,6 +195,7 @@ class _Scan:
         self.nccl_lines = 0
         self.marker_lines = 0
         self.foreign_markers = 0
+        self.other_process_markers = 0
         self.custom_ar_disabled_line: str | None = None
 
     def pid(self, pid: int) -> _PidEvidence:
@@ -218,6 +219,15 @@ class _Scan:
                     self.pid(mk["pid"]).markers.append(mk)
         if self.custom_ar_disabled_line is None and _CUSTOM_AR_OFF_RE.search(line):
             self.custom_ar_disabled_line = line.strip()[:300]
+
+
+def _own_markers(markers: list[dict[str, Any]], start_ticks: int | None, scan: _Scan) -> list[dict[str, Any]]:
+    """The markers printed by this very process: same pid (already) and, where the marker says, same start time."""
+    if start_ticks is None:
+        return list(markers)
+    own = [m for m in markers if m.get("start") is None or m["start"] == start_ticks]
+    scan.other_process_markers += len(markers) - len(own)
+    return own
 
 
 def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterator[str], dict[str, Any]]:
@@ -650,6 +660,7 @@ def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     for p in scheds:
         st, vals, diag = _environ_view(p.pid, names)
         ev = scan.by_pid.get(p.pid) or _PidEvidence()
+        own_markers = _own_markers(ev.markers, p.start_ticks, scan)
         schedulers.append(
             {
                 "pid": p.pid,
@@ -662,12 +673,12 @@ def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
                 "environ": vals,
                 "environ_diag": diag,
                 "nccl": ev.nccl_dict(),
-                "markers": ev.markers,
+                "markers": own_markers,
             }
         )
     lev = scan.by_pid.get(launcher["pid"]) if launcher["pid"] is not None else None
     launcher["nccl"] = (lev or _PidEvidence()).nccl_dict()
-    launcher["markers"] = lev.markers if lev else []
+    launcher["markers"] = _own_markers(lev.markers, launcher.get("start_ticks"), scan) if lev else []
     unattributed = {
         str(pid): ev.lines + len(ev.markers)
         for pid, ev in scan.by_pid.items()
@@ -677,6 +688,7 @@ def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
         nccl_lines=scan.nccl_lines,
         marker_lines=scan.marker_lines,
         foreign_deploy_markers=scan.foreign_markers,
+        other_process_markers=scan.other_process_markers,
         unattributed_pids=unattributed,
     )
 

@@ -2,7 +2,11 @@
 
 Format (JSON dicts with sorted keys)::
 
-    [specdeploy] nccl-env mode=scheduler hash=0123456789ab pid=1234 deploy=ID set={"NCCL_PROTO": "LL"} kept={...}
+    [specdeploy] nccl-env mode=scheduler hash=0123456789ab pid=1234 start=98765 deploy=ID set={"NCCL_PROTO": "LL"} \
+kept={...}
+
+``start`` is the process start time (clock ticks since boot, /proc/PID/stat field 22): with the pid it names the
+process exactly, so a marker an older process with the same pid printed is never taken for this one's.
 
 Written by the templates in templates/patch/, parsed here for both the patch engine and check-env.
 """
@@ -26,7 +30,8 @@ def parse_marker(line: str) -> dict[str, Any] | None:
         [specdeploy] nccl-env mode=scheduler hash=0123456789ab pid=1234 deploy=ID set={"NCCL_PROTO": "LL"} \
 kept={"NCCL_ALGO": "Tree"}
 
-    Returns ``{"mode", "hash", "pid" (int), "deploy" (str or None), "set" (dict), "kept" (dict)}``.
+    Returns ``{"mode", "hash", "pid" (int), "deploy" (str or None), "set" (dict), "kept" (dict)}``, plus
+    ``"start"`` (int) when the line carries the process start time.
     Text before the marker on the same line (a log prefix) is ignored.
     """
     m = _MARKER_HEAD_RE.search(line)
@@ -49,7 +54,7 @@ kept={"NCCL_ALGO": "Tree"}
     if not isinstance(set_vals, dict) or not isinstance(kept_vals, dict) or line[end2:].strip():
         return None
     deploy = fields.get("deploy", "-")
-    return {
+    out: dict[str, Any] = {
         "mode": fields.get("mode", ""),
         "hash": fields.get("hash", ""),
         "pid": pid,
@@ -57,4 +62,8 @@ kept={"NCCL_ALGO": "Tree"}
         "set": {str(k): str(v) for k, v in set_vals.items()},
         "kept": {str(k): str(v) for k, v in kept_vals.items()},
     }
+    start = fields.get("start", "-")
+    if start.isdigit():  # the process start time in clock ticks (markers from before it was printed lack it)
+        out["start"] = int(start)
+    return out
 
