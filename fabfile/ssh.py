@@ -31,7 +31,7 @@ from paramiko.ssh_exception import (
     NoValidConnectionsError,
     SSHException,
 )
-from tenacity import Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
 
 from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
 from fabfile.inventory import Timeouts
@@ -113,8 +113,8 @@ class WatchedProxyCommand(paramiko.ProxyCommand):
             except (OSError, ValueError):
                 pass
         said = " ".join(text.decode("utf-8", "replace").split())[-300:]
-        status = "was still running" if code is None else f"exited with status {code}"
-        return f"it closed the connection and {status}" + (f": {said}" if said else " without a word")
+        status = "closed its output but was still running" if code is None else f"exited with status {code}"
+        return status + (f": {said}" if said else " without a word")
 
 
 class _Connection(Connection):  # type: ignore[misc]
@@ -191,11 +191,27 @@ class SSHTransport(Transport):
         cxn.transport.set_keepalive(15)
         return cxn
 
+    def _say_retrying(self, state: RetryCallState) -> None:
+        """The first failed attempt is said at once (what the ProxyCommand printed, or the socket error), so a
+        dead path is visible now, not only after the connect budget."""
+        if state.attempt_number != 1 or state.outcome is None:
+            return
+        e = state.outcome.exception()
+        why = f"its ProxyCommand {e.error}" if isinstance(e, paramiko.ProxyCommandFailure) else \
+            (str(e) or type(e).__name__)
+        from rich.markup import escape
+
+        from fabfile.output import err
+
+        err.print(f"[yellow]{self.host_name}[/yellow]: cannot connect yet ({escape(why)}); retrying for up to "
+                  f"{self.timeouts.connect_total:.0f} s (timeouts.connect_total)", markup=True, highlight=False)
+
     def _connect(self) -> None:
         try:
             for attempt in Retrying(retry=retry_if_exception(lambda e: _transient(e) and not self.aborted),
                                     stop=stop_before_delay(self.timeouts.connect_total),
-                                    wait=wait_exponential_jitter(initial=0.3, max=4), reraise=True):
+                                    wait=wait_exponential_jitter(initial=0.3, max=4), reraise=True,
+                                    before_sleep=self._say_retrying):
                 with attempt:
                     self.cxn = self._open_once()
         except BadHostKeyException as e:
@@ -210,7 +226,7 @@ class SSHTransport(Transport):
                             "check User and IdentityFile for this alias in your ssh_config", host=self.host_name) \
                 from None
         except paramiko.ProxyCommandFailure as e:
-            raise ConnectError(f"could not reach {self.alias} through its ProxyCommand (`{e.command}`): {e.error}",
+            raise ConnectError(f"could not reach {self.alias}: its ProxyCommand (`{e.command}`) {e.error}",
                                f"run the ProxyCommand by hand to see why; it was retried for "
                                f"{self.timeouts.connect_total:.0f} s (timeouts.connect_total)",
                                host=self.host_name) from None

@@ -358,8 +358,11 @@ def test_a_dead_proxy_command_is_reported_with_its_own_words(fleet: Fleet, tmp_p
     r = run_inv("status", "--host", "sim1", inventory=inventory, timeout=60)
     ticks1 = os.times()
     assert r.returncode == 1, r.stderr
-    assert "ProxyCommand" in r.stderr and "Connection refused" in r.stderr, r.stderr
+    final = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
+    assert "ProxyCommand" in final and "exited with status" in final and "Connection refused" in final, r.stderr
     assert "banner" not in r.stderr, r.stderr
+    # ... and said at the first failed attempt, not only once the connect budget is spent.
+    assert r.stderr.index("cannot connect yet") < r.stderr.index("error:"), r.stderr
     # Not a busy loop: the CLI's CPU time stays far below its wall time (each attempt ends when the proxy exits).
     cpu = (ticks1.children_user + ticks1.children_system) - (ticks0.children_user + ticks0.children_system)
     assert cpu < 0.6 * (ticks1.elapsed - ticks0.elapsed), (cpu, ticks1.elapsed - ticks0.elapsed)
