@@ -124,7 +124,8 @@ def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: i
     enough = threading.Event()
     issued = [0]
     window_end = [0.0]
-    floor = max(2, min(min_requests, num_prompts))
+    # At least two rounds of the load: with C in flight, fewer than 2·C requests never measure the steady state.
+    floor = max(2, min(max(min_requests, 2 * concurrency), num_prompts))
     t0 = time.perf_counter()
 
     def worker() -> None:

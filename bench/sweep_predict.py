@@ -1,0 +1,182 @@
+"""Benchmark (not a test): what `inv sweep --predict` and the adaptive benchmark length save, on the simulator.
+
+On one simulated GPU host (a real sshd in its own namespaces, the SGLang simulator whose cost model is set per case),
+everything through the real CLI (`inv sweep ... --json`):
+
+1. Prediction, steps 0..7 at topk 1, for several cost models (the simulator's defaults, "speculation loses", a peak at
+   a middle step, the longest chain wins): `inv sweep --predict`. Figures: the predicted winner against the cost
+   model's true winner (computed exactly from its per-position acceptance and its costs), the model loads it took
+   (grid: 8), and the confirmed winner's predicted tok/s against its measured tok/s.
+2. Adaptive length: the full grid (steps 0..7) with the adaptive length (95 % interval within ±2 %), then the same
+   grid with a fixed count per configuration: the smallest fixed count that gives every configuration the same
+   confidence (the most any configuration needed adaptively). Figures: total benchmark time of each, the widest
+   interval of each.
+3. Load: `--concurrency 1,8,32 --predict` on a cost model whose winner moves with the load; the winner per level
+   against the cost model's.
+
+    .venv/bin/python -m bench.sweep_predict [--time-scale 0.25] [--output-len 128] [--parts predict,adaptive,load]
+
+Targets (issue 16): predicted winner = true winner in every model, at most 4 model loads, predicted tok/s of the
+confirmed winner within 5 % of measured; adaptive total benchmark time at least 30 % below the fixed count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODELS: dict[str, dict[str, Any]] = {
+    "sim defaults": {},
+    "speculation loses": {"verify_ms_base": 26.0, "accept_prob": [0.5, 0.3]},
+    "peak at a middle step": {"accept_prob": [0.9, 0.85, 0.8, 0.25, 0.1], "draft_ms_per_step": 2.0},
+    "the longest chain wins": {"accept_prob": [0.97], "draft_ms_per_step": 0.5, "verify_ms_per_token": 0.3},
+}
+# Winner moves with the load: a cheap-to-verify drafter alone, a batch whose verify cost grows fast.
+LOAD_MODEL: dict[str, Any] = {"accept_prob": [0.89, 0.82, 0.56, 0.31], "verify_ms_per_batch_token": 0.37,
+                              "draft_ms_per_seq": 0.29, "decode_ms_per_seq": 0.18, "draft_ms_per_step": 0.6}
+STEPS = list(range(8))
+SIM_DEFAULTS = {"decode_ms": 12.2, "verify_ms_base": 14.2, "verify_ms_per_token": 1.5, "draft_ms_per_step": 1.5,
+                "accept_prob": [0.8, 0.6, 0.45, 0.3, 0.2], "prefill_ms_base": 5.0, "prefill_ms_per_token": 0.02,
+                "decode_ms_per_seq": 0.1, "draft_ms_per_seq": 0.02, "verify_ms_per_batch_token": 0.12}
+
+
+def true_tok_s(model: dict[str, Any], k: int, batch: int, input_len: int, output_len: int) -> float:
+    """The cost model's served tok/s at k steps with ``batch`` requests in flight (exact expectation)."""
+    c = {**SIM_DEFAULTS, **model}
+    ttft = c["prefill_ms_base"] + c["prefill_ms_per_token"] * input_len
+    extra = batch - 1
+    if k == 0:
+        per_tok, al = c["decode_ms"] + c["decode_ms_per_seq"] * extra, 1.0
+    else:
+        d = k + 1
+        per_tok = k * (c["draft_ms_per_step"] + c["draft_ms_per_seq"] * extra) + c["verify_ms_base"] + \
+            c["verify_ms_per_token"] * d + c["verify_ms_per_batch_token"] * d * extra
+        probs = [float(p) for p in c["accept_prob"]]
+        al, run = 1.0, 1.0
+        for i in range(k):
+            run *= probs[i] if i < len(probs) else probs[-1]
+            al += run
+    return 1000.0 * batch * output_len / (ttft + (output_len - 1) / al * per_tok)
+
+
+def best(model: dict[str, Any], batch: int, input_len: int, output_len: int) -> int:
+    return max(STEPS, key=lambda k: true_tok_s(model, k, batch, input_len, output_len))
+
+
+def config_name(k: int) -> str:
+    return "baseline" if k == 0 else f"eagle3-s{k}-k1-d{k + 1}"
+
+
+def sweep(inventory: Path, out: Path, *args: str) -> dict[str, Any]:
+    from tests.invoke_cli import inv_json
+
+    code, doc, err = inv_json("sweep", "--steps", ",".join(map(str, STEPS)), *args, "--out", str(out),
+                              inventory=inventory, timeout=3600)
+    if code != 0:
+        raise SystemExit(f"inv sweep {' '.join(args)} failed (exit {code}):\n{err[-3000:]}")
+    return doc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--time-scale", type=float, default=0.25)
+    ap.add_argument("--input-len", type=int, default=64)
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--parts", default="predict,adaptive,load")
+    ap.add_argument("--json", help="also write every figure to this file")
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    work = Path(tempfile.mkdtemp(prefix="specdeploy-sweepbench-"))
+    os.environ["HOME"] = str(work / "home")   # nothing reads or writes the real ~/.ssh
+    (work / "home").mkdir()
+    from tests.invoke_cli import derived_inventory
+    from tests.simhost import fleet as simfleet
+
+    fl = simfleet.up(1, work / "fleet", gpus=8, tp=2)
+    host = fl.host("sim1")
+    inventory = derived_inventory(fl, work)
+    bench = ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
+    base_cfg = {"time_scale": args.time_scale, "load_seconds": 0.1}
+    figures: dict[str, Any] = {"time_scale": args.time_scale, "input_len": args.input_len,
+                               "output_len": args.output_len}
+    ok = True
+    try:
+        if "predict" in parts:
+            print("\n## inv sweep --steps 0..7 --predict (adaptive length, ±2 %)", flush=True)
+            print(f"{'cost model':<24} {'true':>16} {'predicted':>16} {'measured':>16} {'loads':>6} "
+                  f"{'pred tok/s':>10} {'meas tok/s':>10} {'error':>7}")
+            rows = []
+            for name, model in MODELS.items():
+                host.set_sim_config(**base_cfg, **model)
+                t0 = time.monotonic()
+                doc = sweep(inventory, work / "runs", "--predict", *bench)
+                true = config_name(best(model, 1, args.input_len, args.output_len))
+                pw = (doc.get("prediction") or {}).get("winners", {}).get("1")
+                err = (doc["predicted_tok_s"] / doc["measured_tok_s"] - 1) if doc.get("predicted_tok_s") else None
+                row = {"model": name, "true_winner": true, "predicted_winner": pw, "measured_winner": doc["winner"],
+                       "model_loads": doc["model_loads"], "grid_loads": doc["grid_loads"],
+                       "predicted_tok_s": doc.get("predicted_tok_s"), "measured_tok_s": doc.get("measured_tok_s"),
+                       "error": err, "elapsed_s": round(time.monotonic() - t0, 1)}
+                rows.append(row)
+                ok &= pw == true and doc["winner"] == true and doc["model_loads"] <= 4 and \
+                    (err is None or abs(err) <= 0.05)
+                print(f"{name:<24} {true:>16} {pw or '-':>16} {doc['winner']:>16} "
+                      f"{doc['model_loads']:>3}/{doc['grid_loads']:<2} "
+                      f"{(doc.get('predicted_tok_s') or 0):>10.1f} {(doc.get('measured_tok_s') or 0):>10.1f} "
+                      + (f"{err:>+7.1%}" if err is not None else f"{'-':>7}"), flush=True)
+            figures["predict"] = rows
+        if "adaptive" in parts:
+            print("\n## full grid, steps 0..7: adaptive length (±2 %) against a fixed count at the same confidence",
+                  flush=True)
+            host.set_sim_config(**base_cfg)
+            ad = sweep(inventory, work / "runs", *bench)
+            needed = max(int(r["requests"]) for r in ad["rows"] if r.get("ok"))
+            fx = sweep(inventory, work / "runs", "--num-prompts", str(needed), *bench)
+            a_s, f_s = ad["bench_s"], fx["bench_s"]
+            widest_a = max(r["tok_s_ci"] for r in ad["rows"] if r.get("ok"))
+            widest_f = max(r["tok_s_ci"] for r in fx["rows"] if r.get("ok"))
+            print(f"{'config':<18} {'adaptive reqs':>13} {'±CI':>6} {'bench s':>8}   {'fixed reqs':>10} {'±CI':>6} "
+                  f"{'bench s':>8}")
+            for a, f in zip(ad["rows"], fx["rows"], strict=True):
+                print(f"{a['config']:<18} {a['requests']:>13} {a['tok_s_ci']:>6.1%} {a['bench_s']:>8.1f}   "
+                      f"{f['requests']:>10} {f['tok_s_ci']:>6.1%} {f['bench_s']:>8.1f}")
+            saving = 1 - a_s / f_s
+            print(f"total benchmark time: adaptive {a_s:.1f} s, fixed {needed} requests {f_s:.1f} s: "
+                  f"{saving:.0%} less (widest interval: adaptive ±{widest_a:.1%}, fixed ±{widest_f:.1%})", flush=True)
+            figures["adaptive"] = {"adaptive_bench_s": a_s, "fixed_bench_s": f_s, "fixed_requests": needed,
+                                   "saving": saving, "widest_ci_adaptive": widest_a, "widest_ci_fixed": widest_f,
+                                   "adaptive_requests": {r["config"]: r["requests"] for r in ad["rows"]},
+                                   "winner_adaptive": ad["winner"], "winner_fixed": fx["winner"]}
+            ok &= saving >= 0.30 and widest_f <= 0.02
+        if "load" in parts:
+            print("\n## inv sweep --steps 0..7 --predict --concurrency 1,8,32", flush=True)
+            host.set_sim_config(**base_cfg, **LOAD_MODEL)
+            doc = sweep(inventory, work / "runs", "--predict", "--concurrency", "1,8,32", *bench)
+            print(f"{'concurrency':>11} {'true':>16} {'predicted':>16} {'measured':>16}")
+            rows = []
+            for c in (1, 8, 32):
+                true = config_name(best(LOAD_MODEL, c, args.input_len, args.output_len))
+                pw = (doc.get("prediction") or {}).get("winners", {}).get(str(c))
+                mw = doc["winners"].get(str(c))
+                print(f"{c:>11} {true:>16} {pw or '-':>16} {mw or '-':>16}")
+                rows.append({"concurrency": c, "true_winner": true, "predicted_winner": pw, "measured_winner": mw})
+                ok &= pw == true and mw == true
+            print(f"model loads: {doc['model_loads']} (grid: {doc['grid_loads']}); report: "
+                  f"{doc['paths']['report']}", flush=True)
+            figures["load"] = {"levels": rows, "model_loads": doc["model_loads"]}
+    finally:
+        fl.down()
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    print("\nall targets met" if ok else "\nSOME TARGETS MISSED", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
