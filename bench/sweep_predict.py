@@ -7,14 +7,15 @@ everything through the real CLI (`inv sweep ... --json`):
    a middle step, the longest chain wins): `inv sweep --predict`. Figures: the predicted winner against the cost
    model's true winner (computed exactly from its per-position acceptance and its costs), the model loads it took
    (grid: 8), and the confirmed winner's predicted tok/s against its measured tok/s.
-2. Adaptive length: the full grid (steps 0..7) with the adaptive length (95 % interval within ±2 %), then the same
-   grid with a fixed count per configuration: the smallest fixed count that gives every configuration the same
-   confidence (the most any configuration needed adaptively). Figures: total benchmark time of each, the widest
-   interval of each.
+2. Adaptive length, per cost model: the full grid (steps 0..7) with the adaptive length (95 % interval within ±2 %),
+   then the same grid with a fixed count per configuration: the smallest fixed count that gives every configuration
+   the same confidence (the most any configuration needed adaptively; a count chosen before the run would have to be
+   at least that). Figures: benchmark time of each, the widest interval of each, the saving over all models.
 3. Load: `--concurrency 1,8,32 --predict` on a cost model whose winner moves with the load; the winner per level
    against the cost model's.
 
     .venv/bin/python -m bench.sweep_predict [--time-scale 0.25] [--output-len 128] [--parts predict,adaptive,load]
+        [--adaptive-models "sim defaults,peak at a middle step,the longest chain wins"]
 
 Targets (issue 16): predicted winner = true winner in every model, at most 4 model loads, predicted tok/s of the
 confirmed winner within 5 % of measured; adaptive total benchmark time at least 30 % below the fixed count.
@@ -89,6 +90,7 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--parts", default="predict,adaptive,load")
+    ap.add_argument("--adaptive-models", default="sim defaults,peak at a middle step,the longest chain wins")
     ap.add_argument("--json", help="also write every figure to this file")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -101,7 +103,8 @@ def main() -> int:
     fl = simfleet.up(1, work / "fleet", gpus=8, tp=2)
     host = fl.host("sim1")
     inventory = derived_inventory(fl, work)
-    bench = ["--input-len", str(args.input_len), "--output-len", str(args.output_len)]
+    # The tool's own client everywhere: the same measurement for the adaptive and the fixed-count runs.
+    bench = ["--input-len", str(args.input_len), "--output-len", str(args.output_len), "--client", "builtin"]
     base_cfg = {"time_scale": args.time_scale, "load_seconds": 0.1}
     figures: dict[str, Any] = {"time_scale": args.time_scale, "input_len": args.input_len,
                                "output_len": args.output_len}
@@ -134,26 +137,35 @@ def main() -> int:
         if "adaptive" in parts:
             print("\n## full grid, steps 0..7: adaptive length (±2 %) against a fixed count at the same confidence",
                   flush=True)
-            host.set_sim_config(**base_cfg)
-            ad = sweep(inventory, work / "runs", *bench)
-            needed = max(int(r["requests"]) for r in ad["rows"] if r.get("ok"))
-            fx = sweep(inventory, work / "runs", "--num-prompts", str(needed), *bench)
-            a_s, f_s = ad["bench_s"], fx["bench_s"]
-            widest_a = max(r["tok_s_ci"] for r in ad["rows"] if r.get("ok"))
-            widest_f = max(r["tok_s_ci"] for r in fx["rows"] if r.get("ok"))
-            print(f"{'config':<18} {'adaptive reqs':>13} {'±CI':>6} {'bench s':>8}   {'fixed reqs':>10} {'±CI':>6} "
-                  f"{'bench s':>8}")
-            for a, f in zip(ad["rows"], fx["rows"], strict=True):
-                print(f"{a['config']:<18} {a['requests']:>13} {a['tok_s_ci']:>6.1%} {a['bench_s']:>8.1f}   "
-                      f"{f['requests']:>10} {f['tok_s_ci']:>6.1%} {f['bench_s']:>8.1f}")
-            saving = 1 - a_s / f_s
-            print(f"total benchmark time: adaptive {a_s:.1f} s, fixed {needed} requests {f_s:.1f} s: "
-                  f"{saving:.0%} less (widest interval: adaptive ±{widest_a:.1%}, fixed ±{widest_f:.1%})", flush=True)
-            figures["adaptive"] = {"adaptive_bench_s": a_s, "fixed_bench_s": f_s, "fixed_requests": needed,
-                                   "saving": saving, "widest_ci_adaptive": widest_a, "widest_ci_fixed": widest_f,
-                                   "adaptive_requests": {r["config"]: r["requests"] for r in ad["rows"]},
-                                   "winner_adaptive": ad["winner"], "winner_fixed": fx["winner"]}
-            ok &= saving >= 0.30 and widest_f <= 0.02
+            runs = []
+            for name in args.adaptive_models.split(","):
+                host.set_sim_config(**base_cfg, **MODELS[name])
+                ad = sweep(inventory, work / "runs", *bench)
+                needed = max(int(r["requests"]) for r in ad["rows"] if r.get("ok"))
+                fx = sweep(inventory, work / "runs", "--num-prompts", str(needed), *bench)
+                a_s, f_s = ad["bench_s"], fx["bench_s"]
+                widest_a = max(r["tok_s_ci"] for r in ad["rows"] if r.get("ok"))
+                widest_f = max(r["tok_s_ci"] for r in fx["rows"] if r.get("ok"))
+                print(f"\n### {name}\n{'config':<18} {'adaptive reqs':>13} {'±CI':>6} {'bench s':>8}   "
+                      f"{'fixed reqs':>10} {'±CI':>6} {'bench s':>8}")
+                for a, f in zip(ad["rows"], fx["rows"], strict=True):
+                    print(f"{a['config']:<18} {a['requests']:>13} {a['tok_s_ci']:>6.1%} {a['bench_s']:>8.1f}   "
+                          f"{f['requests']:>10} {f['tok_s_ci']:>6.1%} {f['bench_s']:>8.1f}")
+                print(f"benchmark time: adaptive {a_s:.1f} s, fixed {needed} requests {f_s:.1f} s: "
+                      f"{1 - a_s / f_s:.0%} less (widest interval: adaptive ±{widest_a:.1%}, fixed ±{widest_f:.1%})",
+                      flush=True)
+                runs.append({"model": name, "adaptive_bench_s": a_s, "fixed_bench_s": f_s, "fixed_requests": needed,
+                             "saving": 1 - a_s / f_s, "widest_ci_adaptive": widest_a, "widest_ci_fixed": widest_f,
+                             "adaptive_requests": {r["config"]: r["requests"] for r in ad["rows"]},
+                             "winner_adaptive": ad["winner"], "winner_fixed": fx["winner"]})
+                # (No check on widest_f: a rerun at the count the noisiest configuration needed can land a little
+                # above ±2 %; a count that always reaches it is larger, so the saving printed is if anything low.)
+            total_a = sum(r["adaptive_bench_s"] for r in runs)
+            total_f = sum(r["fixed_bench_s"] for r in runs)
+            saving = 1 - total_a / total_f
+            print(f"\nall models: adaptive {total_a:.1f} s, fixed {total_f:.1f} s: {saving:.0%} less", flush=True)
+            figures["adaptive"] = {"runs": runs, "saving": saving}
+            ok &= saving >= 0.30
         if "load" in parts:
             print("\n## inv sweep --steps 0..7 --predict --concurrency 1,8,32", flush=True)
             host.set_sim_config(**base_cfg, **LOAD_MODEL)

@@ -225,7 +225,15 @@ def test_sweep_flags_are_checked_before_touching_anything(inventory: Path, tmp_p
                         (("--steps", "0,1", "--keep", "eagle3-s9-k1-d10"), "--keep"),
                         (("--steps", "1,1"), "--steps"), (("--steps", "1", "--topk", "2"), "--draft-tokens"),
                         (("--steps", "1", "--concurrency", "0"), "--concurrency"),
-                        (("--steps", "1", "--client", "curl"), "--client")]:
+                        (("--steps", "1", "--client", "curl"), "--client"),
+                        (("--steps", "1", "--concurrency", "1,x"), "--concurrency"),
+                        (("--steps", "1", "--concurrency", "8,8"), "--concurrency"),
+                        (("--steps", "1", "--target-ci", "0"), "--target-ci"),
+                        (("--steps", "1", "--target-ci", "two"), "--target-ci"),
+                        (("--steps", "1", "--num-prompts", "5", "--target-ci", "2"), "--target-ci"),
+                        (("--steps", "1", "--min-requests", "10", "--max-requests", "5"), "--max-requests"),
+                        (("--steps", "1,2,3", "--predict", "--client", "sglang"), "--client"),
+                        (("--steps", "1", "--client", "sglang"), "--client")]:
         r = run_inv("sweep", *args, "--out", str(tmp_path), inventory=inventory)
         assert r.returncode == 2, (args, r.stderr)
         assert words in r.stderr, (args, r.stderr)
@@ -305,3 +313,64 @@ def test_sweep_predict_finds_the_true_winner_in_at_most_four_model_loads(invento
     assert "| eagle3-s5-k1-d6 | predicted |" in report and "| eagle3-s3-k1-d4 | measured |" in report
     assert "model loads: 4 (the full grid would have taken 8)" in report or \
         "model loads: 3 (the full grid would have taken 8)" in report
+
+
+def test_sweep_adaptive_length_stops_each_configuration_when_its_interval_is_narrow(inventory: Path,
+                                                                                     sim_host: SimHost,
+                                                                                     tmp_path: Path) -> None:
+    sim_host.set_sim_config(**FAST)
+    code, doc, err = inv_json("sweep", "--steps", "0,3", "--input-len", "32", "--output-len", "48",
+                              "--target-ci", "4", "--min-requests", "3", "--max-requests", "40",
+                              "--out", str(tmp_path), inventory=inventory, timeout=300)
+    assert code == 0, err
+    assert doc["params"]["target_ci"] == 0.04 and doc["params"]["num_prompts"] == 40
+    rows = {r["config"]: r for r in doc["rows"]}
+    for r in rows.values():
+        assert r["client"] == "loadgen"
+        assert r["tok_s_ci"] <= 0.04 or r["requests"] == 40, r
+    # Decode steps of fixed cost: three requests pin the baseline down; the acceptance draws need more.
+    assert rows["baseline"]["requests"] == 3
+    assert rows["eagle3-s3-k1-d4"]["requests"] > 3
+    report = Path(doc["paths"]["report"]).read_text()
+    assert f"±{rows['eagle3-s3-k1-d4']['tok_s_ci']:.1%}" in report and "adaptive length" in report
+
+
+def test_sweep_reports_the_winner_per_concurrency_level(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
+    # A verify pass whose cost grows fast with the batch: speculation wins alone and loses at 4 in flight.
+    cost = {"verify_ms_per_batch_token": 3.0}
+    sim_host.set_sim_config(**FAST, **cost)
+    code, doc, err = inv_json("sweep", "--steps", "0,1", "--concurrency", "1,4", "--num-prompts", "8",
+                              "--input-len", "32", "--output-len", "32", "--out", str(tmp_path),
+                              inventory=inventory, timeout=300)
+    assert code == 0, err
+    assert doc["model_loads"] == 2 and doc["concurrency_levels"] == [1, 4]
+    assert doc["winners"] == {"1": "eagle3-s1-k1-d2", "4": "baseline"}
+    for r in doc["rows"]:
+        assert [lv["concurrency"] for lv in r["levels"]] == [1, 4]   # one load served both levels
+    # The first level's winner is left running.
+    assert doc["winner"] == doc["running"] == "eagle3-s1-k1-d2" and _server_steps(sim_host) == 1
+    report = Path(doc["paths"]["report"]).read_text()
+    assert "tok/s @1" in report and "tok/s @4" in report
+    assert "winner per concurrency: 1: eagle3-s1-k1-d2, 4: baseline" in report
+    p = run_inv("sweep", "--steps", "0,1", "--concurrency", "1,4", "--num-prompts", "4", "--input-len", "16",
+                "--output-len", "16", "--out", str(tmp_path), inventory=inventory, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "winner per concurrency: 1: eagle3-s1-k1-d2, 4: baseline" in p.stdout, p.stdout
+
+
+def test_sweep_predict_on_a_version_without_the_histogram_reads_the_stream(inventory: Path, sim_host: SimHost,
+                                                                           tmp_path: Path) -> None:
+    # SGLang 0.5.7 returns no accepted-drafts histogram in meta_info (the wheels: 0.5.9 added it): the sweep
+    # derives it from the tokens each verify pass streamed.
+    sim_host.set_version("0.5.7")
+    sim_host.set_sim_config(**FAST, **PEAK)
+    code, doc, err = inv_json("sweep", "--steps", "0,1,2,3", "--predict", "--input-len", "32", "--output-len", "48",
+                              "--num-prompts", "6", "--out", str(tmp_path), inventory=inventory, timeout=300)
+    assert code == 0, err
+    pred = doc["prediction"]
+    assert pred["histogram_source"] == "stream" and pred["histogram_config"] == "eagle3-s3-k1-d4"
+    # Passes that accepted 0..3 drafts; the last pass of each request (maybe cut short) is left out.
+    assert len(pred["histogram"]) <= 4 and sum(pred["histogram"]) > 6 * 8
+    assert [r["config"] for r in pred["rows"]] == ["eagle3-s1-k1-d2", "eagle3-s2-k1-d3", "eagle3-s3-k1-d4"]
+    assert {r["config"]: r["measured"] for r in doc["rows"]}["eagle3-s2-k1-d3"] is (
+        pred["winners"]["1"] == "eagle3-s2-k1-d3")
