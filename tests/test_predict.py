@@ -10,6 +10,7 @@ the throughput interval the adaptive length stops on.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
 import sys
@@ -29,16 +30,27 @@ STEPS = list(range(1, 8))
 OUT_LEN, PROMPT = 128, 256
 
 
-@pytest.fixture(scope="module")
-def generation() -> Iterator[ModuleType]:
-    """The simulator's generation module, imported from its site dir (removed from sys.modules afterwards)."""
+@contextlib.contextmanager
+def sim_module(name: str, version: str = "0.5.16") -> Iterator[ModuleType]:
+    """A module of the simulator imported from its site dir in this process, as ``version`` (the installer writes
+    ``sglang/version.py``; here a stand-in module says it); removed from sys.modules afterwards."""
+    stub = ModuleType("sglang.version")
+    stub.__dict__["__version__"] = version
+    sys.modules["sglang.version"] = stub
     sys.path.insert(0, str(SITE))
     try:
-        yield importlib.import_module("sglang._sim.generation")
+        yield importlib.import_module(name)
     finally:
         sys.path.remove(str(SITE))
-        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
-            del sys.modules[name]
+        for mod in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+            del sys.modules[mod]
+
+
+@pytest.fixture(scope="module")
+def generation() -> Iterator[ModuleType]:
+    """The simulator's generation module."""
+    with sim_module("sglang._sim.generation") as gen:
+        yield gen
 
 
 def _generator(gen: ModuleType, cfg: dict[str, Any], steps: int) -> Any:

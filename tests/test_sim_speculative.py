@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_predict import SITE
+from tests.test_predict import sim_module
 from tests.test_simulator import Sim, http, sim  # noqa: F401  (the fixture)
 
 WHEEL_VERSIONS = ["0.4.9", "0.5.3", "0.5.7", "0.5.9", "0.5.12", "0.5.16", "0.5.20", "0.5.23"]
@@ -37,19 +37,10 @@ def _wheel_fields(source: str) -> set[str]:
 
 
 def _sim_fields(version: str) -> set[str]:
-    import importlib
-    import sys
-
-    sys.path.insert(0, str(SITE))
-    try:
-        gen = importlib.import_module("sglang._sim.generation")
+    with sim_module("sglang._sim.generation", version) as gen:
         ver = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
         return set(gen.spec_meta(ver, completion_tokens=40, verify_ct=12, correct_drafts=20, steps=3,
                                  num_draft_tokens=4, histogram=[2, 3, 4, 3]))
-    finally:
-        sys.path.remove(str(SITE))
-        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
-            del sys.modules[name]
 
 
 @pytest.mark.wheels
