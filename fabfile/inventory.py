@@ -43,8 +43,25 @@ MANAGED_FLAGS = {
 
 DEFAULT_LOG_DIR = "~/.specdeploy/logs"
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Always used with fullmatch: `$` would also accept a trailing newline.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# What OpenSSH (9.6+, CVE-2023-51385) refuses in a host or user name given on its command line: such a name can
+# reach a shell through a ProxyCommand's %h. ssh_host is that name here.
+_SSH_FORBIDDEN = set("'`\"$\\;&<>|(){}")
+MAX_INVENTORY_BYTES = 4 << 20
+
+
+def valid_ssh_host(value: str) -> bool:
+    return bool(value) and not value.startswith("-") and not any(
+        c in _SSH_FORBIDDEN or c.isspace() or not c.isprintable() for c in value)
+
+
+def _check_name(name: str, where: str, what: str) -> None:
+    """Names end up in file names on the host and in launch scripts: letters, digits, '.', '_', '-' only, no '..'."""
+    if not _HOST_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"{where}: {what} names may use letters, digits, '.', '_' and '-' only "
+                         f"(and no '..'), got {name!r}")
 
 
 def _env_value(v: Any) -> str:
@@ -63,7 +80,7 @@ def _env_map(v: Any) -> dict[str, str]:
         raise ValueError("must be a mapping of VARIABLE: value")
     out: dict[str, str] = {}
     for k, val in v.items():
-        if not isinstance(k, str) or not _ENV_NAME.match(k):
+        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
             raise ValueError(f"{k!r} is not a valid environment variable name")
         try:
             out[k] = _env_value(val)
@@ -125,6 +142,14 @@ class HostFields(_Strict):
     gpu_idle_mib: int | None = None
     timeouts: TimeoutFields | None = None
     address: str | None = None        # how the other hosts reach this one (cluster rendezvous, router workers)
+
+    @field_validator("ssh_host")
+    @classmethod
+    def _ssh_host(cls, v: str | None) -> str | None:
+        if v is not None and not valid_ssh_host(v):
+            raise ValueError("not a valid SSH host name: no spaces, control characters, leading '-' or any of "
+                             "' ` \" $ \\ ; & < > | ( ) { } (OpenSSH refuses them too)")
+        return v
 
     @field_validator("address")
     @classmethod
@@ -455,7 +480,11 @@ def load(path: str | Path) -> Inventory:
         what = "is not a regular file" if p.exists() else "does not exist"
         raise InventoryError(f"inventory file {p} {what}", "pass --inventory PATH or create inventory.yaml")
     try:
+        if p.stat().st_size > MAX_INVENTORY_BYTES:
+            raise InventoryError(f"{p}: larger than {MAX_INVENTORY_BYTES >> 20} MiB; an inventory is a short file")
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise InventoryError(f"{p}: nested too deeply to be an inventory") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}:" if mark is not None else ""
@@ -484,6 +513,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     groups: dict[str, tuple[str, ...]] = {}
     group_defaults: dict[str, dict[str, Any]] = {}
     for gname, g in (inv.groups or {}).items():
+        _check_name(gname, f"groups.{gname}", "group")
         members = g if isinstance(g, list) else g.hosts
         for m in members:
             if m not in inv.hosts:
@@ -497,8 +527,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     base = inv.defaults.model_dump(exclude_unset=True) if inv.defaults else {}
     hosts: dict[str, Host] = {}
     for name, hf in inv.hosts.items():
-        if not _HOST_NAME.match(name):
-            raise ValueError(f"hosts.{name}: host names may use letters, digits, '.', '_' and '-' only")
+        _check_name(name, f"hosts.{name}", "host")
         layers = [base] + [group_defaults[g] for g, members in groups.items() if name in members and g in
                            group_defaults]
         own = hf.model_dump(exclude_unset=True) if hf else {}
@@ -523,6 +552,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
 def _clusters(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]]) -> dict[str, Cluster]:
     out: dict[str, Cluster] = {}
     for name, c in (inv.clusters or {}).items():
+        _check_name(name, f"clusters.{name}", "cluster")
         where = f"clusters.{name}"
         if name in hosts or name in groups:
             raise ValueError(f"{where}: a cluster may not share its name with a host or group")
@@ -553,6 +583,7 @@ def _routers(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tup
              clusters: dict[str, Cluster]) -> dict[str, Router]:
     out: dict[str, Router] = {}
     for name, r in (inv.routers or {}).items():
+        _check_name(name, f"routers.{name}", "router")
         where = f"routers.{name}"
         if r.host not in hosts:
             raise ValueError(f"{where}.host: unknown host {r.host!r}")

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory import Host, Inventory
-from fabfile.output import err, out, print_error, print_json
+from fabfile.output import err, out, print_error, print_json, terminal_safe
 from fabfile.plan import mask_secrets, secret_values
 from fabfile.session import HostSession
 from fabfile.transport import Transport
@@ -349,7 +349,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
 
         def on_event(ev: dict[str, Any]) -> None:
             answered.add(name)
-            got = [mask_secrets(str(x), hidden) for x in ev.get("lines") or []]
+            got = [terminal_safe(mask_secrets(str(x), hidden)) for x in ev.get("lines") or []]
             if follow or not prefix:
                 with lock:
                     for line in got:

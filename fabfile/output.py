@@ -15,6 +15,15 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7f, 0xa0)] if c != 0x09}
+
+
+def terminal_safe(text: str) -> str:
+    """Host text (log lines, excerpts) with control characters shown as ``\\xNN``: an ESC sequence in a log line
+    must not drive the operator's terminal (retitle it, rewrite what was shown, answer back)."""
+    return text.translate(_CONTROL)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
@@ -26,11 +35,11 @@ def print_error(e: SpecDeployError) -> None:
     if excerpt:
         err.print(f"[dim]--- last lines of {e.details.get('log_path', 'the log')} ---[/dim]")
         for line in excerpt[-25:]:
-            err.print(f"  {line}", markup=False)
+            err.print(f"  {terminal_safe(str(line))}", markup=False)
     stderr = e.details.get("stderr")
     if stderr:
         err.print("[dim]--- host stderr ---[/dim]")
-        err.print(stderr, markup=False)
+        err.print(terminal_safe(str(stderr)), markup=False)
     torn = e.details.get("torn_down")
     if torn:
         err.print(f"[dim]stopped the failed server's processes: {', '.join(map(str, torn))} (none left running)[/dim]")

@@ -105,9 +105,10 @@ class Reporter:
         elif kind == "log":
             lines = ev.get("lines") or []
             if lines:
-                self.last_line = str(lines[-1]).strip()
-                for value in self.hidden:
-                    self.last_line = self.last_line.replace(value, "***")
+                from fabfile.output import terminal_safe
+                from fabfile.plan import mask_secrets
+
+                self.last_line = terminal_safe(mask_secrets(str(lines[-1]).strip(), self.hidden))
                 self._refresh()
         elif kind == "info":
             self.info(str(ev.get("message")))

@@ -54,14 +54,42 @@ def known_hosts_file(inv: Inventory, host: Host) -> Path:
     return Path(os.path.expanduser("~/.ssh/known_hosts"))
 
 
+def _harden(inv: Inventory, cxn: Any) -> None:
+    """Every jump host is verified like a deploy verifies it: known_hosts loaded, unknown keys refused."""
+    from fabfile.ssh import _hops
+
+    files = [Path(os.path.expanduser(e)) for e in (cxn.ssh_config.get("userknownhostsfile") or "").split()]
+    if inv.known_hosts is not None:
+        files.append(inv.known_hosts)
+    for hop in _hops(cxn):
+        hop.client.load_system_host_keys()
+        for f in files:
+            if f.is_file():
+                hop.client.load_host_keys(str(f))
+        hop.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+
 def fetch_key(inv: Inventory, host: Host) -> OfferedKey:
-    """The host key the host offers (key exchange only: no authentication, nothing run)."""
+    """The host key the host offers (key exchange only: no authentication, nothing run), over the route a deploy
+    takes: ProxyJump hops (each verified against known_hosts, as a deploy does), a ProxyCommand, or directly."""
     cxn = _connection(inv, host)
     hostname, port = cxn.host, int(cxn.port)
-    proxy = cxn.ssh_config.get("proxycommand")
+    gateway = cxn.gateway
+    route = ""
+    jump: Any = None
     try:
-        sock: Any = paramiko.ProxyCommand(proxy) if proxy else socket.create_connection(
-            (hostname, port), timeout=host.timeouts.connect)
+        if isinstance(gateway, Connection):
+            route = f" through ProxyJump {gateway.host}"
+            _harden(inv, gateway)
+            gateway.open()
+            jump = gateway
+            sock: Any = gateway.transport.open_channel("direct-tcpip", (hostname, port), ("127.0.0.1", 0),
+                                                       timeout=host.timeouts.connect)
+        elif isinstance(gateway, str) and gateway:
+            route = " through its ProxyCommand"
+            sock = paramiko.ProxyCommand(gateway)
+        else:
+            sock = socket.create_connection((hostname, port), timeout=host.timeouts.connect)
         transport = paramiko.Transport(sock)
         try:
             transport.start_client(timeout=host.timeouts.connect)
@@ -69,8 +97,14 @@ def fetch_key(inv: Inventory, host: Host) -> OfferedKey:
         finally:
             transport.close()
     except (OSError, SSHException, EOFError) as e:
-        raise ConnectError(f"could not fetch the host key of {host.ssh_host}: {e or type(e).__name__}",
-                           "check that the host is up and the ssh_config alias is right", host=host.name) from None
+        hint = "check that the host is up and the ssh_config alias is right"
+        if jump is None and route.startswith(" through ProxyJump") and "known_hosts" in str(e):
+            hint = f"trust the jump host {gateway.host} first (its key must be in known_hosts)"
+        raise ConnectError(f"could not fetch the host key of {host.ssh_host} ({hostname}:{port}){route}: "
+                           f"{e or type(e).__name__}", hint, host=host.name) from None
+    finally:
+        if jump is not None:
+            jump.close()
     name = hostname if port == 22 else f"[{hostname}]:{port}"
     return OfferedKey(entry_name=name, key=key)
 

@@ -7,11 +7,15 @@ reads what it can, while the operator (root on the host, over real SSH) runs the
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from fabfile.agentclient import agent_bundle
 from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
@@ -322,3 +326,94 @@ def test_a_deploy_with_secrets_leaves_them_nowhere_another_user_can_read(secret_
             assert mode & 0o077 == 0, f"{'/'.join(parts[:i])} is {mode:o}"
     r = as_nobody(sim_host, f"find {dirs} -type f -exec cat {{}} + 2>&1; ls -R {dirs} 2>&1")
     assert "S3CRET" not in r.stdout and "Permission denied" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------- 4. ssh_host
+
+
+def test_an_ssh_host_with_shell_syntax_runs_nothing_on_the_client(tmp_path: Path) -> None:
+    """OpenSSH refuses such names since 9.6 (CVE-2023-51385): with an ordinary ProxyCommand, %h reaches a shell."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host *\n  ProxyCommand ssh -W %h:%p bastion.invalid\n")
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump({"ssh_config": str(cfg), "hosts": {"gpu9": {
+        "ssh_host": "[::1]:9 -oProxyCommand=touch\\ X gpu9.lab", "python": "/usr/bin/python3", "model": "/m"}}}))
+    for args in (["trust-host", "--host", "gpu9"], ["status"]):
+        r = run_inv(*args, inventory=inv, cwd=tmp_path)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "hosts.gpu9.ssh_host: not a valid SSH host name" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "X").exists()
+
+
+# ---------------------------------------------------------------------------------------------- 5. the rest
+
+
+@pytest.mark.parametrize("section", [
+    {"routers": {"r\nid": {"host": "h", "group": "h"}}},
+    {"routers": {"../../etc/x": {"host": "h", "group": "h"}}},
+    {"groups": {"g\n": ["h"]}},
+    {"hosts": {"h\n": {}}},
+    {"clusters": {"a/b": {"hosts": ["h", "h"], "tp": 2}}},
+])
+def test_names_are_plain_full_strings(tmp_path: Path, section: dict[str, Any]) -> None:
+    data: dict[str, Any] = {"defaults": {"python": "/p", "model": "/m", "address": "10.0.0.1"},
+                            "hosts": {"h": {}}}
+    for k, v in section.items():
+        data[k] = {**data.get(k, {}), **v}
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump(data))
+    r = run_inv("render", inventory=inv)
+    assert r.returncode == 2 and "names may use letters, digits" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_newline_in_a_router_group_stays_in_the_comment() -> None:
+    from fabfile.inventory import Router
+    from fabfile.router import launch_script
+
+    r = Router(name="r1", host="h", members=("h",), group="h,\nid>/tmp/x", port=30000, listen="0.0.0.0",
+               policy="round_robin", python="/p", args=())
+    script = launch_script(r, ["/p", "-m", "sglang_router.launch_router"], "~/logs")
+    assert [line for line in script.splitlines() if not line.startswith(("#", "cd ", "exec "))] == []
+
+
+def test_a_deeply_nested_or_huge_inventory_is_a_sentence(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("hosts: " + "[" * 50000)
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("hosts: {h: {python: /p, model: /m}}\n" + "# padding\n" * 600000)
+    for inv, what in ((deep, "nested too deeply"), (huge, "larger than 4 MiB")):
+        r = run_inv("status", inventory=inv)
+        assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, r.stderr[-500:]
+
+
+def test_trust_host_goes_through_proxyjump(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    """The key fetched is the one the host offers through the jump host, not whatever listens on the client."""
+    if fleet.mode != "netns":
+        pytest.skip("needs netns mode: the jump host must reach a host the client cannot")
+    jump = fleet.host("sim2")
+    known = tmp_path / "known_hosts"
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(fleet.ssh_config_path.read_text() + "\n".join([
+        "", "Host viajump", "  HostName 127.0.0.1", "  Port 22", "  User root",
+        f"  IdentityFile {fleet.client_key_path}", "  IdentitiesOnly yes", f"  UserKnownHostsFile {known}",
+        "  ProxyJump sim2", ""]))
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump({"ssh_config": str(cfg), "known_hosts": str(fleet.known_hosts_path),
+                                   "hosts": {"viajump": {"python": "/p", "model": "/m"}}}))
+    r = run_inv("trust-host", "--host", "viajump", inventory=inv)
+    blob = base64.b64decode(Path(str(jump.host_key) + ".pub").read_text().split()[1])
+    expected = "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    assert expected in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run_inv("trust-host", "--host", "viajump", "--fingerprint", expected, inventory=inv)
+    assert r.returncode == 0, r.stderr
+    assert known.read_text().startswith("127.0.0.1 ssh-ed25519 ")
+
+
+def test_control_characters_in_log_lines_never_reach_the_terminal(inventory: Path, sim_host: SimHost) -> None:
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    assert code == 0, err
+    sim_host.exec(f"printf 'evil \\033]0;pwned\\007 \\033[2J line\\n' >> {doc['log_path']}")
+    r = run_inv("logs", "--lines", "5", inventory=inventory)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert "evil \\x1b]0;pwned\\x07 \\x1b[2J line" in r.stdout

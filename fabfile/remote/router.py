@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -22,6 +23,9 @@ def _dir(state_dir: str) -> str:
 
 
 def _path(state_dir: str, name: str) -> str:
+    # The client validates names too; a name is never a path (no '/', no '..') on the host either.
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or ".." in name:
+        raise AgentError("bad_request", f"router name {name!r} is not a plain name")
     return os.path.join(_dir(state_dir), f"{name}.json")
 
 
