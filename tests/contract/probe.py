@@ -5,7 +5,9 @@ simulated ``sglang`` does, and prints one JSON object.
 - ``env``: for each scenario, what ``_set_envs_and_config`` wrote into the environment (new or changed
   variables only; ``SGLANG_RUN_ID``'s random value is shown as ``<set>``);
 - ``deterministic``: what building ``ServerArgs`` with ``--enable-deterministic-inference --tp-size 2``
-  wrote into the environment (SGLang does that write in its argument post-processing).
+  wrote into the environment (SGLang does that write in its argument post-processing);
+- ``spec_defaults``: (steps, topk, draft tokens) ``ServerArgs`` picks per architecture and algorithm when the
+  speculative parameters are not given (``python probe.py SCENARIOS_JSON ARCHS_JSON``).
 """
 
 from __future__ import annotations
@@ -71,9 +73,26 @@ def main() -> None:
         json.dump({"architectures": ["LlamaForCausalLM"]}, f)
     ServerArgs(model_path=model, tp_size=2, enable_deterministic_inference=True)
     deterministic = _diff({}, dict(os.environ))
+    spec: dict[str, Any] = {}
+    algos = [a for a in ("EAGLE3", "STANDALONE") if a in (flags_choices(parser) or [a])]
+    for arch in json.loads(sys.argv[2]):
+        for algo in algos:
+            with open(os.path.join(model, "config.json"), "w") as f:
+                json.dump({"architectures": [arch]}, f)
+            sa = ServerArgs(model_path=model, speculative_algorithm=algo, speculative_draft_model_path=model)
+            spec[f"{arch} {algo}"] = [sa.speculative_num_steps, sa.speculative_eagle_topk,
+                                      sa.speculative_num_draft_tokens]
     os.environ.clear()
     os.environ.update(saved)
-    print(json.dumps({"flags": dict(sorted(flags.items())), "env": env_out, "deterministic": deterministic}))
+    print(json.dumps({"flags": dict(sorted(flags.items())), "env": env_out, "deterministic": deterministic,
+                      "spec_defaults": spec}))
+
+
+def flags_choices(parser: argparse.ArgumentParser) -> list[str] | None:
+    for action in parser._actions:
+        if "--speculative-algorithm" in action.option_strings:
+            return [str(c) for c in action.choices] if action.choices else None
+    return None
 
 
 if __name__ == "__main__":

@@ -681,3 +681,40 @@ def deterministic_writes(w: Wheel) -> dict[str, str | None]:
             val = _env_default(w, m2.group(1)) if m2 else None
         out[r["var"]] = val
     return dict(sorted(out.items()))
+
+
+SPEC_ARCHS = ["LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
+              "GptOssForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "MiMoV2ForCausalLM",
+              "Grok1ForCausalLM"]
+
+
+def spec_defaults(w: Wheel, arch: str, algorithm: str) -> tuple[int, int, int] | None:
+    """(steps, topk, draft tokens) SGLang picks when ``--speculative-num-steps`` is not given: the wheel's own
+    ``auto_choose_speculative_params`` compiled alone and run on a model of architecture ``arch``."""
+    import json
+    import types
+
+    hf = types.SimpleNamespace(architectures=[arch])
+    for member in ("sglang/srt/server_args.py", "sglang/srt/arg_groups/speculative_hook.py"):
+        src = w.text(member)
+        if src is None:
+            continue
+        tree = ast.parse(src)
+        fns = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+               and n.name in ("auto_choose_speculative_params", "_auto_choose_speculative_params")]
+        if not fns:
+            continue
+        fn = fns[0]
+        fn.decorator_list = []
+        names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+        glb: dict[str, Any] = {name: _Stub() for name in names}
+        glb.update(json=json, get_config=lambda *a, **k: hf, resolving_view=lambda x: x)
+        exec(compile(ast.Module(body=[fn], type_ignores=[]), f"<{w.version} {member}>", "exec"), glb)
+        args = _Args({"speculative_algorithm": algorithm, "model_path": "/m", "json_model_override_args": "{}",
+                      "trust_remote_code": False, "revision": None})
+        args.get_model_config = lambda: types.SimpleNamespace(hf_config=hf)  # type: ignore[attr-defined]
+        args.get_hf_config = lambda: hf  # type: ignore[attr-defined]
+        func = glb[fn.name]
+        got = func(args, arch) if len(fn.args.args) == 2 else func(args)
+        return (int(got[0]), int(got[1]), int(got[2]))
+    return None

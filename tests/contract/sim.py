@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.contract.real import ROUTES
+from tests.contract.real import ROUTES, SPEC_ARCHS
 from tests.simhost.sim.install import create_venv, install_simulator
 
 PY_VER = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -140,30 +140,34 @@ class SimInstall:
         return {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SPT_", "SGLANG_"))}
 
     def probe(self) -> dict[str, Any]:
-        out = subprocess.run([self.python, str(PROBE), json.dumps(ENV_SCENARIOS)], capture_output=True,
+        out = subprocess.run([self.python, str(PROBE), json.dumps(ENV_SCENARIOS), json.dumps(SPEC_ARCHS)],
+                             capture_output=True,
                              text=True, timeout=120, env=self.env(), cwd=str(self.root))
         if out.returncode != 0:
             raise RuntimeError(f"probe failed on the simulator {self.version}:\n{out.stderr}")
         return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    def launch(self, extra: list[str], attempts: int = 3) -> dict[str, Any]:
+    def launch(self, extra: list[str], attempts: int = 3, full: bool = True) -> dict[str, Any]:
         """``_launch_once``, tried again when the launcher died before ready without an error of its own: on a
         shared test machine other tests' cleanups may signal it. A simulator that cannot start fails every try."""
         for i in range(attempts):
             try:
-                return self._launch_once(extra)
+                return self._launch_once(extra, full)
             except _Killed as e:
                 if i == attempts - 1:
                     raise RuntimeError(str(e)) from None
         raise AssertionError("unreachable")
 
-    def _launch_once(self, extra: list[str]) -> dict[str, Any]:
-        """Start the server (TP 2, EAGLE-3 3/1/4, metrics on), read titles, routes, log; stop it."""
+    def _launch_once(self, extra: list[str], full: bool) -> dict[str, Any]:
+        """Start the server (TP 2; ``full``: EAGLE-3 3/1/4 and metrics on, routes probed), read titles and the
+        log; stop it."""
         port = _free_port()
         argv = [self.python, "-m", "sglang.launch_server", "--model-path", str(self.model), "--port", str(port),
-                "--tp-size", "2", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
-                str(self.draft), "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-                "--speculative-num-draft-tokens", "4", "--decode-log-interval", "4", "--enable-metrics", *extra]
+                "--tp-size", "2", *extra]
+        if full:
+            argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(self.draft),
+                     "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                     "--speculative-num-draft-tokens", "4", "--decode-log-interval", "4", "--enable-metrics"]
         log = self.root / "server.log"
         with open(log, "wb") as out:
             p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -181,7 +185,7 @@ class SimInstall:
             titles = sorted({_title(c) for c in _children(p.pid)} - {""})
             base = f"http://127.0.0.1:{port}"
             routes: dict[str, str | None] = {}
-            for r in ROUTES:
+            for r in ROUTES if full else ():
                 ok = []
                 for method in ("GET", "POST", "PUT"):
                     body = json.dumps({"input_ids": list(range(16)), "sampling_params": {"max_new_tokens": 24}})
@@ -220,7 +224,8 @@ def facts(version: str, real_flags: dict[str, Any] | None = None) -> dict[str, A
         probed = inst.probe()
         extra = ["--ep-size", "2"] if "--ep-size" in probed["flags"] else []
         run = inst.launch(extra)
-    return {"version": version, **probed, **run, "ep": bool(extra)}
+        pp = inst.launch([*extra, "--pp-size", "2"], full=False)
+    return {"version": version, **probed, **run, "ep": bool(extra), "pp_titles": pp["titles"]}
 
 
 def decode_template(line: str) -> str:

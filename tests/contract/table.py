@@ -136,7 +136,15 @@ def rows(w: real.Wheel, rf: dict[str, Any], sf: dict[str, Any]) -> list[Row]:
     got = sorted(t for t in sf["titles"] if t.startswith("sglang::scheduler"))
     sf = {**sf, "titles": [t for t in sf["titles"] if t.startswith("sglang::")]}
     add(f"scheduler titles, TP 2{' EP 2' if ep > 1 else ''}", want, got)
-    add("scheduler title parts, in order", parts, "—", True)
+    # PP 2: the simulator starts only the pipeline stage 0 ranks (PP is not simulated); their titles must be
+    # among SGLang's four.
+    ctxs = [{"tp_size": 2, "ep_size": ep, "pp_size": 2, "tp_rank": i, "ep_rank": i, "pp_rank": pp}
+            for pp in range(2) for i in range(2)]
+    want_pp = sorted(real.render_scheduler_title(parts, c) for c in ctxs)
+    got_pp = sorted(t for t in sf["pp_titles"] if t.startswith("sglang::scheduler"))
+    add(f"scheduler titles, TP 2{' EP 2' if ep > 1 else ''} PP 2 (simulator: stage 0 only)", want_pp, got_pp,
+        bool(got_pp) and set(got_pp) <= set(want_pp))
+    add("scheduler title parts, in order (SGLang's source)", parts, "—", True)
     add("detokenizer title", "sglang::detokenizer" if "sglang::detokenizer" in rf["titles"]["other"] else None,
         "sglang::detokenizer" if "sglang::detokenizer" in sf["titles"] else None)
 
@@ -147,6 +155,10 @@ def rows(w: real.Wheel, rf: dict[str, Any], sf: dict[str, Any]) -> list[Row]:
     for sc, renv, senv in zip(ENV_SCENARIOS, rf["env_runs"], sf["env"], strict=True):
         add(f"_set_envs_and_config writes ({sc['name']})", renv, senv)
     add("--enable-deterministic-inference --tp-size 2 writes", rf["deterministic"], sf["deterministic"])
+    for key, got in sf["spec_defaults"].items():
+        arch, algo = key.split(" ")
+        want = real.spec_defaults(w, arch, algo)
+        add(f"default steps/topk/draft tokens: {algo} on {arch}", list(want) if want else None, got)
     return out
 
 

@@ -336,16 +336,29 @@ class PortArgs:
         return PortArgs(base + "-tok", base + "-sched", base + "-detok", server_args.port + 111)
 
 
+# Architectures for which SGLang defaults to (3, 1, 4), with the release that added each (read from the wheels;
+# tests/test_contract.py checks the resulting defaults against each matrix release's own function).
+MTP_LIKE_SINCE = {
+    "DeepseekV3ForCausalLM": (0, 4, 0), "DeepseekV2ForCausalLM": (0, 4, 0), "GptOssForCausalLM": (0, 5, 1),
+    "DeepseekV32ForCausalLM": (0, 5, 3), "BailingMoeForCausalLM": (0, 5, 3), "BailingMoeV2ForCausalLM": (0, 5, 3),
+    "Glm4MoeForCausalLM": (0, 5, 7), "MistralLarge3ForCausalLM": (0, 5, 7),
+    "PixtralForConditionalGeneration": (0, 5, 7), "MiMoV2FlashForCausalLM": (0, 5, 7),
+    "Glm4MoeLiteForCausalLM": (0, 5, 8), "GlmMoeDsaForCausalLM": (0, 5, 9), "BailingMoeV2_5ForCausalLM": (0, 5, 9),
+    "MiMoV2ForCausalLM": (0, 5, 11),
+}
+
+
 def auto_choose_speculative_params(self: ServerArgs) -> tuple[int, int, int]:
     """(steps, topk, draft_tokens) as SGLang picks them when --speculative-num-steps is not given."""
     arch = (self._model_architectures() or [""])[0]
+    ver = version()
+    if self.speculative_algorithm == "STANDALONE":
+        return (3, 1, 4)
     if arch in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"):
         return (5, 4, 8)
-    mtp_like = ("DeepseekV3", "DeepseekV2", "DeepseekV32", "GptOss", "Glm4Moe", "Bailing", "MistralLarge3",
-                "Pixtral", "MiMoV2")
-    if self.speculative_algorithm == "STANDALONE" or any(arch.startswith(p) for p in mtp_like):
+    if arch in MTP_LIKE_SINCE and ver >= MTP_LIKE_SINCE[arch]:
         return (3, 1, 4)
-    return (3, 1, 4) if version() >= (0, 5, 8) else (5, 4, 8)
+    return (3, 1, 4) if ver >= (0, 5, 8) else (5, 4, 8)
 
 
 def _config_args(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
