@@ -199,6 +199,8 @@ def test_sglang_rules_boundaries_from_the_wheels() -> None:
     # a release between two that were read gets the facts of the lower one, and says so
     cond = next(r["condition"] for r in rules("0.5.16.post2") if r["var"] == "NCCL_CUMEM_ENABLE")
     assert "SGLang 0.5.16 (as read for 0.5.16.post2)" in str(cond)
+    cond = next(r["condition"] for r in rules("0.5.20rc1") if r["var"] == "NCCL_CUMEM_ENABLE")
+    assert "SGLang 0.5.20 (as read for 0.5.20rc1)" in str(cond)  # a pre-release has its release's facts
 
 
 def test_custom_all_reduce_rules() -> None:
