@@ -718,3 +718,21 @@ def spec_defaults(w: Wheel, arch: str, algorithm: str) -> tuple[int, int, int] |
         got = func(args, arch) if len(fn.args.args) == 2 else func(args)
         return (int(got[0]), int(got[1]), int(got[2]))
     return None
+
+
+def bench_serving_flags(w: Wheel) -> dict[str, list[str] | str]:
+    """``python -m sglang.bench_serving``'s flags → choices (from 0.5.15 that module re-exports
+    ``sglang.benchmark.serving``, whose parser is read instead)."""
+    out: dict[str, list[str] | str] = {}
+    members = ["sglang/bench_serving.py"]
+    if "sglang.benchmark.serving" in (w.text(members[0]) or ""):
+        members.append("sglang/benchmark/serving.py")
+    for member in members:
+        tree = w.tree(member)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                for n in (s for s in (_str_const(a) for a in node.args) if s and s.startswith("--")):
+                    out[n] = _choices_of(node, tree)
+    return dict(sorted(out.items()))

@@ -145,7 +145,11 @@ class SimInstall:
                              text=True, timeout=120, env=self.env(), cwd=str(self.root))
         if out.returncode != 0:
             raise RuntimeError(f"probe failed on the simulator {self.version}:\n{out.stderr}")
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+        got = dict(json.loads(out.stdout.strip().splitlines()[-1]))
+        helptext = subprocess.run([self.python, "-m", "sglang.bench_serving", "--help"], capture_output=True,
+                                  text=True, timeout=60, env=self.env(), cwd=str(self.root)).stdout
+        got["bench_flags"] = sorted(set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", helptext)) - {"--help"})
+        return got
 
     def launch(self, extra: list[str], attempts: int = 3, full: bool = True) -> dict[str, Any]:
         """``_launch_once``, tried again when the launcher died before ready without an error of its own: on a
@@ -185,6 +189,10 @@ class SimInstall:
             titles = sorted({_title(c) for c in _children(p.pid)} - {""})
             base = f"http://127.0.0.1:{port}"
             routes: dict[str, str | None] = {}
+            # Does /health run a generate? Its one-token request leaves a "Prefill batch" line in the log.
+            n0 = log.read_text(errors="replace").count("Prefill batch")
+            health_code = _http("GET", base + "/health") if full else None
+            health_runs_generate = log.read_text(errors="replace").count("Prefill batch") > n0
             for r in ROUTES if full else ():
                 ok = []
                 for method in ("GET", "POST", "PUT"):
@@ -207,6 +215,7 @@ class SimInstall:
                     continue
         lines = text.splitlines()
         return {
+            "health_runs_generate": health_runs_generate if health_code == 200 else None,
             "titles": titles,
             "routes": routes,
             "ready_line": next((ln.split("] ", 1)[-1] for ln in lines if "fired up and ready" in ln), None),

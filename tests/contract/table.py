@@ -44,6 +44,14 @@ def tool_flags() -> list[str]:
                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("--")})
 
 
+def tool_bench_flags() -> list[str]:
+    """Every ``--flag`` the agent passes to ``python -m sglang.bench_serving`` (``remote/bench.py``)."""
+    tree = ast.parse((ROOT / "fabfile" / "remote" / "bench.py").read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_run_bench_serving")
+    return sorted({n.value for n in ast.walk(fn)
+                   if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("--")})
+
+
 def tool_algorithms() -> list[str]:
     """The ``speculative.algorithm`` values the inventory accepts (and the tool renders)."""
     import typing
@@ -106,10 +114,21 @@ def rows(w: real.Wheel, rf: dict[str, Any], sf: dict[str, Any]) -> list[Row]:
         [a for a in algos if isinstance(sflags.get("--speculative-algorithm"), list)
          and a not in sflags["--speculative-algorithm"]] or "none")
 
+    bf, tbf = real.bench_serving_flags(w), tool_bench_flags()
+    lack_sg, lack_sm = [f for f in tbf if f not in bf], [f for f in tbf if f not in sf["bench_flags"]]
+    add("bench_serving flags the agent passes exist", lack_sg or f"all {len(tbf)}", lack_sm or f"all {len(tbf)}",
+        not lack_sg and not lack_sm)
+    ds = bf.get("--dataset-name")
+    ok = isinstance(ds, list) and "random-ids" in ds
+    add("bench_serving --dataset-name random-ids (the agent's) is a valid choice", "yes" if ok else ds,
+        "yes (the only dataset it simulates)", ok)
+
     for r in real.ROUTES:
         sg = rf["routes"][r]
         add(f"route {r}", "GET" if sg == "mount" else sg, sf["routes"][r])
 
+    add("GET /health runs a one-token generate (same handler as /health_generate)", rf["health_runs_generate"],
+        sf["health_runs_generate"])
     add("readiness log line", rf["ready_line"], sf["ready_line"])
 
     db = rf["decode_batch"]
@@ -187,6 +206,9 @@ def render(results: dict[str, list[Row]], meta: dict[str, str]) -> str:
         "- **routes**: SGLang: the `@app.get/post/api_route` decorators of `http_server.py` (`/metrics` is the "
         "Prometheus app mounted with `--enable-metrics`); simulator: GET/POST/PUT on the running server "
         "(anything but 404/405/501 counts as served).",
+        "- **/health**: SGLang: whether one handler carries both `/health` and `/health_generate` (the one-token "
+        "generate check); simulator: whether a `GET /health` on the ready server left a `Prefill batch` line in its "
+        "log.",
         "- **log lines**: SGLang: the literals and f-strings that build the line; simulator: the line it logged "
         "(values replaced by `{}`); the accept-rate meaning from the logged numbers (draft tokens 4).",
         "- **titles**: SGLang: the `prefix += \" XX{rank}\"` parts before `setproctitle(\"sglang::scheduler...\")`, "
