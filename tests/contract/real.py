@@ -318,8 +318,11 @@ def decode_batch(w: Wheel) -> dict[str, Any]:
     spec = next((p for p in pieces if p.startswith("accept len")), None)
     tail = next((p for p in pieces if "gen throughput" in p), None)
     src = ast.unparse(fn)
+    total = re.search(r"total_draft_tokens = (.+)", src)
     if "draft_per_round" in src or "num_correct_drafts" in src:
         rate = "(accept_len - 1) / (draft_tokens - 1)"
+    elif "accept rate" in (spec or "") and total and re.search(r"num_steps\b.*\+ 1", total.group(1)):
+        rate = "accept_len / (steps + 1)"
     elif "accept rate" in (spec or ""):
         rate = "accept_len / draft_tokens"
     else:

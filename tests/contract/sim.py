@@ -9,6 +9,7 @@ sites (a probe plugin installed as an entry point reports its caller).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -86,6 +87,8 @@ def _http(method: str, url: str, body: bytes | None = None) -> int:
             return int(r.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
+    except (ConnectionError, http.client.HTTPException) as e:
+        raise RuntimeError(f"{method} {url}: {e!r}") from e
 
 
 def _children(pid: int) -> list[int]:
@@ -149,6 +152,8 @@ class SimInstall:
         helptext = subprocess.run([self.python, "-m", "sglang.bench_serving", "--help"], capture_output=True,
                                   text=True, timeout=60, env=self.env(), cwd=str(self.root)).stdout
         got["bench_flags"] = sorted(set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", helptext)) - {"--help"})
+        ds = re.search(r"--dataset-name \{([^}]*)\}", helptext)
+        got["bench_datasets"] = sorted(ds.group(1).split(",")) if ds else "any"
         return got
 
     def launch(self, extra: list[str], attempts: int = 3, full: bool = True) -> dict[str, Any]:
@@ -160,6 +165,7 @@ class SimInstall:
             except _Killed as e:
                 if i == attempts - 1:
                     raise RuntimeError(str(e)) from None
+                print(f"contract: {str(e).splitlines()[0]}; starting it again", file=sys.stderr)
         raise AssertionError("unreachable")
 
     def _launch_once(self, extra: list[str], full: bool) -> dict[str, Any]:
@@ -179,29 +185,21 @@ class SimInstall:
         try:
             deadline = time.monotonic() + 60
             while "fired up and ready" not in log.read_text(errors="replace"):
-                if p.poll() is not None and p.returncode < 0:
-                    raise _Killed(f"simulator {self.version}: launcher killed by signal {-p.returncode} "
+                stopped = "Shutting down" in log.read_text(errors="replace")
+                if p.poll() is not None and (p.returncode < 0 or stopped):
+                    raise _Killed(f"simulator {self.version}: launcher stopped from outside (exit {p.returncode}) "
                                   f"before ready:\n{log.read_text()}")
                 if p.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"simulator {self.version} did not start (exit {p.returncode}):\n"
                                        f"{log.read_text()}")
                 time.sleep(0.05)
-            titles = sorted({_title(c) for c in _children(p.pid)} - {""})
-            base = f"http://127.0.0.1:{port}"
-            routes: dict[str, str | None] = {}
-            # Does /health run a generate? Its one-token request leaves a "Prefill batch" line in the log.
-            n0 = log.read_text(errors="replace").count("Prefill batch")
-            health_code = _http("GET", base + "/health") if full else None
-            health_runs_generate = log.read_text(errors="replace").count("Prefill batch") > n0
-            for r in ROUTES if full else ():
-                ok = []
-                for method in ("GET", "POST", "PUT"):
-                    body = json.dumps({"input_ids": list(range(16)), "sampling_params": {"max_new_tokens": 24}})
-                    code = _http(method, base + r, body.encode() if method != "GET" else None)
-                    if code not in (404, 405, 501):
-                        ok.append(method)
-                routes[r] = ",".join(ok) or None
-            text = log.read_text(errors="replace")
+            try:
+                return self._observe(p, log, port, full)
+            except RuntimeError as e:
+                # the launcher's SIGTERM path logs "Shutting down": something outside stopped it mid-probe
+                if "Shutting down" in log.read_text(errors="replace") or p.poll() is not None:
+                    raise _Killed(f"simulator {self.version}: stopped from outside during the probe ({e})") from e
+                raise
         finally:
             for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
                 try:
@@ -213,6 +211,26 @@ class SimInstall:
                     break
                 except subprocess.TimeoutExpired:
                     continue
+
+    def _observe(self, p: subprocess.Popen[bytes], log: Path, port: int, full: bool) -> dict[str, Any]:
+        titles = sorted({_title(c) for c in _children(p.pid)} - {""})
+        base = f"http://127.0.0.1:{port}"
+        routes: dict[str, str | None] = {}
+        # Does /health run a generate? Its one-token request leaves a "Prefill batch" line in the log.
+        n0 = log.read_text(errors="replace").count("Prefill batch")
+        health_code = _http("GET", base + "/health") if full else None
+        health_runs_generate = log.read_text(errors="replace").count("Prefill batch") > n0
+        for r in ROUTES if full else ():
+            ok = []
+            for method in ("GET", "POST", "PUT"):
+                body = json.dumps({"input_ids": list(range(16)), "sampling_params": {"max_new_tokens": 24}})
+                code = _http(method, base + r, body.encode() if method != "GET" else None)
+                if code not in (404, 405, 501):
+                    ok.append(method)
+            routes[r] = ",".join(ok) or None
+        text = log.read_text(errors="replace")
+        if "Shutting down" in text:
+            raise RuntimeError("the launcher was stopped while it was probed")
         lines = text.splitlines()
         return {
             "health_runs_generate": health_runs_generate if health_code == 200 else None,

@@ -83,6 +83,7 @@ def _rate_meaning(line: str, draft_tokens: int) -> str | None:
     if abs(rate - (al - 1) / (draft_tokens - 1)) < 0.006:
         return "(accept_len - 1) / (draft_tokens - 1)"
     if abs(rate - al / draft_tokens) < 0.006:
+        # with 3 steps, topk 1, 4 draft tokens, steps + 1 == draft tokens: both readings give this number
         return "accept_len / draft_tokens"
     return f"other ({al} → {rate})"
 
@@ -119,9 +120,13 @@ def rows(w: real.Wheel, rf: dict[str, Any], sf: dict[str, Any]) -> list[Row]:
     add("bench_serving flags the agent passes exist", lack_sg or f"all {len(tbf)}", lack_sm or f"all {len(tbf)}",
         not lack_sg and not lack_sm)
     ds = bf.get("--dataset-name")
-    ok = isinstance(ds, list) and "random-ids" in ds
-    add("bench_serving --dataset-name random-ids (the agent's) is a valid choice", "yes" if ok else ds,
-        "yes (the only dataset it simulates)", ok)
+    sds = sf["bench_datasets"]
+    add("bench_serving --dataset-name random-ids (the agent's) is a valid choice",
+        "yes" if isinstance(ds, list) and "random-ids" in ds else ds,
+        "yes" if isinstance(sds, list) and "random-ids" in sds else sds)
+    extra_ds = [d for d in sds if isinstance(ds, list) and d not in ds] if isinstance(sds, list) else sds
+    add("bench_serving --dataset-name: the simulator offers only SGLang's choices", ds,
+        (sds if not extra_ds else f"{_fmt(sds)}; not in SGLang: {_fmt(extra_ds)}"), not extra_ds)
 
     for r in real.ROUTES:
         sg = rf["routes"][r]
