@@ -71,6 +71,7 @@ def inv(*args: str, inventory: Path | None = None, timeout: float = 540) -> tupl
     argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args, "--inventory",
             str(inventory or WORK / "inventory.yaml")]
     print(f"\n[{now()}] $ inv {' '.join(args)}", flush=True)
+    timeout = min(timeout, max(30.0, time_left() + 20))   # never run past the call's own limit
     t0 = time.monotonic()
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
@@ -101,7 +102,7 @@ def write_inventory(path: Path, *, python: str, tp: int, models: Path, extra_arg
     args = ["--attention-backend", "triton", "--sampling-backend", "pytorch", *NO_GRAPH, "--skip-tokenizer-init",
             "--mem-fraction-static", mem, *(extra_args or [])]
     inventory = {
-        "defaults": {"timeouts": {"ready": 420, "stall": 300, "stop_grace": 15, "gpu_clean": 60}},
+        "defaults": {"timeouts": {"ready": 300, "stall": 180, "stop_grace": 15, "gpu_clean": 60}},
         "hosts": {"h200": {
             "connection": "local", "default": True, "python": python, "gpus": tp, "tp": tp,
             "model": str(models / "target"), "draft_model": str(models / "draft"),
