@@ -26,6 +26,7 @@ WHEELS=(
   tokenizers==0.22.2           # transformers 5.12.1 wants tokenizers <= 0.23.0 (image: 0.23.2)
   pydantic==2.14.4             # fastapi, sglang.srt.entrypoints.openai.protocol; the tool's inventory too
   pydantic_core==2.50.5        # pydantic
+  typing_extensions==4.16.0    # pydantic 2.14 and fastapi want a recent one
   annotated_types==0.8.0       # pydantic
   typing_inspection==0.4.5     # pydantic
   dill==0.4.1                  # sglang.srt.sampling.custom_logit_processor
