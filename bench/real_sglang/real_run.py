@@ -326,7 +326,7 @@ def step_sweep() -> None:
     t0 = time.monotonic()
     code, doc, _err, _wall = inv("sweep", "--steps", "2,3", *BENCH, "--patch-mode", "plugin", "--json",
                                "--out", str(WORK / "runs"), timeout=max(60, time_left() - 60))
-    record("tp1 sweep --steps 2,3 (baseline + 2 EAGLE-3 configurations)", code == 0,
+    record("sweep --steps 2,3 (baseline + 2 EAGLE-3 configurations)", code == 0,
            f"{time.monotonic() - t0:.0f} s; predicted accept_len s2 {make_models.predicted_accept_length(128, 2):.3f}"
            f", s3 4.000; result: " + json.dumps(doc, default=str)[:2500], doc=doc)
 
@@ -398,10 +398,11 @@ def phase_tp1b(python: str, models: Path, site: Path, before: dict[str, str]) ->
 def phase_tp1(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
     write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models)
     inv("render", "--steps", "3", "--json")
-    run_steps([("baseline", 150, step_baseline), ("eagle plugin", 120, lambda: step_eagle(1, "plugin")),
-               ("sweep", 200, step_sweep), ("check-env scheduler", 60, lambda: check_modes(["scheduler"], 1)),
-               ("check-env engine", 60, lambda: check_modes(["engine"], 1)),
-               ("failure paths", 150, lambda: failure_paths(python, models, 1))], RESERVE)
+    run_steps([("baseline", 150, step_baseline), ("eagle plugin", 100, lambda: step_eagle(1, "plugin")),
+               ("failure paths", 120, lambda: failure_paths(python, models, 1)),
+               ("check-env scheduler", 50, lambda: check_modes(["scheduler"], 1)),
+               ("check-env engine", 50, lambda: check_modes(["engine"], 1)),
+               ("sweep", 150, step_sweep), ("bench client sglang", 45, step_bench_sglang)], RESERVE)
     stop_and_rollback(site, before, 1)
 
 
@@ -412,6 +413,7 @@ def phase_tp2(python: str, models: Path, site: Path, before: dict[str, str]) -> 
                ("check-env plugin", 70, lambda: check_modes(["plugin"], 2)),
                ("check-env engine", 70, lambda: check_modes(["engine"], 2)),
                ("check-env scheduler", 70, lambda: check_modes(["scheduler"], 2)),
+               ("sweep (if call 1 had no time for it)", 150, step_sweep),
                ("stripped plugin+engine", 150, lambda: stripped(python, models, 2, ["plugin", "engine"]))],
               RESERVE)
     stop_and_rollback(site, before, 2)
