@@ -127,6 +127,26 @@ def test_bench_picks_a_client_whose_dataset_the_hosts_sglang_has(inventory: Path
     assert "Traceback" not in err
 
 
+def test_bench_auto_falls_back_when_sglangs_bench_serving_cannot_import(inventory: Path, sim_host: SimHost,
+                                                                        tmp_path: Path) -> None:
+    """Real SGLang 0.5.16 on an H200 (docs/real-sglang.md): bench_serving.py exists but dies on `import datasets`,
+    so its --help lists nothing. auto uses the built-in client and names the missing module; --client sglang says
+    so in one sentence."""
+    sim_host.set_sim_config(**FAST, bench_serving_missing_module="datasets")
+    code, _doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    assert code == 0, err
+    code, r, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    assert code == 0, err
+    assert r["client"] == "loadgen" and r["completed"] == 3
+    assert r["accept_len_source"] == "meta_info" and r["accept_len"] is not None
+    p = run_inv("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    assert p.returncode == 0 and "No module named 'datasets'" in p.stdout + p.stderr, p.stdout + p.stderr
+    code, doc, err = inv_json("bench", *BENCH, "--client", "sglang", "--out", str(tmp_path), inventory=inventory)
+    assert code == 1 and "No module named 'datasets'" in doc["error"]["message"], doc["error"]
+    assert "Traceback" not in err
+
+
+
 def test_bench_against_a_server_with_an_api_key_never_shows_the_key(fleet: Fleet, sim_host: SimHost,
                                                                     tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--api-key", "k3y-s3cr3t"]})

@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import metrics, procs, records, server, versions
 from .common import AgentError, EventSink, atomic_write, ensure_private_dir, open_private
@@ -74,19 +74,26 @@ def has_bench_serving(sglang_root: Optional[str]) -> bool:
 BENCH_DATASET = "random-ids"
 
 
-def bench_serving_datasets(env: Optional[Dict[str, str]] = None) -> Optional[List[str]]:
+def bench_serving_help(env: Optional[Dict[str, str]] = None) -> Tuple[Optional[List[str]], Optional[str]]:
     """The ``--dataset-name`` choices of the host's ``sglang.bench_serving``, as its own ``--help`` lists them
-    (the module moved to ``sglang.benchmark.serving`` in 0.5.15 and kept a shim; asking it covers every layout).
-    None when it cannot say."""
+    (the module moved to ``sglang.benchmark.serving`` in 0.5.15 and kept a shim; asking it covers every layout), and
+    why it could not say: real 0.5.16 installed for serving dies on ``import datasets`` (docs/real-sglang.md)."""
     try:
         out = subprocess.run([sys.executable, "-m", "sglang.bench_serving", "--help"], stdin=subprocess.DEVNULL,
                              capture_output=True, text=True, timeout=120, env=env)
-    except (OSError, subprocess.SubprocessError):
-        return None
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"it did not run: {e}"
     m = re.search(r"--dataset-name\s+\{([^}]*)\}", out.stdout)
     if out.returncode != 0 or not m:
-        return None
-    return [name.strip() for name in m.group(1).split(",") if name.strip()]
+        errors = [ln.strip() for ln in (out.stderr or out.stdout).splitlines()
+                  if re.match(r"\w*(Error|Exception)\b", ln.strip())]
+        return None, errors[-1][:200] if errors else f"its --help exited {out.returncode}"
+    return [name.strip() for name in m.group(1).split(",") if name.strip()], None
+
+
+def bench_serving_datasets(env: Optional[Dict[str, str]] = None) -> Optional[List[str]]:
+    """The choices alone (None when it cannot say)."""
+    return bench_serving_help(env)[0]
 
 
 def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str, sink: EventSink,
@@ -182,8 +189,12 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         adaptive_or_hist = req.get("target_ci") is not None or req.get("need_histogram")
         client = "sglang" if has_bench_serving(sg.get("root")) and not adaptive_or_hist else "builtin"
         if client == "sglang":
-            datasets = bench_serving_datasets()
-            if datasets is None or BENCH_DATASET not in datasets:
+            datasets, problem = bench_serving_help()
+            if problem:
+                client = "builtin"
+                sink.emit("info", message=f"SGLang {version}'s bench_serving cannot start here ({problem}): "
+                                          "using the built-in client")
+            elif datasets is None or BENCH_DATASET not in datasets:
                 client = "builtin"
                 sink.emit("info", message=f"SGLang {version}'s bench_serving offers no {BENCH_DATASET} dataset "
                                           f"({', '.join(datasets or ['none listed'])}): using the built-in client")
@@ -191,7 +202,11 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         raise AgentError("bench_failed", f"SGLang {version} on this host has no sglang.bench_serving",
                          "use `--client builtin` (or auto)")
     elif client == "sglang":
-        datasets = bench_serving_datasets()
+        datasets, problem = bench_serving_help()
+        if problem:
+            raise AgentError("bench_failed", f"SGLang {version}'s sglang.bench_serving cannot start on this host: "
+                             f"{problem}", "install what it names into the server's Python, or use "
+                             "`--client builtin` (or auto)")
         if datasets is None or BENCH_DATASET not in datasets:
             offered = ", ".join(datasets) if datasets else "(its --help lists none)"
             raise AgentError("bench_failed", f"SGLang {version}'s sglang.bench_serving has no {BENCH_DATASET} "

@@ -20,6 +20,15 @@ import threading
 import time
 from typing import Any
 
+from sglang._sim import runtime
+
+# Real 0.5.16's bench_serving.py imports sglang.benchmark.serving, which imports `datasets` at module level: a
+# serving-only install cannot run it (seen on an H200, docs/real-sglang.md). The knob makes the import fail the same
+# way, with Python's own message.
+_MISSING = runtime.load_config().get("bench_serving_missing_module")
+if _MISSING:
+    raise ModuleNotFoundError(f"No module named {_MISSING!r}", name=str(_MISSING))
+
 
 def _auth_headers() -> dict[str, str]:
     """SGLang's get_auth_headers(): the key comes from the environment, never from the command line."""
