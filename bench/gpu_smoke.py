@@ -169,7 +169,8 @@ def deploy_checks(tp: int) -> None:
                if ok else (doc or {}).get("error", {}).get("message", err[-200:]) if doc else err[-200:])
         code, doc, _ = inv("check-env", "--json")
         nccl_rows = [r for r in (doc or {}).get("rows", []) if r.get("evidence") == "nccl_log"]
-        record(f"check-env after {mode}", code == 0 and bool(nccl_rows), evidence_summary(doc or {}))
+        # At TP 1 SGLang (and the simulator, since real 0.5.16 showed it) builds no NCCL communicator: no NCCL lines.
+        record(f"check-env after {mode}", code == 0 and (bool(nccl_rows) or tp == 1), evidence_summary(doc or {}))
     # A launch path that strips NCCL_* before the workers start: env mode must fail, scheduler mode must pass,
     # and the values NCCL used must be invisible in /proc/PID/environ.
     sim_config(strip_env_prefixes=["NCCL_"])
@@ -184,10 +185,14 @@ def deploy_checks(tp: int) -> None:
     print("\nreal NCCL lines and patch markers from the server log (last deploy):")
     print("\n".join(nccl[-30:]))
     rows = (doc or {}).get("rows", [])
-    in_nccl_not_environ = [r for r in rows if r.get("evidence") == "nccl_log" and
-                           (r.get("sources") or {}).get("environ") is None]
-    record("in-process values: seen by NCCL, not by /proc/PID/environ", code == 0 and bool(in_nccl_not_environ),
-           f"{len(in_nccl_not_environ)}/{len(rows)} rows proven by NCCL's log with environ blind")
+    blind = [r for r in rows if r.get("status") == "proven" and (r.get("sources") or {}).get("environ") is None]
+    in_nccl_not_environ = [r for r in blind if r.get("evidence") == "nccl_log"]
+    if tp == 1:
+        record("in-process values: proven with /proc/PID/environ blind (TP 1: no NCCL communicator)",
+               code == 0 and len(blind) == len(rows) > 0, f"{len(blind)}/{len(rows)} rows proven, environ blind")
+    else:
+        record("in-process values: seen by NCCL, not by /proc/PID/environ", code == 0 and bool(in_nccl_not_environ),
+               f"{len(in_nccl_not_environ)}/{len(rows)} rows proven by NCCL's log with environ blind")
     sim_config(strip_env_prefixes=[])
     code, _, _ = inv("stop")
     code, doc, _ = inv("rollback-patches", "--json")

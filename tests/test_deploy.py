@@ -149,6 +149,25 @@ def test_the_message_itself_carries_sglangs_error_line(inventory: Path, sim_host
     assert "Traceback (most recent call last)" not in doc["error"]["message"]
 
 
+def test_a_taken_http_port_fails_the_deploy_with_uvicorns_line(inventory: Path, sim_host: SimHost) -> None:
+    # Real 0.5.16 (H200): no early port check; the schedulers start, then uvicorn cannot bind and SGLang exits.
+    holder = int(sim_host.exec("setsid nohup /root/ml-env/bin/python3 -c 'import socket, time; s = socket.socket(); "
+                               "s.bind((\"127.0.0.1\", 8000)); s.listen(1); time.sleep(120)' >/dev/null 2>&1 "
+                               "</dev/null & echo $!").stdout.strip())
+    deadline = time.monotonic() + 10
+    while "LISTEN" not in sim_host.exec("ss -ltn 'sport = :8000' || true").stdout.upper():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    try:
+        code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+        assert code == 1, err
+        message = doc["error"]["message"]
+        assert "port is already in use" in message and "[Errno 98]" in message and "address already in use" in message
+        assert sglang_pids(sim_host) == []
+    finally:
+        sim_host.exec(f"kill {holder} || true")
+
+
 def test_a_flag_the_version_rejects_is_named_in_the_message(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"sglang_args": ["--enable-amd-monokernel"]}})
     t0 = time.monotonic()

@@ -261,6 +261,10 @@ def test_unknown_flag_rejected_like_argparse(sim: Sim) -> None:
     p = sim.launch("--foo")
     assert p.wait(timeout=10) == 2
     assert "launch_server.py: error: unrecognized arguments: --foo" in sim.text()
+    sim.install("0.5.16")   # as real 0.5.16 printed it on an H200
+    p = sim.launch("--foo")
+    assert p.wait(timeout=10) == 2
+    assert "sglang serve: error: unrecognized arguments: --foo" in sim.text()
 
 
 # ----------------------------------------------------------------------------------------- processes
@@ -404,17 +408,26 @@ def test_nccl_tp1_no_proto_and_debug_file_and_plugin(sim: Sim) -> None:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: simtest-nccl-plugin\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[sglang.srt.plugins]\nnccl_env = simtest_nccl_plugin:apply\n")
     debug_file = sim.root / "nccl.%h.%p.log"
-    launcher = sim.launch(tp=1, extra_env={"NCCL_DEBUG": "INFO", "NCCL_PROTO": "LL",
+    launcher = sim.launch(tp=2, extra_env={"NCCL_DEBUG": "INFO", "NCCL_PROTO": "LL",
                                            "NCCL_DEBUG_FILE": str(debug_file)})
     text = sim.wait_log("fired up", proc=launcher)
-    pid = sim.schedulers(launcher)["sglang::scheduler"]
+    pid = sim.schedulers(launcher)["sglang::scheduler_TP0"]
     assert f"[simtest-plugin] pid={pid}" in text  # plugin ran in the scheduler
     assert f"[simtest-plugin] pid={launcher.pid}" in text  # and in the launcher
     assert _nccl_lines(text, pid) == []  # went to NCCL_DEBUG_FILE
     body = (sim.root / f"nccl.simtest.{pid}.log").read_text()
     assert "NCCL_NTHREADS set by environment to 256." in body
-    assert "NCCL_PROTO" not in body and "NCCL_ALGO" not in body  # nranks 1: no tuning lines
-    assert "rank 0 nranks 1 cudaDev 0" in body
+    assert "NCCL_PROTO set by environment to LL" in body
+    assert "rank 0 nranks 2 cudaDev 0" in body
+
+
+def test_tp1_creates_no_nccl_communicator(sim: Sim) -> None:
+    # Real SGLang 0.5.16 at TP 1 on an H200, NCCL_DEBUG=INFO: not one NCCL line (no communicator is built).
+    sim.install("0.5.16")
+    launcher = sim.launch(tp=1, extra_env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV",
+                                           "NCCL_NTHREADS": "512"})
+    text = sim.wait_log("fired up", proc=launcher)
+    assert "NCCL INFO" not in text
 
 
 def test_no_nccl_lines_without_debug_and_plugin_allowlist(sim: Sim) -> None:
@@ -549,12 +562,15 @@ def test_fail_hang(sim: Sim) -> None:
 
 
 def test_fail_port_in_use(sim: Sim) -> None:
+    # The knob: one of SGLang's internal ports (dist-init, ZMQ, NCCL) is taken; PortArgs says so before any work.
     sim.install("0.5.7", fail="port_in_use")
     launcher = sim.launch()
     assert launcher.wait(timeout=10) == 1
-    assert "Port is already in use." in sim.text()
+    assert "Port is already in use. dist_init_port=" in sim.text()
     assert "Init torch distributed" not in sim.text()
 
+    # The HTTP port taken: as real 0.5.16 on an H200 did, SGLang starts its schedulers first and only uvicorn's bind
+    # fails, then everything is torn down (no release checks the HTTP port early).
     sim.install("0.5.7")
     with socket.socket() as taken:
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -562,9 +578,13 @@ def test_fail_port_in_use(sim: Sim) -> None:
         taken.listen(1)
         port = taken.getsockname()[1]
         p = subprocess.run([sim.python, "-m", "sglang.launch_server", "--model-path", str(sim.model),
-                            "--port", str(port)], capture_output=True, text=True, timeout=10,
+                            "--port", str(port)], capture_output=True, text=True, timeout=60,
                            env=sim.env(), start_new_session=True)
-    assert p.returncode == 1 and "Port is already in use." in p.stderr
+    assert p.returncode == 1
+    assert "Port is already in use" not in p.stderr
+    assert "Application startup complete." in p.stderr
+    assert f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): " \
+           "address already in use" in p.stderr, p.stderr[-2000:]
 
 
 @pytest.mark.parametrize("version", ["0.5.7", "0.5.12"])

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
 
     runtime.configure_logger("", "info")
 
-    from sglang.srt.server_args import is_port_available, prepare_server_args
+    from sglang.srt.server_args import prepare_server_args
 
     server_args = prepare_server_args(argv)
     runtime.configure_logger("", server_args.log_level)
@@ -61,13 +61,13 @@ def main(argv: list[str]) -> None:
     else:
         logger.info(f"server_args={server_args!r}")
 
-    if cfg.get("fail") == "port_in_use" or not is_port_available(server_args.port, server_args.host):
-        logger.error("Port is already in use.")
-        runtime.write_all(
-            2,
-            f"[{runtime.now_stamp()}] ERROR:    [Errno 98] error while attempting to bind on address "
-            f"('{server_args.host}', {server_args.port}): address already in use\n".encode(),
-        )
+    # SGLang never checks the HTTP port early (no release does: uvicorn's bind fails after the schedulers are up,
+    # http_server.launch_server below). What it checks at start are its internal ports (PortArgs.init_new, 0.5.5+):
+    # the `port_in_use` knob stands for one of those being taken.
+    if cfg.get("fail") == "port_in_use":
+        base = server_args.port + 1
+        logger.error(f"Port is already in use. dist_init_port={base + 2} port_base={base} "
+                     f"detokenizer_port={base + 1} nccl_port={base + 3} scheduler_input_port={base + 4}")
         sys.exit(1)
 
     _check_model_path(server_args.model_path)

@@ -26,6 +26,8 @@ def real_comm_init(rank: int, nranks: int, gpu_id: int, nccl_port: int, cfg: dic
     torch.cuda.set_device(device)
     mib = int(cfg.get("per_gpu_memory_mib", 2048))
     _KEEP.append(torch.empty(mib * (1 << 20), dtype=torch.uint8, device=f"cuda:{device}"))
+    if nranks == 1:
+        return {}   # SGLang at TP 1 creates no NCCL communicator (real 0.5.16 printed no NCCL line)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{nccl_port}", rank=rank, world_size=nranks,
                             device_id=torch.device(f"cuda:{device}"))
     t = torch.ones(1024, device=f"cuda:{device}") * (rank + 1)

@@ -399,7 +399,9 @@ def _config_args(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
 
 
 def prepare_server_args(argv: list[str]) -> ServerArgs:
-    parser = argparse.ArgumentParser()
+    # 0.5.10+ names its parser "sglang serve" (server_args.prepare_server_args), so argparse's complaint reads
+    # "sglang serve: error: ..."; before, it is the script's name, "launch_server.py".
+    parser = argparse.ArgumentParser(prog="sglang serve" if version() >= (0, 5, 10) else None)
     ServerArgs.add_cli_args(parser)
     if version() >= (0, 5, 3):
         parser.add_argument("--config", type=str, help="Read CLI options from a config file.")

@@ -462,6 +462,7 @@ def launch_server(server_args: ServerArgs) -> None:
         uv_log(f"[Errno {e.errno}] error while attempting to bind on address "
                f"('{server_args.host}', {server_args.port}): {e.strerror.lower() if e.strerror else e}",
                level="ERROR")
+        uv_log("Waiting for application shutdown.")   # then SGLang tears its schedulers down (real 0.5.16)
         engine.kill_process_tree(include_parent=True, exit_code=1)
         return
     uv_log(f"Uvicorn running on http://{server_args.host}:{server_args.port} (Press CTRL+C to quit)")

@@ -92,8 +92,10 @@ class ModelRunner:
             from sglang._sim.cuda import real_comm_init
 
             self.nccl_env = real_comm_init(self.tp_rank, self.tp_size, self.gpu_id, self.nccl_port, self.cfg)
-        else:
+        elif self.tp_size > 1:
             self.nccl_env = simulate_comm_init(self.tp_rank, self.tp_size, self.gpu_id, self.cfg)
+        # At TP 1 SGLang builds no NCCL communicator, so NCCL reads nothing and prints nothing: real 0.5.16 on an
+        # H200 logged no NCCL line at all with NCCL_DEBUG=INFO (docs/real-sglang.md).
         logger.info("Init torch distributed ends. mem usage=0.56 GB")
 
     def load_model(self) -> None:
