@@ -419,6 +419,27 @@ def phase_tp2(python: str, models: Path, site: Path, before: dict[str, str]) -> 
     stop_and_rollback(site, before, 2)
 
 
+def step_bench_auto(tp: int) -> None:
+    # The default client on a real install: 0.5.16's bench_serving cannot import `datasets`, so auto must fall back
+    # to the builtin load generator and still read the accept length from SGLang's meta_info.
+    code, doc, err, _wall = inv("bench", "--input-len", "64", "--output-len", "128", "--num-prompts", "6", "--json",
+                                timeout=240)
+    predicted = make_models.predicted_accept_length(OUTPUT_LEN, 3)
+    got = (doc or {}).get("accept_len")
+    record(f"tp{tp} bench (default client auto)", code == 0 and got is not None and abs(got - predicted) < 0.01,
+           f"client {(doc or {}).get('client')}, accept_len {got} (source {(doc or {}).get('accept_len_source')}, "
+           f"predicted {predicted}), output {(doc or {}).get('output_tok_s')} tok/s" if doc and code == 0
+           else (doc or {}).get("error") or err[-400:], doc=doc)
+
+
+def phase_tp2b(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    """What the TP 2 call had no time for: the stripped launch path in plugin and engine mode; the default bench."""
+    write_inventory(WORK / "inventory.yaml", python=python, tp=2, models=models)
+    run_steps([("stripped plugin+engine", 200, lambda: stripped(python, models, 2, ["plugin", "engine"])),
+               ("bench auto", 60, lambda: step_bench_auto(2))], RESERVE)
+    stop_and_rollback(site, before, 2)
+
+
 SEED = {"extra_args": ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"],
         "env": {"EAGLE3_PROFILE": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}}
 
@@ -445,7 +466,7 @@ def phase_tp8(python: str, models: Path, site: Path, before: dict[str, str]) -> 
 def main() -> int:
     global OUT, DEADLINE
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp8"), required=True)
+    ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8"), required=True)
     ap.add_argument("--budget-s", type=float, default=560.0, help="seconds this run may take in all")
     ap.add_argument("--python", required=True, help="the venv python that has the real SGLang")
     ap.add_argument("--models", default="/tmp/rs/models")
@@ -470,7 +491,8 @@ def main() -> int:
              timeout=180))
     before = tree_manifest(site)
     print(f"hashed {len(before)} files under {site}")
-    phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp8": phase_tp8}
+    phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp2b": phase_tp2b,
+              "tp8": phase_tp8}
     phases[a.phase](a.python, models, site, before)
     print("\n| check | result | detail |\n|---|---|---|")
     for r in results:
