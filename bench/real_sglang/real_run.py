@@ -197,7 +197,7 @@ def check_modes(modes: list[str], tp: int, steps: int = 3) -> None:
         rows = (doc or {}).get("rows") or []
         proven = [r for r in rows if r.get("status") == "proven"]
         nccl = [r for r in rows if r.get("evidence") == "nccl_log"]
-        record(f"tp{tp} check-env after {mode}", code == 0 and len(proven) == len(rows) == 6 * tp,
+        record(f"tp{tp} check-env after {mode}", code == 0 and len(proven) == len(rows) >= 6 * tp,
                checkenv_summary(doc) + f"; {len(nccl)} proven by NCCL's own lines", rows=rows)
         print("NCCL 'set by environment' lines and patch markers in the server log:")
         print("\n".join(nccl_lines("baseline" if steps == 0 else f"eagle3-s{steps}-k1-d{steps + 1}")))
@@ -312,7 +312,7 @@ def step_eagle(tp: int, mode: str = "plugin") -> None:
         return
     code, cdoc, _, _ = inv("check-env", "--json")
     rows = (cdoc or {}).get("rows") or []
-    record(f"tp{tp} check-env after {mode}", code == 0 and len(rows) == 6 * tp and
+    record(f"tp{tp} check-env after {mode}", code == 0 and len(rows) >= 6 * tp and
            all(r.get("status") == "proven" for r in rows), checkenv_summary(cdoc), rows=rows)
     print("\n".join(nccl_lines("eagle3-s3-k1-d4")))
     eagle = bench(f"tp{tp} bench EAGLE-3 steps 3", 3)
@@ -366,9 +366,9 @@ def stripped(python: str, models: Path, tp: int, modes: list[str], **inv_kw: Any
             rows = (cdoc or {}).get("rows") or []
             blind = [r for r in rows if r.get("evidence") == "nccl_log" and
                      (r.get("sources") or {}).get("environ") is None]
-            record(f"tp{tp} stripped env: check-env after {mode}", code == 0 and len(rows) == 6 * tp and
+            record(f"tp{tp} stripped env: check-env after {mode}", code == 0 and len(rows) >= 6 * tp and
                    all(r.get("status") == "proven" for r in rows),
-                   checkenv_summary(cdoc) + f"; {len(blind)}/{6 * tp} proven by NCCL's lines with "
+                   checkenv_summary(cdoc) + f"; {len(blind)}/{len(rows)} proven by NCCL's lines with "
                    "/proc/PID/environ blind", rows=rows)
             print("\n".join(nccl_lines("eagle3-s3-k1-d4")))
     finally:
