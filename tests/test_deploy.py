@@ -152,9 +152,10 @@ def test_the_message_itself_carries_sglangs_error_line(inventory: Path, sim_host
 def test_a_taken_http_port_fails_the_deploy_with_uvicorns_line(inventory: Path, sim_host: SimHost) -> None:
     # Real 0.5.16 (H200): no early port check; the schedulers start, then uvicorn cannot bind and SGLang exits.
     holder = int(sim_host.exec("setsid nohup /root/ml-env/bin/python3 -c 'import socket, time; s = socket.socket(); "
+                               "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
                                "s.bind((\"127.0.0.1\", 8000)); s.listen(1); time.sleep(120)' >/dev/null 2>&1 "
                                "</dev/null & echo $!").stdout.strip())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while "LISTEN" not in sim_host.exec("ss -ltn 'sport = :8000' || true").stdout.upper():
         assert time.monotonic() < deadline
         time.sleep(0.1)
