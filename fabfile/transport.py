@@ -163,7 +163,7 @@ class LocalTransport(Transport):
 
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
         target = Path(os.path.expanduser(path))
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".specdeploy-", dir=str(target.parent))
         try:
             with os.fdopen(fd, "wb") as f:

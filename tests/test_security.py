@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import subprocess
 import threading
 from pathlib import Path
@@ -103,6 +104,23 @@ def test_a_planted_log_symlink_is_never_followed(fleet: Fleet, sim_host: SimHost
     assert r.returncode == 2 and "symlink" in r.stderr, r.stderr
     assert sim_host.exec("cat /root/victim.txt").stdout == "original\n"
     assert sglang_pids(sim_host) == []
+
+
+def test_deploy_router_refuses_a_shared_log_dir(fleet: Fleet, sim_hosts: dict[str, SimHost], tmp_path: Path) -> None:
+    router_host = sim_hosts["sim1"]
+    assert as_nobody(router_host, planted_package("/tmp/specdeploy-logs")).returncode == 0
+    inv = derived_inventory(fleet, tmp_path, hosts={"sim2": {"listen": "0.0.0.0"},
+                                                     "sim1": {"log_dir": "/tmp/specdeploy-logs"}})
+    data = yaml.safe_load(inv.read_text())
+    data["groups"] = {"replicas": ["sim2"]}
+    data["routers"] = {"front": {"host": "sim1", "group": "replicas"}}
+    inv.write_text(yaml.safe_dump(data))
+    code, _, err = inv_json("deploy", "--host", "sim2", "--steps", "2", inventory=inv)
+    assert code == 0, err
+    r = run_inv("deploy-router", inventory=inv)
+    assert r.returncode == 2 and "/tmp/specdeploy-logs belongs to nobody" in r.stdout + r.stderr, r.stderr
+    assert not exists(router_host, MARKER)
+    assert "sglang_router" not in router_host.exec("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '").stdout
 
 
 # ---------------------------------------------------------------------------------------------- 3. state directory
@@ -267,6 +285,18 @@ def test_secrets_stay_out_of_command_lines_and_reach_the_server(secret_inventory
              "  except Exception as e: return getattr(e, 'code', 0)\n"
              f"print(get({{}}), get({{'Authorization': 'Bearer {API_KEY}'}}))\n")
     assert sim_host.exec(["/usr/bin/python3", "-c", probe]).stdout.split() == ["401", "200"]
+
+
+def test_an_sglang_without_config_files_gets_the_key_on_its_command_line_and_the_plan_says_so(
+        secret_inventory: Path, sim_host: SimHost) -> None:
+    sim_host.set_version("0.5.2")  # --config FILE came in 0.5.3
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=secret_inventory)
+    assert code == 0, err
+    assert any("takes --api-key only on its command line" in n for n in doc["notes"]), doc["notes"]
+    assert "--config" not in doc["launch_argv"] and "--api-key=***" in doc["launch_argv"]
+    assert "S3CRET" not in json.dumps(doc)
+    cmdline = sim_host.exec(f"tr '\\0' ' ' < /proc/{doc['pid']}/cmdline").stdout
+    assert f"--api-key={API_KEY}" in cmdline  # the one place left, named in the plan
 
 
 def test_bench_against_a_server_with_an_api_key(secret_inventory: Path, sim_host: SimHost) -> None:

@@ -38,6 +38,15 @@ HINT = ("use a directory that only the deploying user can write (the default und
 class Unsafe(Exception):
     """A path the tool must not run code from or write private files to; the message is a sentence."""
 
+    def __init__(self, message: str, hint: str = HINT) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _reinstall(d: str) -> str:
+    return (f"if nobody else can write there, remove {d} (the next command installs the agent again); otherwise "
+            "someone changed the tool's code on this host: investigate before deploying")
+
 
 def _who(uid: int) -> str:
     try:
@@ -142,7 +151,7 @@ def verify_tree(d: str, manifest_sha: str) -> None:
     except OSError as e:
         raise Unsafe(f"the agent at {d} has no readable manifest ({e.strerror})") from None
     if _sha(manifest_bytes) != manifest_sha:
-        raise Unsafe(f"the agent manifest at {d} is not the one shipped")
+        raise Unsafe(f"the agent manifest at {d} is not the one shipped", _reinstall(d))
     manifest: Dict[str, str] = json.loads(manifest_bytes.decode("utf-8"))
     found: List[str] = []
     for root, dirs, files in os.walk(d):
@@ -150,7 +159,7 @@ def verify_tree(d: str, manifest_sha: str) -> None:
             p = os.path.join(root, name)
             st = os.lstat(p)
             if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                raise Unsafe(f"{p} in the agent directory is not a plain file or directory")
+                raise Unsafe(f"{p} in the agent directory is not a plain file or directory", _reinstall(d))
             if st.st_uid != me or st.st_mode & 0o022:
                 raise Unsafe(f"{p} in the agent directory belongs to {_who(st.st_uid)} or is writable by others "
                              f"(mode {st.st_mode & 0o7777:o})")
@@ -164,10 +173,10 @@ def verify_tree(d: str, manifest_sha: str) -> None:
     missing = sorted(set(manifest) - set(found))
     if extra or missing:
         raise Unsafe(f"the agent directory {d} does not hold what was shipped "
-                     f"({'extra: ' + ', '.join(extra) if extra else 'missing: ' + ', '.join(missing)})")
+                     f"({'extra: ' + ', '.join(extra) if extra else 'missing: ' + ', '.join(missing)})", _reinstall(d))
     for rel, digest in manifest.items():
         if _sha(_read_nofollow(os.path.join(d, rel))) != digest:
-            raise Unsafe(f"{os.path.join(d, rel)} differs from the file shipped (sha256 mismatch)")
+            raise Unsafe(f"{os.path.join(d, rel)} differs from the file shipped (sha256 mismatch)", _reinstall(d))
 
 
 def prep(state_dir: str) -> None:
@@ -229,9 +238,9 @@ def run(d: str, manifest_sha: str, verb: str, payload: str) -> int:
     return code
 
 
-def refuse(message: str) -> None:
+def refuse(message: str, hint: str = HINT) -> None:
     sys.stdout.write(json.dumps({"event": "result", "ok": False, "error": {
-        "kind": "unsafe_path", "message": message, "hint": HINT, "details": {}}}) + "\n")
+        "kind": "unsafe_path", "message": message, "hint": hint, "details": {}}}) + "\n")
     sys.stdout.flush()
 
 
@@ -251,7 +260,7 @@ def boot(argv: List[str]) -> int:
             refuse(f"unknown bootstrap mode {mode!r}")
             return 2
     except Unsafe as e:
-        refuse(str(e))
+        refuse(str(e), e.hint)
     return 0
 
 

@@ -121,20 +121,20 @@ def atomic_write(path: str, data: bytes, mode: Optional[int] = None) -> None:
 def ensure_private_dir(path: str, what: str = "directory") -> None:
     """Create ``path`` (and parents) with mode 0700, or tighten our own to 0700: deploy records, journals, logs and
     backups are the operator's business. A directory another account owns or can write is refused (see boot)."""
-    from .boot import HINT, Unsafe, check_dir
+    from .boot import Unsafe, check_dir
 
     try:
         check_dir(path, what)
     except Unsafe as e:
-        raise AgentError("unsafe_path", str(e), HINT) from None
+        raise AgentError("unsafe_path", str(e), e.hint) from None
 
 
 def open_private(path: str, append: bool = True) -> int:
     """A file descriptor on ``path`` created 0600, never through a link, ours alone (see boot.open_private)."""
-    from .boot import HINT, Unsafe
+    from .boot import Unsafe
     from .boot import open_private as _open
 
     try:
         return _open(path, append)
     except Unsafe as e:
-        raise AgentError("unsafe_path", str(e), HINT) from None
+        raise AgentError("unsafe_path", str(e), e.hint) from None

@@ -74,6 +74,9 @@ def stop(state_dir: str, name: str, grace: float) -> Dict[str, Any]:
 
 def start(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
     name = req["name"]
+    # Refuse an unsafe log or working directory before the running router is touched (server.start checks again).
+    ensure_private_dir(os.path.dirname(req["log_path"]), "log_dir")
+    ensure_private_dir(req["cwd"], "the working directory")
     stopped = stop(state_dir, name, float(req.get("grace", 5)))
     ensure_private_dir(os.path.dirname(req["script"]), "state_dir")
     header = f"=== specdeploy router {name} started {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ==="
