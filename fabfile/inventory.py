@@ -103,6 +103,7 @@ class SpeculativeFields(_Strict):
 class TimeoutFields(_Strict):
     connect: float | None = None      # TCP + banner + auth, per attempt
     connect_total: float | None = None  # all connection attempts together
+    connect_refused: float | None = None  # retries after a refusal (a dead ProxyCommand, a closed port)
     command: float | None = None      # default bound for one remote command (remote side too)
     ready: float | None = None        # hard bound on waiting for readiness
     stall: float | None = None        # no new log bytes for this long = failure
@@ -281,6 +282,7 @@ class Speculative:
 class Timeouts:
     connect: float = 10.0
     connect_total: float = 60.0
+    connect_refused: float = 5.0
     command: float = 120.0
     ready: float = 1800.0
     stall: float = 600.0

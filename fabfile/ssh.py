@@ -203,13 +203,26 @@ class SSHTransport(Transport):
 
         from fabfile.output import err
 
+        refused = isinstance(e, (paramiko.ProxyCommandFailure, ConnectionRefusedError, NoValidConnectionsError))
+        budget = (f"{self.timeouts.connect_refused:g} s (timeouts.connect_refused)" if refused
+                  else f"{self.timeouts.connect_total:.0f} s (timeouts.connect_total)")
         err.print(f"[yellow]{self.host_name}[/yellow]: cannot connect yet ({escape(why)}); retrying for up to "
-                  f"{self.timeouts.connect_total:.0f} s (timeouts.connect_total)", markup=True, highlight=False)
+                  f"{budget}", markup=True, highlight=False)
+
+    def _stop_connecting(self, state: RetryCallState) -> bool:
+        """Give up after connect_total; after a refusal (the ProxyCommand exited, the port is closed) already after
+        connect_refused: something answered "no", which ``ssh`` reports at once, and retrying it for a minute only
+        hides that answer. A short window still covers an sshd that is restarting or a network coming back."""
+        if stop_before_delay(self.timeouts.connect_total)(state):
+            return True
+        e = state.outcome.exception() if state.outcome is not None else None
+        refused = isinstance(e, (paramiko.ProxyCommandFailure, ConnectionRefusedError, NoValidConnectionsError))
+        return refused and stop_before_delay(self.timeouts.connect_refused)(state)
 
     def _connect(self) -> None:
         try:
             for attempt in Retrying(retry=retry_if_exception(lambda e: _transient(e) and not self.aborted),
-                                    stop=stop_before_delay(self.timeouts.connect_total),
+                                    stop=self._stop_connecting,
                                     wait=wait_exponential_jitter(initial=0.3, max=4), reraise=True,
                                     before_sleep=self._say_retrying):
                 with attempt:
@@ -228,7 +241,7 @@ class SSHTransport(Transport):
         except paramiko.ProxyCommandFailure as e:
             raise ConnectError(f"could not reach {self.alias}: its ProxyCommand (`{e.command}`) {e.error}",
                                f"run the ProxyCommand by hand to see why; it was retried for "
-                               f"{self.timeouts.connect_total:.0f} s (timeouts.connect_total)",
+                               f"{self.timeouts.connect_refused:g} s (timeouts.connect_refused)",
                                host=self.host_name) from None
         except SSHException as e:
             if _unknown_host(e):

@@ -368,6 +368,22 @@ def test_a_dead_proxy_command_is_reported_with_its_own_words(fleet: Fleet, tmp_p
     assert cpu < 0.6 * (ticks1.elapsed - ticks0.elapsed), (cpu, ticks1.elapsed - ticks0.elapsed)
 
 
+def test_a_refused_proxy_is_given_up_after_connect_refused_not_connect_total(fleet: Fleet, tmp_path: Path) -> None:
+    """Point 7, the time: `ssh` reports a refused connection at once; the tool retries a refusal only for
+    timeouts.connect_refused (a restarting sshd), not for the whole connect_total budget (here 600 s: a run that
+    used it would outlive the 120 s this test allows)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host sim1\n  HostName 127.0.0.1\n  User root\n  IdentityFile {fleet.client_key_path}\n"
+                      "  ProxyCommand socat - TCP:127.0.0.1:1\n")
+    inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"connect_total": 600, "connect_refused": 1}})
+    data = yaml.safe_load(inventory.read_text())
+    data["ssh_config"] = str(config)
+    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = run_inv("status", "--host", "sim1", inventory=inventory, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "Connection refused" in r.stderr and "timeouts.connect_refused" in r.stderr.split("error:")[-1], r.stderr
+
+
 # -- 9: check-env over a group --------------------------------------------------------------------------------------
 def test_check_env_summary_never_says_ok_for_a_host_without_proof(fleet: Fleet, sim_hosts: dict[str, SimHost],
                                                                   tmp_path: Path) -> None:
