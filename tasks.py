@@ -551,10 +551,60 @@ def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any
     out.print(f"trusted: added to {path}")
 
 
+ADOPT_HELP = {
+    "host": "read the SGLang server running on this inventory host (from /proc) and record it as adopted there, "
+            "so the next deploy replaces exactly it",
+    "command": "a pasted launch line instead (env assignments, nohup, redirections, `&`, even the ssh line)",
+    "name": "the host name for the entry (default: --host, else gpu1)",
+    "write": "write a new inventory file with the entry (refuses an existing file) instead of printing it",
+    "json": JSON_HELP,
+    "inventory": INVENTORY_HELP,
+}
+
+
+@task(help=ADOPT_HELP)
+@cli
+def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write: Any = None, json: bool = False,
+          inventory: Any = None) -> None:
+    """Bring a hand-started server under the tool: its inventory entry, rendering the same command."""
+    from pathlib import Path
+
+    from fabfile import adopt as adoption
+    from fabfile.errors import FlagError
+
+    if command is None and host is None:
+        raise FlagError("--host or --command: say which server to adopt (a running one, or its launch line)")
+    if write is not None and Path(write).exists():
+        raise FlagError(f"--write: {write} already exists; adopt writes a new file (print the entry without "
+                        "--write and paste it into your inventory)")
+    entry_name = name or host or "gpu1"
+    if command is not None:
+        entry = adoption.host_entry(adoption.parse_command(str(command)))
+        source = "a pasted launch line"
+    else:
+        inv = _inventory(inventory)
+        h = _one_host(inv, host, "adopt")
+        entry, source, _ = adoption.from_host(inv, h)
+    adoption.validate_entry(entry_name, entry)
+    if json:
+        from fabfile.output import print_json
+
+        print_json({"host": entry_name, "entry": entry, "source": source})
+    text = adoption.entry_yaml(entry_name, entry, source)
+    if write is not None:
+        fd = os.open(write, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if not json:
+            print(f"wrote {write}: `inv render --inventory {write} --host {entry_name}` shows the command")
+    elif not json:
+        print(text, end="")
+
+
 def raise_for(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
 ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host)
+                deploy_router, trust_host, adopt)

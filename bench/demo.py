@@ -42,10 +42,15 @@ def main() -> int:
         directory = Path(tempfile.mkdtemp(prefix="specdeploy-demo-"))
         t0 = time.monotonic()
         fleet = simfleet.up(1, directory, gpus=8, tp=8)
+        for h in fleet.hosts.values():
+            # The seed's machine: 8 RTX PRO 6000 Blackwell on PCIe in an LXC container (nvidia-smi lists no
+            # processes there), so what the demo prints matches the machine the seeds ran on.
+            h.set_sim_config(**simfleet.SEED_MACHINE)
         inventory = fleet.inventory_path
         print(f"simulated GPU host up in {time.monotonic() - t0:.2f} s ({fleet.mode} mode): {inventory}")
     try:
         codes = [
+            inv("gpus", inventory=inventory),
             inv("deploy", "--steps", args.steps, inventory=inventory),
             inv("check-env", inventory=inventory),
             inv("status", inventory=inventory),

@@ -167,4 +167,5 @@ _AGENT_KINDS.update({
     "script_changed": RemoteError,
     "router_failed": LaunchError,
     "unsafe_path": UnsafePathError,
+    "no_server": UsageError,
 })

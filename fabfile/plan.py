@@ -199,6 +199,9 @@ class Plan:
                 "nccl_notes": list(self.nccl_notes)}
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def config_name(spec: Speculative) -> str:
     if spec.steps == 0:
         return "baseline"
@@ -305,6 +308,11 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     env[DEPLOY_ID_ENV] = deploy_id
     patch_mode = opts.patch_mode or host.patch_mode
     notes = _plugin_allowlist(env, host, patch_mode)
+    if host.listen not in LOOPBACK:
+        # Kept as the operator wrote it (the seed host served on 0.0.0.0); the tool only says what it would advise.
+        notes.append(f"listen {host.listen}: SGLang serves every network this host is on, without authentication; "
+                     "127.0.0.1 (reached through an SSH tunnel or the router) is advised unless other machines "
+                     "must call it")
     argv = launch_argv(host, spec)
     log_path = f"{host.log_dir.rstrip('/')}/sglang-{name}.log"
     script_path = f"{host.state_dir.rstrip('/')}/launch-{name}.sh"

@@ -27,6 +27,14 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
             add(leader, f"recorded server of deploy {rec.get('deploy_id')}")
             for d in procs.descendants(leader.pid, table):
                 add(d, "child of the recorded server")
+    # A server brought under the tool by `inv adopt`: stopped by its recorded pid and start time, whatever its
+    # process looks like (a wrapper script, a renamed interpreter).
+    from . import adoption
+    adopted = adoption.adopted(state_dir)
+    if adopted is not None and int(adopted["pid"]) in by_pid:
+        add(by_pid[int(adopted["pid"])], "adopted server (inv adopt)")
+        for d in procs.descendants(int(adopted["pid"]), table):
+            add(d, "child of the adopted server")
     for p in table:
         # An SGLang server in another container (another PID namespace) is not ours to stop by its name; it is
         # stopped only if it holds one of the GPUs this deploy needs (below).

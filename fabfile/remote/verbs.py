@@ -386,6 +386,17 @@ def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return {"processes": items, "gpu_holders": found["gpu_holders"]}
 
 
+def _adopt(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    """Read the hand-started server (argv, the variables it was given, its log) and record it as adopted, so the
+    next deploy stops exactly it."""
+    from . import adoption, facts
+    state_dir = facts.expand(req["state_dir"])
+    server = adoption.read_server(state_dir, req.get("port"))
+    server["record"] = adoption.write_record(state_dir, server)
+    server["sglang"] = facts.sglang_info().get("version")
+    return server
+
+
 TABLE: Dict[str, Callable[[Dict[str, Any], EventSink], Dict[str, Any]]] = {
     "facts": _facts,
     "deploy": _deploy,
@@ -395,6 +406,7 @@ TABLE: Dict[str, Callable[[Dict[str, Any], EventSink], Dict[str, Any]]] = {
     "logs": _logs,
     "gpus": _gpus,
     "stale": _stale,
+    "adopt": _adopt,
     "records": _records,
     "redeploy": _redeploy,
     "cancel": _cancel,

@@ -724,6 +724,12 @@ def _clean_dir(directory: Path) -> None:
             _remove(p)
 
 
+# The seed host (shared/seeds/003_...): a Proxmox LXC container, Ubuntu 24.04, 8 RTX PRO 6000 Blackwell GPUs on PCIe
+# (96 GB each, 97887 MiB as nvidia-smi reports it), no NVLink. `./dev demo` simulates this machine.
+SEED_MACHINE: dict[str, Any] = {"gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "gpu_memory_mib": 97887,
+                                "interconnect": "pcie", "container": True}
+
+
 def up(
     n: int,
     directory: Path,
