@@ -80,7 +80,14 @@ def _float(flag: str, value: Any, what: str = "a number of seconds") -> float | 
 def _inventory(path: str | None) -> Any:
     from fabfile import inventory
 
-    return inventory.load(path or os.environ.get("SPECDEPLOY_INVENTORY") or "inventory.yaml")
+    chosen = path or os.environ.get("SPECDEPLOY_INVENTORY")
+    if chosen is None and not os.path.exists("inventory.yaml"):
+        from fabfile.errors import InventoryError
+
+        raise InventoryError(f"no inventory: no --inventory, $SPECDEPLOY_INVENTORY is not set, and {os.getcwd()} "
+                             "has no inventory.yaml", "pass --inventory PATH, export SPECDEPLOY_INVENTORY=PATH, or "
+                             "run in the folder that holds inventory.yaml")
+    return inventory.load(chosen or "inventory.yaml")
 
 
 def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True) -> Any:
