@@ -157,7 +157,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     if dry_run:
         _render(inv, hosts, opts, json)
         return
-    from fabfile.rollout import deploy_command
+    from fabfile.dispatch import deploy_command
 
     raise_for(deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
                              canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json))

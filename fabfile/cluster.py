@@ -15,9 +15,11 @@ import time
 
 from fabfile.deploy import deploy_host
 from fabfile.errors import SpecDeployError
+from fabfile.fanout import concurrent, reporter_for
 from fabfile.inventory import Cluster, Host, Inventory
+from fabfile.output import out
 from fabfile.plan import Options, build, new_deploy_id
-from fabfile.rollout import HostRollout, RolloutResult, concurrent, observe, reporter_for, rollback_hosts
+from fabfile.rollout import HostRollout, RolloutResult, observe, print_rollout, rollback_hosts
 from fabfile.session import HostSession
 
 
@@ -32,8 +34,7 @@ def _cancel(inv: Inventory, node: Host, deploy_id: str, reason: str) -> None:
 def _stop(inv: Inventory, node: Host) -> None:
     try:
         with HostSession.open(inv, node) as s:
-            s.call("stop", {"target_gpus": list(range(node.tp)), "grace": node.timeouts.stop_grace,
-                            "lock_wait": 30}, timeout=3 * node.timeouts.stop_grace + 60)
+            s.stop(lock_wait=30, slack=60)
     except SpecDeployError:
         pass
 
@@ -94,9 +95,6 @@ def deploy_cluster(inv: Inventory, cluster: Cluster, opts: Options, *, quiet: bo
 
 
 def print_cluster(result: RolloutResult) -> None:
-    from fabfile.output import out
-    from fabfile.rollout import print_rollout
-
     print_rollout(result)
     if result.ok:
         rank0 = result.hosts[0]

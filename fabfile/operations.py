@@ -8,107 +8,17 @@ document) and returns the exit code: 0 when every host succeeded, else the worst
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
 
-from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
+from fabfile.errors import HostTimeoutError
+from fabfile.fanout import HostOutcome, for_each_host
 from fabfile.inventory import Host, Inventory
 from fabfile.output import err, out, print_error, print_json, terminal_safe
 from fabfile.plan import mask_secrets, secret_values
 from fabfile.session import HostSession
-from fabfile.transport import Transport
-
-MAX_PARALLEL = 16
-
-
-@dataclass
-class HostOutcome:
-    host: Host
-    data: Any = None
-    error: SpecDeployError | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], Any],
-                  parallel: bool = True, host_timeout: float | None = None,
-                  answered: set[str] | None = None) -> list[HostOutcome]:
-    """Run ``work`` on every host (at most MAX_PARALLEL at once); outcomes in the order of ``hosts``.
-
-    With ``host_timeout``, a host whose part takes longer (counted from when it started, connecting included) is
-    reported as timed out while the others finish. Its thread cannot be killed (paramiko), so the main thread closes
-    that host's SSH session, which unblocks the thread; the thread is a daemon and its late result is ignored.
-    ``answered``: a set the work adds its host's name to once the host has answered; from then on ``host_timeout``
-    no longer applies to it (a long ``logs --follow`` is bounded by its own duration, only its start by this).
-    """
-    def one(h: Host, on_open: Callable[[Transport], None] | None = None) -> HostOutcome:
-        try:
-            with HostSession.open(inv, h, on_open) as s:
-                return HostOutcome(h, data=work(s))
-        except SpecDeployError as e:
-            if e.host is None:
-                e.host = h.name
-            return HostOutcome(h, error=e)
-        except Exception as e:  # a session closed under a thread can raise anything
-            return HostOutcome(h, error=RemoteError(f"{type(e).__name__}: {e}", host=h.name))
-
-    if not parallel or (len(hosts) == 1 and host_timeout is None):
-        return [one(h) for h in hosts]
-    cv = threading.Condition()
-    results: dict[str, HostOutcome] = {}
-    started: dict[str, float] = {}
-    transports: dict[str, Transport] = {}
-
-    def runner(h: Host) -> None:
-        def on_open(t: Transport) -> None:
-            with cv:
-                transports[h.name] = t
-
-        outcome = one(h, on_open)
-        with cv:
-            results.setdefault(h.name, outcome)
-            cv.notify_all()
-
-    pending = list(hosts)
-    running: set[str] = set()
-    with cv:
-        while len(results) < len(hosts):
-            running -= set(results)
-            while pending and len(running) < MAX_PARALLEL:
-                h = pending.pop(0)
-                running.add(h.name)
-                started[h.name] = time.monotonic()
-                threading.Thread(target=runner, args=(h,), name=f"host-{h.name}", daemon=True).start()
-            to_abort: list[Transport] = []
-            now = time.monotonic()
-            for h in hosts:
-                if h.name in running and host_timeout is not None and now - started[h.name] > host_timeout and \
-                        not (answered is not None and h.name in answered):
-                    results[h.name] = HostOutcome(h, error=HostTimeoutError(
-                        f"no answer within {host_timeout:.0f} s; its session was closed and its result is unknown",
-                        "the host, its sshd or its network may hang: check it over SSH; raise --host-timeout "
-                        "if it is only slow", host=h.name, timed_out=True))
-                    running.discard(h.name)
-                    t = transports.get(h.name)
-                    if t is not None:
-                        to_abort.append(t)
-            if to_abort:
-                cv.release()
-                try:
-                    for t in to_abort:
-                        threading.Thread(target=t.abort, daemon=True).start()
-                finally:
-                    cv.acquire()
-                continue
-            if len(results) < len(hosts):
-                cv.wait(0.05)
-    return [results[h.name] for h in hosts]
 
 
 def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str],
@@ -150,9 +60,7 @@ def _json(outcomes: list[HostOutcome], key: str = "data") -> None:
 def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool,
                host_timeout: float | None = None) -> int:
     def work(s: HostSession) -> Any:
-        return s.call("stop", {"target_gpus": list(range(s.host.tp)), "grace": s.host.timeouts.stop_grace,
-                               "dry_run": dry_run, "lock_wait": s.host.timeouts.lock_wait},
-                      timeout=3 * s.host.timeouts.stop_grace + 30)
+        return s.stop(dry_run=dry_run)
 
     # Every host at once, each bounded: a host whose sshd hangs is reported as timed out, the others still stop.
     bound = host_timeout if host_timeout is not None else \

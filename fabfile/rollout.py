@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-
 from fabfile.deploy import DeployResult, deploy_host
 from fabfile.errors import FlagError, SpecDeployError, from_agent
+from fabfile.fanout import concurrent, reporter_for
 from fabfile.inventory import Host, Inventory
 from fabfile.plan import Options, new_deploy_id
 from fabfile.progress import Reporter
@@ -153,27 +151,6 @@ class RolloutResult:
                 "hosts": [h.as_dict() for h in self.hosts], **self.extra}
 
 
-def concurrent(items: list[Any], fn: Callable[[Any], None]) -> None:
-    """Run ``fn`` on every item in its own thread (one SSH session each) and wait for all of them."""
-    if len(items) == 1:
-        fn(items[0])
-        return
-    threads = [threading.Thread(target=fn, args=(it,), name=f"deploy-{i}", daemon=True)
-               for i, it in enumerate(items)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def reporter_for(host: Host, *, quiet: bool, shared_console: bool) -> Reporter:
-    """Several hosts at once print plain step lines (no spinner: one live display cannot serve many threads)."""
-    if quiet:
-        return Reporter(host.name, enabled=False)
-    console = Console(stderr=True, highlight=False, force_terminal=False) if shared_console else None
-    return Reporter(host.name, console=console)
-
-
 def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: str, batch: BatchSize,
                 canary: bool, rollback_on_failure: bool, quiet: bool = False,
                 on_batch: Callable[[int, list[HostRollout]], None] | None = None) -> RolloutResult:
@@ -222,7 +199,8 @@ def observe(inv: Inventory, rows: list[HostRollout]) -> None:
     """Fill each row's "running now" from the host itself (the ``status`` verb, all hosts at once, each bounded):
     what this run believes it did is only the intent; the table shows what runs."""
     from fabfile.errors import ConnectError
-    from fabfile.operations import for_each_host, server_view
+    from fabfile.fanout import for_each_host
+    from fabfile.operations import server_view
 
     # A host this run already failed to reach twice (deploy, then rollback) is not waited for a third time.
     gone = [r for r in rows if isinstance(r.rollback_error, ConnectError)]
@@ -266,8 +244,7 @@ def rollback_hosts(rows: list[HostRollout], inv: Inventory, *, quiet: bool) -> N
                     row.outcome = "rolled back"
                     row.config_now, row.pid_now = data.get("config_name"), data.get("pid")
                 else:
-                    s.call("stop", {"target_gpus": list(range(h.tp)), "grace": h.timeouts.stop_grace,
-                                    "lock_wait": h.timeouts.lock_wait}, timeout=3 * h.timeouts.stop_grace + 30)
+                    s.stop()
                     why = "nothing ran before" if not prev or not prev.get("running") else \
                         "its previous deploy predates rollback records"
                     patches = restore_patches(s, row.deploy.plan.deploy_id) if row.deploy else None
@@ -437,39 +414,3 @@ def print_rollout(result: RolloutResult) -> None:
     if unknown:
         err.print(f"[red]not observed:[/red] {', '.join(unknown)} did not answer after the run; what runs there is "
                   "unknown: check with `inv status` once it answers")
-
-
-def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
-                   batch: BatchSize, canary: bool, rollback_on_failure: bool, as_json: bool) -> int:
-    """`inv deploy` after its flags are checked: one host, a rollout over several, or a multi-node cluster.
-
-    Every host's plan is built (and so validated) before the first host is touched. Returns the exit code.
-    """
-    from fabfile.output import deploy_summary, print_json
-    from fabfile.plan import build
-
-    for h in hosts:
-        build(h, opts)
-    if cluster is not None:
-        from fabfile.cluster import deploy_cluster, print_cluster
-
-        cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
-        if as_json:
-            print_json(cres.as_dict())
-        else:
-            print_cluster(cres)
-        return 0 if cres.ok else 1
-    if len(hosts) == 1 and strategy is None and not rollback_on_failure:
-        r = deploy_host(inv, hosts[0], opts, Reporter(hosts[0].name))
-        if as_json:
-            print_json(r.as_dict())
-        else:
-            deploy_summary(r)
-        return 0 if r.ok else (r.error.exit_code if r.error else 1)
-    res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
-                      rollback_on_failure=rollback_on_failure, quiet=as_json)
-    if as_json:
-        print_json(res.as_dict())
-    else:
-        print_rollout(res)
-    return 0 if res.ok else 1

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabfile.errors import FlagError, LaunchError, SpecDeployError
+from fabfile.fanout import HostOutcome, for_each_host
 from fabfile.inventory import Inventory, Router
-from fabfile.operations import HostOutcome, for_each_host
 from fabfile.render import shell_path
 from fabfile.session import HostSession
 

@@ -49,6 +49,17 @@ class HostSession:
         req = {"state_dir": self.host.state_dir, **request}
         return self.agent.call(verb, req, timeout or self.host.timeouts.command, **kw)
 
+    def stop(self, *, dry_run: bool = False, lock_wait: float | None = None, slack: float = 30) -> dict[str, Any]:
+        """Stop the SGLang server(s) on this host's GPUs: the one place the ``stop`` request is built.
+
+        ``lock_wait``: how long the agent waits for another run's lock (default: the host's ``lock_wait``);
+        ``slack``: seconds the client waits beyond the agent's own worst case (a TERM grace, then a KILL grace).
+        """
+        t = self.host.timeouts
+        req = {"target_gpus": list(range(self.host.tp)), "grace": t.stop_grace, "dry_run": dry_run,
+               "lock_wait": t.lock_wait if lock_wait is None else lock_wait}
+        return self.call("stop", req, timeout=3 * t.stop_grace + slack)
+
     def close(self) -> None:
         self.transport.close()
 
