@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fabfile import patchset
-from fabfile.remote import patching
+from fabfile.remote import patching, patchstore
 from fabfile.remote.common import AgentError, sha256_file
 
 VALUES = {
@@ -333,7 +333,7 @@ def test_lost_manifest_with_our_block_in_file_is_recovered(tmp_path: Path) -> No
 
 def _fail_on_nth_write(monkeypatch: pytest.MonkeyPatch, n: int) -> list[str]:
     calls: list[str] = []
-    real = patching.atomic_write
+    real = patchstore.atomic_write  # the transactional writer's module (patchstore._write_one)
 
     def flaky(path: str, data: bytes, mode: int | None = None) -> None:
         if "/patches/" not in path:  # backups and manifest are not counted
@@ -342,7 +342,7 @@ def _fail_on_nth_write(monkeypatch: pytest.MonkeyPatch, n: int) -> list[str]:
                 raise OSError(28, "No space left on device", path)
         real(path, data, mode)
 
-    monkeypatch.setattr(patching, "atomic_write", flaky)
+    monkeypatch.setattr(patchstore, "atomic_write", flaky)
     return calls
 
 
