@@ -608,10 +608,63 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
         print(text, end="")
 
 
+DIFF_HELP = {
+    "host": "the host whose deploys to compare (one host)",
+    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous)",
+    "new": "the second side: a deploy id, HOST:ID, current, previous, or now = what render would run now "
+         "(default: current)",
+    "steps": "with --new now: the steps to render (default: the old deploy's)",
+    "json": JSON_HELP,
+    "inventory": INVENTORY_HELP,
+}
+
+
+@task(help=DIFF_HELP)
+@cli
+def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any = None, json: bool = False,
+         inventory: Any = None) -> None:
+    """What changed between two deploys (argv, env, SGLang version, patch mode, patched files, check-env), or
+    between a deploy and what render would run now."""
+    from fabfile import diff as differ
+    from fabfile.errors import FlagError
+
+    inv = _inventory(inventory)
+    ha, ra = differ.parse_ref("--old", str(old if old is not None else "previous"))
+    hb, rb = differ.parse_ref("--new", str(new if new is not None else "current"))
+    named = {x for x in (ha, hb, host) if x}
+    if len(named) > 1:
+        raise FlagError(f"--old/--new: records from different hosts ({', '.join(sorted(named))}); a diff compares the "
+                        "deploys of one host", "compare what the hosts run with `inv status --host "
+                        f"{','.join(sorted(named))}`")
+    if ra == differ.NOW:
+        raise FlagError("--old: `now` goes on the new side (--new now); the old side is a recorded deploy")
+    h = _one_host(inv, next(iter(named), None), "diff")
+    recs = differ.fetch(inv, h, [ra, rb])
+    va = differ.view_of_record(recs[ra])
+    if rb == differ.NOW:
+        name = str(recs[ra].get("config_name") or "")
+        rec_steps = int(name.split("-s", 1)[1].split("-", 1)[0]) if name.startswith("eagle") and "-s" in name \
+            else (0 if name == "baseline" else None)
+        opts = _options(steps if steps is not None else rec_steps, None, None, None, None)
+        vb = differ.view_of_plan(h, opts, recs[ra])
+    else:
+        if steps is not None:
+            raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
+        vb = differ.view_of_record(recs[rb])
+    va["host"] = vb["host"] = h.name
+    rows = differ.compare(va, vb)
+    if json:
+        from fabfile.output import print_json
+
+        print_json({"host": h.name, "a": va, "b": vb, "differences": rows})
+    else:
+        differ.print_diff(va, vb, rows)
+
+
 def raise_for(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
 ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt)
+                deploy_router, trust_host, adopt, diff)

@@ -198,7 +198,8 @@ def _apply_locked(
             action = "repatched"
         if action != "unchanged":
             ops.append(_Op(path, new, cur))
-        results.append({"path": path, "role": w["role"], "kind": w["kind"], "action": action})
+        # sha256: what the file holds after this deploy (`inv diff` compares it between deploys)
+        results.append({"path": path, "role": w["role"], "kind": w["kind"], "action": action, "sha256": after_hash})
         entry = {
             "path": path,
             "rel": w["rel"],

@@ -330,7 +330,11 @@ def _records(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     cur = records.current(state_dir)
     prev = (cur or {}).get("previous") or None
     full_prev = records.load(state_dir, prev["deploy_id"]) if prev and prev.get("deploy_id") else None
-    return {"current": cur, "previous": full_prev}
+    out: Dict[str, Any] = {"current": cur, "previous": full_prev}
+    if req.get("ids"):  # `inv diff`: named records (None for an id this host has no record of)
+        out["loaded"] = {str(i): records.load(state_dir, str(i)) if str(i).replace("-", "").isalnum() else None
+                         for i in req["ids"]}
+    return out
 
 
 def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
