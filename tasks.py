@@ -237,15 +237,18 @@ def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, time
 
 
 @task(name="check-env", help={"host": HOST_HELP + "; a cluster name covers the ranks on every node",
-                              "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
+                              "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
+                              "verbose": "one row per rank and variable with expected, observed and evidence "
+                                         "(default: a compact ranks × variables matrix)"})
 @cli
-def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> None:
+def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
+              verbose: bool = False) -> None:
     """Prove, per scheduler rank, that every expected NCCL variable reached the worker (exit 1 if not)."""
     from fabfile.operations import check_env_hosts
 
     inv = _inventory(inventory)
     raise_for(check_env_hosts(inv, inv.select(host), as_json=json,
-                              host_timeout=_float("--host-timeout", host_timeout)))
+                              host_timeout=_float("--host-timeout", host_timeout), verbose=verbose))
 
 
 @task(name="rollback-patches", help={"host": HOST_HELP, "dry_run": "say what would be restored, change nothing",

@@ -102,7 +102,83 @@ def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], consol
     for r in notes:
         text = f"{_rank_label(r)} pid {_s(r.get('pid'))} {r.get('var')}: {r.get('note')}"
         console.print(f"  [dim]{escape(text)}[/]", highlight=False)
+    _verdict_facts_hints(evaluation, facts, console)
 
+
+# One mark per cell of the compact matrix; the legend under it says what each one means.
+MARK: dict[str, str] = {"proven": "ok", "different": "DIFF", "unconfirmed": "?", "missing": "MISSING",
+                        "launcher_only": "launcher"}
+EVIDENCE_LETTER: dict[str, str] = {"nccl_log": "L", "marker": "M", "environ": "E"}
+
+
+def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], console: Console) -> None:
+    """The default check-env view: ranks × variables, one mark per cell, the evidence in a legend, details only
+    for the cells that are not proven. Plain columns sized to their content: nothing is cut at any width (when
+    the variables do not fit the terminal, the heads become numbers explained under the matrix)."""
+    rows: list[Mapping[str, Any]] = list(evaluation.get("rows") or [])
+    if not rows:
+        console.print("[bold red]no scheduler rows[/]: nothing could be checked")
+        _verdict_facts_hints(evaluation, facts, console)
+        return
+    variables: list[str] = list(dict.fromkeys(str(r.get("var")) for r in rows))
+    ranks: list[tuple[str, str]] = list(dict.fromkeys((_rank_label(r), _s(r.get("pid"))) for r in rows))
+    cell: dict[tuple[str, str, str], Mapping[str, Any]] = {(_rank_label(r), _s(r.get("pid")), str(r.get("var"))): r
+                                                          for r in rows}
+
+    def mark(r: Mapping[str, Any] | None) -> str:
+        if r is None:
+            return "-"
+        status = str(r.get("status") or "")
+        m = MARK.get(status, status or "-")
+        return m + (f" {EVIDENCE_LETTER[str(r.get('evidence'))]}" if status == "proven"
+                    and str(r.get("evidence")) in EVIDENCE_LETTER else "")
+
+    heads = [v[5:] if v.startswith("NCCL_") else v for v in variables]
+    body = [[label, pid, *(mark(cell.get((label, pid, v))) for v in variables)] for label, pid in ranks]
+
+    def widths(h: list[str]) -> list[int]:
+        return [max(len(x[i]) for x in [h, *body]) for i in range(len(h))]
+
+    full = ["rank", "pid", *heads]
+    numbered = len(" ".join("x" * w for w in widths(full))) + 2 > console.width
+    if numbered:
+        full = ["rank", "pid", *(str(i + 1) for i in range(len(variables)))]
+    w = widths(full)
+    console.print("[bold]NCCL environment per scheduler process[/] (ranks × variables)")
+    console.print("  " + "  ".join(h.ljust(w[i]) for i, h in enumerate(full)).rstrip(), markup=False,
+                  highlight=False)
+    for line in body:
+        text = Text("  ")
+        for i, v in enumerate(line):
+            style = "" if i < 2 else ("green" if v.startswith("ok") else "red" if v in ("DIFF", "MISSING") else
+                                      "yellow")
+            text.append(v.ljust(w[i]), style=style)
+            if i < len(line) - 1:
+                text.append("  ")
+        console.print(text)
+    expected = {str(r.get("var")): _s(r.get("expected")) for r in rows}
+    console.print("  expected: " + "  ".join(f"{v}={expected[v]}" for v in variables), markup=False,
+                  highlight=False)
+    if numbered:
+        console.print("  columns: " + "  ".join(f"{i + 1} = {v}" for i, v in enumerate(variables)), markup=False,
+                      highlight=False)
+    used = sorted({str(r.get("evidence")) for r in rows if r.get("status") == "proven"} & set(EVIDENCE_LETTER))
+    legend = ", ".join(f"{EVIDENCE_LETTER[e]} {EVIDENCE_LABEL[e]}" for e in used)
+    console.print(f"  legend: ok = proven ({legend or 'no evidence'}); ? unconfirmed; DIFF a different value; "
+                  "MISSING not set; launcher = only in the launcher; `inv check-env --verbose` lists every cell",
+                  markup=False, highlight=False)
+    for r in rows:
+        if r.get("status") == "proven":
+            continue
+        ev = r.get("evidence")
+        detail = (f"{_rank_label(r)} pid {_s(r.get('pid'))} {r.get('var')}: {str(r.get('status')).replace('_', ' ')}"
+                f", expected {_s(r.get('expected'))}, observed {_s(r.get('observed'))}"
+                f" ({EVIDENCE_LABEL.get(str(ev), _s(ev))})" + (f"; {r.get('note')}" if r.get("note") else ""))
+        console.print(f"  {escape(detail)}", highlight=False)
+    _verdict_facts_hints(evaluation, facts, console)
+
+
+def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any], console: Console) -> None:
     verdict = evaluation.get("ok")
     summary: Mapping[str, Any] = evaluation.get("summary") or {}
     counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if v)

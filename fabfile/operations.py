@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from fabfile.errors import HostTimeoutError
@@ -155,13 +156,16 @@ def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeo
                 o.data["state"] = views[o.host.name]
         _json(outcomes)
         return _exit_code(outcomes, problem)
-    t = Table(header_style="bold")
-    for col in ("host", "state", "config", "pid", "uptime", "health", "accept len", "tok/s", "deploy"):
-        t.add_column(col)
+    from fabfile.tables import Col, print_table
+
+    # Key values (host, config, numbers, deploy id) are never cut: at 80 columns the rows print as a list.
+    cols = [Col("host"), Col("state"), Col("config"), Col("pid", justify="right"), Col("uptime"),
+            Col("health", key=False), Col("accept len"), Col("tok/s"), Col("deploy")]
+    rows: list[list[str]] = []
     for o in outcomes:
         if o.error is not None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
-            t.add_row(o.host.name, f"[red]{what}[/red]", o.error.message[:60], "", "", "", "", "", "")
+            rows.append([o.host.name, f"[red]{what}[/red]", "-", "-", "-", escape(o.error.message), "-", "-", "-"])
             continue
         d = o.data
         v = views[o.host.name]
@@ -180,11 +184,11 @@ def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeo
         deploy = str(v["deploy_id"] or "-")
         if v["config"] is None and rec.get("config_name"):
             deploy += f" (last: {rec.get('config_name')}, {rec.get('status')})"
-        t.add_row(o.host.name, f"[{style}]{v['state']}[/{style}]", str(v["config"] or "-"),
-                  str(v["pid"] or "-"), _duration(d.get("uptime_s")) if v["state"] != "deploying" else "-", health,
-                  f"{decode['accept_len']}{age}" if "accept_len" in decode else "-",
-                  f"{decode['gen_throughput']}{age}" if "gen_throughput" in decode else "-", deploy)
-    out.print(t)
+        rows.append([o.host.name, f"[{style}]{v['state']}[/{style}]", str(v["config"] or "-"),
+                     str(v["pid"] or "-"), _duration(d.get("uptime_s")) if v["state"] != "deploying" else "-",
+                     health, f"{decode['accept_len']}{age}" if "accept_len" in decode else "-",
+                     f"{decode['gen_throughput']}{age}" if "gen_throughput" in decode else "-", deploy])
+    print_table(out, cols, rows)
     _router_table(outcomes)
     for o in outcomes:
         if o.ok and o.data.get("other_sglang_processes"):
@@ -292,8 +296,9 @@ def check_env_request(host: Host) -> dict[str, Any]:
     return {"expected": nccl_settings(host).tuning}
 
 
-def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
-    from fabfile.checkenv_report import exit_code, render_table, to_json
+def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None,
+                    verbose: bool = False) -> int:
+    from fabfile.checkenv_report import exit_code, render_matrix, render_table, to_json
 
     outcomes = for_each_host(inv, hosts, lambda s: s.call("evidence", check_env_request(s.host)),
                              host_timeout=_bound(hosts, host_timeout))
@@ -310,7 +315,7 @@ def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_ti
         if not as_json:
             role = f" (cluster {o.host.node.cluster}, node rank {o.host.node.rank})" if o.host.node else ""
             out.print(f"[bold]{o.host.name}[/bold]{role}")
-            render_table(evaluation, facts, out)
+            (render_table if verbose else render_matrix)(evaluation, facts, out)
     if as_json:
         print_json(docs[0] if len(docs) == 1 else {"hosts": docs})
     else:

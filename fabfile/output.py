@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from fabfile.deploy import DeployResult
 from fabfile.errors import SpecDeployError
+
+if TYPE_CHECKING:
+    from fabfile.deploy import DeployResult
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

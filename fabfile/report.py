@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fabfile.analysis import BreakEven, analyze_sweep, from_numbers
@@ -135,12 +136,13 @@ def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None =
         print_json(doc)
         return
     c = console or out
-    t = Table(header_style="bold", title=f"{doc['host']} sweep {doc['sweep_id']}")
-    for col in columns(doc):
-        t.add_column(col, justify="left" if col in ("config", "how", "verdict") else "right")
-    for row in table_rows(doc):
-        t.add_row(*row)
-    c.print(t)
+    from fabfile.tables import Col, print_table
+
+    # Every cell but the free-text "how" is a key value: never cut (a list layout when they do not fit).
+    cols = [Col(col, key=col != "how", justify="left" if col in ("config", "how", "verdict") else "right")
+            for col in columns(doc)]
+    print_table(c, cols, [[escape(x) for x in row] for row in table_rows(doc)],
+                title=f"{doc['host']} sweep {doc['sweep_id']}")
     c.print(f"[bold]{conclusion(doc)}[/bold]")
     for line in details(doc):
         c.print(f"  {line}", markup=False)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 from fabric import Config, Connection
@@ -31,11 +31,13 @@ from paramiko.ssh_exception import (
     NoValidConnectionsError,
     SSHException,
 )
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_before_delay, wait_exponential_jitter
 
 from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
 from fabfile.inventory import Timeouts
 from fabfile.transport import CommandResult, ConnectionLost, Transport, _LineBuffer
+
+if TYPE_CHECKING:  # tenacity is imported where a connection is retried: a CLI start should not pay for it
+    from tenacity import RetryCallState
 
 # Paramiko's transport thread logs its own tracebacks (a broken ProxyCommand pipe, a reset connection) through the
 # logging module, which would print them on stderr. The failures reach the user as this module's exceptions, in
@@ -213,6 +215,8 @@ class SSHTransport(Transport):
         """Give up after connect_total; after a refusal (the ProxyCommand exited, the port is closed) already after
         connect_refused: something answered "no", which ``ssh`` reports at once, and retrying it for a minute only
         hides that answer. A short window still covers an sshd that is restarting or a network coming back."""
+        from tenacity import stop_before_delay
+
         if stop_before_delay(self.timeouts.connect_total)(state):
             return True
         e = state.outcome.exception() if state.outcome is not None else None
@@ -220,6 +224,8 @@ class SSHTransport(Transport):
         return refused and stop_before_delay(self.timeouts.connect_refused)(state)
 
     def _connect(self) -> None:
+        from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
+
         try:
             for attempt in Retrying(retry=retry_if_exception(lambda e: _transient(e) and not self.aborted),
                                     stop=self._stop_connecting,

@@ -1,0 +1,105 @@
+"""Benchmark (not a test): how quick the CLI is, whole-process, on one simulated host (issue 17, point 5).
+
+Measured with public tools, as a user would time it: ``hyperfine`` (``apt-get install hyperfine``) for the
+read-only commands, ``/usr/bin/time`` around each deploy. Targets:
+  * read-only commands (status, check-env, gpus, render): mean wall ≤ 0.35 s
+  * deploy overhead: whole-process wall minus the server's own start→ready (the deploy's start + wait_ready steps,
+    from its --json timings) ≤ 0.6 s
+  * ``inv --help deploy``: ≤ 0.2 s
+Wall time on a shared machine depends on its load, so the load average is printed next to every figure, and the
+CPU time (user + system) with it: the part the tool itself decides.
+
+    .venv/bin/python -m bench.cli_speed [--runs 10] [--deploys 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+INV = str(ROOT / ".venv" / "bin" / "inv")
+TARGETS = {"help": 0.2, "read": 0.35, "deploy_overhead": 0.6}
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def hyperfine(name: str, cmd: str, runs: int, out_dir: Path) -> dict[str, float]:
+    out = out_dir / f"{name}.json"
+    subprocess.run(["hyperfine", "--runs", str(runs), "--warmup", "1", "--style", "none", "-N" if " " not in cmd
+                    else "--shell=sh", "--export-json", str(out), cmd], check=True, capture_output=True, cwd=ROOT)
+    r = json.loads(out.read_text())["results"][0]
+    return {"wall": r["mean"], "median": r["median"], "cpu": r["user"] + r["system"]}
+
+
+def timed(cmd: list[str], out_dir: Path) -> tuple[float, float, str]:
+    """(/usr/bin/time's wall, its user+sys, stdout) of one whole process."""
+    tf = out_dir / "time.txt"
+    r = subprocess.run(["/usr/bin/time", "-o", str(tf), "-f", "%e %U %S", *cmd], capture_output=True, text=True,
+                       cwd=ROOT)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    e, u, s = (float(x) for x in tf.read_text().split()[-3:])
+    return e, u + s, r.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--deploys", type=int, default=5)
+    args = ap.parse_args()
+    if shutil.which("hyperfine") is None:
+        print("hyperfine is not installed: apt-get install -y hyperfine", file=sys.stderr)
+        return 2
+    from tests.simhost import fleet as simfleet
+
+    work = Path(tempfile.mkdtemp(prefix="specdeploy-cli-speed-"))
+    fleet = simfleet.up(1, work / "fleet", gpus=8, tp=8)
+    inv = str(fleet.inventory_path)
+    rows: list[tuple[str, float, float, float, str, float]] = []
+    try:
+        for h in fleet.hosts.values():
+            h.set_sim_config(**simfleet.SEED_MACHINE)
+        timed([INV, "deploy", "--steps", "3", "--json", "--inventory", inv], work)  # a server to look at
+        rows.append(("inv --help deploy", *_hf("help", f"{INV} --help deploy", args.runs, work), TARGETS["help"]))
+        for name in ("status", "check-env", "gpus", "render"):
+            cmd = f"{INV} {name} --inventory {inv}"
+            rows.append((f"inv {name}", *_hf(name, cmd, args.runs, work), TARGETS["read"]))
+        overheads, cpus, loads = [], [], []
+        for _ in range(args.deploys):
+            wall, cpu, stdout = timed([INV, "deploy", "--steps", "3", "--json", "--inventory", inv], work)
+            t = json.loads(stdout)["timings"]
+            overheads.append(wall - t.get("start", 0.0) - t["wait_ready"])
+            cpus.append(cpu)
+            loads.append(load())
+        rows.append(("deploy overhead (wall - start→ready)", statistics.mean(overheads), statistics.median(cpus),
+                     statistics.median(overheads), loads[-1], TARGETS["deploy_overhead"]))
+        timed([INV, "stop", "--inventory", inv], work)
+    finally:
+        fleet.down()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{'command':<40} {'wall s':>7} {'median':>7} {'cpu s':>6} {'target':>7}  load average (1/5/15 min)")
+    for name, wall, cpu, median, ld, target in rows:
+        mark = "ok" if wall <= target else "OVER"
+        print(f"{name:<40} {wall:>7.3f} {median:>7.3f} {cpu:>6.3f} {target:>7.2f}  {ld}  {mark}")
+    print(f"cores: {os.cpu_count()}; wall = hyperfine mean ({args.runs} runs) or /usr/bin/time median "
+          f"({args.deploys} deploys); cpu = user + system of the whole process")
+    return 0
+
+
+def _hf(name: str, cmd: str, runs: int, work: Path) -> tuple[float, float, float, str]:
+    r = hyperfine(name, cmd, runs, work)
+    return r["wall"], r["cpu"], r["median"], load()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

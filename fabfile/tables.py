@@ -1,0 +1,76 @@
+"""Tables that never cut a key value, at any terminal width and piped to a file.
+
+Rich squeezes a table that is wider than the terminal by cutting cells to ``eagle…``. Here the key columns (host,
+config, deploy id, verdict, numbers) keep their full width and only the free-text columns wrap; when even the key
+columns do not fit side by side, the rows print as a list instead (``head: value`` pairs, wrapped between pairs),
+so every value is still printed whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+@dataclass(frozen=True)
+class Col:
+    head: str
+    key: bool = True            # never cut or wrapped
+    justify: str = "left"
+
+
+def _plain(cell: Any) -> str:
+    if isinstance(cell, Text):
+        return cell.plain
+    return Text.from_markup(str(cell)).plain
+
+
+def print_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None,
+                min_free: int = 8) -> None:
+    """Print ``rows`` (cells: markup strings or Text) under ``cols`` within ``console.width``."""
+    widths = [max([len(c.head), *(len(_plain(r[i])) for r in rows)]) for i, c in enumerate(cols)]
+    need = sum(w if c.key else min(w, min_free) for c, w in zip(cols, widths, strict=True)) + 3 * len(cols) + 1
+    if need > console.width:
+        print_list(console, cols, rows, title)
+        return
+    t = Table(header_style="bold", title=title)
+    for c, w in zip(cols, widths, strict=True):
+        if c.key:
+            t.add_column(c.head, no_wrap=True, min_width=w, justify=c.justify)  # type: ignore[arg-type]
+        else:
+            t.add_column(c.head, overflow="fold", justify=c.justify)  # type: ignore[arg-type]
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+
+
+def print_list(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
+    """The narrow layout: per row, the first cell, then ``head: value`` pairs wrapped between pairs."""
+    if title:
+        console.print(f"[bold]{title}[/bold]")
+    width = max(console.width, 40)
+    for r in rows:
+        first = Text.from_markup(r[0]) if isinstance(r[0], str) else r[0]
+        line = Text()
+        line.append_text(first)
+        length = len(line.plain)
+        for c, cell in zip(cols[1:], r[1:], strict=True):
+            value = Text.from_markup(cell) if isinstance(cell, str) else cell
+            if not value.plain or value.plain == "-":
+                continue
+            pair = Text(f"{c.head}: ", style="dim")
+            pair.append_text(value)
+            if length + 2 + len(pair.plain) > width and length > 4:
+                console.print(line, soft_wrap=True)
+                line, length = Text("    "), 4
+            else:
+                line.append("  ")
+                length += 2
+            line.append_text(pair)
+            length += len(pair.plain)
+        console.print(line, soft_wrap=True)

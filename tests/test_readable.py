@@ -1,0 +1,105 @@
+"""Issue 17 point 4: status, sweep and check-env read well at 80 and at 200 columns, in a terminal or piped to a
+file: no key value (host, config, deploy id, verdict, numbers) is ever cut to `eagle…`; check-env's default is a
+compact ranks × variables matrix, with the long table under --verbose."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from fabfile import checkenv_report
+from fabfile.report import print_sweep, table_rows
+from tests.invoke_cli import derived_inventory, inv_json, run_inv
+from tests.simhost.fleet import Fleet, SimHost
+
+WIDTHS = (80, 200)
+VARS = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
+
+
+def _evaluation(bad_rank: int | None = None) -> dict[str, object]:
+    rows = []
+    for rank in range(8):
+        for var, value in VARS.items():
+            different = rank == bad_rank and var == "NCCL_ALGO"
+            rows.append({"label": f"TP{rank}", "rank": rank, "pid": 41230 + rank, "var": var, "expected": value,
+                         "observed": "Tree" if different else value, "evidence": "nccl_log" if rank else "environ",
+                         "status": "different" if different else "proven"})
+    return {"ok": bad_rank is None, "rows": rows, "summary": {"proven": len(rows) - (bad_rank is not None)},
+            "hints": []}
+
+
+def _render(fn: object, width: int, *args: object) -> str:
+    buf = io.StringIO()
+    fn(*args, Console(file=buf, width=width, color_system=None))  # type: ignore[operator]
+    return buf.getvalue()
+
+
+def _whole(text: str, values: list[str]) -> None:
+    assert "…" not in text, text
+    for v in values:
+        assert v in text, (v, text)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_check_env_default_is_a_compact_matrix_with_details_only_for_unproven_cells(width: int) -> None:
+    text = _render(checkenv_report.render_matrix, width, _evaluation(bad_rank=5), {"sglang_version": "0.5.23"})
+    lines = text.splitlines()
+    matrix = [ln for ln in lines if ln.strip().startswith("TP")]
+    assert len(matrix) == 8 + 1  # one line per rank, plus the one detail line of the unproven cell
+    assert max(len(ln) for ln in lines[:10]) <= width
+    _whole(text, [f"TP{r}" for r in range(8)] + [str(41230 + r) for r in range(8)] + ["DIFF", "NOT PROVEN"])
+    _whole(text, [f"{k}={v}" for k, v in VARS.items()])  # the expected values, once
+    assert "TP5 pid 41235 NCCL_ALGO: different, expected Ring, observed Tree (start environ)" not in text
+    assert "TP5 pid 41235 NCCL_ALGO: different, expected Ring, observed Tree (NCCL log)" in text
+    assert "L NCCL log" in text and "E start environ" in text and "--verbose" in text
+    long = _render(checkenv_report.render_table, width, _evaluation(bad_rank=5), {})
+    assert len(long.splitlines()) > len(lines)  # --verbose: every cell in its own row
+
+
+def test_check_env_matrix_numbers_its_columns_when_the_variables_do_not_fit() -> None:
+    ev = _evaluation()
+    for row in list(ev["rows"]):  # type: ignore[arg-type]
+        for extra in ("NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "NCCL_CROSS_NIC", "NCCL_MIN_NCHANNELS"):
+            ev["rows"].append({**row, "var": extra})  # type: ignore[attr-defined]
+    text = _render(checkenv_report.render_matrix, 80, ev, {})
+    assert "columns: 1 = NCCL_PROTO" in text and "10 = NCCL_MIN_NCHANNELS" in text
+    assert all(len(ln) <= 80 for ln in text.splitlines() if ln.strip().startswith("TP"))
+
+
+def test_status_and_check_env_at_80_and_200_columns_cut_no_key_value(fleet: Fleet, sim_host: SimHost,
+                                                                      tmp_path: Path) -> None:
+    inv = derived_inventory(fleet, tmp_path, hosts={"sim1": {"tp": 8, "gpus": 8}})  # 8 ranks x 6 variables
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    assert code == 0, err
+    for width in WIDTHS:
+        r = run_inv("status", inventory=inv, env={"COLUMNS": str(width)})
+        assert r.returncode == 0, r.stderr
+        _whole(r.stdout, ["sim1", "running", "eagle3-s3-k1-d4", doc["deploy_id"], str(doc["pid"])])
+        r = run_inv("check-env", inventory=inv, env={"COLUMNS": str(width)})
+        assert r.returncode == 0, r.stderr
+        _whole(r.stdout, ["OK", "NCCL_PROTO=LL", "NCCL_BUFFSIZE=16777216"])
+        assert sum(1 for ln in r.stdout.splitlines() if ln.strip().startswith("TP")) == 8  # not 48 rows
+        verbose = run_inv("check-env", "--verbose", inventory=inv, env={"COLUMNS": str(width)})
+        assert verbose.returncode == 0 and "NCCL environment per scheduler process" in verbose.stdout
+    run_inv("stop", inventory=inv)
+
+
+def test_sweep_table_at_80_and_200_columns_cuts_no_key_value(fleet: Fleet, sim_host: SimHost,
+                                                             tmp_path: Path) -> None:
+    inv = derived_inventory(fleet, tmp_path)
+    code, doc, err = inv_json("sweep", "--steps", "0,1", "--num-prompts", "3", "--output-len", "32",
+                              "--input-len", "32", "--out", str(tmp_path / "runs"), inventory=inv, timeout=180)
+    assert code == 0, err
+    saved = json.loads(Path(doc["paths"]["json"]).read_text())
+    keys = [cell for row in table_rows(saved) for i, cell in enumerate(row) if i != 1 and cell not in ("", "-")]
+    assert any(k.startswith("eagle3-") for k in keys) and any(k.startswith("baseline") for k in keys)
+    for width in WIDTHS:
+        buf = io.StringIO()
+        print_sweep(saved, as_json=False, console=Console(file=buf, width=width, color_system=None))
+        _whole(buf.getvalue(), [*keys, saved["sweep_id"]])
+    run_inv("stop", inventory=inv)
