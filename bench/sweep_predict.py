@@ -42,9 +42,20 @@ MODELS: dict[str, dict[str, Any]] = {
 LOAD_MODEL: dict[str, Any] = {"accept_prob": [0.89, 0.82, 0.56, 0.31], "verify_ms_per_batch_token": 0.37,
                               "draft_ms_per_seq": 0.29, "decode_ms_per_seq": 0.18, "draft_ms_per_step": 0.6}
 STEPS = list(range(8))
-SIM_DEFAULTS = {"decode_ms": 12.2, "verify_ms_base": 14.2, "verify_ms_per_token": 1.5, "draft_ms_per_step": 1.5,
-                "accept_prob": [0.8, 0.6, 0.45, 0.3, 0.2], "prefill_ms_base": 5.0, "prefill_ms_per_token": 0.02,
-                "decode_ms_per_seq": 0.1, "draft_ms_per_seq": 0.02, "verify_ms_per_batch_token": 0.12}
+COST_KEYS = ("decode_ms", "verify_ms_base", "verify_ms_per_token", "draft_ms_per_step", "accept_prob",
+             "prefill_ms_base", "prefill_ms_per_token", "decode_ms_per_seq", "draft_ms_per_seq",
+             "verify_ms_per_batch_token")
+
+
+def _sim_defaults() -> dict[str, Any]:
+    """The simulator's own cost defaults (one source: its runtime module)."""
+    from tests.test_predict import sim_module
+
+    with sim_module("sglang._sim.runtime") as rt:
+        return {k: rt.DEFAULTS[k] for k in COST_KEYS}
+
+
+SIM_DEFAULTS = _sim_defaults()
 
 
 def true_tok_s(model: dict[str, Any], k: int, batch: int, input_len: int, output_len: int) -> float:
@@ -105,6 +116,7 @@ def main() -> int:
     inventory = derived_inventory(fl, work)
     # The tool's own client everywhere: the same measurement for the adaptive and the fixed-count runs.
     bench = ["--input-len", str(args.input_len), "--output-len", str(args.output_len), "--client", "builtin"]
+    # set_sim_config merges: every cost key is written for each model, so no model inherits the last one's.
     base_cfg = {"time_scale": args.time_scale, "load_seconds": 0.1}
     figures: dict[str, Any] = {"time_scale": args.time_scale, "input_len": args.input_len,
                                "output_len": args.output_len}
@@ -116,7 +128,7 @@ def main() -> int:
                   f"{'pred tok/s':>10} {'meas tok/s':>10} {'error':>7}")
             rows = []
             for name, model in MODELS.items():
-                host.set_sim_config(**base_cfg, **model)
+                host.set_sim_config(**{**base_cfg, **SIM_DEFAULTS, **model})
                 t0 = time.monotonic()
                 doc = sweep(inventory, work / "runs", "--predict", *bench)
                 true = config_name(best(model, 1, args.input_len, args.output_len))
@@ -131,7 +143,8 @@ def main() -> int:
                     (err is None or abs(err) <= 0.05)
                 print(f"{name:<24} {true:>16} {pw or '-':>16} {doc['winner']:>16} "
                       f"{doc['model_loads']:>3}/{doc['grid_loads']:<2} "
-                      f"{(doc.get('predicted_tok_s') or 0):>10.1f} {(doc.get('measured_tok_s') or 0):>10.1f} "
+                      + (f"{doc['predicted_tok_s']:>10.1f} {doc['measured_tok_s']:>10.1f} " if err is not None
+                         else f"{'-':>10} {'-':>10} ")
                       + (f"{err:>+7.1%}" if err is not None else f"{'-':>7}"), flush=True)
             figures["predict"] = rows
         if "adaptive" in parts:
@@ -139,7 +152,7 @@ def main() -> int:
                   flush=True)
             runs = []
             for name in args.adaptive_models.split(","):
-                host.set_sim_config(**base_cfg, **MODELS[name])
+                host.set_sim_config(**{**base_cfg, **SIM_DEFAULTS, **MODELS[name]})
                 ad = sweep(inventory, work / "runs", *bench)
                 needed = max(int(r["requests"]) for r in ad["rows"] if r.get("ok"))
                 fx = sweep(inventory, work / "runs", "--num-prompts", str(needed), *bench)
@@ -168,7 +181,7 @@ def main() -> int:
             ok &= saving >= 0.30
         if "load" in parts:
             print("\n## inv sweep --steps 0..7 --predict --concurrency 1,8,32", flush=True)
-            host.set_sim_config(**base_cfg, **LOAD_MODEL)
+            host.set_sim_config(**{**base_cfg, **SIM_DEFAULTS, **LOAD_MODEL})
             doc = sweep(inventory, work / "runs", "--predict", "--concurrency", "1,8,32", *bench)
             print(f"{'concurrency':>11} {'true':>16} {'predicted':>16} {'measured':>16}")
             rows = []
