@@ -318,14 +318,13 @@ def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], level
     (over measured rows and predictions). ``error`` says why there is none."""
     from fabfile.analysis import fit_cycle
     from fabfile.predict import Measured, predict_level
+    from fabfile.remote.metrics import add_histograms
 
     chain = [r for r in rows if r.get("ok") and r["steps"] > 0 and r.get("topk") == 1 and
              (r.get("draft_tokens") in (None, r["steps"] + 1))]
     if len(chain) < 2:
         return {"error": "fewer than two chain configurations were measured"}
     top = max(chain, key=lambda r: r["steps"])
-    from fabfile.remote.metrics import add_histograms
-
     hist: list[int] = []
     source = None
     for lv in top.get("levels") or []:  # acceptance does not depend on the load: pool every level's passes
