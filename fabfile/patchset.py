@@ -54,7 +54,7 @@ def normalize_values(values: Mapping[str, Any]) -> dict[str, str]:
         raise PatchModeError("no NCCL variables to patch in (the values are empty); use patch_mode 'env'")
     out: dict[str, str] = {}
     for name in sorted(values):
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise PatchModeError(f"invalid environment variable name {name!r}")
         raw = values[name]
         if isinstance(raw, bool) or raw is None or isinstance(raw, (dict, list)):
