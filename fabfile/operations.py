@@ -18,7 +18,6 @@ from fabfile.errors import HostTimeoutError
 from fabfile.fanout import HostOutcome, for_each_host
 from fabfile.inventory import Host, Inventory
 from fabfile.output import err, out, print_error, print_json, terminal_safe
-from fabfile.plan import mask_secrets, secret_values
 from fabfile.session import HostSession
 
 
@@ -257,6 +256,8 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
 
     def work(s: HostSession) -> Any:
         name = s.host.name
+        from fabfile.plan import mask_secrets, secret_values
+
         hidden = secret_values(s.host)
 
         def on_event(ev: dict[str, Any]) -> None:

@@ -17,8 +17,6 @@ from typing import Any
 from fabfile import __version__
 from fabfile.errors import FlagError
 from fabfile.inventory import PATCH_MODES, Host, Speculative, check_speculative
-from fabfile.remote import patching
-from fabfile.render import render_shell
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
@@ -354,6 +352,8 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
     """A user's SGLANG_PLUGINS would keep SGLang 0.5.11+ from loading specdeploy's plugin (only the named plugins
     load), so the plugin mode would silently do nothing: the plugin is added to the list, and the plan says so.
     (``auto`` may pick the plugin mode; on versions or modes without the plugin the extra name is inert.)"""
+    from fabfile.remote import patching  # imported here: status and friends use plan's helpers, not the patcher
+
     value = env.get("SGLANG_PLUGINS")
     if value is None or patch_mode not in ("auto", "plugin") or not host.nccl_env or \
             not patching.plugin_excluded_by(value):
@@ -365,6 +365,8 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
 
 
 def render_launch_script(plan: Plan) -> str:
+    from fabfile.render import render_shell  # Jinja2 only when a script is rendered
+
     inline = {k: v for k, v in plan.env.items() if k not in plan.file_env}
     return render_shell("launch.sh.j2", plan=plan, host=plan.host, env=inline, argv=plan.launch_argv or plan.argv,
                         env_file=plan.env_file,
