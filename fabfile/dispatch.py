@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from fabfile.cluster import deploy_cluster, print_cluster
-from fabfile.deploy import deploy_host
+from fabfile.deploy import deploy_host, deploy_summary
 from fabfile.inventory import Host, Inventory
-from fabfile.output import deploy_summary, print_json
+from fabfile.output import print_json
 from fabfile.plan import Options, build
 from fabfile.progress import Reporter
 from fabfile.rollout import BatchSize, print_rollout, run_rollout

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
 from fabfile.errors import SpecDeployError
-
-if TYPE_CHECKING:
-    from fabfile.deploy import DeployResult
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -45,32 +42,3 @@ def print_error(e: SpecDeployError) -> None:
     torn = e.details.get("torn_down")
     if torn:
         err.print(f"[dim]stopped the failed server's processes: {', '.join(map(str, torn))} (none left running)[/dim]")
-
-
-def deploy_summary(r: DeployResult) -> None:
-    if not r.ok:
-        if r.error is not None:
-            print_error(r.error)
-            ev = (r.error.details.get("verify") or {})
-            if ev.get("evaluation"):
-                from fabfile.checkenv_report import render_table
-
-                render_table(ev["evaluation"], (ev.get("evidence") or {}).get("facts") or {}, err)
-        return
-    rec = r.record
-    total = sum(r.timings.values())
-    out.print(f"[green]✓[/green] [bold]{r.host}[/bold] ready at [bold]{r.plan.url}[/bold]  pid {rec.get('pid')}  "
-              f"config [bold]{r.plan.config_name}[/bold]  (SGLang {r.sglang_version}, patch mode {r.patch_mode}) "
-              f"in {total:.2f} s")
-    scheds = rec.get("schedulers") or []
-    if scheds:
-        out.print("  schedulers: " + ", ".join(f"{s['title']} (pid {s['pid']})" for s in scheds))
-    ev = (rec.get("verify") or {}).get("evaluation")
-    if ev is not None:
-        rows = ev.get("rows") or []
-        proven = sum(1 for x in rows if x.get("status") == "proven")
-        out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
-    for note in r.plan.notes:
-        out.print(f"  note: {note}", markup=False, highlight=False)
-    out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}")
-    out.print("  timings: " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()), markup=False)

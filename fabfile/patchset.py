@@ -173,16 +173,3 @@ def build_patch_request(
     if python:
         req["python"] = python
     return req
-
-
-def build_rollback_request(
-    state_dir: str, dry_run: bool = False, forget_changed: bool = False
-) -> dict[str, Any]:
-    return {"state_dir": state_dir, "dry_run": bool(dry_run), "forget_changed": bool(forget_changed)}
-
-
-def build_status_request(state_dir: str, site_packages: str | None = None) -> dict[str, Any]:
-    req: dict[str, Any] = {"state_dir": state_dir}
-    if site_packages:
-        req["site_packages"] = site_packages
-    return req

@@ -11,7 +11,7 @@ import secrets
 import shlex
 import socket
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabfile import __version__
@@ -372,9 +372,3 @@ def render_launch_script(plan: Plan) -> str:
                         env_file=plan.env_file,
                         tool_version=__version__, plan_hash=plan.plan_hash,
                         rendered_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
-
-
-def as_dict(plan: Plan) -> dict[str, Any]:
-    d = plan.summary()
-    d["host_config"] = asdict(plan.host)
-    return d

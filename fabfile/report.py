@@ -18,6 +18,20 @@ COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted",
            "needs accept len", "verdict")
 
 
+def level_rows(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+    """The rows as measured at one concurrency (a flat row per configuration, like the first level's)."""
+    out = []
+    for r in rows:
+        lv = next((x for x in r.get("levels") or [] if x["concurrency"] == concurrency), None)
+        base = {k: v for k, v in r.items() if k != "levels"}
+        if lv is not None:
+            base.update({k: v for k, v in lv.items() if k != "concurrency"})
+        elif r.get("ok"):
+            base.update(ok=False, tok_s=None)
+        out.append(base)
+    return out
+
+
 def _f(v: Any, fmt: str = "{:.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
@@ -212,8 +226,6 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    from fabfile.sweep import level_rows
-
     levels = _levels(doc) or [int((doc.get("params") or {}).get("concurrency") or 1)]
     winners = doc.get("winners") or {str(levels[0]): doc.get("winner")}
     fig, axes = plt.subplots(1, len(levels), figsize=(7 * len(levels), 4.2), dpi=110, squeeze=False)

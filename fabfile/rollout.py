@@ -368,7 +368,8 @@ def print_rollout(result: RolloutResult) -> None:
     """The final word: per host, what happened and what runs there now (observed); then each failure in detail."""
     from rich.table import Table
 
-    from fabfile.output import deploy_summary, err, out, print_error
+    from fabfile.deploy import deploy_summary
+    from fabfile.output import err, out, print_error
 
     for row in result.hosts:
         if row.deploy is not None and not row.deploy.ok:

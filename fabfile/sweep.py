@@ -22,6 +22,7 @@ from fabfile.errors import SpecDeployError, SweepError
 from fabfile.inventory import Host, Inventory
 from fabfile.plan import Options, build
 from fabfile.progress import SweepProgress
+from fabfile.report import level_rows
 from fabfile.session import HostSession
 
 
@@ -128,20 +129,6 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
         "accept_histogram": result.get("accept_histogram"),
         "accept_histogram_source": result.get("accept_histogram_source"),
     }
-
-
-def level_rows(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
-    """The rows as measured at one concurrency (a flat row per configuration, like the first level's)."""
-    out = []
-    for r in rows:
-        lv = next((x for x in r.get("levels") or [] if x["concurrency"] == concurrency), None)
-        base = {k: v for k, v in r.items() if k != "levels"}
-        if lv is not None:
-            base.update({k: v for k, v in lv.items() if k != "concurrency"})
-        elif r.get("ok"):
-            base.update(ok=False, tok_s=None)
-        out.append(base)
-    return out
 
 
 def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None) -> dict[str, Any]:
