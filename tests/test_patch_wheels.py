@@ -32,11 +32,17 @@ import pytest
 from fabfile import patchset
 from fabfile.remote import patching
 from fabfile.remote.common import sha256_file
+from fabfile.remote.versions import NEWEST_SUPPORTED
+from fabfile.remote.versions import key as version_order
 from tests.test_patching import tree as tree_hashes
 
 pytestmark = pytest.mark.wheels
 
-VERSIONS = ["0.4.9", "0.5.3", "0.5.7", "0.5.9", "0.5.12", "0.5.15.post1", "0.5.16", "0.5.18", "0.5.20", "latest"]
+# Pinned, the newest being the tool's NEWEST_SUPPORTED: CI must not turn red because the index gained a release
+# overnight. The session summary says when the index has a newer one (add it here, then run
+# `python -m tests.contract --write`: the contract test then shows what the new release changed).
+VERSIONS = ["0.4.9", "0.5.3", "0.5.7", "0.5.9", "0.5.12", "0.5.15.post1", "0.5.16", "0.5.18", "0.5.20",
+            NEWEST_SUPPORTED]
 VALUES = {
     "NCCL_PROTO": "LL",
     "NCCL_ALGO": "Ring",
@@ -172,15 +178,11 @@ def fetch_wheel(version: str) -> dict[str, Any]:
 def wheels(request: pytest.FixtureRequest) -> dict[str, Any]:
     """Resolve 'latest' and fetch every wheel in parallel threads; failures are kept per version."""
     t0 = time.monotonic()
-    resolved = {}
-    for v in VERSIONS:
-        if v == "latest":
-            try:
-                resolved[v] = _latest_version()
-            except (OSError, ValueError, KeyError) as e:
-                resolved[v] = e
-        else:
-            resolved[v] = v
+    resolved: dict[str, Any] = {v: v for v in VERSIONS}
+    try:
+        newest_on_index: str | None = _latest_version()
+    except (OSError, ValueError, KeyError):
+        newest_on_index = None
     out: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=8) as pool:
         futs = {v: pool.submit(fetch_wheel, rv) for v, rv in resolved.items() if isinstance(rv, str)}
@@ -203,6 +205,9 @@ def wheels(request: pytest.FixtureRequest) -> dict[str, Any]:
             )
         else:
             lines.append(f"  sglang {v}: unavailable: {info}")
+    if newest_on_index and version_order(newest_on_index) > version_order(NEWEST_SUPPORTED):
+        lines.append(f"  note: the index's newest SGLang is {newest_on_index}, newer than the matrix's "
+                     f"{NEWEST_SUPPORTED}: add it to VERSIONS and run `python -m tests.contract --write`")
     summary = f"wheels: {total:.1f}s total in {_cache_dir()}\n" + "\n".join(lines)
     capman = request.config.pluginmanager.getplugin("capturemanager")
     if tr is not None and capman is not None:

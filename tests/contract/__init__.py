@@ -16,22 +16,10 @@ ENV_EXTRA = ["0.5.1", "0.5.2", "0.5.4", "0.5.5", "0.5.6", "0.5.8", "0.5.10", "0.
 
 
 def matrix() -> list[str]:
-    """The real-wheel matrix (tests/test_patch_wheels.py), ``latest`` resolved through the index."""
-    import time
-
+    """The real-wheel matrix (tests/test_patch_wheels.py: pinned, newest = the tool's NEWEST_SUPPORTED)."""
     from tests import test_patch_wheels as tpw
 
-    def latest() -> str:
-        for i in range(4):  # the index sometimes drops a connection
-            try:
-                return tpw._latest_version()
-            except OSError:
-                if i == 3:
-                    raise
-                time.sleep(2)
-        raise AssertionError("unreachable")
-
-    return [latest() if v == "latest" else v for v in tpw.VERSIONS]
+    return list(tpw.VERSIONS)
 
 
 def version_key(v: str) -> tuple[Any, ...]:
