@@ -90,7 +90,23 @@ def _inventory(path: str | None) -> Any:
     return inventory.load(chosen or "inventory.yaml")
 
 
-def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True) -> Any:
+def _accept_gate(value: Any) -> float | None:
+    from fabfile.errors import FlagError
+
+    if value is None:
+        return None
+    try:
+        x = float(str(value).strip())
+    except ValueError:
+        raise FlagError(f"--accept-gate: expected an accept length (e.g. 1.1, or 0 for no gate), got {value!r}") \
+            from None
+    if not 0 <= x < 64:
+        raise FlagError(f"--accept-gate: an accept length from 0 (no gate) to below 64, got {value}")
+    return x
+
+
+def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
+             accept_gate: Any = None) -> Any:
     from fabfile.errors import FlagError
     from fabfile.inventory import PATCH_MODES
     from fabfile.plan import Options
@@ -99,7 +115,7 @@ def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout:
         raise FlagError(f"--patch-mode: unknown mode {patch_mode!r}; choose one of {', '.join(PATCH_MODES)}")
     return Options(steps=_int("--steps", steps), topk=_int("--topk", topk, 1),
                    draft_tokens=_int("--draft-tokens", draft_tokens, 1), patch_mode=patch_mode,
-                   timeout=_float("--timeout", timeout), verify=verify)
+                   timeout=_float("--timeout", timeout), verify=verify, accept_gate=_accept_gate(accept_gate))
 
 
 DEPLOY_HELP = {
@@ -116,6 +132,8 @@ DEPLOY_HELP = {
     "strategy": "several hosts: rolling (default: a canary host first, then batches) or parallel (all at once)",
     "batch": "rolling: hosts per batch after the canary, a number (2) or a share (25%, the default)",
     "no_canary": "rolling: do not deploy one host alone first",
+    "accept_gate": "EAGLE accept length at or below which the deploy fails, measured after ready by a short burst "
+                   "(default: the inventory's accept_gate, 1.1; 0 turns the gate off)",
     "rollback_on_failure": "when a batch fails, put every host this run changed back to the deploy it ran before "
                            "(default: hosts already deployed stay on the new version)",
 }
@@ -126,14 +144,14 @@ DEPLOY_HELP = {
 def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
-           no_canary: bool = False, rollback_on_failure: bool = False) -> None:
+           no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.errors import FlagError
     from fabfile.rollout import STRATEGIES, parse_batch
 
     inv = _inventory(inventory)
-    opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify)
+    opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     if strategy is not None and strategy not in STRATEGIES:
         raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
     if batch is not None and strategy == "parallel":

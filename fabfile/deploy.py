@@ -74,6 +74,7 @@ class DeployResult:
             "log_path": self.record.get("log_path") or self.plan.log_path, "timings": self.timings,
             "patch_mode": self.patch_mode, "sglang_version": self.sglang_version,
             "schedulers": self.record.get("schedulers"), "ready": self.record.get("ready"), "check_env": verify,
+            "first_request": self.record.get("first_request"), "accept": self.record.get("accept"),
             "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
             "transport": self.stats, "notes": list(self.plan.notes),
             "outcome_unknown": self.outcome_unknown,
@@ -142,6 +143,9 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
         # A multi-node rank >= 1 serves only SGLang's stub health server (/ping, /health, /health_generate).
         "ready_path": "/health" if h.node is not None and h.node.rank > 0 else None,
         "node": asdict(h.node) if h.node is not None else None,
+        # Ready means it answers: a real request (and the accept-length gate) after the readiness endpoint's 200.
+        "gates": {"timeout": t.first_request, "accept_gate": plan.accept_gate} if "first_request" in plan.steps
+        else None,
     }
 
 
@@ -157,7 +161,7 @@ def upload_launch_files(session: HostSession, plan: Plan) -> None:
 
 def deadline_for(plan: Plan) -> float:
     t = plan.host.timeouts
-    return plan.ready_timeout + 3 * t.stop_grace + t.gpu_clean + t.lock_wait + 60.0
+    return plan.ready_timeout + 3 * t.stop_grace + t.gpu_clean + t.lock_wait + 2 * t.first_request + 60.0
 
 
 def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float,

@@ -14,7 +14,9 @@ what happened and a hint that says what to do; ``tasks.py`` maps them to exit co
     │   ├── LockHeldError                another deploy holds this host
     │   ├── PatchError                   anchor missing/ambiguous, unsupported mode, file changed
     │   ├── GpuBusyError                 a GPU still held after stopping everything
-    │   ├── LaunchError                  the server died, logged a fatal line, stalled or timed out
+    │   ├── LaunchError                  the server died, logged a fatal line, stalled, timed out, or was
+    │   │                                ready but failed or hung on a real request
+    │   ├── AcceptGateError              ready and answering, but its EAGLE accept length is at/below accept_gate
     │   ├── BenchError                   a benchmark could not run, or every request failed
     │   └── AgentCrashError              the agent itself failed (a bug: stderr is attached)
     ├── EnvNotProvenError                check-env could not prove the expected values in every rank
@@ -118,6 +120,10 @@ class EnvNotProvenError(SpecDeployError):
     pass
 
 
+class AcceptGateError(RemoteError):
+    """A speculative server whose measured accept length is at or below the accept gate."""
+
+
 class SweepError(SpecDeployError):
     pass
 
@@ -166,6 +172,8 @@ _AGENT_KINDS.update({
     "no_record": RemoteError,
     "script_changed": RemoteError,
     "router_failed": LaunchError,
+    "generate_failed": LaunchError,
+    "accept_gate": AcceptGateError,
     "unsafe_path": UnsafePathError,
     "no_server": UsageError,
 })

@@ -112,6 +112,7 @@ class TimeoutFields(_Strict):
     lock_wait: float | None = None    # wait for another deploy's lock (0 = fail at once)
     host: float | None = None         # wall-clock bound on one host's part of a read-only command (status, ...)
     silence: float | None = None      # a deploy's link is dead after this long without a byte (heartbeats: 5 s)
+    first_request: float | None = None  # bound on the first real request after ready, and on the accept burst
 
 
 class HostFields(_Strict):
@@ -141,6 +142,8 @@ class HostFields(_Strict):
     nccl_debug: bool | None = None
     min_free_disk_gb: float | None = None
     gpu_idle_mib: int | None = None
+    # EAGLE accept length at or below which a deploy fails (measured after ready); 0 turns the gate off
+    accept_gate: float | None = None
     timeouts: TimeoutFields | None = None
     address: str | None = None        # how the other hosts reach this one (cluster rendezvous, router workers)
 
@@ -278,6 +281,11 @@ class Speculative:
     draft_tokens: int | None
 
 
+# An EAGLE accept length of 1.0 means no draft token is ever accepted; a little above it, speculation still costs
+# more than it saves on any configuration we measured (the analysis in `inv analyze`). A deploy at or below fails.
+DEFAULT_ACCEPT_GATE = 1.1
+
+
 @dataclass(frozen=True)
 class Timeouts:
     connect: float = 10.0
@@ -291,6 +299,7 @@ class Timeouts:
     lock_wait: float = 0.0
     host: float = 60.0
     silence: float = 30.0
+    first_request: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -360,6 +369,7 @@ class Host:
     gpu_idle_mib: int
     timeouts: Timeouts
     source: str = ""
+    accept_gate: float = 1.1
     address: str | None = None
     node: NodeRole | None = None
 
@@ -641,6 +651,9 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
     )
     check_speculative(spec, has_draft=bool(m.get("draft_model")), where=f"{where}.speculative")
 
+    accept_gate = float(m["accept_gate"]) if m.get("accept_gate") is not None else DEFAULT_ACCEPT_GATE
+    if not 0 <= accept_gate < 64:
+        raise ValueError(f"{where}.accept_gate: an accept length from 0 (no gate) to below 64, got {accept_gate:g}")
     t = Timeouts(**{k: float(v) for k, v in (m.get("timeouts") or {}).items() if v is not None})
     for key, value in asdict(t).items():
         if value < 0 or (value == 0 and key != "lock_wait"):
@@ -679,6 +692,7 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         timeouts=t,
         source=source,
         address=m.get("address"),
+        accept_gate=accept_gate,
     )
 
 

@@ -97,8 +97,8 @@ def config_file_text(values: dict[str, str]) -> str:
     return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 
-STEPS = ("connect", "preflight", "lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "verify_env",
-         "record")
+STEPS = ("connect", "preflight", "lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "first_request",
+         "accept_gate", "verify_env", "record")
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class Options:
     patch_mode: str | None = None
     timeout: float | None = None
     verify: bool = True
+    accept_gate: float | None = None  # --accept-gate: overrides the inventory's (0 turns the gate off)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class Plan:
     client: str
     expected: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the tool changed in, or adds to, the inventory's settings, in sentences
+    accept_gate: float | None = None  # the accept length a speculative deploy must exceed (None: no gate)
     nccl_logging: dict[str, str] = field(default_factory=dict)
     nccl_notes: tuple[str, ...] = ()
     # What the script really runs: argv with the secret flags moved into ``config_file`` (when SGLang has
@@ -194,7 +196,7 @@ class Plan:
                 "plan_hash": self.plan_hash, "url": self.url, "argv": self.masked_argv(), "env": self.masked_env(),
                 "patch_mode": self.patch_mode, "log_path": self.log_path, "script_path": self.script_path,
                 "steps": list(self.steps), "notes": list(self.notes), "nccl_expected": dict(self.expected),
-                "nccl_notes": list(self.nccl_notes)}
+                "nccl_notes": list(self.nccl_notes), "accept_gate": self.accept_gate}
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -315,10 +317,20 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     log_path = f"{host.log_dir.rstrip('/')}/sglang-{name}.log"
     script_path = f"{host.state_dir.rstrip('/')}/launch-{name}.sh"
     client = f"{getpass.getuser()}@{socket.gethostname()}"
+    gate = host.accept_gate if opts.accept_gate is None else opts.accept_gate
+    # Only node rank 0 of a cluster serves the API (the others answer SGLang's stub health server): it is the one
+    # that takes the real request. The accept gate is for speculative configurations with a gate above 0.
+    answers = host.node is None or host.node.rank == 0
+    accept_gate = gate if answers and spec.steps > 0 and gate > 0 else None
+    skip = set() if opts.verify else {"verify_env"}
+    if not answers:
+        skip.add("first_request")
+    if accept_gate is None:
+        skip.add("accept_gate")
     plan = Plan(host=host, deploy_id=deploy_id, config_name=name, argv=tuple(argv), env=env, patch_mode=patch_mode,
                 nccl_values=dict(nccl.tuning), force_env=host.force_env, log_path=log_path,
                 script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
-                steps=STEPS if opts.verify else tuple(s for s in STEPS if s != "verify_env"), client=client,
+                steps=tuple(s for s in STEPS if s not in skip), accept_gate=accept_gate, client=client,
                 expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
                 nccl_notes=nccl.notes)
     return for_version(plan, sglang_version)

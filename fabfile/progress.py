@@ -13,7 +13,8 @@ from rich.text import Text
 
 STEP_TITLES = {
     "connect": "connect", "preflight": "preflight", "lock": "lock", "patch": "patch", "stop": "stop stale servers",
-    "gpu_clean": "GPU-clean gate", "start": "start server", "wait_ready": "wait for ready", "verify_env": "verify env",
+    "gpu_clean": "GPU-clean gate", "start": "start server", "wait_ready": "wait for ready",
+    "first_request": "first real request", "accept_gate": "accept-length gate", "verify_env": "verify env",
     "record": "record deploy",
 }
 

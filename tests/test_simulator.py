@@ -689,3 +689,44 @@ def test_foreign_holder_causes_oom(sim: Sim) -> None:
     launcher = sim.launch(tp=1)
     assert launcher.wait(timeout=15) != 0
     assert "torch.OutOfMemoryError: CUDA out of memory." in sim.text()
+
+
+# ----------------------------------------------------------------------------------------- after-ready faults
+
+
+def _gen(sim: Sim, tokens: int = 8, timeout: float = 3) -> tuple[int, bytes]:
+    try:
+        return http(sim.url("/generate"), {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": tokens}},
+                    timeout=timeout)
+    except (TimeoutError, OSError):
+        return 0, b"timed out"
+
+
+@pytest.mark.parametrize("fault", ["generate_error", "generate_hang", "scheduler_dead_health_ok"])
+def test_after_ready_faults_pass_health_and_fail_generation(sim: Sim, fault: str) -> None:
+    """Readiness passes (the warmup too, as on the servers of sglang#6624/#22779), real requests do not."""
+    sim.install("0.5.16", fail=fault)
+    launcher = sim.launch()
+    sim.wait_log("fired up", proc=launcher)
+    assert http(sim.url("/health"), timeout=30)[0] == 200
+    schedulers = sim.schedulers(launcher)
+    code, body = _gen(sim)
+    if fault == "generate_error":
+        assert code == 500 and b"error" in body
+    else:
+        assert code == 0  # no answer: the request hangs
+    if fault == "scheduler_dead_health_ok":
+        # the scheduler is gone, the launcher did not notice, and /health still says 200 (sglang#6624)
+        assert wait_gone([schedulers["sglang::scheduler_TP0"]])
+        assert launcher.poll() is None
+    assert http(sim.url("/health"), timeout=30)[0] == 200
+
+
+def test_acceptance_per_configuration_can_be_stuck_at_1(sim: Sim) -> None:
+    sim.install("0.5.16", accept_prob_by_config={"3,1,4": [0.0]}, accept_prob=[0.9])
+    launcher = sim.launch(spec=True)
+    sim.wait_log("fired up", proc=launcher)
+    assert _gen(sim, tokens=32, timeout=10)[0] == 200
+    _, body = _gen(sim, tokens=32, timeout=10)
+    meta = json.loads(body)["meta_info"]
+    assert meta["spec_verify_ct"] == 31 and meta["spec_num_correct_drafts"] == 0  # the prefill gave token 1

@@ -56,7 +56,7 @@ def schedulers_of(pid: int) -> List[Dict[str, Any]]:
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
          "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch",
-         "expected", "nccl_debug")
+         "expected", "nccl_debug", "gates")
 
 
 def _previous(state_dir: str) -> Optional[Dict[str, Any]]:
@@ -156,6 +156,9 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
             lambda r: f"{r['ready_path']} answered 200 in {r['probe_latency_s']:.2f} s")
         record["ready"] = ready
         record["schedulers"] = schedulers_of(started["pid"])
+        gate_req = req.get("gates")
+        if gate_req:
+            _gates(gate_req, req, started, record, steps)
         if req.get("verify"):
             def verify_step() -> Dict[str, Any]:
                 started_ = started
@@ -194,6 +197,31 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     finally:
         stop_heartbeat()
         lock.release()
+
+
+def _gates(gate_req: Dict[str, Any], req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any],
+           steps: Steps) -> None:
+    """Ready means it answers: one real generation, then (speculative configurations) the accept-length gate."""
+    from . import gates
+    from .bench import api_key_of
+
+    key = api_key_of(int(started["pid"]))
+    timeout = float(gate_req.get("timeout") or 60.0)
+    listen, port = req["listen"], int(req["port"])
+    record["first_request"] = steps.run(
+        "first_request", lambda: gates.first_request(listen, port, key, timeout),
+        lambda r: f"{r['completion_tokens']} tokens in {r['latency_s']:.2f} s")
+    gate = gate_req.get("accept_gate")
+    if gate is None:
+        return
+
+    def accept_step() -> Dict[str, Any]:
+        burst = gates.accept_burst(listen, port, key, timeout)
+        record["accept"] = out = gates.judge_accept(burst, float(gate))
+        return out
+
+    steps.run("accept_gate", accept_step,
+              lambda r: f"accept length {r['accept_length']:.2f} over {r['requests']} requests (gate {r['gate']:g})")
 
 
 def expected_of(req: Dict[str, Any]) -> Optional[Dict[str, str]]:

@@ -72,6 +72,10 @@ def spec_meta(ver: tuple[int, ...], *, completion_tokens: int, verify_ct: int, c
     return meta
 
 
+class GenerateFailed(Exception):
+    """A request the scheduler could not serve (the ``generate_error`` fault)."""
+
+
 class _Req:
     def __init__(self, prompt_tokens: int, max_new_tokens: int, streaming: bool):
         self.prompt_tokens = prompt_tokens
@@ -113,6 +117,7 @@ class Generator:
         for k, v in (info0.get("nccl_env") or {}).items():
             factor *= float(factors.get(f"{k}={v}", 1.0))
         self.comm_factor = factor
+        self.probs = self.accept_probs() if self.spec else [0.0]
         # scheduler state (engine thread)
         self.cv = threading.Condition()
         self.waiting: list[_Req] = []
@@ -136,6 +141,14 @@ class Generator:
         # time.time() of the last output the "detokenizer" delivered (SGLang's tokenizer_manager.last_receive_tstamp,
         # which its health-generate handler watches)
         self.last_receive_tstamp = 0.0
+        # After-ready faults (set by the HTTP server once warmup is done, so the warmup itself passes, as the
+        # servers of these reports did): "generate_error" fails every real request; "generate_hang" serves the
+        # prefill (so SGLang's one-token health check passes) but never decodes; "scheduler_dead_health_ok": the
+        # first real request kills a scheduler, the launcher does not notice and /health keeps answering 200
+        # (sglang#6624), requests hang.
+        self.fault: str | None = None
+        self.scheduler_pids: list[int] = [int(i["pid"]) for i in infos if i.get("pid")]
+        self.scheduler_dead = False
 
     # -------------------------------------------------------------- costs (ms of simulated GPU time)
     def cycle_ms(self, batch: int = 1) -> float:
@@ -155,8 +168,18 @@ class Generator:
     def prefill_ms(self, prompt_tokens: int) -> float:
         return float(self.cfg["prefill_ms_base"]) + float(self.cfg["prefill_ms_per_token"]) * prompt_tokens
 
+    def accept_probs(self) -> list[float]:
+        """``accept_prob``, or the entry of ``accept_prob_by_config`` for this server's speculative configuration
+        (``"steps,topk,draft_tokens"``, e.g. ``"3,1,4"``; ``[0.0]`` is a draft that is never accepted: the accept
+        length stays at 1, as EAGLE-3 stuck after an upgrade in sglang#24795)."""
+        by_config = self.cfg.get("accept_prob_by_config") or {}
+        topk = int(getattr(self.sa, "speculative_eagle_topk", None) or 1)
+        key = f"{self.steps},{topk},{self.num_draft}"
+        probs = by_config.get(key, self.cfg.get("accept_prob"))
+        return [float(p) for p in (probs or [0.0])]
+
     def _accepted(self) -> int:
-        probs = [float(p) for p in (self.cfg.get("accept_prob") or [0.0])]
+        probs = self.probs
         n = 0
         for i in range(max(0, self.num_draft - 1)):
             p = probs[i] if i < len(probs) else probs[-1]
@@ -253,6 +276,11 @@ class Generator:
             batch = [r for r in self.running if not r.aborted]
             if not batch:
                 continue
+            if self.fault in ("generate_hang", "scheduler_dead_health_ok"):
+                # No decode step ever completes; new arrivals still get their prefill (the health check's one token).
+                with self.cv:
+                    self.cv.wait(0.1)
+                continue
             b = len(batch)
             self.num_running = b
             cost = self.cycle_ms(b) if self.spec else self.decode_ms(b)
@@ -318,6 +346,15 @@ class Generator:
         on_chunk: Callable[[str, int], None] | None = None,
     ) -> dict[str, Any]:
         self._ensure_engine()
+        if self.fault == "generate_error":
+            raise GenerateFailed("CUDA error: an illegal memory access was encountered")
+        if self.fault == "scheduler_dead_health_ok" and not self.scheduler_dead:
+            self.scheduler_dead = True
+            import os
+            import signal
+            rank = int(self.cfg.get("fail_rank", 0))
+            if rank < len(self.scheduler_pids):
+                os.kill(self.scheduler_pids[rank], signal.SIGKILL)
         r = _Req(prompt_tokens, max_new_tokens, on_chunk is not None)
         with self.cv:
             self.waiting.append(r)

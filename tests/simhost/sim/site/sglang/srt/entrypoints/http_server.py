@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from sglang._sim import runtime
-from sglang._sim.generation import Generator
+from sglang._sim.generation import GenerateFailed, Generator
 from sglang.srt.entrypoints import engine
 from sglang.srt.server_args import ServerArgs
 
@@ -56,6 +56,10 @@ class ServerState:
         ``await asyncio.sleep(1)``, not scaled by time_scale) look whether any output arrived since; 200 at the first
         that did, 503 after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without one."""
         tic = time.time()
+        if self.generator.scheduler_dead:
+            # sglang#6624: the scheduler is gone and the health check still answers 200.
+            time.sleep(1)
+            return 200
         threading.Thread(target=self.generator.health_request, daemon=True).start()
         limit = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
         while time.time() < tic + limit:
@@ -239,7 +243,10 @@ class Handler(BaseHTTPRequestHandler):
         table = gets if method in ("GET", "HEAD") else posts
         other = posts if method in ("GET", "HEAD") else gets
         if path in table:
-            table[path]()
+            try:
+                table[path]()
+            except GenerateFailed as e:  # raised before any byte of the answer was sent (streams answer in-band)
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": {"message": str(e)}})
         elif path in other or (path == "/generate" and method == "GET"):
             self._send(405, {"detail": "Method Not Allowed"})
         else:
@@ -372,6 +379,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+        except GenerateFailed as e:
+            # SGLang's stream_results: the error as one data chunk, then [DONE]
+            try:
+                self.wfile.write(b"data: " + json.dumps({"error": {"message": str(e)}}).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
         except (BrokenPipeError, ConnectionResetError):
             pass
         self._access_log(200)
@@ -388,6 +403,9 @@ def _env_bool(name: str, default: bool) -> bool:
     if value in ("false", "0", "no", "n"):
         return False
     raise ValueError(f'"{value}" is not a valid boolean value')
+
+
+AFTER_READY_FAULTS = ("generate_error", "generate_hang", "scheduler_dead_health_ok")
 
 
 def _warmup(state: ServerState, url: str) -> None:
@@ -409,6 +427,8 @@ def _warmup(state: ServerState, url: str) -> None:
             runtime.write_all(2, f"[{runtime.now_stamp()}] Initialization failed. warmup error: {e}\n".encode())
             engine.kill_process_tree(include_parent=True, exit_code=1)
     state.status = "Up"
+    if state.cfg.get("fail") in AFTER_READY_FAULTS:
+        state.generator.fault = state.cfg["fail"]
     runtime.write_all(2, f"[{runtime.now_stamp()}] The server is fired up and ready to roll!\n".encode())
 
 
@@ -474,7 +494,8 @@ def launch_server(server_args: ServerArgs) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    launched.start_watchdog(engine.scheduler_died_after_ready)
+    if cfg.get("fail") != "scheduler_dead_health_ok":  # that fault is a launcher that does not notice (sglang#6624)
+        launched.start_watchdog(engine.scheduler_died_after_ready)
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
 
     if server_args.node_rank == 0:
