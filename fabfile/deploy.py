@@ -53,6 +53,8 @@ class DeployResult:
     # True once the host-side deploy was asked for: from then on, a lost link leaves its outcome unknown (the
     # deploy goes on without us), unlike a failure before it, which changed nothing.
     remote_started: bool = False
+    # what the routers in front of this host were told (taken out before, put back after), in sentences
+    router_notes: list[str] = field(default_factory=list)
 
     @property
     def outcome_unknown(self) -> bool:
@@ -77,7 +79,7 @@ class DeployResult:
             "first_request": self.record.get("first_request"), "accept": self.record.get("accept"),
             "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
             "transport": self.stats, "notes": list(self.plan.notes),
-            "outcome_unknown": self.outcome_unknown,
+            "outcome_unknown": self.outcome_unknown, "router_notes": list(self.router_notes),
         }
 
 
@@ -279,3 +281,24 @@ def deploy_summary(r: DeployResult) -> None:
         out.print(f"  note: {note}", markup=False, highlight=False)
     out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}")
     out.print("  timings: " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()), markup=False)
+
+
+def deploy_behind_routers(inv: Inventory, host: Host, opts: Options, reporter: Reporter) -> DeployResult:
+    """:func:`deploy_host`, with the host taken out of every router of the inventory that fronts it first (so no
+    client request goes to a server being restarted) and put back once its new server answers; a deploy that
+    failed without touching the old server puts it back too."""
+    from fabfile.router import drain, routers_of
+
+    if not routers_of(inv, host):
+        return deploy_host(inv, host, opts, reporter)
+    notes = drain(inv, host, back=False)
+    for n in notes:
+        reporter.info(n)
+    r = deploy_host(inv, host, opts, reporter)
+    if r.ok or (r.error is not None and r.error.details.get("changed") is False) or not r.remote_started:
+        back = drain(inv, host, back=True)
+        for n in back:
+            reporter.info(n)
+        notes += back
+    r.router_notes = notes
+    return r

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabfile.cluster import deploy_cluster, print_cluster
-from fabfile.deploy import deploy_host, deploy_summary
+from fabfile.deploy import deploy_behind_routers, deploy_summary
 from fabfile.inventory import Host, Inventory
 from fabfile.output import print_json
 from fabfile.plan import Options, build
@@ -33,7 +33,7 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
             print_cluster(cres)
         return 0 if cres.ok else 1
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
-        r = deploy_host(inv, hosts[0], opts, Reporter(hosts[0].name))
+        r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
         if as_json:
             print_json(r.as_dict())
         else:

@@ -253,6 +253,8 @@ class RouterFields(_Strict):
     policy: Literal["round_robin", "random", "cache_aware", "power_of_two"] = "round_robin"
     python: str | None = None         # default: the router host's `python`
     args: list[str] = []
+    # a rolling deploy takes a replica out of this router first; requests already sent there get this long to finish
+    drain_s: float = 5.0
 
     @field_validator("port")
     @classmethod
@@ -336,6 +338,7 @@ class Router:
     policy: str
     python: str
     args: tuple[str, ...]
+    drain_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -599,6 +602,8 @@ def _routers(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tup
         where = f"routers.{name}"
         if r.host not in hosts:
             raise ValueError(f"{where}.host: unknown host {r.host!r}")
+        if not 0 <= r.drain_s <= 3600:
+            raise ValueError(f"{where}.drain_s: seconds from 0 to 3600, got {r.drain_s:g}")
         members: list[str] = []
         for token in (t.strip() for t in r.group.split(",") if t.strip()):
             if token in groups:
@@ -615,7 +620,8 @@ def _routers(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tup
         python = r.python or hosts[r.host].python
         _remote_path(python, f"{where}.python")
         out[name] = Router(name=name, host=r.host, members=tuple(dict.fromkeys(members)), group=r.group,
-                           port=r.port, listen=r.listen, policy=r.policy, python=python, args=tuple(r.args))
+                           port=r.port, listen=r.listen, policy=r.policy, python=python, args=tuple(r.args),
+                           drain_s=float(r.drain_s))
     return out
 
 

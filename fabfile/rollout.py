@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabfile.deploy import DeployResult, deploy_host
+from fabfile.deploy import DeployResult, deploy_behind_routers
 from fabfile.errors import FlagError, SpecDeployError, from_agent
 from fabfile.fanout import concurrent, reporter_for
 from fabfile.inventory import Host, Inventory
@@ -165,7 +165,7 @@ def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: s
         shared = len(b) > 1
 
         def one(h: Host, shared: bool = shared) -> None:
-            r = deploy_host(inv, h, opts, reporter_for(h, quiet=quiet, shared_console=shared))
+            r = deploy_behind_routers(inv, h, opts, reporter_for(h, quiet=quiet, shared_console=shared))
             row = rows[h.name]
             row.deploy = r
             if r.ok:
@@ -243,6 +243,10 @@ def rollback_hosts(rows: list[HostRollout], inv: Inventory, *, quiet: bool) -> N
                                     "from_deploy_id": prev["deploy_id"], "config": data.get("config_name")}
                     row.outcome = "rolled back"
                     row.config_now, row.pid_now = data.get("config_name"), data.get("pid")
+                    if row.deploy is not None:
+                        from fabfile.router import drain
+
+                        row.deploy.router_notes += drain(inv, h, back=True)
                 else:
                     s.stop()
                     why = "nothing ran before" if not prev or not prev.get("running") else \

@@ -15,7 +15,7 @@ from typing import Any
 
 from fabfile.errors import FlagError, LaunchError, SpecDeployError
 from fabfile.fanout import HostOutcome, for_each_host
-from fabfile.inventory import Inventory, Router
+from fabfile.inventory import Host, Inventory, Router
 from fabfile.render import shell_path
 from fabfile.session import HostSession
 
@@ -72,9 +72,45 @@ def healthy_workers(inv: Inventory, router: Router, host_timeout: float | None) 
         elif h.name != router.host and h.listen in ("127.0.0.1", "localhost", "::1"):
             skipped[h.name] = f"listens on {h.listen} only; set `listen: 0.0.0.0` for it so the router can reach it"
         else:
-            addr = "127.0.0.1" if h.name == router.host and h.listen in ("127.0.0.1", "localhost") else h.address
-            workers.append(f"http://{addr}:{h.port}")
+            workers.append(worker_url(router, h))
     return workers, skipped
+
+
+def worker_url(router: Router, h: Host) -> str:
+    """How ``router`` reaches replica ``h`` (the URL it was given, and the one it lists)."""
+    addr = "127.0.0.1" if h.name == router.host and h.listen in ("127.0.0.1", "localhost") else h.address
+    return f"http://{addr}:{h.port}"
+
+
+def routers_of(inv: Inventory, h: Host) -> list[Router]:
+    return [r for r in inv.routers.values() if h.name in r.members]
+
+
+def drain(inv: Inventory, h: Host, *, back: bool) -> list[str]:
+    """Take replica ``h`` out of every router of the inventory that fronts it (``back``: put it back), through the
+    router's host. A router that is not running is skipped; what happened comes back as sentences. Errors are
+    sentences too, never raised: a router that cannot be told must not stop a deploy (its own health checks
+    still find a restarted replica, only later)."""
+    notes: list[str] = []
+    for r in routers_of(inv, h):
+        url = worker_url(r, h)
+        host = inv.hosts[r.host]
+        try:
+            with HostSession.open(inv, host) as s:
+                data = s.call("router_worker", {"name": r.name, "url": url, "action": "add" if back else "remove",
+                                                "drain_s": r.drain_s, "wait_s": 30.0},
+                              timeout=r.drain_s + 60.0)
+        except SpecDeployError as e:
+            if (e.details or {}).get("agent_kind") == "not_running":
+                continue
+            notes.append(f"router {r.name}: could not {'add' if back else 'remove'} {url}: {e.message}")
+            continue
+        if back:
+            notes.append(f"router {r.name}: {url} is back in")
+        elif data.get("removed"):
+            notes.append(f"router {r.name}: {url} taken out (in-flight requests drained in "
+                         f"{data.get('drained_s', 0):.1f} s)")
+    return notes
 
 
 def router_argv(router: Router, workers: list[str]) -> list[str]:

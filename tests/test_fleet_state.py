@@ -240,7 +240,10 @@ def test_status_figures_belong_to_the_server_that_runs_now(fleet: Fleet, sim_hos
     _generate(sim_host)
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
     assert st["data"]["last_decode"]["accept_len"] and st["data"]["last_decode"]["age_s"] is not None
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    # The new server must have printed no Decode line of its own yet: the deploy's own real request (and, without
+    # --accept-gate 0, its accept-length burst) would otherwise give it some.
+    sim_host.set_sim_config(decode_log_interval=40)
+    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", "--accept-gate", "0", inventory=inventory)
     assert code == 0, err
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
     assert code == 0

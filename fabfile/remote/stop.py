@@ -3,15 +3,35 @@ or holds one of the GPUs the new server needs. TERM, grace, KILL, and confirmati
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from . import gpus, procs, records
+
+ROUTER_TITLE = "sglang::router"
+
+
+def _router_pids(state_dir: str, table: List[procs.ProcInfo]) -> Set[int]:
+    """The routers this tool started on the host (``inv deploy-router``) and their children: a deploy of the
+    host's server must not stop the router in front of the replicas (measured: it did, as its title is
+    ``sglang::router``, and every request through it failed until it was started again)."""
+    import os
+
+    if not os.path.isdir(os.path.join(state_dir, "routers")):
+        return set()
+    from . import router
+
+    out: Set[int] = set()
+    for rec in router.all_records(state_dir):
+        if router.is_running(rec):
+            out.add(int(rec["pid"]))
+            out.update(d.pid for d in procs.descendants(int(rec["pid"]), table))
+    return out
 
 
 def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool = True) -> Dict[str, Any]:
     table = procs.all_procs()
     by_pid = {p.pid: p for p in table}
-    protected = procs.protected_pids()
+    protected = procs.protected_pids() | _router_pids(state_dir, table)
     found: Dict[int, Dict[str, Any]] = {}
 
     def add(p: procs.ProcInfo, why: str) -> None:
@@ -40,6 +60,8 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
         # stopped only if it holds one of the GPUs this deploy needs (below).
         if not procs.same_pid_namespace(p.pid):
             continue
+        if p.cmdline.startswith(ROUTER_TITLE):
+            continue  # SGLang's router (it sets this title) serves no model and holds no GPU: not a server
         if procs.is_sglang_title(p.cmdline):
             add(p, "SGLang process title")
         elif procs.is_sglang_launcher(p.cmdline):

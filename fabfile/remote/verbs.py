@@ -383,6 +383,15 @@ def _router_stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return router.stop(facts.expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
 
 
+def _router_worker(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    """Take a replica out of a router before its server restarts, or put it back once it answers again."""
+    from . import facts, router
+    state_dir = facts.expand(req["state_dir"])
+    if req.get("action") == "remove":
+        return router.remove_worker(state_dir, req["name"], req["url"], float(req.get("drain_s", 5)))
+    return router.add_worker(state_dir, req["name"], req["url"], float(req.get("wait_s", 30)))
+
+
 def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     from . import facts, stop
     found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
@@ -416,6 +425,7 @@ TABLE: Dict[str, Callable[[Dict[str, Any], EventSink], Dict[str, Any]]] = {
     "cancel": _cancel,
     "router_start": _router_start,
     "router_stop": _router_stop,
+    "router_worker": _router_worker,
     "bench": _bench,
     "evidence": _evidence,
     "patch_apply": _patch("apply"),
