@@ -254,6 +254,45 @@ def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, time
                         host_timeout=_float("--host-timeout", host_timeout)))
 
 
+@task(help={"host": HOST_HELP, "interval": "seconds between samples (default 2)",
+            "once": "one sample, then exit (thresholds judged on it)", "json": "one JSON line per sample",
+            "min_accept": "alarm when a server's accept length stays below this",
+            "min_tok_s": "alarm when a server's generation throughput (tok/s) stays below this",
+            "for_": "how long (seconds) a figure must stay below its threshold before the alarm (default 0)",
+            "duration": "stop after this many seconds (exit 0 unless an alarm fired; default: until Ctrl-C)",
+            "inventory": INVENTORY_HELP})
+@cli
+def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, json: bool = False,
+          min_accept: Any = None, min_tok_s: Any = None, for_: Any = None, duration: Any = None,
+          inventory: Any = None) -> None:
+    """Live view of each server: tok/s, accept length, running/queued requests, health; thresholds print an alarm
+    line and exit 1 (for cron and CI). A server not running or not healthy is an alarm too."""
+    from fabfile.errors import FlagError
+    from fabfile.watch import WatchOptions
+    from fabfile.watch import watch as run_watch
+
+    def number(flag: str, value: Any) -> float | None:
+        return _float(flag, value, "a positive number")
+
+    wait_for = None
+    if for_ is not None:
+        try:
+            wait_for = float(str(for_))
+        except ValueError:
+            raise FlagError(f"--for: expected a number of seconds, got {for_!r}") from None
+        if wait_for < 0:
+            raise FlagError(f"--for: must be 0 or more, got {for_}")
+    if once and (wait_for or duration is not None):
+        raise FlagError("--once: takes one sample; leave out --for and --duration")
+    opts = WatchOptions(interval=number("--interval", interval) or 2.0, once=once,
+                        min_accept=number("--min-accept", min_accept), min_tok_s=number("--min-tok-s", min_tok_s),
+                        for_s=wait_for or 0.0, duration=number("--duration", duration), as_json=json)
+    inv = _inventory(inventory)
+    code = run_watch(inv, inv.select(host), opts)
+    if code:
+        raise Exit(code=code)
+
+
 @task(name="check-env", help={"host": HOST_HELP + "; a cluster name covers the ranks on every node",
                               "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
                               "verbose": "one row per rank and variable with expected, observed and evidence "
@@ -687,5 +726,5 @@ def raise_for(code: int) -> None:
         raise Exit(code=code)
 
 
-ns = Collection(deploy, render, stop, status, logs, check_env, rollback_patches, gpus, bench, sweep, analyze,
+ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
                 deploy_router, trust_host, adopt, diff)

@@ -85,11 +85,12 @@ def _router_get(host: SimHost, path: str) -> tuple[int, Any]:
 # other, until /root/load.stop appears; every outcome is counted, failures kept with their answer.
 LOAD = """
 import json, os, threading, time, urllib.request, urllib.error
+os.chdir(os.path.expanduser('~'))
 url = 'http://127.0.0.1:%d/generate'
 body = json.dumps({'input_ids': [11, 12, 13, 14], 'sampling_params': {'max_new_tokens': 16}}).encode()
 ok, failed, lock = [0], [], threading.Lock()
 def worker():
-    while not os.path.exists('/root/load.stop'):
+    while not os.path.exists('load.stop'):
         try:
             req = urllib.request.Request(url, data=body, headers={'Content-Type': 'application/json'})
             with urllib.request.urlopen(req, timeout=60) as r:
@@ -106,14 +107,14 @@ t0 = time.monotonic()
 [t.start() for t in threads]
 [t.join() for t in threads]
 json.dump({'ok': ok[0], 'failed': len(failed), 'errors': [str(x) for x in failed[:10]],
-           'seconds': time.monotonic() - t0}, open('/root/load.json', 'w'))
+           'seconds': time.monotonic() - t0}, open('load.json', 'w'))
 """
 
 
 def _start_load(host: SimHost, threads: int = 4) -> None:
     (host.home / "load.py").write_text(LOAD % (ROUTER_PORT, threads))
-    host.exec(["sh", "-c", f"rm -f /root/load.stop /root/load.json; setsid {host.python_in_host} /root/load.py "
-                           "</dev/null >/root/load.log 2>&1 &"])
+    host.exec(["sh", "-c", f"cd && rm -f load.stop load.json && setsid {host.python_in_host} load.py "
+                           "</dev/null >load.log 2>&1 &"])
 
 
 def _stop_load(host: SimHost) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def test_the_router_stops_sending_to_a_replica_that_dies(fleet4: Fleet, hosts: d
     launcher = [p for p, c in _procs(victim) if "sglang.launch_server" in c]
     assert launcher
     victim.exec(["kill", "-9", str(launcher[0])])
-    dead = f"http://{victim.address}:8000"
+    dead = f"http://{victim.address}:{victim.sglang_port}"
     for _ in range(150):
         _, listing = _router_get(hosts["sim1"], "/workers")
         entry = [w for w in listing["workers"] if w["url"] == dead]

@@ -392,6 +392,11 @@ def _router_worker(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return router.add_worker(state_dir, req["name"], req["url"], float(req.get("wait_s", 30)))
 
 
+def _watch(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+    from . import facts, watch
+    return watch.sample(facts.expand(req["state_dir"]), _last_decode)
+
+
 def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     from . import facts, stop
     found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
@@ -426,6 +431,7 @@ TABLE: Dict[str, Callable[[Dict[str, Any], EventSink], Dict[str, Any]]] = {
     "router_start": _router_start,
     "router_stop": _router_stop,
     "router_worker": _router_worker,
+    "watch": _watch,
     "bench": _bench,
     "evidence": _evidence,
     "patch_apply": _patch("apply"),
