@@ -222,6 +222,10 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         mode, patch = patch_request(session, plan, version)
         result.patch_mode = mode
         plan = result.plan = for_version(plan, version)  # where the API key can go depends on the version
+        # What this version does not understand is refused here, before any file lands on the host (exit 2).
+        from fabfile.versioncheck import check as check_version
+
+        check_version(list(plan.launch_argv or plan.argv)[3:], dict(plan.env), version, host.name)
         for note in plan.notes:
             reporter.info(note)
         upload_launch_files(session, plan)

@@ -50,6 +50,41 @@ def test_committed_tables_match_the_wheels(label: str, wheels: dict[str, Any]) -
     assert f"## SGLang {w.version} (" in doc, f"docs/sglang-contract.md lacks {w.version}: regenerate it"
 
 
+@pytest.mark.parametrize("label", VERSIONS)
+def test_committed_spec_facts_match_the_wheels(label: str, wheels: dict[str, Any]) -> None:  # noqa: F811
+    """What the tool refuses per version (fabfile/versioncheck.py) is read from this release's wheel."""
+    from fabfile import versioncheck
+    from tests.contract import specfacts
+
+    w = _wheel(label, wheels)
+    found = versioncheck.facts_for(w.version)
+    assert found is not None and found[0] == w.version, (
+        f"fabfile/sglang_spec_facts.py has no entry for SGLang {w.version}: run python -m tests.contract --write")
+    _, facts, flags = found
+    want = specfacts.version_facts(w)
+    assert sorted(flags) == want["flags"], f"{w.version}: the launch flags drifted from the wheel"
+    assert {k: v for k, v in facts.items() if not k.startswith("flags")} == \
+        {k: v for k, v in want.items() if k != "flags"}, f"{w.version}: run python -m tests.contract --write"
+
+
+def test_spec_v2_and_entry_point_by_release() -> None:
+    """The facts the issue names, as the wheels give them (committed table): SGLANG_ENABLE_SPEC_V2 is read by
+    0.5.5 ... 0.5.20 and by no later release; `sglang serve` exists from 0.5.5; STANDALONE from 0.5.2."""
+    from fabfile import versioncheck
+
+    def f(v: str) -> dict[str, Any]:
+        found = versioncheck.facts_for(v)
+        assert found is not None
+        return found[1]
+
+    assert [f(v)["spec_v2_env"] for v in ("0.5.4", "0.5.5", "0.5.20", "0.5.21", "0.5.23")] == \
+        [False, True, True, False, False]
+    assert [f(v)["sglang_serve"] for v in ("0.5.4", "0.5.5", "0.5.23")] == [False, True, True]
+    assert "STANDALONE" not in f("0.5.1")["speculative_algorithms"] and \
+        "STANDALONE" in f("0.5.2")["speculative_algorithms"]
+    assert f("0.5.12")["speculative_algorithms"] == "any"
+
+
 def test_committed_nccl_table_other_cached_releases() -> None:
     """Releases read only for the NCCL table's boundaries: checked when their wheel is already cached."""
     from tests.contract import ENV_EXTRA

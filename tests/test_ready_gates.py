@@ -116,3 +116,40 @@ def test_a_failed_gate_is_rolled_back_with_rollback_on_failure(inventory: Path, 
     assert rec["status"] == "running" and rec["config_name"] == "eagle3-s2-k1-d3", rec
     assert rec.get("rollback_of") == good["deploy_id"]
     assert http_get(sim_host, "/health")[0] == 200
+
+
+# -- point 4: what the host's version does not understand is refused before anything is touched -------------------
+def _untouched(host: SimHost) -> None:
+    ls = host.exec(["sh", "-c", "ls /root/.specdeploy 2>/dev/null; ls /root/sglang-logs 2>/dev/null"]).stdout
+    assert "launch-" not in ls and "current.json" not in ls and ".log" not in ls, ls
+    assert sglang_pids(host) == []
+
+
+@pytest.mark.parametrize(("version", "over", "words"), [
+    ("0.5.23", {"env": {"SGLANG_ENABLE_SPEC_V2": "1"}},
+     ["SGLang 0.5.23", "does not read SGLANG_ENABLE_SPEC_V2", "0.5.5–0.5.20"]),
+    ("0.5.1", {"sglang_args": ["--enable-single-batch-overlap"]},
+     ["SGLang 0.5.1", "no --enable-single-batch-overlap flag", "0.5.3–"]),
+    ("0.5.1", {"speculative": {"algorithm": "STANDALONE"}},
+     ["SGLang 0.5.1", "no speculative algorithm STANDALONE", "EAGLE, EAGLE3, NEXTN"]),
+])
+def test_what_the_version_does_not_understand_is_refused_untouched(fleet: Fleet, sim_host: SimHost, tmp_path: Path,
+                                                                   version: str, over: dict[str, object],
+                                                                   words: list[str]) -> None:
+    sim_host.set_version(version)
+    inv = derived_inventory(fleet, tmp_path, hosts={"sim1": over})
+    r = run_inv("deploy", "--steps", "3", inventory=inv)
+    assert r.returncode == 2, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    _untouched(sim_host)
+
+
+def test_what_the_version_understands_is_deployed(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    sim_host.set_version("0.5.16")
+    inv = derived_inventory(fleet, tmp_path, hosts={"sim1": {"env": {"SGLANG_ENABLE_SPEC_V2": "1"},
+                                                             "sglang_args": ["--enable-metrics"]}})
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    assert code == 0, err
+    assert doc["env"]["SGLANG_ENABLE_SPEC_V2"] == "1" and "--enable-metrics" in doc["launch_argv"]

@@ -1,7 +1,8 @@
 """``python -m tests.contract [--write] [VERSION ...]``: derive the contract from the wheels and compare.
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
-regenerates ``docs/sglang-contract.md`` and ``fabfile/remote/sglang_env_facts.py`` (all matrix versions;
+regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and ``fabfile/sglang_spec_facts.py``
+(all matrix versions;
 the NCCL table also reads ``ENV_EXTRA``). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or the index.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tests.contract import ENV_EXTRA, envfacts, matrix, real, sim, table, version_key
+from tests.contract import ENV_EXTRA, envfacts, matrix, real, sim, specfacts, table, version_key
 
 
 def main(argv: list[str]) -> int:
@@ -40,9 +41,13 @@ def main(argv: list[str]) -> int:
     if args.write:
         (table.ROOT / "docs" / "sglang-contract.md").write_text(table.render(results, meta))
         env = {}
+        spec = {}
         for v in sorted(set(versions) | set(ENV_EXTRA), key=version_key):
-            env[v] = envfacts.version_facts(real.Wheel(fetch_wheel(v)["path"]))
+            w = real.Wheel(fetch_wheel(v)["path"])
+            env[v] = envfacts.version_facts(w)
+            spec[v] = specfacts.version_facts(w)
         (table.ROOT / "fabfile" / "remote" / "sglang_env_facts.py").write_text(envfacts.render(env))
+        (table.ROOT / "fabfile" / "sglang_spec_facts.py").write_text(specfacts.render(spec))
     return 1 if bad else 0
 
 
