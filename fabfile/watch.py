@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fabfile.fanout import HostOutcome, for_each_host
 from fabfile.inventory import Host, Inventory
-from fabfile.operations import HostOutcome, for_each_host
 
 
 @dataclass(frozen=True)
