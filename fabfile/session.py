@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,25 @@ def open_transport(inv: Inventory, host: Host,
                         timeouts=host.timeouts, on_open=on_open)
 
 
+# How a session is opened. None: a real transport (``open_transport``). Tests swap in an in-process fake for a
+# block (``connector``), the way httpx takes a mock transport: every command opens sessions through
+# ``HostSession.open``, so rollout, cluster and the multi-host commands run unchanged against scripted hosts.
+# A module global, not a context variable: the fan-out runs each host in its own thread.
+Connector = Callable[["Inventory", Host, "Callable[[Transport], None] | None"], "HostSession"]
+_connector: Connector | None = None
+
+
+@contextmanager
+def connector(fn: Connector) -> Iterator[None]:
+    """Open every ``HostSession`` through ``fn`` inside the block (test equipment: ``tests/fakehost.py``)."""
+    global _connector
+    before, _connector = _connector, fn
+    try:
+        yield
+    finally:
+        _connector = before
+
+
 @dataclass
 class HostSession:
     host: Host
@@ -35,6 +55,8 @@ class HostSession:
     def open(cls, inv: Inventory, host: Host,
              on_open: Callable[[Transport], None] | None = None) -> HostSession:
         """Connect; ``on_open`` gets the transport before the handshake, so another thread can abort it."""
+        if _connector is not None:
+            return _connector(inv, host, on_open)
         transport = open_transport(inv, host, on_open)
         return cls(host=host, transport=transport, agent=AgentClient(transport, host.python, host.state_dir))
 
