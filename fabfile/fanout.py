@@ -36,6 +36,27 @@ class HostOutcome:
         return self.error is None
 
 
+def _run_one(inv: Inventory, h: Host, work: Callable[[HostSession], Any],
+             on_open: Callable[[Transport], None] | None) -> HostOutcome:
+    """One host's part: open its session, run ``work``; any failure becomes the host's outcome, never a raise."""
+    try:
+        with HostSession.open(inv, h, on_open) as s:
+            return HostOutcome(h, data=work(s))
+    except SpecDeployError as e:
+        if e.host is None:
+            e.host = h.name
+        return HostOutcome(h, error=e)
+    except Exception as e:  # a session closed under a thread can raise anything
+        return HostOutcome(h, error=RemoteError(f"{type(e).__name__}: {e}", host=h.name))
+
+
+def _timed_out(h: Host, host_timeout: float) -> HostTimeoutError:
+    return HostTimeoutError(
+        f"no answer within {host_timeout:.0f} s; its session was closed and its result is unknown",
+        "the host, its sshd or its network may hang: check it over SSH; raise --host-timeout "
+        "if it is only slow", host=h.name, timed_out=True)
+
+
 def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], Any],
                   parallel: bool = True, host_timeout: float | None = None,
                   answered: set[str] | None = None) -> list[HostOutcome]:
@@ -47,19 +68,8 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
     ``answered``: a set the work adds its host's name to once the host has answered; from then on ``host_timeout``
     no longer applies to it (a long ``logs --follow`` is bounded by its own duration, only its start by this).
     """
-    def one(h: Host, on_open: Callable[[Transport], None] | None = None) -> HostOutcome:
-        try:
-            with HostSession.open(inv, h, on_open) as s:
-                return HostOutcome(h, data=work(s))
-        except SpecDeployError as e:
-            if e.host is None:
-                e.host = h.name
-            return HostOutcome(h, error=e)
-        except Exception as e:  # a session closed under a thread can raise anything
-            return HostOutcome(h, error=RemoteError(f"{type(e).__name__}: {e}", host=h.name))
-
     if not parallel or (len(hosts) == 1 and host_timeout is None):
-        return [one(h) for h in hosts]
+        return [_run_one(inv, h, work, None) for h in hosts]
     cv = threading.Condition()
     results: dict[str, HostOutcome] = {}
     started: dict[str, float] = {}
@@ -70,7 +80,7 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
             with cv:
                 transports[h.name] = t
 
-        outcome = one(h, on_open)
+        outcome = _run_one(inv, h, work, on_open)
         with cv:
             results.setdefault(h.name, outcome)
             cv.notify_all()
@@ -90,10 +100,7 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
             for h in hosts:
                 if h.name in running and host_timeout is not None and now - started[h.name] > host_timeout and \
                         not (answered is not None and h.name in answered):
-                    results[h.name] = HostOutcome(h, error=HostTimeoutError(
-                        f"no answer within {host_timeout:.0f} s; its session was closed and its result is unknown",
-                        "the host, its sshd or its network may hang: check it over SSH; raise --host-timeout "
-                        "if it is only slow", host=h.name, timed_out=True))
+                    results[h.name] = HostOutcome(h, error=_timed_out(h, host_timeout))
                     running.discard(h.name)
                     t = transports.get(h.name)
                     if t is not None:
