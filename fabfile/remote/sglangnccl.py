@@ -61,6 +61,20 @@ def sglang_env_facts_for(version: str | None) -> tuple[str | None, list[dict[str
     return below[-1], sglang_env_facts.NCCL_WRITES[below[-1]]
 
 
+def _all_of(vals: list[bool | None]) -> bool | None:
+    """Three-valued AND: False if any is False, else None (unknown) if any is unknown."""
+    if any(v is False for v in vals):
+        return False
+    return None if any(v is None for v in vals) else True
+
+
+def _any_of(vals: list[bool | None]) -> bool | None:
+    """Three-valued OR: True if any is True, else None (unknown) if any is unknown."""
+    if any(v is True for v in vals):
+        return True
+    return None if any(v is None for v in vals) else False
+
+
 def sglang_nccl_rules(version: str | None, flags: dict[str, Any]) -> list[dict[str, Any]]:
     """The NCCL variables this SGLang version itself sets, from the table derived from the release wheels.
 
@@ -84,16 +98,6 @@ def sglang_nccl_rules(version: str | None, flags: dict[str, Any]) -> list[dict[s
         v = flag(a.lstrip("!"))
         return v if v is None or not a.startswith("!") else not v
 
-    def all_of(vals: list[bool | None]) -> bool | None:
-        if any(v is False for v in vals):
-            return False
-        return None if any(v is None for v in vals) else True
-
-    def any_of(vals: list[bool | None]) -> bool | None:
-        if any(v is True for v in vals):
-            return True
-        return None if any(v is None for v in vals) else False
-
     read, writes = sglang_env_facts_for(version)
     rules: list[dict[str, Any]] = []
     if read is None:
@@ -104,10 +108,10 @@ def sglang_nccl_rules(version: str | None, flags: dict[str, Any]) -> list[dict[s
                                        "unset (or with --enable-symm-mem/--enable-nccl-nvls)"})
         return rules
     for w in writes:
-        base = all_of([atom(a) for a in w["requires"]] + [None] * bool(w["other"]))
+        base = _all_of([atom(a) for a in w["requires"]] + [None] * bool(w["other"]))
         value = w["value"]
         if value is None and w["value_flags"]:
-            v = any_of([flag(f) for f in w["value_flags"]])
+            v = _any_of([flag(f) for f in w["value_flags"]])
             value = None if v is None else str(int(v))
         where = f"SGLang {read}{'' if read == version else f' (as read for {version})'}: {w['where']}"
         when = " and ".join(w["when"])
@@ -115,7 +119,7 @@ def sglang_nccl_rules(version: str | None, flags: dict[str, Any]) -> list[dict[s
         if w["unset_or"] is not None:
             rules.append({"var": w["var"], "action": "sets_if_unset", "value": value, "applies": base,
                           "condition": cond + " (fills the variable when unset)"})
-            over = all_of([base, any_of([atom(a) if not a.startswith("?") else None for a in w["unset_or"]])])
+            over = _all_of([base, _any_of([atom(a) if not a.startswith("?") else None for a in w["unset_or"]])])
             rules.append({"var": w["var"], "action": "overrides", "value": value, "applies": over,
                           "condition": cond + " (replaces an operator value with " + " or ".join(
                               _FLAG_NAMES.get(a, a.lstrip("?")) for a in w["unset_or"]) + ")"})
