@@ -33,6 +33,30 @@ from .patchstore import (
 )
 
 
+def _undo_ops(state_dir: str, entries: list[dict[str, Any]], currents: dict[str, bytes | None],
+              dry: bool) -> tuple[list[_Op], list[dict[str, Any]]]:
+    """The writes that put each manifest entry back (a source's backup bytes, or removing a file the engine added)
+    and the per-file result rows; an entry already back as it was needs no write."""
+    ops: list[_Op] = []
+    results = []
+    for e in entries:
+        cur = currents[e["path"]]
+        st = _current_state(e, cur)
+        if st == "patched":
+            if e["kind"] == "source":
+                ops.append(_Op(e["path"], _backup_bytes(state_dir, e), cur))
+                action = "restored"
+            else:
+                ops.append(_Op(e["path"], None, cur))
+                action = "removed"
+        else:
+            action = "already_original" if e["kind"] == "source" else "already_removed"
+        results.append(
+            {"path": e["path"], "kind": e["kind"], "action": ("would_" if dry else "") + action}
+        )
+    return ops, results
+
+
 def rollback(req: dict[str, Any]) -> dict[str, Any]:
     """Undo everything in the manifest, byte for byte.
 
@@ -63,23 +87,7 @@ def rollback(req: dict[str, Any]) -> dict[str, Any]:
             entries = [e for e in entries if e["path"] not in forgotten]
         elif changed:
             raise _changed_error("rollback_refused", changed, "roll back")
-        ops: list[_Op] = []
-        results = []
-        for e in entries:
-            cur = currents[e["path"]]
-            st = _current_state(e, cur)
-            if st == "patched":
-                if e["kind"] == "source":
-                    ops.append(_Op(e["path"], _backup_bytes(state_dir, e), cur))
-                    action = "restored"
-                else:
-                    ops.append(_Op(e["path"], None, cur))
-                    action = "removed"
-            else:
-                action = "already_original" if e["kind"] == "source" else "already_removed"
-            results.append(
-                {"path": e["path"], "kind": e["kind"], "action": ("would_" if dry else "") + action}
-            )
+        ops, results = _undo_ops(state_dir, entries, currents, dry)
         if dry:
             return {"dry_run": True, "nothing_to_do": not ops, "files": results, "forgotten": forgotten}
         cleared = {
