@@ -147,6 +147,103 @@ def _blind_message(evidence: dict[str, Any], env_status: str | None) -> tuple[st
     )
 
 
+def _world(schedulers: list[dict[str, Any]], facts: dict[str, Any]) -> tuple[int | None, str]:
+    """How many ranks the server runs, and where that is read: NCCL's init lines, the launch argv, the schedulers."""
+    inits = [i for s in schedulers for i in (s.get("nccl") or {}).get("inits") or []]
+    if inits:
+        return max(int(i["nranks"]) for i in inits), "nccl_log"
+    if facts.get("tp_size"):
+        return int(facts["tp_size"]), "launch_argv"
+    if schedulers:
+        return len(schedulers), "scheduler_count"
+    return None, "unknown"
+
+
+def _server_hints(hints: dict[str, dict[str, Any]], schedulers: list[dict[str, Any]], launcher: dict[str, Any],
+                  server: dict[str, Any]) -> bool:
+    """Hints about which server was judged (none running; not the recorded deploy). True: it is not the recorded
+    deploy, so its verdict cannot stand for the deploy."""
+    if not schedulers:
+        why = "no running server found"
+        if launcher.get("pid") is not None and launcher.get("identity") in ("gone", "pid_reused"):
+            why += (
+                f" (the recorded launcher pid {launcher['pid']} is {launcher['identity'].replace('_', ' ')})"
+            )
+        elif launcher.get("alive"):
+            why += f" (launcher pid {launcher['pid']} runs but has no sglang::scheduler children yet)"
+        _hint(hints, "no_server", why + ": deploy, or wait for the server to come up, then check again")
+    not_recorded = bool(schedulers) and server.get("is_recorded_deploy") is False
+    if not_recorded:
+        _hint(
+            hints,
+            "not_recorded_deploy",
+            f"the running server is not the recorded deploy {server.get('recorded_deploy') or ''}"
+            f" ({server.get('why') or 'its launcher is gone'}): it was started outside specdeploy, so the "
+            "recorded log and record say nothing about it; only its own processes are read, and its verdict "
+            "cannot stand for the deploy: deploy again, or stop it",
+        )
+    return not_recorded
+
+
+def _run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts: dict[str, Any],
+               expected: dict[str, str], rows: list[dict[str, Any]], no_nccl_lines: bool) -> None:
+    """Hints about the whole run rather than one row: no NCCL_DEBUG lines, a capped or rotated log, variables SGLang
+    itself touches, an inventory changed since the deploy, custom all-reduce, nothing expected."""
+    if no_nccl_lines:
+        sev = "info" if all(r["status"] == "proven" for r in rows) else "warning"
+        _hint(hints, "no_nccl_debug", _no_nccl_debug_message(evidence), severity=sev)
+    log = evidence.get("log") or {}
+    if log.get("capped"):
+        _hint(
+            hints,
+            "log_capped",
+            f"only the first {log.get('cap_bytes')} bytes of the log after the deploy offset were read",
+            severity="info",
+        )
+    if log.get("rotated"):
+        _hint(
+            hints,
+            "log_rotated",
+            "the log is shorter than the deploy's offset (rotated or truncated): read from its start",
+            severity="warning",
+        )
+    for var in facts.get("flagged_expected_vars") or []:
+        if var in expected:
+            _hint(
+                hints,
+                f"sglang_touches_{var}",
+                f"SGLang {facts.get('sglang_version') or '(unknown version)'} "
+                f"sets {var} itself in some cases: see facts.sglang_sets",
+                severity="info",
+                var=var,
+            )
+    changed = evidence.get("inventory_differs") or {}
+    if changed:
+        parts = [f"{k}: {v.get('record')!s} → {v.get('inventory')!s}" for k, v in sorted(changed.items())]
+        _hint(
+            hints,
+            "inventory_changed",
+            "the inventory now asks for other values than the running deploy was started with ("
+            + "; ".join(parts)
+            + "): check-env judges the running deploy against its record; deploy again to apply the inventory",
+            severity="info",
+        )
+    car = facts.get("custom_all_reduce") or {}
+    if car.get("enabled"):
+        _hint(
+            hints,
+            "custom_all_reduce_on",
+            "custom all-reduce is on: most small decode all-reduces bypass NCCL, "
+            "so NCCL tuning matters less (add --disable-custom-all-reduce to make NCCL carry them)",
+            severity="info",
+        )
+
+    if not expected:
+        _hint(
+            hints, "nothing_expected", "no expected NCCL variables were given, so there is nothing to prove"
+        )
+
+
 def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
     """One row per (scheduler process, expected variable); overall ``ok``; hints naming the likely cause.
 
@@ -168,38 +265,11 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
     hints: dict[str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
 
-    inits = [i for s in schedulers for i in (s.get("nccl") or {}).get("inits") or []]
-    if inits:
-        nranks: int | None = max(int(i["nranks"]) for i in inits)
-        nranks_source = "nccl_log"
-    elif facts.get("tp_size"):
-        nranks, nranks_source = int(facts["tp_size"]), "launch_argv"
-    elif schedulers:
-        nranks, nranks_source = len(schedulers), "scheduler_count"
-    else:
-        nranks, nranks_source = None, "unknown"
+    nranks, nranks_source = _world(schedulers, facts)
     single_rank = nranks == 1
     any_nccl = any((s.get("nccl") or {}).get("lines") for s in schedulers)
 
-    if not schedulers:
-        why = "no running server found"
-        if launcher.get("pid") is not None and launcher.get("identity") in ("gone", "pid_reused"):
-            why += (
-                f" (the recorded launcher pid {launcher['pid']} is {launcher['identity'].replace('_', ' ')})"
-            )
-        elif launcher.get("alive"):
-            why += f" (launcher pid {launcher['pid']} runs but has no sglang::scheduler children yet)"
-        _hint(hints, "no_server", why + ": deploy, or wait for the server to come up, then check again")
-    not_recorded = bool(schedulers) and server.get("is_recorded_deploy") is False
-    if not_recorded:
-        _hint(
-            hints,
-            "not_recorded_deploy",
-            f"the running server is not the recorded deploy {server.get('recorded_deploy') or ''}"
-            f" ({server.get('why') or 'its launcher is gone'}): it was started outside specdeploy, so the "
-            "recorded log and record say nothing about it; only its own processes are read, and its verdict "
-            "cannot stand for the deploy: deploy again, or stop it",
-        )
+    not_recorded = _server_hints(hints, schedulers, launcher, server)
 
     l_env = launcher.get("environ") or {}
     l_nccl = (launcher.get("nccl") or {}).get("env") or {}
@@ -392,59 +462,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
                 }
             )
 
-    if schedulers and not any_nccl:
-        sev = "info" if all(r["status"] == "proven" for r in rows) else "warning"
-        _hint(hints, "no_nccl_debug", _no_nccl_debug_message(evidence), severity=sev)
-    log = evidence.get("log") or {}
-    if log.get("capped"):
-        _hint(
-            hints,
-            "log_capped",
-            f"only the first {log.get('cap_bytes')} bytes of the log after the deploy offset were read",
-            severity="info",
-        )
-    if log.get("rotated"):
-        _hint(
-            hints,
-            "log_rotated",
-            "the log is shorter than the deploy's offset (rotated or truncated): read from its start",
-            severity="warning",
-        )
-    for var in facts.get("flagged_expected_vars") or []:
-        if var in expected:
-            _hint(
-                hints,
-                f"sglang_touches_{var}",
-                f"SGLang {facts.get('sglang_version') or '(unknown version)'} "
-                f"sets {var} itself in some cases: see facts.sglang_sets",
-                severity="info",
-                var=var,
-            )
-    changed = evidence.get("inventory_differs") or {}
-    if changed:
-        parts = [f"{k}: {v.get('record')!s} → {v.get('inventory')!s}" for k, v in sorted(changed.items())]
-        _hint(
-            hints,
-            "inventory_changed",
-            "the inventory now asks for other values than the running deploy was started with ("
-            + "; ".join(parts)
-            + "): check-env judges the running deploy against its record; deploy again to apply the inventory",
-            severity="info",
-        )
-    car = facts.get("custom_all_reduce") or {}
-    if car.get("enabled"):
-        _hint(
-            hints,
-            "custom_all_reduce_on",
-            "custom all-reduce is on: most small decode all-reduces bypass NCCL, "
-            "so NCCL tuning matters less (add --disable-custom-all-reduce to make NCCL carry them)",
-            severity="info",
-        )
-
-    if not expected:
-        _hint(
-            hints, "nothing_expected", "no expected NCCL variables were given, so there is nothing to prove"
-        )
+    _run_hints(hints, evidence, facts, expected, rows, bool(schedulers) and not any_nccl)
     summary = {st: sum(1 for r in rows if r["status"] == st) for st in STATUSES}
     ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded
     order = {"error": 0, "warning": 1, "info": 2}
