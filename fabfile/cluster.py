@@ -19,7 +19,8 @@ from fabfile.fanout import concurrent, reporter_for
 from fabfile.inventory import Cluster, Host, Inventory
 from fabfile.output import out
 from fabfile.plan import Options, build, new_deploy_id
-from fabfile.rollout import HostRollout, RolloutResult, observe, print_rollout, rollback_hosts
+from fabfile.rollout import HostRollout, RolloutResult, observe, rollback_hosts
+from fabfile.rollout_report import print_rollout
 from fabfile.session import HostSession
 
 

@@ -14,7 +14,8 @@ from fabfile.inventory import Host, Inventory
 from fabfile.output import print_json
 from fabfile.plan import Options, build
 from fabfile.progress import Reporter
-from fabfile.rollout import BatchSize, print_rollout, run_rollout
+from fabfile.rollout import BatchSize, run_rollout
+from fabfile.rollout_report import print_rollout
 
 
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
