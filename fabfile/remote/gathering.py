@@ -252,6 +252,93 @@ def _debug_file_paths(pattern: str, pid: int) -> list[str]:
 # the verb
 
 
+def _read_debug_files(scan: _Scan, scheds: list[procs.ProcInfo], pattern: str) -> list[dict[str, Any]]:
+    """Feed each scheduler's NCCL_DEBUG_FILE files to the scan; a file older than its process is listed as stale."""
+    debug_files: list[dict[str, Any]] = []
+    for p in scheds:
+        started = _start_epoch(p.start_ticks)
+        for path in _debug_file_paths(pattern, p.pid):
+            entry: dict[str, Any] = {"path": path, "pid": p.pid, "stale": False}
+            try:
+                mtime = os.path.getmtime(path)
+            except OSError:
+                continue
+            if started is not None and mtime < started - 2.0:
+                entry["stale"] = True  # an older process with the same pid wrote it
+                debug_files.append(entry)
+                continue
+            lines, info = _read_lines(path, 0, DEBUG_FILE_CAP_BYTES)
+            for line in lines:
+                scan.feed(line, f"debug_file:{path}")
+            entry.update(bytes_read=info["bytes_read"], capped=info["capped"])
+            debug_files.append(entry)
+    return debug_files
+
+
+def _scheduler_rows(scheds: list[procs.ProcInfo], scan: _Scan, names: list[str]) -> list[dict[str, Any]]:
+    """One evidence record per scheduler process: its environment, its NCCL lines and its own markers."""
+    schedulers: list[dict[str, Any]] = []
+    for p in scheds:
+        st, vals, diag = _environ_view(p.pid, names)
+        ev = scan.by_pid.get(p.pid) or _PidEvidence()
+        own_markers = _own_markers(ev.markers, p.start_ticks, scan)
+        schedulers.append(
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "title": p.cmdline.split()[0],
+                "label": _label(p.cmdline),
+                "rank": procs.scheduler_rank(p.cmdline),
+                "start_ticks": p.start_ticks,
+                "environ_status": st,
+                "environ": vals,
+                "environ_diag": diag,
+                "nccl": ev.nccl_dict(),
+                "markers": own_markers,
+            }
+        )
+    return schedulers
+
+
+def _facts(req: dict[str, Any], found: dict[str, Any], launcher: dict[str, Any],
+           schedulers: list[dict[str, Any]], scan: _Scan, expected: dict[str, str]) -> dict[str, Any]:
+    """What the judgement needs besides the processes: launch flags, GPUs, InfiniBand, what SGLang sets itself."""
+    argv = req.get("launch_argv")
+    argv_source = "record" if argv else None
+    if not argv and launcher.get("identity") == "found_by_scan" and launcher.get("cmdline"):
+        # not the recorded deploy: its own command line, never the stale record's
+        argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
+    flags = _argv_flags(argv)
+    gpus = _gpu_facts()
+    nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
+    world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
+    rules = sglang_nccl_rules(req.get("sglang_version"), flags)
+    flagged = sorted({r["var"] for r in rules if r["var"] in expected and r["applies"] is not False})
+    facts = {
+        "server": req.get("server") or {},
+        "patch_mode": req.get("patch_mode"),
+        "nccl_debug": req.get("nccl_debug"),
+        "launch_env": req.get("launch_env") or {},
+        "launch_argv_source": argv_source,
+        "infiniband": _infiniband(),
+        "sglang_version": req.get("sglang_version"),
+        "gpus": gpus,
+        "tp_size": flags["tp_size"],
+        "launch_flags": {k: v for k, v in flags.items() if k != "tp_size"},
+        "custom_all_reduce": _custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
+        "sglang_sets": rules,
+        "flagged_expected_vars": flagged,
+        "draft_worker": {
+            "separate_processes": [{"pid": d.pid, "title": d.cmdline} for d in found["drafts"]],
+            "note": DRAFT_WORKER_NOTE
+            if not found["drafts"]
+            else "separate draft process(es) found: they are not schedulers and are listed here only",
+        },
+        "gathered_at": time.time(),
+    }
+    return facts
+
+
 def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring."""
     expected = req.get("expected") or {}
@@ -293,46 +380,11 @@ def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     scheds: list[procs.ProcInfo] = found["schedulers"]
     if debug_pattern:
         sink.emit("progress", step="nccl_debug_files")
-        for p in scheds:
-            started = _start_epoch(p.start_ticks)
-            for path in _debug_file_paths(str(debug_pattern), p.pid):
-                entry: dict[str, Any] = {"path": path, "pid": p.pid, "stale": False}
-                try:
-                    mtime = os.path.getmtime(path)
-                except OSError:
-                    continue
-                if started is not None and mtime < started - 2.0:
-                    entry["stale"] = True  # an older process with the same pid wrote it
-                    debug_files.append(entry)
-                    continue
-                lines, info = _read_lines(path, 0, DEBUG_FILE_CAP_BYTES)
-                for line in lines:
-                    scan.feed(line, f"debug_file:{path}")
-                entry.update(bytes_read=info["bytes_read"], capped=info["capped"])
-                debug_files.append(entry)
+        debug_files = _read_debug_files(scan, scheds, str(debug_pattern))
 
     sink.emit("progress", step="schedulers")
     sched_pids = {p.pid for p in scheds}
-    schedulers: list[dict[str, Any]] = []
-    for p in scheds:
-        st, vals, diag = _environ_view(p.pid, names)
-        ev = scan.by_pid.get(p.pid) or _PidEvidence()
-        own_markers = _own_markers(ev.markers, p.start_ticks, scan)
-        schedulers.append(
-            {
-                "pid": p.pid,
-                "ppid": p.ppid,
-                "title": p.cmdline.split()[0],
-                "label": _label(p.cmdline),
-                "rank": procs.scheduler_rank(p.cmdline),
-                "start_ticks": p.start_ticks,
-                "environ_status": st,
-                "environ": vals,
-                "environ_diag": diag,
-                "nccl": ev.nccl_dict(),
-                "markers": own_markers,
-            }
-        )
+    schedulers = _scheduler_rows(scheds, scan, names)
     lev = scan.by_pid.get(launcher["pid"]) if launcher["pid"] is not None else None
     launcher["nccl"] = (lev or _PidEvidence()).nccl_dict()
     launcher["markers"] = _own_markers(lev.markers, launcher.get("start_ticks"), scan) if lev else []
@@ -350,39 +402,7 @@ def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     )
 
     sink.emit("progress", step="facts")
-    argv = req.get("launch_argv")
-    argv_source = "record" if argv else None
-    if not argv and launcher.get("identity") == "found_by_scan" and launcher.get("cmdline"):
-        # not the recorded deploy: its own command line, never the stale record's
-        argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
-    flags = _argv_flags(argv)
-    gpus = _gpu_facts()
-    nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
-    world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
-    rules = sglang_nccl_rules(req.get("sglang_version"), flags)
-    flagged = sorted({r["var"] for r in rules if r["var"] in expected and r["applies"] is not False})
-    facts = {
-        "server": req.get("server") or {},
-        "patch_mode": req.get("patch_mode"),
-        "nccl_debug": req.get("nccl_debug"),
-        "launch_env": req.get("launch_env") or {},
-        "launch_argv_source": argv_source,
-        "infiniband": _infiniband(),
-        "sglang_version": req.get("sglang_version"),
-        "gpus": gpus,
-        "tp_size": flags["tp_size"],
-        "launch_flags": {k: v for k, v in flags.items() if k != "tp_size"},
-        "custom_all_reduce": _custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
-        "sglang_sets": rules,
-        "flagged_expected_vars": flagged,
-        "draft_worker": {
-            "separate_processes": [{"pid": d.pid, "title": d.cmdline} for d in found["drafts"]],
-            "note": DRAFT_WORKER_NOTE
-            if not found["drafts"]
-            else "separate draft process(es) found: they are not schedulers and are listed here only",
-        },
-        "gathered_at": time.time(),
-    }
+    facts = _facts(req, found, launcher, schedulers, scan, expected)
     return {
         "schema": SCHEMA,
         "expected": expected,
