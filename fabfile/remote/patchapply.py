@@ -132,15 +132,9 @@ def apply(req: dict[str, Any]) -> dict[str, Any]:
         return _apply_locked(req, state_dir, site, version, mode, tool_version)
 
 
-def _apply_locked(
-    req: dict[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
-) -> dict[str, Any]:
-    manifest = load_manifest(state_dir)
-    old_entries = {e["path"]: e for e in manifest["entries"]}
-    wanted = _plan_files(req)
-    wanted_paths = {w["path"] for w in wanted}
-
-    # 1. refuse early if any file we recorded changed behind our back
+def _unchanged_currents(old_entries: dict[str, dict[str, Any]]) -> dict[str, bytes | None]:
+    """The current bytes of every file the manifest records; refuses (``file_changed``) when one changed behind the
+    engine's back or a recorded source is gone."""
     currents: dict[str, bytes | None] = {}
     changed = []
     for path, e in old_entries.items():
@@ -150,6 +144,71 @@ def _apply_locked(
             changed.append(e)
     if changed:
         raise _changed_error("file_changed", changed, "patch")
+    return currents
+
+
+def _new_source(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None, state_dir: str, version: str,
+                site: str) -> tuple[bytes, bytes]:
+    """(original, new) bytes of an SGLang source: the pristine file (from the backup when it is patched now) and
+    the same file with this request's block inserted."""
+    if cur is None:
+        raise AgentError(
+            "file_missing",
+            "{} does not exist (SGLang {} in {}).".format(w["rel"], version, site),
+            hint="Check site_packages and the SGLang install.",
+            file=w["path"],
+        )
+    if old is not None:
+        original = _backup_bytes(state_dir, old) if _current_state(old, cur) == "patched" else cur
+    else:
+        text = cur.decode("utf-8")
+        original = strip_blocks(text).encode("utf-8") if has_block(text) else cur
+    new = insert_block(w["role"], original.decode("utf-8"), w["block"], w["rel"], version).encode(
+        "utf-8"
+    )
+    return original, new
+
+
+def _new_file(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None) -> bytes:
+    """The bytes of a file the engine owns (plugin, sitecustomize); refuses to overwrite one it did not write."""
+    if cur is not None and old is None and not _is_ours(cur):
+        raise AgentError(
+            "foreign_file",
+            f"{w['path']} already exists and was not written by specdeploy; refusing to overwrite it.",
+            hint="Move it away or use another patch mode (e.g. 'plugin' on 0.5.11+, or 'scheduler').",
+            file=w["path"],
+        )
+    return bytes(w["content"].encode("utf-8"))
+
+
+def _undo_unwanted(old_entries: dict[str, dict[str, Any]], wanted_paths: set[str],
+                   currents: dict[str, bytes | None], state_dir: str, ops: list[_Op],
+                   results: list[dict[str, Any]]) -> None:
+    """Files of a previous mode or request that this one does not want: restore (a source) or remove (ours)."""
+    for path, e in old_entries.items():
+        if path in wanted_paths:
+            continue
+        cur = currents[path]
+        st = _current_state(e, cur)
+        if st == "patched":
+            if e["kind"] == "source":
+                ops.append(_Op(path, _backup_bytes(state_dir, e), cur))
+                results.append({"path": path, "role": e["role"], "kind": e["kind"], "action": "restored"})
+            else:
+                ops.append(_Op(path, None, cur))
+                results.append({"path": path, "role": e["role"], "kind": e["kind"], "action": "removed"})
+
+
+def _apply_locked(
+    req: dict[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
+) -> dict[str, Any]:
+    manifest = load_manifest(state_dir)
+    old_entries = {e["path"]: e for e in manifest["entries"]}
+    wanted = _plan_files(req)
+    wanted_paths = {w["path"] for w in wanted}
+
+    # 1. refuse early if any file we recorded changed behind our back
+    currents = _unchanged_currents(old_entries)
 
     # 2. compute every new content (no writes yet)
     ops: list[_Op] = []
@@ -162,32 +221,11 @@ def _apply_locked(
         cur = currents[path] if path in currents else _read(path)
         old = old_entries.get(path)
         if w["kind"] == "source":
-            if cur is None:
-                raise AgentError(
-                    "file_missing",
-                    "{} does not exist (SGLang {} in {}).".format(w["rel"], version, site),
-                    hint="Check site_packages and the SGLang install.",
-                    file=path,
-                )
-            if old is not None:
-                original = _backup_bytes(state_dir, old) if _current_state(old, cur) == "patched" else cur
-            else:
-                text = cur.decode("utf-8")
-                original = strip_blocks(text).encode("utf-8") if has_block(text) else cur
-            new = insert_block(w["role"], original.decode("utf-8"), w["block"], w["rel"], version).encode(
-                "utf-8"
-            )
-            before_hash = sha256_bytes(original)
-            backups.append((original, before_hash))
+            original, new = _new_source(w, cur, old, state_dir, version, site)
+            backups.append((original, sha256_bytes(original)))
+            before_hash: str | None = backups[-1][1]
         else:
-            new = w["content"].encode("utf-8")
-            if cur is not None and old is None and not _is_ours(cur):
-                raise AgentError(
-                    "foreign_file",
-                    f"{path} already exists and was not written by specdeploy; refusing to overwrite it.",
-                    hint="Move it away or use another patch mode (e.g. 'plugin' on 0.5.11+, or 'scheduler').",
-                    file=path,
-                )
+            new = _new_file(w, cur, old)
             before_hash = None
         after_hash = sha256_bytes(new)
         if cur == new:
@@ -219,18 +257,7 @@ def _apply_locked(
         new_entries.append(entry)
 
     # 3. files from a previous mode/request that this one does not want: undo them
-    for path, e in old_entries.items():
-        if path in wanted_paths:
-            continue
-        cur = currents[path]
-        st = _current_state(e, cur)
-        if st == "patched":
-            if e["kind"] == "source":
-                ops.append(_Op(path, _backup_bytes(state_dir, e), cur))
-                results.append({"path": path, "role": e["role"], "kind": e["kind"], "action": "restored"})
-            else:
-                ops.append(_Op(path, None, cur))
-                results.append({"path": path, "role": e["role"], "kind": e["kind"], "action": "removed"})
+    _undo_unwanted(old_entries, wanted_paths, currents, state_dir, ops, results)
 
     created_dirs = sorted({os.path.dirname(w["path"]) for w in wanted if w["kind"] == "plugin"})
     created_dirs = [d for d in created_dirs if os.path.normpath(d) != os.path.normpath(site)]
