@@ -28,6 +28,7 @@ class FakeTransport(Transport):
         super().__init__(host_name)
         self.aborted = threading.Event()
         self.stats.connections = 1
+        self.files: dict[str, tuple[bytes, int]] = {}
 
     def run(self, command: str, timeout: float) -> CommandResult:
         raise AssertionError(f"{self.host_name}: the fake host runs no commands ({command!r})")
@@ -37,7 +38,7 @@ class FakeTransport(Transport):
         raise AssertionError(f"{self.host_name}: the fake host runs no commands ({command!r})")
 
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
-        raise AssertionError(f"{self.host_name}: the fake host takes no files ({path})")
+        self.files[path] = (data, mode)  # what a deploy uploads (launch script, env file), kept to be read
 
     def close(self) -> None:
         self.aborted.set()

@@ -3,6 +3,7 @@ commands and a rollout's final observation run their real code with no SSH and n
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,11 @@ hosts:
   a: {ssh_host: gpu-a, gpus: 2, tp: 2}
   b: {ssh_host: gpu-b}
   c: {ssh_host: gpu-c}
+  n0: {ssh_host: node-0, address: 10.0.0.1, gpus: 2}
+  n1: {ssh_host: node-1, address: 10.0.0.2, gpus: 2}
+  n2: {ssh_host: node-2, address: 10.0.0.3, gpus: 2}
+clusters:
+  trio: {hosts: [n0, n1, n2], tp: 6}
 """
 
 STOPPED = {"terminated": [{"pid": 11, "cmdline": "python -m sglang.launch_server"}], "killed": [], "survivors": [],
@@ -106,3 +112,46 @@ def test_sessions_open_for_real_again_after_the_block(inv: inventory.Inventory) 
     with connector(FakeFleet({})):
         assert session._connector is not None
     assert session._connector is None
+
+
+FACTS = {"problems": [], "unsafe": [], "home": "/home/u",
+         "sglang": {"version": "0.5.5", "site_packages": "/opt/venv/lib/python3.11/site-packages"},
+         "gpu": {"gpus": [{"index": 0}, {"index": 1}]}}
+
+
+def test_a_failed_rank_cancels_the_waiting_ranks_and_stops_the_ones_up(inv: inventory.Inventory) -> None:
+    from fabfile.cluster import deploy_cluster
+    from fabfile.plan import Options
+
+    up = {"pid": 100, "config_name": "eagle-3", "deploy_id": "x"}
+    failed = {"kind": "launch_failed", "message": "rank 1 exited with code 1", "hint": "read its log"}
+    cancel_seen = threading.Event()
+
+    def waiting_rank(_: dict[str, Any]) -> dict[str, Any]:  # rank 2 waits at the rendezvous until cancelled
+        assert cancel_seen.wait(30)
+        # its agent had started the new server (so the host changed) and stopped it on the cancel
+        return {"kind": "cancelled", "message": "cancelled: another rank failed", "details": {"changed": True}}
+
+    def cancel(_: dict[str, Any]) -> dict[str, Any]:
+        cancel_seen.set()
+        return {}
+
+    status = {"running": False, "record": {}}
+    fleet = FakeFleet({
+        "n0": {"facts": FACTS, "patch_apply": {}, "deploy": up, "cancel": {}, "stop": STOPPED, "status": status},
+        "n1": {"facts": FACTS, "deploy": failed, "cancel": {}, "stop": STOPPED, "status": status},
+        "n2": {"facts": FACTS, "deploy": waiting_rank, "cancel": cancel, "stop": STOPPED, "status": status},
+    })
+    with connector(fleet):
+        res = deploy_cluster(inv, inv.clusters["trio"], Options(steps=1), quiet=True)
+    by = {r.host.name: r for r in res.hosts}
+    assert not res.ok and res.extra["failed_first"] == ["n1"]
+    deploys = fleet.requests("deploy")
+    assert [deploys[n]["node"]["rank"] for n in ("n0", "n1", "n2")] == [0, 1, 2]
+    assert len({deploys[n]["deploy_id"] for n in deploys}) == 1  # one shared deploy id
+    assert by["n0"].outcome == "stopped (another rank failed)"
+    assert fleet.requests("stop")["n0"]["lock_wait"] == 30
+    assert "n1" not in fleet.requests("stop")  # a failed rank's own agent already tore its server down
+    assert set(fleet.requests("cancel")) == {"n0", "n2"}  # every other rank, with the reason
+    assert "node rank 1 (n1) failed: rank 1 exited with code 1" in fleet.requests("cancel")["n2"]["reason"]
+    assert by["n2"].outcome == "cancelled (another rank failed)" and by["n1"].outcome.startswith("failed")
