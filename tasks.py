@@ -8,6 +8,7 @@ The work lives in the fabfile/ library.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -72,9 +73,27 @@ def _float(flag: str, value: Any, what: str = "a number of seconds") -> float | 
         x = float(str(value).strip())
     except ValueError:
         raise FlagError(f"{flag}: expected {what}, got {value!r}") from None
-    if x <= 0:
+    if not math.isfinite(x) or x <= 0:
         raise FlagError(f"{flag}: must be positive, got {value}")
     return x
+
+
+def _lock_wait(inv: Any, value: Any) -> Any:
+    """``--lock-wait SECONDS`` (0 = fail at once when another deploy holds the host) over every host's
+    ``timeouts.lock_wait``."""
+    from dataclasses import replace
+
+    from fabfile.errors import FlagError
+
+    if value is None:
+        return inv
+    try:
+        x = float(str(value).strip())
+    except ValueError:
+        raise FlagError(f"--lock-wait: expected a number of seconds, got {value!r}") from None
+    if not math.isfinite(x) or x < 0 or x > 86400:
+        raise FlagError(f"--lock-wait: must be 0 to 86400 seconds, got {value}")
+    return replace(inv, hosts={n: replace(h, timeouts=replace(h.timeouts, lock_wait=x)) for n, h in inv.hosts.items()})
 
 
 def _inventory(path: str | None) -> Any:
@@ -136,7 +155,10 @@ DEPLOY_HELP = {
                    "(default: the inventory's accept_gate, 1.1; 0 turns the gate off)",
     "rollback_on_failure": "when a batch fails, put every host this run changed back to the deploy it ran before "
                            "(default: hosts already deployed stay on the new version)",
+    "lock_wait": "when another deploy holds a host, wait for it up to this many seconds, showing its step "
+                 "(default: timeouts.lock_wait, 600; 0 = fail at once)",
 }
+LOCK_WAIT_HELP = DEPLOY_HELP["lock_wait"]
 
 
 @task(help=DEPLOY_HELP)
@@ -144,13 +166,14 @@ DEPLOY_HELP = {
 def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
-           no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None) -> None:
+           no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
+           lock_wait: Any = None) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.errors import FlagError
     from fabfile.rollout import STRATEGIES, parse_batch
 
-    inv = _inventory(inventory)
+    inv = _lock_wait(_inventory(inventory), lock_wait)
     opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     if strategy is not None and strategy not in STRATEGIES:
         raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
@@ -204,17 +227,17 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 
 
 @task(help={"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
-            "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
+            "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP, "lock_wait": LOCK_WAIT_HELP,
             "router": "stop this router of the inventory's `routers:` instead of servers (on the host it runs on)"})
 @cli
 def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, inventory: Any = None,
-         host_timeout: Any = None, router: Any = None) -> None:
+         host_timeout: Any = None, router: Any = None, lock_wait: Any = None) -> None:
     """Stop the SGLang server(s) on host(s), all at once: TERM, grace, KILL; confirms every process is gone.
     With --router NAME, stop that router instead."""
     from fabfile.errors import FlagError
     from fabfile.operations import stop_hosts
 
-    inv = _inventory(inventory)
+    inv = _lock_wait(_inventory(inventory), lock_wait)
     bound = _float("--host-timeout", host_timeout)
     if router is not None:
         from fabfile.router import pick, stop_router
@@ -309,15 +332,28 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
 
 
 @task(name="rollback-patches", help={"host": HOST_HELP, "dry_run": "say what would be restored, change nothing",
-                                     "json": JSON_HELP, "inventory": INVENTORY_HELP})
+                                     "json": JSON_HELP, "inventory": INVENTORY_HELP, "lock_wait": LOCK_WAIT_HELP})
 @cli
 def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
-                     inventory: Any = None) -> None:
+                     inventory: Any = None, lock_wait: Any = None) -> None:
     """Restore every patched SGLang file byte for byte and remove plugin/sitecustomize installs."""
     from fabfile.operations import rollback_hosts
 
-    inv = _inventory(inventory)
+    inv = _lock_wait(_inventory(inventory), lock_wait)
     raise_for(rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json))
+
+
+@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP,
+            "timeout": "seconds to wait for the cancelled deploy to let go of the host (default: 3 x "
+                       "timeouts.stop_grace + 30)"})
+@cli
+def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, timeout: Any = None) -> None:
+    """Cancel the deploy in progress on host(s) (one whose client went away, say): it stops at its next step or
+    during its wait for ready, tears its new server down and lets go of the host."""
+    from fabfile.operations import cancel_hosts
+
+    inv = _inventory(inventory)
+    raise_for(cancel_hosts(inv, inv.select(host), as_json=json, wait_s=_float("--timeout", timeout)))
 
 
 @task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
@@ -520,7 +556,7 @@ def _positive(flag: str, value: Any, what: str = "a number of milliseconds") -> 
         x = float(str(value).strip())
     except ValueError:
         raise FlagError(f"{flag}: expected {what}, got {value!r}") from None
-    if x < 0 or (x == 0 and flag != "--draft-ms"):
+    if not math.isfinite(x) or x < 0 or (x == 0 and flag != "--draft-ms"):
         raise FlagError(f"{flag}: must be positive, got {value}")
     return x
 
@@ -727,4 +763,4 @@ def raise_for(code: int) -> None:
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt, diff)
+                deploy_router, trust_host, adopt, diff, cancel)

@@ -160,10 +160,15 @@ class AgentClient:
                                      f"({stderr.splitlines()[-1] if stderr else f'exit {result.exit_code}'})",
                                      "fix `python` for this host in the inventory: the Python that runs SGLang",
                                      host=host)
+            # One sentence, never the host's raw stderr (a Python traceback): the agent writes its own tracebacks
+            # to a file on the host and answers; ending without an answer means it was killed or could not start.
+            how = "it was killed" if result.exit_code in (-1, 137, 143) or result.exit_code < 0 else \
+                f"exit {result.exit_code}"
+            last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
+            said = f": {last[:200]}" if last and not last.startswith(("Traceback", "File ")) else ""
             raise AgentCrashError(
-                f"the host-side agent ended without an answer (exit {result.exit_code})",
-                "this is a bug in specdeploy; the host's stderr is attached", host=host,
-                stderr=stderr[-2000:])
+                f"the host-side agent ({verb}) ended without an answer ({how}){said}",
+                "run the command again; `inv status` shows what runs on the host", host=host)
         if not final.get("ok"):
             raise from_agent(final.get("error") or {}, host)
         data: dict[str, Any] = final.get("data") or {}

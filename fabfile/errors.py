@@ -132,48 +132,37 @@ class HostTimeoutError(SpecDeployError):
     pass
 
 
-# Agent error kinds (fabfile.remote raises AgentError(kind, ...)) mapped onto the tree above.
-_AGENT_KINDS: dict[str, type[SpecDeployError]] = {
+# Agent error kinds come from the table both sides import (fabfile/remote/protocol.py); its categories map onto
+# the tree above.
+_CATEGORIES: dict[str, type[SpecDeployError]] = {
     "preflight": PreflightError,
     "lock_held": LockHeldError,
-    "anchor_not_found": PatchError,
-    "anchor_ambiguous": PatchError,
-    "file_changed": PatchError,
-    "rollback_refused": PatchError,
-    "unsupported_mode": PatchError,
-    "patch_failed": PatchError,
+    "patch": PatchError,
     "gpu_busy": GpuBusyError,
-    "launch_failed": LaunchError,
-    "fatal_log": LaunchError,
-    "process_died": LaunchError,
-    "stalled": LaunchError,
-    "ready_timeout": LaunchError,
-    "not_running": RemoteError,
-    "bad_request": AgentCrashError,
+    "launch": LaunchError,
+    "bench": BenchError,
+    "agent_crash": AgentCrashError,
+    "env_not_proven": EnvNotProvenError,
+    "remote": RemoteError,
+    "unsafe_path": UnsafePathError,
+    "usage": UsageError,
+    "accept_gate": AcceptGateError,
 }
 
 
+def class_of_kind(kind: str) -> type[SpecDeployError]:
+    from fabfile.remote.protocol import category_of
+
+    return _CATEGORIES[category_of(kind)]
+
+
 def from_agent(error: dict[str, Any], host: str) -> SpecDeployError:
-    """Turn an agent error result into the matching exception, keeping the agent's sentence and hint."""
+    """Turn an agent error result into the matching exception, keeping the agent's sentence and hint (the shared
+    table's hint when the agent gave none)."""
+    from fabfile.remote.protocol import hint_of
+
     kind = str(error.get("kind", ""))
-    cls = _AGENT_KINDS.get(kind, RemoteError)
     details = dict(error.get("details") or {})
     details["agent_kind"] = kind
-    return cls(str(error.get("message", "the host-side step failed")), str(error.get("hint", "")), host=host,
-               **details)
-
-_AGENT_KINDS.update({
-    "env_not_proven": EnvNotProvenError,
-    "deadline": RemoteError,
-    "deploy_lost": RemoteError,
-    "gpu_query": RemoteError,
-    "bench_failed": BenchError,
-    "cancelled": LaunchError,
-    "no_record": RemoteError,
-    "script_changed": RemoteError,
-    "router_failed": LaunchError,
-    "generate_failed": LaunchError,
-    "accept_gate": AcceptGateError,
-    "unsafe_path": UnsafePathError,
-    "no_server": UsageError,
-})
+    return class_of_kind(kind)(str(error.get("message", "the host-side step failed")),
+                               str(error.get("hint") or hint_of(kind)), host=host, **details)

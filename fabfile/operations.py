@@ -188,6 +188,7 @@ def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeo
                      health, f"{decode['accept_len']}{age}" if "accept_len" in decode else "-",
                      f"{decode['gen_throughput']}{age}" if "gen_throughput" in decode else "-", deploy])
     print_table(out, cols, rows)
+    _in_progress(outcomes)
     _router_table(outcomes)
     for o in outcomes:
         if o.ok and o.data.get("other_sglang_processes"):
@@ -204,6 +205,23 @@ def router_url(host: Host, listen: Any, port: Any) -> str:
     """Where clients reach a router: a wildcard listen address is not an address, the host's is."""
     addr = (host.address or host.ssh_host) if str(listen) in WILDCARDS else str(listen)
     return f"http://{addr}:{port}"
+
+
+def _in_progress(outcomes: list[HostOutcome]) -> None:
+    """A deploy (or stop) holding a host now: who, which step, and its journal's last lines."""
+    for o in outcomes:
+        h = (o.data or {}).get("deploy_in_progress") if o.ok else None
+        if not h:
+            continue
+        what = "deploy" if h.get("journal") else "command"
+        out.print(f"[yellow]{o.host.name}: {what} {h.get('deploy_id')} in progress[/yellow] (from {h.get('client')}, "
+                  f"since {h.get('since')}, agent pid {h.get('pid')}), step [bold]{h.get('step', '?')}[/bold]")
+        if h.get("journal"):
+            out.print(f"  journal: {h['journal']}", markup=False)
+            for line in h.get("journal_tail") or []:
+                out.print(f"    {line}", markup=False)
+            out.print("  `inv deploy` waits for it (--lock-wait SECONDS); `inv cancel` stops it and tears its new "
+                      "server down")
 
 
 def _router_table(outcomes: list[HostOutcome]) -> None:
@@ -346,7 +364,12 @@ def _checkenv_figures(d: Any) -> str:
 
 # -- rollback-patches -----------------------------------------------------------------------------------------
 def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool) -> int:
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("patch_rollback", {"dry_run": dry_run}), parallel=False)
+    def work(s: HostSession) -> Any:
+        return s.call("patch_rollback", {"dry_run": dry_run, "lock_wait": s.host.timeouts.lock_wait,
+                                         "client": _client()},
+                      timeout=s.host.timeouts.lock_wait + s.host.timeouts.command)
+
+    outcomes = for_each_host(inv, hosts, work, parallel=False)
     if as_json:
         _json(outcomes)
         return _exit_code(outcomes)
@@ -390,3 +413,44 @@ def gpus_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout
     out.print(t)
     _errors(outcomes)
     return _exit_code(outcomes)
+
+
+# -- cancel ---------------------------------------------------------------------------------------------------
+def cancel_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, wait_s: float | None) -> int:
+    """Cancel the deploy holding each host (the agent's ``cancel`` verb) and wait until it has let go."""
+    def work(s: HostSession) -> Any:
+        wait = wait_s if wait_s is not None else 3 * s.host.timeouts.stop_grace + 30
+        return s.call("cancel", {"reason": f"cancelled by {_client()} with `inv cancel`", "wait_s": wait},
+                      timeout=wait + 30)
+
+    outcomes = for_each_host(inv, hosts, work)
+    if as_json:
+        _json(outcomes)
+        return _exit_code(outcomes, 1 if any(o.ok and o.data.get("ended") is False for o in outcomes) else 0)
+    late = 0
+    for o in outcomes:
+        if o.error is not None:
+            continue
+        d = o.data
+        name = o.host.name
+        if d.get("cancelled") is None:
+            holder = d.get("holder")
+            out.print(f"[bold]{name}[/bold]: no deploy in progress, nothing to cancel"
+                      + (f" ({holder.get('deploy_id')} holds the host; it is no deploy)" if holder else ""))
+        elif d.get("ended"):
+            out.print(f"[green]✓[/green] [bold]{name}[/bold]: deploy {d['cancelled']} cancelled "
+                      f"(it was at step {d.get('step') or '?'}); it ended {d.get('status') or 'without a record'}, "
+                      "its new server torn down")
+        else:
+            late += 1
+            out.print(f"[yellow]{name}: asked deploy {d['cancelled']} to stop; it has not let go of the host yet"
+                      "[/yellow] (it stops at its next step; `inv status` shows it)")
+    _errors(outcomes)
+    return _exit_code(outcomes, 1 if late else 0)
+
+
+def _client() -> str:
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"

@@ -113,6 +113,19 @@ class Reporter:
                 self._refresh()
         elif kind == "info":
             self.info(str(ev.get("message")))
+        elif kind == "lock_wait":
+            self.info(lock_wait_line(ev))
+
+
+def lock_wait_line(ev: dict[str, Any]) -> str:
+    """Waiting for another deploy's lock: which deploy holds the host, which step it is on, how long we still wait."""
+    h = ev.get("holder") or {}
+    left = f"waiting up to {float(ev.get('left_s') or 0):.0f} s more"
+    if not h:
+        return f"another command holds this host's deploy lock; {left}"
+    step = STEP_TITLES.get(str(h.get("step")), str(h.get("step") or "?"))
+    return (f"deploy {h.get('deploy_id')} (from {h.get('client')}, started {h.get('since')}) holds this host, "
+            f"now at step '{step}'; {left} (`inv status` follows it, `inv cancel` stops it)")
 
 
 class BenchProgress:

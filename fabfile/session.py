@@ -78,9 +78,11 @@ class HostSession:
         ``slack``: seconds the client waits beyond the agent's own worst case (a TERM grace, then a KILL grace).
         """
         t = self.host.timeouts
+        wait = t.lock_wait if lock_wait is None else lock_wait
         req = {"target_gpus": list(range(self.host.tp)), "grace": t.stop_grace, "dry_run": dry_run,
-               "lock_wait": t.lock_wait if lock_wait is None else lock_wait}
-        return self.call("stop", req, timeout=3 * t.stop_grace + slack)
+               "lock_wait": wait, "client": _client()}
+        # The agent's bound includes its wait for a deploy in progress (it waits for the lock by default).
+        return self.call("stop", req, timeout=wait + 3 * t.stop_grace + slack)
 
     def close(self) -> None:
         self.transport.close()
@@ -90,3 +92,11 @@ class HostSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _client() -> str:
+    """``user@machine`` of this client: who holds a host's lock, as `inv status` and a waiting deploy say."""
+    import getpass
+    import socket
+
+    return f"{getpass.getuser()}@{socket.gethostname()}"

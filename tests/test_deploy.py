@@ -271,7 +271,7 @@ def test_concurrent_deploys_to_one_host_one_fails_clearly(fleet: Fleet, sim_host
     results: list[subprocess.CompletedProcess[str]] = []
 
     def go() -> None:
-        results.append(run_inv("deploy", "--steps", "2", inventory=inventory))
+        results.append(run_inv("deploy", "--steps", "2", "--lock-wait", "0", inventory=inventory))
 
     threads = [threading.Thread(target=go) for _ in range(2)]
     for t in threads:

@@ -11,10 +11,9 @@ import base64
 import json
 import signal
 import sys
-import traceback
 from typing import Any, Callable, Dict, List
 
-from .common import AgentError, EventSink
+from .common import CONTEXT, AgentError, EventSink, unexpected
 
 Verb = Callable[[Dict[str, Any], EventSink], Dict[str, Any]]
 
@@ -46,29 +45,37 @@ def main(argv: List[str]) -> int:
     except (ValueError, UnicodeDecodeError) as e:
         sink.emit("result", ok=False, error=AgentError("bad_request", f"request is not base64 JSON: {e}").as_dict())
         return 2
+    if not isinstance(req, dict):
+        sink.emit("result", ok=False, error=AgentError("bad_request", "the request is not a JSON object").as_dict())
+        return 2
     table = _verbs()
     if verb_name not in table:
         sink.emit("result", ok=False, error=AgentError("bad_request", f"unknown verb {verb_name!r}").as_dict())
         return 2
-    if req.get("journal"):
-        sink = EventSink(journal=req["journal"])
-    deadline = float(req.get("deadline_s") or 0)
-    if deadline > 0:
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, deadline)
+    CONTEXT["verb"] = verb_name
+    CONTEXT["state_dir"] = req.get("state_dir")
+    deadline = 0.0
     try:
+        if req.get("journal"):
+            sink = EventSink(journal=req["journal"])
+        deadline = float(req.get("deadline_s") or 0)
+        if deadline > 0:
+            signal.signal(signal.SIGALRM, _on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, deadline)
         data = table[verb_name](req, sink)
     except AgentError as e:
         sink.emit("result", ok=False, error=e.as_dict())
         return 0
     except _Deadline:
-        err = AgentError("deadline", f"the host-side step {verb_name!r} ran past its {deadline:.0f} s bound and "
-                         "was stopped on the host", "raise the timeout or look at the host's load")
+        step = f" (in step {CONTEXT['step']!r})" if CONTEXT.get("step") else ""
+        err = AgentError("deadline", f"the host-side step {verb_name!r}{step} ran past its {deadline:.0f} s bound "
+                         "and was stopped on the host", "raise the timeout or look at the host's load")
         sink.emit("result", ok=False, error=err.as_dict())
         return 0
-    except Exception:
-        traceback.print_exc(file=sys.stderr)
-        return 70
+    except Exception as e:
+        # Never a raw traceback on the client's screen: one sentence, and the traceback in a file on the host.
+        sink.emit("result", ok=False, error=unexpected(e).as_dict())
+        return 0
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     sink.emit("result", ok=True, data=data)

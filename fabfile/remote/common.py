@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import sys
 import tempfile
 import threading
+import time
+import traceback
 from typing import Any, Callable, Dict, Optional
 
 
@@ -23,6 +26,50 @@ class AgentError(Exception):
 
     def as_dict(self) -> Dict[str, Any]:
         return {"kind": self.kind, "message": self.message, "hint": self.hint, "details": self.details}
+
+
+# What this agent run is doing, for the one-sentence report of an unexpected failure: the verb, the step inside it
+# (a deploy's lock/patch/stop/...), and the state dir where the traceback file goes.
+CONTEXT: Dict[str, Optional[str]] = {"verb": None, "step": None, "state_dir": None}
+
+
+def _save_traceback(text: str) -> str:
+    """Write a full traceback to ``STATE/errors/<time>-<verb>-<pid>.txt`` (0600); when that cannot be written
+    (a full disk, say) to a private temp file instead. Returns the path, or '' when nothing could be written."""
+    name = "{}-{}-{}".format(time.strftime("%Y%m%dT%H%M%S"), CONTEXT.get("verb") or "agent", os.getpid())
+    data = text.encode("utf-8", "replace")
+    state_dir = CONTEXT.get("state_dir")
+    if state_dir:
+        path = os.path.join(os.path.expanduser(state_dir), "errors", name + ".txt")
+        try:
+            ensure_private_dir(os.path.dirname(path))
+            atomic_write(path, data, 0o600)
+            return path
+        except OSError:
+            pass
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"specdeploy-{name}-", suffix=".txt")  # mode 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return path
+    except OSError:
+        return ""
+
+
+def unexpected(exc: BaseException) -> AgentError:
+    """An exception the agent did not foresee, as ONE sentence: what failed, in which step, and where on the host the
+    full traceback is. A full disk is no bug but a condition the user fixes, so it gets its own kind."""
+    verb = CONTEXT.get("verb") or "agent"
+    step = CONTEXT.get("step")
+    where = f"the host-side {verb!r}" + (f" in step {step!r}" if step else "")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = exc.filename or "a file"
+        return AgentError("disk_full", f"{where} could not write {what}: no space left on the device",
+                          step=step, file=exc.filename)
+    path = _save_traceback("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    saved = f"; the full traceback is in {path} on the host" if path else " (the traceback could not be saved)"
+    return AgentError("internal_error", f"{where} failed unexpectedly ({type(exc).__name__}: {exc}){saved}",
+                      step=step, traceback_file=path or None)
 
 
 class EventSink:
@@ -45,8 +92,11 @@ class EventSink:
         line = json.dumps({"event": event, **fields}, sort_keys=True, default=str) + "\n"
         with self._lock:  # the heartbeat thread writes too
             if self.journal is not None:
-                self.journal.write(line)
-                self.journal.flush()
+                try:
+                    self.journal.write(line)
+                    self.journal.flush()
+                except OSError:  # a full disk: the client still gets the events; `attach` cannot follow then
+                    self.journal = None
             if self.stdout_ok:
                 try:
                     sys.stdout.write(line)

@@ -13,27 +13,45 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from . import gpus, procs, records, server, stop
-from .common import AgentError, EventSink
+from .common import CONTEXT, AgentError, EventSink, unexpected
 from .facts import expand
 from .lock import DeployLock
 
 
 class Steps:
-    """Times each step and reports it as ``step`` events; keeps the timings for the record."""
+    """Times each step and reports it as ``step`` events; keeps the timings for the record.
 
-    def __init__(self, sink: EventSink) -> None:
+    Before each step it looks for a cancel request (``inv cancel``), and it notes the step in the lock's holder file
+    (what a waiting deploy and ``inv status`` show). An exception nobody foresaw (a full disk, a bug) becomes an
+    AgentError here, so the deploy's failure path still runs: the new server is torn down, the lock released.
+    """
+
+    def __init__(self, sink: EventSink, lock: Optional[DeployLock] = None,
+                 cancelled: Optional[Callable[[], Optional[str]]] = None) -> None:
         self.sink = sink
+        self.lock = lock
+        self.cancelled = cancelled
         self.timings: Dict[str, float] = {}
 
     def run(self, name: str, fn: Callable[[], Any], detail: Optional[Callable[[Any], Any]] = None) -> Any:
+        CONTEXT["step"] = name
+        if self.lock is not None:
+            self.lock.note(step=name, step_since=_now())
         self.sink.emit("step", name=name, status="start")
         t0 = time.monotonic()
         try:
+            reason = self.cancelled() if self.cancelled is not None else None
+            if reason is not None:
+                raise AgentError("cancelled", f"the deploy was cancelled before step {name}: {reason}",
+                                 "deploy again when you want a server")
             out = fn()
-        except AgentError as e:
+        except Exception as e:
+            err = e if isinstance(e, AgentError) else unexpected(e)
             self.timings[name] = round(time.monotonic() - t0, 3)
-            self.sink.emit("step", name=name, status="fail", elapsed=self.timings[name], message=e.message)
-            raise
+            self.sink.emit("step", name=name, status="fail", elapsed=self.timings[name], message=err.message)
+            if err is e:
+                raise
+            raise err from None
         self.timings[name] = round(time.monotonic() - t0, 3)
         self.sink.emit("step", name=name, status="ok", elapsed=self.timings[name],
                        detail=detail(out) if detail else None)
@@ -89,7 +107,6 @@ def _keep_script(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
 def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     state_dir = expand(req["state_dir"])
     t = req["timeouts"]
-    steps = Steps(sink)
     cancel_file = records.cancel_path(state_dir, req["deploy_id"])
 
     def cancelled() -> Optional[str]:
@@ -105,16 +122,27 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
         "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
         "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
-        "previous": _previous(state_dir), "node": req.get("node"), "rollback_of": req.get("rollback_of"),
+        "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
         "expected": expected_of(req),
         "request": {k: req.get(k) for k in _KEEP},
     }
     record.update(_keep_script(state_dir, req))
     lock = DeployLock(state_dir)
-    steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client"),
-                                                         "config_name": req["config_name"]},
-                                           float(t.get("lock_wait", 0))))
+    steps = Steps(sink, lock, cancelled)
+    me = procs.stat(os.getpid())
+    # Who runs this deploy: `attach` tells a deploy that is waiting for the lock from one whose agent was killed.
+    sink.emit("agent", pid=os.getpid(), start_ticks=me.start_ticks if me else None)
+    # Heartbeats from the start: waiting for another deploy's lock can be long and otherwise silent.
     stop_heartbeat = sink.start_heartbeat(float(req.get("heartbeat_s") or 5.0))
+    try:
+        steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client"),
+                                                "config_name": req["config_name"], "journal": req.get("journal")},
+                                               float(t.get("lock_wait", 0)), _lock_waiter(sink)))
+    except BaseException:
+        stop_heartbeat()
+        raise
+    # Read under the lock: a deploy that waited replaces what the one before it left, not what ran when it came.
+    record["previous"] = _previous(state_dir)
     if lock.stale:
         sink.emit("info", message=f"replaced a stale lock note left by deploy {lock.stale.get('deploy_id')} "
                   f"(agent pid {lock.stale.get('pid')} is gone)")
@@ -192,7 +220,10 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
             e.details["torn_down"] = [d["pid"] for k in ("terminated", "killed") for d in down[k]]
             sink.emit("info", message=f"stopped the failed server (pid {started['pid']}) and its children")
         record["timings"] = steps.timings
-        records.write(state_dir, record)
+        try:
+            records.write(state_dir, record)
+        except OSError as we:  # a full disk: the failure itself still reaches the client
+            sink.emit("info", message=f"could not record the failed deploy on the host ({we.strerror})")
         raise
     finally:
         stop_heartbeat()
@@ -230,6 +261,21 @@ def expected_of(req: Dict[str, Any]) -> Optional[Dict[str, str]]:
     if exp is None:
         exp = (req.get("verify") or {}).get("expected")
     return dict(exp) if isinstance(exp, dict) else None
+
+
+def _lock_waiter(sink: EventSink) -> Callable[[Optional[Dict[str, Any]], float], None]:
+    """While another deploy holds the host: a ``lock_wait`` event at once, on each step it moves to, and every 10 s
+    (so the waiting user sees who holds the host and what it does)."""
+    last: Dict[str, Any] = {"key": None, "at": 0.0}
+
+    def on_wait(holder: Optional[Dict[str, Any]], left: float) -> None:
+        key = (holder or {}).get("deploy_id"), (holder or {}).get("step")
+        now = time.monotonic()
+        if key != last["key"] or now - last["at"] >= 10.0:
+            last.update(key=key, at=now)
+            sink.emit("lock_wait", holder=holder, left_s=round(left, 1))
+
+    return on_wait
 
 
 LAUNCH_DIAG = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SPT_NOENV")

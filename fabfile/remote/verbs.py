@@ -30,7 +30,7 @@ def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     from .lock import DeployLock
 
     lock = DeployLock(state_dir)
-    lock.acquire({"deploy_id": "stop", "client": req.get("client")}, float(req.get("lock_wait", 0)))
+    lock.acquire({"deploy_id": "stop", "client": req.get("client"), "step": "stop"}, float(req.get("lock_wait", 0)))
     try:
         from . import router
         routers = [r["name"] for r in router.all_records(state_dir) if router.is_running(r)]
@@ -80,7 +80,9 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     from .lock import DeployLock
 
     if os.path.isdir(state_dir):
-        lock_holder = DeployLock(state_dir).holder()
+        lock_holder = DeployLock(state_dir).live_holder()
+        if lock_holder and lock_holder.get("journal"):
+            lock_holder["journal_tail"] = _journal_tail(str(lock_holder["journal"]))
     out["deploy_in_progress"] = lock_holder
     ours = {int(rec["pid"])} if rec and rec.get("pid") and out["running"] else set()
     if lock_holder and lock_holder.get("server_pid") and \
@@ -100,6 +102,34 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         if routers:
             out["routers"] = routers
     return out
+
+
+def _journal_tail(path: str, n: int = 8, window: int = 64 * 1024) -> List[str]:
+    """The last ``n`` steps and notes of a deploy's journal, one short line each (for `inv status`)."""
+    import json
+
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            f.seek(max(0, size - window))
+            raw = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    lines: List[str] = []
+    for text in raw:
+        try:
+            ev = json.loads(text)
+        except ValueError:
+            continue
+        kind = ev.get("event")
+        if kind == "step":
+            took = f" {ev['elapsed']:.2f}s" if isinstance(ev.get("elapsed"), (int, float)) else ""
+            lines.append(f"step {ev.get('name')} {ev.get('status')}{took}")
+        elif kind in ("info", "started"):
+            lines.append(str(ev.get("message") or f"server started, pid {ev.get('pid')}"))
+        elif kind == "log" and ev.get("lines"):
+            lines.append("log: " + str(ev["lines"][-1])[:160])
+    return lines[-n:]
 
 
 def _descends(pid: int, root: int) -> bool:
@@ -219,6 +249,7 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     partial = b""
     lock = DeployLock(state_dir)
     idle_checks = 0
+    agent: Dict[str, Any] = {}
     while True:
         try:
             with open(path, "rb") as f:
@@ -233,6 +264,8 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
             import json
 
             event = json.loads(raw)
+            if event.get("event") == "agent":
+                agent = event
             if event.get("event") == "heartbeat":
                 # Proof of life for the client's silence watchdog; not counted (the client never counts them).
                 sink.emit("heartbeat")
@@ -244,8 +277,14 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                 return {"replayed": True, "result": event}
             sink.emit("replay", original=event)
         if not data:
-            holder = lock.holder()
-            if holder is None or holder.get("deploy_id") != req["deploy_id"]:
+            from . import procs
+
+            if agent.get("pid"):  # the deploy said which process runs it: gone means lost
+                gone = not procs.alive(int(agent["pid"]), agent.get("start_ticks"))
+            else:
+                holder = lock.holder()
+                gone = holder is None or holder.get("deploy_id") != req["deploy_id"]
+            if gone:
                 idle_checks += 1
                 if idle_checks > 5:
                     raise AgentError("deploy_lost", f"deploy {req['deploy_id']} ended without a result in its "
@@ -309,10 +348,21 @@ def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]]:
     def verb(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         from . import facts, patching
+        from .lock import DeployLock
 
         req = dict(req)
         req["state_dir"] = facts.expand(req["state_dir"])
-        result: Dict[str, Any] = getattr(patching, fn_name)(req)
+        lock = None
+        if fn_name == "rollback" and not req.get("dry_run"):
+            # Not under a running deploy's feet: it patched these files for the server it is starting.
+            lock = DeployLock(req["state_dir"])
+            lock.acquire({"deploy_id": "rollback-patches", "client": req.get("client")},
+                         float(req.get("lock_wait", 0)))
+        try:
+            result: Dict[str, Any] = getattr(patching, fn_name)(req)
+        finally:
+            if lock is not None:
+                lock.release()
         return result
 
     return verb
@@ -362,12 +412,33 @@ def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
 
 
 def _cancel(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
-    """Ask a running deploy to give up its wait and tear its server down (another cluster rank failed)."""
+    """Ask a running deploy to give up and tear its new server down (`inv cancel`, or another cluster rank failed).
+
+    ``deploy_id`` omitted: the deploy holding the host's lock now. With ``wait_s``, wait (bounded) until that deploy
+    has let go of the host and report how it ended, from its record.
+    """
     from . import facts, records
     from .common import atomic_write
+    from .lock import DeployLock
     state_dir = facts.expand(req["state_dir"])
-    atomic_write(records.cancel_path(state_dir, req["deploy_id"]), str(req.get("reason", "")).encode(), 0o600)
-    return {"cancelled": req["deploy_id"]}
+    deploy_id = req.get("deploy_id")
+    holder = DeployLock(state_dir).live_holder() if os.path.isdir(state_dir) else None
+    if not deploy_id:
+        if holder is None or not holder.get("journal"):
+            return {"cancelled": None, "holder": holder}  # no deploy in progress (maybe a stop): nothing to cancel
+        deploy_id = holder["deploy_id"]
+    atomic_write(records.cancel_path(state_dir, deploy_id), str(req.get("reason", "")).encode(), 0o600)
+    out: Dict[str, Any] = {"cancelled": deploy_id, "step": (holder or {}).get("step")}
+    until = time.monotonic() + float(req.get("wait_s") or 0)
+    while time.monotonic() < until:
+        now = DeployLock(state_dir).live_holder()
+        if now is None or now.get("deploy_id") != deploy_id:
+            rec = records.load(state_dir, deploy_id) or {}
+            out.update(ended=True, status=rec.get("status"), error=rec.get("error"))
+            return out
+        time.sleep(0.1)
+    out["ended"] = False
+    return out
 
 
 def _router_start(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
