@@ -164,12 +164,22 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                   lambda r: f"{len(r['gpus'])} GPU(s) idle")
         header = (f"=== specdeploy deploy {req['deploy_id']} config {req['config_name']} plan {req['plan_hash']} "
                   f"started {_now()} ===")
-        started = steps.run("start", lambda: server.start(req["script"], req["log_path"], expand(req["cwd"]), header),
-                            lambda r: f"pid {r['pid']}")
-        record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],
-                       "log_offset": started["log_offset"]})
-        lock.annotate(server_pid=started["pid"], server_start_ticks=started["start_ticks"], log_path=req["log_path"],
-                      log_offset=started["log_offset"])
+        def start() -> Dict[str, Any]:
+            nonlocal started
+            started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header, gated=True)
+            record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],
+                           "log_offset": started["log_offset"], "status": "starting"})
+            # Recorded before it may run: should this agent be killed from here on, the server is no orphan (`inv
+            # status` shows it; the next deploy or `inv stop` stops it through the recorded process group); killed
+            # before, the gated server never starts. A record that cannot be written means no server.
+            records.write(state_dir, record)
+            lock.annotate(server_pid=started["pid"], server_start_ticks=started["start_ticks"],
+                          log_path=req["log_path"], log_offset=started["log_offset"])
+            started["release"]()
+            return started
+
+        steps.run("start", start, lambda r: f"pid {r['pid']}")
+        assert started is not None
         sink.emit("started", pid=started["pid"], log_path=req["log_path"], log_offset=started["log_offset"])
 
         def on_lines(lines: List[str]) -> None:

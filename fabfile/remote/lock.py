@@ -76,7 +76,10 @@ class DeployLock:
         me = procs.stat(os.getpid())
         self.info = {**owner, "pid": os.getpid(), "start_ticks": me.start_ticks if me else None,
                      "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        self._write()
+        try:
+            self._write()
+        except OSError:
+            pass  # the note only describes the holder; the flock is the lock (a full disk must not stop a rollback)
 
     def note(self, **fields: Any) -> None:
         """Update the holder's note (the current step); best effort: a full disk must not fail the deploy."""
@@ -94,11 +97,7 @@ class DeployLock:
     def annotate(self, **fields: Any) -> None:
         """Add facts to the holder note (the new server's pid once started), so ``status`` can tell the deploy's own
         processes from strangers while it runs."""
-        if self.fd is None:
-            return
-        note = self.holder() or {}
-        note.update(fields)
-        atomic_write(self.info_path, json.dumps(note).encode(), 0o600)
+        self.note(**fields)
 
     def release(self) -> None:
         if self.fd is None:

@@ -73,8 +73,15 @@ def probe_timeout_s(path: str, env: Optional[Dict[str, str]] = None) -> float:
     return float(max(1, server_limit) + 5)
 
 
-def start(script: str, log_path: str, cwd: str, header: str) -> Dict[str, Any]:
-    """Start ``script`` detached, its output appended to ``log_path``.
+# The launch script starts only once the agent says "go" on the process's stdin. The caller records the pid first:
+# an agent killed between the start and the record leaves no unrecorded server, because the gate then reads EOF and
+# exits instead of starting it. (``exec`` keeps the pid, so the recorded pid is the server's.)
+_GATE = 'read -r go || exit 0; exec /bin/sh "$1" </dev/null'
+
+
+def start(script: str, log_path: str, cwd: str, header: str, gated: bool = False) -> Dict[str, Any]:
+    """Start ``script`` detached, its output appended to ``log_path``; with ``gated``, it waits until
+    ``result["release"]()`` is called (see _GATE).
 
     The log directory and the working directory must be private (ours, writable by nobody else): Python puts the
     working directory on its import path for ``-m``, and SGLang logs its arguments. The log is created 0600 and
@@ -86,11 +93,18 @@ def start(script: str, log_path: str, cwd: str, header: str) -> Dict[str, Any]:
         offset = log.tell()
         log.write(header.encode() + b"\n")
         log.flush()
-        proc = subprocess.Popen(["/bin/sh", script], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=cwd, start_new_session=True, close_fds=True)
+        argv = ["/bin/sh", "-c", _GATE, "sh", script] if gated else ["/bin/sh", script]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if gated else subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True, close_fds=True)
     info = procs.stat(proc.pid)
+
+    def release() -> None:
+        if proc.stdin is not None:
+            proc.stdin.write(b"go\n")
+            proc.stdin.close()
+
     return {"pid": proc.pid, "pgid": proc.pid, "start_ticks": info.start_ticks if info else None,
-            "log_offset": offset}
+            "log_offset": offset, "release": release}
 
 
 def probe(host: str, port: int, path: str, timeout: float) -> Optional[int]:

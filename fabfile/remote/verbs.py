@@ -41,7 +41,7 @@ def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         result = stop.stop_servers(state_dir, list(req.get("target_gpus") or []), float(req.get("grace", 15)))
         result["routers_running"] = routers
         rec = records.current(state_dir)
-        if rec and rec.get("status") == "running":
+        if rec and rec.get("status") in ("running", "starting"):
             rec["status"] = "stopped"
             rec["stopped_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             records.write(state_dir, rec)
