@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -183,9 +184,15 @@ def assert_whole(host: SimHost, *, servers: int | None = None, settle: float = 6
     return doc
 
 
+TOOL_CODE = ("fabfile/", "specdeploy_agent/", "tasks.py", "site-packages/invoke/", "site-packages/paramiko/")
+
+
 def no_traceback(*texts: str) -> None:
+    """No Python traceback of the tool's own (a server log excerpt may quote SGLang's traceback: that is the
+    server's story, shown on purpose)."""
     for t in texts:
-        assert "Traceback" not in t and 'File "' not in t, t
+        assert not re.search(r"^Traceback \(most recent call last\)", t, re.M), t
+        assert not any(f'{x}' in line for line in t.splitlines() if 'File "' in line for x in TOOL_CODE), t
 
 
 class Watch:
@@ -321,7 +328,11 @@ def test_sshd_stopped_during_the_wait(fleet: Fleet, inventory: Path, host: SimHo
         frozen = watch.wait()
         os.kill(listener, signal.SIGSTOP)  # new connections hang
         for p in host.pids():  # the live session's sshd processes die
-            if p != listener and "sshd" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace"):
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if p != listener and b"sshd" in cmd:
                 os.kill(p, signal.SIGKILL)
         host_kill(host, "CONT", frozen["pid"])
         _out, err = client.communicate(timeout=90)
@@ -418,7 +429,8 @@ def _small_whole(host: SimHost, servers: int | None = None) -> dict[str, Any]:
 
 @pytest.mark.parametrize("step", ["patch", "record"])
 def test_state_dir_full_during_deploy_step(step: str, small_state: Path, host: SimHost) -> None:
-    watch = Watch(host, step, signal.SIGSTOP, state=SMALL)
+    # The record step is too short to catch: the disk fills at the end of verify_env, the step before it.
+    watch = Watch(host, "verify_env" if step == "record" else step, signal.SIGSTOP, state=SMALL)
     client = start_inv("deploy", "--steps", "2", inventory=small_state)
     try:
         frozen = watch.wait()
@@ -430,8 +442,11 @@ def test_state_dir_full_during_deploy_step(step: str, small_state: Path, host: S
         if client.poll() is None:
             os.killpg(client.pid, signal.SIGKILL)
     assert client.returncode == 1, err
-    assert "no space left on the device" in err.lower() or "No space left" in err, err
-    assert f"step '{step}'" in err or f"step {step!r}" in err, err
+    assert f"✗ sim1 {'patch' if step == 'patch' else 'record deploy'}" in err, err
+    if step == "patch":  # the patch transaction's own sentence: nothing half-written
+        assert "failed (No space left on device); every file already written was restored" in err, err
+    else:
+        assert "in step 'record' could not write" in err and "no space left on the device" in err, err
     no_traceback(err)
     _small_whole(host, servers=0)  # nothing half-started is left: the new server was torn down
     unfill(host)
@@ -591,12 +606,12 @@ def test_cancel_a_deploy_whose_client_went_away(inventory: Path, host: SimHost) 
     assert r.returncode == 0, r.stderr
     assert f"deploy {frozen['deploy_id']} in progress" in r.stdout and "step wait_ready" in r.stdout, r.stdout
     assert f"journal: {STATE}/deploys/{frozen['deploy_id']}.events" in r.stdout
-    assert "step lock ok" in r.stdout  # the journal's last lines
+    assert "step lock ok" in r.stdout and "step wait_ready running" in r.stdout  # the journal, one line a step
     r = run_inv("cancel", inventory=inventory)
     assert r.returncode == 0, r.stderr
     assert f"deploy {frozen['deploy_id']} cancelled" in r.stdout and "torn down" in r.stdout, r.stdout
     assert_whole(host, servers=0)
-    host.set_sim_config(fail=None)
+    host.set_sim_config(fail=None, load_seconds=0.3)
     r = run_inv("cancel", inventory=inventory)
     assert r.returncode == 0 and "nothing to cancel" in r.stdout
     rerun_deploy(inventory, host, "--lock-wait", "0")
@@ -608,6 +623,7 @@ def test_two_inventories_deploy_to_one_host_at_once(fleet: Fleet, inventory: Pat
     other = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--max-running-requests", "8"]},
                               name="other.yaml")
     host.set_sim_config(fail="slow_load", load_seconds=1.5)
+    assert run_inv("status", inventory=inventory).returncode == 0  # the agent is installed (see the next case)
     results: dict[str, subprocess.CompletedProcess[str]] = {}
 
     def go(name: str, inv: Path, steps: str) -> None:
@@ -703,7 +719,7 @@ def test_scheduler_dies_while_bench_runs(inventory: Path, host: SimHost, tmp_pat
         if bench.poll() is None:
             os.killpg(bench.pid, signal.SIGKILL)
     assert bench.returncode == 1, err
-    assert "error:" in err, err
+    assert "died during the benchmark" in err and "no figures were kept" in err, err
     no_traceback(err)
     assert_whole(host, servers=0)
     rerun_deploy(inventory, host)
@@ -716,14 +732,16 @@ def test_scheduler_dies_while_bench_runs(inventory: Path, host: SimHost, tmp_pat
 # A bug on the host: never a traceback on the client's screen
 
 def test_unexpected_agent_error_is_one_sentence_and_a_traceback_file(inventory: Path, host: SimHost) -> None:
-    """A damaged state dir (current.json turned into a directory) makes the record step raise something the agent
-    never expected: the user gets one sentence naming the host, the step and a 0600 file with the traceback."""
+    """A damaged state dir (current.json turned into a directory) makes the record write raise something the agent
+    never expected: the user gets one sentence naming the host, the step and a 0600 file with the traceback, and
+    no server runs (it never left its start gate)."""
     host.exec(f"mkdir -p {STATE}/current.json/x")
     code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 1, err
     e = doc["error"]
     assert e["kind"] == "AgentCrashError" and e["host"] == "sim1"
-    assert "in step 'record'" in e["message"] and "IsADirectoryError" in e["message"], e
+    # The first record write is the one just before the server may run (see server.start's gate).
+    assert "in step 'start'" in e["message"] and "IsADirectoryError" in e["message"], e
     path = e["details"]["traceback_file"]
     assert path.startswith(f"{STATE}/errors/") and path in e["message"]
     assert host.exec(["stat", "-c", "%a", path]).stdout.strip() == "600"

@@ -245,6 +245,12 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         if not measured["completed"]:
             raise AgentError("bench_failed", f"every benchmark request failed: {measured['errors'][:1]}",
                              "check `inv status` and `inv logs`", errors=measured["errors"])
+    if not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
+        # Figures from a run the server did not live through measure its death, not its speed.
+        done = measured.get("completed", "?")
+        raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the benchmark, after {done} of "
+                         f"{req['num_prompts']} requests; no figures were kept",
+                         "see `inv logs` for why it died, deploy again, then benchmark")
     sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
               detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
     # -- every other source of the speculative figures ----------------------------------------------------------

@@ -104,7 +104,7 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return out
 
 
-def _journal_tail(path: str, n: int = 8, window: int = 64 * 1024) -> List[str]:
+def _journal_tail(path: str, n: int = 12, window: int = 256 * 1024) -> List[str]:
     """The last ``n`` steps and notes of a deploy's journal, one short line each (for `inv status`)."""
     import json
 
@@ -115,8 +115,9 @@ def _journal_tail(path: str, n: int = 8, window: int = 64 * 1024) -> List[str]:
             raw = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []
-    lines: List[str] = []
-    for text in raw:
+    lines: Dict[str, str] = {}  # one line per step (its end replaces its start) and per note, in order
+    last_log = ""
+    for i, text in enumerate(raw):
         try:
             ev = json.loads(text)
         except ValueError:
@@ -124,12 +125,13 @@ def _journal_tail(path: str, n: int = 8, window: int = 64 * 1024) -> List[str]:
         kind = ev.get("event")
         if kind == "step":
             took = f" {ev['elapsed']:.2f}s" if isinstance(ev.get("elapsed"), (int, float)) else ""
-            lines.append(f"step {ev.get('name')} {ev.get('status')}{took}")
+            status = "running" if ev.get("status") == "start" else ev.get("status")
+            lines[f"step:{ev.get('name')}"] = f"step {ev.get('name')} {status}{took}"
         elif kind in ("info", "started"):
-            lines.append(str(ev.get("message") or f"server started, pid {ev.get('pid')}"))
+            lines[f"note:{i}"] = str(ev.get("message") or f"server started, pid {ev.get('pid')}")
         elif kind == "log" and ev.get("lines"):
-            lines.append("log: " + str(ev["lines"][-1])[:160])
-    return lines[-n:]
+            last_log = "server log: " + str(ev["lines"][-1])[:160]  # only the newest: the steps are the story
+    return list(lines.values())[-n:] + ([last_log] if last_log else [])
 
 
 def _descends(pid: int, root: int) -> bool:
