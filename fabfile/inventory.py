@@ -7,6 +7,7 @@ nothing is touched on any host (exit 2).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -452,7 +453,9 @@ class Inventory:
 
 def _loc(err: Any, prefix: str) -> str:
     parts = [prefix] if prefix else []
-    parts += [str(p) for p in err.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-"))]
+    # A key with a control character (a newline, say) is shown quoted: the message stays one readable line.
+    parts += [str(p) if str(p).isprintable() else repr(p) for p in err.get("loc", ())
+              if not (isinstance(p, str) and p.startswith("function-"))]
     return ".".join(p for p in parts if p)
 
 
@@ -488,8 +491,44 @@ def _remote_path(value: str | None, where: str, *, allow_home: bool = False) -> 
     raise ValueError(f"{where}: remote paths must be absolute{extra}, got {value!r}")
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error, not a silent overwrite (a host
+    defined twice, a field set twice: the first one would be dropped without a word). Keys merged in with ``<<``
+    may still be overridden, as YAML intends."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key; the constructor below says so
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {first + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
 def load(path: str | Path) -> Inventory:
     """Read and validate an inventory file; raise :class:`InventoryError` naming the file and the field."""
+    try:
+        return _load(path)
+    except InventoryError as e:
+        # One line, always: a key or value with a newline or control character in it is shown escaped.
+        e.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in e.message)
+        e.args = (e.message,)
+        raise
+
+
+def _load(path: str | Path) -> Inventory:
     p = Path(path).expanduser()
     if not p.is_file():
         what = "is not a regular file" if p.exists() else "does not exist"
@@ -497,7 +536,9 @@ def load(path: str | Path) -> Inventory:
     try:
         if p.stat().st_size > MAX_INVENTORY_BYTES:
             raise InventoryError(f"{p}: larger than {MAX_INVENTORY_BYTES >> 20} MiB; an inventory is a short file")
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = yaml.load(p.read_text(encoding="utf-8"), Loader=_StrictLoader)
+    except UnicodeDecodeError as e:
+        raise InventoryError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except RecursionError:
         raise InventoryError(f"{p}: nested too deeply to be an inventory") from None
     except yaml.YAMLError as e:
@@ -505,6 +546,10 @@ def load(path: str | Path) -> Inventory:
         line = f" line {mark.line + 1}:" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise InventoryError(f"{p}:{line} not valid YAML: {problem}") from None
+    except (ValueError, TypeError, IndexError, OverflowError) as e:
+        # PyYAML's constructors raise these for a tagged scalar they cannot build (`!!float ";"`, `!!int ""`).
+        raise InventoryError(f"{p}: not valid YAML: a tagged value cannot be read ({type(e).__name__}: "
+                             f"{str(e)[:100]!r})") from None
     except OSError as e:
         raise InventoryError(f"{p}: cannot read: {e.strerror}") from None
     if not isinstance(raw, dict):
@@ -627,6 +672,7 @@ def _routers(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tup
 
 def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], source: str) -> Host:
     where = f"hosts.{name}"
+    m = {k: v for k, v in m.items() if v is not None}  # an explicit `field: null` means the built-in default
     for req in ("python", "model"):
         if not m.get(req):
             raise ValueError(f"{where}.{req}: required (set it on the host or under defaults)")
@@ -635,8 +681,8 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
     for key in ("log_dir", "state_dir"):
         _remote_path(m.get(key), f"{where}.{key}", allow_home=True)
 
-    gpus = int(m.get("gpus", 1))
-    tp = int(m.get("tp", gpus))
+    gpus = int(m["gpus"]) if m.get("gpus") is not None else 1  # `gpus: null` (explicit) means the default too
+    tp = int(m["tp"]) if m.get("tp") is not None else gpus
     if tp > gpus:
         raise ValueError(f"{where}.tp: tensor parallel size {tp} needs {tp} GPUs but the host has gpus: {gpus}")
 
@@ -662,11 +708,16 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         raise ValueError(f"{where}.accept_gate: an accept length from 0 (no gate) to below 64, got {accept_gate:g}")
     t = Timeouts(**{k: float(v) for k, v in (m.get("timeouts") or {}).items() if v is not None})
     for key, value in asdict(t).items():
-        if value < 0 or (value == 0 and key != "lock_wait"):
+        if not math.isfinite(value) or value < 0 or (value == 0 and key != "lock_wait"):
             raise ValueError(f"{where}.timeouts.{key}: must be a positive number of seconds, got {value:g}")
     if t.silence < 2:
         raise ValueError(f"{where}.timeouts.silence: at least 2 s (the host sends a heartbeat every "
                          f"silence/4 s, at least every 0.5 s), got {t.silence:g}")
+    if m.get("gpu_idle_mib", 0) < 0:
+        raise ValueError(f"{where}.gpu_idle_mib: must be 0 or more MiB, got {m['gpu_idle_mib']}")
+    free = float(m.get("min_free_disk_gb", 1.0))
+    if not math.isfinite(free) or free < 0:
+        raise ValueError(f"{where}.min_free_disk_gb: must be 0 or more GB, got {m['min_free_disk_gb']}")
     return Host(
         name=name,
         connection=m.get("connection") or "ssh",
@@ -693,7 +744,7 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         patch_mode=m.get("patch_mode") or "auto",
         force_env=bool(m.get("force_env", False)),
         nccl_debug=bool(m.get("nccl_debug", True)),
-        min_free_disk_gb=float(m.get("min_free_disk_gb", 1.0)),
+        min_free_disk_gb=free,
         gpu_idle_mib=int(m.get("gpu_idle_mib", 512)),
         timeouts=t,
         source=source,
