@@ -44,13 +44,14 @@ deadline = time.time() + 60
 while time.time() < deadline:
     if mode == "proc":
         for p in os.listdir("/proc"):
-            if not p.isdigit():
+            if not p.isdigit() or int(p) == os.getpid():  # this watcher's own source mentions /agent/
                 continue
             try:
                 argv = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")
             except OSError:
                 continue
-            if len(argv) > 3 and b"/agent/" in argv[2] and argv[3] == target.encode():
+            # the agent: `PY -I -c BOOT run STATE/agent/<sha> MANIFEST VERB PAYLOAD`
+            if b"/agent/" in b" ".join(argv[:6]) and target.encode() in argv[3:8]:
                 os.kill(int(p), sig)
                 print(json.dumps({{"pid": int(p), "step": target}}), flush=True)
                 sys.exit(0)
