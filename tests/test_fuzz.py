@@ -193,7 +193,9 @@ BASE_ARGS: dict[str, dict[str, str]] = {
     "sweep": {"steps": "0,2"},
     "analyze": {"baseline_ms": "12.2", "verify_ms": "18.7"},
     "trust-host": {"host": "gpu1"},
+    "adopt": {"host": "gpu1"},
 }
+PATH_PARAMS = {"out", "write"}  # kept relative: a fuzzed path is written to, inside the scratch directory only
 TASKS = {name: t for name, t in tasks.ns.tasks.items()}
 FLAGS = sorted((name, p) for name, t in TASKS.items() for p in inspect.signature(t.body).parameters
                if p not in ("c", "inventory") and p not in BOOL_PARAMS)
@@ -229,14 +231,15 @@ def no_ssh() -> Iterator[None]:
     mp.undo()
 
 
-def run_task(name: str, inv: Path, **flags: Any) -> tuple[int, str, str]:
+def run_task(task_name: str, inv: Path, **flags: Any) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            kwargs = dict(flags)
-            if "inventory" in inspect.signature(TASKS[name].body).parameters:
+            kwargs = {k: ("." + v if k in PATH_PARAMS and isinstance(v, str) and v.startswith("/") else v)
+                      for k, v in flags.items()}
+            if "inventory" in inspect.signature(TASKS[task_name].body).parameters:
                 kwargs["inventory"] = str(inv)
-            TASKS[name].body(Context(), **kwargs)
+            TASKS[task_name].body(Context(), **kwargs)
             code = 0
         except Exit as e:
             code = int(e.code)

@@ -101,8 +101,9 @@ def test_every_category_is_an_exception_class_and_hints_are_sentences() -> None:
         assert category in protocol.CATEGORIES, kind
         assert hint.strip(), kind
         cls = errors.class_of_kind(kind)
-        # Exit 1 (a step failed), except a host path refused as unsafe: bad input, exit 2.
-        assert issubclass(cls, errors.SpecDeployError) and cls.exit_code == (2 if category == "unsafe_path" else 1)
+        # Exit 1 (a step failed), except bad input (a host path refused as unsafe, no server to adopt): exit 2.
+        bad_input = category in ("unsafe_path", "usage")
+        assert issubclass(cls, errors.SpecDeployError) and cls.exit_code == (2 if bad_input else 1)
 
 
 def test_the_client_keeps_the_specific_class_and_hint() -> None:
