@@ -247,7 +247,7 @@ def run_task(task_name: str, inv: Path, **flags: Any) -> tuple[int, str, str]:
 
 
 def _flag(param: str) -> str:
-    return "--" + param.replace("_", "-")
+    return "--" + param.rstrip("_").replace("_", "-")  # `for_` is --for
 
 
 @FUZZ

@@ -13,7 +13,8 @@ from typing import Dict, Tuple
 # Every verb the agent answers (``fabfile/remote/verbs.py``'s TABLE has exactly these keys).
 VERBS: Tuple[str, ...] = (
     "facts", "deploy", "attach", "stop", "status", "logs", "gpus", "stale", "adopt", "records", "redeploy", "cancel",
-    "router_start", "router_stop", "bench", "evidence", "patch_apply", "patch_rollback", "patch_status",
+    "router_start", "router_stop", "router_worker", "watch", "bench", "evidence", "patch_apply", "patch_rollback",
+    "patch_status",
 )
 
 # What the client makes of a kind. Categories name the client's exception classes (``fabfile/errors.py``):
