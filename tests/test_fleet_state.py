@@ -346,17 +346,23 @@ def test_router_workers_are_the_live_set_and_a_router_can_be_stopped(fleet: Flee
     assert http_get(sim_hosts["sim1"], "/health", port=30000)[0] == 0
 
 
+def _dead_proxy_inventory(fleet: Fleet, tmp_path: Path, timeouts: dict[str, float]) -> Path:
+    """sim1 reached through a ProxyCommand whose connection is refused (nothing listens on port 1)."""
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host sim1\n  HostName 127.0.0.1\n  User root\n  IdentityFile {fleet.client_key_path}\n"
+                      "  ProxyCommand socat - TCP:127.0.0.1:1\n")
+    inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": timeouts})
+    data = yaml.safe_load(inventory.read_text())
+    data["ssh_config"] = str(config)
+    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    return inventory
+
+
 # -- 7: a dead ProxyCommand ----------------------------------------------------------------------------------------
 def test_a_dead_proxy_command_is_reported_with_its_own_words(fleet: Fleet, tmp_path: Path) -> None:
     """Point 7: the ProxyCommand cannot connect and exits. Before: paramiko read its closed stdout in a busy loop
     until the banner timeout and said "Error reading SSH protocol banner"."""
-    config = tmp_path / "ssh_config"
-    config.write_text(f"Host sim1\n  HostName 127.0.0.1\n  User root\n  IdentityFile {fleet.client_key_path}\n"
-                      "  ProxyCommand socat - TCP:127.0.0.1:1\n")
-    inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"connect_total": 6, "connect": 5}})
-    data = yaml.safe_load(inventory.read_text())
-    data["ssh_config"] = str(config)
-    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = _dead_proxy_inventory(fleet, tmp_path, {"connect_total": 6, "connect": 5})
     ticks0 = os.times()
     r = run_inv("status", "--host", "sim1", inventory=inventory, timeout=60)
     ticks1 = os.times()
@@ -375,13 +381,7 @@ def test_a_refused_proxy_is_given_up_after_connect_refused_not_connect_total(fle
     """Point 7, the time: `ssh` reports a refused connection at once; the tool retries a refusal only for
     timeouts.connect_refused (a restarting sshd), not for the whole connect_total budget (here 600 s: a run that
     used it would outlive the 120 s this test allows)."""
-    config = tmp_path / "ssh_config"
-    config.write_text(f"Host sim1\n  HostName 127.0.0.1\n  User root\n  IdentityFile {fleet.client_key_path}\n"
-                      "  ProxyCommand socat - TCP:127.0.0.1:1\n")
-    inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"connect_total": 600, "connect_refused": 1}})
-    data = yaml.safe_load(inventory.read_text())
-    data["ssh_config"] = str(config)
-    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    inventory = _dead_proxy_inventory(fleet, tmp_path, {"connect_total": 600, "connect_refused": 1})
     r = run_inv("status", "--host", "sim1", inventory=inventory, timeout=120)
     assert r.returncode == 1, r.stderr
     assert "Connection refused" in r.stderr and "timeouts.connect_refused" in r.stderr.split("error:")[-1], r.stderr
