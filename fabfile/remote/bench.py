@@ -168,6 +168,20 @@ def api_key_of(pid: int) -> Optional[str]:
     return None
 
 
+def _died_meanwhile(rec: Dict[str, Any], grace: float = 5.0) -> bool:
+    """Whether the recorded server is gone, given a few seconds to finish dying.
+
+    When every request failed, the likeliest reason is that the server died: SGLang's launcher notices a dead
+    scheduler and exits a moment later, so a check made at once can still see it alive and blame the requests.
+    """
+    deadline = time.monotonic() + grace
+    while procs.alive(int(rec["pid"]), rec.get("start_ticks")):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
@@ -242,7 +256,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                                target_ci=float(req["target_ci"]) if req.get("target_ci") is not None else None,
                                min_requests=int(req.get("min_requests") or 8))
         client_name = "loadgen"
-        if not measured["completed"]:
+        if not measured["completed"] and not _died_meanwhile(rec):
             raise AgentError("bench_failed", f"every benchmark request failed: {measured['errors'][:1]}",
                              "check `inv status` and `inv logs`", errors=measured["errors"])
     if not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
