@@ -268,6 +268,20 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _children(pid: int) -> list[int]:
+    """Every process whose parent is ``pid`` (field 4 of /proc/N/stat)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
 # ------------------------------------------------------------------ CLI up/down, loopback
 
 
@@ -327,8 +341,8 @@ def test_cli_up_down_leaves_nothing_behind(fleet: Fleet, tmp_path: Path) -> None
 
 
 def test_loopback_mode(tmp_path: Path) -> None:
-    before = sorted(subprocess.run(["pgrep", "-x", "sshd"], capture_output=True, text=True).stdout.split())
     f = fleetmod.up(1, tmp_path / "lb", gpus=2, tp=1, mode="loopback")
+    ours: set[int] = set()  # this fleet's sshd and its per-connection children (other tests may run sshds too)
     try:
         h = f.host("sim1")
         assert f.mode == "loopback"
@@ -341,8 +355,9 @@ def test_loopback_mode(tmp_path: Path) -> None:
         assert code == 0, out
         assert out.split() == [str(h.home), "2"]
         _eventually(lambda: any("sleep 555" in _cmdline(p) for p in h.pids()))  # detached, still the host's
+        ours = {h.sshd_pid(), *_children(h.sshd_pid())}
     finally:
         f.down()
-    after = sorted(subprocess.run(["pgrep", "-x", "sshd"], capture_output=True, text=True).stdout.split())
-    assert after == before
+    assert ours and not any(os.path.exists(f"/proc/{pid}") and "sshd" in _cmdline(pid) for pid in ours)
+    assert not any(str(tmp_path / "lb") in _cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit())
     assert not any("sleep 555" in _cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit())
