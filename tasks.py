@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,6 +36,11 @@ def cli(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # Invoke turns Python's bytecode cache off once it has parsed its flags (its --write-pyc, off by default, keeps
+        # a tasks folder free of .pyc files), so every run compiled each fabfile module it imported again: ~50 ms of
+        # a 0.3 s `inv status`. fabfile is a package like any other: Python's own rule again, so -B and
+        # PYTHONDONTWRITEBYTECODE still turn the cache off.
+        sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
         from fabfile.errors import SpecDeployError
         from fabfile.output import print_error
 
@@ -622,8 +628,6 @@ TRUST_HELP = {
 @cli
 def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any = None) -> None:
     """First contact: show a host's key fingerprint and add it to known_hosts only when you confirm it."""
-    import sys
-
     from fabfile.errors import FlagError, HostKeyError
     from fabfile.output import out
     from fabfile.trust import already_known, fetch_key, known_hosts_file, trust
