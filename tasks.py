@@ -42,7 +42,7 @@ def cli(fn: F) -> F:
         # PYTHONDONTWRITEBYTECODE still turn the cache off.
         sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
         from fabfile.errors import SpecDeployError
-        from fabfile.output import print_error
+        from fabfile.present.output import print_error
 
         try:
             return fn(*args, **kwargs)
@@ -103,7 +103,7 @@ def _lock_wait(inv: Any, value: Any) -> Any:
 
 
 def _inventory(path: str | None) -> Any:
-    from fabfile import inventory
+    from fabfile.inventory import hosts as inventory
 
     chosen = path or os.environ.get("SPECDEPLOY_INVENTORY")
     if chosen is None and not os.path.exists("inventory.yaml"):
@@ -133,8 +133,8 @@ def _accept_gate(value: Any) -> float | None:
 def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
              accept_gate: Any = None) -> Any:
     from fabfile.errors import FlagError
-    from fabfile.inventory import PATCH_MODES
-    from fabfile.plan import Options
+    from fabfile.inventory.hosts import PATCH_MODES
+    from fabfile.plan.deploy_plan import Options
 
     if patch_mode is not None and patch_mode not in PATCH_MODES:
         raise FlagError(f"--patch-mode: unknown mode {patch_mode!r}; choose one of {', '.join(PATCH_MODES)}")
@@ -176,8 +176,8 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            lock_wait: Any = None) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
+    from fabfile.commands.rollout import STRATEGIES, parse_batch
     from fabfile.errors import FlagError
-    from fabfile.rollout import STRATEGIES, parse_batch
 
     inv = _lock_wait(_inventory(inventory), lock_wait)
     opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
@@ -204,15 +204,15 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     if dry_run:
         _render(inv, hosts, opts, json)
         return
-    from fabfile.dispatch import deploy_command
+    from fabfile.commands.dispatch import deploy_command
 
     raise_for(deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
                              canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json))
 
 
 def _render(inv: Any, hosts: list[Any], opts: Any, as_json: bool) -> None:
-    from fabfile.output import print_json
-    from fabfile.render_plan import describe, plan_document
+    from fabfile.commands.render_plan import describe, plan_document
+    from fabfile.present.output import print_json
 
     docs = [plan_document(h, opts) for h in hosts]
     if as_json:
@@ -240,13 +240,13 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
          host_timeout: Any = None, router: Any = None, lock_wait: Any = None) -> None:
     """Stop the SGLang server(s) on host(s), all at once: TERM, grace, KILL; confirms every process is gone.
     With --router NAME, stop that router instead."""
+    from fabfile.commands.operations import stop_hosts
     from fabfile.errors import FlagError
-    from fabfile.operations import stop_hosts
 
     inv = _lock_wait(_inventory(inventory), lock_wait)
     bound = _float("--host-timeout", host_timeout)
     if router is not None:
-        from fabfile.router import pick, stop_router
+        from fabfile.commands.router import pick, stop_router
 
         if host is not None or dry_run:
             raise FlagError("--router: stops the router on the host the inventory names; leave out --host and "
@@ -260,7 +260,7 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
 @cli
 def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> None:
     """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
-    from fabfile.operations import status_hosts
+    from fabfile.commands.operations import status_hosts
 
     inv = _inventory(inventory)
     raise_for(status_hosts(inv, inv.select(host), as_json=json,
@@ -275,7 +275,7 @@ def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
 def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, timeout: Any = None,
          inventory: Any = None, host_timeout: Any = None) -> None:
     """Print the server log of host(s) (the current deploy's log file); several hosts: lines prefixed by host."""
-    from fabfile.operations import show_logs
+    from fabfile.commands.operations import show_logs
 
     inv = _inventory(inventory)
     raise_for(show_logs(inv, inv.select(host), lines=_int("--lines", lines, 1) or 50, follow=follow,
@@ -296,9 +296,9 @@ def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, js
           inventory: Any = None) -> None:
     """Live view of each server: tok/s, accept length, running/queued requests, health; thresholds print an alarm
     line and exit 1 (for cron and CI). A server not running or not healthy is an alarm too."""
+    from fabfile.commands.watch import WatchOptions
+    from fabfile.commands.watch import watch as run_watch
     from fabfile.errors import FlagError
-    from fabfile.watch import WatchOptions
-    from fabfile.watch import watch as run_watch
 
     def number(flag: str, value: Any) -> float | None:
         return _float(flag, value, "a positive number")
@@ -330,7 +330,7 @@ def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, js
 def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
               verbose: bool = False) -> None:
     """Prove, per scheduler rank, that every expected NCCL variable reached the worker (exit 1 if not)."""
-    from fabfile.operations import check_env_hosts
+    from fabfile.commands.operations import check_env_hosts
 
     inv = _inventory(inventory)
     raise_for(check_env_hosts(inv, inv.select(host), as_json=json,
@@ -343,7 +343,7 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
 def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
                      inventory: Any = None, lock_wait: Any = None) -> None:
     """Restore every patched SGLang file byte for byte and remove plugin/sitecustomize installs."""
-    from fabfile.operations import rollback_hosts
+    from fabfile.commands.operations import rollback_hosts
 
     inv = _lock_wait(_inventory(inventory), lock_wait)
     raise_for(rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json))
@@ -356,7 +356,7 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
 def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, timeout: Any = None) -> None:
     """Cancel the deploy in progress on host(s) (one whose client went away, say): it stops at its next step or
     during its wait for ready, tears its new server down and lets go of the host."""
-    from fabfile.operations import cancel_hosts
+    from fabfile.commands.operations import cancel_hosts
 
     inv = _inventory(inventory)
     raise_for(cancel_hosts(inv, inv.select(host), as_json=json, wait_s=_float("--timeout", timeout)))
@@ -366,7 +366,7 @@ def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
 @cli
 def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> None:
     """Show GPUs and the processes holding them on host(s)."""
-    from fabfile.operations import gpus_hosts
+    from fabfile.commands.operations import gpus_hosts
 
     inv = _inventory(inventory)
     raise_for(gpus_hosts(inv, inv.select(host), as_json=json, host_timeout=_float("--host-timeout", host_timeout)))
@@ -388,7 +388,7 @@ BENCH_HELP = {
 
 def _bench_params(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any,
                   timeout: Any) -> Any:
-    from fabfile.bench import CLIENTS, BenchParams
+    from fabfile.commands.bench import CLIENTS, BenchParams
     from fabfile.errors import FlagError
 
     if client is not None and client not in CLIENTS:
@@ -420,11 +420,11 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
-    from fabfile.bench import bench_host, print_result
+    from fabfile.commands.bench import bench_host, print_result
     from fabfile.errors import SpecDeployError
-    from fabfile.output import out as console
-    from fabfile.output import print_json
-    from fabfile.progress import BenchProgress
+    from fabfile.present.output import out as console
+    from fabfile.present.output import print_json
+    from fabfile.present.progress import BenchProgress
 
     progress = BenchProgress(h.name, enabled=not json)
     try:
@@ -511,7 +511,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     base = _options(None, None, None, patch_mode, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
-    from fabfile.sweep import configs, run_sweep
+    from fabfile.commands.sweep import configs, run_sweep
 
     cfgs = configs(h, base, step_list, _int_list("--topk", topk, 1), _int_list("--draft-tokens", draft_tokens, 2))
     if keep is not None and keep not in {x.name for x in cfgs}:
@@ -573,7 +573,7 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
             steps: Any = None, accept_len: Any = None, json: bool = False) -> None:
     """Break-even: the accept length each configuration needs to beat the baseline, against what it got."""
     from fabfile.errors import FlagError
-    from fabfile.report import analyze_file, analyze_numbers
+    from fabfile.present.report import analyze_file, analyze_numbers
 
     numbers = {"--baseline-ms": baseline_ms, "--verify-ms": verify_ms, "--draft-ms": draft_ms, "--steps": steps,
                "--accept-len": accept_len}
@@ -602,9 +602,9 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
 def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout: Any = None, json: bool = False,
                   inventory: Any = None) -> None:
     """Start SGLang's router in front of the healthy replicas of a group, on the host the inventory names."""
-    from fabfile.output import print_json
-    from fabfile.router import deploy_router as start_router
-    from fabfile.router import pick, print_router
+    from fabfile.commands.router import deploy_router as start_router
+    from fabfile.commands.router import pick, print_router
+    from fabfile.present.output import print_json
 
     inv = _inventory(inventory)
     r = start_router(inv, pick(inv, router), ready_s=_float("--timeout", timeout) or 60.0,
@@ -629,8 +629,8 @@ TRUST_HELP = {
 def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any = None) -> None:
     """First contact: show a host's key fingerprint and add it to known_hosts only when you confirm it."""
     from fabfile.errors import FlagError, HostKeyError
-    from fabfile.output import out
-    from fabfile.trust import already_known, fetch_key, known_hosts_file, trust
+    from fabfile.present.output import out
+    from fabfile.transport.trust import already_known, fetch_key, known_hosts_file, trust
 
     inv = _inventory(inventory)
     hosts = inv.select(host)
@@ -676,7 +676,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
     """Bring a hand-started server under the tool: its inventory entry, rendering the same command."""
     from pathlib import Path
 
-    from fabfile import adopt as adoption
+    from fabfile.commands import adopt as adoption
     from fabfile.errors import FlagError
 
     if command is None and host is None:
@@ -694,7 +694,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
         entry, source, _ = adoption.from_host(inv, h)
     adoption.validate_entry(entry_name, entry)
     if json:
-        from fabfile.output import print_json
+        from fabfile.present.output import print_json
 
         print_json({"host": entry_name, "entry": entry, "source": source})
     text = adoption.entry_yaml(entry_name, entry, source)
@@ -725,7 +725,7 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
          inventory: Any = None) -> None:
     """What changed between two deploys (argv, env, SGLang version, patch mode, patched files, check-env), or
     between a deploy and what render would run now."""
-    from fabfile import diff as differ
+    from fabfile.commands import diff as differ
     from fabfile.errors import FlagError
 
     inv = _inventory(inventory)
@@ -754,7 +754,7 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     va["host"] = vb["host"] = h.name
     rows = differ.compare(va, vb)
     if json:
-        from fabfile.output import print_json
+        from fabfile.present.output import print_json
 
         print_json({"host": h.name, "a": va, "b": vb, "differences": rows})
     else:

@@ -18,9 +18,9 @@ import sys
 import tempfile
 import time
 
-from fabfile.agentclient import AgentClient
 from fabfile.remote.boot import verify_tree
-from fabfile.transport import LocalTransport
+from fabfile.transport.agentclient import AgentClient
+from fabfile.transport.base import LocalTransport
 
 
 def main() -> None:

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fabfile import inventory
-from fabfile.deploy import deploy_host
-from fabfile.plan import Options
-from fabfile.progress import Reporter
+from fabfile.commands.deploy import deploy_host
+from fabfile.inventory import hosts as inventory
+from fabfile.plan.deploy_plan import Options
+from fabfile.present.progress import Reporter
 from tests.simhost import fleet as simfleet
 
 

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fabfile import inventory
-from fabfile.plan import Options
-from fabfile.rollout import BatchSize, run_rollout
+from fabfile.commands.rollout import BatchSize, run_rollout
+from fabfile.inventory import hosts as inventory
+from fabfile.plan.deploy_plan import Options
 from tests.simhost import fleet as simfleet
 
 

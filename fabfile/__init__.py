@@ -1,13 +1,15 @@
-"""specdeploy: the library behind ``tasks.py`` (the CLI), one concept per module; ``docs/ARCHITECTURE.md`` draws the
-data flow and says what each part may import.
+"""specdeploy: the library behind ``tasks.py`` (the CLI); ``docs/ARCHITECTURE.md`` draws the data flow and says what
+each room may import.
 
-inventory → plan → render → transport → agent → results → what the user sees: ``inventory`` (validated hosts),
-``plan`` (what a deploy will do, a pure value), ``patchset``/``render``/``render_plan`` (what gets written),
-``transport``/``ssh``/``session`` (how commands reach a host), ``agentclient`` (ships and calls the host-side agent,
-``fabfile.remote``, stdlib-only), ``deploy`` (one host), ``rollout``/``cluster`` (several hosts, below
-``dispatch``), ``fanout`` (the one multi-host engine), ``operations``/``router``/``bench``/``sweep``/``adopt``/
-``trust`` (the other commands), ``output``/``progress``/``checkenv_report``/``report`` (what is printed), ``errors``
-(the one exception tree).
+One sub-package per step of the data flow, read in this order:
+inventory → plan → render → transport → agent → results → what the user sees.
+
+``inventory`` (the YAML file, validated: ``Host`` values), ``plan`` (what a deploy will do, a pure value),
+``render`` (the launch script and patch files, from ``templates/``), ``transport`` (SSH or local, the session and
+the agent client), ``remote`` (the host-side agent, stdlib-only, shipped to the host), ``commands`` (each command:
+``dispatch`` → ``cluster`` → ``rollout`` → ``deploy``, the ``fanout`` engine, and the rest, returning results),
+``present`` (tables, JSON, progress). At the top: ``errors`` (the one exception tree, imported by every room) and
+``cli`` (the installed ``specdeploy`` console command).
 """
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """An in-process fake host for orchestration tests: scripted agent replies behind a transport that does nothing.
 
-``FakeFleet`` is handed to ``fabfile.session.connector``; every ``HostSession.open`` then gets a session whose
+``FakeFleet`` is handed to ``fabfile.transport.session.connector``; every ``HostSession.open`` then gets a session whose
 agent answers from ``replies[host][verb]`` (a dict, a callable taking the request, or an agent error dict with a
 ``kind``), and records each request. No SSH, no subprocess: rollout, cluster and the multi-host commands run their
 real code in this process, in milliseconds. A reply callable may block until the session is aborted
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fabfile.errors import ConnectError, from_agent
-from fabfile.inventory import Host, Inventory
-from fabfile.session import HostSession
-from fabfile.transport import CommandResult, Transport
+from fabfile.inventory.hosts import Host, Inventory
+from fabfile.transport.base import CommandResult, Transport
+from fabfile.transport.session import HostSession
 
 Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 

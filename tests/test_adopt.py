@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabfile import adopt, inventory
-from fabfile.plan import Options, build
+from fabfile.commands import adopt
+from fabfile.inventory import hosts as inventory
+from fabfile.plan.deploy_plan import Options, build
 from tests.invoke_cli import ROOT, derived_inventory, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 

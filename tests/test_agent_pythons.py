@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fabfile.agentclient import agent_bundle
+from fabfile.transport.agentclient import agent_bundle
 
 PYTHONS = sorted(p for v in ("3.9", "3.10", "3.11", "3.12", "3.13")
                  for p in Path("/root/.pyenv/versions").glob(f"{v}*/bin/python3") if p.exists())

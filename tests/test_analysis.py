@@ -1,10 +1,10 @@
-"""Break-even analysis (fabfile/analysis.py), checked against the seed's numbers."""
+"""Break-even analysis (fabfile/plan/analysis.py), checked against the seed's numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from fabfile import analysis
+from fabfile.plan import analysis
 
 BASELINE_MS = 12.2          # seed: baseline decode, ms per token (82.2 tok/s)
 VERIFY_UNTUNED = 29.0       # seed: EAGLE-3 2-step verify of 3 tokens without working NCCL tuning

@@ -52,14 +52,14 @@ def test_committed_tables_match_the_wheels(label: str, wheels: dict[str, Any]) -
 
 @pytest.mark.parametrize("label", VERSIONS)
 def test_committed_spec_facts_match_the_wheels(label: str, wheels: dict[str, Any]) -> None:  # noqa: F811
-    """What the tool refuses per version (fabfile/versioncheck.py) is read from this release's wheel."""
-    from fabfile import versioncheck
+    """What the tool refuses per version (fabfile/plan/versioncheck.py) is read from this release's wheel."""
+    from fabfile.plan import versioncheck
     from tests.contract import specfacts
 
     w = _wheel(label, wheels)
     found = versioncheck.facts_for(w.version)
     assert found is not None and found[0] == w.version, (
-        f"fabfile/sglang_spec_facts.py has no entry for SGLang {w.version}: run python -m tests.contract --write")
+        f"fabfile/plan/sglang_spec_facts.py has no entry for SGLang {w.version}: run python -m tests.contract --write")
     _, facts, flags = found
     want = specfacts.version_facts(w)
     assert sorted(flags) == want["flags"], f"{w.version}: the launch flags drifted from the wheel"
@@ -70,7 +70,7 @@ def test_committed_spec_facts_match_the_wheels(label: str, wheels: dict[str, Any
 def test_spec_v2_and_entry_point_by_release() -> None:
     """The facts the issue names, as the wheels give them (committed table): SGLANG_ENABLE_SPEC_V2 is read by
     0.5.5 ... 0.5.20 and by no later release; `sglang serve` exists from 0.5.5; STANDALONE from 0.5.2."""
-    from fabfile import versioncheck
+    from fabfile.plan import versioncheck
 
     def f(v: str) -> dict[str, Any]:
         found = versioncheck.facts_for(v)

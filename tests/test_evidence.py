@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fabfile import checkenv_report
+from fabfile.present import checkenv_report
 from fabfile.remote import evidence, markers, procs
 from fabfile.remote.common import EventSink
 

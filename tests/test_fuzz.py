@@ -28,8 +28,8 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 import tasks
-from fabfile import inventory
 from fabfile.errors import InventoryError, SpecDeployError
+from fabfile.inventory import hosts as inventory
 from tests.invoke_cli import derived_inventory, inv_json
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -219,7 +219,7 @@ def fuzz_inventory() -> Path:
 def no_ssh() -> Iterator[None]:
     """Stand in for the first SSH session: a flag value that gets there has passed validation. The tasks run in a
     scratch directory (a fuzzed `--out` writes where it points, relative paths included)."""
-    from fabfile import session, trust
+    from fabfile.transport import session, trust
 
     def reached(*_a: Any, **_k: Any) -> Any:
         raise Reached("validation passed")

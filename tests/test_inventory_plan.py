@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fabfile import inventory
 from fabfile.errors import FlagError, InventoryError
-from fabfile.plan import Options, build, env_file_text
+from fabfile.inventory import hosts as inventory
+from fabfile.plan.deploy_plan import Options, build, env_file_text
 
 BASE = """
 presets:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fabfile import inventory as inventory_mod
 from fabfile.errors import InventoryError
+from fabfile.inventory import hosts as inventory_mod
 from tests.invoke_cli import derived_inventory, http_get, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost, up
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from fabfile import inventory
+from fabfile.commands.fanout import for_each_host
+from fabfile.commands.operations import stop_hosts
+from fabfile.commands.rollout import HostRollout, observe
 from fabfile.errors import ConnectError, HostTimeoutError, LockHeldError
-from fabfile.fanout import for_each_host
-from fabfile.operations import stop_hosts
-from fabfile.rollout import HostRollout, observe
-from fabfile.session import connector
+from fabfile.inventory import hosts as inventory
+from fabfile.transport.session import connector
 from tests.fakehost import FakeFleet
 
 INV = """
@@ -108,7 +108,7 @@ def test_a_rollouts_table_shows_what_each_host_says_runs(inv: inventory.Inventor
 
 
 def test_sessions_open_for_real_again_after_the_block(inv: inventory.Inventory) -> None:
-    from fabfile import session
+    from fabfile.transport import session
 
     with connector(FakeFleet({})):
         assert session._connector is not None
@@ -121,8 +121,8 @@ FACTS = {"problems": [], "unsafe": [], "home": "/home/u",
 
 
 def test_a_failed_rank_cancels_the_waiting_ranks_and_stops_the_ones_up(inv: inventory.Inventory) -> None:
-    from fabfile.cluster import deploy_cluster
-    from fabfile.plan import Options
+    from fabfile.commands.cluster import deploy_cluster
+    from fabfile.plan.deploy_plan import Options
 
     up = {"pid": 100, "config_name": "eagle-3", "deploy_id": "x"}
     failed = {"kind": "launch_failed", "message": "rank 1 exited with code 1", "hint": "read its log"}

@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from fabfile import patchset
 from fabfile.remote import patching
 from fabfile.remote.common import sha256_file
 from fabfile.remote.versions import NEWEST_SUPPORTED
 from fabfile.remote.versions import key as version_order
+from fabfile.render import patchset
 from tests.test_patching import tree as tree_hashes
 
 pytestmark = pytest.mark.wheels

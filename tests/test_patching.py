@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from fabfile import patchset
 from fabfile.remote import patching, patchstore
 from fabfile.remote.common import AgentError, sha256_file
+from fabfile.render import patchset
 
 VALUES = {
     "NCCL_PROTO": "LL",

@@ -1,4 +1,4 @@
-"""The sweep's prediction (fabfile/predict.py) against the simulator's own cost model, for several models.
+"""The sweep's prediction (fabfile/plan/predict.py) against the simulator's own cost model, for several models.
 
 The simulator (tests/simhost/sim/site/sglang/_sim/generation.py) decides each verify pass's accepted drafts by
 per-position acceptance and each cycle's cost from the steps and the batch. Here its ``Generator`` is driven
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from fabfile.analysis import fit_cycle
-from fabfile.predict import Measured, accept_len_at, plan_runs, predict_level, request_tok_s, unpredictable_reason
+from fabfile.plan.analysis import fit_cycle
+from fabfile.plan.predict import Measured, accept_len_at, plan_runs, predict_level, request_tok_s, unpredictable_reason
 from fabfile.remote import metrics
 
 SITE = Path(__file__).resolve().parent / "simhost" / "sim" / "site"

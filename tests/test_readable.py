@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fabfile import checkenv_report
-from fabfile.report import print_sweep, table_rows
+from fabfile.present import checkenv_report
+from fabfile.present.report import print_sweep, table_rows
 from tests.invoke_cli import derived_inventory, inv_json, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fabfile.agentclient import agent_bundle
+from fabfile.transport.agentclient import agent_bundle
 from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -179,8 +179,8 @@ def test_two_deploys_install_the_agent_at_the_same_moment(fleet: Fleet, sim_host
 
 def test_concurrent_installs_race_on_the_rename(fleet: Fleet, sim_host: SimHost) -> None:
     """Many sessions ship the same agent into one fresh state dir at once: each ends verified, none fails."""
-    from fabfile.inventory import load
-    from fabfile.session import HostSession
+    from fabfile.inventory.hosts import load
+    from fabfile.transport.session import HostSession
 
     inv = load(fleet.inventory_path)
     host = inv.hosts["sim1"]
@@ -397,8 +397,8 @@ def test_names_are_plain_full_strings(tmp_path: Path, section: dict[str, Any]) -
 
 
 def test_a_newline_in_a_router_group_stays_in_the_comment() -> None:
-    from fabfile.inventory import Router
-    from fabfile.router import launch_script
+    from fabfile.commands.router import launch_script
+    from fabfile.inventory.hosts import Router
 
     r = Router(name="r1", host="h", members=("h",), group="h,\nid>/tmp/x", port=30000, listen="0.0.0.0",
                policy="round_robin", python="/p", args=())

@@ -10,7 +10,7 @@ import paramiko
 import pytest
 from paramiko.ssh_exception import AuthenticationException, BadHostKeyException, NoValidConnectionsError, SSHException
 
-from fabfile.ssh import _transient
+from fabfile.transport.ssh import _transient
 from tests.invoke_cli import INV, ROOT, derived_inventory, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 

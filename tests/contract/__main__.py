@@ -1,8 +1,8 @@
 """``python -m tests.contract [--write] [VERSION ...]``: derive the contract from the wheels and compare.
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
-regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and ``fabfile/sglang_spec_facts.py``
-(all matrix versions;
+regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and
+``fabfile/plan/sglang_spec_facts.py`` (all matrix versions;
 the NCCL table also reads ``ENV_EXTRA``). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or the index.
 """
 

@@ -1,4 +1,4 @@
-"""``fabfile/sglang_spec_facts.py``: what each SGLang release understands on its launch command, from the wheels.
+"""``fabfile/plan/sglang_spec_facts.py``: what each SGLang release understands on its launch command, from the wheels.
 
 Per release: every ``--flag`` of ``launch_server`` (``real.flags``: ``add_argument`` calls and, from 0.5.20, the
 annotated dataclass fields), the ``--speculative-algorithm`` choices (``any`` from 0.5.12, where the name is
@@ -53,7 +53,7 @@ def render(table: dict[str, dict[str, Any]]) -> str:
         "Regenerate with ``python -m tests.contract --write``: read from the real release wheels by\n"
         "``tests/contract/specfacts.py`` (``tests/test_contract.py`` fails when this table drifts from them).\n"
         "Keys are the releases read, oldest first; a host version between two keys has the facts of the lower one\n"
-        "(``fabfile.versioncheck``). Per release: ``speculative_algorithms`` (``any``: checked after parsing),\n"
+        "(``fabfile.plan.versioncheck``). Per release: ``speculative_algorithms`` (``any``: checked after parsing),\n"
         "``spec_v2_env`` (a server module reads SGLANG_ENABLE_SPEC_V2; ``spec_v2_read_in`` names them),\n"
         "``sglang_serve`` (the ``sglang serve`` entry point exists), and the launch flags: ``flags`` for the\n"
         "first release, then ``flags_added``/``flags_removed`` against the previous one.\n"

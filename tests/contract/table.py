@@ -37,7 +37,7 @@ class Row:
 
 
 def tool_flags() -> list[str]:
-    """Every ``--flag`` the tool puts on SGLang's command line (``fabfile/plan.py::launch_argv``)."""
+    """Every ``--flag`` the tool puts on SGLang's command line (``fabfile/plan/deploy_plan.py::launch_argv``)."""
     tree = ast.parse((ROOT / "fabfile" / "plan.py").read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "launch_argv")
     return sorted({n.value for n in ast.walk(fn)
@@ -56,7 +56,7 @@ def tool_algorithms() -> list[str]:
     """The ``speculative.algorithm`` values the inventory accepts (and the tool renders)."""
     import typing
 
-    from fabfile.inventory import SpeculativeFields
+    from fabfile.inventory.hosts import SpeculativeFields
 
     ann = SpeculativeFields.model_fields["algorithm"].annotation
     out: list[str] = []

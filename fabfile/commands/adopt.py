@@ -1,0 +1,304 @@
+"""`inv adopt`: turn a hand-started SGLang server into an inventory entry.
+
+Two sources, one result. A launch line pasted by the user (``NCCL_PROTO=LL ... nohup python3 -m
+sglang.launch_server ... > log 2>&1 &``, even the whole ``ssh host '...'`` line it was typed as), or the running
+server itself, read from ``/proc`` on the host by the agent (argv, start-time environment, the file its stdout goes
+to). Either way the entry is built so that ``inv render`` of it runs the same command: the flags the tool derives
+from inventory fields (model, TP, listen address, port, the speculative ones) go to those fields, every other flag
+stays verbatim in ``sglang_args``, and every variable of the line goes to ``env`` (the NCCL tuning ones to a preset
+when they are exactly one, else to ``nccl_env``). The tool's own additions (its NCCL debug variables, its deploy
+id) come on top, as for any deploy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabfile.errors import FlagError
+
+# Words that only change how the command runs, not what runs; the server is the same without them.
+_WRAPPERS = {"nohup", "setsid", "exec", "command", "builtin", "time"}
+_SEPARATORS = {"&&", "||", ";", "|", "&", "|&", ";;", "(", ")"}
+_REDIRECTS = {">", ">>", ">&", "&>", "&>>", "<", ">|", "<>", "<<", "<<<", "<&"}
+# ssh options that take a value (OpenSSH's getopt string): their value is not the destination.
+_SSH_VALUE_OPTS = set("BbcDEeFIiJLlmOoPpQRSWw")
+_ENV_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+
+# SGLang flag -> the inventory field the tool renders it from (every other flag is kept verbatim).
+_FIELD_OF = {
+    "--model-path": "model", "--model": "model", "--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp",
+    "--host": "listen", "--port": "port", "--served-model-name": "served_model_name",
+    "--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "draft_model",
+    "--speculative-draft-model": "draft_model", "--speculative-num-steps": "steps",
+    "--speculative-eagle-topk": "topk", "--speculative-num-draft-tokens": "draft_tokens",
+}
+_INT_FIELDS = {"tp", "port", "steps", "topk", "draft_tokens"}
+
+
+@dataclass
+class Launch:
+    """A parsed launch: what ran, with which environment, writing where."""
+
+    python: str
+    args: list[str]                              # everything after ``-m sglang.launch_server``
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: str | None = None
+    cwd: str | None = None
+
+
+def _words(text: str) -> list[str]:
+    lex = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>")
+    lex.whitespace_split = True
+    lex.commenters = ""
+    try:
+        return list(lex)
+    except ValueError as e:
+        # shlex says "No closing quotation" / "No escaped character"
+        raise FlagError(f"--command: cannot parse the command line ({e}); paste it exactly as the shell ran "
+                        "it") from None
+
+
+def _segments(words: list[str]) -> list[list[str]]:
+    out: list[list[str]] = [[]]
+    for w in words:
+        if w in _SEPARATORS:
+            out.append([])
+        else:
+            out[-1].append(w)
+    return [s for s in out if s]
+
+
+def _ssh_remote(seg: list[str]) -> str | None:
+    """``ssh [opts] dest remote words...`` -> the remote command as the remote shell gets it (words joined)."""
+    i = 1
+    while i < len(seg) and seg[i].startswith("-") and seg[i] != "--":
+        opt = seg[i]
+        if len(opt) == 2 and opt[1] in _SSH_VALUE_OPTS:
+            i += 1
+        i += 1
+    if i < len(seg) and seg[i] == "--":
+        i += 1
+    rest = seg[i + 1:]
+    return " ".join(rest) if rest else None
+
+
+def parse_command(text: str, depth: int = 0) -> Launch:
+    """Parse a pasted launch line. Raises FlagError (exit 2) with one sentence when it is not one."""
+    if not text.strip():
+        raise FlagError("--command: empty; paste the line that started the server")
+    words = _words(text)
+    cwd = None
+    for seg in _segments_with_redirects(words):
+        plain = [w for w in seg if w not in _REDIRECTS]
+        if plain and os.path.basename(plain[0]) == "ssh" and depth == 0:
+            remote = _ssh_remote(plain)
+            if remote and "sglang" in remote:
+                return parse_command(remote, depth + 1)
+        if plain[:1] == ["cd"] and len(plain) > 1:
+            cwd = plain[1]
+        if any("sglang.launch_server" in w for w in plain):
+            launch = _parse_segment(seg, text)
+            launch.cwd = cwd
+            return launch
+    if any(w in ("sglang", "serve") for w in words):
+        raise FlagError("--command: `sglang serve` lines are not understood; use the `python -m "
+                        "sglang.launch_server ...` form of the same command")
+    raise FlagError("--command: no `python -m sglang.launch_server` in it; paste the line that started the server")
+
+
+def _segments_with_redirects(words: list[str]) -> list[list[str]]:
+    # `2>&1` arrives as "2", ">&", "1"; `>` targets stay in the segment and are taken apart in _parse_segment.
+    return _segments(words)
+
+
+def _fd_prefix(digit: str, op: str, text: str) -> bool:
+    """Whether ``digit`` before ``op`` was written against it (``2>&1``: a file descriptor) rather than apart
+    (``--speculative-num-steps 3 > log``: an argument); the lexer loses that, the text keeps it."""
+    glued = re.search(rf"(?<!\S){digit}{re.escape(op)}", text) is not None
+    apart = re.search(rf"(?<!\S){digit}\s+{re.escape(op)}", text) is not None
+    return glued and not apart
+
+
+def _parse_segment(seg: list[str], text: str) -> Launch:
+    env: dict[str, str] = {}
+    log_path: str | None = None
+    words: list[str] = []
+    i = 0
+    while i < len(seg):
+        w = seg[i]
+        if w in _REDIRECTS:
+            target = seg[i + 1] if i + 1 < len(seg) else None
+            if target is None:
+                raise FlagError(f"--command: the redirection {w!r} has no target")
+            fd = None
+            if words and words[-1].isdigit() and w not in ("&>", "&>>") and _fd_prefix(words[-1], w, text):
+                fd = words.pop()
+            if w in (">", ">>", "&>", "&>>", ">|") and fd in (None, "1") and target != "/dev/null":
+                log_path = target
+            i += 2
+            continue
+        words.append(w)
+        i += 1
+    # Leading assignments, `env [-i] [-u NAME] NAME=value ...`, `nohup`, `setsid`, `nice -n N`.
+    j = 0
+    while j < len(words):
+        w = words[j]
+        m = _ENV_ASSIGN.fullmatch(w)
+        if m:
+            env[m.group(1)] = m.group(2)
+        elif w in _WRAPPERS or os.path.basename(w) in ("env", "nohup", "setsid"):
+            pass
+        elif os.path.basename(w) == "nice":
+            if j + 1 < len(words) and words[j + 1] == "-n":
+                j += 1
+            if j + 1 < len(words) and words[j + 1].lstrip("-+").isdigit():
+                j += 1
+        elif w == "-i" or w == "--ignore-environment":
+            pass
+        elif w in ("-u", "--unset") and j + 1 < len(words):
+            j += 1
+        else:
+            break
+        j += 1
+    rest = words[j:]
+    if not rest:
+        raise FlagError("--command: no program after the variables; paste the whole launch line")
+    python = rest[0]
+    k = 1
+    while k < len(rest) and rest[k] != "-m" and rest[k].startswith("-") and not rest[k].startswith("--"):
+        k += 1
+    if k + 1 >= len(rest) or rest[k] != "-m" or rest[k + 1] != "sglang.launch_server":
+        raise FlagError(f"--command: expected `{python} -m sglang.launch_server ...`, got "
+                        f"{shlex.join(rest[:3])!r}; adopt understands the `python -m` form")
+    return Launch(python=python, args=rest[k + 2:], env=env, log_path=log_path)
+
+
+def split_flags(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The flags the tool renders from fields (flag -> value) and the rest, verbatim and in order."""
+    managed: dict[str, str] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        flag, eq, inline = a.partition("=")
+        if a.startswith("--") and flag in _FIELD_OF:
+            if eq:
+                value = inline
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                i += 1
+                value = args[i]
+            else:
+                raise FlagError(f"--command: {flag} has no value")
+            if flag in managed or any(_FIELD_OF[f] == _FIELD_OF[flag] for f in managed):
+                raise FlagError(f"--command: {flag} is given twice; SGLang would take the last, keep one")
+            managed[flag] = value
+        else:
+            rest.append(a)
+        i += 1
+    return managed, rest
+
+
+def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None = None,
+               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The inventory entry (a plain mapping, YAML-ready) that renders ``launch``."""
+    from fabfile.inventory.hosts import BUILTIN_NCCL_PRESETS
+    from fabfile.remote import ncclenv
+
+    managed, rest = split_flags(launch.args)
+    fields: dict[str, Any] = {}
+    for flag, value in managed.items():
+        name = _FIELD_OF[flag]
+        if name in _INT_FIELDS:
+            try:
+                fields[name] = int(value)
+            except ValueError:
+                raise FlagError(f"--command: {flag} expects a whole number, got {value!r}") from None
+        else:
+            fields[name] = value
+    if "model" not in fields:
+        raise FlagError("--command: the line has no --model-path; it is not a server launch")
+    entry: dict[str, Any] = {}
+    if ssh_host:
+        entry["ssh_host"] = ssh_host
+    tp = int(fields.get("tp", 1))
+    entry.update({"python": launch.python, "model": fields["model"], "tp": tp, "gpus": max(gpus or 0, tp)})
+    if "draft_model" in fields:
+        entry["draft_model"] = fields["draft_model"]
+    if "served_model_name" in fields:
+        entry["served_model_name"] = fields["served_model_name"]
+    # SGLang's own defaults (server_args.py: host 127.0.0.1, port 30000), written out so the entry does not depend
+    # on the tool's defaults.
+    entry["listen"] = fields.get("listen", "127.0.0.1")
+    entry["port"] = int(fields.get("port", 30000))
+    if launch.log_path:
+        entry["log_dir"] = os.path.dirname(launch.log_path) or "."
+    tuning = {k: v for k, v in launch.env.items() if k.startswith("NCCL_") and ncclenv.kind(k) != "logging"
+              and ncclenv.kind(k) != "not_param"}
+    other = {k: v for k, v in launch.env.items() if k not in tuning}
+    preset = next((name for name, values in BUILTIN_NCCL_PRESETS.items() if values and values == tuning), None)
+    entry["nccl_preset"] = preset or "none"
+    if tuning and preset is None:
+        entry["nccl_env"] = tuning
+    if other:
+        entry["env"] = other
+    steps = int(fields.get("steps", 0)) if "algorithm" in fields or "steps" in fields else 0
+    spec: dict[str, Any] = {"algorithm": fields.get("algorithm", "EAGLE3"), "steps": steps}
+    if steps:
+        spec["topk"] = int(fields.get("topk", 1))
+        if "draft_tokens" in fields:
+            spec["draft_tokens"] = int(fields["draft_tokens"])
+    entry["speculative"] = spec
+    if rest:
+        entry["sglang_args"] = rest
+    entry.update(extra or {})
+    return entry
+
+
+def validate_entry(name: str, entry: dict[str, Any]) -> Any:
+    """Resolve the entry exactly as `inv` would (an inventory of this one host); FlagError when it would refuse."""
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from fabfile.inventory import hosts as inventory
+
+    try:
+        return inventory._build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
+    except ValidationError as e:
+        raise FlagError(f"--command: the adopted entry is not valid: {inventory._pydantic_message(e, '')}") from None
+    except ValueError as e:
+        raise FlagError(f"--command: the adopted entry is not valid: {e}") from None
+
+
+def entry_yaml(name: str, entry: dict[str, Any], source: str) -> str:
+    import yaml
+
+    head = f"# adopted by `inv adopt` from {source}\n"
+    if entry.get("listen") not in ("127.0.0.1", "localhost", "::1"):
+        head += (f"# listen {entry.get('listen')}: kept as the server ran. The tool advises 127.0.0.1 (reach it "
+                 "through an SSH tunnel or the router) unless other machines must call it; deploy warns.\n")
+    body = yaml.safe_dump({"hosts": {name: entry}}, sort_keys=False, default_flow_style=False, width=100)
+    return head + body
+
+
+def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """Read the server running on ``host`` (agent verb ``adopt``, which also records it as adopted there)."""
+    from fabfile.transport.session import HostSession
+
+    with HostSession.open(inv, host) as s:
+        data = s.call("adopt", {"state_dir": host.state_dir, "port": host.port})
+    argv = list(data.get("argv") or [])
+    launch = _parse_segment(argv, shlex.join(argv)) if argv else None
+    if launch is None:
+        raise FlagError(f"--host: {host.name}: the server's command line could not be read")
+    # The variables came from /proc, not from a line: whatever the login shell did not set was the operator's.
+    launch.env = {**dict(data.get("env") or {}), **launch.env}
+    launch.log_path = data.get("log_path")
+    entry = host_entry(launch, ssh_host=host.ssh_host if host.connection == "ssh" else None, gpus=host.gpus,
+                       extra={"connection": "local"} if host.connection == "local" else None)
+    entry.setdefault("state_dir", host.state_dir)
+    return entry, f"pid {data.get('pid')} on {host.name} (SGLang {data.get('sglang') or 'unknown'})", data

@@ -1,0 +1,308 @@
+"""The client side of ``inv deploy``: plan → connect → preflight → ship → the host-side sequence → summary.
+
+The host-side sequence (lock, patch, stop, GPU gate, start, wait, verify, record) runs in one agent call
+(``fabfile.remote.deploy``); this module decides what to ask for, renders events as progress, survives a dropped
+SSH session by re-attaching to the deploy's journal, and turns the outcome into a result and an exit code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fabfile import __version__
+from fabfile.errors import (
+    AgentCrashError,
+    ConnectError,
+    FlagError,
+    PreflightError,
+    RemoteError,
+    SpecDeployError,
+    UnsafePathError,
+    from_agent,
+)
+from fabfile.inventory.hosts import Host, Inventory
+from fabfile.plan.deploy_plan import (
+    Options,
+    Plan,
+    build,
+    config_file_text,
+    env_file_text,
+    for_version,
+    mask_secrets,
+    secret_values,
+)
+from fabfile.present.output import err, out, print_error
+from fabfile.present.progress import Reporter
+from fabfile.transport.base import ConnectionLost
+from fabfile.transport.session import HostSession
+
+
+@dataclass
+class DeployResult:
+    host: str
+    ok: bool
+    plan: Plan
+    record: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    patch_mode: str | None = None
+    sglang_version: str | None = None
+    error: SpecDeployError | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+    # True once the host-side deploy was asked for: from then on, a lost link leaves its outcome unknown (the
+    # deploy goes on without us), unlike a failure before it, which changed nothing.
+    remote_started: bool = False
+    # what the routers in front of this host were told (taken out before, put back after), in sentences
+    router_notes: list[str] = field(default_factory=list)
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """The host-side deploy ran but its result never reached us (the link died and did not come back)."""
+        e = self.error
+        if self.ok or not self.remote_started or e is None or "changed" in e.details:
+            return False
+        return isinstance(e, (ConnectError, AgentCrashError)) or "command" in e.details or \
+            e.details.get("agent_kind") in ("deadline", "deploy_lost") or e.details.get("timed_out") is True
+
+    def as_dict(self) -> dict[str, Any]:
+        verify = (self.record.get("verify") or {}).get("evaluation")
+        if verify is None and self.error is not None:
+            verify = ((self.error.details.get("verify") or {}).get("evaluation"))
+        return {
+            "host": self.host, "ok": self.ok, "deploy_id": self.plan.deploy_id, "config": self.plan.config_name,
+            "plan_hash": self.plan.plan_hash, "pid": self.record.get("pid"),
+            "url": self.plan.url, "launch_argv": self.plan.masked_argv(), "env": self.plan.masked_env(),
+            "log_path": self.record.get("log_path") or self.plan.log_path, "timings": self.timings,
+            "patch_mode": self.patch_mode, "sglang_version": self.sglang_version,
+            "schedulers": self.record.get("schedulers"), "ready": self.record.get("ready"), "check_env": verify,
+            "first_request": self.record.get("first_request"), "accept": self.record.get("accept"),
+            "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
+            "transport": self.stats, "notes": list(self.plan.notes),
+            "outcome_unknown": self.outcome_unknown, "router_notes": list(self.router_notes),
+        }
+
+
+def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
+    h = plan.host
+    facts = session.call("facts", {"paths": {"model": h.model, "draft_model": h.draft_model if
+                                             plan.config_name != "baseline" else None, "log_dir": h.log_dir},
+                                   "need_gpus": h.tp, "min_free_disk_gb": h.min_free_disk_gb,
+                                   "log_dir": h.log_dir, "log_path": plan.log_path})
+    session.facts = facts
+    if facts.get("unsafe"):
+        raise UnsafePathError("; ".join(facts["unsafe"]), "use a directory only the deploying user can write (the "
+                              "defaults under its HOME are), or fix the owner and mode of the one named; nothing "
+                              "was started", host=h.name, unsafe=facts["unsafe"])
+    if facts["problems"]:
+        raise PreflightError("; ".join(facts["problems"]), "fix the host or the inventory, then deploy again",
+                             host=h.name, problems=facts["problems"])
+    return facts
+
+
+def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, dict[str, Any] | None]:
+    from fabfile.render.patchset import PatchModeError, build_patch_request, resolve_mode
+
+    try:
+        mode = resolve_mode(plan.patch_mode, version)
+    except PatchModeError as e:
+        raise FlagError(str(e), "choose another --patch-mode (auto picks one this version supports)",
+                        host=plan.host.name) from None
+    if not plan.nccl_values:
+        mode = "env"  # nothing to carry in-process
+    # Even in env mode a patch request goes to the host: applying "env" takes back patches an earlier deploy left
+    # (the host then runs exactly the mode asked for, and a rollback can restore any earlier mode).
+    values = dict(plan.nccl_values)
+    # NCCL's logging values are carried by the patch too, so the evidence survives a launch path that strips the
+    # environment (the same values the launch environment has: plan.nccl_settings).
+    values.update(plan.nccl_logging)
+    site = session.facts["sglang"]["site_packages"]
+    req = build_patch_request(mode, values, plan.force_env, version, session.resolve(plan.host.state_dir), site,
+                              __version__, python=plan.host.python)
+    return mode, req
+
+
+def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | None, version: str) -> dict[str, Any]:
+    h = plan.host
+    t = h.timeouts
+    return {
+        "deploy_id": plan.deploy_id, "client": plan.client, "tool_version": __version__,
+        "state_dir": session.resolve(h.state_dir), "journal": None, "config_name": plan.config_name,
+        "plan_hash": plan.plan_hash, "script": session.resolve(plan.script_path),
+        "log_path": session.resolve(plan.log_path), "cwd": session.resolve(h.log_dir), "listen": h.listen,
+        "port": h.port, "sglang_version": version,
+        "target_gpus": list(range(h.tp)), "gpu_idle_mib": h.gpu_idle_mib,
+        "timeouts": {"ready": plan.ready_timeout, "stall": t.stall, "stop_grace": t.stop_grace,
+                     "gpu_clean": t.gpu_clean, "lock_wait": t.lock_wait},
+        "patch": patch,
+        # What this deploy asks NCCL for: kept in the record, so check-env judges the running deploy by it.
+        "expected": plan.expected, "nccl_debug": h.nccl_debug,
+        "verify": {"expected": plan.expected, "settle_s": 3.0} if ("verify_env" in plan.steps and plan.expected)
+        else None,
+        "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},
+        # Several heartbeats fit in the client's silence bound, so only a dead link can exhaust it.
+        "heartbeat_s": max(0.5, min(5.0, t.silence / 4)),
+        # A multi-node rank >= 1 serves only SGLang's stub health server (/ping, /health, /health_generate).
+        "ready_path": "/health" if h.node is not None and h.node.rank > 0 else None,
+        "node": asdict(h.node) if h.node is not None else None,
+        # Ready means it answers: a real request (and the accept-length gate) after the readiness endpoint's 200.
+        "gates": {"timeout": t.first_request, "accept_gate": plan.accept_gate} if "first_request" in plan.steps
+        else None,
+    }
+
+
+def upload_launch_files(session: HostSession, plan: Plan) -> None:
+    """The launch script and the private files it reads (the env file, SGLang's --config file), each written
+    atomically with its mode set before any byte lands."""
+    if plan.env_file:
+        session.transport.put(env_file_text(plan.file_env).encode(), plan.env_file, 0o600)
+    if plan.config_file:
+        session.transport.put(config_file_text(plan.secret_config).encode(), plan.config_file, 0o600)
+    session.transport.put(plan.script.encode(), plan.script_path, 0o700)
+
+
+def deadline_for(plan: Plan) -> float:
+    t = plan.host.timeouts
+    return plan.ready_timeout + 3 * t.stop_grace + t.gpu_clean + t.lock_wait + 2 * t.first_request + 60.0
+
+
+def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float,
+                      reporter: Reporter) -> dict[str, Any]:
+    """One agent call; if the SSH session drops, reconnect and follow the deploy's journal to its end."""
+    req = dict(req)
+    req["journal"] = f"{req['state_dir']}/deploys/{req['deploy_id']}.events"
+    try:
+        return session.agent.call("deploy", req, deadline, on_event=reporter.event,
+                                  idle_timeout=session.host.timeouts.silence)
+    except ConnectionLost:
+        reporter.info("SSH session dropped; the deploy continues on the host, reconnecting to follow it")
+    t_end = time.monotonic() + deadline
+    while True:
+        try:
+            try:
+                session.transport.reconnect()
+            except ConnectError as e:
+                raise ConnectError(
+                    f"lost the SSH session during the deploy and could not reconnect ({e.message}); the deploy "
+                    "goes on without us on the host: it finishes, or tears its server down if it fails",
+                    "run `inv status` once the host is reachable to see the outcome", host=session.host.name) \
+                    from None
+            data = session.agent.call("attach", {"state_dir": req["state_dir"], "deploy_id": req["deploy_id"],
+                                                 "skip": reporter.events_seen},
+                                      max(5.0, t_end - time.monotonic()), on_event=reporter.event,
+                                      idle_timeout=session.host.timeouts.silence)
+            break
+        except ConnectionLost:
+            if time.monotonic() > t_end:
+                raise
+            reporter.info("still cannot reach the host; retrying")
+    final = data["result"]
+    if not final.get("ok"):
+        raise from_agent(final.get("error") or {}, session.host.name)
+    result = final.get("data")
+    if not isinstance(result, dict):
+        raise RemoteError("the re-attached deploy reported no data", host=session.host.name)
+    return result
+
+
+def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
+                plan: Plan | None = None) -> DeployResult:
+    plan = plan or build(host, opts)
+    result = DeployResult(host=host.name, ok=False, plan=plan)
+    reporter.hidden = secret_values(host)
+    session: HostSession | None = None
+    try:
+        reporter.step_start("connect")
+        session = HostSession.open(inv, host)
+        reporter.step_end("connect", True)
+        reporter.step_start("preflight")
+        facts = preflight(session, plan)
+        version = str(facts["sglang"]["version"])
+        result.sglang_version = version
+        mode, patch = patch_request(session, plan, version)
+        result.patch_mode = mode
+        plan = result.plan = for_version(plan, version)  # where the API key can go depends on the version
+        # What this version does not understand is refused here, before any file lands on the host (exit 2).
+        from fabfile.plan.versioncheck import check as check_version
+
+        check_version(list(plan.launch_argv or plan.argv)[3:], dict(plan.env), version, host.name)
+        for note in plan.notes:
+            reporter.info(note)
+        upload_launch_files(session, plan)
+        reporter.step_end("preflight", True, detail=f"SGLang {version}, {len(facts['gpu']['gpus'])} GPU(s), "
+                                                    f"patch mode {mode}")
+        req = deploy_request(session, plan, patch, version)
+        result.remote_started = True
+        record = run_remote_deploy(session, req, deadline_for(plan), reporter)
+        result.record = record
+        result.ok = True
+    except SpecDeployError as e:
+        if reporter.current:
+            reporter.step_end(reporter.current, False, message=e.message)
+        if e.host is None:
+            e.host = host.name
+        hidden = secret_values(host)
+        e.message = mask_secrets(e.message, hidden)
+        if isinstance(e.details.get("excerpt"), list):
+            e.details["excerpt"] = [mask_secrets(str(line), hidden) for line in e.details["excerpt"]]
+        result.error = e
+    finally:
+        reporter.close()
+        if session is not None:
+            st = session.transport.stats
+            result.stats = {"connections": st.connections, "commands": st.commands, "uploads": st.uploads,
+                            "reconnects": st.reconnects}
+            session.close()
+    result.timings = dict(reporter.timings)
+    return result
+
+
+def deploy_summary(r: DeployResult) -> None:
+    """What a person reads after one host's deploy: where it serves and how it started, or why it failed."""
+    if not r.ok:
+        if r.error is not None:
+            print_error(r.error)
+            ev = (r.error.details.get("verify") or {})
+            if ev.get("evaluation"):
+                from fabfile.present.checkenv_report import render_table
+
+                render_table(ev["evaluation"], (ev.get("evidence") or {}).get("facts") or {}, err)
+        return
+    rec = r.record
+    total = sum(r.timings.values())
+    out.print(f"[green]✓[/green] [bold]{r.host}[/bold] ready at [bold]{r.plan.url}[/bold]  pid {rec.get('pid')}  "
+              f"config [bold]{r.plan.config_name}[/bold]  (SGLang {r.sglang_version}, patch mode {r.patch_mode}) "
+              f"in {total:.2f} s")
+    scheds = rec.get("schedulers") or []
+    if scheds:
+        out.print("  schedulers: " + ", ".join(f"{s['title']} (pid {s['pid']})" for s in scheds))
+    ev = (rec.get("verify") or {}).get("evaluation")
+    if ev is not None:
+        rows = ev.get("rows") or []
+        proven = sum(1 for x in rows if x.get("status") == "proven")
+        out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
+    for note in r.plan.notes:
+        out.print(f"  note: {note}", markup=False, highlight=False)
+    out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}")
+    out.print("  timings: " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()), markup=False)
+
+
+def deploy_behind_routers(inv: Inventory, host: Host, opts: Options, reporter: Reporter) -> DeployResult:
+    """:func:`deploy_host`, with the host taken out of every router of the inventory that fronts it first (so no
+    client request goes to a server being restarted) and put back once its new server answers; a deploy that
+    failed without touching the old server puts it back too."""
+    from fabfile.commands.router import drain, routers_of
+
+    if not routers_of(inv, host):
+        return deploy_host(inv, host, opts, reporter)
+    notes = drain(inv, host, back=False)
+    for n in notes:
+        reporter.info(n)
+    r = deploy_host(inv, host, opts, reporter)
+    if r.ok or (r.error is not None and r.error.details.get("changed") is False) or not r.remote_started:
+        back = drain(inv, host, back=True)
+        for n in back:
+            reporter.info(n)
+        notes += back
+    r.router_notes = notes
+    return r

@@ -1,0 +1,183 @@
+"""`inv diff`: what changed between two deploys of a host, or between a deploy and what `render` would run now.
+
+Compared: the launch argv (flag by flag), the environment (the deploy id aside: it always differs), the SGLang
+version, the patch mode, the patched files' checksums and check-env's result. The question it answers is "what
+changed since it was fast?".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fabfile.errors import FlagError
+
+_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
+NOW = "now"
+PENDING = "(after a deploy)"
+SKIP_ENV = {"SPECDEPLOY_DEPLOY_ID"}
+
+
+def parse_ref(flag: str, value: str) -> tuple[str | None, str]:
+    """``ID``, ``HOST:ID``, ``current``, ``previous`` or ``now`` -> (host or None, ref)."""
+    host, sep, ref = value.rpartition(":")
+    if not sep:
+        host, ref = "", value
+    if not _ID.fullmatch(ref) or (host and not _ID.fullmatch(host.replace(".", ""))):
+        raise FlagError(f"{flag}: {value!r} is not a deploy id (like 20261130T192906-010698), HOST:ID, current, "
+                        "previous or now")
+    return host or None, ref
+
+
+def flag_map(argv: list[str]) -> dict[str, str]:
+    """``--flag value`` / ``--flag=value`` / ``--switch`` -> {flag: value or ""}; the program and module as ``argv``."""
+    m: dict[str, str] = {}
+    i, n = 0, len(argv)
+    head = []
+    while i < n and not argv[i].startswith("--"):
+        head.append(argv[i])
+        i += 1
+    m["(program)"] = " ".join(head)
+    while i < n:
+        a = argv[i]
+        flag, eq, val = a.partition("=")
+        if eq:
+            m[flag] = val
+        elif i + 1 < n and not argv[i + 1].startswith("--"):
+            m[a] = argv[i + 1]
+            i += 1
+        else:
+            m[a] = ""
+        i += 1
+    return m
+
+
+def view_of_record(rec: dict[str, Any]) -> dict[str, Any]:
+    launch = rec.get("launch") or {}
+    patch = rec.get("patch") or {}
+    files = {f["path"]: f.get("sha256") or "(not recorded)" for f in patch.get("files") or []
+             if f.get("action") not in ("removed", "restored")}
+    ev = (rec.get("verify") or {}).get("evaluation") or {}
+    rows = ev.get("rows") or []
+    if rows:
+        proven = sum(1 for r in rows if r.get("status") == "proven")
+        check = f"{proven}/{len(rows)} proven" + ("" if proven == len(rows) else " (NOT all)")
+    else:
+        check = "not run"
+    return {"label": f"deploy {rec.get('deploy_id')}", "host": launch.get("host"),
+            "config": rec.get("config_name"), "status": rec.get("status"),
+            "argv": list(launch.get("argv") or []), "env": dict(launch.get("env") or {}),
+            "sglang_version": rec.get("sglang_version"), "patch_mode": patch.get("mode") or rec.get("patch_mode"),
+            "patched_files": files, "check_env": check}
+
+
+def view_of_plan(host: Any, opts: Any, rec: dict[str, Any]) -> dict[str, Any]:
+    """What a deploy would run now (render's plan), on the host as ``rec`` found it (its SGLang version, its
+    site-packages and state folder), so the patch files are built exactly as a deploy would build them."""
+    from fabfile import __version__
+    from fabfile.plan.deploy_plan import build
+    from fabfile.remote.common import sha256_bytes
+    from fabfile.render.patchset import build_patch_request, resolve_mode
+
+    version = rec.get("sglang_version")
+    plan = build(host, opts, sglang_version=version)
+    mode = resolve_mode(plan.patch_mode, version) if version else plan.patch_mode
+    if not plan.nccl_values:
+        mode = "env"
+    files: dict[str, str] = {}
+    old_req = (rec.get("request") or {}).get("patch") or {}
+    site, state = old_req.get("site_packages"), old_req.get("state_dir")
+    if version and site and state and mode != "env":
+        values = {**plan.nccl_values, **plan.nccl_logging}  # as deploy.patch_request builds it
+        req = build_patch_request(mode, values, plan.force_env, version, state, site, __version__,
+                                  python=host.python)
+        for content in req["files"].values():
+            if isinstance(content, dict):  # whole files (plugin, sitecustomize): their checksum is known now
+                for rel, text in content.items():
+                    files[f"{site.rstrip('/')}/{rel}"] = sha256_bytes(text.encode("utf-8"))
+    return {"label": "render now", "host": host.name, "config": plan.config_name, "status": "-",
+            "argv": plan.masked_argv(), "env": plan.masked_env(), "sglang_version": version or "(unknown)",
+            "patch_mode": mode, "patched_files": files, "check_env": PENDING,
+            # A source patch's result depends on the host's file: only whole files (plugin) are known before.
+            "files_partial": True}
+
+
+def _site_relative(files: dict[str, str]) -> dict[str, str]:
+    """Paths from `<site-packages>/` on, so a plan's files compare with a record's absolute ones."""
+    outp: dict[str, str] = {}
+    for path, sha in files.items():
+        key = path
+        for marker in ("site-packages/", "<site-packages>/"):
+            if marker in path:
+                key = path.split(marker, 1)[1]
+        outp[key] = sha
+    return outp
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+    """Rows {what, a, b} for every difference; empty when the two would run the same server."""
+    rows: list[dict[str, str]] = []
+    for key in ("config", "sglang_version", "patch_mode", "check_env"):
+        if key == "check_env" and PENDING in (a.get(key), b.get(key)):
+            continue
+        if str(a.get(key)) != str(b.get(key)):
+            rows.append({"what": key.replace("_", " "), "a": str(a.get(key)), "b": str(b.get(key))})
+    fa, fb = flag_map(a["argv"]), flag_map(b["argv"])
+    for flag in [*fa, *(f for f in fb if f not in fa)]:
+        if fa.get(flag) != fb.get(flag):
+            rows.append({"what": f"argv {flag}", "a": _shown(fa.get(flag)), "b": _shown(fb.get(flag))})
+    ea = {k: v for k, v in a["env"].items() if k not in SKIP_ENV}
+    eb = {k: v for k, v in b["env"].items() if k not in SKIP_ENV}
+    for k in [*ea, *(k for k in eb if k not in ea)]:
+        if ea.get(k) != eb.get(k):
+            rows.append({"what": f"env {k}", "a": _shown(ea.get(k)), "b": _shown(eb.get(k))})
+    pa, pb = _site_relative(a["patched_files"]), _site_relative(b["patched_files"])
+    paths = [*pa, *(p for p in pb if p not in pa)]
+    if b.get("files_partial"):
+        paths = [p for p in paths if p in pb]
+    for path in paths:
+        if pa.get(path) != pb.get(path) and "(not recorded)" not in (pa.get(path), pb.get(path)):
+            rows.append({"what": f"file {path}", "a": _sha(pa.get(path)), "b": _sha(pb.get(path))})
+    return rows
+
+
+def _shown(v: str | None) -> str:
+    return "(absent)" if v is None else ("(set)" if v == "" else v)
+
+
+def _sha(v: str | None) -> str:
+    return "(absent)" if v is None else f"sha256 {v[:12]}"
+
+
+def fetch(inv: Any, host: Any, refs: list[str]) -> dict[str, dict[str, Any]]:
+    """The named records of ``host`` (``current``/``previous`` or ids), from the host's agent."""
+    from fabfile.transport.session import HostSession
+
+    ids = [r for r in refs if r not in ("current", "previous", NOW)]
+    with HostSession.open(inv, host) as s:
+        data = s.call("records", {"state_dir": host.state_dir, "ids": ids})
+    found: dict[str, dict[str, Any]] = {}
+    for r in refs:
+        if r == NOW:
+            continue
+        rec = data.get(r) if r in ("current", "previous") else (data.get("loaded") or {}).get(r)
+        if not rec:
+            what = f"no {r} deploy" if r in ("current", "previous") else f"no record of deploy {r}"
+            raise FlagError(f"--old/--new: {host.name} has {what}",
+                            "`inv status` shows the current deploy id; ids are kept under STATE/deploys/")
+        found[r] = rec
+    return found
+
+
+def print_diff(a: dict[str, Any], b: dict[str, Any], rows: list[dict[str, str]]) -> None:
+    # A list, not a table: values (paths, checksums, argv values) print whole at any terminal width.
+    say = print
+    say(f"{a['host']}: old = {a['label']} ({a['config']}), new = {b['label']} ({b['config']})")
+    if not rows:
+        say("  no difference in argv, environment, SGLang version, patch mode, patched files or check-env")
+        return
+    width = max(len(r["what"]) for r in rows)
+    for r in rows:
+        say(f"  {r['what']:<{width}}  old: {r['a']}")
+        say(f"  {'':<{width}}  new: {r['b']}")
+    say(f"{len(rows)} difference(s)")

@@ -1,0 +1,203 @@
+"""``inv deploy-router``: SGLang's router (``python -m sglang_router.launch_router --worker-urls ...``) in front of
+the healthy replicas of a group, on the host the inventory names.
+
+The replicas are judged first (the ``status`` verb on each member, in parallel, each bounded): only members whose
+server runs and answers its readiness endpoint become worker URLs (``http://ADDRESS:PORT``, the address other hosts
+reach it by). The router is then started detached on its host, health-checked on ``/health`` like a server, and
+recorded there (``STATE/routers/NAME.json``), so ``inv status`` shows it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabfile.commands.fanout import HostOutcome, for_each_host
+from fabfile.errors import FlagError, LaunchError, SpecDeployError
+from fabfile.inventory.hosts import Host, Inventory, Router
+from fabfile.render.jinja import shell_path
+from fabfile.transport.session import HostSession
+
+
+@dataclass
+class RouterResult:
+    router: Router
+    url: str = ""
+    workers: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)   # member → why it is not a worker
+    record: dict[str, Any] = field(default_factory=dict)
+    error: SpecDeployError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.router
+        return {"ok": self.ok, "router": r.name, "host": r.host, "group": r.group, "url": self.url,
+                "workers": self.workers, "skipped": self.skipped, "pid": self.record.get("pid"),
+                "record": self.record, "error": self.error.as_dict() if self.error else None}
+
+
+def pick(inv: Inventory, name: str | None) -> Router:
+    if not inv.routers:
+        raise FlagError(f"--router: {inv.path} defines no `routers:`", "add a routers: section (see README)")
+    if name is None:
+        if len(inv.routers) == 1:
+            return next(iter(inv.routers.values()))
+        raise FlagError(f"--router: the inventory defines {len(inv.routers)} routers; name one of "
+                        f"{', '.join(sorted(inv.routers))}")
+    if name not in inv.routers:
+        raise FlagError(f"--router: unknown router {name!r}; known: {', '.join(sorted(inv.routers))}")
+    return inv.routers[name]
+
+
+def healthy_workers(inv: Inventory, router: Router, host_timeout: float | None) -> tuple[list[str], dict[str, str]]:
+    members = [inv.hosts[m] for m in router.members]
+    outcomes: list[HostOutcome] = for_each_host(inv, members, lambda s: s.call("status", {}),
+                                                host_timeout=host_timeout or max(h.timeouts.host for h in members))
+    workers: list[str] = []
+    skipped: dict[str, str] = {}
+    for o in outcomes:
+        h = o.host
+        if o.error is not None:
+            skipped[h.name] = f"unreachable: {o.error.message}"
+            continue
+        health = (o.data.get("health") or {}).get("status")
+        if not o.data.get("running"):
+            skipped[h.name] = "no server running"
+        elif health != 200:
+            skipped[h.name] = f"not healthy ({(o.data.get('health') or {}).get('path')} answered {health})"
+        elif h.name != router.host and h.listen in ("127.0.0.1", "localhost", "::1"):
+            skipped[h.name] = f"listens on {h.listen} only; set `listen: 0.0.0.0` for it so the router can reach it"
+        else:
+            workers.append(worker_url(router, h))
+    return workers, skipped
+
+
+def worker_url(router: Router, h: Host) -> str:
+    """How ``router`` reaches replica ``h`` (the URL it was given, and the one it lists)."""
+    addr = "127.0.0.1" if h.name == router.host and h.listen in ("127.0.0.1", "localhost") else h.address
+    return f"http://{addr}:{h.port}"
+
+
+def routers_of(inv: Inventory, h: Host) -> list[Router]:
+    return [r for r in inv.routers.values() if h.name in r.members]
+
+
+def drain(inv: Inventory, h: Host, *, back: bool) -> list[str]:
+    """Take replica ``h`` out of every router of the inventory that fronts it (``back``: put it back), through the
+    router's host. A router that is not running is skipped; what happened comes back as sentences. Errors are
+    sentences too, never raised: a router that cannot be told must not stop a deploy (its own health checks
+    still find a restarted replica, only later)."""
+    notes: list[str] = []
+    for r in routers_of(inv, h):
+        url = worker_url(r, h)
+        host = inv.hosts[r.host]
+        try:
+            with HostSession.open(inv, host) as s:
+                data = s.call("router_worker", {"name": r.name, "url": url, "action": "add" if back else "remove",
+                                                "drain_s": r.drain_s, "wait_s": 30.0},
+                              timeout=r.drain_s + 60.0)
+        except SpecDeployError as e:
+            if (e.details or {}).get("agent_kind") == "not_running":
+                continue
+            notes.append(f"router {r.name}: could not {'add' if back else 'remove'} {url}: {e.message}")
+            continue
+        if back:
+            notes.append(f"router {r.name}: {url} is back in")
+        elif data.get("removed"):
+            notes.append(f"router {r.name}: {url} taken out (in-flight requests drained in "
+                         f"{data.get('drained_s', 0):.1f} s)")
+    return notes
+
+
+def router_argv(router: Router, workers: list[str]) -> list[str]:
+    return [router.python, "-m", "sglang_router.launch_router", "--worker-urls", *workers, "--host", router.listen,
+            "--port", str(router.port), "--policy", router.policy, *router.args]
+
+
+def launch_script(router: Router, argv: list[str], cwd: str) -> str:
+    # Names go into the comment through repr-like escaping: a newline in one must not become a command.
+    what = f"router {router.name} in front of {router.group}".encode("unicode_escape").decode("ascii")
+    return ("#!/bin/sh\n"
+            f"# specdeploy: {what}\n"
+            f"cd {shell_path(cwd)} || exit 1\n"
+            "exec env -i HOME=\"$HOME\" PATH=\"$PATH\" LANG=C.UTF-8 PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1 "
+            f"{shlex.join(argv)}\n")
+
+
+def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
+                  host_timeout: float | None = None) -> RouterResult:
+    from fabfile.commands.operations import router_url
+
+    result = RouterResult(router, url=router_url(inv.hosts[router.host], router.listen, router.port))
+    try:
+        result.workers, result.skipped = healthy_workers(inv, router, host_timeout)
+        if not result.workers:
+            raise LaunchError(f"no healthy replica in {router.group} to route to",
+                              "deploy the group first (`inv deploy --host GROUP`); `inv status` shows why "
+                              "each one is left out", skipped=result.skipped)
+        host = inv.hosts[router.host]
+        argv = router_argv(router, result.workers)
+        state = host.state_dir.rstrip("/")
+        script = f"{state}/router-{router.name}.sh"
+        with HostSession.open(inv, host) as s:
+            s.transport.put(launch_script(router, argv, host.log_dir).encode(), script, 0o700)
+            data = s.call("router_start", {"name": router.name, "script": script, "cwd": host.log_dir,
+                                           "log_path": f"{host.log_dir.rstrip('/')}/router-{router.name}.log",
+                                           "listen": router.listen, "port": router.port, "workers": result.workers,
+                                           "policy": router.policy, "argv": argv, "ready_s": ready_s,
+                                           "grace": host.timeouts.stop_grace}, timeout=ready_s + 60)
+        result.record = data["record"]
+    except SpecDeployError as e:
+        if e.host is None:
+            e.host = router.host
+        result.error = e
+    return result
+
+
+def print_router(result: RouterResult) -> None:
+    from fabfile.present.output import err, out, print_error
+
+    r = result.router
+    for name, why in result.skipped.items():
+        err.print(f"[yellow]•[/yellow] {name}: left out of the router: {why}")
+    if result.error is not None:
+        print_error(result.error)
+        return
+    out.print(f"[green]✓[/green] router [bold]{r.name}[/bold] on [bold]{r.host}[/bold] at "
+              f"{result.url}  pid {result.record.get('pid')}  policy {r.policy}")
+    out.print("  workers: " + ", ".join(result.workers))
+
+
+def stop_router(inv: Inventory, router: Router, *, as_json: bool) -> int:
+    """``inv stop --router NAME``: stop the router on its host (TERM, grace, KILL, confirmed gone)."""
+    from fabfile.present.output import out, print_error, print_json
+
+    host = inv.hosts[router.host]
+    doc: dict[str, Any] = {"router": router.name, "host": router.host, "ok": True}
+    try:
+        with HostSession.open(inv, host) as s:
+            data = s.call("router_stop", {"name": router.name, "grace": host.timeouts.stop_grace},
+                          timeout=3 * host.timeouts.stop_grace + 30)
+        doc["stopped"] = data.get("stopped") or []
+    except SpecDeployError as e:
+        if e.host is None:
+            e.host = router.host
+        doc.update(ok=False, error=e.as_dict())
+        if as_json:
+            print_json(doc)
+        else:
+            print_error(e)
+        return e.exit_code
+    if as_json:
+        print_json(doc)
+    elif doc["stopped"]:
+        out.print(f"[green]✓[/green] router [bold]{router.name}[/bold] on [bold]{router.host}[/bold]: stopped "
+                  f"{len(doc['stopped'])} process(es)")
+    else:
+        out.print(f"[green]✓[/green] router [bold]{router.name}[/bold] on [bold]{router.host}[/bold]: it was not "
+                  "running")
+    return 0

@@ -1,0 +1,386 @@
+"""A Plan is everything a deploy will do to one host, as a pure value: the exact launch argv and environment, the
+files it ships, the patch it applies and the steps it runs. ``--dry-run`` and ``inv render`` print it and stop."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import re
+import secrets
+import shlex
+import socket
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fabfile import __version__
+from fabfile.errors import FlagError
+from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
+
+DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
+_SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
+_SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
+# SGLang reads `--config FILE` (YAML; each key a flag name) since 0.5.3: the one way to give it the API key without
+# putting the key in its command line, which every account on the host can read (ps, /proc/PID/cmdline).
+CONFIG_SINCE = (0, 5, 3)
+
+
+def secret_names(host: Host) -> set[str]:
+    """Environment variables whose values are secret: by name (TOKEN, PASSWORD, API_KEY, ...) or marked in the
+    inventory with ``secret_env`` (a DATABASE_URL carries a password under an innocent name)."""
+    return {k for k in host.env if _SECRET_NAME.search(k)} | set(host.secret_env)
+
+
+def _secret_flag(arg: str) -> tuple[str, bool]:
+    flag, eq, _ = arg.partition("=")
+    return (flag, bool(eq)) if flag in _SECRET_FLAGS else ("", False)
+
+
+def split_secret_flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``args`` without the secret flags (``--api-key V`` / ``--api-key=V``), and those as a config mapping."""
+    rest: list[str] = []
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        flag, one_word = _secret_flag(args[i])
+        if not flag:
+            rest.append(args[i])
+        elif one_word:
+            found[flag[2:]] = args[i].split("=", 1)[1]
+        elif i + 1 < len(args):
+            found[flag[2:]] = args[i + 1]
+            i += 1
+        i += 1
+    return rest, found
+
+
+def secret_values(host: Host) -> list[str]:
+    """The secret values this host's configuration carries (secret env vars, --api-key style flags), so anything
+    the host sends back (log lines, excerpts, command lines) can be masked before it is shown. SGLang logs its
+    server_args, API key included."""
+    names = secret_names(host)
+    found = [v for k, v in host.env.items() if k in names and v]
+    found += list(split_secret_flags(list(host.sglang_args))[1].values())
+    return sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)
+
+
+def mask_secrets(text: str, secrets_: list[str]) -> str:
+    """``text`` with every secret replaced by ``***``, also as shell quoting, JSON or repr would have spelt it."""
+    for value in secrets_:
+        spellings = {value, shlex.quote(value), json.dumps(value)[1:-1], repr(value)[1:-1],
+                     json.dumps(value, ensure_ascii=False)[1:-1]}
+        for spelt in sorted(spellings, key=len, reverse=True):
+            if len(spelt) >= 3:
+                text = text.replace(spelt, "***")
+    return text
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in re.split(r"[.+-]", v):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """The private environment file the launch script sources (``set -a``): values never enter a command line."""
+    head = "# specdeploy: environment for the server, read by its launch script (mode 0600)\n"
+    return head + "".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items())
+
+
+def config_file_text(values: dict[str, str]) -> str:
+    """SGLang's ``--config`` file (YAML; JSON is YAML) holding the secret flags."""
+    return json.dumps(values, indent=2, sort_keys=True) + "\n"
+
+
+STEPS = ("connect", "preflight", "lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "first_request",
+         "accept_gate", "verify_env", "record")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Command-line choices that override the inventory for one run."""
+
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+    patch_mode: str | None = None
+    timeout: float | None = None
+    verify: bool = True
+    accept_gate: float | None = None  # --accept-gate: overrides the inventory's (0 turns the gate off)
+
+
+@dataclass(frozen=True)
+class Plan:
+    host: Host
+    deploy_id: str
+    config_name: str
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    patch_mode: str            # as requested; "auto" is resolved against the host's SGLang version at preflight
+    nccl_values: dict[str, str]
+    force_env: bool
+    log_path: str
+    script_path: str
+    script: str
+    ready_timeout: float
+    steps: tuple[str, ...]
+    client: str
+    expected: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the tool changed in, or adds to, the inventory's settings, in sentences
+    accept_gate: float | None = None  # the accept length a speculative deploy must exceed (None: no gate)
+    nccl_logging: dict[str, str] = field(default_factory=dict)
+    nccl_notes: tuple[str, ...] = ()
+    # What the script really runs: argv with the secret flags moved into ``config_file`` (when SGLang has
+    # --config), and the inventory's ``env`` read from ``env_file`` (0600) instead of the command line.
+    launch_argv: tuple[str, ...] = ()
+    file_env: dict[str, str] = field(default_factory=dict)
+    env_file: str = ""
+    config_file: str = ""
+    secret_config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def plan_hash(self) -> str:
+        """Identity of the configuration (not of this run): same inventory + flags → same hash."""
+        env = {k: v for k, v in self.env.items() if k != DEPLOY_ID_ENV}
+        blob = json.dumps({"argv": self.argv, "env": env, "patch_mode": self.patch_mode,
+                           "nccl": self.nccl_values, "force": self.force_env}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host.listen}:{self.host.port}"
+
+    def masked_env(self) -> dict[str, str]:
+        names = secret_names(self.host)
+        return {k: ("***" if k in names or _SECRET_NAME.search(k) else v) for k, v in self.env.items()}
+
+    def masked_argv(self) -> list[str]:
+        out: list[str] = []
+        hide_next = False
+        for a in self.argv:
+            if hide_next:
+                out.append("***")
+                hide_next = False
+                continue
+            flag, eq, _ = a.partition("=")
+            if flag in _SECRET_FLAGS:
+                if eq:
+                    out.append(f"{flag}=***")
+                else:
+                    out.append(a)
+                    hide_next = True
+            else:
+                out.append(a)
+        return out
+
+    def masked_script(self) -> str:
+        return mask_secrets(self.script, secret_values(self.host))
+
+    def masked_files(self) -> dict[str, str]:
+        """The private files a deploy writes next to the script, as ``render`` may show them."""
+        out: dict[str, str] = {}
+        if self.env_file:
+            names = secret_names(self.host)
+            out[self.env_file] = env_file_text({k: ("***" if k in names else v) for k, v in self.file_env.items()})
+        if self.config_file:
+            out[self.config_file] = config_file_text({k: "***" for k in self.secret_config})
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"host": self.host.name, "deploy_id": self.deploy_id, "config": self.config_name,
+                "plan_hash": self.plan_hash, "url": self.url, "argv": self.masked_argv(), "env": self.masked_env(),
+                "patch_mode": self.patch_mode, "log_path": self.log_path, "script_path": self.script_path,
+                "steps": list(self.steps), "notes": list(self.notes), "nccl_expected": dict(self.expected),
+                "nccl_notes": list(self.nccl_notes), "accept_gate": self.accept_gate}
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def config_name(spec: Speculative) -> str:
+    if spec.steps == 0:
+        return "baseline"
+    return f"{spec.algorithm.lower()}-s{spec.steps}-k{spec.topk}-d{spec.draft_tokens}"
+
+
+def new_deploy_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def _speculative(host: Host, opts: Options) -> Speculative:
+    steps = host.speculative.steps if opts.steps is None else opts.steps
+    topk = host.speculative.topk if opts.topk is None else opts.topk
+    draft = opts.draft_tokens
+    if draft is None:
+        # An inventory draft_tokens only holds for the steps it was written for.
+        draft = host.speculative.draft_tokens if opts.steps is None and opts.topk is None else None
+    if draft is None and steps > 0 and topk == 1:
+        draft = steps + 1
+    spec = Speculative(algorithm=host.speculative.algorithm, steps=steps, topk=topk, draft_tokens=draft)
+    try:
+        check_speculative(spec, has_draft=host.draft_model is not None, where="flags")
+    except ValueError as e:
+        msg = str(e).replace("flags.draft_tokens", "--draft-tokens").replace("flags.steps", "--steps") \
+            .replace("flags.topk", "--topk").replace("flags:", "--steps:")
+        raise FlagError(msg, "see `inv --help deploy`", host=host.name) from None
+    if spec.steps > 0 and spec.topk > 1 and spec.draft_tokens is None:
+        raise FlagError(f"--draft-tokens is required when --topk is {spec.topk}",
+                        "SGLang derives it only for topk 1 (steps + 1)", host=host.name)
+    return spec
+
+
+def launch_argv(host: Host, spec: Speculative) -> list[str]:
+    tp = host.node.total_tp if host.node is not None else host.tp
+    argv = [host.python, "-m", "sglang.launch_server", "--model-path", host.model, "--tp-size", str(tp),
+            "--host", host.listen, "--port", str(host.port)]
+    if host.node is not None:
+        argv += ["--nnodes", str(host.node.nnodes), "--node-rank", str(host.node.rank),
+                 "--dist-init-addr", host.node.dist_init_addr]
+    if host.served_model_name:
+        argv += ["--served-model-name", host.served_model_name]
+    if spec.steps > 0:
+        argv += ["--speculative-algorithm", spec.algorithm]
+        if host.draft_model:
+            argv += ["--speculative-draft-model-path", host.draft_model]
+        argv += ["--speculative-num-steps", str(spec.steps), "--speculative-eagle-topk", str(spec.topk),
+                 "--speculative-num-draft-tokens", str(spec.draft_tokens)]
+    return argv + list(host.sglang_args)
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """Which value of each NCCL_* variable a deploy asks for: one rule, used for the launch environment, the
+    in-process patch and check-env's expectations alike.
+
+    Lowest first: the preset, ``nccl_env``, then ``env`` (the most specific: what the process is started with).
+    NCCL's logging variables (``NCCL_DEBUG*``) are never values to prove: ``nccl_debug`` supplies them and a
+    value for them under ``env`` or ``nccl_env`` wins over it.
+    """
+
+    tuning: dict[str, str]
+    logging: dict[str, str]
+    notes: tuple[str, ...]
+
+
+def nccl_settings(host: Host) -> NcclSettings:
+    from fabfile.remote import ncclenv
+
+    tuning: dict[str, str] = {}
+    logging: dict[str, str] = dict(NCCL_DEBUG_ENV) if host.nccl_debug else {}
+    notes: list[str] = []
+    preset = f"nccl_preset {host.nccl_preset}" if host.nccl_preset else "nccl_env"
+    for where, values in (("nccl_env", host.nccl_env), ("env", host.env)):
+        for k, v in values.items():
+            if not k.startswith("NCCL_") or ncclenv.kind(k) == "not_param":
+                continue
+            if ncclenv.kind(k) == "logging":
+                if host.nccl_debug and k in NCCL_DEBUG_ENV and v != NCCL_DEBUG_ENV[k]:
+                    notes.append(f"{where}.{k}={v} replaces nccl_debug's {NCCL_DEBUG_ENV[k]}")
+                logging[k] = v
+                continue
+            if where == "env" and k in tuning and tuning[k] != v:
+                notes.append(f"env.{k}={v} replaces {preset}'s {tuning[k]} (env wins; check-env expects {v})")
+            tuning[k] = v
+    return NcclSettings(tuning=tuning, logging=logging, notes=tuple(notes))
+
+
+def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_version: str | None = None) -> Plan:
+    """The plan for ``host``; ``sglang_version`` (known after preflight) decides how secret flags reach SGLang."""
+    if opts.patch_mode is not None and opts.patch_mode not in PATCH_MODES:
+        raise FlagError(f"--patch-mode: unknown mode {opts.patch_mode!r}", f"choose one of {', '.join(PATCH_MODES)}")
+    if opts.timeout is not None and opts.timeout <= 0:
+        raise FlagError("--timeout: must be a positive number of seconds")
+    spec = _speculative(host, opts)
+    name = config_name(spec)
+    deploy_id = deploy_id or new_deploy_id()
+    # PYTHONSAFEPATH (3.11+; older Pythons ignore it, and the working directory is checked to be private): keeps
+    # the working directory off the import path of the launcher and of every scheduler it spawns.
+    nccl = nccl_settings(host)
+    env: dict[str, str] = {"SPT_NOENV": "1", "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
+    env.update(nccl.tuning)
+    env.update(nccl.logging)
+    env.update({k: v for k, v in host.env.items() if k not in env or not k.startswith("NCCL_")})
+    env[DEPLOY_ID_ENV] = deploy_id
+    patch_mode = opts.patch_mode or host.patch_mode
+    notes = _plugin_allowlist(env, host, patch_mode)
+    if host.listen not in LOOPBACK:
+        # Kept as the operator wrote it (the seed host served on 0.0.0.0); the tool only says what it would advise.
+        notes.append(f"listen {host.listen}: SGLang serves every network this host is on, without authentication; "
+                     "127.0.0.1 (reached through an SSH tunnel or the router) is advised unless other machines "
+                     "must call it")
+    argv = launch_argv(host, spec)
+    log_path = f"{host.log_dir.rstrip('/')}/sglang-{name}.log"
+    script_path = f"{host.state_dir.rstrip('/')}/launch-{name}.sh"
+    client = f"{getpass.getuser()}@{socket.gethostname()}"
+    gate = host.accept_gate if opts.accept_gate is None else opts.accept_gate
+    # Only node rank 0 of a cluster serves the API (the others answer SGLang's stub health server): it is the one
+    # that takes the real request. The accept gate is for speculative configurations with a gate above 0.
+    answers = host.node is None or host.node.rank == 0
+    accept_gate = gate if answers and spec.steps > 0 and gate > 0 else None
+    skip = set() if opts.verify else {"verify_env"}
+    if not answers:
+        skip.add("first_request")
+    if accept_gate is None:
+        skip.add("accept_gate")
+    plan = Plan(host=host, deploy_id=deploy_id, config_name=name, argv=tuple(argv), env=env, patch_mode=patch_mode,
+                nccl_values=dict(nccl.tuning), force_env=host.force_env, log_path=log_path,
+                script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
+                steps=tuple(s for s in STEPS if s not in skip), accept_gate=accept_gate, client=client,
+                expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
+                nccl_notes=nccl.notes)
+    return for_version(plan, sglang_version)
+
+
+def for_version(plan: Plan, sglang_version: str | None) -> Plan:
+    """Decide how secrets reach the server and render the script: the inventory's ``env`` from a 0600 file the
+    script sources; secret flags in SGLang's ``--config`` file where the version has it (None: assume it has),
+    else on the command line, with a note saying so."""
+    deploys = f"{plan.host.state_dir.rstrip('/')}/deploys"
+    rest, secret_cfg = split_secret_flags(list(plan.argv))
+    launch = list(plan.argv)
+    notes = list(plan.notes)
+    config_file = f"{deploys}/{plan.deploy_id}.yaml" if secret_cfg else ""
+    if secret_cfg:
+        flags = ", ".join(f"--{k}" for k in sorted(secret_cfg))
+        if sglang_version is None or version_tuple(sglang_version) >= CONFIG_SINCE:
+            launch = [*rest, "--config", config_file]
+        else:
+            notes.append(f"SGLang {sglang_version} takes {flags} only on its command line (--config FILE came in "
+                         "0.5.3): other accounts on the host can read it with ps while the server runs; upgrade "
+                         "SGLang to keep it private")
+    file_env = {k: v for k, v in plan.env.items() if k in plan.host.env}
+    out = replace(plan, launch_argv=tuple(launch), file_env=file_env,
+                  env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,
+                  secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)))
+    return replace(out, script=render_launch_script(out))
+
+
+def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[str]:
+    """A user's SGLANG_PLUGINS would keep SGLang 0.5.11+ from loading specdeploy's plugin (only the named plugins
+    load), so the plugin mode would silently do nothing: the plugin is added to the list, and the plan says so.
+    (``auto`` may pick the plugin mode; on versions or modes without the plugin the extra name is inert.)"""
+    from fabfile.remote import patching  # imported here: status and friends use plan's helpers, not the patcher
+
+    value = env.get("SGLANG_PLUGINS")
+    if value is None or patch_mode not in ("auto", "plugin") or not host.nccl_env or \
+            not patching.plugin_excluded_by(value):
+        return []
+    env["SGLANG_PLUGINS"] = patching.with_plugin_allowed(value)
+    return [f"SGLANG_PLUGINS from the inventory env ({value!r}) lets SGLang load only the plugins it names; "
+            f"specdeploy's plugin {patching.PLUGIN_NAME} is added to it, so the launch has "
+            f"SGLANG_PLUGINS={env['SGLANG_PLUGINS']!r}"]
+
+
+def render_launch_script(plan: Plan) -> str:
+    from fabfile.render.jinja import render_shell  # Jinja2 only when a script is rendered
+
+    inline = {k: v for k, v in plan.env.items() if k not in plan.file_env}
+    return render_shell("launch.sh.j2", plan=plan, host=plan.host, env=inline, argv=plan.launch_argv or plan.argv,
+                        env_file=plan.env_file,
+                        tool_version=__version__, plan_hash=plan.plan_hash,
+                        rendered_at=time.strftime("%Y-%m-%d %H:%M:%S %Z"))

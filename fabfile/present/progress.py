@@ -1,0 +1,301 @@
+"""Live progress a person can follow: one line per finished step with its time, a spinner with the elapsed time and
+the server's last log line while waiting. Progress goes to stderr so ``--json`` keeps stdout machine-readable."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+
+STEP_TITLES = {
+    "connect": "connect", "preflight": "preflight", "lock": "lock", "patch": "patch", "stop": "stop stale servers",
+    "gpu_clean": "GPU-clean gate", "start": "start server", "wait_ready": "wait for ready",
+    "first_request": "first real request", "accept_gate": "accept-length gate", "verify_env": "verify env",
+    "record": "record deploy",
+}
+
+
+class Reporter:
+    """Receives step/log/info events; the quiet variant (``enabled=False``) only keeps timings."""
+
+    def __init__(self, host: str, *, enabled: bool = True, console: Console | None = None) -> None:
+        self.host = host
+        self.enabled = enabled
+        self.console = console or Console(stderr=True, highlight=False)
+        self.timings: dict[str, float] = {}
+        self.current: str | None = None
+        self.current_started = 0.0
+        self.last_line = ""
+        self.live: Live | None = None
+        self.t0 = time.monotonic()
+        self.events_seen = 0
+        self.hidden: list[str] = []  # secret values to mask in log lines (set by the deploy from the plan)
+
+    # -- rendering ----------------------------------------------------------------------------------------------
+    def _spinner(self) -> Spinner:
+        elapsed = time.monotonic() - self.current_started
+        title = STEP_TITLES.get(self.current or "", self.current or "")
+        text = Text.assemble((f"{self.host} ", "bold"), f"{title} ", (f"{elapsed:5.1f}s", "cyan"))
+        if self.last_line:
+            text.append(f"  {self.last_line[-100:]}", style="dim")
+        return Spinner("dots", text=text)
+
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._spinner())
+
+    def _start_live(self) -> None:
+        if self.enabled and self.live is None and self.console.is_terminal:
+            self.live = Live(self._spinner(), console=self.console, refresh_per_second=10, transient=True)
+            self.live.start()
+
+    def _stop_live(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def close(self) -> None:
+        self._stop_live()
+
+    # -- events -------------------------------------------------------------------------------------------------
+    def step_start(self, name: str) -> None:
+        self.current = name
+        self.current_started = time.monotonic()
+        self.last_line = ""
+        self._start_live()
+        self._refresh()
+
+    def step_end(self, name: str, ok: bool, elapsed: float | None = None, detail: Any = None,
+                 message: str | None = None) -> None:
+        if elapsed is None:
+            elapsed = time.monotonic() - self.current_started
+        self.timings[name] = round(elapsed, 3)
+        self._stop_live()
+        if self.enabled:
+            mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+            title = STEP_TITLES.get(name, name)
+            extra = f"  [dim]{detail}[/dim]" if detail and ok else ""
+            if not ok and message:
+                extra = f"  [red]{message}[/red]"
+            self.console.print(f"{mark} [bold]{self.host}[/bold] {title:<18} {elapsed:6.2f}s{extra}")
+        self.current = None
+
+    def info(self, message: str) -> None:
+        if self.enabled:
+            self._stop_live()
+            self.console.print(f"  [yellow]•[/yellow] {self.host}: {message}")
+            if self.current:
+                self._start_live()
+
+    def event(self, ev: dict[str, Any]) -> None:
+        """An agent event (``step``/``log``/``info``/``started``; ``replay`` wraps one after a reconnect)."""
+        self.events_seen += 1
+        if ev.get("event") == "replay":
+            ev = ev.get("original") or {}
+        kind = ev.get("event")
+        if kind == "step":
+            if ev.get("status") == "start":
+                self.step_start(str(ev.get("name")))
+            else:
+                self.step_end(str(ev.get("name")), ev.get("status") == "ok", ev.get("elapsed"), ev.get("detail"),
+                              ev.get("message"))
+        elif kind == "log":
+            lines = ev.get("lines") or []
+            if lines:
+                from fabfile.plan.deploy_plan import mask_secrets
+                from fabfile.present.output import terminal_safe
+
+                self.last_line = terminal_safe(mask_secrets(str(lines[-1]).strip(), self.hidden))
+                self._refresh()
+        elif kind == "info":
+            self.info(str(ev.get("message")))
+        elif kind == "lock_wait":
+            self.info(lock_wait_line(ev))
+
+
+def lock_wait_line(ev: dict[str, Any]) -> str:
+    """Waiting for another deploy's lock: which deploy holds the host, which step it is on, how long we still wait."""
+    h = ev.get("holder") or {}
+    left = f"waiting up to {float(ev.get('left_s') or 0):.0f} s more"
+    if not h:
+        return f"another command holds this host's deploy lock; {left}"
+    step = STEP_TITLES.get(str(h.get("step")), str(h.get("step") or "?"))
+    return (f"deploy {h.get('deploy_id')} (from {h.get('client')}, started {h.get('since')}) holds this host, "
+            f"now at step '{step}'; {left} (`inv status` follows it, `inv cancel` stops it)")
+
+
+class BenchProgress:
+    """A benchmark's live line on stderr: requests done of total, elapsed, and the estimated time left."""
+
+    def __init__(self, host: str, *, enabled: bool = True, console: Console | None = None,
+                 prefix: str = "") -> None:
+        self.host = host
+        self.enabled = enabled
+        self.console = console or Console(stderr=True, highlight=False)
+        self.prefix = prefix
+        self.t0 = time.monotonic()
+        self.done = 0
+        self.total = 0
+        self.last_line = ""
+        self.live: Live | None = None
+
+    def text(self) -> Text:
+        elapsed = time.monotonic() - self.t0
+        text = Text.assemble((f"{self.host} ", "bold"), self.prefix, "bench ", (f"{elapsed:5.1f}s", "cyan"))
+        if self.total:
+            text.append(f"  {self.done}/{self.total} requests")
+            if self.done:
+                text.append(f", ~{elapsed / self.done * (self.total - self.done):.0f}s left", style="dim")
+        if self.last_line:
+            text.append(f"  {self.last_line[-80:]}", style="dim")
+        return text
+
+    def event(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "progress":
+            self.done, self.total = int(ev.get("done") or 0), int(ev.get("total") or 0)
+        elif kind == "log":
+            lines = ev.get("lines") or []
+            if lines:
+                self.last_line = str(lines[-1]).strip()
+        elif kind == "info" and self.enabled and self.live is None:
+            self.console.print(f"  [yellow]•[/yellow] {self.host}: {ev.get('message')}")
+        if self.enabled and self.console.is_terminal:
+            if self.live is None:
+                self.live = Live(Spinner("dots", text=self.text()), console=self.console, refresh_per_second=10,
+                                 transient=True)
+                self.live.start()
+            self.live.update(Spinner("dots", text=self.text()))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+class SweepProgress:
+    """A sweep's progress on stderr: which configuration, which phase, elapsed, and the estimated time left
+    (the mean time per finished configuration times those left). One line per finished configuration."""
+
+    def __init__(self, host: str, total: int, *, enabled: bool = True, console: Console | None = None) -> None:
+        self.host = host
+        self.total = total
+        self.enabled = enabled
+        self.console = console or Console(stderr=True, highlight=False)
+        self.t0 = time.monotonic()
+        self.index = 0
+        self.config = ""
+        self.phase = ""
+        self.finished: list[float] = []
+        self.config_t0 = self.t0
+        self.live: Live | None = None
+        self.bench: BenchProgress | None = None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def remaining(self) -> float | None:
+        if not self.finished:
+            return None
+        left = self.total - len(self.finished)
+        current = time.monotonic() - self.config_t0 if self.config else 0.0
+        return max(0.0, sum(self.finished) / len(self.finished) * left - current)
+
+    def _text(self) -> Text:
+        rem = self.remaining()
+        text = Text.assemble((f"{self.host} ", "bold"), f"sweep [{self.index}/{self.total}] ", (self.config, "bold"),
+                             f" {self.phase} ", (f"{time.monotonic() - self.config_t0:5.1f}s", "cyan"),
+                             f"  elapsed {self.elapsed():.0f}s")
+        if rem is not None:
+            text.append(f", ~{rem:.0f}s left", style="dim")
+        if self.bench is not None and self.bench.total:
+            text.append(f"  {self.bench.done}/{self.bench.total} requests", style="dim")
+        return text
+
+    def _refresh(self) -> None:
+        if not (self.enabled and self.console.is_terminal):
+            return
+        if self.live is None:
+            self.live = Live(Spinner("dots", text=self._text()), console=self.console, refresh_per_second=10,
+                             transient=True)
+            self.live.start()
+        self.live.update(Spinner("dots", text=self._text()))
+
+    def _print(self, message: str) -> None:
+        if not self.enabled:
+            return
+        live = self.live
+        if live is not None:
+            live.stop()
+            self.live = None
+        self.console.print(message)
+        if live is not None:
+            self._refresh()
+
+    def start(self, index: int, config: str) -> None:
+        self.index, self.config, self.config_t0 = index, config, time.monotonic()
+        self.set_phase("deploy")
+        rem = self.remaining()
+        self._print(f"[bold]{self.host}[/bold] [{index}/{self.total}] [bold]{config}[/bold]: deploying "
+                    f"[dim](elapsed {self.elapsed():.1f}s" + (f", ~{rem:.0f}s left)" if rem is not None else ")")
+                    + "[/dim]")
+
+    def start_keep(self, config: str) -> None:
+        """The final redeploy of the configuration to leave running (not counted as a configuration)."""
+        self.config, self.config_t0 = config, time.monotonic()
+        self.set_phase("redeploy to keep")
+        self._print(f"[bold]{self.host}[/bold] keeping [bold]{config}[/bold]: redeploying "
+                    f"[dim](elapsed {self.elapsed():.1f}s)[/dim]")
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self._refresh()
+
+    def finish(self, ok: bool, summary: str, counted: bool = True) -> None:
+        took = time.monotonic() - self.config_t0
+        if counted:
+            self.finished.append(took)
+        mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+        where = f"[{self.index}/{self.total}] " if counted else ""
+        self._print(f"{mark} [bold]{self.host}[/bold] {where}[bold]{self.config}[/bold] "
+                    f"{summary}  [dim]({took:.1f}s)[/dim]")
+        self.config = ""
+
+    def note(self, message: str) -> None:
+        self._print(f"  [yellow]•[/yellow] {self.host}: {message}")
+
+    def deploy_reporter(self) -> Reporter:
+        return _SweepDeployReporter(self)
+
+    def bench_events(self) -> BenchProgress:
+        self.bench = BenchProgress(self.host, enabled=False)
+        return self.bench
+
+    def bench_event(self, ev: dict[str, Any]) -> None:
+        if self.bench is not None:
+            self.bench.event(ev)
+        self._refresh()
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+class _SweepDeployReporter(Reporter):
+    """The deploy's step events feed the sweep's one progress line instead of printing a line per step."""
+
+    def __init__(self, sweep: SweepProgress) -> None:
+        super().__init__(sweep.host, enabled=False, console=sweep.console)
+        self.sweep = sweep
+
+    def step_start(self, name: str) -> None:
+        super().step_start(name)
+        self.sweep.set_phase("deploy: " + STEP_TITLES.get(name, name))
+
+    def info(self, message: str) -> None:
+        self.sweep.note(message)

@@ -1,0 +1,335 @@
+"""What a sweep and a break-even analysis print and write: the table (rich), ``report.md``, ``sweep.png``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from fabfile.errors import FlagError
+from fabfile.plan.analysis import BreakEven, analyze_sweep, from_numbers
+from fabfile.present.output import out, print_json
+
+COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted", "ms/token", "cycle ms",
+           "needs accept len", "verdict")
+
+
+def level_rows(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+    """The rows as measured at one concurrency (a flat row per configuration, like the first level's)."""
+    out = []
+    for r in rows:
+        lv = next((x for x in r.get("levels") or [] if x["concurrency"] == concurrency), None)
+        base = {k: v for k, v in r.items() if k != "levels"}
+        if lv is not None:
+            base.update({k: v for k, v in lv.items() if k != "concurrency"})
+        elif r.get("ok"):
+            base.update(ok=False, tok_s=None)
+        out.append(base)
+    return out
+
+
+def _f(v: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _levels(doc: dict[str, Any]) -> list[int]:
+    return [int(c) for c in doc.get("concurrency_levels") or []]
+
+
+def columns(doc: dict[str, Any]) -> list[str]:
+    """The table's columns: with several concurrency levels, one tok/s column per level."""
+    levels = _levels(doc)
+    if len(levels) <= 1:
+        return list(COLUMNS)
+    return ["config", "how", *[f"tok/s @{c}" for c in levels], *COLUMNS[3:]]
+
+
+def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool) -> str:
+    if not lv or lv.get("tok_s") is None:
+        return "-"
+    text = f"{lv['tok_s']:.1f}"
+    if measured and lv.get("tok_s_ci") is not None:
+        text += f" ±{lv['tok_s_ci']:.1%}"
+    if measured and lv.get("predicted_tok_s") is not None:
+        text += f" (pred {lv['predicted_tok_s']:.1f})"
+    return text + (" ★" if star else "")
+
+
+def table_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """One row of strings per configuration: the same cells in the terminal table and in report.md. Each row says
+    whether it was measured or predicted; ★ marks the (measured) winner, per level with several levels."""
+    analysis = doc.get("analysis") or analyze_sweep(doc.get("rows") or [])
+    by_config = {r["config"]: r for r in analysis.get("rows") or []}
+    levels = _levels(doc)
+    winners = doc.get("winners") or {}
+    rows = []
+    base = next((r for r in doc.get("rows") or [] if r.get("steps") == 0 and r.get("ok")), None)
+    for r in doc.get("rows") or []:
+        be = by_config.get(r["config"]) or {}
+        measured = bool(r.get("measured", True))
+        n_tok = max(1, len(levels))
+        if not r.get("ok"):
+            msg = (r.get("error") or {}).get("message", "")
+            rows.append([r["config"], "measured", f"{r.get('phase', '')} failed", *["-"] * (n_tok - 1),
+                         "-", "-", "-", "-", "-", "-", msg[:60]])
+            continue
+        verdict = "baseline" if r["steps"] == 0 else be.get("verdict", "-")
+        if not measured:
+            verdict = "predicted"
+        if len(levels) <= 1:
+            tok = [_tok_cell(r, measured, r["config"] == doc.get("winner"))]
+        else:
+            by_level = {int(lv["concurrency"]): lv for lv in r.get("levels") or []}
+            tok = [_tok_cell(by_level.get(c), measured, winners.get(str(c)) == r["config"]) for c in levels]
+        speedup = r.get("speedup")
+        if speedup is None and base and r.get("tok_s"):
+            speedup = r["tok_s"] / base["tok_s"]
+        rows.append([
+            r["config"], "measured" if measured else "predicted", *tok, _f(speedup, "×{:.2f}"),
+            _f(r.get("accept_len")), _f(r.get("draft_acceptance"), "{:.0%}"),
+            _f(r.get("decode_ms_per_token") if r["steps"] == 0 else r.get("ms_per_token"), "{:.1f}"),
+            _f(r.get("cycle_ms"), "{:.1f}"), _f(be.get("needed_accept_len")), verdict,
+        ])
+    return rows
+
+
+def conclusion(doc: dict[str, Any]) -> str:
+    winner, kept = doc.get("winner"), doc.get("running")
+    if winner is None:
+        return "no configuration could be measured"
+    rows = {r["config"]: r for r in doc.get("rows") or []}
+    w = rows[winner]
+    if doc.get("baseline_wins"):
+        best_spec = max((r for r in rows.values() if r.get("ok") and r["steps"] > 0 and r.get("tok_s") and
+                         r.get("measured", True)), key=lambda r: r["tok_s"], default=None)
+        text = f"speculation loses to the baseline on this host: baseline {w['tok_s']:.1f} tok/s"
+        if best_spec is not None:
+            text += (f", best speculative {best_spec['config']} {best_spec['tok_s']:.1f} tok/s "
+                     f"(×{best_spec['speedup']:.2f})")
+    else:
+        text = f"winner: {winner}, {w['tok_s']:.1f} tok/s"
+        if w.get("speedup"):
+            text += f", ×{w['speedup']:.2f} over the baseline ({doc.get('baseline_tok_s') or 0:.1f} tok/s)"
+    if kept:
+        text += f"; left running: {kept}"
+    else:
+        text += "; nothing left running (the final deploy failed)"
+    if doc.get("keep_note"):
+        text += f" ({doc['keep_note']})"
+    return text
+
+
+def details(doc: dict[str, Any]) -> list[str]:
+    """Sentences under the table: winners per level, the prediction against the measurement, model loads."""
+    lines: list[str] = []
+    levels = _levels(doc)
+    winners = doc.get("winners") or {}
+    if len(levels) > 1:
+        lines.append("winner per concurrency: " + ", ".join(f"{c}: {winners.get(str(c)) or '-'}" for c in levels))
+    pred = doc.get("prediction") or {}
+    if pred.get("rows"):
+        lines.append(f"predicted from {pred['histogram_config']}'s accepted-drafts histogram "
+                     f"({sum(pred['histogram'])} verify passes, from {pred.get('histogram_source')}) and the cycle "
+                     "fit; predicted winner " + ", ".join(f"@{c}: {n}" for c, n in pred["winners"].items()))
+        if doc.get("predicted_tok_s") is not None and doc.get("measured_tok_s"):
+            err = doc["predicted_tok_s"] / doc["measured_tok_s"] - 1
+            lines.append(f"{doc['winner']}: predicted {doc['predicted_tok_s']:.1f} tok/s, measured "
+                         f"{doc['measured_tok_s']:.1f} tok/s ({err:+.1%})")
+    if doc.get("predict") or doc.get("model_loads"):
+        lines.append(f"model loads: {doc.get('model_loads')} (the full grid would have taken {doc.get('grid_loads')})")
+    lines += list(doc.get("notes") or [])
+    return lines
+
+
+def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None = None) -> None:
+    if as_json:
+        print_json(doc)
+        return
+    c = console or out
+    from fabfile.present.tables import Col, print_table
+
+    # Every cell but the free-text "how" is a key value: never cut (a list layout when they do not fit).
+    cols = [Col(col, key=col != "how", justify="left" if col in ("config", "how", "verdict") else "right")
+            for col in columns(doc)]
+    print_table(c, cols, [[escape(x) for x in row] for row in table_rows(doc)],
+                title=f"{doc['host']} sweep {doc['sweep_id']}")
+    c.print(f"[bold]{conclusion(doc)}[/bold]")
+    for line in details(doc):
+        c.print(f"  {line}", markup=False)
+    a = doc.get("analysis") or {}
+    for r in a.get("rows") or []:
+        c.print(f"  {r['config']}: {r['sentence']}")
+    if a.get("fit"):
+        f = a["fit"]
+        c.print(f"  cycle ≈ {f['base_ms']:.1f} ms + {f['per_step_ms']:.2f} ms × steps "
+                f"(fit over {f['points']} topk-1 configurations)")
+    for key, label in (("report", "report"), ("plot", "plot"), ("json", "data")):
+        if (doc.get("paths") or {}).get(key):
+            c.print(f"  {label}: {doc['paths'][key]}", markup=False)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    p = doc.get("params") or {}
+    lines = [f"# Sweep {doc['sweep_id']} on {doc['host']}", "",
+             f"Started {doc.get('started_at')}, took {doc.get('elapsed_s', 0):.1f} s. Benchmark: concurrency "
+             f"{', '.join(str(c) for c in _levels(doc)) or p.get('concurrency')}, input {p.get('input_len')} "
+             f"tokens, output {p.get('output_len')} tokens, "
+             + (f"adaptive length (95 % interval within ±{p['target_ci']:.0%}, {p.get('min_requests')}–"
+                f"{p.get('num_prompts')} requests)" if p.get("target_ci") else f"{p.get('num_prompts')} prompts")
+             + f", client {p.get('client')}; run from the host itself.", "",
+             f"**{conclusion(doc)}**", "", *[f"- {x}" for x in details(doc)], "",
+             "| " + " | ".join(columns(doc)) + " |", "|" + "---|" * len(columns(doc))]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table_rows(doc)]
+    lines += ["", "`ms/token` is the baseline's decode step (TPOT) and, for speculative configurations, "
+              "1000 / tok/s; `cycle ms` is one draft+verify cycle; `drafts accepted` is (accept len − 1) / "
+              "(draft tokens − 1) on every SGLang version. `±` is the 95 % confidence interval of the measured "
+              "tok/s; `(pred …)` the prediction for a measured configuration; `predicted` rows were not deployed.",
+              ""]
+    a = doc.get("analysis") or {}
+    lines += ["## Break-even", ""]
+    if a.get("baseline_ms"):
+        lines += [f"Baseline: {a['baseline_ms']:.2f} ms per token ({1000 / a['baseline_ms']:.1f} tok/s). A speculative "
+                  "configuration beats it when its accept length exceeds cycle time / baseline time per token.", ""]
+        for r in a.get("rows") or []:
+            lines.append(f"- **{r['config']}**: {r['sentence']}")
+        if a.get("fit"):
+            f = a["fit"]
+            lines += ["", f"Cycle time against steps (least squares over {f['points']} topk-1 configurations): "
+                      f"{f['base_ms']:.1f} ms + {f['per_step_ms']:.2f} ms × steps."]
+    else:
+        lines.append(a.get("note") or "no baseline measurement")
+    failed = [r for r in doc.get("rows") or [] if not r.get("ok")]
+    if failed:
+        lines += ["", "## Failed configurations", ""]
+        for r in failed:
+            e = r.get("error") or {}
+            lines.append(f"- {r['config']} ({r.get('phase')}): {e.get('message')}" +
+                         (f" — {e.get('hint')}" if e.get("hint") else ""))
+    if (doc.get("paths") or {}).get("plot"):
+        lines += ["", "![tok/s and accept length against steps](sweep.png)"]
+    lines += ["", "Per-configuration benchmark files: " +
+              ", ".join(f"`{Path(r['bench_path']).name}`" for r in doc.get("rows") or [] if r.get("bench_path")), ""]
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> bool:
+    """One panel per concurrency level: tok/s (left axis) and accept length (right axis) against steps, one line per
+    topk; measured points filled, predicted ones hollow; the baseline horizontal; the level's winner circled."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    levels = _levels(doc) or [int((doc.get("params") or {}).get("concurrency") or 1)]
+    winners = doc.get("winners") or {str(levels[0]): doc.get("winner")}
+    fig, axes = plt.subplots(1, len(levels), figsize=(7 * len(levels), 4.2), dpi=110, squeeze=False)
+    all_rows = doc.get("rows") or []
+    for ax, c in zip(axes[0], levels, strict=True):
+        at = level_rows(all_rows, c) if any(r.get("levels") for r in all_rows) else all_rows
+        rows = [r for r in at if r.get("ok") and r.get("tok_s")]
+        spec = [r for r in rows if r["steps"] > 0]
+        base = next((r for r in rows if r["steps"] == 0), None)
+        ax2 = ax.twinx()
+        groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+        for r in spec:
+            groups.setdefault((r["topk"], r["draft_tokens"] if r["topk"] > 1 else None), []).append(r)
+        for (k, d), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            rs.sort(key=lambda r: r["steps"])
+            label = f"topk {k}" + (f", {d} draft tokens" if d else "")
+            line = ax.plot([r["steps"] for r in rs], [r["tok_s"] for r in rs], label=f"tok/s ({label})")[0]
+            meas = [r for r in rs if r.get("measured", True)]
+            pred = [r for r in rs if not r.get("measured", True)]
+            ax.scatter([r["steps"] for r in meas], [r["tok_s"] for r in meas], color=line.get_color(), zorder=4)
+            if pred:
+                ax.scatter([r["steps"] for r in pred], [r["tok_s"] for r in pred], facecolors="white",
+                           edgecolors=line.get_color(), zorder=4, label=f"predicted ({label})")
+            al = [(r["steps"], r["accept_len"]) for r in rs if r.get("accept_len") is not None]
+            if al:
+                ax2.plot([x for x, _ in al], [y for _, y in al], marker="s", linestyle="--", alpha=0.5,
+                         label=f"accept len ({label})")
+        if base is not None:
+            ax.axhline(base["tok_s"], color="grey", linestyle=":", label=f"baseline {base['tok_s']:.1f} tok/s")
+        w = next((r for r in rows if r["config"] == winners.get(str(c))), None)
+        if w is not None:
+            ax.scatter([w["steps"]], [w["tok_s"]], s=160, facecolors="none", edgecolors="red", zorder=5,
+                       label=f"winner {w['config']}")
+        ax.set_xlabel("speculative steps")
+        ax.set_ylabel("output tok/s")
+        ax2.set_ylabel("accept length")
+        ax.set_xticks(sorted({r["steps"] for r in rows} | {0}))
+        ax.set_title(f"{doc['host']} sweep {doc['sweep_id']}, concurrency {c}")
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": str(out_dir / "sweep.json")}
+    png = out_dir / "sweep.png"
+    if plot(doc, png):
+        paths["plot"] = str(png)
+    doc["paths"] = paths
+    md = out_dir / "report.md"
+    paths["report"] = str(md)
+    md.write_text(markdown(doc))
+    return paths
+
+
+# -- inv analyze ----------------------------------------------------------------------------------------------------
+def analyze_numbers(*, baseline_ms: float, verify_ms: float, draft_ms: float, steps: int | None,
+                    accept_len: float | None, as_json: bool) -> BreakEven:
+    be = from_numbers(baseline_ms=baseline_ms, verify_ms=verify_ms, steps=steps, draft_ms=draft_ms,
+                      accept_len=accept_len)
+    if as_json:
+        print_json({**be.as_dict(), "sentence": be.sentence()})
+    else:
+        cyc = f"{steps} × {draft_ms:g} ms draft + {verify_ms:g} ms verify = " if steps and draft_ms else ""
+        out.print(f"baseline {baseline_ms:g} ms/token ({be.baseline_tok_s:.1f} tok/s); cycle {cyc}{be.cycle_ms:.1f} ms")
+        out.print(f"break-even accept length: [bold]{be.needed_accept_len:.2f}[/bold]"
+                  + (f" (at most {be.max_accept_len:g} with {steps} steps)" if be.max_accept_len else ""))
+        out.print(be.sentence())
+    return be
+
+
+def analyze_file(path: str, *, as_json: bool) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "sweep.json"
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise FlagError(f"--sweep: cannot read a sweep result from {path}: {e}") from None
+    if not isinstance(doc, dict) or "rows" not in doc:
+        raise FlagError(f"--sweep: {path} is not a sweep result (no rows)")
+    doc.setdefault("host", "?")
+    doc.setdefault("sweep_id", p.parent.name)
+    analysis = analyze_sweep(doc["rows"])
+    doc["analysis"] = analysis
+    if as_json:
+        print_json(analysis)
+        return analysis
+    if not analysis.get("baseline_ms"):
+        out.print(analysis.get("note", "no baseline"))
+        return analysis
+    out.print(f"baseline {analysis['baseline_ms']:.2f} ms/token ({1000 / analysis['baseline_ms']:.1f} tok/s)")
+    t = Table(header_style="bold")
+    for col in ("config", "cycle ms", "needs accept len", "max", "got", "tok/s predicted", "verdict"):
+        t.add_column(col, justify="left" if col in ("config", "verdict") else "right")
+    for r in analysis["rows"]:
+        t.add_row(r["config"], _f(r["cycle_ms"], "{:.1f}"), _f(r["needed_accept_len"]), _f(r["max_accept_len"], "{:g}"),
+                  _f(r["accept_len"]), _f(r["predicted_tok_s"], "{:.1f}"), r["verdict"])
+    out.print(t)
+    for r in analysis["rows"]:
+        out.print(f"  {r['config']}: {r['sentence']}")
+    return analysis

@@ -1,0 +1,95 @@
+"""What a rollout prints: one row per host (batch, outcome, what runs there now as observed, notes), then the
+failures and a one-line verdict. ``RolloutResult.as_dict`` is the JSON form; this is the table for people."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from fabfile.commands.deploy import deploy_summary
+from fabfile.commands.rollout import HostRollout, RolloutResult
+from fabfile.present.output import err, out, print_error
+
+
+def running_now(row: HostRollout) -> str:
+    """The "running now" cell: the configuration observed on the host, with its state when it is not plainly
+    running, or why nothing could be observed."""
+    if row.observed is None:
+        return "unknown (unreachable)" if row.config_now == "unknown" else (row.config_now or "-")
+    v = row.observed
+    if v["state"] == "running":
+        return str(v["config"])
+    if v["config"]:
+        return f"{v['config']} ({v['state']})"
+    return "nothing" if v["state"] in ("none", "stopped", "failed", "exited") else f"nothing ({v['state']})"
+
+
+def rollout_notes(row: HostRollout) -> list[str]:
+    notes: list[str] = []
+    d = row.deploy
+    if row.recheck is not None:
+        notes.append(f"link lost mid-deploy; re-checked: its deploy {row.recheck.get('finished')}")
+    elif d is not None and d.outcome_unknown:
+        notes.append("link lost mid-deploy: whether it changed is unknown")
+    if d is not None and d.error is not None and row.recheck is None:
+        notes.append(d.error.message[:70])
+    if row.rollback:
+        notes.append(f"back to deploy {row.rollback.get('from_deploy_id')}" if row.rollback.get("action") ==
+                     "redeployed" else f"stopped: {row.rollback.get('why')}")
+    if row.rollback_error is not None:
+        notes.append(f"rollback failed: {row.rollback_error.message[:60]}")
+    if row.observe_error:
+        notes.append(f"not observed: {row.observe_error[:60]}")
+    v = row.observed
+    if v is not None and v.get("problem"):
+        notes.append(v["problem"][:80])
+    if row.ok and d is not None and v is not None and v.get("config") != d.plan.config_name:
+        notes.append(f"deployed {d.plan.config_name}, but the host now runs {v.get('config') or 'nothing'}")
+    return notes
+
+
+def print_rollout(result: RolloutResult) -> None:
+    """The final word: per host, what happened and what runs there now (observed); then each failure in detail."""
+    for row in result.hosts:
+        if row.deploy is not None and not row.deploy.ok:
+            deploy_summary(row.deploy)
+        if row.rollback_error is not None:
+            print_error(row.rollback_error)
+    title = f"{result.strategy} deploy, batches: " + " | ".join(",".join(b) for b in result.batches)
+    t = Table(header_style="bold", title=title)
+    for col in ("host", "batch", "outcome", "running now", "pid", "note"):
+        t.add_column(col)
+    for row in result.hosts:
+        color = "green" if row.ok else ("yellow" if row.outcome.startswith(("rolled back", "not started")) else "red")
+        t.add_row(row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", running_now(row),
+                  str(row.pid_now) if row.pid_now else "-", "; ".join(rollout_notes(row)))
+    out.print(t)
+    unknown = [r.host.name for r in result.hosts if r.config_now == "unknown"]
+    if result.stopped_after_batch is not None and result.strategy == "cluster":
+        err.print("[red]the cluster did not come up[/red]; every rank was torn down"
+                  + (" and the nodes were put back to their previous deploys" if result.rolled_back else "")
+                  + (f"; [red]rollback incomplete[/red] on {', '.join(result.rollback_incomplete)}"
+                     if result.rollback_incomplete else ""))
+    elif result.stopped_after_batch is not None:
+        left = [r.host.name for r in result.hosts if r.outcome.startswith("not started")]
+        text = f"[red]rollout stopped after batch {result.stopped_after_batch}[/red]"
+        text += f"; not started: {', '.join(left)}" if left else ""
+        if result.rollback_incomplete:
+            text += (f"; [red]rollback incomplete[/red]: {', '.join(result.rollback_incomplete)} could not be put "
+                     "back (see the table)")
+        elif result.rolled_back:
+            text += "; changed hosts were rolled back"
+        else:
+            new = [r.host.name for r in result.hosts if r.ok and r.deploy is not None and r.observed is not None
+                   and r.observed.get("config") == r.deploy.plan.config_name]
+            text += (f"; {', '.join(new)} {'stays' if len(new) == 1 else 'stay'} on the new version" if new
+                     else "; no host runs the new version")
+            text += " (--rollback-on-failure puts changed hosts back)"
+        idle = [r.host.name for r in result.hosts if r.observed is not None and r.observed.get("config") is None]
+        if idle:
+            text += f"; nothing runs now on {', '.join(idle)}"
+        err.print(text)
+    else:
+        out.print(f"[green]all {len(result.hosts)} host(s) deployed[/green] in {result.wall_s:.2f} s")
+    if unknown:
+        err.print(f"[red]not observed:[/red] {', '.join(unknown)} did not answer after the run; what runs there is "
+                  "unknown: check with `inv status` once it answers")

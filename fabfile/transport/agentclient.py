@@ -1,0 +1,175 @@
+"""Ships the host-side agent (``fabfile.remote``) to the host and calls its verbs.
+
+The agent travels as one zip built in memory with fixed timestamps, so its sha256 depends only on the code, and is
+unpacked on the host into ``STATE/agent/<sha>/``, a directory named by that hash. Why a directory rather than
+running the zip: Python cannot cache bytecode for modules imported from a zip, so every call recompiled the agent
+(measured ~80 ms of CPU per call); from a directory the host's Python writes ``__pycache__`` once and reuses it.
+A call normally costs one round trip; the upload happens only when the bootstrap reports the agent missing. Every
+call goes through the bootstrap (``fabfile/remote/boot.py``), which refuses to run code from a directory another
+account could change and checks every unpacked file against the manifest shipped with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import io
+import json
+import secrets
+import shlex
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabfile.errors import AgentCrashError, PreflightError, from_agent
+from fabfile.transport.base import CommandResult, Transport
+
+REMOTE_SRC = Path(__file__).resolve().parent.parent / "remote"
+# On the host the agent is the package ``specdeploy_agent``, not ``fabfile.remote``: a Python that has specdeploy
+# itself installed (say, editable, on the GPU box) would otherwise import the installed copy instead of this one.
+AGENT_PACKAGE = "specdeploy_agent"
+_MAIN = f"import sys\nfrom {AGENT_PACKAGE}.__main__ import main\nsys.exit(main(sys.argv))\n"
+# The bootstrap (fabfile/remote/boot.py) travels in every command line: it checks the directories and the files
+# it runs before running them, and installs the agent safely. Comment-only lines are left out to keep it short.
+BOOT_SOURCE = "\n".join(line for line in (REMOTE_SRC / "boot.py").read_text().splitlines()
+                         if not line.lstrip().startswith("#")) + "\n"
+NOT_INSTALLED = "specdeploy-agent-not-installed"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    data: bytes           # the zip that is shipped
+    sha256: str           # of the zip: names the directory it unpacks into (first 16 hex digits)
+    manifest_sha256: str  # of MANIFEST.json inside it: what every call checks the unpacked files against
+
+
+@functools.lru_cache(maxsize=1)
+def bundle() -> Bundle:
+    """The agent archive (zip, fixed timestamps: its hash depends only on the code) with its manifest."""
+    files = [("__main__.py", _MAIN.encode())]
+    files += [(f"{AGENT_PACKAGE}/{p.name}", p.read_bytes()) for p in sorted(REMOTE_SRC.glob("*.py"))]
+    manifest = json.dumps({name: hashlib.sha256(data).hexdigest() for name, data in files},
+                          sort_keys=True, indent=0).encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in [*files, ("MANIFEST.json", manifest)]:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o600 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    data = buf.getvalue()
+    return Bundle(data, hashlib.sha256(data).hexdigest(), hashlib.sha256(manifest).hexdigest())
+
+
+def agent_bundle() -> tuple[bytes, str]:
+    """The agent archive (zip) and its sha256: what is shipped, and the name of the directory it unpacks into."""
+    b = bundle()
+    return b.data, b.sha256
+
+
+class AgentClient:
+    def __init__(self, transport: Transport, python: str, state_dir: str) -> None:
+        self.transport = transport
+        self.python = python
+        self.state_dir = state_dir.rstrip("/")
+        self.bundle = bundle()
+        self.dir = f"{self.state_dir}/agent/{self.bundle.sha256[:16]}"
+        self.shipped = False
+
+    def _boot(self, mode: str, *args: str) -> str:
+        # -I: ignore PYTHON* variables and the user site, and keep the working directory off sys.path.
+        return (f"{shlex.quote(self.python)} -I -c {shlex.quote(BOOT_SOURCE)} {mode} "
+                + " ".join(self.transport.shell_path(a) if a.startswith(("~/", "/")) else shlex.quote(a)
+                           for a in args))
+
+    def _command(self, verb: str, request: dict[str, Any]) -> str:
+        payload = base64.b64encode(json.dumps(request, sort_keys=True).encode()).decode()
+        return self._boot("run", self.dir, self.bundle.manifest_sha256, verb, payload)
+
+    def _refused(self, r: CommandResult, what: str) -> None:
+        """A bootstrap refusal (an unsafe directory) or failure, as the tool's error."""
+        for line in r.stdout.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "result" and not event.get("ok"):
+                raise from_agent(event.get("error") or {}, self.transport.host_name)
+        if r.exit_code != 0:
+            raise AgentCrashError(f"could not {what} in {self.dir}: {r.stderr.strip()[-300:]}",
+                                  "check free space and permissions of the state_dir", host=self.transport.host_name)
+
+    def ship(self) -> None:
+        """Install the agent: check/create the state directory, upload the zip under a name of its own (two
+        deploys may ship at once), and unpack it on the host into its content-addressed directory, verified."""
+        self._refused(self.transport.run(self._boot("prep", self.state_dir), 60), "prepare the agent directory")
+        archive = f"{self.state_dir}/agent/.upload-{secrets.token_hex(8)}.zip"
+        self.transport.put(self.bundle.data, archive, 0o600)
+        r = self.transport.run(self._boot("unpack", archive, self.dir, self.bundle.sha256,
+                                          self.bundle.manifest_sha256), 60)
+        self._refused(r, "unpack the agent")
+        self.shipped = True
+
+    def _execute(self, verb: str, request: dict[str, Any], timeout: float,
+                 on_event: Callable[[dict[str, Any]], None] | None,
+                 idle_timeout: float | None = None) -> tuple[CommandResult, list[dict[str, Any]]]:
+        request = {"deadline_s": timeout, **request}
+        events: list[dict[str, Any]] = []
+
+        def on_line(line: str) -> None:
+            line = line.strip()
+            if not line:
+                return
+            try:
+                event = json.loads(line)
+            except ValueError:
+                return  # not ours (a sitecustomize or the shell printed something): ignore
+            if event.get("event") == "heartbeat" or (event.get("event") == "replay" and
+                                                      (event.get("original") or {}).get("event") == "heartbeat"):
+                return  # only proof of life (see idle_timeout); not an event anyone handles
+            events.append(event)
+            if on_event is not None and event.get("event") != "result":
+                on_event(event)
+
+        cmd = self._command(verb, request)
+        result = self.transport.stream(cmd, on_line, timeout + 15, idle_timeout)
+        if result.exit_code == 3 and NOT_INSTALLED in result.stderr and not self.shipped:
+            # This host has not got this version of the agent yet.
+            self.ship()
+            events.clear()
+            result = self.transport.stream(cmd, on_line, timeout + 15, idle_timeout)
+        return result, events
+
+    def call(self, verb: str, request: dict[str, Any], timeout: float = 60.0,
+             on_event: Callable[[dict[str, Any]], None] | None = None,
+             idle_timeout: float | None = None) -> dict[str, Any]:
+        """Run a verb; return its data or raise the tool's exception for the agent's error.
+
+        ``idle_timeout`` (for verbs that send heartbeats): silence that long means the link is dead.
+        """
+        result, events = self._execute(verb, request, timeout, on_event, idle_timeout)
+        final = next((e for e in reversed(events) if e.get("event") == "result"), None)
+        host = self.transport.host_name
+        if final is None:
+            stderr = result.stderr.strip()
+            if result.exit_code in (126, 127) or ("No such file" in stderr and self.python in stderr):
+                raise PreflightError(f"the host's Python {self.python} cannot be run there "
+                                     f"({stderr.splitlines()[-1] if stderr else f'exit {result.exit_code}'})",
+                                     "fix `python` for this host in the inventory: the Python that runs SGLang",
+                                     host=host)
+            # One sentence, never the host's raw stderr (a Python traceback): the agent writes its own tracebacks
+            # to a file on the host and answers; ending without an answer means it was killed or could not start.
+            how = "it was killed" if result.exit_code in (-1, 137, 143) or result.exit_code < 0 else \
+                f"exit {result.exit_code}"
+            last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
+            said = f": {last[:200]}" if last and not last.startswith(("Traceback", "File ")) else ""
+            raise AgentCrashError(
+                f"the host-side agent ({verb}) ended without an answer ({how}){said}",
+                "run the command again; `inv status` shows what runs on the host", host=host)
+        if not final.get("ok"):
+            raise from_agent(final.get("error") or {}, host)
+        data: dict[str, Any] = final.get("data") or {}
+        return data

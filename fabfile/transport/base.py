@@ -1,0 +1,181 @@
+"""How commands and files reach a host. One transport per host per run; the deploy logic never knows which.
+
+``SSHTransport`` (``fabfile.transport.ssh``) drives a hardened Fabric connection; ``LocalTransport`` runs on this
+machine (the ``local`` connection kind, for the GPU box itself). Both run a command through ``sh -c`` so quoting is
+identical, and both count what they do so benchmarks can report connections and round trips per deploy.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fabfile.errors import ConnectError, RemoteError
+
+
+@dataclass
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class TransportStats:
+    connections: int = 0
+    commands: int = 0
+    uploads: int = 0
+    reconnects: int = 0
+    commands_log: list[str] = field(default_factory=list)
+
+
+class ConnectionLost(ConnectError):
+    """The session dropped while a command ran; the command's outcome on the host is unknown."""
+
+
+class Transport(ABC):
+    def __init__(self, host_name: str) -> None:
+        self.host_name = host_name
+        self.stats = TransportStats()
+
+    @abstractmethod
+    def run(self, command: str, timeout: float) -> CommandResult: ...
+
+    @abstractmethod
+    def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
+               idle_timeout: float | None = None) -> CommandResult:
+        """Run ``command``, handing each complete stdout line to ``on_line`` as it arrives.
+
+        ``idle_timeout``: with no output for that long, treat the link as dead (``ConnectionLost``); used for
+        commands that emit heartbeats, so a black-holed connection is noticed in seconds, not at the deadline.
+        """
+
+    @abstractmethod
+    def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
+        """Write ``data`` to ``path`` atomically (temporary file + rename), with ``mode``."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def abort(self) -> None:
+        """Close the session from another thread to unblock whatever waits on it (default: close)."""
+        self.close()
+
+    def reconnect(self) -> None:  # noqa: B027 (optional hook: only sessions that can drop override it)
+        """Re-open the session after a drop (no-op for local)."""
+
+    def shell_path(self, path: str) -> str:
+        """Quote a remote path for ``sh``; a leading ``~/`` becomes ``"$HOME"/`` so it still expands."""
+        if path.startswith("~/"):
+            return '"$HOME"/' + shlex.quote(path[2:])
+        return shlex.quote(path)
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _LineBuffer:
+    """Turns arbitrary chunks into whole lines (a chunk may end mid-line or mid-UTF-8 sequence)."""
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.on_line = on_line
+        self.buf = ""
+        self.last_activity = time.monotonic()
+
+    def write(self, text: str) -> int:
+        self.last_activity = time.monotonic()
+        self.buf += text
+        *lines, self.buf = self.buf.split("\n")
+        for line in lines:
+            self.on_line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.buf:
+            self.on_line(self.buf)
+            self.buf = ""
+
+
+class LocalTransport(Transport):
+    """Runs on this machine through the same ``sh -c`` path the SSH transport uses remotely."""
+
+    def __init__(self, host_name: str) -> None:
+        super().__init__(host_name)
+        self.stats.connections = 1
+
+    def _popen(self, command: str) -> subprocess.Popen[str]:
+        self.stats.commands += 1
+        self.stats.commands_log.append(command)
+        return subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[str]) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        proc = self._popen(command)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            proc.communicate()
+            raise RemoteError(f"a command ran past its {timeout:.0f} s bound and was killed",
+                              host=self.host_name, command=command) from None
+        return CommandResult(proc.returncode, out, err)
+
+    def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
+               idle_timeout: float | None = None) -> CommandResult:
+        del idle_timeout  # a local pipe cannot black-hole
+        proc = self._popen(command)
+        timer = threading.Timer(timeout, self._kill, args=(proc,))
+        timer.start()
+        err_chunks: list[str] = []
+        reader = threading.Thread(target=lambda: err_chunks.append(proc.stderr.read() if proc.stderr else ""))
+        reader.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                on_line(line.rstrip("\n"))
+            proc.wait()
+        finally:
+            timer.cancel()
+            reader.join()
+        return CommandResult(proc.returncode, "", "".join(err_chunks))
+
+    def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
+        target = Path(os.path.expanduser(path))
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".specdeploy-", dir=str(target.parent))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.stats.uploads += 1
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,449 @@
+"""The SSH transport: one hardened Fabric connection per host.
+
+Fabric's defaults are unsafe or surprising (shared/reference/fabric-invoke.md): it auto-adds unknown host keys,
+never loads known_hosts, ignores ssh_config on cloned configs, leaves a 3600 s channel timeout, and its inline env
+is unquoted. Here every hop uses ``RejectPolicy`` with known_hosts loaded from ~/.ssh/known_hosts, the ssh_config's
+``UserKnownHostsFile`` and the inventory's ``known_hosts``; timeouts are bounded; nothing uses ``run(env=...)``.
+Connecting retries only transient failures (refused, reset, banner timeouts), never auth or host-key failures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import select
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut
+from paramiko.ssh_exception import (
+    AuthenticationException,
+    BadHostKeyException,
+    NoValidConnectionsError,
+    SSHException,
+)
+
+from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
+from fabfile.inventory.hosts import Timeouts
+from fabfile.transport.base import CommandResult, ConnectionLost, Transport, _LineBuffer
+
+if TYPE_CHECKING:  # tenacity is imported where a connection is retried: a CLI start should not pay for it
+    from tenacity import RetryCallState
+
+# Paramiko's transport thread logs its own tracebacks (a broken ProxyCommand pipe, a reset connection) through the
+# logging module, which would print them on stderr. The failures reach the user as this module's exceptions, in
+# sentences; the raw tracebacks are noise.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
+
+
+def _unknown_host(e: BaseException) -> bool:
+    return isinstance(e, SSHException) and "not found in known_hosts" in str(e)
+
+
+def _transient(e: BaseException) -> bool:
+    # A name that does not resolve will not resolve on the next try either: a typo in the alias or ssh_config.
+    if isinstance(e, (BadHostKeyException, AuthenticationException, socket.gaierror)) or _unknown_host(e):
+        return False
+    return isinstance(e, (NoValidConnectionsError, socket.timeout, EOFError, SSHException, OSError))
+
+
+class WatchedProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand, but a proxy that has exited is noticed at once and reported with what it printed.
+
+    paramiko reads the proxy's stdout in a loop until it has the bytes it wants; once the proxy is dead each read
+    returns b"" at once, so the loop spins a core until the banner timeout and then says "Error reading SSH protocol
+    banner" (measured: ~57 s at 100 % CPU for a refused connection, which ``ssh`` reports in 12 ms). Here EOF on
+    its stdout ends the read with the proxy's own words (its stderr) and exit status.
+    """
+
+    def recv(self, size: int) -> bytes:
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            r, _, _ = select.select([stdout], [], [], self.timeout)
+        except (OSError, ValueError) as e:
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), str(e)) from None
+        if not r:
+            raise TimeoutError()
+        data = os.read(stdout.fileno(), size)
+        if data:
+            return data
+        raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self.last_words())
+
+    def send(self, content: Any) -> int:
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write(content)
+        except OSError:
+            # It died before reading what we sent (a refused connection exits at once): say what it said.
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self.last_words()) from None
+        return len(content)
+
+    def close(self) -> None:
+        # The proxy may be gone already (it exited, and last_words reaped it): nothing to signal then.
+        if self.process.poll() is None:
+            try:
+                self.process.terminate()
+            except ProcessLookupError:
+                pass
+
+    def last_words(self) -> str:
+        """The proxy's exit status and the end of its stderr (it has closed its stdout: it is exiting)."""
+        try:
+            code = self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        text = b""
+        stderr = self.process.stderr
+        if stderr is not None:
+            try:
+                while select.select([stderr], [], [], 0)[0]:
+                    chunk = os.read(stderr.fileno(), 4096)
+                    if not chunk or len(text) > 16384:
+                        break
+                    text += chunk
+            except (OSError, ValueError):
+                pass
+        said = " ".join(text.decode("utf-8", "replace").split())[-300:]
+        status = "closed its output but was still running" if code is None else f"exited with status {code}"
+        return status + (f": {said}" if said else " without a word")
+
+
+class _Connection(Connection):  # type: ignore[misc]
+    def open_gateway(self) -> Any:
+        gw = super().open_gateway()
+        if isinstance(gw, paramiko.ProxyCommand) and not isinstance(gw, WatchedProxyCommand):
+            # Fabric built a plain ProxyCommand from ssh_config: re-wrap its already running process.
+            watched = WatchedProxyCommand.__new__(WatchedProxyCommand)
+            watched.cmd, watched.process, watched.timeout = gw.cmd, gw.process, gw.timeout
+            return watched
+        return gw
+
+
+def _hops(cxn: Any) -> Iterator[Any]:
+    while isinstance(cxn, Connection):
+        yield cxn
+        cxn = cxn.gateway
+
+
+class SSHTransport(Transport):
+    def __init__(self, host_name: str, alias: str, *, ssh_config: Path | None, known_hosts: Path | None,
+                 timeouts: Timeouts, on_open: Callable[[Transport], None] | None = None) -> None:
+        super().__init__(host_name)
+        self.alias = alias
+        self.ssh_config = ssh_config
+        self.extra_known_hosts = known_hosts
+        self.timeouts = timeouts
+        self.cxn: Any = None
+        self.sftp_refused = False
+        self._pending: Any = None  # the connection being opened (so abort() can close it mid-handshake)
+        self.aborted = False
+        if on_open is not None:
+            on_open(self)  # registered before connecting: a hang in the handshake can be aborted too
+        self._connect()
+
+    # -- connecting -------------------------------------------------------------------------------------------
+    def _build(self) -> Any:
+        cfg = Config(runtime_ssh_path=str(self.ssh_config)) if self.ssh_config else Config()
+        cfg.run.in_stream = False  # never mirror our stdin to remote commands
+        t = self.timeouts
+        cxn = _Connection(self.alias, config=cfg, connect_timeout=t.connect,
+                         connect_kwargs={"banner_timeout": t.connect, "auth_timeout": t.connect,
+                                         "channel_timeout": max(t.connect, 10.0)})
+        files = self._known_hosts_files(cxn)
+        for hop in _hops(cxn):
+            hop.client.load_system_host_keys()
+            for f in files:
+                hop.client.load_host_keys(str(f))
+            hop.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return cxn
+
+    def _known_hosts_files(self, cxn: Any) -> list[Path]:
+        files: list[Path] = []
+        for entry in (cxn.ssh_config.get("userknownhostsfile") or "").split():
+            p = Path(os.path.expanduser(entry))
+            if p.is_file():
+                files.append(p)
+        if self.extra_known_hosts is not None:
+            files.append(self.extra_known_hosts)
+        return files
+
+    def _open_once(self) -> Any:
+        if self.aborted:
+            raise ConnectError(f"the session to {self.alias} was aborted", host=self.host_name)
+        cxn = self._build()
+        self._pending = cxn
+        try:
+            cxn.open()
+        except BaseException:
+            cxn.close()
+            raise
+        finally:
+            self._pending = None
+        cxn.transport.set_keepalive(15)
+        return cxn
+
+    def _say_retrying(self, state: RetryCallState) -> None:
+        """The first failed attempt is said at once (what the ProxyCommand printed, or the socket error), so a
+        dead path is visible now, not only after the connect budget."""
+        if state.attempt_number != 1 or state.outcome is None:
+            return
+        e = state.outcome.exception()
+        why = f"its ProxyCommand {e.error}" if isinstance(e, paramiko.ProxyCommandFailure) else \
+            (str(e) or type(e).__name__)
+        from rich.markup import escape
+
+        from fabfile.present.output import err
+
+        refused = isinstance(e, (paramiko.ProxyCommandFailure, ConnectionRefusedError, NoValidConnectionsError))
+        budget = (f"{self.timeouts.connect_refused:g} s (timeouts.connect_refused)" if refused
+                  else f"{self.timeouts.connect_total:.0f} s (timeouts.connect_total)")
+        err.print(f"[yellow]{self.host_name}[/yellow]: cannot connect yet ({escape(why)}); retrying for up to "
+                  f"{budget}", markup=True, highlight=False)
+
+    def _stop_connecting(self, state: RetryCallState) -> bool:
+        """Give up after connect_total; after a refusal (the ProxyCommand exited, the port is closed) already after
+        connect_refused: something answered "no", which ``ssh`` reports at once, and retrying it for a minute only
+        hides that answer. A short window still covers an sshd that is restarting or a network coming back."""
+        from tenacity import stop_before_delay
+
+        if stop_before_delay(self.timeouts.connect_total)(state):
+            return True
+        e = state.outcome.exception() if state.outcome is not None else None
+        refused = isinstance(e, (paramiko.ProxyCommandFailure, ConnectionRefusedError, NoValidConnectionsError))
+        return refused and stop_before_delay(self.timeouts.connect_refused)(state)
+
+    def _connect(self) -> None:
+        from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
+
+        try:
+            for attempt in Retrying(retry=retry_if_exception(lambda e: _transient(e) and not self.aborted),
+                                    stop=self._stop_connecting,
+                                    wait=wait_exponential_jitter(initial=0.3, max=4), reraise=True,
+                                    before_sleep=self._say_retrying):
+                with attempt:
+                    self.cxn = self._open_once()
+        except BadHostKeyException as e:
+            raise HostKeyError(
+                f"the host key of {self.alias} does not match known_hosts: expected "
+                f"{e.expected_key.get_fingerprint().hex()}, got {e.key.get_fingerprint().hex()}; refusing to "
+                "connect (this is what a man-in-the-middle looks like)",
+                f"if the host was reinstalled, verify the new key out of band, then `ssh-keygen -R {self.alias}` "
+                "and add the new one", host=self.host_name) from None
+        except AuthenticationException as e:
+            raise AuthError(f"SSH authentication to {self.alias} was refused ({e})",
+                            "check User and IdentityFile for this alias in your ssh_config", host=self.host_name) \
+                from None
+        except paramiko.ProxyCommandFailure as e:
+            raise ConnectError(f"could not reach {self.alias}: its ProxyCommand (`{e.command}`) {e.error}",
+                               f"run the ProxyCommand by hand to see why; it was retried for "
+                               f"{self.timeouts.connect_refused:g} s (timeouts.connect_refused)",
+                               host=self.host_name) from None
+        except SSHException as e:
+            if _unknown_host(e):
+                raise HostKeyError(
+                    f"{self.alias} is not in known_hosts, and the tool never trusts an unknown host key silently",
+                    f"run `inv trust-host --host {self.host_name}`: it shows the fingerprint to check out of band "
+                    "and adds the key once you confirm it",
+                    host=self.host_name) from None
+            raise ConnectError(f"could not open an SSH session to {self.alias}: {e}",
+                               "check that the host is up and its sshd answers", host=self.host_name) from None
+        except socket.gaierror as e:
+            raise ConnectError(f"cannot resolve the host name of {self.alias} ({e.strerror or e})",
+                               f"is `{self.alias}` a Host in your ssh_config (or `ssh_host` in the inventory) with a "
+                               "HostName that resolves?", host=self.host_name) from None
+        except (OSError, EOFError) as e:
+            raise ConnectError(f"could not reach {self.alias} within {self.timeouts.connect_total:.0f} s: "
+                               f"{e or type(e).__name__}", "check the network, the ssh_config alias and sshd",
+                               host=self.host_name) from None
+        self.stats.connections += 1
+
+    def reconnect(self) -> None:
+        self.close()
+        self._connect()
+        self.stats.reconnects += 1
+
+    # -- commands ---------------------------------------------------------------------------------------------
+    def _alive(self) -> bool:
+        t = getattr(self.cxn, "transport", None)
+        return bool(t is not None and t.is_active())
+
+    def _run(self, command: str, timeout: float, **kw: Any) -> CommandResult:
+        if not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
+        self.stats.commands += 1
+        self.stats.commands_log.append(command)
+        try:
+            kw.setdefault("in_stream", False)
+            r = self.cxn.run(command, warn=True, pty=False, timeout=timeout, **kw)
+        except CommandTimedOut:
+            raise RemoteError(f"a remote command ran past its {timeout:.0f} s bound", host=self.host_name,
+                              command=command) from None
+        except (SSHException, EOFError, OSError) as e:
+            raise ConnectionLost(f"the SSH session to {self.alias} dropped: {e or type(e).__name__}",
+                                 host=self.host_name) from None
+        if r.exited == -1 or not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} dropped while a command ran",
+                                 host=self.host_name)
+        return CommandResult(int(r.exited), r.stdout if isinstance(r.stdout, str) else "", r.stderr)
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        return self._run(command, timeout, hide=True)
+
+    def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
+               idle_timeout: float | None = None) -> CommandResult:
+        sink = _LineBuffer(on_line)
+        done = threading.Event()
+        went_silent = threading.Event()
+
+        def watchdog() -> None:
+            # Keepalives do not notice a black-holed link; a command that should emit heartbeats and went silent
+            # has lost its link: close the session so the blocked run() returns and the caller can re-attach.
+            assert idle_timeout is not None
+            while not done.wait(1.0):
+                if time.monotonic() - sink.last_activity > idle_timeout:
+                    went_silent.set()
+                    t = getattr(self.cxn, "transport", None)
+                    if t is not None:
+                        t.close()
+                    return
+
+        if idle_timeout:
+            threading.Thread(target=watchdog, name=f"silence-{self.host_name}", daemon=True).start()
+        try:
+            result = self._run(command, timeout, hide="err", out_stream=sink)
+        except ConnectionLost:
+            if went_silent.is_set():
+                raise ConnectionLost(f"no word from {self.alias} for {idle_timeout:.0f} s: the link looks dead",
+                                     host=self.host_name) from None
+            raise
+        finally:
+            done.set()
+            sink.close()
+        return CommandResult(result.exit_code, "", result.stderr)
+
+    # -- files ------------------------------------------------------------------------------------------------
+    def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
+        if not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
+        if self.sftp_refused:
+            self._put_by_shell(data, path, mode)
+            return
+        try:
+            sftp = self.cxn.sftp()
+        except SSHException:
+            # Some hosts disable the sftp subsystem; fall back to a shell write for the rest of this session.
+            self.sftp_refused = True
+            self._put_by_shell(data, path, mode)
+            return
+        try:
+            self._put_by_sftp(sftp, data, path, mode)
+        except (OSError, SSHException) as e:
+            if not self._alive():
+                raise ConnectionLost(f"the SSH session to {self.alias} dropped while writing {path}",
+                                     host=self.host_name) from None
+            raise RemoteError(f"could not write {path} on the host: {e}",
+                              "check that the directory is writable by the SSH user and the disk is not full",
+                              host=self.host_name) from None
+        self.stats.uploads += 1
+
+    def _put_by_shell(self, data: bytes, path: str, mode: int) -> None:
+        """``cat`` the bytes from stdin into a temporary file in the target directory, then rename: atomic, and the
+        mode is set before any content lands. The bytes go straight onto the channel: Invoke's stdin pump is
+        text-only and reads a non-terminal stream one byte per 10 ms tick."""
+        target = self.shell_path(path)
+        tmp = self.shell_path(f"{path}.specdeploy-{secrets.token_hex(6)}")
+        cmd = (f"umask 077 && mkdir -p -- \"$(dirname -- {target})\" && cat > {tmp} && chmod {mode:o} {tmp} "
+               f"&& mv -f -- {tmp} {target} || {{ rm -f -- {tmp}; exit 1; }}")
+        r = self._exec_with_stdin(f"sh -c {shlex.quote(cmd)}", data, self.timeouts.command)
+        if r.exit_code != 0:
+            raise RemoteError(f"could not write {path} on the host (no SFTP; shell write failed): "
+                              f"{r.stderr.strip()[-300:]}",
+                              "check that the directory is writable by the SSH user and the disk is not full",
+                              host=self.host_name)
+        self.stats.uploads += 1
+
+    def _exec_with_stdin(self, command: str, data: bytes, timeout: float) -> CommandResult:
+        self.stats.commands += 1
+        self.stats.commands_log.append(command)
+        try:
+            chan = self.cxn.transport.open_session(timeout=timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(command)
+            chan.sendall(data)
+            chan.shutdown_write()
+            out = chan.makefile("rb").read()
+            err = chan.makefile_stderr("rb").read()
+            code = chan.recv_exit_status()
+            chan.close()
+        except (SSHException, EOFError, OSError) as e:
+            raise ConnectionLost(f"the SSH session to {self.alias} dropped while writing a file: "
+                                 f"{e or type(e).__name__}", host=self.host_name) from None
+        return CommandResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def _put_by_sftp(self, sftp: Any, data: bytes, path: str, mode: int) -> None:
+        # SFTP has no ~ expansion; its working directory is the login HOME.
+        rel = path[2:] if path.startswith("~/") else path
+        parent = os.path.dirname(rel)
+        self._makedirs(sftp, parent)
+        tmp = f"{parent}/.specdeploy-{secrets.token_hex(6)}" if parent else f".specdeploy-{secrets.token_hex(6)}"
+        try:
+            with sftp.open(tmp, "wb") as f:
+                f.chmod(mode)  # before any byte lands: secrets in launch scripts are never world-readable
+                f.set_pipelined(True)
+                f.write(data)
+            sftp.posix_rename(tmp, rel)
+        except BaseException:
+            try:
+                sftp.remove(tmp)
+            except (OSError, SSHException):
+                pass
+            raise
+
+    @staticmethod
+    def _makedirs(sftp: Any, path: str) -> None:
+        if not path:
+            return
+        try:
+            sftp.stat(path)
+            return
+        except OSError:
+            pass
+        SSHTransport._makedirs(sftp, os.path.dirname(path))
+        try:
+            sftp.mkdir(path, 0o700)
+        except OSError:
+            sftp.stat(path)  # raced with another creator: fine if it exists now
+
+    def abort(self) -> None:
+        """Close the session from another thread (paramiko threads cannot be killed; this unblocks them)."""
+        self.aborted = True
+        for cxn in (self._pending, self.cxn):
+            if cxn is None:
+                continue
+            try:
+                client = getattr(cxn, "client", None)
+                if client is not None:
+                    client.close()
+                cxn.close()
+            except Exception:  # best effort from a foreign thread
+                pass
+
+    def close(self) -> None:
+        if self.cxn is not None:
+            try:
+                self.cxn.close()
+            finally:
+                self.cxn = None
+
+
