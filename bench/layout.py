@@ -1,10 +1,13 @@
-"""How readable the library's layout is (issue 14): import cycles, modules over 400 lines, functions over 60 lines.
+"""How readable the library's layout is (issue 14): import cycles, imports against the rooms' order, modules over
+400 lines, functions over 60 lines.
 
     .venv/bin/python -m bench.layout [ROOT]
 
 Counts every ``import`` in ``fabfile/`` (top level and inside functions) with ``ast``; a cycle is a strongly connected
 group of modules. Lines are physical lines; a function's length runs from its ``def`` (or first decorator) to its
-last line, nested functions included in their parent's count.
+last line, nested functions included in their parent's count. The rooms' order is docs/ARCHITECTURE.md's: a room
+imports only rooms before it in ``ROOMS``, ``present.output`` (which any room may print through) and the agent
+(``remote``, which imports nothing of the client).
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from pathlib import Path
 
 MODULE_MAX = 400
 FUNCTION_MAX = 60
+# The client's rooms, lowest first (docs/ARCHITECTURE.md); the top-level modules (errors, cli) are outside the order.
+ROOMS = ("inventory", "render", "plan", "transport", "present", "commands")
+ANYONE_MAY_IMPORT = ("fabfile.errors", "fabfile.present.output", "fabfile.remote")
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -76,6 +82,26 @@ def cycles(root: Path) -> list[list[str]]:
     return out
 
 
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS else None
+
+
+def room_breaks(root: Path) -> list[str]:
+    """Imports from a room to a room after it in ``ROOMS`` (``present`` reading a command, say)."""
+    mods = _modules(root)
+    out = []
+    for name, path in mods.items():
+        mine = _room(name)
+        for target in sorted(_imports(name, path, mods)):
+            theirs = _room(target)
+            if target.startswith(ANYONE_MAY_IMPORT) or mine is None or theirs is None or theirs == mine:
+                continue
+            if ROOMS.index(theirs) > ROOMS.index(mine):
+                out.append(f"{name} -> {target}")
+    return out
+
+
 def sizes(root: Path) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     big, long = [], []
     for p in sorted((root / "fabfile").rglob("*.py")):
@@ -97,6 +123,10 @@ def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     found = cycles(root)
     print("import cycles:", "none" if not found else "; ".join(" <-> ".join(g) for g in found))
+    breaks = room_breaks(root)
+    print(f"imports against the rooms' order: {len(breaks)}")
+    for b in breaks:
+        print(f"  {b}")
     big, long = sizes(root)
     print(f"modules over {MODULE_MAX} lines: {len(big)}")
     for n, rel in big:

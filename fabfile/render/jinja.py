@@ -19,7 +19,11 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+# An installed package carries them as fabfile/templates (pyproject's package-dir); a checkout or an editable install
+# reads the project's own templates/ folder beside fabfile/.
+_HERE = Path(__file__).resolve()
+TEMPLATES = next((d for d in (_HERE.parents[1] / "templates", _HERE.parents[2] / "templates") if d.is_dir()),
+                 _HERE.parents[2] / "templates")
 
 
 class Raw(str):
