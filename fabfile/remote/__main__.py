@@ -11,14 +11,14 @@ import base64
 import json
 import signal
 import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable
 
 from .common import CONTEXT, AgentError, EventSink, unexpected
 
-Verb = Callable[[Dict[str, Any], EventSink], Dict[str, Any]]
+Verb = Callable[[dict[str, Any], EventSink], dict[str, Any]]
 
 
-def _verbs() -> Dict[str, Verb]:
+def _verbs() -> dict[str, Verb]:
     # Imported lazily so a small verb does not pay for the big ones.
     from . import verbs
 
@@ -33,7 +33,7 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise _Deadline()
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     sink = EventSink()
     if len(argv) != 3:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from . import procs
 from .common import AgentError, atomic_write
@@ -18,7 +18,7 @@ _SESSION_NOISE = {"_", "OLDPWD", "PWD", "SHLVL", "SSH_CLIENT", "SSH_CONNECTION",
 RECORD = "adopted.json"
 
 
-def _argv(pid: int) -> List[str]:
+def _argv(pid: int) -> list[str]:
     try:
         with open(f"{procs.PROC}/{pid}/cmdline", "rb") as f:
             raw = f.read()
@@ -27,7 +27,7 @@ def _argv(pid: int) -> List[str]:
     return procs.redact_argv([p.decode("utf-8", "replace") for p in raw.split(b"\0") if p])
 
 
-def _stdout_file(pid: int) -> Optional[str]:
+def _stdout_file(pid: int) -> str | None:
     try:
         target = os.readlink(f"{procs.PROC}/{pid}/fd/1")
     except OSError:
@@ -35,7 +35,7 @@ def _stdout_file(pid: int) -> Optional[str]:
     return target if target.startswith("/") and not target.startswith("/dev/") else None
 
 
-def launchers() -> List[procs.ProcInfo]:
+def launchers() -> list[procs.ProcInfo]:
     """Top-level SGLang launchers of this PID namespace (a launcher whose parent is one is its child)."""
     table = procs.all_procs()
     found = [p for p in table if procs.same_pid_namespace(p.pid) and procs.is_sglang_launcher(p.cmdline)
@@ -44,7 +44,7 @@ def launchers() -> List[procs.ProcInfo]:
     return [p for p in found if p.ppid not in pids]
 
 
-def read_server(state_dir: str, port: Optional[int] = None) -> Dict[str, Any]:
+def read_server(state_dir: str, port: int | None = None) -> dict[str, Any]:
     servers = launchers()
     if port is not None and len(servers) > 1:
         servers = [p for p in servers if f"--port {port}" in p.cmdline or f"--port={port}" in p.cmdline] or servers
@@ -61,14 +61,14 @@ def read_server(state_dir: str, port: Optional[int] = None) -> Dict[str, Any]:
     chosen = {k: v for k, v in (env or {}).items() if k not in _SESSION_NOISE and ours.get(k) != v}
     argv = _argv(p.pid)
     try:
-        cwd: Optional[str] = os.readlink(f"{procs.PROC}/{p.pid}/cwd")
+        cwd: str | None = os.readlink(f"{procs.PROC}/{p.pid}/cwd")
     except OSError:
         cwd = None
     return {"pid": p.pid, "start_ticks": p.start_ticks, "argv": argv, "env": chosen,
             "env_readable": env is not None and bool(env), "log_path": _stdout_file(p.pid), "cwd": cwd}
 
 
-def write_record(state_dir: str, server: Dict[str, Any]) -> str:
+def write_record(state_dir: str, server: dict[str, Any]) -> str:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     path = os.path.join(state_dir, RECORD)
     data = {k: server[k] for k in ("pid", "start_ticks", "argv")}
@@ -76,7 +76,7 @@ def write_record(state_dir: str, server: Dict[str, Any]) -> str:
     return path
 
 
-def adopted(state_dir: str) -> Optional[Dict[str, Any]]:
+def adopted(state_dir: str) -> dict[str, Any] | None:
     """The adopted server, while it still runs (same pid and start time); else None."""
     try:
         with open(os.path.join(state_dir, RECORD), encoding="utf-8") as f:

@@ -18,14 +18,14 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from . import metrics, procs, records, server, versions
 from .common import AgentError, EventSink, atomic_write, ensure_private_dir, open_private
 from .facts import expand
 
 
-def _http_get(host: str, port: int, path: str, api_key: Optional[str], timeout: float = 5.0) -> Optional[str]:
+def _http_get(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> str | None:
     import http.client
 
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -41,7 +41,7 @@ def _http_get(host: str, port: int, path: str, api_key: Optional[str], timeout: 
         conn.close()
 
 
-def server_info(host: str, port: int, version: str, api_key: Optional[str]) -> Dict[str, Any]:
+def server_info(host: str, port: int, version: str, api_key: str | None) -> dict[str, Any]:
     paths = ("/server_info", "/get_server_info") if versions.at_least(version, "0.5.6") else \
         ("/get_server_info",)
     for path in paths:
@@ -56,12 +56,12 @@ def server_info(host: str, port: int, version: str, api_key: Optional[str]) -> D
     return {}
 
 
-def prometheus(host: str, port: int, api_key: Optional[str]) -> Optional[Dict[str, float]]:
+def prometheus(host: str, port: int, api_key: str | None) -> dict[str, float] | None:
     body = _http_get(host, port, "/metrics", api_key)
     return metrics.spec_from_prometheus(body) if body else None
 
 
-def has_bench_serving(sglang_root: Optional[str]) -> bool:
+def has_bench_serving(sglang_root: str | None) -> bool:
     if not sglang_root:
         return False
     return os.path.isfile(os.path.join(sglang_root, "bench_serving.py")) or \
@@ -74,7 +74,7 @@ def has_bench_serving(sglang_root: Optional[str]) -> bool:
 BENCH_DATASET = "random-ids"
 
 
-def bench_serving_help(env: Optional[Dict[str, str]] = None) -> Tuple[Optional[List[str]], Optional[str]]:
+def bench_serving_help(env: dict[str, str] | None = None) -> tuple[list[str] | None, str | None]:
     """The ``--dataset-name`` choices of the host's ``sglang.bench_serving``, as its own ``--help`` lists them
     (the module moved to ``sglang.benchmark.serving`` in 0.5.15 and kept a shim; asking it covers every layout), and
     why it could not say: real 0.5.16 installed for serving dies on ``import datasets`` (docs/real-sglang.md)."""
@@ -91,13 +91,13 @@ def bench_serving_help(env: Optional[Dict[str, str]] = None) -> Tuple[Optional[L
     return [name.strip() for name in m.group(1).split(",") if name.strip()], None
 
 
-def bench_serving_datasets(env: Optional[Dict[str, str]] = None) -> Optional[List[str]]:
+def bench_serving_datasets(env: dict[str, str] | None = None) -> list[str] | None:
     """The choices alone (None when it cannot say)."""
     return bench_serving_help(env)[0]
 
 
-def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str, sink: EventSink,
-                       api_key: Optional[str]) -> Dict[str, Any]:
+def _run_bench_serving(req: dict[str, Any], host: str, port: int, out_file: str, sink: EventSink,
+                       api_key: str | None) -> dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", target,
             "--port", str(port), "--dataset-name", BENCH_DATASET,
@@ -112,7 +112,7 @@ def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str,
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
                             start_new_session=True)
-    lines: List[str] = []
+    lines: list[str] = []
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
@@ -139,7 +139,7 @@ def _run_bench_serving(req: Dict[str, Any], host: str, port: int, out_file: str,
     return parsed
 
 
-def api_key_of(pid: int) -> Optional[str]:
+def api_key_of(pid: int) -> str | None:
     """The running server's API key: from the ``--config`` file its command line names (how specdeploy passes
     it), else ``--api-key`` on the command line itself (None without one)."""
     try:
@@ -168,7 +168,7 @@ def api_key_of(pid: int) -> Optional[str]:
     return None
 
 
-def _died_meanwhile(rec: Dict[str, Any], grace: float = 5.0) -> bool:
+def _died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
     """Whether the recorded server is gone, given a few seconds to finish dying.
 
     When every request failed, the likeliest reason is that the server died: SGLang's launcher notices a dead
@@ -182,7 +182,7 @@ def _died_meanwhile(rec: Dict[str, Any], grace: float = 5.0) -> bool:
     return True
 
 
-def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
@@ -268,7 +268,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
               detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
     # -- every other source of the speculative figures ----------------------------------------------------------
-    lines: List[str] = []
+    lines: list[str] = []
     if log_path:
         follower = server.LogFollower(log_path, offset)
         lines = follower.read_lines()
@@ -276,7 +276,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     spec_info = metrics.spec_from_server_info(server_info(host, port, version, api_key)) or info_before
     prom = prometheus(host, port, api_key)
     meta = measured.pop("meta", {}) or {}
-    sources: Dict[str, Optional[float]] = {
+    sources: dict[str, float | None] = {
         "meta_info": meta.get("accept_len"),
         "decode_log": decode.get("accept_len"),
         "prometheus": (prom or {}).get("accept_len"),
@@ -294,7 +294,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     if speculative and cycle is None and tpot is not None and accept_len:
         cycle = tpot * accept_len
     hist = measured.pop("accept_histogram", None) if speculative else None
-    result: Dict[str, Any] = {
+    result: dict[str, Any] = {
         "bench_id": req["bench_id"], "started_at": started_at, "client": client_name,
         "params": {**{k: req[k] for k in ("concurrency", "input_len", "output_len", "num_prompts")},
                    "target_ci": req.get("target_ci"), "min_requests": req.get("min_requests")},

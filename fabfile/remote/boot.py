@@ -27,7 +27,6 @@ import stat
 import sys
 import tempfile
 import zipfile
-from typing import Dict, List, Optional
 
 NOT_INSTALLED = "specdeploy-agent-not-installed"
 MANIFEST = "MANIFEST.json"
@@ -152,8 +151,8 @@ def verify_tree(d: str, manifest_sha: str) -> None:
         raise Unsafe(f"the agent at {d} has no readable manifest ({e.strerror})") from None
     if _sha(manifest_bytes) != manifest_sha:
         raise Unsafe(f"the agent manifest at {d} is not the one shipped", _reinstall(d))
-    manifest: Dict[str, str] = json.loads(manifest_bytes.decode("utf-8"))
-    found: List[str] = []
+    manifest: dict[str, str] = json.loads(manifest_bytes.decode("utf-8"))
+    found: list[str] = []
     for root, dirs, files in os.walk(d):
         for name in dirs + files:
             p = os.path.join(root, name)
@@ -244,7 +243,7 @@ def refuse(message: str, hint: str = HINT) -> None:
     sys.stdout.flush()
 
 
-def boot(argv: List[str]) -> int:
+def boot(argv: list[str]) -> int:
     import signal
 
     mode = argv[1] if len(argv) > 1 else ""
@@ -264,7 +263,7 @@ def boot(argv: List[str]) -> int:
     return 0
 
 
-def unsafe_reason(path: str, what: str) -> Optional[str]:
+def unsafe_reason(path: str, what: str) -> str | None:
     """The sentence :func:`check_dir` would refuse ``path`` with (checking only, creating nothing), or None."""
     try:
         check_dir(path, what, create=False)

@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 
 class AgentError(Exception):
@@ -24,13 +24,13 @@ class AgentError(Exception):
         self.hint = hint
         self.details = details
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "message": self.message, "hint": self.hint, "details": self.details}
 
 
 # What this agent run is doing, for the one-sentence report of an unexpected failure: the verb, the step inside it
 # (a deploy's lock/patch/stop/...), and the state dir where the traceback file goes.
-CONTEXT: Dict[str, Optional[str]] = {"verb": None, "step": None, "state_dir": None}
+CONTEXT: dict[str, str | None] = {"verb": None, "step": None, "state_dir": None}
 
 
 def _save_traceback(text: str) -> str:
@@ -79,7 +79,7 @@ class EventSink:
     so a host-side operation (a deploy holding the lock) can finish headless and the client can re-attach.
     """
 
-    def __init__(self, journal: Optional[str] = None) -> None:
+    def __init__(self, journal: str | None = None) -> None:
         self.stdout_ok = True
         self._lock = threading.Lock()
         self.journal = None
@@ -132,7 +132,7 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def atomic_write(path: str, data: bytes, mode: Optional[int] = None) -> None:
+def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` so readers see either the old or the new file, never a torn one.
 
     Keeps the original file's mode (and owner, when we may) unless ``mode`` is given; fsyncs before the rename.

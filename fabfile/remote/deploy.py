@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable
 
 from . import gpus, procs, records, server, stop
 from .common import CONTEXT, AgentError, EventSink, unexpected
@@ -26,14 +26,14 @@ class Steps:
     AgentError here, so the deploy's failure path still runs: the new server is torn down, the lock released.
     """
 
-    def __init__(self, sink: EventSink, lock: Optional[DeployLock] = None,
-                 cancelled: Optional[Callable[[], Optional[str]]] = None) -> None:
+    def __init__(self, sink: EventSink, lock: DeployLock | None = None,
+                 cancelled: Callable[[], str | None] | None = None) -> None:
         self.sink = sink
         self.lock = lock
         self.cancelled = cancelled
-        self.timings: Dict[str, float] = {}
+        self.timings: dict[str, float] = {}
 
-    def run(self, name: str, fn: Callable[[], Any], detail: Optional[Callable[[Any], Any]] = None) -> Any:
+    def run(self, name: str, fn: Callable[[], Any], detail: Callable[[Any], Any] | None = None) -> Any:
         CONTEXT["step"] = name
         if self.lock is not None:
             self.lock.note(step=name, step_since=_now())
@@ -62,7 +62,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def schedulers_of(pid: int) -> List[Dict[str, Any]]:
+def schedulers_of(pid: int) -> list[dict[str, Any]]:
     out = []
     for p in procs.descendants(pid):
         if p.cmdline.startswith("sglang::"):
@@ -77,7 +77,7 @@ _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen"
          "expected", "nccl_debug", "gates")
 
 
-def _previous(state_dir: str) -> Optional[Dict[str, Any]]:
+def _previous(state_dir: str) -> dict[str, Any] | None:
     """The deploy this one replaces, as a rollback needs it: id, config, and whether its server still ran."""
     rec = records.current(state_dir)
     if not rec:
@@ -89,7 +89,7 @@ def _previous(state_dir: str) -> Optional[Dict[str, Any]]:
             "pid": rec.get("pid"), "redeployable": bool(rec.get("request") and rec.get("script_copy"))}
 
 
-def _keep_script(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
+def _keep_script(state_dir: str, req: dict[str, Any]) -> dict[str, Any]:
     """Copy the launch script next to the record (a later deploy of the same config overwrites the original)."""
     import shutil
 
@@ -104,19 +104,19 @@ def _keep_script(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
         return {}
 
 
-def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
     t = req["timeouts"]
     cancel_file = records.cancel_path(state_dir, req["deploy_id"])
 
-    def cancelled() -> Optional[str]:
+    def cancelled() -> str | None:
         try:
             with open(cancel_file, encoding="utf-8") as f:
                 return f.read().strip() or "asked by the client"
         except OSError:
             return None
 
-    record: Dict[str, Any] = {
+    record: dict[str, Any] = {
         "deploy_id": req["deploy_id"], "status": "running", "client": req.get("client"),
         "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
         "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
@@ -146,7 +146,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     if lock.stale:
         sink.emit("info", message=f"replaced a stale lock note left by deploy {lock.stale.get('deploy_id')} "
                   f"(agent pid {lock.stale.get('pid')} is gone)")
-    started: Optional[Dict[str, Any]] = None
+    started: dict[str, Any] | None = None
     try:
         if req.get("patch"):
             from . import patching
@@ -164,7 +164,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
                   lambda r: f"{len(r['gpus'])} GPU(s) idle")
         header = (f"=== specdeploy deploy {req['deploy_id']} config {req['config_name']} plan {req['plan_hash']} "
                   f"started {_now()} ===")
-        def start() -> Dict[str, Any]:
+        def start() -> dict[str, Any]:
             nonlocal started
             started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header, gated=True)
             record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],
@@ -182,7 +182,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         assert started is not None
         sink.emit("started", pid=started["pid"], log_path=req["log_path"], log_offset=started["log_offset"])
 
-        def on_lines(lines: List[str]) -> None:
+        def on_lines(lines: list[str]) -> None:
             sink.emit("log", lines=lines[-20:], count=len(lines))
 
         ready = steps.run("wait_ready", lambda: server.wait_ready(
@@ -198,7 +198,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         if gate_req:
             _gates(gate_req, req, started, record, steps)
         if req.get("verify"):
-            def verify_step() -> Dict[str, Any]:
+            def verify_step() -> dict[str, Any]:
                 started_ = started
                 assert started_ is not None
                 record["verify"] = v = _verify(req, started_, record)
@@ -240,7 +240,7 @@ def run(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         lock.release()
 
 
-def _gates(gate_req: Dict[str, Any], req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any],
+def _gates(gate_req: dict[str, Any], req: dict[str, Any], started: dict[str, Any], record: dict[str, Any],
            steps: Steps) -> None:
     """Ready means it answers: one real generation, then (speculative configurations) the accept-length gate."""
     from . import gates
@@ -256,7 +256,7 @@ def _gates(gate_req: Dict[str, Any], req: Dict[str, Any], started: Dict[str, Any
     if gate is None:
         return
 
-    def accept_step() -> Dict[str, Any]:
+    def accept_step() -> dict[str, Any]:
         burst = gates.accept_burst(listen, port, key, timeout)
         record["accept"] = out = gates.judge_accept(burst, float(gate))
         return out
@@ -265,7 +265,7 @@ def _gates(gate_req: Dict[str, Any], req: Dict[str, Any], started: Dict[str, Any
               lambda r: f"accept length {r['accept_length']:.2f} over {r['requests']} requests (gate {r['gate']:g})")
 
 
-def expected_of(req: Dict[str, Any]) -> Optional[Dict[str, str]]:
+def expected_of(req: dict[str, Any]) -> dict[str, str] | None:
     """The NCCL values a deploy request asked for (older requests carried them only when verifying)."""
     exp = req.get("expected")
     if exp is None:
@@ -273,12 +273,12 @@ def expected_of(req: Dict[str, Any]) -> Optional[Dict[str, str]]:
     return dict(exp) if isinstance(exp, dict) else None
 
 
-def _lock_waiter(sink: EventSink) -> Callable[[Optional[Dict[str, Any]], float], None]:
+def _lock_waiter(sink: EventSink) -> Callable[[dict[str, Any] | None, float], None]:
     """While another deploy holds the host: a ``lock_wait`` event at once, on each step it moves to, and every 10 s
     (so the waiting user sees who holds the host and what it does)."""
-    last: Dict[str, Any] = {"key": None, "at": 0.0}
+    last: dict[str, Any] = {"key": None, "at": 0.0}
 
-    def on_wait(holder: Optional[Dict[str, Any]], left: float) -> None:
+    def on_wait(holder: dict[str, Any] | None, left: float) -> None:
         key = (holder or {}).get("deploy_id"), (holder or {}).get("step")
         now = time.monotonic()
         if key != last["key"] or now - last["at"] >= 10.0:
@@ -291,8 +291,8 @@ def _lock_waiter(sink: EventSink) -> Callable[[Optional[Dict[str, Any]], float],
 LAUNCH_DIAG = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SPT_NOENV")
 
 
-def evidence_request(rec_or_req: Dict[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
-                     start_ticks: Optional[int], expected: Dict[str, str]) -> Dict[str, Any]:
+def evidence_request(rec_or_req: dict[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
+                     start_ticks: int | None, expected: dict[str, str]) -> dict[str, Any]:
     """What evidence.gather needs to judge the server of one deploy: its own log region, its launcher (pid and
     start time), its deploy id for the markers, and what it was launched with."""
     summary = rec_or_req.get("summary") or rec_or_req.get("launch") or {}
@@ -308,7 +308,7 @@ def evidence_request(rec_or_req: Dict[str, Any], *, deploy_id: str, log_path: st
             "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}
 
 
-def _verify(req: Dict[str, Any], started: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
+def _verify(req: dict[str, Any], started: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     from . import evidence, patching
 
     ev_req = evidence_request(req, deploy_id=req["deploy_id"], log_path=req["log_path"],
@@ -335,21 +335,21 @@ class _NullSink(EventSink):
 def _patch_detail(r: Any) -> Any:
     if not isinstance(r, dict):
         return None
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     for f in r.get("files") or []:
         counts[str(f.get("action", "?"))] = counts.get(str(f.get("action", "?")), 0) + 1
     mode = r.get("mode", "?")
     return f"mode {mode}: " + ", ".join(f"{n} file(s) {a}" for a, n in sorted(counts.items())) if counts else None
 
 
-def _stop_detail(r: Dict[str, Any]) -> str:
+def _stop_detail(r: dict[str, Any]) -> str:
     n_term, n_kill = len(r["terminated"]), len(r["killed"])
     if not n_term and not n_kill:
         return "nothing running"
     return f"{n_term} stopped with SIGTERM, {n_kill} needed SIGKILL"
 
 
-def _verify_detail(r: Dict[str, Any]) -> str:
+def _verify_detail(r: dict[str, Any]) -> str:
     rows = r["evaluation"].get("rows") or []
     proven = sum(1 for x in rows if x.get("status") == "proven")
     return f"{proven}/{len(rows)} values proven across {len(r['evidence'].get('schedulers') or [])} scheduler(s)"

@@ -12,7 +12,7 @@ import shutil
 import socket
 import sys
 import sysconfig
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from . import gpus, versions
 from .boot import unsafe_reason
@@ -30,7 +30,7 @@ def expand(path: str) -> str:
     return os.path.expanduser(path) if path.startswith("~") else path
 
 
-def _literal_version(path: str, top_level_only: bool) -> Optional[str]:
+def _literal_version(path: str, top_level_only: bool) -> str | None:
     """The string assigned to ``__version__`` in a Python file, read with ``ast`` (never executed or imported).
 
     ``top_level_only``: only a module-level ``__version__ = "x"`` counts, the way Python would see it; one inside a
@@ -50,7 +50,7 @@ def _literal_version(path: str, top_level_only: bool) -> Optional[str]:
     return found
 
 
-def _dist_metadata(site: str) -> Tuple[Optional[str], Optional[str]]:
+def _dist_metadata(site: str) -> tuple[str | None, str | None]:
     """(version, dist-info name) of the ``sglang`` distribution installed next to the package; or the one
     ``importlib.metadata`` finds on sys.path (an editable install keeps its dist-info away from the source tree).
     Reading metadata imports nothing of SGLang."""
@@ -73,7 +73,7 @@ def _dist_metadata(site: str) -> Tuple[Optional[str], Optional[str]]:
         return None, None
 
 
-def sglang_info() -> Dict[str, Any]:
+def sglang_info() -> dict[str, Any]:
     """Where SGLang is and which version, read without importing it (importing real SGLang pulls in torch and takes
     seconds; find_spec only locates the package).
 
@@ -87,7 +87,7 @@ def sglang_info() -> Dict[str, Any]:
         return {"installed": False}
     root = next(iter(spec.submodule_search_locations))
     site = os.path.dirname(root)
-    sources: Dict[str, str] = {}
+    sources: dict[str, str] = {}
     literal = _literal_version(os.path.join(root, "version.py"), top_level_only=True)
     if literal:
         sources["sglang/version.py"] = literal
@@ -101,14 +101,14 @@ def sglang_info() -> Dict[str, Any]:
     if version == versions.DEV_FALLBACK:
         version = None
     layout = {k: os.path.isfile(os.path.join(root, rel)) for k, rel in LAYOUT.items()}
-    info: Dict[str, Any] = {"installed": True, "version": version, "version_sources": sources, "root": root,
+    info: dict[str, Any] = {"installed": True, "version": version, "version_sources": sources, "root": root,
                             "site_packages": site, "layout": layout}
     if len(set(sources.values())) > 1:
         info["version_conflict"] = sources
     return info
 
 
-def disk_free_gb(path: str) -> Optional[float]:
+def disk_free_gb(path: str) -> float | None:
     probe = path
     while probe and not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -118,7 +118,7 @@ def disk_free_gb(path: str) -> Optional[float]:
         return None
 
 
-def collect(req: Dict[str, Any]) -> Dict[str, Any]:
+def collect(req: dict[str, Any]) -> dict[str, Any]:
     state_dir = expand(req.get("state_dir", "~/.specdeploy"))
     paths = {k: v for k, v in (req.get("paths") or {}).items() if v}
     path_info = {}
@@ -148,7 +148,7 @@ def collect(req: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _unsafe_file(path: str) -> Optional[str]:
+def _unsafe_file(path: str) -> str | None:
     """Why an existing log file must not be appended to (a link, or not our own regular file), or None."""
     import stat
 
@@ -163,9 +163,9 @@ def _unsafe_file(path: str) -> Optional[str]:
     return None
 
 
-def problems(facts: Dict[str, Any], req: Dict[str, Any]) -> List[str]:
+def problems(facts: dict[str, Any], req: dict[str, Any]) -> list[str]:
     """Everything that would make a deploy fail, as sentences; empty when the host is ready."""
-    out: List[str] = []
+    out: list[str] = []
     sg = facts["sglang"]
     if not sg.get("installed"):
         out.append(f"SGLang is not installed for {facts['python']['executable']}")

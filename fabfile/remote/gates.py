@@ -21,7 +21,7 @@ import http.client
 import json
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any
 
 from . import loadgen
 from .common import AgentError
@@ -38,7 +38,7 @@ def _target(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
-def _post(host: str, port: int, body: Dict[str, Any], api_key: Optional[str], timeout: float) -> Dict[str, Any]:
+def _post(host: str, port: int, body: dict[str, Any], api_key: str | None, timeout: float) -> dict[str, Any]:
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -60,7 +60,7 @@ def _post(host: str, port: int, body: Dict[str, Any], api_key: Optional[str], ti
 def _bounded(fn: Any, seconds: float) -> Any:
     """Run ``fn`` in a thread; raise TimeoutError when it has not returned after ``seconds`` (a server that accepts
     the connection and trickles bytes would outlast any socket timeout)."""
-    box: Dict[str, Any] = {}
+    box: dict[str, Any] = {}
 
     def run() -> None:
         try:
@@ -78,7 +78,7 @@ def _bounded(fn: Any, seconds: float) -> Any:
     return box["out"]
 
 
-def first_request(listen: str, port: int, api_key: Optional[str], timeout: float) -> Dict[str, Any]:
+def first_request(listen: str, port: int, api_key: str | None, timeout: float) -> dict[str, Any]:
     """One real generation. Returns its latency and what came back; raises AgentError("generate_failed")."""
     host = _target(listen)
     body = {"input_ids": PROMPT_IDS, "sampling_params": {"max_new_tokens": FIRST_TOKENS, "temperature": 0.0,
@@ -106,8 +106,8 @@ def first_request(listen: str, port: int, api_key: Optional[str], timeout: float
     return {"latency_s": latency, "completion_tokens": tokens, "timeout_s": timeout}
 
 
-def accept_burst(listen: str, port: int, api_key: Optional[str], timeout: float, *, requests: int = 4,
-                 output_len: int = 64) -> Dict[str, Any]:
+def accept_burst(listen: str, port: int, api_key: str | None, timeout: float, *, requests: int = 4,
+                 output_len: int = 64) -> dict[str, Any]:
     """A short burst of streamed requests; the accept length from their final ``meta_info``."""
     host = _target(listen)
     t0 = time.monotonic()
@@ -127,7 +127,7 @@ def accept_burst(listen: str, port: int, api_key: Optional[str], timeout: float,
             "elapsed_s": round(time.monotonic() - t0, 3)}
 
 
-def judge_accept(burst: Dict[str, Any], gate: float) -> Dict[str, Any]:
+def judge_accept(burst: dict[str, Any], gate: float) -> dict[str, Any]:
     """The accept length the burst measured, judged against ``gate``; raises AgentError("accept_gate")."""
     meta = burst["meta"]
     n = burst["requests"]

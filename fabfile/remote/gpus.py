@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from . import procs
 from .common import AgentError
@@ -14,7 +14,7 @@ GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
 
 
-def smi_many(queries: List[List[str]], timeout: float = 15.0, strict: bool = True) -> Optional[List[Optional[str]]]:
+def smi_many(queries: list[list[str]], timeout: float = 15.0, strict: bool = True) -> list[str | None] | None:
     """Run several nvidia-smi queries at once (each costs tens of ms on a real host); None without nvidia-smi.
 
     ``strict``: a failing query raises AgentError; otherwise its output is None and the others still count.
@@ -24,7 +24,7 @@ def smi_many(queries: List[List[str]], timeout: float = 15.0, strict: bool = Tru
         return None
     running = [(args, subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                        stdin=subprocess.DEVNULL)) for args in queries]
-    outputs: List[Optional[str]] = []
+    outputs: list[str | None] = []
     for args, proc in running:
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -43,16 +43,16 @@ def smi_many(queries: List[List[str]], timeout: float = 15.0, strict: bool = Tru
     return outputs
 
 
-def _smi(args: List[str], timeout: float = 15.0) -> Optional[str]:
+def _smi(args: list[str], timeout: float = 15.0) -> str | None:
     outs = smi_many([args], timeout)
     return None if outs is None else outs[0]
 
 
-def _rows(text: str) -> List[List[str]]:
+def _rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
 
 
-def snapshot(with_apps: bool = True) -> Dict[str, Any]:
+def snapshot(with_apps: bool = True) -> dict[str, Any]:
     """GPUs and the processes holding them; ``available`` is False when the host has no nvidia-smi."""
     queries = [[f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"]]
     if with_apps:
@@ -88,22 +88,22 @@ def _num(s: str) -> int:
         return 0
 
 
-def topology() -> Optional[str]:
+def topology() -> str | None:
     try:
         return _smi(["topo", "-m"])
     except AgentError:
         return None
 
 
-def wait_clean(targets: List[int], idle_mib: int, timeout: float, samples: int = 3,
-               interval: float = 0.02) -> Dict[str, Any]:
+def wait_clean(targets: list[int], idle_mib: int, timeout: float, samples: int = 3,
+               interval: float = 0.02) -> dict[str, Any]:
     """The GPU-clean gate: no compute process on the target GPUs and memory back to idle, ``samples`` times in a row.
 
     Bounded by ``timeout``; on failure the error names the PID and command line that still hold a GPU.
     """
     deadline = time.monotonic() + timeout
     clean_in_a_row = 0
-    last: Dict[str, Any] = {}
+    last: dict[str, Any] = {}
     started = time.monotonic()
     while True:
         last = snapshot()

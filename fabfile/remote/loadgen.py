@@ -23,7 +23,7 @@ import json
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable
 
 from . import metrics
 
@@ -33,16 +33,16 @@ class RequestResult:
 
     def __init__(self) -> None:
         self.start = 0.0
-        self.ttft: Optional[float] = None
+        self.ttft: float | None = None
         self.e2e = 0.0
         self.output_tokens = 0
-        self.chunk_times: List[float] = []
-        self.chunk_tokens: List[int] = []
-        self.meta: Dict[str, Any] = {}
-        self.error: Optional[str] = None
+        self.chunk_times: list[float] = []
+        self.chunk_tokens: list[int] = []
+        self.meta: dict[str, Any] = {}
+        self.error: str | None = None
 
 
-def one_request(host: str, port: int, payload: bytes, api_key: Optional[str], timeout: float) -> RequestResult:
+def one_request(host: str, port: int, payload: bytes, api_key: str | None, timeout: float) -> RequestResult:
     r = RequestResult()
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     if api_key:
@@ -103,9 +103,9 @@ def _payload(rng: random.Random, input_len: int, output_len: int) -> bytes:
 
 
 def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: int, num_prompts: int,
-        warmup: int = 1, seed: int = 1, api_key: Optional[str] = None, timeout: float = 600.0,
-        on_progress: Optional[Callable[[int, int, float], bool]] = None, target_ci: Optional[float] = None,
-        min_requests: int = 8) -> Dict[str, Any]:
+        warmup: int = 1, seed: int = 1, api_key: str | None = None, timeout: float = 600.0,
+        on_progress: Callable[[int, int, float], bool] | None = None, target_ci: float | None = None,
+        min_requests: int = 8) -> dict[str, Any]:
     """Run the benchmark; ``on_progress(done, total, elapsed)`` returning False stops it early (client gone).
     With ``target_ci`` the run stops issuing requests once the throughput's 95 % interval is that narrow
     (``num_prompts`` is then the most it sends)."""
@@ -118,7 +118,7 @@ def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: i
 
             raise AgentError("bench_failed", f"the warm-up request to http://{target}:{port}/generate failed: "
                              f"{w.error}", "check `inv status` and `inv logs`: is the server up and healthy?")
-    results: List[RequestResult] = []
+    results: list[RequestResult] = []
     lock = threading.Lock()
     stop = threading.Event()
     enough = threading.Event()
@@ -162,8 +162,8 @@ def run(host: str, port: int, *, concurrency: int, input_len: int, output_len: i
     return out
 
 
-def summarize(results: List[RequestResult], t0: float, t1: float, interrupted: bool = False,
-              window_end: Optional[float] = None) -> Dict[str, Any]:
+def summarize(results: list[RequestResult], t0: float, t1: float, interrupted: bool = False,
+              window_end: float | None = None) -> dict[str, Any]:
     ok = [r for r in results if r.error is None]
     errors = [r.error for r in results if r.error is not None]
     duration = max(t1 - t0, 1e-9)
@@ -173,13 +173,13 @@ def summarize(results: List[RequestResult], t0: float, t1: float, interrupted: b
     window_tokens = sum(r.chunk_tokens[i] for r in ok for i in range(len(r.chunk_tokens)) if r.chunk_times[i] <= end)
     ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
     tpot = [(r.e2e - r.ttft) * 1000 / (r.output_tokens - 1) for r in ok if r.ttft is not None and r.output_tokens > 1]
-    itl: List[float] = []
+    itl: list[float] = []
     for r in ok:
         t = r.chunk_times
         itl += [(t[i + 1] - t[i]) * 1000 for i in range(len(t) - 1)]
     spec = metrics.spec_from_meta(r.meta for r in ok)
-    cycle: List[float] = []
-    hist: List[int] = []
+    cycle: list[float] = []
+    hist: list[int] = []
     sources = set()
     for r in ok:
         vct = int(r.meta.get("spec_verify_ct") or 0)

@@ -12,12 +12,12 @@ import fcntl
 import json
 import os
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
 from .common import AgentError, atomic_write, ensure_private_dir
 
 # Called while waiting: (the live holder's note or None, seconds left to wait).
-OnWait = Callable[[Optional[Dict[str, Any]], float], None]
+OnWait = Callable[[Optional[dict[str, Any]], float], None]
 
 
 class DeployLock:
@@ -25,19 +25,19 @@ class DeployLock:
         ensure_private_dir(state_dir)
         self.path = os.path.join(state_dir, "deploy.lock")
         self.info_path = self.path + ".json"
-        self.fd: Optional[int] = None
-        self.stale: Optional[Dict[str, Any]] = None
-        self.info: Dict[str, Any] = {}
+        self.fd: int | None = None
+        self.stale: dict[str, Any] | None = None
+        self.info: dict[str, Any] = {}
 
-    def holder(self) -> Optional[Dict[str, Any]]:
+    def holder(self) -> dict[str, Any] | None:
         try:
             with open(self.info_path, encoding="utf-8") as f:
-                data: Dict[str, Any] = json.load(f)
+                data: dict[str, Any] = json.load(f)
                 return data
         except (OSError, ValueError):
             return None
 
-    def live_holder(self) -> Optional[Dict[str, Any]]:
+    def live_holder(self) -> dict[str, Any] | None:
         """The holder's note if its agent process still runs (a note left by a killed agent is not a holder)."""
         from . import procs
 
@@ -46,7 +46,7 @@ class DeployLock:
             return None
         return h
 
-    def acquire(self, owner: Dict[str, Any], wait_s: float = 0.0, on_wait: Optional[OnWait] = None) -> None:
+    def acquire(self, owner: dict[str, Any], wait_s: float = 0.0, on_wait: OnWait | None = None) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + wait_s
         while True:
@@ -111,7 +111,7 @@ class DeployLock:
         self.fd = None
 
 
-def describe(h: Dict[str, Any]) -> str:
+def describe(h: dict[str, Any]) -> str:
     """``(ID, from CLIENT, started SINCE, agent pid P, at step S)`` for messages."""
     parts = [str(h.get("deploy_id", "of unknown id")), f"from {h.get('client', '?')}",
              f"started {h.get('since', '?')}", f"agent pid {h.get('pid', '?')}"]

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from collections.abc import Iterable
+from typing import Any
 
 from . import versions
 
@@ -35,12 +36,12 @@ _NAMES = {
 _INTS = ("running_req", "tokens", "queue_req", "swa_tokens", "mamba_num")
 
 
-def parse_decode_line(line: str) -> Optional[Dict[str, Any]]:
+def parse_decode_line(line: str) -> dict[str, Any] | None:
     """One ``Decode batch`` log line → its fields (None for any other line)."""
     idx = line.find("Decode batch")
     if idx < 0:
         return None
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     m = _PREFIX.search(line[:idx].strip() + " ") if line[:idx].strip() else None
     if m:
         out["time"] = m.group("ts")
@@ -72,17 +73,17 @@ def accept_rate_meaning(version: str) -> str:
     return "not printed before 0.5.4"
 
 
-def draft_acceptance(accept_len: Optional[float], draft_tokens: Optional[int]) -> Optional[float]:
+def draft_acceptance(accept_len: float | None, draft_tokens: int | None) -> float | None:
     """The share of drafted tokens accepted, (accept_len-1)/(draft_tokens-1): the same meaning on every version."""
     if accept_len is None or not draft_tokens or draft_tokens < 2:
         return None
     return (accept_len - 1.0) / (draft_tokens - 1)
 
 
-def summarize_decode_lines(lines: Iterable[str]) -> Dict[str, Any]:
+def summarize_decode_lines(lines: Iterable[str]) -> dict[str, Any]:
     """Every ``Decode batch`` line in ``lines`` → count, mean accept len/rate, mean and last gen throughput."""
     parsed = [d for d in (parse_decode_line(ln) for ln in lines) if d is not None]
-    out: Dict[str, Any] = {"lines": len(parsed)}
+    out: dict[str, Any] = {"lines": len(parsed)}
     if not parsed:
         return out
     for key in ("accept_len", "accept_rate", "gen_throughput"):
@@ -98,9 +99,9 @@ _PROM = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\}
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def parse_prometheus(text: str) -> Dict[str, List[Tuple[Dict[str, str], float]]]:
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Prometheus exposition text → ``{metric: [(labels, value), ...]}`` (comments and bad lines skipped)."""
-    out: Dict[str, List[Tuple[Dict[str, str], float]]] = {}
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -126,10 +127,10 @@ _PROM_SPEC = {
 }
 
 
-def spec_from_prometheus(text: str) -> Dict[str, float]:
+def spec_from_prometheus(text: str) -> dict[str, float]:
     """The speculative figures in a ``/metrics`` page; the tp_rank 0 sample when several ranks report."""
     metrics = parse_prometheus(text)
-    out: Dict[str, float] = {}
+    out: dict[str, float] = {}
     for name, key in _PROM_SPEC.items():
         samples = metrics.get(name)
         if not samples:
@@ -140,11 +141,11 @@ def spec_from_prometheus(text: str) -> Dict[str, float]:
 
 
 # -- /server_info ---------------------------------------------------------------------------------------------------
-def spec_from_server_info(info: Dict[str, Any]) -> Dict[str, Any]:
+def spec_from_server_info(info: dict[str, Any]) -> dict[str, Any]:
     """Speculative configuration and the server-wide accept length from a ``/server_info`` document."""
     states = info.get("internal_states") or [{}]
     state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-    out: Dict[str, Any] = {
+    out: dict[str, Any] = {
         "algorithm": info.get("speculative_algorithm"),
         "steps": info.get("speculative_num_steps"),
         "topk": info.get("speculative_eagle_topk"),
@@ -159,7 +160,7 @@ def spec_from_server_info(info: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # -- per-request meta_info ------------------------------------------------------------------------------------------
-def spec_from_meta(metas: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
+def spec_from_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Totals over requests' ``meta_info``: accept length = Σ completion_tokens / Σ spec_verify_ct.
 
     The accept rate comes from the version's draft counters: ``spec_accept_token_num``/``spec_draft_token_num``
@@ -183,7 +184,7 @@ def spec_from_meta(metas: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
                 proposed += int(m[p_key])
                 have_counts = True
                 break
-    out: Dict[str, Any] = {"requests": n}
+    out: dict[str, Any] = {"requests": n}
     if verify:
         out["accept_len"] = tokens / verify
         out["verify_ct"] = verify
@@ -200,7 +201,7 @@ def spec_from_meta(metas: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
 HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 
-def histogram_from_meta(meta: Dict[str, Any]) -> Optional[List[int]]:
+def histogram_from_meta(meta: dict[str, Any]) -> list[int] | None:
     for key in HISTOGRAM_KEYS:
         h = meta.get(key)
         if isinstance(h, list) and h and all(isinstance(x, int) for x in h):
@@ -208,14 +209,14 @@ def histogram_from_meta(meta: Dict[str, Any]) -> Optional[List[int]]:
     return None
 
 
-def histogram_from_stream(chunk_tokens: List[int], verify_ct: Optional[int]) -> Optional[List[int]]:
+def histogram_from_stream(chunk_tokens: list[int], verify_ct: int | None) -> list[int] | None:
     """Accepted drafts per verify pass from the tokens each streamed chunk brought: SGLang streams the prefill's
     token first, then each verify pass's tokens together (1 + accepted drafts). Trusted only when the chunks after
     the first are exactly the request's ``spec_verify_ct`` passes (coalesced chunks would inflate it); the last pass
     is left out, as ``max_new_tokens`` may have cut it short."""
     if not verify_ct or len(chunk_tokens) != int(verify_ct) + 1 or chunk_tokens[0] != 1:
         return None
-    hist: List[int] = []
+    hist: list[int] = []
     for n in chunk_tokens[1:-1]:
         j = n - 1
         if j < 0:
@@ -226,7 +227,7 @@ def histogram_from_stream(chunk_tokens: List[int], verify_ct: Optional[int]) -> 
     return hist or None
 
 
-def add_histograms(a: List[int], b: List[int]) -> List[int]:
+def add_histograms(a: list[int], b: list[int]) -> list[int]:
     out = list(a) + [0] * max(0, len(b) - len(a))
     for i, x in enumerate(b):
         out[i] += x
@@ -247,7 +248,7 @@ def t95(df: int) -> float:
     return _T95[max(k for k in _T95 if k <= df)]
 
 
-def throughput_ci(tokens: List[float], seconds: List[float]) -> Optional[float]:
+def throughput_ci(tokens: list[float], seconds: list[float]) -> float | None:
     """Relative half-width of the 95 % confidence interval of a throughput Σtokens/Σseconds over requests (the ratio
     estimator; with C requests in flight the served tok/s is C times it, so the relative width is the same).
     None with fewer than 2 requests."""
@@ -274,9 +275,9 @@ _LAT = re.compile(r"^(?P<stat>Mean|Median|P\d+|Max|Min|Std) (?P<what>E2E Latency
 _LAT_KEYS = {"E2E Latency": "e2e_ms", "TTFT": "ttft_ms", "TPOT": "tpot_ms", "ITL": "itl_ms"}
 
 
-def parse_bench_serving(text: str) -> Dict[str, Any]:
+def parse_bench_serving(text: str) -> dict[str, Any]:
     """``sglang.bench_serving``'s printed result block → throughputs, accept length and latency percentiles."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for raw in text.splitlines():
         m = _BENCH_LINE.match(raw)
         if not m:
@@ -293,7 +294,7 @@ def parse_bench_serving(text: str) -> Dict[str, Any]:
 
 
 # -- statistics -----------------------------------------------------------------------------------------------------
-def percentile(values: List[float], q: float) -> Optional[float]:
+def percentile(values: list[float], q: float) -> float | None:
     """Linear-interpolated percentile (numpy's default), ``q`` in 0..100; None for no values."""
     if not values:
         return None
@@ -304,11 +305,11 @@ def percentile(values: List[float], q: float) -> Optional[float]:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def distribution(values: List[float], qs: Tuple[int, ...] = (50, 95, 99)) -> Dict[str, Any]:
+def distribution(values: list[float], qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, Any]:
     """mean, median, the given percentiles and max of ``values`` (empty dict for no values)."""
     if not values:
         return {}
-    out: Dict[str, Any] = {"mean": sum(values) / len(values), "median": percentile(values, 50), "max": max(values)}
+    out: dict[str, Any] = {"mean": sum(values) / len(values), "median": percentile(values, 50), "max": max(values)}
     for q in qs:
         if q != 50:
             out[f"p{q}"] = percentile(values, q)

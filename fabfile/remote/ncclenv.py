@@ -21,7 +21,6 @@ The verdicts built on this are in ``evidence.evaluate`` and in the README's chec
 from __future__ import annotations
 
 import re
-from typing import Dict, Optional, Tuple
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -91,7 +90,7 @@ READ_AT_INIT = frozenset(
 READ_AT_MULTI_RANK_INIT = frozenset({"NCCL_PROTO", "NCCL_ALGO"})
 
 # Read only on some paths: (prefix or name, condition). The first match wins.
-_CONDITIONS: Tuple[Tuple[str, str], ...] = (
+_CONDITIONS: tuple[tuple[str, str], ...] = (
     ("NCCL_IB_", "only over InfiniBand connections (network traffic between nodes on an IB fabric)"),
     ("NCCL_NET_GDR_LEVEL", "only for network (inter-node) transport with GPU Direct RDMA"),
     ("NCCL_NET_", "only for network (inter-node) transport"),
@@ -112,7 +111,7 @@ _CONDITIONS: Tuple[Tuple[str, str], ...] = (
 )
 
 
-def strtoll(text: str) -> Optional[int]:
+def strtoll(text: str) -> int | None:
     """C ``strtoll(text, NULL, 0)`` as NCCL calls it; None where it sets errno (out of range)."""
     s = text.lstrip(" \t\n\v\f\r")
     sign = 1
@@ -134,7 +133,7 @@ def strtoll(text: str) -> Optional[int]:
     return value
 
 
-def level_name(text: str) -> Optional[str]:
+def level_name(text: str) -> str | None:
     """The path name ``ncclGetLevel`` makes of ``text``, or None when NCCL ignores it."""
     if text in LEVEL_NAMES:
         return text
@@ -160,7 +159,7 @@ def kind(var: str) -> str:
     return "unknown"
 
 
-def reading(var: str, raw: str) -> Dict[str, Optional[str]]:
+def reading(var: str, raw: str) -> dict[str, str | None]:
     """What NCCL makes of ``var=raw``: ``{"value": canonical or None, "printed": echo text or None, "why": ...}``.
 
     ``value`` None means NCCL ignores the value (keeps its default); ``printed`` is what follows
@@ -190,7 +189,7 @@ def reading(var: str, raw: str) -> Dict[str, Optional[str]]:
 _NUMERIC_RE = re.compile(r"^\s*[+-]?(?:0[xX][0-9a-fA-F]+|\d+)(?:\.0*)?\s*$")
 
 
-def same(var: str, a: Optional[str], b: Optional[str]) -> bool:
+def same(var: str, a: str | None, b: str | None) -> bool:
     """Whether NCCL ends up with the same value from ``a`` and ``b`` (either may be a log echo like ``16777216.``)."""
     if a is None or b is None:
         return False
@@ -205,7 +204,7 @@ def same(var: str, a: Optional[str], b: Optional[str]) -> bool:
     return False
 
 
-def read_when(var: str) -> Tuple[str, Optional[str]]:
+def read_when(var: str) -> tuple[str, str | None]:
     """When NCCL reads (and so echoes) ``var``: ``("init", None)``, ``("multi_rank", None)``,
     ``("conditional", why)``, ``("never", why)`` or ``("unknown", why)``."""
     if var in READ_AT_INIT:

@@ -6,7 +6,7 @@ import os
 import re
 import signal
 import time
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from collections.abc import Iterable
 
 PROC = "/proc"
 
@@ -22,7 +22,7 @@ class ProcInfo:
         self.start_ticks = start_ticks
         self.cmdline = cmdline
 
-    def as_dict(self) -> Dict[str, object]:
+    def as_dict(self) -> dict[str, object]:
         return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "state": self.state,
                 "start_ticks": self.start_ticks, "cmdline": self.cmdline}
 
@@ -43,8 +43,8 @@ def read_cmdline(pid: int) -> str:
 SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token")
 
 
-def redact_argv(args: List[str]) -> List[str]:
-    out: List[str] = []
+def redact_argv(args: list[str]) -> list[str]:
+    out: list[str] = []
     hide = False
     for a in args:
         if hide:
@@ -61,14 +61,14 @@ def redact_argv(args: List[str]) -> List[str]:
     return out
 
 
-def read_environ(pid: int) -> Optional[Dict[str, str]]:
+def read_environ(pid: int) -> dict[str, str] | None:
     """Start-time environment of ``pid``; ``{}`` when wiped by setproctitle (all NULs); None when unreadable."""
     try:
         with open(f"{PROC}/{pid}/environ", "rb") as f:
             raw = f.read()
     except OSError:
         return None
-    env: Dict[str, str] = {}
+    env: dict[str, str] = {}
     for item in raw.split(b"\0"):
         if b"=" in item:
             k, _, v = item.partition(b"=")
@@ -76,7 +76,7 @@ def read_environ(pid: int) -> Optional[Dict[str, str]]:
     return env
 
 
-def stat(pid: int) -> Optional[ProcInfo]:
+def stat(pid: int) -> ProcInfo | None:
     try:
         with open(f"{PROC}/{pid}/stat", "rb") as f:
             raw = f.read().decode("utf-8", "replace")
@@ -91,7 +91,7 @@ def stat(pid: int) -> Optional[ProcInfo]:
     return ProcInfo(pid, ppid, pgid, state, start, read_cmdline(pid))
 
 
-def all_procs() -> List[ProcInfo]:
+def all_procs() -> list[ProcInfo]:
     out = []
     for name in os.listdir(PROC):
         if name.isdigit():
@@ -101,7 +101,7 @@ def all_procs() -> List[ProcInfo]:
     return out
 
 
-def alive(pid: int, start_ticks: Optional[int] = None) -> bool:
+def alive(pid: int, start_ticks: int | None = None) -> bool:
     """True if ``pid`` still runs (and, when given, is the same process: same start time).
 
     A zombie counts as gone only when all its threads are gone. Seen on a real H200: after SIGKILL, a CUDA
@@ -135,12 +135,12 @@ def _threads_still_running(pid: int) -> bool:
     return False
 
 
-def descendants(root: int, procs: Optional[Iterable[ProcInfo]] = None) -> List[ProcInfo]:
+def descendants(root: int, procs: Iterable[ProcInfo] | None = None) -> list[ProcInfo]:
     procs = list(procs if procs is not None else all_procs())
-    children: Dict[int, List[ProcInfo]] = {}
+    children: dict[int, list[ProcInfo]] = {}
     for p in procs:
         children.setdefault(p.ppid, []).append(p)
-    out: List[ProcInfo] = []
+    out: list[ProcInfo] = []
     stack = [root]
     while stack:
         for c in children.get(stack.pop(), []):
@@ -172,14 +172,14 @@ RANK_PARTS = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
 _RANK_PART_RE = re.compile(r"_(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)")
 
 
-def scheduler_ranks(cmdline: str) -> Optional[Dict[str, int]]:
+def scheduler_ranks(cmdline: str) -> dict[str, int] | None:
     """The ranks a scheduler title names (``sglang::scheduler_DP0_PP1_TP2`` → ``{"DP": 0, "PP": 1, "TP": 2}``);
     ``{}`` for a bare ``sglang::scheduler``; None for anything else."""
     head = cmdline.split()[0] if cmdline.strip() else ""
     if not head.startswith(SCHEDULER_TITLE):
         return None
     rest = head[len(SCHEDULER_TITLE):]
-    out: Dict[str, int] = {}
+    out: dict[str, int] = {}
     pos = 0
     for m in _RANK_PART_RE.finditer(rest):
         if m.start() != pos:
@@ -189,7 +189,7 @@ def scheduler_ranks(cmdline: str) -> Optional[Dict[str, int]]:
     return out
 
 
-def scheduler_rank(cmdline: str) -> Optional[int]:
+def scheduler_rank(cmdline: str) -> int | None:
     """The TP rank a scheduler title names (``sglang::scheduler_TP3`` → 3; ``sglang::scheduler`` → 0, TP 1).
 
     None for a title that names other ranks but no TP rank (``sglang::scheduler_PP1``): several such processes
@@ -203,15 +203,15 @@ def scheduler_rank(cmdline: str) -> Optional[int]:
     return 0 if not ranks else None
 
 
-def scheduler_sort_key(cmdline: str) -> Tuple[int, ...]:
+def scheduler_sort_key(cmdline: str) -> tuple[int, ...]:
     """Numeric order of scheduler titles (TP2 before TP10; DP, then PP, ..., then TP, then EP)."""
     ranks = scheduler_ranks(cmdline) or {}
     return tuple(ranks.get(part, -1) for part in RANK_PARTS)
 
 
-def protected_pids() -> Set[int]:
+def protected_pids() -> set[int]:
     """This agent and its ancestors: never signalled, whatever they look like."""
-    out: Set[int] = set()
+    out: set[int] = set()
     pid = os.getpid()
     while pid > 1:
         out.add(pid)
@@ -241,7 +241,7 @@ def signal_groups(pgids: Iterable[int], sig: int) -> None:
             pass
 
 
-def wait_gone(pids: Dict[int, int], timeout: float, interval: float = 0.02) -> List[int]:
+def wait_gone(pids: dict[int, int], timeout: float, interval: float = 0.02) -> list[int]:
     """Wait until every pid (mapped to its start ticks) has exited; return the ones still alive at the deadline."""
     deadline = time.monotonic() + timeout
     remaining = dict(pids)
@@ -262,7 +262,7 @@ def _reap(pid: int) -> None:
         pass
 
 
-def terminate(targets: List[ProcInfo], grace: float) -> Dict[str, List[Dict[str, object]]]:
+def terminate(targets: list[ProcInfo], grace: float) -> dict[str, list[dict[str, object]]]:
     """SIGTERM every target (its whole group when it leads one), wait ``grace``, SIGKILL the rest, confirm gone."""
     protected = protected_pids()
     targets = [t for t in targets if t.pid not in protected]

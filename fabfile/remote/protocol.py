@@ -8,23 +8,21 @@ missing here, or a kind here is raised nowhere. Stdlib only, Python 3.9+ (it run
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
-
 # Every verb the agent answers (``fabfile/remote/verbs.py``'s TABLE has exactly these keys).
-VERBS: Tuple[str, ...] = (
+VERBS: tuple[str, ...] = (
     "facts", "deploy", "attach", "stop", "status", "logs", "gpus", "stale", "adopt", "records", "redeploy", "cancel",
     "router_start", "router_stop", "router_worker", "watch", "bench", "evidence", "patch_apply", "patch_rollback",
     "patch_status",
 )
 
 # What the client makes of a kind. Categories name the client's exception classes (``fabfile/errors.py``):
-CATEGORIES: Tuple[str, ...] = (
+CATEGORIES: tuple[str, ...] = (
     "preflight", "lock_held", "patch", "gpu_busy", "launch", "bench", "agent_crash", "env_not_proven", "remote",
     "unsafe_path", "usage", "accept_gate",
 )
 
 # kind -> (category, hint used when the agent's error carries none).
-ERROR_KINDS: Dict[str, Tuple[str, str]] = {
+ERROR_KINDS: dict[str, tuple[str, str]] = {
     # the protocol itself
     "bad_request": ("agent_crash", "the client and the host's agent disagree: this is a bug in specdeploy"),
     "deadline": ("remote", "raise the timeout or look at the host's load"),

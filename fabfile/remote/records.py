@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from .common import atomic_write, ensure_private_dir
 
@@ -15,7 +15,7 @@ def _dir(state_dir: str) -> str:
     return d
 
 
-def write(state_dir: str, record: Dict[str, Any], make_current: bool = True) -> str:
+def write(state_dir: str, record: dict[str, Any], make_current: bool = True) -> str:
     path = os.path.join(_dir(state_dir), f"{record['deploy_id']}.json")
     data = json.dumps(record, indent=2, sort_keys=True).encode()
     atomic_write(path, data, 0o600)
@@ -24,19 +24,19 @@ def write(state_dir: str, record: Dict[str, Any], make_current: bool = True) -> 
     return path
 
 
-def current(state_dir: str) -> Optional[Dict[str, Any]]:
+def current(state_dir: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(state_dir, "current.json"), encoding="utf-8") as f:
-            data: Dict[str, Any] = json.load(f)
+            data: dict[str, Any] = json.load(f)
             return data
     except (OSError, ValueError):
         return None
 
 
-def load(state_dir: str, deploy_id: str) -> Optional[Dict[str, Any]]:
+def load(state_dir: str, deploy_id: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(state_dir, "deploys", f"{deploy_id}.json"), encoding="utf-8") as f:
-            data: Dict[str, Any] = json.load(f)
+            data: dict[str, Any] = json.load(f)
             return data
     except (OSError, ValueError):
         return None
@@ -50,7 +50,7 @@ def script_copy_path(state_dir: str, deploy_id: str) -> str:
     return os.path.join(_dir(state_dir), f"{deploy_id}.sh")
 
 
-def history(state_dir: str, limit: int = 20) -> List[Dict[str, Any]]:
+def history(state_dir: str, limit: int = 20) -> list[dict[str, Any]]:
     d = _dir(state_dir)
     out = []
     for name in sorted(os.listdir(d), reverse=True):

@@ -10,7 +10,7 @@ import json
 import os
 import re
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 from . import procs, server
 from .common import AgentError, atomic_write, ensure_private_dir
@@ -29,16 +29,16 @@ def _path(state_dir: str, name: str) -> str:
     return os.path.join(_dir(state_dir), f"{name}.json")
 
 
-def load(state_dir: str, name: str) -> Optional[Dict[str, Any]]:
+def load(state_dir: str, name: str) -> dict[str, Any] | None:
     try:
         with open(_path(state_dir, name), encoding="utf-8") as f:
-            data: Dict[str, Any] = json.load(f)
+            data: dict[str, Any] = json.load(f)
             return data
     except (OSError, ValueError):
         return None
 
 
-def all_records(state_dir: str) -> List[Dict[str, Any]]:
+def all_records(state_dir: str) -> list[dict[str, Any]]:
     if not os.path.isdir(os.path.join(state_dir, "routers")):
         return []
     out = []
@@ -50,14 +50,14 @@ def all_records(state_dir: str) -> List[Dict[str, Any]]:
     return out
 
 
-def is_running(rec: Dict[str, Any]) -> bool:
+def is_running(rec: dict[str, Any]) -> bool:
     return bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
 
 
 _running = is_running
 
 
-def stop(state_dir: str, name: str, grace: float) -> Dict[str, Any]:
+def stop(state_dir: str, name: str, grace: float) -> dict[str, Any]:
     rec = load(state_dir, name)
     if not rec or not _running(rec):
         return {"stopped": []}
@@ -72,7 +72,7 @@ def stop(state_dir: str, name: str, grace: float) -> Dict[str, Any]:
     return {"stopped": [d["pid"] for k in ("terminated", "killed") for d in down[k]]}
 
 
-def start(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
+def start(state_dir: str, req: dict[str, Any]) -> dict[str, Any]:
     name = req["name"]
     # Refuse an unsafe log or working directory before the running router is touched (server.start checks again).
     ensure_private_dir(os.path.dirname(req["log_path"]), "log_dir")
@@ -82,7 +82,7 @@ def start(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
     header = f"=== specdeploy router {name} started {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ==="
     started = server.start(req["script"], req["log_path"], req["cwd"], header)
     started_t = time.monotonic()
-    rec: Dict[str, Any] = {"name": name, "pid": started["pid"], "start_ticks": started["start_ticks"],
+    rec: dict[str, Any] = {"name": name, "pid": started["pid"], "start_ticks": started["start_ticks"],
                            "listen": req["listen"], "port": req["port"], "workers": req["workers"],
                            "policy": req.get("policy"), "log_path": req["log_path"], "status": "starting",
                            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": req.get("argv")}
@@ -109,7 +109,7 @@ def start(state_dir: str, req: Dict[str, Any]) -> Dict[str, Any]:
     return {"record": rec, "replaced": stopped["stopped"]}
 
 
-def _wait_listed(rec: Dict[str, Any], wanted: Set[str], deadline: float) -> Optional[Dict[str, Dict[str, Any]]]:
+def _wait_listed(rec: dict[str, Any], wanted: set[str], deadline: float) -> dict[str, dict[str, Any]] | None:
     """sglang-router 0.3 answers /health at once and adds its --worker-urls in the background (each after that
     worker's /health, /server_info and /model_info): it routes only once it lists them, so wait for that too.
     A router without ``GET /workers`` (older ones) is taken at its /health."""
@@ -125,7 +125,7 @@ def _wait_listed(rec: Dict[str, Any], wanted: Set[str], deadline: float) -> Opti
         time.sleep(0.2)
 
 
-def _get_json(listen: str, port: int, path: str, timeout: float = 2.0) -> Optional[Any]:
+def _get_json(listen: str, port: int, path: str, timeout: float = 2.0) -> Any | None:
     """``GET path`` on the router → its JSON body, or None (no answer, not 200, not JSON)."""
     import http.client
 
@@ -144,7 +144,7 @@ def _get_json(listen: str, port: int, path: str, timeout: float = 2.0) -> Option
         conn.close()
 
 
-def _split_url(url: str) -> Optional[Tuple[str, int]]:
+def _split_url(url: str) -> tuple[str, int] | None:
     from urllib.parse import urlsplit
 
     try:
@@ -154,7 +154,7 @@ def _split_url(url: str) -> Optional[Tuple[str, int]]:
         return None
 
 
-def live_workers(rec: Dict[str, Any]) -> Dict[str, Any]:
+def live_workers(rec: dict[str, Any]) -> dict[str, Any]:
     """The router's worker set as the router itself reports it now, and each worker's ``/health`` probed from the
     router's host (what the router can reach), instead of the list recorded when it started.
 
@@ -163,7 +163,7 @@ def live_workers(rec: Dict[str, Any]) -> Dict[str, Any]:
     """
     listen, port = str(rec.get("listen")), int(rec["port"])
     source = "router"
-    said: Dict[str, Optional[bool]] = {}
+    said: dict[str, bool | None] = {}
     doc = _get_json(listen, port, "/workers")
     if isinstance(doc, dict) and isinstance(doc.get("workers"), list):
         for w in doc["workers"]:
@@ -186,7 +186,7 @@ def live_workers(rec: Dict[str, Any]) -> Dict[str, Any]:
     return {"source": source, "workers": items}
 
 
-def status(state_dir: str) -> List[Dict[str, Any]]:
+def status(state_dir: str) -> list[dict[str, Any]]:
     out = []
     for rec in all_records(state_dir):
         running = _running(rec)
@@ -213,8 +213,8 @@ def status(state_dir: str) -> List[Dict[str, Any]]:
 # (60 s by default): measured, 49 of 240 requests of a client load failed during a rolling restart of 4 replicas.
 
 
-def _request(listen: str, port: int, method: str, path: str, body: Optional[Dict[str, Any]] = None,
-             timeout: float = 5.0) -> Tuple[Optional[int], Any]:
+def _request(listen: str, port: int, method: str, path: str, body: dict[str, Any] | None = None,
+             timeout: float = 5.0) -> tuple[int | None, Any]:
     import http.client
 
     target = "127.0.0.1" if listen in ("0.0.0.0", "::", "") else listen
@@ -235,7 +235,7 @@ def _request(listen: str, port: int, method: str, path: str, body: Optional[Dict
         conn.close()
 
 
-def _listed(rec: Dict[str, Any]) -> Optional[Dict[str, Dict[str, Any]]]:
+def _listed(rec: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     """url -> the router's own entry for it, or None when the router does not answer ``GET /workers``."""
     code, doc = _request(str(rec["listen"]), int(rec["port"]), "GET", "/workers")
     if code != 200 or not isinstance(doc, dict) or not isinstance(doc.get("workers"), list):
@@ -243,7 +243,7 @@ def _listed(rec: Dict[str, Any]) -> Optional[Dict[str, Dict[str, Any]]]:
     return {str(w["url"]).rstrip("/"): w for w in doc["workers"] if isinstance(w, dict) and w.get("url")}
 
 
-def _running_router(state_dir: str, name: str) -> Dict[str, Any]:
+def _running_router(state_dir: str, name: str) -> dict[str, Any]:
     rec = load(state_dir, name)
     if not rec or not _running(rec):
         raise AgentError("not_running", f"router {name} is not running on this host",
@@ -251,7 +251,7 @@ def _running_router(state_dir: str, name: str) -> Dict[str, Any]:
     return rec
 
 
-def remove_worker(state_dir: str, name: str, url: str, drain_s: float, wait_s: float = 15.0) -> Dict[str, Any]:
+def remove_worker(state_dir: str, name: str, url: str, drain_s: float, wait_s: float = 15.0) -> dict[str, Any]:
     """Take ``url`` out of the router, wait (bounded) until the router no longer lists it, then give the requests
     it already sent there ``drain_s`` to finish (ending early when the replica reports nothing running)."""
     rec = _running_router(state_dir, name)
@@ -318,7 +318,7 @@ def _idle(host: str, port: int) -> bool:
     return seen > 0
 
 
-def add_worker(state_dir: str, name: str, url: str, wait_s: float = 30.0) -> Dict[str, Any]:
+def add_worker(state_dir: str, name: str, url: str, wait_s: float = 30.0) -> dict[str, Any]:
     """Put ``url`` back into the router and wait (bounded) until the router lists it healthy."""
     rec = _running_router(state_dir, name)
     listen, port = str(rec["listen"]), int(rec["port"])

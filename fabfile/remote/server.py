@@ -12,13 +12,13 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable
 
 from . import procs, versions
 from .common import AgentError, ensure_private_dir, open_private
 
 # (pattern, what it means, what to do). Order matters: the first match names the failure.
-FATAL_PATTERNS: List[Tuple[re.Pattern[str], str, str]] = [
+FATAL_PATTERNS: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"),
      "the GPU ran out of memory",
      "lower --mem-fraction-static (sglang_args), reduce --cuda-graph-max-bs, or free the GPUs"),
@@ -54,7 +54,7 @@ def readiness_path(sglang_version: str) -> str:
     return versions.readiness_path(sglang_version)
 
 
-def probe_timeout_s(path: str, env: Optional[Dict[str, str]] = None) -> float:
+def probe_timeout_s(path: str, env: dict[str, str] | None = None) -> float:
     """How long one GET of ``path`` may take before the probe gives up on it.
 
     ``/health`` (0.5.1 ... 0.5.19) and ``/health_generate`` run SGLang's health-generate handler: it sends a one-token
@@ -79,7 +79,7 @@ def probe_timeout_s(path: str, env: Optional[Dict[str, str]] = None) -> float:
 _GATE = 'read -r go || exit 0; exec /bin/sh "$1" </dev/null'
 
 
-def start(script: str, log_path: str, cwd: str, header: str, gated: bool = False) -> Dict[str, Any]:
+def start(script: str, log_path: str, cwd: str, header: str, gated: bool = False) -> dict[str, Any]:
     """Start ``script`` detached, its output appended to ``log_path``; with ``gated``, it waits until
     ``result["release"]()`` is called (see _GATE).
 
@@ -107,7 +107,7 @@ def start(script: str, log_path: str, cwd: str, header: str, gated: bool = False
             "log_offset": offset, "release": release}
 
 
-def probe(host: str, port: int, path: str, timeout: float) -> Optional[int]:
+def probe(host: str, port: int, path: str, timeout: float) -> int | None:
     """HTTP status of ``GET path`` on the server, or None when nothing answers within ``timeout`` (see
     :func:`probe_timeout_s`: SGLang's health endpoints take over a second by design).
 
@@ -133,7 +133,7 @@ def probe(host: str, port: int, path: str, timeout: float) -> Optional[int]:
     return None
 
 
-def timed_probe(host: str, port: int, path: str, timeout: float) -> Tuple[Optional[int], float]:
+def timed_probe(host: str, port: int, path: str, timeout: float) -> tuple[int | None, float]:
     """(status or None, seconds the answer took)."""
     t0 = time.monotonic()
     code = probe(host, port, path, timeout)
@@ -149,8 +149,8 @@ class _Prober(threading.Thread):
         self.args = (host, port, path, timeout)
         self.interval = interval
         self.stopped = threading.Event()
-        self.ready_latency: Optional[float] = None  # seconds the 200 took, once seen
-        self.last: Optional[Tuple[Optional[int], float]] = None
+        self.ready_latency: float | None = None  # seconds the 200 took, once seen
+        self.last: tuple[int | None, float] | None = None
         self.count = 0
 
     def run(self) -> None:
@@ -171,11 +171,11 @@ class LogFollower:
         self.path = path
         self.offset = offset
         self.partial = b""
-        self.tail: List[str] = []
-        self.window: List[str] = []   # a longer tail, to find the root cause above a long traceback
+        self.tail: list[str] = []
+        self.window: list[str] = []   # a longer tail, to find the root cause above a long traceback
         self.last_growth = time.monotonic()
 
-    def read_lines(self, cap: int = 4 << 20) -> List[str]:
+    def read_lines(self, cap: int = 4 << 20) -> list[str]:
         try:
             size = os.path.getsize(self.path)
         except OSError:
@@ -204,7 +204,7 @@ _ERROR_LINE = re.compile(r"(?:^|\s)(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|error
 _NOT_CAUSE = re.compile(r"NCCL INFO|Traceback \(most recent call last\)|^\s*File \"|Received sigquit|^\s*\^+\s*$")
 
 
-def cause_line(lines: List[str]) -> Optional[str]:
+def cause_line(lines: list[str]) -> str | None:
     """SGLang's own error line in a log window, for the message the user reads: the exception line that ends the
     first traceback (the root cause, e.g. a scheduler's CUDA OOM; the launcher's "scheduler died" follows it), else
     the last line naming an error (argparse's "error: unrecognized arguments"). An exception line is an unindented
@@ -222,18 +222,18 @@ def cause_line(lines: List[str]) -> Optional[str]:
     return None
 
 
-def classify(line: str) -> Optional[Tuple[str, str]]:
+def classify(line: str) -> tuple[str, str] | None:
     for pattern, what, hint in FATAL_PATTERNS:
         if pattern.search(line):
             return what, hint
     return None
 
 
-def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offset: int, listen: str, port: int,
-               sglang_version: str, ready_s: float, stall_s: float, on_lines: Callable[[List[str]], None],
-               interval: float = 0.1, ready_path: Optional[str] = None,
-               cancelled: Optional[Callable[[], Optional[str]]] = None,
-               env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def wait_ready(*, pid: int, start_ticks: int | None, log_path: str, log_offset: int, listen: str, port: int,
+               sglang_version: str, ready_s: float, stall_s: float, on_lines: Callable[[list[str]], None],
+               interval: float = 0.1, ready_path: str | None = None,
+               cancelled: Callable[[], str | None] | None = None,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
     """Follow the log and probe readiness until ready; raise AgentError at the first sign of failure.
 
     Fails at once on a fatal log line or the launcher's death (exit status when it is our child), on no log growth
@@ -257,10 +257,10 @@ def wait_ready(*, pid: int, start_ticks: Optional[int], log_path: str, log_offse
         prober.stopped.set()
 
 
-def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: Optional[int], log_path: str,
+def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: int | None, log_path: str,
             path: str, timeout: float, started: float, ready_s: float, stall_s: float,
-            on_lines: Callable[[List[str]], None], interval: float,
-            cancelled: Optional[Callable[[], Optional[str]]]) -> Dict[str, Any]:
+            on_lines: Callable[[list[str]], None], interval: float,
+            cancelled: Callable[[], str | None] | None) -> dict[str, Any]:
     fired_up = False
     while True:
         lines = follower.read_lines()
@@ -312,7 +312,7 @@ def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: Op
         time.sleep(interval)
 
 
-def _exit_status(pid: int) -> Optional[int]:
+def _exit_status(pid: int) -> int | None:
     """Exit status if ``pid`` is our child and has exited (reaping it); None otherwise."""
     try:
         done, status = os.waitpid(pid, os.WNOHANG)

@@ -3,14 +3,14 @@ or holds one of the GPUs the new server needs. TERM, grace, KILL, and confirmati
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set
+from typing import Any
 
 from . import gpus, procs, records
 
 ROUTER_TITLE = "sglang::router"
 
 
-def _router_pids(state_dir: str, table: List[procs.ProcInfo]) -> Set[int]:
+def _router_pids(state_dir: str, table: list[procs.ProcInfo]) -> set[int]:
     """The routers this tool started on the host (``inv deploy-router``) and their children: a deploy of the
     host's server must not stop the router in front of the replicas (measured: it did, as its title is
     ``sglang::router``, and every request through it failed until it was started again)."""
@@ -20,7 +20,7 @@ def _router_pids(state_dir: str, table: List[procs.ProcInfo]) -> Set[int]:
         return set()
     from . import router
 
-    out: Set[int] = set()
+    out: set[int] = set()
     for rec in router.all_records(state_dir):
         if router.is_running(rec):
             out.add(int(rec["pid"]))
@@ -28,18 +28,18 @@ def _router_pids(state_dir: str, table: List[procs.ProcInfo]) -> Set[int]:
     return out
 
 
-def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool = True) -> Dict[str, Any]:
+def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool = True) -> dict[str, Any]:
     table = procs.all_procs()
     by_pid = {p.pid: p for p in table}
     protected = procs.protected_pids() | _router_pids(state_dir, table)
-    found: Dict[int, Dict[str, Any]] = {}
+    found: dict[int, dict[str, Any]] = {}
 
     def add(p: procs.ProcInfo, why: str) -> None:
         if p.pid in protected or (p.state in ("Z", "X") and not procs.alive(p.pid)):
             return
         found.setdefault(p.pid, {"proc": p, "why": why})
 
-    rec: Optional[Dict[str, Any]] = records.current(state_dir)
+    rec: dict[str, Any] | None = records.current(state_dir)
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         leader_info = by_pid.get(int(rec["pid"]))
         if leader_info is not None:
@@ -68,7 +68,7 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
             add(p, "SGLang launcher")
             for d in procs.descendants(p.pid, table):
                 add(d, "child of an SGLang launcher")
-    holders: List[Dict[str, Any]] = []
+    holders: list[dict[str, Any]] = []
     if include_gpu_holders:
         snap = gpus.snapshot()
         for app in snap["apps"]:
@@ -80,7 +80,7 @@ def find_stale(state_dir: str, target_gpus: List[int], include_gpu_holders: bool
     return {"targets": found, "gpu_holders": holders}
 
 
-def stop_servers(state_dir: str, target_gpus: List[int], grace: float) -> Dict[str, Any]:
+def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> dict[str, Any]:
     found = find_stale(state_dir, target_gpus)
     targets = [v["proc"] for v in found["targets"].values()]
     why = {pid: v["why"] for pid, v in found["targets"].items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable
 
 from .common import AgentError, EventSink
 
@@ -12,19 +12,19 @@ from .common import AgentError, EventSink
 # the deploy machinery (measured: importing everything costs ~50 ms per call).
 
 
-def _facts(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _facts(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import facts
     data = facts.collect(req)
     data["problems"] = facts.problems(data, req)
     return data
 
 
-def _deploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _deploy(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import deploy
     return deploy.run(req, sink)
 
 
-def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _stop(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import facts, records, stop
     state_dir = facts.expand(req["state_dir"])
     from .lock import DeployLock
@@ -50,13 +50,13 @@ def _stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
         lock.release()
 
 
-def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
     figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
     from . import deploy, facts, procs, records, server
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir)
-    out: Dict[str, Any] = {"record": rec, "running": False}
+    out: dict[str, Any] = {"record": rec, "running": False}
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         pid = int(rec["pid"])
         out["running"] = True
@@ -104,7 +104,7 @@ def _status(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return out
 
 
-def _journal_tail(path: str, n: int = 12, window: int = 256 * 1024) -> List[str]:
+def _journal_tail(path: str, n: int = 12, window: int = 256 * 1024) -> list[str]:
     """The last ``n`` steps and notes of a deploy's journal, one short line each (for `inv status`)."""
     import json
 
@@ -115,7 +115,7 @@ def _journal_tail(path: str, n: int = 12, window: int = 256 * 1024) -> List[str]
             raw = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []
-    lines: Dict[str, str] = {}  # one line per step (its end replaces its start) and per note, in order
+    lines: dict[str, str] = {}  # one line per step (its end replaces its start) and per note, in order
     last_log = ""
     for i, text in enumerate(raw):
         try:
@@ -182,7 +182,7 @@ def _last_decode(log_path: str, offset: int = 0, window: int = 256 * 1024) -> An
     return found
 
 
-def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _logs(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import facts, records, server
     state_dir = facts.expand(req["state_dir"])
     rec = records.current(state_dir)
@@ -224,7 +224,7 @@ def _logs(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return {"log_path": follower.path, "offset": follower.offset}
 
 
-def _current_log(state_dir: str) -> Optional[Tuple[str, int]]:
+def _current_log(state_dir: str) -> tuple[str, int] | None:
     """(log path, offset of its deploy's header) of the deploy in progress, else of the recorded deploy."""
     from . import records
     from .lock import DeployLock
@@ -238,7 +238,7 @@ def _current_log(state_dir: str) -> Optional[Tuple[str, int]]:
     return None
 
 
-def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
     from . import facts, records
     from .lock import DeployLock
@@ -251,7 +251,7 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     partial = b""
     lock = DeployLock(state_dir)
     idle_checks = 0
-    agent: Dict[str, Any] = {}
+    agent: dict[str, Any] = {}
     while True:
         try:
             with open(path, "rb") as f:
@@ -294,7 +294,7 @@ def _attach(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
             time.sleep(0.1)
 
 
-def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _gpus(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import gpus
     snap = gpus.snapshot()
     if req.get("topology"):
@@ -302,7 +302,7 @@ def _gpus(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return snap
 
 
-def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _evidence(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """check-env: judge the running server by what its deploy asked for (the record), with evidence that belongs
     to it (its launcher's pid and start time, its part of the log, its deploy id). A server that is not the
     recorded deploy is reported as such and judged only by its own processes."""
@@ -347,8 +347,8 @@ def _evidence(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return {"evidence": ev, "evaluation": evaluation, "record": rec or None}
 
 
-def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]]:
-    def verb(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]]:
+    def verb(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
         from . import facts, patching
         from .lock import DeployLock
 
@@ -361,7 +361,7 @@ def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]
             lock.acquire({"deploy_id": "rollback-patches", "client": req.get("client")},
                          float(req.get("lock_wait", 0)))
         try:
-            result: Dict[str, Any] = getattr(patching, fn_name)(req)
+            result: dict[str, Any] = getattr(patching, fn_name)(req)
         finally:
             if lock is not None:
                 lock.release()
@@ -370,26 +370,26 @@ def _patch(fn_name: str) -> Callable[[Dict[str, Any], EventSink], Dict[str, Any]
     return verb
 
 
-def _bench(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _bench(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import bench
     return bench.run(req, sink)
 
 
-def _records(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _records(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """The current deploy record and the one it replaced (what a rollback would put back)."""
     from . import facts, records
     state_dir = facts.expand(req["state_dir"])
     cur = records.current(state_dir)
     prev = (cur or {}).get("previous") or None
     full_prev = records.load(state_dir, prev["deploy_id"]) if prev and prev.get("deploy_id") else None
-    out: Dict[str, Any] = {"current": cur, "previous": full_prev}
+    out: dict[str, Any] = {"current": cur, "previous": full_prev}
     if req.get("ids"):  # `inv diff`: named records (None for an id this host has no record of)
         out["loaded"] = {str(i): records.load(state_dir, str(i)) if str(i).replace("-", "").isalnum() else None
                          for i in req["ids"]}
     return out
 
 
-def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _redeploy(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Start a recorded deploy again from its own copy of the launch script (rollback), with its own patch state:
     the patch engine reconciles the host to that deploy's mode and values."""
     from . import deploy, facts, records
@@ -413,7 +413,7 @@ def _redeploy(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return deploy.run(new, sink)
 
 
-def _cancel(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _cancel(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Ask a running deploy to give up and tear its new server down (`inv cancel`, or another cluster rank failed).
 
     ``deploy_id`` omitted: the deploy holding the host's lock now. With ``wait_s``, wait (bounded) until that deploy
@@ -430,7 +430,7 @@ def _cancel(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
             return {"cancelled": None, "holder": holder}  # no deploy in progress (maybe a stop): nothing to cancel
         deploy_id = holder["deploy_id"]
     atomic_write(records.cancel_path(state_dir, deploy_id), str(req.get("reason", "")).encode(), 0o600)
-    out: Dict[str, Any] = {"cancelled": deploy_id, "step": (holder or {}).get("step")}
+    out: dict[str, Any] = {"cancelled": deploy_id, "step": (holder or {}).get("step")}
     until = time.monotonic() + float(req.get("wait_s") or 0)
     while time.monotonic() < until:
         now = DeployLock(state_dir).live_holder()
@@ -443,7 +443,7 @@ def _cancel(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return out
 
 
-def _router_start(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _router_start(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import facts, router
     req = dict(req)
     for key in ("cwd", "script", "log_path"):
@@ -451,12 +451,12 @@ def _router_start(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return router.start(facts.expand(req["state_dir"]), req)
 
 
-def _router_stop(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _router_stop(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import facts, router
     return router.stop(facts.expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
 
 
-def _router_worker(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _router_worker(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Take a replica out of a router before its server restarts, or put it back once it answers again."""
     from . import facts, router
     state_dir = facts.expand(req["state_dir"])
@@ -465,19 +465,19 @@ def _router_worker(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return router.add_worker(state_dir, req["name"], req["url"], float(req.get("wait_s", 30)))
 
 
-def _watch(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _watch(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import facts, watch
     return watch.sample(facts.expand(req["state_dir"]), _last_decode)
 
 
-def _stale(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _stale(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import facts, stop
     found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
-    items: List[Dict[str, Any]] = [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
+    items: list[dict[str, Any]] = [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
     return {"processes": items, "gpu_holders": found["gpu_holders"]}
 
 
-def _adopt(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
+def _adopt(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Read the hand-started server (argv, the variables it was given, its log) and record it as adopted, so the
     next deploy stops exactly it."""
     from . import adoption, facts
@@ -488,7 +488,7 @@ def _adopt(req: Dict[str, Any], sink: EventSink) -> Dict[str, Any]:
     return server
 
 
-TABLE: Dict[str, Callable[[Dict[str, Any], EventSink], Dict[str, Any]]] = {
+TABLE: dict[str, Callable[[dict[str, Any], EventSink], dict[str, Any]]] = {
     "facts": _facts,
     "deploy": _deploy,
     "attach": _attach,

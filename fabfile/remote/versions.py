@@ -8,7 +8,6 @@ version in the tool goes through :func:`release` (feature gates: "0.5.20rc1" alr
 from __future__ import annotations
 
 import re
-from typing import Optional, Tuple
 
 # The newest SGLang release the tool was checked against (its wheels in the contract tests). Defaults that need "some
 # version" when none is recorded use it.
@@ -40,7 +39,7 @@ def valid(version: object) -> bool:
     return isinstance(version, str) and _VERSION_RE.match(version) is not None
 
 
-def release(version: str) -> Tuple[int, int, int]:
+def release(version: str) -> tuple[int, int, int]:
     """The first three release numbers: "0.5.20rc1" -> (0, 5, 20), "0.5.15.post1" -> (0, 5, 15), "0.5" -> (0, 5, 0).
 
     Raises ValueError on a string that is not a version.
@@ -53,7 +52,7 @@ def release(version: str) -> Tuple[int, int, int]:
     return nums[0], nums[1], nums[2]
 
 
-def release_or_none(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
+def release_or_none(version: str | None) -> tuple[int, int, int] | None:
     if not version:
         return None
     try:
@@ -62,7 +61,7 @@ def release_or_none(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
         return None
 
 
-def key(version: str) -> Tuple[Tuple[int, ...], int, int, int, int, int]:
+def key(version: str) -> tuple[tuple[int, ...], int, int, int, int, int]:
     """A sort key with PEP 440's order: dev < pre < final < post, and a dev release of a post before that post."""
     m = _VERSION_RE.match(str(version))
     if not m:
@@ -82,7 +81,7 @@ def key(version: str) -> Tuple[Tuple[int, ...], int, int, int, int, int]:
     return rel, pre_kind, pre_n, post, 0 if dev is not None else 1, int(dev or 0)
 
 
-def feature_key(version: str) -> Tuple[int, int, int, int]:
+def feature_key(version: str) -> tuple[int, int, int, int]:
     """What per-version facts of SGLang are keyed by: the release numbers and the post-release number. A pre-release
     or development build of X counts as X (it carries X's code: "0.5.20rc1" has /ready), and X.postN comes after X
     ("0.5.15.post1" already has code that 0.5.15 lacks). Raises ValueError on a string that is not a version."""
@@ -93,7 +92,7 @@ def feature_key(version: str) -> Tuple[int, int, int, int]:
     return (*release(version), int(post))
 
 
-def at_least(version: Optional[str], minimum: str) -> bool:
+def at_least(version: str | None, minimum: str) -> bool:
     """``version`` >= ``minimum`` by :func:`feature_key`; False when the version is unknown or not one."""
     if not valid(version):
         return False

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import http.client
 import time
-from typing import Any, Dict, Optional
+from typing import Any
 
 from . import metrics, procs, records, server
 
 
-def _get_metrics(listen: str, port: int, timeout: float = 3.0) -> Optional[str]:
+def _get_metrics(listen: str, port: int, timeout: float = 3.0) -> str | None:
     target = "127.0.0.1" if listen in ("0.0.0.0", "::", "") else listen
     conn = http.client.HTTPConnection(target, port, timeout=timeout)
     try:
@@ -32,18 +32,18 @@ def _get_metrics(listen: str, port: int, timeout: float = 3.0) -> Optional[str]:
         conn.close()
 
 
-def _queue_from(text: str) -> Optional[float]:
+def _queue_from(text: str) -> float | None:
     for labels, value in metrics.parse_prometheus(text).get("sglang:num_queue_reqs", []):
         if labels.get("tp_rank", "0") == "0":
             return value
     return None
 
 
-def sample(state_dir: str, last_decode: Any) -> Dict[str, Any]:
+def sample(state_dir: str, last_decode: Any) -> dict[str, Any]:
     """``last_decode(log_path, offset)`` is the status verb's reader of the last Decode line (shared, so both
     read the log the same bounded way)."""
     rec = records.current(state_dir)
-    out: Dict[str, Any] = {"time": time.time(), "running": False}
+    out: dict[str, Any] = {"time": time.time(), "running": False}
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         return out
     out.update(running=True, config_name=rec.get("config_name"), deploy_id=rec.get("deploy_id"),
