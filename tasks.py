@@ -112,7 +112,7 @@ def _inventory(path: str | None) -> Any:
         raise InventoryError(f"no inventory: no --inventory, $SPECDEPLOY_INVENTORY is not set, and {os.getcwd()} "
                              "has no inventory.yaml", "pass --inventory PATH, export SPECDEPLOY_INVENTORY=PATH, or "
                              "run in the folder that holds inventory.yaml")
-    return inventory.load(chosen or "inventory.yaml")
+    return inventory.load(chosen or "inventory.yaml", cache=True)
 
 
 def _accept_gate(value: Any) -> float | None:

@@ -18,6 +18,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("home")
     mp = pytest.MonkeyPatch()
     mp.setenv("HOME", str(home))
+    mp.delenv("XDG_CACHE_HOME", raising=False)  # the CLI's cache (fabfile/inventory/cache.py) goes under this HOME too
     yield home
     mp.undo()
 

@@ -30,6 +30,7 @@ from invoke.exceptions import Exit
 import tasks
 from fabfile.errors import InventoryError, SpecDeployError
 from fabfile.inventory import hosts as inventory
+from fabfile.inventory import schema as inventory_schema
 from tests.invoke_cli import derived_inventory, inv_json
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -130,7 +131,7 @@ def test_inventory_field_mutations(path: tuple[str, ...], value: Any) -> None:
             assert math.isfinite(t) and (t > 0 or (key == "lock_wait" and t == 0)), (key, t)
     if path == ("hosts", "gpu1", "env", "OPERATOR_NOTE"):
         assert inv.hosts["gpu1"].env["OPERATOR_NOTE"] == (value if isinstance(value, str) else
-                                                          inventory._env_value(value))
+                                                          inventory_schema._env_value(value))
 
 
 # YAML's own features: duplicate keys, anchors and aliases (merge keys too), tags, deep nesting, odd bytes.

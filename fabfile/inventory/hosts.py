@@ -7,16 +7,18 @@ nothing is touched on any host (exit 2).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import InventoryError
+
+if TYPE_CHECKING:  # pydantic and PyYAML are imported only to validate a file the cache has not seen
+    from fabfile.inventory.schema import InventoryFields
 
 PATCH_MODES = ("auto", "env", "engine", "scheduler", "plugin", "sitecustomize")
 
@@ -33,29 +35,10 @@ BUILTIN_NCCL_PRESETS: dict[str, dict[str, str]] = {
     "none": {},
 }
 
-# Flags the tool derives from inventory fields; accepting them in sglang_args would make two sources of truth.
-MANAGED_FLAGS = {
-    "--model-path": "model", "--model": "model", "--tp-size": "tp", "--tensor-parallel-size": "tp",
-    "--port": "port", "--host": "listen", "--speculative-algorithm": "speculative.algorithm",
-    "--speculative-draft-model-path": "draft_model", "--speculative-draft-model": "draft_model",
-    "--speculative-num-steps": "speculative.steps / --steps", "--speculative-eagle-topk": "speculative.topk / --topk",
-    "--speculative-num-draft-tokens": "speculative.draft_tokens / --draft-tokens",
-}
-
 DEFAULT_LOG_DIR = "~/.specdeploy/logs"
 
-# Always used with fullmatch: `$` would also accept a trailing newline.
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# What OpenSSH (9.6+, CVE-2023-51385) refuses in a host or user name given on its command line: such a name can
-# reach a shell through a ProxyCommand's %h. ssh_host is that name here.
-_SSH_FORBIDDEN = set("'`\"$\\;&<>|(){}")
 MAX_INVENTORY_BYTES = 4 << 20
-
-
-def valid_ssh_host(value: str) -> bool:
-    return bool(value) and not value.startswith("-") and not any(
-        c in _SSH_FORBIDDEN or c.isspace() or not c.isprintable() for c in value)
 
 
 def _check_name(name: str, where: str, what: str) -> None:
@@ -63,217 +46,6 @@ def _check_name(name: str, where: str, what: str) -> None:
     if not _HOST_NAME.fullmatch(name) or ".." in name:
         raise ValueError(f"{where}: {what} names may use letters, digits, '.', '_' and '-' only "
                          f"(and no '..'), got {name!r}")
-
-
-def _env_value(v: Any) -> str:
-    if isinstance(v, bool) or v is None:
-        raise ValueError("must be a string or number (quote true/false/null to pass them literally)")
-    if isinstance(v, (int, float, str)):
-        s = str(v)
-        if "\0" in s:
-            raise ValueError("must not contain a NUL byte")
-        return s
-    raise ValueError(f"must be a string or number, got {type(v).__name__}")
-
-
-def _env_map(v: Any) -> dict[str, str]:
-    if not isinstance(v, dict):
-        raise ValueError("must be a mapping of VARIABLE: value")
-    out: dict[str, str] = {}
-    for k, val in v.items():
-        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
-            raise ValueError(f"{k!r} is not a valid environment variable name")
-        try:
-            out[k] = _env_value(val)
-        except ValueError as e:
-            raise ValueError(f"{k}: {e}") from None
-    return out
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
-
-
-class SpeculativeFields(_Strict):
-    algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = None
-    steps: int | None = None
-    topk: int | None = None
-    draft_tokens: int | None = None
-
-
-class TimeoutFields(_Strict):
-    connect: float | None = None      # TCP + banner + auth, per attempt
-    connect_total: float | None = None  # all connection attempts together
-    connect_refused: float | None = None  # retries after a refusal (a dead ProxyCommand, a closed port)
-    command: float | None = None      # default bound for one remote command (remote side too)
-    ready: float | None = None        # hard bound on waiting for readiness
-    stall: float | None = None        # no new log bytes for this long = failure
-    stop_grace: float | None = None   # SIGTERM → SIGKILL
-    gpu_clean: float | None = None    # bounded wait for the GPU-clean gate
-    lock_wait: float | None = None    # wait for another deploy's lock (0 = fail at once)
-    host: float | None = None         # wall-clock bound on one host's part of a read-only command (status, ...)
-    silence: float | None = None      # a deploy's link is dead after this long without a byte (heartbeats: 5 s)
-    first_request: float | None = None  # bound on the first real request after ready, and on the accept burst
-
-
-class HostFields(_Strict):
-    """Every field a host, a group's defaults or the global defaults may set. All optional here."""
-
-    connection: Literal["ssh", "local"] | None = None
-    ssh_host: str | None = None
-    default: bool | None = None
-    gpus: int | None = None
-    tp: int | None = None
-    python: str | None = None
-    model: str | None = None
-    draft_model: str | None = None
-    served_model_name: str | None = None
-    log_dir: str | None = None
-    state_dir: str | None = None
-    listen: str | None = None
-    port: int | None = None
-    nccl_preset: str | None = None
-    nccl_env: dict[str, str] | None = None
-    env: dict[str, str] | None = None
-    secret_env: list[str] | None = None  # env names whose values are secret (besides *TOKEN*, *PASSWORD*, ...)
-    sglang_args: list[str] | None = None
-    speculative: SpeculativeFields | None = None
-    patch_mode: Literal["auto", "env", "engine", "scheduler", "plugin", "sitecustomize"] | None = None
-    force_env: bool | None = None
-    nccl_debug: bool | None = None
-    min_free_disk_gb: float | None = None
-    gpu_idle_mib: int | None = None
-    # EAGLE accept length at or below which a deploy fails (measured after ready); 0 turns the gate off
-    accept_gate: float | None = None
-    timeouts: TimeoutFields | None = None
-    address: str | None = None        # how the other hosts reach this one (cluster rendezvous, router workers)
-
-    @field_validator("ssh_host")
-    @classmethod
-    def _ssh_host(cls, v: str | None) -> str | None:
-        if v is not None and not valid_ssh_host(v):
-            raise ValueError("not a valid SSH host name: no spaces, control characters, leading '-' or any of "
-                             "' ` \" $ \\ ; & < > | ( ) { } (OpenSSH refuses them too)")
-        return v
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: str | None) -> str | None:
-        if v is not None and (not v or any(c.isspace() for c in v) or "/" in v):
-            raise ValueError("must be a bare IP address or DNS name, no spaces or scheme")
-        return v
-
-    @field_validator("nccl_env", "env", mode="before")
-    @classmethod
-    def _check_env(cls, v: Any) -> Any:
-        return None if v is None else _env_map(v)
-
-    @field_validator("secret_env", mode="before")
-    @classmethod
-    def _check_secret_env(cls, v: Any) -> Any:
-        if v is None:
-            return None
-        if not isinstance(v, list) or not all(isinstance(k, str) and _ENV_NAME.fullmatch(k) for k in v):
-            raise ValueError("must be a list of environment variable names")
-        return v
-
-    @field_validator("sglang_args", mode="before")
-    @classmethod
-    def _check_args(cls, v: Any) -> Any:
-        if v is None:
-            return None
-        if not isinstance(v, list):
-            raise ValueError("must be a list of strings, one argument per item")
-        out = []
-        for item in v:
-            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-                raise ValueError(f"{item!r} is not a string")
-            flag = str(item).split("=", 1)[0]
-            if flag in MANAGED_FLAGS:
-                raise ValueError(f"{flag} is set by the tool from `{MANAGED_FLAGS[flag]}`; remove it here")
-            out.append(str(item))
-        return out
-
-    @field_validator("gpus", "tp")
-    @classmethod
-    def _positive(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be at least 1")
-        return v
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int | None) -> int | None:
-        if v is not None and not 1 <= v <= 65535:
-            raise ValueError("must be a TCP port between 1 and 65535")
-        return v
-
-
-class GroupFields(_Strict):
-    hosts: list[str]
-    defaults: HostFields | None = None
-
-
-class PresetsFields(_Strict):
-    nccl: dict[str, dict[str, str]] = {}
-
-    @field_validator("nccl", mode="before")
-    @classmethod
-    def _check(cls, v: Any) -> Any:
-        if not isinstance(v, dict):
-            raise ValueError("must map preset names to {VARIABLE: value}")
-        return {str(k): _env_map(val or {}) for k, val in v.items()}
-
-
-class ClusterFields(_Strict):
-    hosts: list[str]                  # ordered: the first is node rank 0
-    tp: int                           # total tensor parallel size over all nodes
-    dist_init_port: int = 29500
-    dist_init_addr: str | None = None  # rank 0's address as the other nodes reach it (default: its `address`)
-
-    @field_validator("tp")
-    @classmethod
-    def _tp(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be at least 1")
-        return v
-
-    @field_validator("dist_init_port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        if not 1 <= v <= 65535:
-            raise ValueError("must be a TCP port between 1 and 65535")
-        return v
-
-
-class RouterFields(_Strict):
-    host: str                         # where the router runs (a host of this inventory)
-    group: str                        # whose healthy replicas it fronts (a group or a comma list of hosts)
-    port: int = 30000
-    listen: str = "0.0.0.0"
-    policy: Literal["round_robin", "random", "cache_aware", "power_of_two"] = "round_robin"
-    python: str | None = None         # default: the router host's `python`
-    args: list[str] = []
-    # a rolling deploy takes a replica out of this router first; requests already sent there get this long to finish
-    drain_s: float = 5.0
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        if not 1 <= v <= 65535:
-            raise ValueError("must be a TCP port between 1 and 65535")
-        return v
-
-
-class InventoryFields(_Strict):
-    ssh_config: str | None = None
-    known_hosts: str | None = None
-    presets: PresetsFields | None = None
-    defaults: HostFields | None = None
-    groups: dict[str, GroupFields | list[str]] | None = None
-    clusters: dict[str, ClusterFields] | None = None
-    routers: dict[str, RouterFields] | None = None
-    hosts: dict[str, HostFields | None]
 
 
 @dataclass(frozen=True)
@@ -451,24 +223,6 @@ class Inventory:
         return out
 
 
-def _loc(err: Any, prefix: str) -> str:
-    parts = [prefix] if prefix else []
-    # A key with a control character (a newline, say) is shown quoted: the message stays one readable line.
-    parts += [str(p) if str(p).isprintable() else repr(p) for p in err.get("loc", ())
-              if not (isinstance(p, str) and p.startswith("function-"))]
-    return ".".join(p for p in parts if p)
-
-
-def _pydantic_message(e: ValidationError, prefix: str) -> str:
-    err = e.errors()[0]
-    where = _loc(err, prefix)
-    msg = str(err.get("msg", "invalid"))
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown field (a typo?)"
-    msg = msg.removeprefix("Value error, ")
-    return f"{where}: {msg}"
-
-
 def _merge(*layers: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for layer in layers:
@@ -491,36 +245,16 @@ def _remote_path(value: str | None, where: str, *, allow_home: bool = False) -> 
     raise ValueError(f"{where}: remote paths must be absolute{extra}, got {value!r}")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error, not a silent overwrite (a host
-    defined twice, a field set twice: the first one would be dropped without a word). Keys merged in with ``<<``
-    may still be overridden, as YAML intends."""
+def load(path: str | Path, *, cache: bool = False) -> Inventory:
+    """Read and validate an inventory file; raise :class:`InventoryError` naming the file and the field.
 
-
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> Any:
-    seen: dict[Any, int] = {}
-    for key_node, _value in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            first = seen.get(key)
-        except TypeError:  # an unhashable key; the constructor below says so
-            continue
-        if first is not None:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first given on line {first + 1})", key_node.start_mark)
-        seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
-def load(path: str | Path) -> Inventory:
-    """Read and validate an inventory file; raise :class:`InventoryError` naming the file and the field."""
+    ``cache`` (the CLI): reuse the result of an earlier validation of exactly these bytes (see :func:`_cache_key`),
+    which spares each command the ~80 ms of importing PyYAML and pydantic and building the schema. A file is
+    validated in full whenever its bytes, its path, this code or those libraries changed; errors are never cached,
+    and the files the inventory names are checked for existence on every load, as without the cache.
+    """
     try:
-        return _load(path)
+        return _load(path, cache)
     except InventoryError as e:
         # One line, always: a key or value with a newline or control character in it is shown escaped.
         e.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in e.message)
@@ -528,7 +262,7 @@ def load(path: str | Path) -> Inventory:
         raise
 
 
-def _load(path: str | Path) -> Inventory:
+def _load(path: str | Path, cache: bool) -> Inventory:
     p = Path(path).expanduser()
     if not p.is_file():
         what = "is not a regular file" if p.exists() else "does not exist"
@@ -536,34 +270,107 @@ def _load(path: str | Path) -> Inventory:
     try:
         if p.stat().st_size > MAX_INVENTORY_BYTES:
             raise InventoryError(f"{p}: larger than {MAX_INVENTORY_BYTES >> 20} MiB; an inventory is a short file")
-        raw = yaml.load(p.read_text(encoding="utf-8"), Loader=_StrictLoader)
-    except UnicodeDecodeError as e:
-        raise InventoryError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except RecursionError:
-        raise InventoryError(f"{p}: nested too deeply to be an inventory") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}:" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InventoryError(f"{p}:{line} not valid YAML: {problem}") from None
-    except (ValueError, TypeError, IndexError, OverflowError) as e:
-        # PyYAML's constructors raise these for a tagged scalar they cannot build (`!!float ";"`, `!!int ""`).
-        raise InventoryError(f"{p}: not valid YAML: a tagged value cannot be read ({type(e).__name__}: "
-                             f"{str(e)[:100]!r})") from None
+        data = p.read_bytes()
     except OSError as e:
         raise InventoryError(f"{p}: cannot read: {e.strerror}") from None
+    key = _cache_key(p, data) if cache else None
+    if key is not None:
+        from fabfile.inventory import cache as store
+
+        found = _from_doc(store.lookup("inventory", key))
+        if found is not None:
+            try:
+                _check_files(found.ssh_config, found.known_hosts)
+            except ValueError as e:
+                raise InventoryError(f"{p}: {e}") from None
+            return found
+    from fabfile.inventory import schema
+
+    raw = schema.read(p, data)
     if not isinstance(raw, dict):
         raise InventoryError(f"{p}: the top level must be a mapping with a `hosts:` key")
     try:
-        return _build(p, raw)
-    except ValidationError as e:
-        raise InventoryError(f"{p}: {_pydantic_message(e, '')}") from None
+        inv = _build(p, raw)
+    except schema.InvalidField as e:
+        raise InventoryError(f"{p}: {schema.pydantic_message(e, '')}") from None
     except ValueError as e:
         raise InventoryError(f"{p}: {e}") from None
+    if key is not None:
+        doc = _to_doc(inv)
+        if _from_doc(json.loads(json.dumps(doc))) == inv:  # only what comes back identical is worth keeping
+            store.store("inventory", key, doc)
+    return inv
+
+
+# -- the cache of validated inventories (the CLI's fast path) -----------------------------------------------------
+CACHE_FORMAT = "1"
+
+
+def _cache_key(p: Path, data: bytes) -> str | None:
+    """What a validated inventory depends on: the file's bytes, its path as given (relative paths in it resolve
+    against its folder, and the working directory), HOME (``~`` in ssh_config/known_hosts), the code that validates
+    it, and the PyYAML and pydantic installed (their files' size and time). None: no key, no cache."""
+    import hashlib
+    import importlib.util
+
+    h = hashlib.sha256()
+    try:
+        parts = [CACHE_FORMAT, str(p), os.getcwd(), os.path.expanduser("~")]
+        here = Path(__file__).resolve().parent
+        for name in ("hosts.py", "schema.py"):
+            h.update(hashlib.sha256((here / name).read_bytes()).digest())
+        for lib in ("yaml", "pydantic"):
+            spec = importlib.util.find_spec(lib)
+            if spec is None or spec.origin is None:
+                return None
+            st = os.stat(spec.origin)
+            parts.append(f"{spec.origin}:{st.st_size}:{st.st_mtime_ns}")
+    except (OSError, ValueError, ImportError):
+        return None
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    h.update(data)
+    return h.hexdigest()
+
+
+def _to_doc(inv: Inventory) -> dict[str, Any]:
+    return {"path": str(inv.path), "hosts": {n: asdict(h) for n, h in inv.hosts.items()},
+            "groups": {g: list(m) for g, m in inv.groups.items()},
+            "ssh_config": None if inv.ssh_config is None else str(inv.ssh_config),
+            "known_hosts": None if inv.known_hosts is None else str(inv.known_hosts),
+            "clusters": {n: asdict(c) for n, c in inv.clusters.items()},
+            "routers": {n: asdict(r) for n, r in inv.routers.items()}}
+
+
+def _from_doc(d: Any) -> Inventory | None:
+    """The inventory a document of :func:`_to_doc` holds; None for anything else (an older format, say)."""
+    if not isinstance(d, dict):
+        return None
+    try:
+        hosts = {n: Host(**{**h, "speculative": Speculative(**h["speculative"]), "timeouts": Timeouts(**h["timeouts"]),
+                            "sglang_args": tuple(h["sglang_args"]), "secret_env": tuple(h["secret_env"]),
+                            "node": None}) for n, h in d["hosts"].items()}
+        return Inventory(
+            path=Path(d["path"]), hosts=hosts, groups={g: tuple(m) for g, m in d["groups"].items()},
+            ssh_config=None if d["ssh_config"] is None else Path(d["ssh_config"]),
+            known_hosts=None if d["known_hosts"] is None else Path(d["known_hosts"]),
+            clusters={n: Cluster(**{**c, "hosts": tuple(c["hosts"])}) for n, c in d["clusters"].items()},
+            routers={n: Router(**{**r, "members": tuple(r["members"]), "args": tuple(r["args"])})
+                     for n, r in d["routers"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _check_files(ssh_config: Path | None, known_hosts: Path | None) -> None:
+    for key, value in (("ssh_config", ssh_config), ("known_hosts", known_hosts)):
+        if value is not None and not value.is_file():
+            raise ValueError(f"{key}: file {value} does not exist")
 
 
 def _build(p: Path, raw: dict[str, Any]) -> Inventory:
-    inv = InventoryFields.model_validate(raw)
+    from fabfile.inventory.schema import GroupFields, validate
+
+    inv = validate(raw)
     if not inv.hosts:
         raise ValueError("hosts: at least one host is required")
     presets = dict(BUILTIN_NCCL_PRESETS)
@@ -600,9 +407,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     base_dir = p.parent
     ssh_config = (base_dir / Path(inv.ssh_config).expanduser()) if inv.ssh_config else None
     known_hosts = (base_dir / Path(inv.known_hosts).expanduser()) if inv.known_hosts else None
-    for key, value in (("ssh_config", ssh_config), ("known_hosts", known_hosts)):
-        if value is not None and not value.is_file():
-            raise ValueError(f"{key}: file {value} does not exist")
+    _check_files(ssh_config, known_hosts)
     clusters = _clusters(inv, hosts, groups)
     routers = _routers(inv, hosts, groups, clusters)
     return Inventory(path=p, hosts=hosts, groups=groups, ssh_config=ssh_config, known_hosts=known_hosts,

@@ -56,7 +56,7 @@ def tool_algorithms() -> list[str]:
     """The ``speculative.algorithm`` values the inventory accepts (and the tool renders)."""
     import typing
 
-    from fabfile.inventory.hosts import SpeculativeFields
+    from fabfile.inventory.schema import SpeculativeFields
 
     ann = SpeculativeFields.model_fields["algorithm"].annotation
     out: list[str] = []

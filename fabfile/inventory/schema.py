@@ -1,0 +1,320 @@
+"""The inventory file's shape: reading its YAML and checking every field (pydantic models), on the slow path only.
+
+Importing PyYAML and pydantic and building these models costs ~80 ms, more than a read-only command's own work on
+a host. ``hosts.load`` imports this module only when a file is not in the CLI's cache of validated inventories
+(``cache``): a file is checked here the first time the CLI meets its bytes, and after every edit.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from fabfile.errors import InventoryError
+
+InvalidField = ValidationError  # what validate() raises (a ValueError): pydantic_message() words it
+
+# Flags the tool derives from inventory fields; accepting them in sglang_args would make two sources of truth.
+MANAGED_FLAGS = {
+    "--model-path": "model", "--model": "model", "--tp-size": "tp", "--tensor-parallel-size": "tp",
+    "--port": "port", "--host": "listen", "--speculative-algorithm": "speculative.algorithm",
+    "--speculative-draft-model-path": "draft_model", "--speculative-draft-model": "draft_model",
+    "--speculative-num-steps": "speculative.steps / --steps", "--speculative-eagle-topk": "speculative.topk / --topk",
+    "--speculative-num-draft-tokens": "speculative.draft_tokens / --draft-tokens",
+}
+
+# Always used with fullmatch: `$` would also accept a trailing newline.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What OpenSSH (9.6+, CVE-2023-51385) refuses in a host or user name given on its command line: such a name can
+# reach a shell through a ProxyCommand's %h. ssh_host is that name here.
+_SSH_FORBIDDEN = set("'`\"$\\;&<>|(){}")
+
+
+def valid_ssh_host(value: str) -> bool:
+    return bool(value) and not value.startswith("-") and not any(
+        c in _SSH_FORBIDDEN or c.isspace() or not c.isprintable() for c in value)
+
+
+def _env_value(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        raise ValueError("must be a string or number (quote true/false/null to pass them literally)")
+    if isinstance(v, (int, float, str)):
+        s = str(v)
+        if "\0" in s:
+            raise ValueError("must not contain a NUL byte")
+        return s
+    raise ValueError(f"must be a string or number, got {type(v).__name__}")
+
+
+def _env_map(v: Any) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise ValueError("must be a mapping of VARIABLE: value")
+    out: dict[str, str] = {}
+    for k, val in v.items():
+        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
+            raise ValueError(f"{k!r} is not a valid environment variable name")
+        try:
+            out[k] = _env_value(val)
+        except ValueError as e:
+            raise ValueError(f"{k}: {e}") from None
+    return out
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class SpeculativeFields(_Strict):
+    algorithm: Literal["EAGLE3", "EAGLE", "NEXTN", "STANDALONE"] | None = None
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+
+
+class TimeoutFields(_Strict):
+    connect: float | None = None      # TCP + banner + auth, per attempt
+    connect_total: float | None = None  # all connection attempts together
+    connect_refused: float | None = None  # retries after a refusal (a dead ProxyCommand, a closed port)
+    command: float | None = None      # default bound for one remote command (remote side too)
+    ready: float | None = None        # hard bound on waiting for readiness
+    stall: float | None = None        # no new log bytes for this long = failure
+    stop_grace: float | None = None   # SIGTERM → SIGKILL
+    gpu_clean: float | None = None    # bounded wait for the GPU-clean gate
+    lock_wait: float | None = None    # wait for another deploy's lock (0 = fail at once)
+    host: float | None = None         # wall-clock bound on one host's part of a read-only command (status, ...)
+    silence: float | None = None      # a deploy's link is dead after this long without a byte (heartbeats: 5 s)
+    first_request: float | None = None  # bound on the first real request after ready, and on the accept burst
+
+
+class HostFields(_Strict):
+    """Every field a host, a group's defaults or the global defaults may set. All optional here."""
+
+    connection: Literal["ssh", "local"] | None = None
+    ssh_host: str | None = None
+    default: bool | None = None
+    gpus: int | None = None
+    tp: int | None = None
+    python: str | None = None
+    model: str | None = None
+    draft_model: str | None = None
+    served_model_name: str | None = None
+    log_dir: str | None = None
+    state_dir: str | None = None
+    listen: str | None = None
+    port: int | None = None
+    nccl_preset: str | None = None
+    nccl_env: dict[str, str] | None = None
+    env: dict[str, str] | None = None
+    secret_env: list[str] | None = None  # env names whose values are secret (besides *TOKEN*, *PASSWORD*, ...)
+    sglang_args: list[str] | None = None
+    speculative: SpeculativeFields | None = None
+    patch_mode: Literal["auto", "env", "engine", "scheduler", "plugin", "sitecustomize"] | None = None
+    force_env: bool | None = None
+    nccl_debug: bool | None = None
+    min_free_disk_gb: float | None = None
+    gpu_idle_mib: int | None = None
+    # EAGLE accept length at or below which a deploy fails (measured after ready); 0 turns the gate off
+    accept_gate: float | None = None
+    timeouts: TimeoutFields | None = None
+    address: str | None = None        # how the other hosts reach this one (cluster rendezvous, router workers)
+
+    @field_validator("ssh_host")
+    @classmethod
+    def _ssh_host(cls, v: str | None) -> str | None:
+        if v is not None and not valid_ssh_host(v):
+            raise ValueError("not a valid SSH host name: no spaces, control characters, leading '-' or any of "
+                             "' ` \" $ \\ ; & < > | ( ) { } (OpenSSH refuses them too)")
+        return v
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is not None and (not v or any(c.isspace() for c in v) or "/" in v):
+            raise ValueError("must be a bare IP address or DNS name, no spaces or scheme")
+        return v
+
+    @field_validator("nccl_env", "env", mode="before")
+    @classmethod
+    def _check_env(cls, v: Any) -> Any:
+        return None if v is None else _env_map(v)
+
+    @field_validator("secret_env", mode="before")
+    @classmethod
+    def _check_secret_env(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, list) or not all(isinstance(k, str) and _ENV_NAME.fullmatch(k) for k in v):
+            raise ValueError("must be a list of environment variable names")
+        return v
+
+    @field_validator("sglang_args", mode="before")
+    @classmethod
+    def _check_args(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, list):
+            raise ValueError("must be a list of strings, one argument per item")
+        out = []
+        for item in v:
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                raise ValueError(f"{item!r} is not a string")
+            flag = str(item).split("=", 1)[0]
+            if flag in MANAGED_FLAGS:
+                raise ValueError(f"{flag} is set by the tool from `{MANAGED_FLAGS[flag]}`; remove it here")
+            out.append(str(item))
+        return out
+
+    @field_validator("gpus", "tp")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int | None) -> int | None:
+        if v is not None and not 1 <= v <= 65535:
+            raise ValueError("must be a TCP port between 1 and 65535")
+        return v
+
+
+class GroupFields(_Strict):
+    hosts: list[str]
+    defaults: HostFields | None = None
+
+
+class PresetsFields(_Strict):
+    nccl: dict[str, dict[str, str]] = {}
+
+    @field_validator("nccl", mode="before")
+    @classmethod
+    def _check(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError("must map preset names to {VARIABLE: value}")
+        return {str(k): _env_map(val or {}) for k, val in v.items()}
+
+
+class ClusterFields(_Strict):
+    hosts: list[str]                  # ordered: the first is node rank 0
+    tp: int                           # total tensor parallel size over all nodes
+    dist_init_port: int = 29500
+    dist_init_addr: str | None = None  # rank 0's address as the other nodes reach it (default: its `address`)
+
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be at least 1")
+        return v
+
+    @field_validator("dist_init_port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 1 <= v <= 65535:
+            raise ValueError("must be a TCP port between 1 and 65535")
+        return v
+
+
+class RouterFields(_Strict):
+    host: str                         # where the router runs (a host of this inventory)
+    group: str                        # whose healthy replicas it fronts (a group or a comma list of hosts)
+    port: int = 30000
+    listen: str = "0.0.0.0"
+    policy: Literal["round_robin", "random", "cache_aware", "power_of_two"] = "round_robin"
+    python: str | None = None         # default: the router host's `python`
+    args: list[str] = []
+    # a rolling deploy takes a replica out of this router first; requests already sent there get this long to finish
+    drain_s: float = 5.0
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        if not 1 <= v <= 65535:
+            raise ValueError("must be a TCP port between 1 and 65535")
+        return v
+
+
+class InventoryFields(_Strict):
+    ssh_config: str | None = None
+    known_hosts: str | None = None
+    presets: PresetsFields | None = None
+    defaults: HostFields | None = None
+    groups: dict[str, GroupFields | list[str]] | None = None
+    clusters: dict[str, ClusterFields] | None = None
+    routers: dict[str, RouterFields] | None = None
+    hosts: dict[str, HostFields | None]
+
+
+def _loc(err: Any, prefix: str) -> str:
+    parts = [prefix] if prefix else []
+    # A key with a control character (a newline, say) is shown quoted: the message stays one readable line.
+    parts += [str(p) if str(p).isprintable() else repr(p) for p in err.get("loc", ())
+              if not (isinstance(p, str) and p.startswith("function-"))]
+    return ".".join(p for p in parts if p)
+
+
+def pydantic_message(e: ValidationError, prefix: str) -> str:
+    err = e.errors()[0]
+    where = _loc(err, prefix)
+    msg = str(err.get("msg", "invalid"))
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown field (a typo?)"
+    msg = msg.removeprefix("Value error, ")
+    return f"{where}: {msg}"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error, not a silent overwrite (a host
+    defined twice, a field set twice: the first one would be dropped without a word). Keys merged in with ``<<``
+    may still be overridden, as YAML intends."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key; the constructor below says so
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first given on line {first + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def read(p: Path, data: bytes) -> Any:
+    """The file's YAML (``data``, its bytes), or :class:`InventoryError` naming the file and the line."""
+    try:
+        # Line ends as a text-mode read gives them (universal newlines), so a value means what it did with one.
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        return yaml.load(text, Loader=_StrictLoader)
+    except UnicodeDecodeError as e:
+        raise InventoryError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except RecursionError:
+        raise InventoryError(f"{p}: nested too deeply to be an inventory") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InventoryError(f"{p}:{line} not valid YAML: {problem}") from None
+    except (ValueError, TypeError, IndexError, OverflowError) as e:
+        # PyYAML's constructors raise these for a tagged scalar they cannot build (`!!float ";"`, `!!int ""`).
+        raise InventoryError(f"{p}: not valid YAML: a tagged value cannot be read ({type(e).__name__}: "
+                             f"{str(e)[:100]!r})") from None
+
+
+def validate(raw: Any) -> InventoryFields:
+    """The file's fields checked (pydantic); ``ValidationError`` names the first bad one (:func:`pydantic_message`)."""
+    return InventoryFields.model_validate(raw)
