@@ -117,3 +117,60 @@ def test_the_client_keeps_the_specific_class_and_hint() -> None:
 
 def test_verb_table_matches_the_protocol() -> None:
     assert sorted(TABLE) == sorted(protocol.VERBS)
+
+
+# --- request shapes: what the client sends is exactly what protocol.py says (the agent is typed against it) -------
+
+SHAPE_INV = """
+defaults:
+  python: /opt/venv/bin/python3
+  model: /models/m
+  draft_model: /models/d
+  port: 9000
+hosts:
+  a: {ssh_host: gpu-a, gpus: 2, tp: 2}
+"""
+FACTS = {"problems": [], "unsafe": [], "home": "/home/u",
+         "sglang": {"version": "0.5.5", "site_packages": "/opt/venv/lib/python3.11/site-packages"},
+         "gpu": {"gpus": [{"index": 0}, {"index": 1}]}}
+
+
+def _keys(shape: type) -> tuple[frozenset[str], frozenset[str]]:
+    return shape.__required_keys__, shape.__optional_keys__  # type: ignore[attr-defined]
+
+
+def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path) -> None:
+    from fabfile.commands.bench import BenchParams, run_bench
+    from fabfile.commands.deploy import deploy_host
+    from fabfile.commands.operations import check_env_request
+    from fabfile.inventory import hosts as inventory
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.present.progress import Reporter
+    from fabfile.transport.session import HostSession, connector
+    from tests.fakehost import FakeFleet
+
+    (tmp_path / "inventory.yaml").write_text(SHAPE_INV)
+    inv = inventory.load(tmp_path / "inventory.yaml")
+    host = inv.hosts["a"]
+    fleet = FakeFleet({"a": {"facts": FACTS, "patch_apply": {}, "deploy": {"pid": 1, "deploy_id": "x"},
+                             "stop": {"terminated": [], "killed": [], "survivors": []},
+                             "bench": {"bench_id": "b"}, "evidence": {}}})
+    with connector(fleet):
+        assert deploy_host(inv, host, Options(), Reporter("a", enabled=False)).ok
+        with HostSession.open(inv, host) as s:
+            s.stop()
+            run_bench(s, BenchParams(target_ci=0.05))
+            s.call("evidence", check_env_request(host))
+
+    required, optional = _keys(protocol.DeployRequest)
+    deploy = fleet.requests("deploy")["a"]
+    assert set(deploy) == required and optional == {"rollback_of"}  # rollback_of: only a redeploy sets it
+    assert deploy["journal"] == f"{deploy['state_dir']}/deploys/{deploy['deploy_id']}.events"
+    assert set(deploy["timeouts"]) == _keys(protocol.Timeouts)[0]
+    assert set(deploy["summary"]) == _keys(protocol.LaunchSummary)[0]
+    # the verbs whose state_dir HostSession.call fills in: every key the shape names, and no other
+    for verb, shape in (("stop", protocol.StopRequest), ("bench", protocol.BenchRequest),
+                        ("evidence", protocol.CheckEnvRequest)):
+        required, optional = _keys(shape)
+        sent = set(fleet.requests(verb)["a"])
+        assert required <= sent <= required | optional, (verb, sent ^ (required | optional))

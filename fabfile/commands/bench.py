@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.remote.protocol import BenchRequest
 from fabfile.transport.session import HostSession
 
 CLIENTS = ("auto", "sglang", "builtin")
@@ -52,7 +53,7 @@ def new_bench_id() -> str:
     return "b" + time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def bench_request(host: Host, params: BenchParams, bench_id: str) -> dict[str, Any]:
+def bench_request(host: Host, params: BenchParams, bench_id: str) -> BenchRequest:
     return {"bench_id": bench_id, "concurrency": params.concurrency, "input_len": params.input_len,
             "output_len": params.output_len, "num_prompts": params.num_prompts, "client": params.client,
             "warmup": params.warmup, "target_ci": params.target_ci, "min_requests": params.min_requests,

@@ -35,6 +35,7 @@ from fabfile.plan.deploy_plan import (
 )
 from fabfile.present.output import err, out, print_error
 from fabfile.present.progress import Reporter
+from fabfile.remote.protocol import DeployRequest
 from fabfile.transport.base import ConnectionLost
 from fabfile.transport.session import HostSession
 
@@ -122,7 +123,9 @@ def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, 
     return mode, req
 
 
-def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | None, version: str) -> dict[str, Any]:
+def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | None, version: str) -> DeployRequest:
+    """The ``deploy`` request: the one place it is built (its shape is ``protocol.DeployRequest``, read by
+    ``fabfile.remote.deploy.run``)."""
     h = plan.host
     t = h.timeouts
     return {
@@ -166,10 +169,10 @@ def deadline_for(plan: Plan) -> float:
     return plan.ready_timeout + 3 * t.stop_grace + t.gpu_clean + t.lock_wait + 2 * t.first_request + 60.0
 
 
-def run_remote_deploy(session: HostSession, req: dict[str, Any], deadline: float,
+def run_remote_deploy(session: HostSession, req: DeployRequest, deadline: float,
                       reporter: Reporter) -> dict[str, Any]:
     """One agent call; if the SSH session drops, reconnect and follow the deploy's journal to its end."""
-    req = dict(req)
+    req = req.copy()
     req["journal"] = f"{req['state_dir']}/deploys/{req['deploy_id']}.events"
     try:
         return session.agent.call("deploy", req, deadline, on_event=reporter.event,

@@ -18,6 +18,7 @@ from fabfile.commands.fanout import HostOutcome, for_each_host
 from fabfile.errors import HostTimeoutError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.present.output import err, out, print_error, print_json, terminal_safe
+from fabfile.remote.protocol import CheckEnvRequest
 from fabfile.transport.session import HostSession
 
 
@@ -307,7 +308,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
 
 
 # -- check-env ------------------------------------------------------------------------------------------------
-def check_env_request(host: Host) -> dict[str, Any]:
+def check_env_request(host: Host) -> CheckEnvRequest:
     """The inventory's values, by the same precedence the launch uses; the host judges a running deploy by its
     record instead (what that deploy was asked for) and reports where the inventory has moved on."""
     from fabfile.plan.deploy_plan import nccl_settings

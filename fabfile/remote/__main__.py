@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .common import CONTEXT, AgentError, EventSink, unexpected
 
-Verb = Callable[[dict[str, Any], EventSink], dict[str, Any]]
+Verb = Callable[[Any, EventSink], dict[str, Any]]  # the request: the wire's JSON object
 
 
 def _verbs() -> dict[str, Verb]:

@@ -23,6 +23,7 @@ from typing import Any
 from . import metrics, procs, records, server, versions
 from .common import AgentError, EventSink, atomic_write, ensure_private_dir, open_private
 from .facts import expand
+from .protocol import BenchRequest
 
 
 def _http_get(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> str | None:
@@ -96,7 +97,7 @@ def bench_serving_datasets(env: dict[str, str] | None = None) -> list[str] | Non
     return bench_serving_help(env)[0]
 
 
-def _run_bench_serving(req: dict[str, Any], host: str, port: int, out_file: str, sink: EventSink,
+def _run_bench_serving(req: BenchRequest, host: str, port: int, out_file: str, sink: EventSink,
                        api_key: str | None) -> dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", target,
@@ -182,7 +183,7 @@ def _died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
     return True
 
 
-def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
@@ -249,11 +250,12 @@ def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
                 sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
             return sink.stdout_ok
 
+        ci = req.get("target_ci")
         measured = loadgen.run(host, port, concurrency=int(req["concurrency"]), input_len=int(req["input_len"]),
                                output_len=int(req["output_len"]), num_prompts=int(req["num_prompts"]),
                                warmup=int(req.get("warmup", 1)), api_key=api_key, on_progress=progress,
                                timeout=float(req.get("request_timeout", 600)),
-                               target_ci=float(req["target_ci"]) if req.get("target_ci") is not None else None,
+                               target_ci=float(ci) if ci is not None else None,
                                min_requests=int(req.get("min_requests") or 8))
         client_name = "loadgen"
         if not measured["completed"] and not _died_meanwhile(rec):

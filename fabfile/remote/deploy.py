@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from . import gpus, procs, records, server, stop
 from .common import CONTEXT, AgentError, EventSink, unexpected
 from .facts import expand
 from .lock import DeployLock
+from .protocol import DeployRequest, GateSpec, GatherRequest, VerifySpec
 
 
 class Steps:
@@ -89,7 +91,7 @@ def _previous(state_dir: str) -> dict[str, Any] | None:
             "pid": rec.get("pid"), "redeployable": bool(rec.get("request") and rec.get("script_copy"))}
 
 
-def _keep_script(state_dir: str, req: dict[str, Any]) -> dict[str, Any]:
+def _keep_script(state_dir: str, req: DeployRequest) -> dict[str, Any]:
     """Copy the launch script next to the record (a later deploy of the same config overwrites the original)."""
     import shutil
 
@@ -104,7 +106,7 @@ def _keep_script(state_dir: str, req: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
-def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
     t = req["timeouts"]
     cancel_file = records.cancel_path(state_dir, req["deploy_id"])
@@ -148,10 +150,11 @@ def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
                   f"(agent pid {lock.stale.get('pid')} is gone)")
     started: dict[str, Any] | None = None
     try:
-        if req.get("patch"):
+        patch_req = req.get("patch")
+        if patch_req:
             from . import patching
 
-            record["patch"] = steps.run("patch", lambda: patching.apply(req["patch"]), _patch_detail)
+            record["patch"] = steps.run("patch", lambda: patching.apply(patch_req), _patch_detail)
         stopped = steps.run("stop", lambda: stop.stop_servers(state_dir, req["target_gpus"], float(t["stop_grace"])),
                             _stop_detail)
         if stopped["survivors"]:
@@ -197,11 +200,12 @@ def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
         gate_req = req.get("gates")
         if gate_req:
             _gates(gate_req, req, started, record, steps)
-        if req.get("verify"):
+        verify = req.get("verify")
+        if verify:
             def verify_step() -> dict[str, Any]:
-                started_ = started
-                assert started_ is not None
-                record["verify"] = v = _verify(req, started_, record)
+                started_, verify_ = started, verify
+                assert started_ is not None and verify_ is not None
+                record["verify"] = v = _verify(req, verify_, started_, record)
                 if not v["evaluation"]["ok"]:
                     # raised inside the step, so the step is reported failed (never "✓ verify env 10/12")
                     raise AgentError("env_not_proven", "check-env could not prove the NCCL settings in every "
@@ -240,7 +244,7 @@ def run(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
         lock.release()
 
 
-def _gates(gate_req: dict[str, Any], req: dict[str, Any], started: dict[str, Any], record: dict[str, Any],
+def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], record: dict[str, Any],
            steps: Steps) -> None:
     """Ready means it answers: one real generation, then (speculative configurations) the accept-length gate."""
     from . import gates
@@ -265,7 +269,7 @@ def _gates(gate_req: dict[str, Any], req: dict[str, Any], started: dict[str, Any
               lambda r: f"accept length {r['accept_length']:.2f} over {r['requests']} requests (gate {r['gate']:g})")
 
 
-def expected_of(req: dict[str, Any]) -> dict[str, str] | None:
+def expected_of(req: Mapping[str, Any]) -> dict[str, str] | None:
     """The NCCL values a deploy request asked for (older requests carried them only when verifying)."""
     exp = req.get("expected")
     if exp is None:
@@ -291,8 +295,8 @@ def _lock_waiter(sink: EventSink) -> Callable[[dict[str, Any] | None, float], No
 LAUNCH_DIAG = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SPT_NOENV")
 
 
-def evidence_request(rec_or_req: dict[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
-                     start_ticks: int | None, expected: dict[str, str]) -> dict[str, Any]:
+def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
+                     start_ticks: int | None, expected: dict[str, str]) -> GatherRequest:
     """What evidence.gather needs to judge the server of one deploy: its own log region, its launcher (pid and
     start time), its deploy id for the markers, and what it was launched with."""
     summary = rec_or_req.get("summary") or rec_or_req.get("launch") or {}
@@ -308,17 +312,17 @@ def evidence_request(rec_or_req: dict[str, Any], *, deploy_id: str, log_path: st
             "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}
 
 
-def _verify(req: dict[str, Any], started: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     from . import evidence, patching
 
     ev_req = evidence_request(req, deploy_id=req["deploy_id"], log_path=req["log_path"],
                               log_offset=started["log_offset"], pid=started["pid"],
-                              start_ticks=started["start_ticks"], expected=req["verify"]["expected"])
+                              start_ticks=started["start_ticks"], expected=verify["expected"])
     # NCCL prints its lines when each communicator initialises, which can trail readiness by a moment.
-    deadline = time.monotonic() + float(req["verify"].get("settle_s", 3.0))
+    deadline = time.monotonic() + float(verify.get("settle_s", 3.0))
     while True:
         ev = evidence.gather(ev_req, _NullSink())
-        ev_eval = evidence.evaluate(ev, req["verify"]["expected"])
+        ev_eval = evidence.evaluate(ev, verify["expected"])
         patching.explain_unloaded_plugin(ev_eval, (req.get("patch") or {}).get("mode"), started["pid"],
                                          (req.get("summary") or {}).get("env"))
         if ev_eval["ok"] or time.monotonic() >= deadline:

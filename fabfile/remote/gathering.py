@@ -17,6 +17,7 @@ from typing import Any
 from . import gpus, procs
 from .common import AgentError, EventSink
 from .nccllog import _own_markers, _PidEvidence, _Scan
+from .protocol import GatherRequest
 from .sglangnccl import _argv_flags, _custom_ar, sglang_nccl_rules
 
 SCHEMA = 1
@@ -300,7 +301,7 @@ def _scheduler_rows(scheds: list[procs.ProcInfo], scan: _Scan, names: list[str])
     return schedulers
 
 
-def _facts(req: dict[str, Any], found: dict[str, Any], launcher: dict[str, Any],
+def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
            schedulers: list[dict[str, Any]], scan: _Scan, expected: dict[str, str]) -> dict[str, Any]:
     """What the judgement needs besides the processes: launch flags, GPUs, InfiniBand, what SGLang sets itself."""
     argv = req.get("launch_argv")
@@ -339,7 +340,7 @@ def _facts(req: dict[str, Any], found: dict[str, Any], launcher: dict[str, Any],
     return facts
 
 
-def gather(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
     """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring."""
     expected = req.get("expected") or {}
     if not isinstance(expected, dict):

@@ -1,12 +1,22 @@
-"""The agent protocol's shared vocabulary: verb names and error kinds, imported by BOTH the host agent and the client.
+"""The agent protocol's shared vocabulary: verb names, error kinds and request shapes, imported by BOTH the host
+agent and the client.
 
 One table, so the two sides cannot drift: the agent raises ``AgentError(kind, ...)`` with a kind listed here, and the
 client turns the kind's ``category`` into its exception class (and exit code) and falls back on the kind's ``hint``
 when the agent sent none. ``tests/test_protocol.py`` reads the agent's source and fails when a raised kind is
 missing here, or a kind here is raised nowhere. Stdlib only, Python 3.9+ (it runs on the host too).
+
+The request shapes (``TypedDict``: plain dicts at run time, so the wire format is whatever JSON the dict makes) are
+annotated on the client where a request is built and on the agent where it is read, so mypy checks that both
+sides name the same keys with the same types. The agent cannot trust the wire to match (an older client, a record
+written by an older agent): it still reads optional keys with ``.get``. Under the future import a TypedDict body's
+annotations stay strings (Python 3.9 wraps them in ``ForwardRef`` and only compiles them), so ``int | None`` is
+safe there; ``tests/test_agent_pythons.py`` imports this module under 3.9 to keep it so.
 """
 
 from __future__ import annotations
+
+from typing import Any, TypedDict
 
 # Every verb the agent answers (``fabfile/remote/verbs.py``'s TABLE has exactly these keys).
 VERBS: tuple[str, ...] = (
@@ -81,3 +91,132 @@ def category_of(kind: str) -> str:
 
 def hint_of(kind: str) -> str:
     return ERROR_KINDS.get(kind, ("remote", ""))[1]
+
+
+# --- request shapes -------------------------------------------------------------------------------------------
+# ``state_dir`` of the verbs other than deploy is filled in by ``HostSession.call`` (the host's own), so it is
+# optional where the client builds the request. ``deadline_s`` is added to every request by the agent client.
+
+
+class Timeouts(TypedDict):
+    """A deploy's bounds in seconds (the inventory's ``timeouts``, ``ready`` from the plan)."""
+
+    ready: float
+    stall: float
+    stop_grace: float
+    gpu_clean: float
+    lock_wait: float
+
+
+class VerifySpec(TypedDict):
+    """check-env right after readiness: the values to prove, and how long NCCL may take to print its lines."""
+
+    expected: dict[str, str]
+    settle_s: float
+
+
+class LaunchSummary(TypedDict):
+    """The launch command and environment with secrets masked (kept in the record, shown by ``inv status``)."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+class GateSpec(TypedDict):
+    """Ready means it answers: the first real request's bound, and the accept-length gate (None: no gate)."""
+
+    timeout: float
+    accept_gate: float | None
+
+
+class _DeployRequired(TypedDict):
+    deploy_id: str
+    client: str
+    tool_version: str
+    state_dir: str
+    journal: str | None  # set by the client just before the call: where the agent writes its events too
+    config_name: str
+    plan_hash: str
+    script: str
+    log_path: str
+    cwd: str
+    listen: str
+    port: int
+    sglang_version: str
+    target_gpus: list[int]
+    gpu_idle_mib: int
+    timeouts: Timeouts
+    patch: dict[str, Any] | None  # a ``patch_apply`` request (``render.patchset.build_patch_request``)
+    expected: dict[str, str]
+    nccl_debug: bool
+    verify: VerifySpec | None
+    summary: LaunchSummary
+    heartbeat_s: float
+    ready_path: str | None  # None: the version's own readiness endpoint (``versions.readiness_path``)
+    node: dict[str, Any] | None  # a multi-node rank (the inventory's ``node``), None on one node
+    gates: GateSpec | None
+
+
+class DeployRequest(_DeployRequired, total=False):
+    """``deploy`` (built by ``commands.deploy.deploy_request``; ``redeploy`` rebuilds one from a record)."""
+
+    rollback_of: str | None  # the deploy id a rollback starts again
+
+
+class StopRequest(TypedDict, total=False):
+    """``stop`` (built by ``HostSession.stop`` only)."""
+
+    state_dir: str
+    target_gpus: list[int]
+    grace: float
+    dry_run: bool
+    lock_wait: float
+    client: str
+
+
+class CheckEnvRequest(TypedDict, total=False):
+    """``evidence`` (``inv check-env``): the inventory's values; the host prefers the running deploy's record."""
+
+    state_dir: str
+    expected: dict[str, str]
+    nccl_debug_file: str | None
+
+
+class GatherRequest(TypedDict, total=False):
+    """What ``gathering.gather`` reads (built on the host, by ``deploy.evidence_request`` for a recorded deploy, or
+    with only the processes to go on when nothing recorded runs)."""
+
+    log_path: str | None
+    log_offset: int
+    log_cap_bytes: int
+    launcher_pid: int | None
+    launcher_start_ticks: int | None
+    deploy_id: str
+    expected: dict[str, str]
+    nccl_debug_file: str | None
+    sglang_version: str | None
+    launch_argv: list[str] | None
+    patch_mode: str
+    nccl_debug: bool | None
+    launch_env: dict[str, str]
+    server: dict[str, Any]
+
+
+class _BenchRequired(TypedDict):
+    bench_id: str
+    concurrency: int
+    input_len: int
+    output_len: int
+    num_prompts: int
+    client: str  # auto | sglang | builtin
+    warmup: int
+    target_ci: float | None
+    min_requests: int
+    need_histogram: bool
+
+
+class BenchRequest(_BenchRequired, total=False):
+    """``bench`` (built by ``commands.bench.bench_request``)."""
+
+    state_dir: str
+    request_timeout: float

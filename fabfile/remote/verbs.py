@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .common import AgentError, EventSink
+from .protocol import BenchRequest, CheckEnvRequest, DeployRequest, StopRequest
 
 # Each verb imports what it needs: every agent call starts a fresh Python, and a status call should not pay for
 # the deploy machinery (measured: importing everything costs ~50 ms per call).
@@ -19,12 +20,12 @@ def _facts(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     return data
 
 
-def _deploy(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def _deploy(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
     from . import deploy
     return deploy.run(req, sink)
 
 
-def _stop(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def _stop(req: StopRequest, sink: EventSink) -> dict[str, Any]:
     from . import facts, records, stop
     state_dir = facts.expand(req["state_dir"])
     from .lock import DeployLock
@@ -302,7 +303,7 @@ def _gpus(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     return snap
 
 
-def _evidence(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def _evidence(req: CheckEnvRequest, sink: EventSink) -> dict[str, Any]:
     """check-env: judge the running server by what its deploy asked for (the record), with evidence that belongs
     to it (its launcher's pid and start time, its part of the log, its deploy id). A server that is not the
     recorded deploy is reported as such and judged only by its own processes."""
@@ -370,7 +371,7 @@ def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]
     return verb
 
 
-def _bench(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def _bench(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     from . import bench
     return bench.run(req, sink)
 
@@ -410,7 +411,8 @@ def _redeploy(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     new.update(deploy_id=req["deploy_id"], client=req.get("client"), journal=req.get("journal"),
                script=old["script_copy"], patch=old["request"].get("patch"), rollback_of=old["deploy_id"],
                state_dir=req["state_dir"])
-    return deploy.run(new, sink)
+    # The record's request was a DeployRequest when that deploy ran (its ``_KEEP`` keys), plus the one-off keys.
+    return deploy.run(cast(DeployRequest, new), sink)
 
 
 def _cancel(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
@@ -488,7 +490,8 @@ def _adopt(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     return server
 
 
-TABLE: dict[str, Callable[[dict[str, Any], EventSink], dict[str, Any]]] = {
+# A verb takes the request as the wire's JSON (``Any``): each annotates the shape it reads (``protocol``).
+TABLE: dict[str, Callable[[Any, EventSink], dict[str, Any]]] = {
     "facts": _facts,
     "deploy": _deploy,
     "attach": _attach,

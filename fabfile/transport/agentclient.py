@@ -19,7 +19,7 @@ import json
 import secrets
 import shlex
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,7 @@ class AgentClient:
                 + " ".join(self.transport.shell_path(a) if a.startswith(("~/", "/")) else shlex.quote(a)
                            for a in args))
 
-    def _command(self, verb: str, request: dict[str, Any]) -> str:
+    def _command(self, verb: str, request: Mapping[str, Any]) -> str:
         payload = base64.b64encode(json.dumps(request, sort_keys=True).encode()).decode()
         return self._boot("run", self.dir, self.bundle.manifest_sha256, verb, payload)
 
@@ -113,7 +113,7 @@ class AgentClient:
         self._refused(r, "unpack the agent")
         self.shipped = True
 
-    def _execute(self, verb: str, request: dict[str, Any], timeout: float,
+    def _execute(self, verb: str, request: Mapping[str, Any], timeout: float,
                  on_event: Callable[[dict[str, Any]], None] | None,
                  idle_timeout: float | None = None) -> tuple[CommandResult, list[dict[str, Any]]]:
         request = {"deadline_s": timeout, **request}
@@ -143,7 +143,7 @@ class AgentClient:
             result = self.transport.stream(cmd, on_line, timeout + 15, idle_timeout)
         return result, events
 
-    def call(self, verb: str, request: dict[str, Any], timeout: float = 60.0,
+    def call(self, verb: str, request: Mapping[str, Any], timeout: float = 60.0,
              on_event: Callable[[dict[str, Any]], None] | None = None,
              idle_timeout: float | None = None) -> dict[str, Any]:
         """Run a verb; return its data or raise the tool's exception for the agent's error.

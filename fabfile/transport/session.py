@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.remote.protocol import StopRequest
 from fabfile.transport.agentclient import AgentClient
 from fabfile.transport.base import LocalTransport, Transport
 
@@ -67,7 +68,7 @@ class HostSession:
             return f"{home.rstrip('/')}/{path[2:]}"
         return path
 
-    def call(self, verb: str, request: dict[str, Any], timeout: float | None = None, **kw: Any) -> dict[str, Any]:
+    def call(self, verb: str, request: Mapping[str, Any], timeout: float | None = None, **kw: Any) -> dict[str, Any]:
         req = {"state_dir": self.host.state_dir, **request}
         return self.agent.call(verb, req, timeout or self.host.timeouts.command, **kw)
 
@@ -79,7 +80,7 @@ class HostSession:
         """
         t = self.host.timeouts
         wait = t.lock_wait if lock_wait is None else lock_wait
-        req = {"target_gpus": list(range(self.host.tp)), "grace": t.stop_grace, "dry_run": dry_run,
+        req: StopRequest = {"target_gpus": list(range(self.host.tp)), "grace": t.stop_grace, "dry_run": dry_run,
                "lock_wait": wait, "client": _client()}
         # The agent's bound includes its wait for a deploy in progress (it waits for the lock by default).
         return self.call("stop", req, timeout=wait + 3 * t.stop_grace + slack)
