@@ -68,3 +68,24 @@ def test_transient_network_failure_is_retried_until_the_host_answers(fleet: Flee
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "sim1" in out
+
+
+def test_the_first_channel_does_not_wait_for_a_delayed_ack(fleet: Fleet, sim_host: SimHost) -> None:
+    """OpenSSH's post-login hostkeys-00 request asks no reply; the transport answers it with one SSH_MSG_IGNORE, so
+    the ACK that releases sshd's (Nagle-held) answer to our first channel open goes out at once instead of after the
+    receiver's delayed-ACK timer (~40 ms a connection; the figure is in bench/cli_speed.py). Host keys are still
+    verified: the connection is the hardened one."""
+    from fabfile.inventory import hosts as inventory
+    from fabfile.transport.ssh import SSHTransport, _NudgingTransport
+
+    inv = inventory.load(fleet.inventory_path)
+    h = inv.hosts["sim1"]
+    t = SSHTransport(h.name, h.ssh_host, ssh_config=inv.ssh_config, known_hosts=inv.known_hosts,
+                     timeouts=h.timeouts)
+    try:
+        assert t.run("echo ok", 30).stdout.strip() == "ok"
+        raw = t.cxn.transport
+        assert isinstance(raw, _NudgingTransport) and raw._nudged  # the server's request came, and was answered
+        assert isinstance(t.cxn.client._policy, paramiko.RejectPolicy)
+    finally:
+        t.close()

@@ -119,6 +119,28 @@ class WatchedProxyCommand(paramiko.ProxyCommand):
         return status + (f": {said}" if said else " without a word")
 
 
+class _NudgingTransport(paramiko.Transport):
+    """paramiko's Transport, answering the server's first global request (OpenSSH sends ``hostkeys-00@openssh.com``
+    right after login, asking no reply) with one SSH_MSG_IGNORE.
+
+    Why: sshd writes that request and, a moment later, its answer to our first channel open. Until a session runs,
+    its socket still has Nagle's algorithm on, so the answer waits for the ACK of the request, and our side's TCP
+    delays that ACK (up to 40 ms on Linux) because it has nothing to send. Any packet from us carries the ACK at
+    once. Measured on the simulated host: the first channel of every connection opened in ~45 ms, now in ~2 ms.
+    """
+
+    _nudged = False
+
+    def _parse_global_request(self, m: Any) -> None:
+        super()._parse_global_request(m)  # type: ignore[misc]
+        if not self._nudged:
+            self._nudged = True
+            msg = paramiko.Message()
+            msg.add_byte(paramiko.common.cMSG_IGNORE)
+            msg.add_string(b"")
+            self._send_message(msg)  # type: ignore[attr-defined]
+
+
 class _Connection(Connection):  # type: ignore[misc]
     def open_gateway(self) -> Any:
         gw = super().open_gateway()
@@ -158,7 +180,8 @@ class SSHTransport(Transport):
         cfg.run.in_stream = False  # never mirror our stdin to remote commands
         t = self.timeouts
         cxn = _Connection(self.alias, config=cfg, connect_timeout=t.connect,
-                         connect_kwargs={"banner_timeout": t.connect, "auth_timeout": t.connect,
+                         connect_kwargs={"transport_factory": _NudgingTransport,
+                                         "banner_timeout": t.connect, "auth_timeout": t.connect,
                                          "channel_timeout": max(t.connect, 10.0)})
         files = self._known_hosts_files(cxn)
         for hop in _hops(cxn):
