@@ -111,6 +111,31 @@ def test_readiness_path(version: str, path: str) -> None:
 # ------------------------------------------------------------------------------------- version read from the host
 
 
+def test_every_version_gate_asks_versions_py() -> None:
+    """What changed in which release is written once, in fabfile/remote/versions.py: no other module compares a
+    version with a literal release, parses versions its own way, or writes the newest supported release."""
+    import ast
+
+    generated = {"sglang_env_facts.py", "sglang_spec_facts.py"}
+    found = []
+    for path in sorted((ROOT / "fabfile").rglob("*.py")):
+        if path.name in generated or path == Path(versions.__file__).resolve():
+            continue
+        text = path.read_text()
+        where = path.relative_to(ROOT)
+        if versions.NEWEST_SUPPORTED in text:
+            found.append(f"{where}: writes {versions.NEWEST_SUPPORTED}")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "at_least" \
+                    and any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args[1:]):
+                found.append(f"{where}:{node.lineno}: at_least with a literal release")
+            if isinstance(node, ast.Tuple) and len(node.elts) == 3 and all(
+                    isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts) \
+                    and node.elts[0].value == 0:
+                found.append(f"{where}:{node.lineno}: a release written as a tuple")
+    assert not found, found
+
+
 @pytest.mark.wheels
 @pytest.mark.parametrize("version", WHEEL_VERSIONS)
 def test_facts_read_the_version_a_real_wheel_installs(version: str, tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ def plan_document(host: Host, opts: Options) -> dict[str, Any]:
     mode_note = plan.patch_mode
     if plan.patch_mode == "auto":
         mode_note = (f"auto → {resolve_mode('auto', ASSUMED_VERSION)} on SGLang {ASSUMED_VERSION} "
-                     "(plugin on >= 0.5.11, scheduler before); decided from the host's version at preflight")
+                     f"(plugin on >= {versions.PLUGIN_SYSTEM}, scheduler before); decided from the host's version at "
+                     "preflight")
     doc["patch_mode_note"] = mode_note
     if plan.nccl_values and plan.patch_mode != "env":
         req = build_patch_request(plan.patch_mode, plan.nccl_values, plan.force_env, ASSUMED_VERSION,

@@ -559,7 +559,8 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
 
 
 def check_speculative(spec: Speculative, *, has_draft: bool, where: str) -> None:
-    """SGLang's rules for EAGLE parameters (the same in every release 0.4.5 ... 0.5.23), checked up front.
+    """SGLang's rules for EAGLE parameters (the same in every release from 0.4.5 to ``versions.NEWEST_SUPPORTED``),
+    checked up front.
 
     - topk 1: SGLang replaces any other draft-token count with steps + 1 (a warning, server_args / speculative_hook);
       refused here so the plan, its config name and the server agree.

@@ -17,14 +17,15 @@ from typing import Any
 from fabfile import __version__
 from fabfile.errors import FlagError
 from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.remote import versions
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 _SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
 _SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
-# SGLang reads `--config FILE` (YAML; each key a flag name) since 0.5.3: the one way to give it the API key without
-# putting the key in its command line, which every account on the host can read (ps, /proc/PID/cmdline).
-CONFIG_SINCE = (0, 5, 3)
+# SGLang reads `--config FILE` (YAML; each key a flag name) since `versions.CONFIG_FILE` (0.5.3): the one way to give
+# it the API key without putting the key in its command line, which every account on the host can read (ps,
+# /proc/PID/cmdline).
 
 
 def secret_names(host: Host) -> set[str]:
@@ -75,15 +76,6 @@ def mask_secrets(text: str, secrets_: list[str]) -> str:
             if len(spelt) >= 3:
                 text = text.replace(spelt, "***")
     return text
-
-
-def version_tuple(v: str) -> tuple[int, ...]:
-    out = []
-    for part in re.split(r"[.+-]", v):
-        if not part.isdigit():
-            break
-        out.append(int(part))
-    return tuple(out)
 
 
 def env_file_text(env: dict[str, str]) -> str:
@@ -347,12 +339,12 @@ def for_version(plan: Plan, sglang_version: str | None) -> Plan:
     config_file = f"{deploys}/{plan.deploy_id}.yaml" if secret_cfg else ""
     if secret_cfg:
         flags = ", ".join(f"--{k}" for k in sorted(secret_cfg))
-        if sglang_version is None or version_tuple(sglang_version) >= CONFIG_SINCE:
+        if versions.has_config_file(sglang_version):
             launch = [*rest, "--config", config_file]
         else:
             notes.append(f"SGLang {sglang_version} takes {flags} only on its command line (--config FILE came in "
-                         "0.5.3): other accounts on the host can read it with ps while the server runs; upgrade "
-                         "SGLang to keep it private")
+                         f"{versions.CONFIG_FILE}): other accounts on the host can read it with ps while the server "
+                         "runs; upgrade SGLang to keep it private")
     file_env = {k: v for k, v in plan.env.items() if k in plan.host.env}
     out = replace(plan, launch_argv=tuple(launch), file_env=file_env,
                   env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,

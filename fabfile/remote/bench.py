@@ -43,9 +43,7 @@ def _http_get(host: str, port: int, path: str, api_key: str | None, timeout: flo
 
 
 def server_info(host: str, port: int, version: str, api_key: str | None) -> dict[str, Any]:
-    paths = ("/server_info", "/get_server_info") if versions.at_least(version, "0.5.6") else \
-        ("/get_server_info",)
-    for path in paths:
+    for path in versions.server_info_paths(version):
         body = _http_get(host, port, path, api_key)
         if body:
             try:
@@ -71,7 +69,8 @@ def has_bench_serving(sglang_root: str | None) -> bool:
 
 # The dataset the tool runs bench_serving with: synthetic token ids of exactly the requested lengths, no download.
 # SGLang 0.4.5's bench_serving lacks it (its choices: sharegpt, random, generated-shared-prefix; its "random" samples
-# ShareGPT, downloading it); 0.4.6 ... 0.5.23 have it (tests/test_sglang_versions.py reads the wheels).
+# ShareGPT, downloading it); every release from ``versions.BENCH_RANDOM_IDS`` (0.4.6) has it. The host's own
+# ``--help`` is asked before each run, so this is no gate.
 BENCH_DATASET = "random-ids"
 
 

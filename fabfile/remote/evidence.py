@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ncclenv
+from . import ncclenv, versions
 from .gathering import DRAFT_WORKER_NOTE, SCHEMA, gather, parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
 from .sglangnccl import _argv_flags, _custom_ar, sglang_env_facts_for, sglang_nccl_rules
@@ -75,7 +75,8 @@ def _mode_advice(mode: str | None) -> str:
             "(SGLang reinstalled since the patch?) and deploy again to re-apply it"
         )
     used = f" (this deploy used --patch-mode {mode})" if mode else ""
-    return "use --patch-mode scheduler (or plugin on SGLang >= 0.5.11) to set them inside each worker" + used
+    return (f"use --patch-mode scheduler (or plugin on SGLang >= {versions.PLUGIN_SYSTEM}) to set them inside each "
+            "worker" + used)
 
 
 def _diag(evidence: dict[str, Any], name: str) -> tuple[str | None, str]:

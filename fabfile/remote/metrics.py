@@ -64,13 +64,13 @@ def parse_decode_line(line: str) -> dict[str, Any] | None:
 def accept_rate_meaning(version: str) -> str:
     """What the ``accept rate`` of this version's ``Decode batch`` line divides (checked against the wheels by
     tests/test_sglang_versions.py)."""
-    if versions.at_least(version, "0.5.11"):
+    if versions.at_least(version, versions.ACCEPT_RATE_PER_DRAFT):
         return "(accept_len - 1) / (draft_tokens - 1): share of drafted tokens accepted"
-    if versions.at_least(version, "0.5.6"):
+    if versions.at_least(version, versions.ACCEPT_RATE_PER_DRAFT_TOKEN):
         return "accept_len / draft_tokens: tokens per verify step over tokens verified"
-    if versions.at_least(version, "0.5.4"):
+    if versions.at_least(version, versions.ACCEPT_RATE_PRINTED):
         return "accept_len / (steps + 1): tokens per verify step over steps + 1 (not draft_tokens when topk > 1)"
-    return "not printed before 0.5.4"
+    return f"not printed before {versions.ACCEPT_RATE_PRINTED}"
 
 
 def draft_acceptance(accept_len: float | None, draft_tokens: int | None) -> float | None:
@@ -196,8 +196,10 @@ def spec_from_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 # -- accepted drafts per verify pass ---------------------------------------------------------------------------------
 # Which SGLang returns the per-request histogram (read in the wheels' tokenizer_manager.py,
-# ``_calculate_spec_decoding_metrics``): ``spec_accept_histogram`` 0.5.9–0.5.20, ``spec_correct_drafts_histogram``
-# 0.5.12 and later; before 0.5.9 neither. Index j counts the verify passes that accepted j drafts.
+# ``_calculate_spec_decoding_metrics``): ``spec_accept_histogram`` from ``versions.ACCEPT_HISTOGRAM`` (0.5.9) to
+# 0.5.20, ``spec_correct_drafts_histogram`` from ``versions.CORRECT_DRAFTS_HISTOGRAM`` (0.5.12); before 0.5.9
+# neither. Both keys are tried (whichever the server sent), so no version gate. Index j counts the verify passes
+# that accepted j drafts.
 HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
+from . import versions
 from .common import AgentError
 from .patchmodes import (
     ENGINE_ANCHOR_LINE,
@@ -58,7 +59,7 @@ def _anchor_err(kind: str, rel: str, anchor: str, version: str, count: int, deta
         kind,
         msg,
         hint="This SGLang version's source does not look as expected; use patch mode 'env' or 'plugin' "
-        "(0.5.11+), or report the version.",
+        f"({versions.PLUGIN_SYSTEM}+), or report the version.",
         file=rel,
         anchor=anchor,
         sglang_version=version,

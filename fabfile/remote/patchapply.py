@@ -11,6 +11,7 @@ import re
 import subprocess
 from typing import Any
 
+from . import versions
 from .common import AgentError, sha256_bytes
 from .patchanchors import has_block, insert_block, strip_blocks
 from .patchmodes import (
@@ -175,7 +176,8 @@ def _new_file(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None) 
         raise AgentError(
             "foreign_file",
             f"{w['path']} already exists and was not written by specdeploy; refusing to overwrite it.",
-            hint="Move it away or use another patch mode (e.g. 'plugin' on 0.5.11+, or 'scheduler').",
+            hint=f"Move it away or use another patch mode (e.g. 'plugin' on {versions.PLUGIN_SYSTEM}+, or "
+            "'scheduler').",
             file=w["path"],
         )
     return bytes(w["content"].encode("utf-8"))

@@ -17,7 +17,7 @@ SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"
 SENTINEL_END = "# <<< specdeploy nccl-env end"
 PLUGIN_GROUP = "sglang.srt.plugins"
 PLUGIN_NAME = "specdeploy_nccl_env"
-PLUGIN_MIN_VERSION = (0, 5, 11)
+PLUGIN_MIN_VERSION = versions.release(versions.PLUGIN_SYSTEM)  # (0, 5, 11): the plugin system
 
 ALL_MODES = ("env", "scheduler", "engine", "plugin", "sitecustomize")
 
@@ -122,7 +122,7 @@ def check_mode(mode: str, version: str) -> None:
         raise AgentError(
             "mode_unsupported",
             f"Patch mode {mode!r} is not available on SGLang {version}: "
-            "SGLang has no plugin system before 0.5.11.",
+            f"SGLang has no plugin system before {versions.PLUGIN_SYSTEM}.",
             hint="Use patch mode 'scheduler' (a source patch at the top of run_scheduler_process).",
             mode=mode,
             sglang_version=version,

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from .versions import PLUGIN_SYSTEM
+
 # Every verb the agent answers (``fabfile/remote/verbs.py``'s TABLE has exactly these keys).
 VERBS: tuple[str, ...] = (
     "facts", "deploy", "attach", "stop", "status", "logs", "gpus", "stale", "adopt", "records", "redeploy", "cancel",
@@ -52,8 +54,8 @@ ERROR_KINDS: dict[str, tuple[str, str]] = {
     "mode_unsupported": ("patch", "choose another --patch-mode (auto picks one this version supports)"),
     "site_packages_missing": ("preflight", "check the host's `python` in the inventory: its SGLang install moved"),
     "version_mismatch": ("patch", "SGLang changed on the host since the preflight: deploy again"),
-    "anchor_not_found": ("patch", "use patch mode 'env' or 'plugin' (0.5.11+), or report the version"),
-    "anchor_ambiguous": ("patch", "use patch mode 'env' or 'plugin' (0.5.11+), or report the version"),
+    "anchor_not_found": ("patch", f"use patch mode 'env' or 'plugin' ({PLUGIN_SYSTEM}+), or report the version"),
+    "anchor_ambiguous": ("patch", f"use patch mode 'env' or 'plugin' ({PLUGIN_SYSTEM}+), or report the version"),
     "patch_verify_failed": ("patch", "nothing was written; use another patch mode and report the version"),
     "file_missing": ("patch", "check site_packages and the SGLang install"),
     "foreign_file": ("patch", "move the file away or use another patch mode"),

@@ -1,8 +1,12 @@
-"""SGLang version strings: the one parser of the agent and the client, and the per-version facts it gates on.
+"""SGLang versions: the one parser of the agent and the client, and what changed in which release.
 
 Stdlib only and free of agent imports, so ``fabfile`` (the client) imports it as it is. Every comparison of an SGLang
-version in the tool goes through :func:`release` (feature gates: "0.5.20rc1" already has 0.5.20's endpoints) or
-:func:`key` (a total order in PEP 440's sense: 0.5.20rc1 < 0.5.20 < 0.5.20.post1 < 0.5.21.dev3).
+version in the tool goes through :func:`at_least` / :func:`feature_key` (feature gates: "0.5.20rc1" already has
+0.5.20's endpoints), :func:`release`, or :func:`key` (a total order in PEP 440's sense: 0.5.20rc1 < 0.5.20 <
+0.5.20.post1 < 0.5.21.dev3). The release each fact the tool relies on started in is a constant below (the table
+"What changed in which release"): the agent's modules and the client ask these, so a reader finds every version
+gate in one place. Facts that differ in every release (which NCCL variables SGLang sets, which flags it accepts)
+are generated tables beside their users: ``sglang_env_facts.py`` (agent) and ``fabfile/plan/sglang_spec_facts.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 import re
 
 # The newest SGLang release the tool was checked against (its wheels in the contract tests). Defaults that need "some
-# version" when none is recorded use it.
+# version" when none is recorded use it. The one place this literal is written in fabfile/ (the generated tables
+# name it as a key among every other release).
 NEWEST_SUPPORTED = "0.5.23"
 
 # A PEP 440 version as pip and SGLang's own build (setuptools-scm / vcs-versioning) write them: "0.5.12",
@@ -26,10 +31,6 @@ _VERSION_RE = re.compile(
     re.X | re.I,
 )
 _PRE_ORDER = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-
-# SGLang's HEALTH_CHECK_TIMEOUT (http_server.py, every release 0.4.5 ... 0.5.23): how long its health-generate
-# handler waits for the one-token answer before it says 503; the server's SGLANG_HEALTH_CHECK_TIMEOUT overrides it.
-HEALTH_CHECK_TIMEOUT_S = 20
 
 # The development fallback SGLang's own version.py uses when neither _version.py nor the metadata is there.
 DEV_FALLBACK = "0.0.0.dev0"
@@ -100,7 +101,50 @@ def at_least(version: str | None, minimum: str) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Per-version facts of SGLang (read from the release wheels' source; tests/test_versions.py checks them there).
+# What changed in which release: the first release that has each fact (test it with ``at_least(version, X)``; a
+# pre-release of X counts as X). Evidence: the release wheels' source, named per line; the tests in brackets read
+# the wheels (``wheels`` marker, ``$SPECDEPLOY_WHEEL_CACHE``) and fail when a release disagrees.
+
+# bench_serving's ``--dataset-name random-ids`` (bench_serving.py's choices; 0.4.5's "random" samples ShareGPT,
+# downloading it) [test_sglang_versions::test_bench_dataset_follows_the_release].
+BENCH_RANDOM_IDS = "0.4.6"
+# ``/health`` waits for the scheduler (http_server.py ``health``); before, 0.4.x answers 200 as soon as uvicorn is up,
+# before warmup [test_sglang_versions::test_probe_fits_the_health_endpoint_of_the_release].
+HEALTH_WAITS_FOR_SCHEDULER = "0.5.1"
+# ``--config FILE`` (server_args.py, a YAML file of flag names): secret flags can stay off the command line.
+CONFIG_FILE = "0.5.3"
+# The ``Decode batch`` line prints ``accept rate`` (scheduler_metrics_mixin.py), meaning accept_len / (steps + 1)
+# [test_sglang_versions::test_decode_line_notes_follow_the_release].
+ACCEPT_RATE_PRINTED = "0.5.4"
+# ... meaning accept_len / draft_tokens from here.
+ACCEPT_RATE_PER_DRAFT_TOKEN = "0.5.6"
+# ``/server_info`` (http_server.py); ``/get_server_info`` stays as the older name.
+SERVER_INFO = "0.5.6"
+# Per-request ``meta_info.spec_accept_histogram`` (tokenizer_manager.py ``_calculate_spec_decoding_metrics``; until
+# 0.5.20). Before it the agent derives the histogram from the streamed tokens (``metrics.histogram_from_stream``).
+ACCEPT_HISTOGRAM = "0.5.9"
+# The plugin system (``sglang/srt/plugins``, ``load_plugins_by_group``, ``SGLANG_PLUGINS``): patch mode ``plugin``
+# and the ``auto`` mode's first choice [test_patch_wheels; test_sglang_versions::test_plugin_allowlist_...].
+PLUGIN_SYSTEM = "0.5.11"
+# ... and ``accept rate`` means (accept_len - 1) / (draft_tokens - 1) from here.
+ACCEPT_RATE_PER_DRAFT = "0.5.11"
+# ``meta_info.spec_correct_drafts_histogram`` and ``spec_num_correct_drafts`` counters (tokenizer_manager.py).
+CORRECT_DRAFTS_HISTOGRAM = "0.5.12"
+# ``/ready`` (http_server.py): 200 once the server is up, answered at once
+# [test_sglang_versions::test_probe_fits_the_health_endpoint_of_the_release].
+READY_ENDPOINT = "0.5.20"
+
+# Changes read without a gate (the code takes whichever form it finds, so no constant): the version files
+# (``version.py``, then the build-generated ``_version.py`` from 0.5.7: ``facts.sglang_info``), the ``Decode batch``
+# line's formats (``metrics.parse_decode_line``), the draft counters' names (0.5.6 / 0.5.11 / 0.5.12:
+# ``metrics.spec_from_meta``), ``sglang.bench_serving`` moving to ``sglang.benchmark.serving`` in 0.5.15 (a shim
+# stays: ``bench.bench_serving_help``).
+
+# SGLang's HEALTH_CHECK_TIMEOUT (http_server.py, the same in every release from 0.4.5 to NEWEST_SUPPORTED): how long
+# its health-generate handler waits for the one-token answer before it says 503; the server's
+# SGLANG_HEALTH_CHECK_TIMEOUT overrides it.
+HEALTH_CHECK_TIMEOUT_S = 20
+
 
 def readiness_path(version: str) -> str:
     """The cheapest endpoint whose 200 means "ready" on this version.
@@ -110,8 +154,18 @@ def readiness_path(version: str) -> str:
     before warmup, so only ``/health_generate`` means ready there.
     """
     v = version if valid(version) else NEWEST_SUPPORTED
-    if at_least(v, "0.5.20"):
+    if at_least(v, READY_ENDPOINT):
         return "/ready"
-    if at_least(v, "0.5.1"):
+    if at_least(v, HEALTH_WAITS_FOR_SCHEDULER):
         return "/health"
     return "/health_generate"
+
+
+def server_info_paths(version: str) -> tuple[str, ...]:
+    """Where this version answers its server info, newest name first."""
+    return ("/server_info", "/get_server_info") if at_least(version, SERVER_INFO) else ("/get_server_info",)
+
+
+def has_config_file(version: str | None) -> bool:
+    """Whether SGLang takes ``--config FILE`` (None, a version not known yet: assume it does)."""
+    return version is None or at_least(version, CONFIG_FILE)

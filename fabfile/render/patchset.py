@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fabfile.remote import common, patching
+from fabfile.remote import common, patching, versions
 from fabfile.render.jinja import render_text
 
 MODES: tuple[str, ...] = patching.ALL_MODES
@@ -42,8 +42,8 @@ def resolve_mode(requested: str, sglang_version: str) -> str:
         raise PatchModeError(f"unknown patch mode {requested!r}; choose one of: auto, {', '.join(MODES)}")
     if requested not in modes:
         raise PatchModeError(
-            f"patch mode {requested!r} needs SGLang >= 0.5.11 (the plugin system), but the host has SGLang "
-            f"{sglang_version}; use patch_mode 'scheduler' (or 'auto', which picks it for this version)"
+            f"patch mode {requested!r} needs SGLang >= {versions.PLUGIN_SYSTEM} (the plugin system), but the host "
+            f"has SGLang {sglang_version}; use patch_mode 'scheduler' (or 'auto', which picks it for this version)"
         )
     return requested
 
