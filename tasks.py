@@ -211,15 +211,16 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 
 
 def _render(inv: Any, hosts: list[Any], opts: Any, as_json: bool) -> None:
-    from fabfile.commands.render_plan import describe, plan_document
-    from fabfile.present.output import print_json
+    from fabfile.commands.render_plan import plan_document
+    from fabfile.present.output import show
+    from fabfile.present.plan_report import describe
 
     docs = [plan_document(h, opts) for h in hosts]
-    if as_json:
-        print_json(docs[0] if len(docs) == 1 else {"hosts": docs})
-    else:
+    def for_people() -> None:
         for d in docs:
             describe(d)
+
+    show(docs[0] if len(docs) == 1 else {"hosts": docs}, for_people, as_json=as_json)
 
 
 @task(help={k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
@@ -420,25 +421,23 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
-    from fabfile.commands.bench import bench_host, print_result
+    from fabfile.commands.bench import bench_host
     from fabfile.errors import SpecDeployError
+    from fabfile.present.bench_report import print_result
     from fabfile.present.output import out as console
-    from fabfile.present.output import print_json
+    from fabfile.present.output import show
     from fabfile.present.progress import BenchProgress
 
     progress = BenchProgress(h.name, enabled=not json)
     try:
         result = bench_host(inv, h, params, out or "runs", on_event=progress.event)
     except SpecDeployError as e:
-        if json:
-            print_json({"host": h.name, "ok": False, "error": e.as_dict()})
+        # For people the error is printed by `cli` (a sentence on stderr); --json still gets its one document.
+        show({"host": h.name, "ok": False, "error": e.as_dict()}, lambda: None, as_json=json)
         raise
     finally:
         progress.close()
-    if json:
-        print_json(result)
-    else:
-        print_result(result, console)
+    show(result, lambda: print_result(result, console), as_json=json)
 
 
 SWEEP_HELP = {
@@ -603,16 +602,14 @@ def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout:
                   inventory: Any = None) -> None:
     """Start SGLang's router in front of the healthy replicas of a group, on the host the inventory names."""
     from fabfile.commands.router import deploy_router as start_router
-    from fabfile.commands.router import pick, print_router
-    from fabfile.present.output import print_json
+    from fabfile.commands.router import pick
+    from fabfile.present.output import show
+    from fabfile.present.router_report import print_router
 
     inv = _inventory(inventory)
     r = start_router(inv, pick(inv, router), ready_s=_float("--timeout", timeout) or 60.0,
                      host_timeout=_float("--host-timeout", host_timeout))
-    if json:
-        print_json(r.as_dict())
-    else:
-        print_router(r)
+    show(r, lambda: print_router(r), as_json=json)
     if r.error is not None:
         raise Exit(code=r.error.exit_code)
 
@@ -693,19 +690,21 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
         h = _one_host(inv, host, "adopt")
         entry, source, _ = adoption.from_host(inv, h)
     adoption.validate_entry(entry_name, entry)
-    if json:
-        from fabfile.present.output import print_json
+    from fabfile.present.output import show
 
-        print_json({"host": entry_name, "entry": entry, "source": source})
     text = adoption.entry_yaml(entry_name, entry, source)
     if write is not None:
         fd = os.open(write, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        if not json:
+
+    def for_people() -> None:
+        if write is not None:
             print(f"wrote {write}: `inv render --inventory {write} --host {entry_name}` shows the command")
-    elif not json:
-        print(text, end="")
+        else:
+            print(text, end="")
+
+    show({"host": entry_name, "entry": entry, "source": source}, for_people, as_json=json)
 
 
 DIFF_HELP = {
@@ -753,12 +752,10 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
         vb = differ.view_of_record(recs[rb])
     va["host"] = vb["host"] = h.name
     rows = differ.compare(va, vb)
-    if json:
-        from fabfile.present.output import print_json
+    from fabfile.present.diff_report import print_diff
+    from fabfile.present.output import show
 
-        print_json({"host": h.name, "a": va, "b": vb, "differences": rows})
-    else:
-        differ.print_diff(va, vb, rows)
+    show({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows), as_json=json)
 
 
 def raise_for(code: int) -> None:

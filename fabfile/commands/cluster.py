@@ -15,12 +15,11 @@ import time
 
 from fabfile.commands.deploy import deploy_host
 from fabfile.commands.fanout import concurrent, reporter_for
-from fabfile.commands.rollout import HostRollout, RolloutResult, observe, rollback_hosts
+from fabfile.commands.rollout import observe, rollback_hosts
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Cluster, Host, Inventory
 from fabfile.plan.deploy_plan import Options, build, new_deploy_id
-from fabfile.present.output import out
-from fabfile.present.rollout_report import print_rollout
+from fabfile.results.deploys import HostRollout, RolloutResult
 from fabfile.transport.session import HostSession
 
 
@@ -93,13 +92,3 @@ def deploy_cluster(inv: Inventory, cluster: Cluster, opts: Options, *, quiet: bo
     result.extra["failed_first"] = failed_first[:1]
     result.wall_s = time.monotonic() - t0
     return result
-
-
-def print_cluster(result: RolloutResult) -> None:
-    print_rollout(result)
-    if result.ok:
-        rank0 = result.hosts[0]
-        url = rank0.deploy.plan.url if rank0.deploy else "?"
-        out.print(f"cluster [bold]{result.extra['cluster']}[/bold]: TP {result.extra['tp']} over "
-                  f"{len(result.hosts)} nodes, rendezvous {result.extra['dist_init_addr']}; the API is served by "
-                  f"rank 0 ({rank0.host.name}) at {url}")

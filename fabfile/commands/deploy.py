@@ -8,12 +8,11 @@ SSH session by re-attaching to the deploy's journal, and turns the outcome into 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from fabfile import __version__
 from fabfile.errors import (
-    AgentCrashError,
     ConnectError,
     FlagError,
     PreflightError,
@@ -33,55 +32,11 @@ from fabfile.plan.deploy_plan import (
     mask_secrets,
     secret_values,
 )
-from fabfile.present.output import err, out, print_error
 from fabfile.present.progress import Reporter
 from fabfile.remote.protocol import DeployRequest
+from fabfile.results.deploys import DeployResult
 from fabfile.transport.base import ConnectionLost
 from fabfile.transport.session import HostSession
-
-
-@dataclass
-class DeployResult:
-    host: str
-    ok: bool
-    plan: Plan
-    record: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    patch_mode: str | None = None
-    sglang_version: str | None = None
-    error: SpecDeployError | None = None
-    stats: dict[str, int] = field(default_factory=dict)
-    # True once the host-side deploy was asked for: from then on, a lost link leaves its outcome unknown (the
-    # deploy goes on without us), unlike a failure before it, which changed nothing.
-    remote_started: bool = False
-    # what the routers in front of this host were told (taken out before, put back after), in sentences
-    router_notes: list[str] = field(default_factory=list)
-
-    @property
-    def outcome_unknown(self) -> bool:
-        """The host-side deploy ran but its result never reached us (the link died and did not come back)."""
-        e = self.error
-        if self.ok or not self.remote_started or e is None or "changed" in e.details:
-            return False
-        return isinstance(e, (ConnectError, AgentCrashError)) or "command" in e.details or \
-            e.details.get("agent_kind") in ("deadline", "deploy_lost") or e.details.get("timed_out") is True
-
-    def as_dict(self) -> dict[str, Any]:
-        verify = (self.record.get("verify") or {}).get("evaluation")
-        if verify is None and self.error is not None:
-            verify = ((self.error.details.get("verify") or {}).get("evaluation"))
-        return {
-            "host": self.host, "ok": self.ok, "deploy_id": self.plan.deploy_id, "config": self.plan.config_name,
-            "plan_hash": self.plan.plan_hash, "pid": self.record.get("pid"),
-            "url": self.plan.url, "launch_argv": self.plan.masked_argv(), "env": self.plan.masked_env(),
-            "log_path": self.record.get("log_path") or self.plan.log_path, "timings": self.timings,
-            "patch_mode": self.patch_mode, "sglang_version": self.sglang_version,
-            "schedulers": self.record.get("schedulers"), "ready": self.record.get("ready"), "check_env": verify,
-            "first_request": self.record.get("first_request"), "accept": self.record.get("accept"),
-            "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
-            "transport": self.stats, "notes": list(self.plan.notes),
-            "outcome_unknown": self.outcome_unknown, "router_notes": list(self.router_notes),
-        }
 
 
 def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
@@ -258,36 +213,6 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
             session.close()
     result.timings = dict(reporter.timings)
     return result
-
-
-def deploy_summary(r: DeployResult) -> None:
-    """What a person reads after one host's deploy: where it serves and how it started, or why it failed."""
-    if not r.ok:
-        if r.error is not None:
-            print_error(r.error)
-            ev = (r.error.details.get("verify") or {})
-            if ev.get("evaluation"):
-                from fabfile.present.checkenv_report import render_table
-
-                render_table(ev["evaluation"], (ev.get("evidence") or {}).get("facts") or {}, err)
-        return
-    rec = r.record
-    total = sum(r.timings.values())
-    out.print(f"[green]✓[/green] [bold]{r.host}[/bold] ready at [bold]{r.plan.url}[/bold]  pid {rec.get('pid')}  "
-              f"config [bold]{r.plan.config_name}[/bold]  (SGLang {r.sglang_version}, patch mode {r.patch_mode}) "
-              f"in {total:.2f} s")
-    scheds = rec.get("schedulers") or []
-    if scheds:
-        out.print("  schedulers: " + ", ".join(f"{s['title']} (pid {s['pid']})" for s in scheds))
-    ev = (rec.get("verify") or {}).get("evaluation")
-    if ev is not None:
-        rows = ev.get("rows") or []
-        proven = sum(1 for x in rows if x.get("status") == "proven")
-        out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
-    for note in r.plan.notes:
-        out.print(f"  note: {note}", markup=False, highlight=False)
-    out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}")
-    out.print("  timings: " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()), markup=False)
 
 
 def deploy_behind_routers(inv: Inventory, host: Host, opts: Options, reporter: Reporter) -> DeployResult:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabfile.commands.cluster import deploy_cluster, print_cluster
-from fabfile.commands.deploy import deploy_behind_routers, deploy_summary
+from fabfile.commands.cluster import deploy_cluster
+from fabfile.commands.deploy import deploy_behind_routers
 from fabfile.commands.rollout import BatchSize, run_rollout
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, build
-from fabfile.present.output import print_json
+from fabfile.present.deploy_report import deploy_summary
+from fabfile.present.output import show
 from fabfile.present.progress import Reporter
-from fabfile.present.rollout_report import print_rollout
+from fabfile.present.rollout_report import print_cluster, print_rollout
 
 
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
@@ -29,22 +30,13 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
         build(h, opts)
     if cluster is not None:
         cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
-        if as_json:
-            print_json(cres.as_dict())
-        else:
-            print_cluster(cres)
+        show(cres, lambda: print_cluster(cres), as_json=as_json)
         return 0 if cres.ok else 1
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
-        if as_json:
-            print_json(r.as_dict())
-        else:
-            deploy_summary(r)
+        show(r, lambda: deploy_summary(r), as_json=as_json)
         return 0 if r.ok else (r.error.exit_code if r.error else 1)
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
-    if as_json:
-        print_json(res.as_dict())
-    else:
-        print_rollout(res)
+    show(res, lambda: print_rollout(res), as_json=as_json)
     return 0 if res.ok else 1

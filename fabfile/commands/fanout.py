@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -19,21 +18,11 @@ from rich.console import Console
 from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.present.progress import Reporter
+from fabfile.results.hosts import HostOutcome
 from fabfile.transport.base import Transport
 from fabfile.transport.session import HostSession
 
 MAX_PARALLEL = 16
-
-
-@dataclass
-class HostOutcome:
-    host: Host
-    data: Any = None
-    error: SpecDeployError | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 def _run_one(inv: Inventory, h: Host, work: Callable[[HostSession], Any],

@@ -9,12 +9,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from rich.syntax import Syntax
-
 from fabfile import __version__
 from fabfile.inventory.hosts import Host
 from fabfile.plan.deploy_plan import Options, build, mask_secrets, secret_values
-from fabfile.present.output import out
 from fabfile.remote import versions
 
 ASSUMED_VERSION = versions.NEWEST_SUPPORTED
@@ -50,21 +47,3 @@ def plan_document(host: Host, opts: Options) -> dict[str, Any]:
     doc["files"] = files
     doc["touches_hosts"] = False
     return doc
-
-
-def describe(doc: dict[str, Any]) -> None:
-    out.print(f"[bold]plan for {doc['host']}[/bold]  config {doc['config']}  plan {doc['plan_hash']}  "
-              "[dim](dry run: no host touched)[/dim]")
-    out.print(f"  url: {doc['url']}\n  log: {doc['log_path']}\n  patch mode: {doc['patch_mode_note']}")
-    for note in doc.get("nccl_notes") or []:
-        out.print(f"  nccl: {note}", markup=False, highlight=False)
-    out.print("  steps: " + " → ".join(doc["steps"]))
-    for note in doc.get("notes") or []:
-        out.print(f"  note: {note}", markup=False, highlight=False)
-    out.print("[bold]launch command[/bold]")
-    out.print(doc["launch_command"], markup=False, highlight=False)
-    for path, text in doc["files"].items():
-        out.print(f"[bold]file {path}[/bold]")
-        lexer = "bash" if path.endswith(".sh") else "python" if (path.endswith(".py") or "inserted" in path) \
-            else "text"
-        out.print(Syntax(text, lexer, theme="ansi_dark", word_wrap=True))

@@ -17,15 +17,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from fabfile.commands.deploy import DeployResult, deploy_behind_routers
+from fabfile.commands.deploy import deploy_behind_routers
 from fabfile.commands.fanout import concurrent, reporter_for
 from fabfile.errors import FlagError, SpecDeployError, from_agent
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, new_deploy_id
 from fabfile.present.progress import Reporter
+from fabfile.results.deploys import HostRollout, RolloutResult
 from fabfile.transport.session import HostSession
 
 STRATEGIES = ("parallel", "rolling")
@@ -74,81 +75,6 @@ def make_batches(hosts: list[Host], strategy: str, batch: BatchSize, canary: boo
         out.append(rest[:n])
         rest = rest[n:]
     return out
-
-
-@dataclass
-class HostRollout:
-    host: Host
-    batch: int
-    deploy: DeployResult | None = None
-    outcome: str = "not started"      # deployed | failed | failed (unchanged) | unknown | rolled back | ...
-    config_now: str | None = None     # what runs on the host now: observed there after the run ("unknown": no answer)
-    pid_now: int | None = None
-    rollback: dict[str, Any] | None = None
-    rollback_error: SpecDeployError | None = None
-    recheck: dict[str, Any] | None = None    # an unknown outcome, learnt from the host's journal once it answered
-    observed: dict[str, Any] | None = None   # operations.server_view of the host after the run
-    observe_error: str | None = None         # why the host could not be observed
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == "deployed"
-
-    def previous(self) -> dict[str, Any] | None:
-        d = self.deploy
-        if d is None:
-            return None
-        if self.recheck is not None:
-            prev = self.recheck.get("previous")
-        else:
-            details = d.record if d.ok else (d.error.details if d.error is not None else {})
-            prev = details.get("previous")
-        return prev if isinstance(prev, dict) else None
-
-    def changed(self) -> bool:
-        d = self.deploy
-        if d is None:
-            return False
-        if d.ok:
-            return True
-        if self.recheck is not None:
-            return bool(self.recheck.get("changed"))
-        return bool(d.error is not None and d.error.details.get("changed"))
-
-    def unknown(self) -> bool:
-        """This run cannot tell whether the host changed (its link died mid-deploy and no re-check answered)."""
-        return self.deploy is not None and self.deploy.outcome_unknown and self.recheck is None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**(self.deploy.as_dict() if self.deploy else {"host": self.host.name, "ok": False}),
-                "batch": self.batch, "outcome": self.outcome, "config_now": self.config_now,
-                "pid_now": self.pid_now, "observed": self.observed, "observe_error": self.observe_error,
-                "recheck": self.recheck, "rollback": self.rollback,
-                "rollback_error": self.rollback_error.as_dict() if self.rollback_error else None}
-
-
-@dataclass
-class RolloutResult:
-    strategy: str
-    batches: list[list[str]]
-    hosts: list[HostRollout]
-    stopped_after_batch: int | None = None
-    rolled_back: bool = False                 # a rollback ran and every host it had to put back is back
-    rollback_incomplete: list[str] = field(default_factory=list)  # hosts a rollback could not put back
-    wall_s: float = 0.0
-    deploy_s: float = 0.0                     # the batches alone (before rollback and the final observation)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return all(h.ok for h in self.hosts)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "strategy": self.strategy, "batches": self.batches,
-                "stopped_after_batch": self.stopped_after_batch, "rolled_back": self.rolled_back,
-                "rollback_incomplete": self.rollback_incomplete,
-                "wall_s": round(self.wall_s, 3), "deploy_s": round(self.deploy_s, 3),
-                "hosts": [h.as_dict() for h in self.hosts], **self.extra}
 
 
 def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: str, batch: BatchSize,

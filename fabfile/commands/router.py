@@ -10,34 +10,15 @@ recorded there (``STATE/routers/NAME.json``), so ``inv status`` shows it.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
 from typing import Any
 
-from fabfile.commands.fanout import HostOutcome, for_each_host
+from fabfile.commands.fanout import for_each_host
 from fabfile.errors import FlagError, LaunchError, SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory, Router
 from fabfile.render.jinja import shell_path
+from fabfile.results.deploys import RouterResult
+from fabfile.results.hosts import HostOutcome
 from fabfile.transport.session import HostSession
-
-
-@dataclass
-class RouterResult:
-    router: Router
-    url: str = ""
-    workers: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)   # member → why it is not a worker
-    record: dict[str, Any] = field(default_factory=dict)
-    error: SpecDeployError | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def as_dict(self) -> dict[str, Any]:
-        r = self.router
-        return {"ok": self.ok, "router": r.name, "host": r.host, "group": r.group, "url": self.url,
-                "workers": self.workers, "skipped": self.skipped, "pid": self.record.get("pid"),
-                "record": self.record, "error": self.error.as_dict() if self.error else None}
 
 
 def pick(inv: Inventory, name: str | None) -> Router:
@@ -130,7 +111,7 @@ def launch_script(router: Router, argv: list[str], cwd: str) -> str:
 
 def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
                   host_timeout: float | None = None) -> RouterResult:
-    from fabfile.commands.operations import router_url
+    from fabfile.present.hosts_report import router_url
 
     result = RouterResult(router, url=router_url(inv.hosts[router.host], router.listen, router.port))
     try:
@@ -158,26 +139,14 @@ def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
     return result
 
 
-def print_router(result: RouterResult) -> None:
-    from fabfile.present.output import err, out, print_error
-
-    r = result.router
-    for name, why in result.skipped.items():
-        err.print(f"[yellow]•[/yellow] {name}: left out of the router: {why}")
-    if result.error is not None:
-        print_error(result.error)
-        return
-    out.print(f"[green]✓[/green] router [bold]{r.name}[/bold] on [bold]{r.host}[/bold] at "
-              f"{result.url}  pid {result.record.get('pid')}  policy {r.policy}")
-    out.print("  workers: " + ", ".join(result.workers))
-
-
 def stop_router(inv: Inventory, router: Router, *, as_json: bool) -> int:
     """``inv stop --router NAME``: stop the router on its host (TERM, grace, KILL, confirmed gone)."""
-    from fabfile.present.output import out, print_error, print_json
+    from fabfile.present.output import show
+    from fabfile.present.router_report import print_router_stop
 
     host = inv.hosts[router.host]
     doc: dict[str, Any] = {"router": router.name, "host": router.host, "ok": True}
+    error: SpecDeployError | None = None
     try:
         with HostSession.open(inv, host) as s:
             data = s.call("router_stop", {"name": router.name, "grace": host.timeouts.stop_grace},
@@ -187,17 +156,6 @@ def stop_router(inv: Inventory, router: Router, *, as_json: bool) -> int:
         if e.host is None:
             e.host = router.host
         doc.update(ok=False, error=e.as_dict())
-        if as_json:
-            print_json(doc)
-        else:
-            print_error(e)
-        return e.exit_code
-    if as_json:
-        print_json(doc)
-    elif doc["stopped"]:
-        out.print(f"[green]✓[/green] router [bold]{router.name}[/bold] on [bold]{router.host}[/bold]: stopped "
-                  f"{len(doc['stopped'])} process(es)")
-    else:
-        out.print(f"[green]✓[/green] router [bold]{router.name}[/bold] on [bold]{router.host}[/bold]: it was not "
-                  "running")
-    return 0
+        error = e
+    show(doc, lambda: print_router_stop(doc, error), as_json=as_json)
+    return error.exit_code if error is not None else 0

@@ -10,14 +10,13 @@ lines only while it decodes) count as idle, not as a breach.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from fabfile.commands.fanout import HostOutcome, for_each_host
+from fabfile.commands.fanout import for_each_host
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.results.hosts import HostOutcome
 
 
 @dataclass(frozen=True)
@@ -64,38 +63,12 @@ def _sample(inv: Inventory, hosts: list[Host]) -> list[dict[str, Any]]:
     return rows
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "—" if v is None else format(v, spec)
-
-
-def _table(rows: list[dict[str, Any]], alarms: dict[str, str]) -> Any:
-    from rich.table import Table
-
-    t = Table(header_style="bold", title=time.strftime("%H:%M:%S"))
-    for col in ("host", "config", "health", "tok/s", "accept len", "running", "queued", "source", "age", "alarm"):
-        t.add_column(col)
-    for r in rows:
-        h = r.get("health") or {}
-        health = "—" if not r.get("running") else (f"{h.get('status') or 'no answer'} "
-                                                     f"{_fmt(h.get('latency_s'), '.2f')}s")
-        t.add_row(r["host"], str(r.get("config_name") or r.get("error") or "not running"), health,
-                  _fmt(r.get("tok_s"), ".1f"), _fmt(r.get("accept_len"), ".2f"), _fmt(r.get("running_req"), ".0f"),
-                  _fmt(r.get("queue_req"), ".0f"), str(r.get("source") or "—"),
-                  "—" if r.get("age_s") is None else f"{r['age_s']:.0f}s", alarms.get(r["host"], ""))
-    return t
-
-
 def watch(inv: Inventory, hosts: list[Host], o: WatchOptions) -> int:
-    from rich.live import Live
-
-    from fabfile.present.output import err, out
+    from fabfile.present.watch_report import WatchView
 
     since: dict[str, float] = {}
     t0 = time.monotonic()
-    live: Live | None = None
-    if not o.as_json and not o.once and sys.stdout.isatty():
-        live = Live(console=out, auto_refresh=False)
-        live.start()
+    view = WatchView(as_json=o.as_json, once=o.once)
     try:
         while True:
             rows = _sample(inv, hosts)
@@ -111,18 +84,9 @@ def watch(inv: Inventory, hosts: list[Host], o: WatchOptions) -> int:
                 pending[r["host"]] = why
                 if o.once or now - start >= o.for_s:
                     fired[r["host"]] = why + (f" for {now - start:.0f} s" if o.for_s and not o.once else "")
-            if o.as_json:
-                print(json.dumps({"time": time.time(), "hosts": rows, "alarms": fired}), flush=True)
-            elif live is not None:
-                live.update(_table(rows, pending), refresh=True)
-            else:
-                out.print(_table(rows, pending))
+            view.sample(rows, pending, fired)
             if fired:
-                if live is not None:
-                    live.stop()
-                    live = None
-                for host, why in fired.items():
-                    err.print(f"[red]ALARM[/red] {host}: {why}")
+                view.alarms(fired)
                 return 1
             if o.once or (o.duration is not None and now - t0 >= o.duration):
                 return 0
@@ -130,5 +94,4 @@ def watch(inv: Inventory, hosts: list[Host], o: WatchOptions) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        if live is not None:
-            live.stop()
+        view.close()

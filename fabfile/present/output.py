@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -26,6 +27,16 @@ def terminal_safe(text: str) -> str:
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
+
+
+def show(result: Any, for_people: Callable[[], object], *, as_json: bool) -> None:
+    """The one switch between tables and JSON, the same for every command. With ``--json`` stdout carries exactly one
+    JSON document, the result (its ``as_dict()`` when it has one), and nothing else; without, ``for_people`` prints
+    the tables and lines. A command's exit code comes from its result, never from this switch."""
+    if as_json:
+        print_json(result.as_dict() if hasattr(result, "as_dict") else result)
+    else:
+        for_people()
 
 
 def print_error(e: SpecDeployError) -> None:

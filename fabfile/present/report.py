@@ -12,7 +12,7 @@ from rich.table import Table
 
 from fabfile.errors import FlagError
 from fabfile.plan.analysis import BreakEven, analyze_sweep, from_numbers
-from fabfile.present.output import out, print_json
+from fabfile.present.output import out, show
 
 COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted", "ms/token", "cycle ms",
            "needs accept len", "verdict")
@@ -146,10 +146,10 @@ def details(doc: dict[str, Any]) -> list[str]:
 
 
 def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None = None) -> None:
-    if as_json:
-        print_json(doc)
-        return
-    c = console or out
+    show(doc, lambda: _sweep_table(doc, console or out), as_json=as_json)
+
+
+def _sweep_table(doc: dict[str, Any], c: Console) -> None:
     from fabfile.present.tables import Col, print_table
 
     # Every cell but the free-text "how" is a key value: never cut (a list layout when they do not fit).
@@ -291,14 +291,15 @@ def analyze_numbers(*, baseline_ms: float, verify_ms: float, draft_ms: float, st
                     accept_len: float | None, as_json: bool) -> BreakEven:
     be = from_numbers(baseline_ms=baseline_ms, verify_ms=verify_ms, steps=steps, draft_ms=draft_ms,
                       accept_len=accept_len)
-    if as_json:
-        print_json({**be.as_dict(), "sentence": be.sentence()})
-    else:
+
+    def for_people() -> None:
         cyc = f"{steps} × {draft_ms:g} ms draft + {verify_ms:g} ms verify = " if steps and draft_ms else ""
         out.print(f"baseline {baseline_ms:g} ms/token ({be.baseline_tok_s:.1f} tok/s); cycle {cyc}{be.cycle_ms:.1f} ms")
         out.print(f"break-even accept length: [bold]{be.needed_accept_len:.2f}[/bold]"
                   + (f" (at most {be.max_accept_len:g} with {steps} steps)" if be.max_accept_len else ""))
         out.print(be.sentence())
+
+    show({**be.as_dict(), "sentence": be.sentence()}, for_people, as_json=as_json)
     return be
 
 
@@ -316,12 +317,14 @@ def analyze_file(path: str, *, as_json: bool) -> dict[str, Any]:
     doc.setdefault("sweep_id", p.parent.name)
     analysis = analyze_sweep(doc["rows"])
     doc["analysis"] = analysis
-    if as_json:
-        print_json(analysis)
-        return analysis
+    show(analysis, lambda: _print_analysis(analysis), as_json=as_json)
+    return analysis
+
+
+def _print_analysis(analysis: dict[str, Any]) -> None:
     if not analysis.get("baseline_ms"):
         out.print(analysis.get("note", "no baseline"))
-        return analysis
+        return
     out.print(f"baseline {analysis['baseline_ms']:.2f} ms/token ({1000 / analysis['baseline_ms']:.1f} tok/s)")
     t = Table(header_style="bold")
     for col in ("config", "cycle ms", "needs accept len", "max", "got", "tok/s predicted", "verdict"):
@@ -332,4 +335,3 @@ def analyze_file(path: str, *, as_json: bool) -> dict[str, Any]:
     out.print(t)
     for r in analysis["rows"]:
         out.print(f"  {r['config']}: {r['sentence']}")
-    return analysis

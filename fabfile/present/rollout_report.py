@@ -1,13 +1,13 @@
-"""What a rollout prints: one row per host (batch, outcome, what runs there now as observed, notes), then the
-failures and a one-line verdict. ``RolloutResult.as_dict`` is the JSON form; this is the table for people."""
+"""What a rollout (or a cluster) prints: one row per host (batch, outcome, what runs there now as observed, notes),
+then the failures and a one-line verdict. ``RolloutResult.as_dict`` is the JSON form; this is the table for people."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from fabfile.commands.deploy import deploy_summary
-from fabfile.commands.rollout import HostRollout, RolloutResult
+from fabfile.present.deploy_report import deploy_summary
 from fabfile.present.output import err, out, print_error
+from fabfile.results.deploys import HostRollout, RolloutResult
 
 
 def running_now(row: HostRollout) -> str:
@@ -93,3 +93,13 @@ def print_rollout(result: RolloutResult) -> None:
     if unknown:
         err.print(f"[red]not observed:[/red] {', '.join(unknown)} did not answer after the run; what runs there is "
                   "unknown: check with `inv status` once it answers")
+
+
+def print_cluster(result: RolloutResult) -> None:
+    print_rollout(result)
+    if result.ok:
+        rank0 = result.hosts[0]
+        url = rank0.deploy.plan.url if rank0.deploy else "?"
+        out.print(f"cluster [bold]{result.extra['cluster']}[/bold]: TP {result.extra['tp']} over "
+                  f"{len(result.hosts)} nodes, rendezvous {result.extra['dist_init_addr']}; the API is served by "
+                  f"rank 0 ({rank0.host.name}) at {url}")

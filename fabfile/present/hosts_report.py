@@ -1,0 +1,299 @@
+"""What the commands besides deploy print (stop, status, logs, check-env, rollback-patches, gpus, cancel): a table
+or a line per host, then each failed host's error. Their ``--json`` form is ``HostsResult.as_dict`` (check-env's:
+:func:`check_env_document`), chosen by :func:`fabfile.present.output.show`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from fabfile.errors import HostTimeoutError
+from fabfile.inventory.hosts import Host
+from fabfile.present.output import err, out, print_error
+from fabfile.results.hosts import HostOutcome, HostsResult
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str],
+                  verdict: Callable[[Any], str] | None = None) -> Table:
+    """One row per host: result and key figures; failures say why in one line (details follow the table).
+    ``verdict`` judges a host that answered (default: ok); a command whose answer can itself be a failure
+    (check-env: not proven) passes one, so the row never says ok for it."""
+    t = Table(header_style="bold")
+    for col in ("host", "result", "figures"):
+        t.add_column(col)
+    for o in outcomes:
+        if o.error is None:
+            t.add_row(o.host.name, verdict(o.data) if verdict else "[green]ok[/green]", figures(o.data))
+        elif isinstance(o.error, HostTimeoutError):
+            t.add_row(o.host.name, "[red]timed out[/red]", o.error.message[:80])
+        else:
+            t.add_row(o.host.name, "[red]failed[/red]", f"{type(o.error).__name__}: {o.error.message[:70]}")
+    return t
+
+
+def print_errors(outcomes: list[HostOutcome]) -> None:
+    for o in outcomes:
+        if o.error is not None:
+            print_error(o.error)
+
+
+# -- stop -----------------------------------------------------------------------------------------------------
+def print_stop(result: HostsResult, *, dry_run: bool) -> None:
+    for o in result.outcomes:
+        if o.error is not None:
+            continue
+        d = o.data
+        for name in d.get("routers_running") or []:
+            err.print(f"[yellow]{o.host.name}: router {name} still runs here[/yellow] (`inv stop --router {name}` "
+                      "stops it)")
+        if dry_run:
+            items = d["would_stop"]
+            out.print(f"[bold]{o.host.name}[/bold]: would stop {len(items)} process(es)")
+            for p in items:
+                out.print(f"  pid {p['pid']}  {p['cmdline'][:100]}  [dim]({p['why']})[/dim]")
+            continue
+        n = len(d["terminated"]) + len(d["killed"])
+        out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: stopped {n} process(es)"
+                  + (f", {len(d['killed'])} needed SIGKILL" if d["killed"] else "") if n else
+                  f"[green]✓[/green] [bold]{o.host.name}[/bold]: nothing was running")
+        for p in d["survivors"]:
+            err.print(f"  [red]survived:[/red] pid {p['pid']} {p['cmdline']}")
+    print_errors(result.outcomes)
+
+
+# -- status ---------------------------------------------------------------------------------------------------
+STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "none": "dim"}
+
+
+def print_status(result: HostsResult) -> None:
+    """The status table (each host's ``data["state"]`` is its :func:`fabfile.commands.operations.server_view`),
+    deploys in progress, the routers, SGLang processes started by hand, and each host's problem."""
+    from fabfile.present.tables import Col, print_table
+
+    outcomes = result.outcomes
+    # Key values (host, config, numbers, deploy id) are never cut: at 80 columns the rows print as a list.
+    cols = [Col("host"), Col("state"), Col("config"), Col("pid", justify="right"), Col("uptime"),
+            Col("health", key=False), Col("accept len"), Col("tok/s"), Col("deploy")]
+    rows: list[list[str]] = []
+    for o in outcomes:
+        if o.error is not None:
+            what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
+            rows.append([o.host.name, f"[red]{what}[/red]", "-", "-", "-", escape(o.error.message), "-", "-", "-"])
+            continue
+        rows.append(_status_row(o.host.name, o.data))
+    print_table(out, cols, rows)
+    _in_progress(outcomes)
+    _router_table(outcomes)
+    for o in outcomes:
+        if o.ok and o.data.get("other_sglang_processes"):
+            n = len(o.data["other_sglang_processes"])
+            out.print(f"[yellow]{o.host.name}: {n} SGLang process(es) not started by specdeploy are running[/yellow]")
+    for o in outcomes:
+        if o.ok and o.data["state"]["problem"]:
+            err.print(f"[red]{o.host.name}:[/red] {o.data['state']['problem']}")
+    print_errors(outcomes)
+
+
+def _status_row(name: str, d: dict[str, Any]) -> list[str]:
+    v = d["state"]
+    rec = d.get("record") or {}
+    style = STATE_STYLE.get(v["state"], "red")
+    decode = (d.get("last_decode") or {}) if v["state"] != "deploying" else {}
+    age = f" ({_duration(decode['age_s'])} ago)" if decode.get("age_s") is not None else ""
+    if v["health_path"] and v["state"] != "deploying":
+        code = v["health"]
+        took = (d.get("health") or {}).get("latency_s")
+        health = f"{v['health_path']} " + (str(code) if code is not None else "no answer")
+        health += f" in {took:.1f}s" if code is not None and took is not None else ""
+        health = health if code == 200 else f"[red]{health}[/red]"
+    else:
+        health = "-"
+    deploy = str(v["deploy_id"] or "-")
+    if v["config"] is None and rec.get("config_name"):
+        deploy += f" (last: {rec.get('config_name')}, {rec.get('status')})"
+    return [name, f"[{style}]{v['state']}[/{style}]", str(v["config"] or "-"),
+            str(v["pid"] or "-"), _duration(d.get("uptime_s")) if v["state"] != "deploying" else "-",
+            health, f"{decode['accept_len']}{age}" if "accept_len" in decode else "-",
+            f"{decode['gen_throughput']}{age}" if "gen_throughput" in decode else "-", deploy]
+
+
+def router_url(host: Host, listen: Any, port: Any) -> str:
+    """Where clients reach a router: a wildcard listen address is not an address, the host's is."""
+    addr = (host.address or host.ssh_host) if str(listen) in WILDCARDS else str(listen)
+    return f"http://{addr}:{port}"
+
+
+def _in_progress(outcomes: list[HostOutcome]) -> None:
+    """A deploy (or stop) holding a host now: who, which step, and its journal's last lines."""
+    for o in outcomes:
+        h = (o.data or {}).get("deploy_in_progress") if o.ok else None
+        if not h:
+            continue
+        what = "deploy" if h.get("journal") else "command"
+        out.print(f"[yellow]{o.host.name}: {what} {h.get('deploy_id')} in progress[/yellow] (from {h.get('client')}, "
+                  f"since {h.get('since')}, agent pid {h.get('pid')}), step [bold]{h.get('step', '?')}[/bold]")
+        if h.get("journal"):
+            out.print(f"  journal: {h['journal']}", markup=False)
+            for line in h.get("journal_tail") or []:
+                out.print(f"    {line}", markup=False)
+            out.print("  `inv deploy` waits for it (--lock-wait SECONDS); `inv cancel` stops it and tears its new "
+                      "server down")
+
+
+def _router_table(outcomes: list[HostOutcome]) -> None:
+    rows = [(o.host, r) for o in outcomes if o.ok for r in o.data.get("routers") or []]
+    if not rows:
+        return
+    t = Table(header_style="bold", title="routers")
+    for col in ("router", "on host", "state", "pid", "url", "health", "workers (as the router lists them now)"):
+        t.add_column(col)
+    for host, r in rows:
+        recorded = str(r.get("status") or "down")
+        state = "[green]running[/green]" if r.get("running") else \
+            ("[red]exited[/red]" if recorded in ("running", "starting") else f"[dim]{recorded}[/dim]")
+        workers = []
+        for w in r.get("workers") or []:
+            if isinstance(w, dict):
+                code = w.get("health")
+                mark = f"/health {code}" if code is not None else "no answer"
+                workers.append(f"{w.get('url')} ({mark})" if code == 200 else f"[red]{w.get('url')} ({mark})[/red]")
+            else:
+                workers.append(str(w))
+        health = r.get("health")
+        t.add_row(str(r.get("name")), host.name, state, str(r.get("pid", "-")),
+                  router_url(host, r.get("listen"), r.get("port")),
+                  "-" if health is None else (str(health) if health == 200 else f"[red]{health}[/red]"),
+                  ", ".join(workers) or "-")
+    out.print(t)
+
+
+def _duration(seconds: Any) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+# -- logs -----------------------------------------------------------------------------------------------------
+def print_log_lines(name: str, lines: list[str], *, prefix: bool, width: int) -> None:
+    """Server log lines as they are (never markup); with several hosts each line is prefixed with its host."""
+    for line in lines:
+        out.print(f"{name:<{width}} | {line}" if prefix else line, markup=False, highlight=False)
+
+
+def print_logs_summary(result: HostsResult, *, prefix: bool) -> None:
+    """After the lines: with several hosts, which log each came from; any host's failure."""
+    if prefix or any(not o.ok for o in result.outcomes):
+        if prefix:
+            err.print(summary_table(result.outcomes, lambda d: str((d or {}).get("log_path", ""))))
+        print_errors(result.outcomes)
+
+
+# -- check-env ------------------------------------------------------------------------------------------------
+def check_env_document(result: HostsResult) -> Any:
+    """check-env's ``--json``: the evaluation and facts of each host (one host: its document alone)."""
+    from fabfile.present.checkenv_report import to_json
+
+    docs = []
+    for o in result.outcomes:
+        if o.error is not None:
+            docs.append({"host": o.host.name, "ok": False, "error": o.error.as_dict()})
+            continue
+        docs.append({"host": o.host.name, **to_json(o.data["evaluation"], o.data["evidence"].get("facts") or {})})
+    return docs[0] if len(docs) == 1 else {"hosts": docs}
+
+
+def print_check_env(result: HostsResult, *, verbose: bool) -> None:
+    from fabfile.present.checkenv_report import render_matrix, render_table
+
+    for o in result.outcomes:
+        if o.error is not None:
+            continue
+        role = f" (cluster {o.host.node.cluster}, node rank {o.host.node.rank})" if o.host.node else ""
+        out.print(f"[bold]{o.host.name}[/bold]{role}")
+        (render_table if verbose else render_matrix)(o.data["evaluation"], o.data["evidence"].get("facts") or {}, out)
+    if len(result.outcomes) > 1:
+        out.print(summary_table(result.outcomes, _checkenv_figures, verdict=_checkenv_verdict))
+    print_errors(result.outcomes)
+
+
+def _checkenv_verdict(d: Any) -> str:
+    ev = d["evaluation"]
+    if ev.get("ok") is True:
+        return "[green]proven[/green]"
+    if not (d.get("evidence") or {}).get("schedulers"):
+        return "[red]no server[/red]"
+    return "[red]not proven[/red]"
+
+
+def _checkenv_figures(d: Any) -> str:
+    ev = d["evaluation"]
+    rows = ev.get("rows") or []
+    proven = sum(1 for x in rows if x.get("status") == "proven")
+    ranks = len((d.get("evidence") or {}).get("schedulers") or [])
+    verdict = "proven" if ev.get("ok") else "[red]NOT proven[/red]"
+    return f"{verdict}: {proven}/{len(rows)} values, {ranks} scheduler rank(s)"
+
+
+# -- rollback-patches -----------------------------------------------------------------------------------------
+def print_rollback(result: HostsResult, *, dry_run: bool) -> None:
+    for o in result.outcomes:
+        if o.error is not None:
+            continue
+        d = o.data or {}
+        items = d.get("files") or d.get("restored") or []
+        verb = "would roll back" if dry_run else "rolled back"
+        if not items:
+            out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: nothing to roll back")
+            continue
+        out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: {verb} {len(items)} item(s)")
+        for f in items:
+            action = str(f.get("action", verb)).replace("would_", "would ").replace("_", " ")
+            out.print(f"  {action}: {f.get('path')}")
+    print_errors(result.outcomes)
+
+
+# -- gpus -----------------------------------------------------------------------------------------------------
+def print_gpus(result: HostsResult) -> None:
+    t = Table(header_style="bold")
+    for col in ("host", "gpu", "name", "used MiB", "total MiB", "held by"):
+        t.add_column(col)
+    for o in result.outcomes:
+        if o.error is not None:
+            what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
+            t.add_row(o.host.name, "-", f"[red]{what}[/red]", "", "", o.error.message[:60])
+            continue
+        if not o.data["available"]:
+            t.add_row(o.host.name, "-", "no nvidia-smi", "", "", "")
+        for g in o.data["gpus"]:
+            holders = [f"{a['pid']} {a['cmdline'][:40]}" for a in o.data["apps"] if a["gpu"] == g["index"]]
+            t.add_row(o.host.name, str(g["index"]), g["name"], str(g["used_mib"]), str(g["total_mib"]),
+                      "; ".join(holders) or "-")
+    out.print(t)
+    print_errors(result.outcomes)
+
+
+# -- cancel ---------------------------------------------------------------------------------------------------
+def print_cancel(result: HostsResult) -> None:
+    for o in result.outcomes:
+        if o.error is not None:
+            continue
+        d = o.data
+        name = o.host.name
+        if d.get("cancelled") is None:
+            holder = d.get("holder")
+            out.print(f"[bold]{name}[/bold]: no deploy in progress, nothing to cancel"
+                      + (f" ({holder.get('deploy_id')} holds the host; it is no deploy)" if holder else ""))
+        elif d.get("ended"):
+            out.print(f"[green]✓[/green] [bold]{name}[/bold]: deploy {d['cancelled']} cancelled "
+                      f"(it was at step {d.get('step') or '?'}); it ended {d.get('status') or 'without a record'}, "
+                      "its new server torn down")
+        else:
+            out.print(f"[yellow]{name}: asked deploy {d['cancelled']} to stop; it has not let go of the host yet"
+                      "[/yellow] (it stops at its next step; `inv status` shows it)")
+    print_errors(result.outcomes)

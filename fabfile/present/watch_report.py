@@ -1,0 +1,63 @@
+"""What ``inv watch`` shows each round: one JSON line per sample (``--json``), a table redrawn in place (a terminal),
+or a table per round (piped, or ``--once``); then the alarm lines on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from fabfile.present.output import err, out
+
+
+class WatchView:
+    """The one switch of ``inv watch``: a stream of samples, so JSON lines rather than one document."""
+
+    def __init__(self, *, as_json: bool, once: bool) -> None:
+        from rich.live import Live
+
+        self.as_json = as_json
+        self.live: Live | None = None
+        if not as_json and not once and sys.stdout.isatty():
+            self.live = Live(console=out, auto_refresh=False)
+            self.live.start()
+
+    def sample(self, rows: list[dict[str, Any]], pending: dict[str, str], fired: dict[str, str]) -> None:
+        if self.as_json:
+            print(json.dumps({"time": time.time(), "hosts": rows, "alarms": fired}), flush=True)
+        elif self.live is not None:
+            self.live.update(_table(rows, pending), refresh=True)
+        else:
+            out.print(_table(rows, pending))
+
+    def alarms(self, fired: dict[str, str]) -> None:
+        self.close()
+        for host, why in fired.items():
+            err.print(f"[red]ALARM[/red] {host}: {why}")
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _table(rows: list[dict[str, Any]], alarms: dict[str, str]) -> Any:
+    from rich.table import Table
+
+    t = Table(header_style="bold", title=time.strftime("%H:%M:%S"))
+    for col in ("host", "config", "health", "tok/s", "accept len", "running", "queued", "source", "age", "alarm"):
+        t.add_column(col)
+    for r in rows:
+        h = r.get("health") or {}
+        health = "—" if not r.get("running") else (f"{h.get('status') or 'no answer'} "
+                                                     f"{_fmt(h.get('latency_s'), '.2f')}s")
+        t.add_row(r["host"], str(r.get("config_name") or r.get("error") or "not running"), health,
+                  _fmt(r.get("tok_s"), ".1f"), _fmt(r.get("accept_len"), ".2f"), _fmt(r.get("running_req"), ".0f"),
+                  _fmt(r.get("queue_req"), ".0f"), str(r.get("source") or "—"),
+                  "—" if r.get("age_s") is None else f"{r['age_s']:.0f}s", alarms.get(r["host"], ""))
+    return t
