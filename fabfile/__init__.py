@@ -8,8 +8,8 @@ inventory → plan → render → transport → agent → results → what the u
 ``render`` (the launch script and patch files, from ``templates/``), ``transport`` (SSH or local, the session and
 the agent client), ``remote`` (the host-side agent, stdlib-only, shipped to the host), ``commands`` (each command:
 ``dispatch`` → ``cluster`` → ``rollout`` → ``deploy``, the ``fanout`` engine, and the rest, returning results),
-``present`` (tables, JSON, progress). At the top: ``errors`` (the one exception tree, imported by every room) and
-``cli`` (the installed ``specdeploy`` console command).
+``results`` (what the commands return), ``present`` (tables or JSON through one switch, progress). At the top:
+``errors`` (the one exception tree, imported by every room) and ``cli`` (the installed ``specdeploy`` command).
 """
 
 __version__ = "0.1.0"

@@ -5,6 +5,7 @@ multi-node ``cluster``; ``fanout`` is the one multi-host engine (a session per h
 the other commands are ``operations`` (stop, status, logs, check-env, rollback-patches, gpus, cancel), ``router``,
 ``bench``, ``sweep``, ``watch``, ``adopt``, ``diff`` and ``render_plan`` (``inv render`` / ``--dry-run``).
 
-May import every room below it (inventory, plan, render, transport) and ``fabfile.present`` to print its result.
+Each returns a result (``fabfile.results``) and prints it through ``fabfile.present.output.show``, the one switch
+between tables and JSON. May import every room below it (inventory, plan, render, transport, results, present).
 A strategy never imports its caller: ``dispatch`` → ``cluster`` → ``rollout`` → ``deploy``.
 """
