@@ -38,7 +38,7 @@ class Row:
 
 def tool_flags() -> list[str]:
     """Every ``--flag`` the tool puts on SGLang's command line (``fabfile/plan/deploy_plan.py::launch_argv``)."""
-    tree = ast.parse((ROOT / "fabfile" / "plan.py").read_text())
+    tree = ast.parse((ROOT / "fabfile" / "plan" / "deploy_plan.py").read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "launch_argv")
     return sorted({n.value for n in ast.walk(fn)
                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("--")})
