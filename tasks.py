@@ -510,7 +510,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     base = _options(None, None, None, patch_mode, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
-    from fabfile.commands.sweep import configs, run_sweep
+    from fabfile.commands.sweep import run_sweep
+    from fabfile.plan.sweep_plan import configs
 
     cfgs = configs(h, base, step_list, _int_list("--topk", topk, 1), _int_list("--draft-tokens", draft_tokens, 2))
     if keep is not None and keep not in {x.name for x in cfgs}:

@@ -13,64 +13,16 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.errors import SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.plan.deploy_plan import Options, build
+from fabfile.plan.sweep_plan import Config, add_predictions, level_rows, measurement_order, predict_from_rows
 from fabfile.present.progress import SweepProgress
-from fabfile.present.report import level_rows
 from fabfile.transport.session import HostSession
-
-
-@dataclass(frozen=True)
-class Config:
-    name: str
-    steps: int
-    topk: int
-    draft_tokens: int | None
-    opts: Options
-
-
-def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None,
-            drafts: list[int] | None) -> list[Config]:
-    """The sweep's configurations, baseline first, each validated by building its plan (FlagError if invalid).
-
-    With topk 1 SGLang forces draft tokens to steps+1, so ``drafts`` only multiplies topk > 1 configurations.
-    """
-    out: list[Config] = []
-    seen: set[str] = set()
-
-    def add(opts: Options) -> None:
-        plan = build(host, opts)
-        if plan.config_name in seen:
-            return
-        seen.add(plan.config_name)
-        spec = _spec_of(plan.argv)
-        out.append(Config(plan.config_name, spec[0], spec[1], spec[2], opts))
-
-    add(replace(base, steps=0))
-    for s in steps:
-        if s == 0:
-            continue
-        for k in topks or [host.speculative.topk]:
-            if k > 1 and drafts:
-                for d in drafts:
-                    add(replace(base, steps=s, topk=k, draft_tokens=d))
-            else:
-                add(replace(base, steps=s, topk=k))
-    return out
-
-
-def _spec_of(argv: tuple[str, ...]) -> tuple[int, int, int | None]:
-    def flag(name: str) -> int | None:
-        return int(argv[argv.index(name) + 1]) if name in argv else None
-
-    steps = flag("--speculative-num-steps") or 0
-    return steps, flag("--speculative-eagle-topk") or 1, flag("--speculative-num-draft-tokens")
 
 
 def new_sweep_id() -> str:
@@ -172,6 +124,46 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
     return out
 
 
+@dataclass
+class _Run:
+    """One sweep in progress: what it measures with, the document it fills (saved after every configuration), and
+    the configuration being deployed or measured now (what an interruption names)."""
+    inv: Inventory
+    host: Host
+    params: BenchParams
+    runs: Path
+    out_dir: Path
+    levels: list[int]
+    progress: SweepProgress
+    doc: dict[str, Any]
+    t0: float = field(default_factory=time.monotonic)
+    current: Config | None = None
+    index: int = 0
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.doc["rows"]
+        return rows
+
+    def one(self, cfg: Config) -> dict[str, Any]:
+        self.current = cfg
+        self.index += 1
+        self.progress.total = max(self.progress.total, self.index)
+        self.progress.start(self.index, cfg.name)
+        row = measure(self.inv, self.host, cfg, self.params, self.runs, self.progress, self.levels)
+        self.doc["model_loads"] += 1
+        self.rows.append(row)
+        self.progress.finish(row["ok"], _row_summary(row))
+        self.save()
+        return row
+
+    def save(self) -> None:
+        _save(self.out_dir, self.doc)
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.t0, 2)
+
+
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,
               runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False) -> int:
     from fabfile.plan.analysis import analyze_sweep
@@ -180,201 +172,82 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     levels = levels or [params.concurrency]
     sweep_id = new_sweep_id()
     runs = Path(runs_dir)
-    out_dir = runs / host.name / f"sweep-{sweep_id}"
     order, held_back, notes = measurement_order(cfgs, predict)
-    progress = SweepProgress(host.name, len(order))
     doc: dict[str, Any] = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "params": asdict(params), "configs": [c.name for c in cfgs], "rows": [],
                            "concurrency_levels": levels, "predict": predict, "grid_loads": len(cfgs),
                            "model_loads": 0, "notes": notes}
-    rows: list[dict[str, Any]] = doc["rows"]
-    t0 = time.monotonic()
-    current: Config | None = None
-    index = [0]
-
-    def run_one(cfg: Config) -> dict[str, Any]:
-        nonlocal current
-        current = cfg
-        index[0] += 1
-        progress.total = max(progress.total, index[0])
-        progress.start(index[0], cfg.name)
-        row = measure(inv, host, cfg, params, runs, progress, levels)
-        doc["model_loads"] += 1
-        rows.append(row)
-        progress.finish(row["ok"], _row_summary(row))
-        _save(out_dir, doc)
-        return row
-
+    run = _Run(inv, host, params, runs, runs / host.name / f"sweep-{sweep_id}", levels,
+               SweepProgress(host.name, len(order)), doc)
     try:
         for cfg in order:
-            run_one(cfg)
+            run.one(cfg)
         if held_back:
-            pred = predict_from_rows(rows, held_back, levels, params.output_len)
-            doc["prediction"] = pred
-            if pred.get("error"):
-                doc["notes"].append(f"no prediction ({pred['error']}): the other configurations are measured")
-                confirm = held_back
-            else:
-                names = [w for w in pred["winners"].values()]
-                confirm = [c for c in held_back if c.name in names]
-                # The first level's winner last, so that it is the one left running.
-                first = pred["winners"].get(str(levels[0]))
-                confirm.sort(key=lambda c: c.name == first)
-            progress.total = index[0] + len(confirm)
-            for cfg in confirm:
-                run_one(cfg)
-        current = None
-        progress.close()
-        running = _running_config(rows)  # before the predicted rows join the table
-        add_predictions(doc, cfgs)
-        doc.update(choose(rows, keep, levels))
-        if doc["kept"] is None:
-            doc["elapsed_s"] = round(time.monotonic() - t0, 2)
-            _save(out_dir, doc)
-            raise SweepError("no configuration could be deployed and measured",
-                             f"see the errors in {out_dir / 'sweep.json'}; `inv logs` shows the last server log",
-                             host=host.name, sweep_dir=str(out_dir))
-        if doc["kept"] != running:
-            cfg = next(c for c in cfgs if c.name == doc["kept"])
-            progress.start_keep(cfg.name)
-            from fabfile.commands.deploy import deploy_host
-
-            res = deploy_host(inv, host, cfg.opts, progress.deploy_reporter())
-            doc["model_loads"] += 1
-            progress.finish(res.ok, "left running" if res.ok else
-                            f"redeploy failed: {res.error.message if res.error else '?'}", counted=False)
-            progress.close()
-            doc["final_deploy"] = res.as_dict()
-            if not res.ok:
-                doc["kept"] = None
-        doc["running"] = doc["kept"]
+            _measure_predicted_winners(run, held_back)
+        run.current = None
+        run.progress.close()
+        _keep_one(run, cfgs, keep)
     except KeyboardInterrupt:
-        progress.close()
-        doc["interrupted"] = {"during": current.name if current else "the final redeploy",
-                              "host_state": interrupted_state(inv, host, progress)}
-        doc["elapsed_s"] = round(time.monotonic() - t0, 2)
-        _save(out_dir, doc)
+        run.progress.close()
+        doc["interrupted"] = {"during": run.current.name if run.current else "the final redeploy",
+                              "host_state": interrupted_state(inv, host, run.progress)}
+        doc["elapsed_s"] = run.elapsed()
+        run.save()
         raise
-    doc["elapsed_s"] = round(time.monotonic() - t0, 2)
-    doc["bench_s"] = round(sum(float(r.get("bench_s") or 0) for r in rows), 2)
-    doc["analysis"] = analyze_sweep(rows)
-    doc["paths"] = write_outputs(out_dir, doc)
-    _save(out_dir, doc)
+    doc["elapsed_s"] = run.elapsed()
+    doc["bench_s"] = round(sum(float(r.get("bench_s") or 0) for r in run.rows), 2)
+    doc["analysis"] = analyze_sweep(run.rows)
+    doc["paths"] = write_outputs(run.out_dir, doc)
+    run.save()
     print_sweep(doc, as_json=as_json)
-    failed = [r for r in rows if not r.get("ok")]
+    failed = [r for r in run.rows if not r.get("ok")]
     return 1 if failed or doc.get("running") is None else 0
 
 
-def measurement_order(cfgs: list[Config], predict: bool) -> tuple[list[Config], list[Config], list[str]]:
-    """What to deploy up front, what to hold back for the prediction, and notes for the output.
-
-    Without ``predict``: every configuration in order. With it: the baseline, the configurations the model cannot
-    predict (each with why), then the smallest and the largest chain step count, the largest last so that, if it
-    wins, it is already running; the other chain configurations wait for the prediction."""
-    from fabfile.plan.predict import plan_runs, unpredictable_reason
-
-    if not predict:
-        return list(cfgs), [], []
-    notes: list[str] = []
-    base = [c for c in cfgs if c.steps == 0]
-    other = []
-    chain = []
-    for c in cfgs:
-        if c.steps == 0:
-            continue
-        why = unpredictable_reason(c.steps, c.topk, c.draft_tokens)
-        if why is None:
-            chain.append(c)
-        else:
-            other.append(c)
-            notes.append(f"{c.name} is measured, not predicted: {why}")
-    plan = plan_runs([c.steps for c in chain])
-    if plan is None:
-        notes.append(f"{len(chain)} chain configuration(s): measuring them all costs no more than predicting")
-        return base + other + chain, [], notes
-    lo, hi = plan
-    first = [c for c in chain if c.steps == lo]
-    last = [c for c in chain if c.steps == hi]
-    held = [c for c in chain if c.steps not in (lo, hi)]
-    return base + other + first + last, held, notes
+def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
+    """After the measured configurations: predict the held-back ones and measure only those predicted to win."""
+    pred = predict_from_rows(run.rows, held_back, run.levels, run.params.output_len)
+    run.doc["prediction"] = pred
+    if pred.get("error"):
+        run.doc["notes"].append(f"no prediction ({pred['error']}): the other configurations are measured")
+        confirm = held_back
+    else:
+        names = [w for w in pred["winners"].values()]
+        confirm = [c for c in held_back if c.name in names]
+        # The first level's winner last, so that it is the one left running.
+        first = pred["winners"].get(str(run.levels[0]))
+        confirm.sort(key=lambda c: c.name == first)
+    run.progress.total = run.index + len(confirm)
+    for cfg in confirm:
+        run.one(cfg)
 
 
-def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], levels: list[int],
-                      output_len: int) -> dict[str, Any]:
-    """The prediction for the held-back chain configurations at each level, and the predicted winner per level
-    (over measured rows and predictions). ``error`` says why there is none."""
-    from fabfile.plan.analysis import fit_cycle
-    from fabfile.plan.predict import Measured, predict_level
-    from fabfile.remote.metrics import add_histograms
+def _keep_one(run: _Run, cfgs: list[Config], keep: str | None) -> None:
+    """Choose the winner (or ``--keep``) and leave it running: deployed again unless it is what runs already."""
+    doc = run.doc
+    running = _running_config(run.rows)  # before the predicted rows join the table
+    add_predictions(doc, cfgs)
+    doc.update(choose(run.rows, keep, run.levels))
+    if doc["kept"] is None:
+        doc["elapsed_s"] = run.elapsed()
+        run.save()
+        raise SweepError("no configuration could be deployed and measured",
+                         f"see the errors in {run.out_dir / 'sweep.json'}; `inv logs` shows the last server log",
+                         host=run.host.name, sweep_dir=str(run.out_dir))
+    if doc["kept"] != running:
+        cfg = next(c for c in cfgs if c.name == doc["kept"])
+        run.progress.start_keep(cfg.name)
+        from fabfile.commands.deploy import deploy_host
 
-    chain = [r for r in rows if r.get("ok") and r["steps"] > 0 and r.get("topk") == 1 and
-             (r.get("draft_tokens") in (None, r["steps"] + 1))]
-    if len(chain) < 2:
-        return {"error": "fewer than two chain configurations were measured"}
-    top = max(chain, key=lambda r: r["steps"])
-    hist: list[int] = []
-    source = None
-    for lv in top.get("levels") or []:  # acceptance does not depend on the load: pool every level's passes
-        if lv.get("accept_histogram"):
-            hist = add_histograms(hist, list(lv["accept_histogram"]))
-            source = source or lv.get("accept_histogram_source")
-    if not hist or sum(hist) == 0:
-        return {"error": f"{top['config']} reported no accepted-drafts histogram (neither meta_info nor the stream)"}
-    out: dict[str, Any] = {"histogram": hist, "histogram_source": source, "histogram_config": top["config"],
-                           "rows": [], "winners": {}, "fits": {}}
-    for c in levels:
-        at = level_rows(rows, c)
-        names = {x["config"] for x in chain}
-        spec = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("cycle_ms") and r["config"] in names]
-        fit = fit_cycle([(int(r["steps"]), float(r["cycle_ms"])) for r in spec])
-        if fit is None:
-            return {"error": f"no cycle fit at concurrency {c}"}
-        measured = [Measured(steps=int(r["steps"]), tok_s=float(r["tok_s"]), cycle_ms=float(r["cycle_ms"]),
-                             ttft_ms=float(r.get("ttft_ms") or 0.0)) for r in spec]
-        want = sorted({h.steps for h in held_back} | {m.steps for m in measured})
-        preds, calib = predict_level(hist, int(top["steps"]), fit, measured, want, output_len=output_len,
-                                     concurrency=c)
-        out["fits"][str(c)] = {"base_ms": fit.base_ms, "per_step_ms": fit.per_step_ms, "calibration": calib}
-        name_of = {h.steps: h.name for h in held_back} | {int(r["steps"]): r["config"] for r in spec}
-        candidates: list[tuple[float, str]] = []
-        for p in preds:
-            out["rows"].append({"config": name_of[p.steps], **p.as_dict()})
-            candidates.append((p.tok_s if name_of[p.steps] in {h.name for h in held_back} else
-                               next(float(r["tok_s"]) for r in spec if r["config"] == name_of[p.steps]),
-                               name_of[p.steps]))
-        candidates += [(float(r["tok_s"]), r["config"]) for r in at if r.get("ok") and r.get("tok_s") and
-                       all(r["config"] != n for _, n in candidates)]
-        out["winners"][str(c)] = max(candidates)[1]
-    return out
-
-
-def add_predictions(doc: dict[str, Any], cfgs: list[Config]) -> None:
-    """Table rows for the configurations predicted and not measured, and each measured row's prediction."""
-    pred = doc.get("prediction") or {}
-    if not pred.get("rows"):
-        return
-    levels = doc["concurrency_levels"]
-    by = {(p["config"], p["concurrency"]): p for p in pred["rows"]}
-    measured = {r["config"] for r in doc["rows"] if r.get("measured")}
-    for r in doc["rows"]:
-        p = by.get((r["config"], levels[0]))
-        if p is not None:
-            r["predicted_tok_s"] = p["tok_s"]
-        for lv in r.get("levels") or []:
-            q = by.get((r["config"], lv["concurrency"]))
-            if q is not None:
-                lv["predicted_tok_s"] = q["tok_s"]
-    for c in cfgs:
-        if c.name in measured or (c.name, levels[0]) not in by:
-            continue
-        lv = [{"concurrency": lvl, "tok_s": by[(c.name, lvl)]["tok_s"], "predicted_tok_s": by[(c.name, lvl)]["tok_s"],
-               "accept_len": by[(c.name, lvl)]["accept_len"], "cycle_ms": by[(c.name, lvl)]["cycle_ms"]}
-              for lvl in levels if (c.name, lvl) in by]
-        doc["rows"].append({"config": c.name, "steps": c.steps, "topk": c.topk, "draft_tokens": c.draft_tokens,
-                            "ok": True, "measured": False, "tok_s": lv[0]["tok_s"], "predicted_tok_s": lv[0]["tok_s"],
-                            "accept_len": lv[0]["accept_len"], "cycle_ms": lv[0]["cycle_ms"], "levels": lv})
-    order = {n: i for i, n in enumerate(doc["configs"])}
-    doc["rows"].sort(key=lambda r: order.get(r["config"], 1 << 30))
+        res = deploy_host(run.inv, run.host, cfg.opts, run.progress.deploy_reporter())
+        doc["model_loads"] += 1
+        run.progress.finish(res.ok, "left running" if res.ok else
+                            f"redeploy failed: {res.error.message if res.error else '?'}", counted=False)
+        run.progress.close()
+        doc["final_deploy"] = res.as_dict()
+        if not res.ok:
+            doc["kept"] = None
+    doc["running"] = doc["kept"]
 
 
 def _running_config(rows: list[dict[str, Any]]) -> str | None:

@@ -12,24 +12,14 @@ from rich.table import Table
 
 from fabfile.errors import FlagError
 from fabfile.plan.analysis import BreakEven, analyze_sweep, from_numbers
+from fabfile.plan.sweep_plan import level_rows
 from fabfile.present.output import out, show
 
 COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted", "ms/token", "cycle ms",
            "needs accept len", "verdict")
 
 
-def level_rows(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
-    """The rows as measured at one concurrency (a flat row per configuration, like the first level's)."""
-    out = []
-    for r in rows:
-        lv = next((x for x in r.get("levels") or [] if x["concurrency"] == concurrency), None)
-        base = {k: v for k, v in r.items() if k != "levels"}
-        if lv is not None:
-            base.update({k: v for k, v in lv.items() if k != "concurrency"})
-        elif r.get("ok"):
-            base.update(ok=False, tok_s=None)
-        out.append(base)
-    return out
+
 
 
 def _f(v: Any, fmt: str = "{:.2f}") -> str:

@@ -1,0 +1,183 @@
+"""What a sweep will run: its configurations (each validated by building its plan), in which order, and the
+prediction for the ones it holds back (``--predict``), from the rows measured so far. Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fabfile.inventory.hosts import Host
+from fabfile.plan.deploy_plan import Options, build
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    steps: int
+    topk: int
+    draft_tokens: int | None
+    opts: Options
+
+
+def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None,
+            drafts: list[int] | None) -> list[Config]:
+    """The sweep's configurations, baseline first, each validated by building its plan (FlagError if invalid).
+
+    With topk 1 SGLang forces draft tokens to steps+1, so ``drafts`` only multiplies topk > 1 configurations.
+    """
+    out: list[Config] = []
+    seen: set[str] = set()
+
+    def add(opts: Options) -> None:
+        plan = build(host, opts)
+        if plan.config_name in seen:
+            return
+        seen.add(plan.config_name)
+        spec = _spec_of(plan.argv)
+        out.append(Config(plan.config_name, spec[0], spec[1], spec[2], opts))
+
+    add(replace(base, steps=0))
+    for s in steps:
+        if s == 0:
+            continue
+        for k in topks or [host.speculative.topk]:
+            if k > 1 and drafts:
+                for d in drafts:
+                    add(replace(base, steps=s, topk=k, draft_tokens=d))
+            else:
+                add(replace(base, steps=s, topk=k))
+    return out
+
+
+def _spec_of(argv: tuple[str, ...]) -> tuple[int, int, int | None]:
+    def flag(name: str) -> int | None:
+        return int(argv[argv.index(name) + 1]) if name in argv else None
+
+    steps = flag("--speculative-num-steps") or 0
+    return steps, flag("--speculative-eagle-topk") or 1, flag("--speculative-num-draft-tokens")
+
+
+def level_rows(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+    """The rows as measured at one concurrency (a flat row per configuration, like the first level's)."""
+    out = []
+    for r in rows:
+        lv = next((x for x in r.get("levels") or [] if x["concurrency"] == concurrency), None)
+        base = {k: v for k, v in r.items() if k != "levels"}
+        if lv is not None:
+            base.update({k: v for k, v in lv.items() if k != "concurrency"})
+        elif r.get("ok"):
+            base.update(ok=False, tok_s=None)
+        out.append(base)
+    return out
+
+
+def measurement_order(cfgs: list[Config], predict: bool) -> tuple[list[Config], list[Config], list[str]]:
+    """What to deploy up front, what to hold back for the prediction, and notes for the output.
+
+    Without ``predict``: every configuration in order. With it: the baseline, the configurations the model cannot
+    predict (each with why), then the smallest and the largest chain step count, the largest last so that, if it
+    wins, it is already running; the other chain configurations wait for the prediction."""
+    from fabfile.plan.predict import plan_runs, unpredictable_reason
+
+    if not predict:
+        return list(cfgs), [], []
+    notes: list[str] = []
+    base = [c for c in cfgs if c.steps == 0]
+    other = []
+    chain = []
+    for c in cfgs:
+        if c.steps == 0:
+            continue
+        why = unpredictable_reason(c.steps, c.topk, c.draft_tokens)
+        if why is None:
+            chain.append(c)
+        else:
+            other.append(c)
+            notes.append(f"{c.name} is measured, not predicted: {why}")
+    plan = plan_runs([c.steps for c in chain])
+    if plan is None:
+        notes.append(f"{len(chain)} chain configuration(s): measuring them all costs no more than predicting")
+        return base + other + chain, [], notes
+    lo, hi = plan
+    first = [c for c in chain if c.steps == lo]
+    last = [c for c in chain if c.steps == hi]
+    held = [c for c in chain if c.steps not in (lo, hi)]
+    return base + other + first + last, held, notes
+
+
+def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], levels: list[int],
+                      output_len: int) -> dict[str, Any]:
+    """The prediction for the held-back chain configurations at each level, and the predicted winner per level
+    (over measured rows and predictions). ``error`` says why there is none."""
+    from fabfile.plan.analysis import fit_cycle
+    from fabfile.plan.predict import Measured, predict_level
+    from fabfile.remote.metrics import add_histograms
+
+    chain = [r for r in rows if r.get("ok") and r["steps"] > 0 and r.get("topk") == 1 and
+             (r.get("draft_tokens") in (None, r["steps"] + 1))]
+    if len(chain) < 2:
+        return {"error": "fewer than two chain configurations were measured"}
+    top = max(chain, key=lambda r: r["steps"])
+    hist: list[int] = []
+    source = None
+    for lv in top.get("levels") or []:  # acceptance does not depend on the load: pool every level's passes
+        if lv.get("accept_histogram"):
+            hist = add_histograms(hist, list(lv["accept_histogram"]))
+            source = source or lv.get("accept_histogram_source")
+    if not hist or sum(hist) == 0:
+        return {"error": f"{top['config']} reported no accepted-drafts histogram (neither meta_info nor the stream)"}
+    out: dict[str, Any] = {"histogram": hist, "histogram_source": source, "histogram_config": top["config"],
+                           "rows": [], "winners": {}, "fits": {}}
+    for c in levels:
+        at = level_rows(rows, c)
+        names = {x["config"] for x in chain}
+        spec = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("cycle_ms") and r["config"] in names]
+        fit = fit_cycle([(int(r["steps"]), float(r["cycle_ms"])) for r in spec])
+        if fit is None:
+            return {"error": f"no cycle fit at concurrency {c}"}
+        measured = [Measured(steps=int(r["steps"]), tok_s=float(r["tok_s"]), cycle_ms=float(r["cycle_ms"]),
+                             ttft_ms=float(r.get("ttft_ms") or 0.0)) for r in spec]
+        want = sorted({h.steps for h in held_back} | {m.steps for m in measured})
+        preds, calib = predict_level(hist, int(top["steps"]), fit, measured, want, output_len=output_len,
+                                     concurrency=c)
+        out["fits"][str(c)] = {"base_ms": fit.base_ms, "per_step_ms": fit.per_step_ms, "calibration": calib}
+        name_of = {h.steps: h.name for h in held_back} | {int(r["steps"]): r["config"] for r in spec}
+        candidates: list[tuple[float, str]] = []
+        for p in preds:
+            out["rows"].append({"config": name_of[p.steps], **p.as_dict()})
+            candidates.append((p.tok_s if name_of[p.steps] in {h.name for h in held_back} else
+                               next(float(r["tok_s"]) for r in spec if r["config"] == name_of[p.steps]),
+                               name_of[p.steps]))
+        candidates += [(float(r["tok_s"]), r["config"]) for r in at if r.get("ok") and r.get("tok_s") and
+                       all(r["config"] != n for _, n in candidates)]
+        out["winners"][str(c)] = max(candidates)[1]
+    return out
+
+
+def add_predictions(doc: dict[str, Any], cfgs: list[Config]) -> None:
+    """Table rows for the configurations predicted and not measured, and each measured row's prediction."""
+    pred = doc.get("prediction") or {}
+    if not pred.get("rows"):
+        return
+    levels = doc["concurrency_levels"]
+    by = {(p["config"], p["concurrency"]): p for p in pred["rows"]}
+    measured = {r["config"] for r in doc["rows"] if r.get("measured")}
+    for r in doc["rows"]:
+        p = by.get((r["config"], levels[0]))
+        if p is not None:
+            r["predicted_tok_s"] = p["tok_s"]
+        for lv in r.get("levels") or []:
+            q = by.get((r["config"], lv["concurrency"]))
+            if q is not None:
+                lv["predicted_tok_s"] = q["tok_s"]
+    for c in cfgs:
+        if c.name in measured or (c.name, levels[0]) not in by:
+            continue
+        lv = [{"concurrency": lvl, "tok_s": by[(c.name, lvl)]["tok_s"], "predicted_tok_s": by[(c.name, lvl)]["tok_s"],
+               "accept_len": by[(c.name, lvl)]["accept_len"], "cycle_ms": by[(c.name, lvl)]["cycle_ms"]}
+              for lvl in levels if (c.name, lvl) in by]
+        doc["rows"].append({"config": c.name, "steps": c.steps, "topk": c.topk, "draft_tokens": c.draft_tokens,
+                            "ok": True, "measured": False, "tok_s": lv[0]["tok_s"], "predicted_tok_s": lv[0]["tok_s"],
+                            "accept_len": lv[0]["accept_len"], "cycle_ms": lv[0]["cycle_ms"], "levels": lv})
+    order = {n: i for i, n in enumerate(doc["configs"])}
+    doc["rows"].sort(key=lambda r: order.get(r["config"], 1 << 30))
