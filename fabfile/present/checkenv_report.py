@@ -124,17 +124,8 @@ def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], conso
     ranks: list[tuple[str, str]] = list(dict.fromkeys((_rank_label(r), _s(r.get("pid"))) for r in rows))
     cell: dict[tuple[str, str, str], Mapping[str, Any]] = {(_rank_label(r), _s(r.get("pid")), str(r.get("var"))): r
                                                           for r in rows}
-
-    def mark(r: Mapping[str, Any] | None) -> str:
-        if r is None:
-            return "-"
-        status = str(r.get("status") or "")
-        m = MARK.get(status, status or "-")
-        return m + (f" {EVIDENCE_LETTER[str(r.get('evidence'))]}" if status == "proven"
-                    and str(r.get("evidence")) in EVIDENCE_LETTER else "")
-
     heads = [v[5:] if v.startswith("NCCL_") else v for v in variables]
-    body = [[label, pid, *(mark(cell.get((label, pid, v))) for v in variables)] for label, pid in ranks]
+    body = [[label, pid, *(_mark(cell.get((label, pid, v))) for v in variables)] for label, pid in ranks]
 
     def widths(h: list[str]) -> list[int]:
         return [max(len(x[i]) for x in [h, *body]) for i in range(len(h))]
@@ -143,7 +134,22 @@ def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], conso
     numbered = len(" ".join("x" * w for w in widths(full))) + 2 > console.width
     if numbered:
         full = ["rank", "pid", *(str(i + 1) for i in range(len(variables)))]
-    w = widths(full)
+    _print_grid(full, body, widths(full), console)
+    _matrix_notes(rows, variables, numbered, console)
+    _verdict_facts_hints(evaluation, facts, console)
+
+
+def _mark(r: Mapping[str, Any] | None) -> str:
+    """A cell of the matrix: its status mark, and the evidence letter when it is proven."""
+    if r is None:
+        return "-"
+    status = str(r.get("status") or "")
+    m = MARK.get(status, status or "-")
+    return m + (f" {EVIDENCE_LETTER[str(r.get('evidence'))]}" if status == "proven"
+                and str(r.get("evidence")) in EVIDENCE_LETTER else "")
+
+
+def _print_grid(full: list[str], body: list[list[str]], w: list[int], console: Console) -> None:
     console.print("[bold]NCCL environment per scheduler process[/] (ranks × variables)")
     console.print("  " + "  ".join(h.ljust(w[i]) for i, h in enumerate(full)).rstrip(), markup=False,
                   highlight=False)
@@ -156,6 +162,10 @@ def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], conso
             if i < len(line) - 1:
                 text.append("  ")
         console.print(text)
+
+
+def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered: bool, console: Console) -> None:
+    """Under the matrix: the expected values, the numbered columns' names, the legend, each unproven cell."""
     expected = {str(r.get("var")): _s(r.get("expected")) for r in rows}
     console.print("  expected: " + "  ".join(f"{v}={expected[v]}" for v in variables), markup=False,
                   highlight=False)
@@ -175,7 +185,6 @@ def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], conso
                 f", expected {_s(r.get('expected'))}, observed {_s(r.get('observed'))}"
                 f" ({EVIDENCE_LABEL.get(str(ev), _s(ev))})" + (f"; {r.get('note')}" if r.get("note") else ""))
         console.print(f"  {escape(detail)}", highlight=False)
-    _verdict_facts_hints(evaluation, facts, console)
 
 
 def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any], console: Console) -> None:
