@@ -262,11 +262,11 @@ def validate_entry(name: str, entry: dict[str, Any]) -> Any:
     """Resolve the entry exactly as `inv` would (an inventory of this one host); FlagError when it would refuse."""
     from pathlib import Path
 
-    from fabfile.inventory import hosts as inventory
+    from fabfile.inventory import resolve
     from fabfile.inventory import schema as inventory_schema
 
     try:
-        return inventory._build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
+        return resolve._build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
     except inventory_schema.InvalidField as e:
         raise FlagError(f"--command: the adopted entry is not valid: {inventory_schema.pydantic_message(e, '')}") \
             from None
