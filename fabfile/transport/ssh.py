@@ -12,18 +12,16 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import select
 import shlex
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import paramiko
-from fabric import Config, Connection
+from fabric import Config
 from invoke.exceptions import CommandTimedOut
 from paramiko.ssh_exception import (
     AuthenticationException,
@@ -35,6 +33,7 @@ from paramiko.ssh_exception import (
 from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
 from fabfile.inventory.hosts import Timeouts
 from fabfile.transport.base import CommandResult, ConnectionLost, Transport, _LineBuffer
+from fabfile.transport.proxy import _Connection, _hops
 
 if TYPE_CHECKING:  # tenacity is imported where a connection is retried: a CLI start should not pay for it
     from tenacity import RetryCallState
@@ -57,68 +56,6 @@ def _transient(e: BaseException) -> bool:
     return isinstance(e, (NoValidConnectionsError, socket.timeout, EOFError, SSHException, OSError))
 
 
-class WatchedProxyCommand(paramiko.ProxyCommand):
-    """paramiko's ProxyCommand, but a proxy that has exited is noticed at once and reported with what it printed.
-
-    paramiko reads the proxy's stdout in a loop until it has the bytes it wants; once the proxy is dead each read
-    returns b"" at once, so the loop spins a core until the banner timeout and then says "Error reading SSH protocol
-    banner" (measured: ~57 s at 100 % CPU for a refused connection, which ``ssh`` reports in 12 ms). Here EOF on
-    its stdout ends the read with the proxy's own words (its stderr) and exit status.
-    """
-
-    def recv(self, size: int) -> bytes:
-        stdout = self.process.stdout
-        assert stdout is not None
-        try:
-            r, _, _ = select.select([stdout], [], [], self.timeout)
-        except (OSError, ValueError) as e:
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), str(e)) from None
-        if not r:
-            raise TimeoutError()
-        data = os.read(stdout.fileno(), size)
-        if data:
-            return data
-        raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self.last_words())
-
-    def send(self, content: Any) -> int:
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write(content)
-        except OSError:
-            # It died before reading what we sent (a refused connection exits at once): say what it said.
-            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), self.last_words()) from None
-        return len(content)
-
-    def close(self) -> None:
-        # The proxy may be gone already (it exited, and last_words reaped it): nothing to signal then.
-        if self.process.poll() is None:
-            try:
-                self.process.terminate()
-            except ProcessLookupError:
-                pass
-
-    def last_words(self) -> str:
-        """The proxy's exit status and the end of its stderr (it has closed its stdout: it is exiting)."""
-        try:
-            code = self.process.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            code = None
-        text = b""
-        stderr = self.process.stderr
-        if stderr is not None:
-            try:
-                while select.select([stderr], [], [], 0)[0]:
-                    chunk = os.read(stderr.fileno(), 4096)
-                    if not chunk or len(text) > 16384:
-                        break
-                    text += chunk
-            except (OSError, ValueError):
-                pass
-        said = " ".join(text.decode("utf-8", "replace").split())[-300:]
-        status = "closed its output but was still running" if code is None else f"exited with status {code}"
-        return status + (f": {said}" if said else " without a word")
-
-
 class _NudgingTransport(paramiko.Transport):
     """paramiko's Transport, answering the server's first global request (OpenSSH sends ``hostkeys-00@openssh.com``
     right after login, asking no reply) with one SSH_MSG_IGNORE.
@@ -139,23 +76,6 @@ class _NudgingTransport(paramiko.Transport):
             msg.add_byte(paramiko.common.cMSG_IGNORE)
             msg.add_string(b"")
             self._send_message(msg)  # type: ignore[attr-defined]
-
-
-class _Connection(Connection):  # type: ignore[misc]
-    def open_gateway(self) -> Any:
-        gw = super().open_gateway()
-        if isinstance(gw, paramiko.ProxyCommand) and not isinstance(gw, WatchedProxyCommand):
-            # Fabric built a plain ProxyCommand from ssh_config: re-wrap its already running process.
-            watched = WatchedProxyCommand.__new__(WatchedProxyCommand)
-            watched.cmd, watched.process, watched.timeout = gw.cmd, gw.process, gw.timeout
-            return watched
-        return gw
-
-
-def _hops(cxn: Any) -> Iterator[Any]:
-    while isinstance(cxn, Connection):
-        yield cxn
-        cxn = cxn.gateway
 
 
 class SSHTransport(Transport):
