@@ -1,9 +1,10 @@
 """Transport: how commands, files and agent calls reach a host; one session per host per run.
 
 ``base`` (the ``Transport`` interface and ``LocalTransport``: ``sh -c`` on this machine), ``ssh`` (the hardened
-Fabric connection; ``proxy``: its hops and a watched ProxyCommand), ``trust`` (first contact: a host key fetched and written to known_hosts only on confirmation),
-``agentclient`` (ships the host-side agent, ``fabfile.remote``, and calls its verbs) and ``session`` (a host's
-transport and agent, opened once; ``connector`` swaps in a fake for tests).
+Fabric connection; ``proxy``: its hops and a watched ProxyCommand), ``trust`` (first contact: a host key fetched
+and written to known_hosts only on confirmation), ``agentclient`` (ships the host-side agent, ``fabfile.remote``,
+and calls its verbs) and ``session`` (a host's transport and agent, opened once; ``connector`` swaps in a fake
+for tests).
 
 May import: ``fabfile.errors``, ``fabfile.inventory``, ``fabfile.present.output`` (the one printer every layer may
 use) and ``fabfile.remote`` (whose files it ships); never a command.
