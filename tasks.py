@@ -572,8 +572,8 @@ def _positive(flag: str, value: Any, what: str = "a number of milliseconds") -> 
 def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any = None, draft_ms: Any = None,
             steps: Any = None, accept_len: Any = None, json: bool = False) -> None:
     """Break-even: the accept length each configuration needs to beat the baseline, against what it got."""
+    from fabfile.commands.analyze import analyze_file, analyze_numbers
     from fabfile.errors import FlagError
-    from fabfile.present.report import analyze_file, analyze_numbers
 
     numbers = {"--baseline-ms": baseline_ms, "--verify-ms": verify_ms, "--draft-ms": draft_ms, "--steps": steps,
                "--accept-len": accept_len}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fabfile.errors import FlagError
-from fabfile.plan.analysis import BreakEven, analyze_sweep, from_numbers
+from fabfile.plan.analysis import BreakEven, analyze_sweep
 from fabfile.plan.sweep_plan import level_rows
 from fabfile.present.output import out, show
 
@@ -277,41 +275,18 @@ def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
 
 
 # -- inv analyze ----------------------------------------------------------------------------------------------------
-def analyze_numbers(*, baseline_ms: float, verify_ms: float, draft_ms: float, steps: int | None,
-                    accept_len: float | None, as_json: bool) -> BreakEven:
-    be = from_numbers(baseline_ms=baseline_ms, verify_ms=verify_ms, steps=steps, draft_ms=draft_ms,
-                      accept_len=accept_len)
-
-    def for_people() -> None:
-        cyc = f"{steps} × {draft_ms:g} ms draft + {verify_ms:g} ms verify = " if steps and draft_ms else ""
-        out.print(f"baseline {baseline_ms:g} ms/token ({be.baseline_tok_s:.1f} tok/s); cycle {cyc}{be.cycle_ms:.1f} ms")
-        out.print(f"break-even accept length: [bold]{be.needed_accept_len:.2f}[/bold]"
-                  + (f" (at most {be.max_accept_len:g} with {steps} steps)" if be.max_accept_len else ""))
-        out.print(be.sentence())
-
-    show({**be.as_dict(), "sentence": be.sentence()}, for_people, as_json=as_json)
-    return be
+def print_break_even(be: BreakEven, *, baseline_ms: float, verify_ms: float, draft_ms: float,
+                     steps: int | None) -> None:
+    """``inv analyze`` from numbers: the baseline, the cycle, the break-even accept length and the verdict."""
+    cyc = f"{steps} × {draft_ms:g} ms draft + {verify_ms:g} ms verify = " if steps and draft_ms else ""
+    out.print(f"baseline {baseline_ms:g} ms/token ({be.baseline_tok_s:.1f} tok/s); cycle {cyc}{be.cycle_ms:.1f} ms")
+    out.print(f"break-even accept length: [bold]{be.needed_accept_len:.2f}[/bold]"
+              + (f" (at most {be.max_accept_len:g} with {steps} steps)" if be.max_accept_len else ""))
+    out.print(be.sentence())
 
 
-def analyze_file(path: str, *, as_json: bool) -> dict[str, Any]:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "sweep.json"
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise FlagError(f"--sweep: cannot read a sweep result from {path}: {e}") from None
-    if not isinstance(doc, dict) or "rows" not in doc:
-        raise FlagError(f"--sweep: {path} is not a sweep result (no rows)")
-    doc.setdefault("host", "?")
-    doc.setdefault("sweep_id", p.parent.name)
-    analysis = analyze_sweep(doc["rows"])
-    doc["analysis"] = analysis
-    show(analysis, lambda: _print_analysis(analysis), as_json=as_json)
-    return analysis
-
-
-def _print_analysis(analysis: dict[str, Any]) -> None:
+def print_analysis(analysis: dict[str, Any]) -> None:
+    """``inv analyze --sweep``: each configuration's break-even against what it got."""
     if not analysis.get("baseline_ms"):
         out.print(analysis.get("note", "no baseline"))
         return

@@ -1,0 +1,41 @@
+"""``inv analyze``: the break-even of speculative decoding, from a sweep's result file or from numbers given on the
+command line (``fabfile.plan.analysis`` does the maths; ``fabfile.present.report`` prints it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fabfile.errors import FlagError
+from fabfile.plan.analysis import BreakEven, analyze_sweep, from_numbers
+from fabfile.present.output import show
+from fabfile.present.report import print_analysis, print_break_even
+
+
+def analyze_numbers(*, baseline_ms: float, verify_ms: float, draft_ms: float, steps: int | None,
+                    accept_len: float | None, as_json: bool) -> BreakEven:
+    be = from_numbers(baseline_ms=baseline_ms, verify_ms=verify_ms, steps=steps, draft_ms=draft_ms,
+                      accept_len=accept_len)
+    show({**be.as_dict(), "sentence": be.sentence()},
+         lambda: print_break_even(be, baseline_ms=baseline_ms, verify_ms=verify_ms, draft_ms=draft_ms, steps=steps),
+         as_json=as_json)
+    return be
+
+
+def analyze_file(path: str, *, as_json: bool) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "sweep.json"
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise FlagError(f"--sweep: cannot read a sweep result from {path}: {e}") from None
+    if not isinstance(doc, dict) or "rows" not in doc:
+        raise FlagError(f"--sweep: {path} is not a sweep result (no rows)")
+    doc.setdefault("host", "?")
+    doc.setdefault("sweep_id", p.parent.name)
+    analysis = analyze_sweep(doc["rows"])
+    doc["analysis"] = analysis
+    show(analysis, lambda: print_analysis(analysis), as_json=as_json)
+    return analysis
