@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
             env[v] = envfacts.version_facts(w)
             spec[v] = specfacts.version_facts(w)
         (table.ROOT / "fabfile" / "remote" / "sglang_env_facts.py").write_text(envfacts.render(env))
-        (table.ROOT / "fabfile" / "sglang_spec_facts.py").write_text(specfacts.render(spec))
+        (table.ROOT / "fabfile" / "plan" / "sglang_spec_facts.py").write_text(specfacts.render(spec))
     return 1 if bad else 0
 
 
