@@ -2,7 +2,8 @@
 ``deploy_host`` → preflight / upload / deploy, with no SSH and no subprocess. What a user relies on: a failed batch
 stops the rollout before the next batch is touched, and ``--rollback-on-failure`` puts back exactly the hosts this
 run changed (the previous deploy started again where there was one, the server stopped and the files restored
-where nothing ran before)."""
+where nothing ran before); and a deploy whose SSH link drops is followed to its end through its journal on
+the host (re-attach), never started twice."""
 
 from __future__ import annotations
 
@@ -111,3 +112,41 @@ def test_rollback_on_failure_puts_back_only_the_hosts_this_run_changed(inv: inve
     # c was not touched by the run, so the rollback leaves it alone too
     assert not any(h == "c" and v != "status" for h, v, _, _ in fleet.calls)
     assert by["c"].outcome == "not started (rollout stopped)" and by["c"].config_now == "baseline"
+
+
+def test_a_deploy_whose_link_drops_is_followed_to_its_end_through_its_journal(inv: inventory.Inventory) -> None:
+    from fabfile.commands.deploy import deploy_host
+    from fabfile.present.progress import Reporter
+    from fabfile.transport.base import ConnectionLost
+
+    def drop(_: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectionLost("the SSH session dropped", host="a")
+
+    def attach(req: dict[str, Any]) -> dict[str, Any]:
+        return {"result": {"ok": True, "data": {"pid": 100, "deploy_id": req["deploy_id"], "config_name": "eagle3"}}}
+
+    fleet = FakeFleet({"a": {"facts": FACTS, "deploy": drop, "attach": attach}})
+    with connector(fleet):
+        r = deploy_host(inv, inv.hosts["a"], Options(steps=1), Reporter("a", enabled=False))
+    sent, followed = fleet.requests("deploy")["a"], fleet.requests("attach")["a"]
+    assert r.ok and r.record["pid"] == 100
+    # the same deploy is followed, from its journal on the host, not started again
+    assert followed["deploy_id"] == sent["deploy_id"] == r.plan.deploy_id
+    assert sent["journal"] == f"{sent['state_dir']}/deploys/{sent['deploy_id']}.events"
+    assert [v for h, v, _, _ in fleet.calls if v in ("deploy", "attach")] == ["deploy", "attach"]
+
+
+def test_a_reattached_deploy_that_failed_on_the_host_is_a_failure_saying_so(inv: inventory.Inventory) -> None:
+    from fabfile.commands.deploy import deploy_host
+    from fabfile.present.progress import Reporter
+    from fabfile.transport.base import ConnectionLost
+
+    def drop(_: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectionLost("the SSH session dropped", host="a")
+
+    failed = {"kind": "launch_failed", "message": "the server exited with code 1", "details": {"changed": True}}
+    fleet = FakeFleet({"a": {"facts": FACTS, "deploy": drop, "attach": {"result": {"ok": False, "error": failed}}}})
+    with connector(fleet):
+        r = deploy_host(inv, inv.hosts["a"], Options(steps=1), Reporter("a", enabled=False))
+    assert not r.ok and r.error is not None and r.error.message == "the server exited with code 1"
+    assert r.error.details["changed"] is True and r.remote_started and not r.outcome_unknown
