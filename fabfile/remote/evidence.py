@@ -26,7 +26,8 @@ from typing import Any
 
 from . import ncclenv
 from .evidencehints import IN_PROCESS_MODES, _blame, _blind_message, _hint, _mode_advice, _run_hints, _server_hints
-from .gathering import DRAFT_WORKER_NOTE, SCHEMA, gather, parse_topology
+from .gathering import DRAFT_WORKER_NOTE, SCHEMA, gather
+from .interconnect import parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
 from .sglangnccl import _argv_flags, _custom_ar, sglang_env_facts_for, sglang_nccl_rules
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import gpus, procs
+from . import interconnect, procs
 from .common import AgentError, EventSink
 from .nccllog import _own_markers, _PidEvidence, _Scan
 from .protocol import GatherRequest
@@ -24,7 +24,6 @@ SCHEMA = 1
 LOG_CAP_BYTES = 64 << 20
 DEBUG_FILE_CAP_BYTES = 16 << 20
 DEBUG_FILES_MAX = 256
-SMI_TIMEOUT_S = 10.0
 
 # Which variables NCCL reads when, and how it parses and echoes them: fabfile/remote/ncclenv.py.
 # Environment values we report from /proc (besides the expected ones); never the whole environment (secrets).
@@ -178,59 +177,6 @@ def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dic
 # host facts
 
 
-def parse_topology(text: str) -> str:
-    """``nvlink`` if a GPU↔GPU cell of ``nvidia-smi topo -m`` is ``NV#``; ``pcie`` otherwise; ``unknown``."""
-    gpu_rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
-    if not gpu_rows:
-        return "unknown"
-    n = len(gpu_rows)
-    for row in gpu_rows:
-        if any(re.fullmatch(r"NV\d+", cell) for cell in row[1 : n + 1]):
-            return "nvlink"
-    return "pcie" if n > 1 else "single"
-
-
-def _gpu_facts() -> dict[str, Any]:
-    # Both queries at once: each nvidia-smi run costs tens of milliseconds on a real host.
-    try:
-        outs = gpus.smi_many([["-L"], ["topo", "-m"]], timeout=SMI_TIMEOUT_S, strict=False)
-    except AgentError:
-        outs = None
-    listing, topo = (outs[0], outs[1]) if outs else (None, None)
-    if listing is None:
-        return {
-            "count": None,
-            "names": [],
-            "interconnect": "unknown",
-            "source": "nvidia-smi missing or failed",
-        }
-    names = []
-    for ln in listing.splitlines():
-        m = re.match(r"^GPU \d+: (.*?)(?: \(UUID: [^)]*\))?\s*$", ln)
-        if m:
-            names.append(m.group(1))
-    inter = parse_topology(topo) if topo else "unknown"
-    if inter == "unknown" and len(names) == 1:
-        inter = "single"
-    return {
-        "count": len(names),
-        "names": names,
-        "interconnect": inter,
-        "source": "nvidia-smi -L" + (" + topo -m" if topo else " (topo -m unavailable)"),
-    }
-
-
-
-def _infiniband() -> list[str] | None:
-    """InfiniBand devices of this host (``/sys/class/infiniband``); [] when none, None when it cannot tell."""
-    try:
-        return sorted(os.listdir("/sys/class/infiniband"))
-    except FileNotFoundError:
-        return []
-    except OSError:
-        return None
-
-
 # ----------------------------------------------------------------------------------------------------
 # NCCL_DEBUG_FILE
 
@@ -310,7 +256,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         # not the recorded deploy: its own command line, never the stale record's
         argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
     flags = _argv_flags(argv)
-    gpus = _gpu_facts()
+    gpus = interconnect.gpu_facts()
     nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
     world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
     rules = sglang_nccl_rules(req.get("sglang_version"), flags)
@@ -321,7 +267,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         "nccl_debug": req.get("nccl_debug"),
         "launch_env": req.get("launch_env") or {},
         "launch_argv_source": argv_source,
-        "infiniband": _infiniband(),
+        "infiniband": interconnect.infiniband(),
         "sglang_version": req.get("sglang_version"),
         "gpus": gpus,
         "tp_size": flags["tp_size"],
@@ -340,19 +286,10 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
     return facts
 
 
-def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
-    """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring."""
-    expected = req.get("expected") or {}
-    if not isinstance(expected, dict):
-        raise AgentError("bad_request", "expected must be a {VAR: value} object")
-    expected = {str(k): str(v) for k, v in expected.items()}
-    log_path = req.get("log_path")
-    log_offset = int(req.get("log_offset") or 0)
+def _launcher_and_schedulers(req: GatherRequest, names: list[str]) -> dict[str, Any]:
+    """The processes (``_find_processes``), with the launcher's start environment read when it is alive."""
     launcher_pid = req.get("launcher_pid")
     launcher_ticks = req.get("launcher_start_ticks")
-    names = sorted(expected)
-
-    sink.emit("progress", step="processes")
     found = _find_processes(
         int(launcher_pid) if launcher_pid is not None else None,
         int(launcher_ticks) if launcher_ticks is not None else None,
@@ -365,9 +302,13 @@ def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
         launcher.update(
             environ_status="unreadable" if launcher_pid is not None else None, environ={}, environ_diag={}
         )
+    return found
 
-    sink.emit("progress", step="log")
-    scan = _Scan(req.get("deploy_id"))
+
+def _scan_log(req: GatherRequest, scan: _Scan) -> dict[str, Any]:
+    """Feed the deploy's part of the server log to the scan; what was read."""
+    log_path = req.get("log_path")
+    log_offset = int(req.get("log_offset") or 0)
     log_info: dict[str, Any] = {"path": log_path, "exists": False}
     if log_path:
         lines, log_info = _read_lines(
@@ -375,17 +316,12 @@ def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
         )
         for line in lines:
             scan.feed(line, "log")
+    return log_info
 
-    debug_pattern = req.get("nccl_debug_file") or launcher.get("environ_diag", {}).get("NCCL_DEBUG_FILE")
-    debug_files: list[dict[str, Any]] = []
-    scheds: list[procs.ProcInfo] = found["schedulers"]
-    if debug_pattern:
-        sink.emit("progress", step="nccl_debug_files")
-        debug_files = _read_debug_files(scan, scheds, str(debug_pattern))
 
-    sink.emit("progress", step="schedulers")
+def _attribute(scan: _Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo], log_info: dict[str, Any]) -> None:
+    """The launcher's own NCCL lines and markers; the log's counts, with lines of pids that are neither."""
     sched_pids = {p.pid for p in scheds}
-    schedulers = _scheduler_rows(scheds, scan, names)
     lev = scan.by_pid.get(launcher["pid"]) if launcher["pid"] is not None else None
     launcher["nccl"] = (lev or _PidEvidence()).nccl_dict()
     launcher["markers"] = _own_markers(lev.markers, launcher.get("start_ticks"), scan) if lev else []
@@ -401,6 +337,34 @@ def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
         other_process_markers=scan.other_process_markers,
         unattributed_pids=unattributed,
     )
+
+
+def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
+    """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring."""
+    expected = req.get("expected") or {}
+    if not isinstance(expected, dict):
+        raise AgentError("bad_request", "expected must be a {VAR: value} object")
+    expected = {str(k): str(v) for k, v in expected.items()}
+    names = sorted(expected)
+
+    sink.emit("progress", step="processes")
+    found = _launcher_and_schedulers(req, names)
+    launcher = found["launcher"]
+
+    sink.emit("progress", step="log")
+    scan = _Scan(req.get("deploy_id"))
+    log_info = _scan_log(req, scan)
+
+    debug_pattern = req.get("nccl_debug_file") or launcher.get("environ_diag", {}).get("NCCL_DEBUG_FILE")
+    debug_files: list[dict[str, Any]] = []
+    scheds: list[procs.ProcInfo] = found["schedulers"]
+    if debug_pattern:
+        sink.emit("progress", step="nccl_debug_files")
+        debug_files = _read_debug_files(scan, scheds, str(debug_pattern))
+
+    sink.emit("progress", step="schedulers")
+    schedulers = _scheduler_rows(scheds, scan, names)
+    _attribute(scan, launcher, scheds, log_info)
 
     sink.emit("progress", step="facts")
     facts = _facts(req, found, launcher, schedulers, scan, expected)

@@ -51,250 +51,6 @@ def _stop(req: StopRequest, sink: EventSink) -> dict[str, Any]:
         lock.release()
 
 
-def _status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
-    figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
-    from . import deploy, facts, procs, records, server
-    state_dir = facts.expand(req["state_dir"])
-    rec = records.current(state_dir)
-    out: dict[str, Any] = {"record": rec, "running": False}
-    if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
-        pid = int(rec["pid"])
-        out["running"] = True
-        out["schedulers"] = deploy.schedulers_of(pid)
-        ticks = procs.stat(pid)
-        if ticks is not None:
-            out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
-            # "T": stopped by a signal (SIGSTOP, a debugger): alive, but it serves nothing.
-            out["process_state"] = ticks.state
-        request = rec.get("request") or {}
-        path = request.get("ready_path") or server.readiness_path(rec.get("sglang_version") or "")
-        timeout = server.probe_timeout_s(path, (request.get("summary") or {}).get("env"))
-        if ticks is not None and ticks.state == "T":
-            # A stopped process cannot answer: do not spend the probe's bound to learn it.
-            out["health"] = {"path": path, "status": None, "latency_s": None, "timeout_s": timeout}
-        else:
-            code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
-            out["health"] = {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
-        out["last_decode"] = _last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
-    lock_holder = None
-    from .lock import DeployLock
-
-    if os.path.isdir(state_dir):
-        lock_holder = DeployLock(state_dir).live_holder()
-        if lock_holder and lock_holder.get("journal"):
-            lock_holder["journal_tail"] = _journal_tail(str(lock_holder["journal"]))
-    out["deploy_in_progress"] = lock_holder
-    ours = {int(rec["pid"])} if rec and rec.get("pid") and out["running"] else set()
-    if lock_holder and lock_holder.get("server_pid") and \
-            procs.alive(int(lock_holder["server_pid"]), lock_holder.get("server_start_ticks")):
-        # The deploy in progress has started its server: those processes are ours, not strangers.
-        ours.add(int(lock_holder["server_pid"]))
-        out["deploying_server"] = {"pid": lock_holder["server_pid"], "config_name": lock_holder.get("config_name"),
-                                   "deploy_id": lock_holder.get("deploy_id")}
-    others = [p.as_dict() for p in procs.all_procs()
-              if (procs.is_sglang_title(p.cmdline) or procs.is_sglang_launcher(p.cmdline))
-              and procs.same_pid_namespace(p.pid)
-              and not any(p.pid == root or _descends(p.pid, root) for root in ours)]
-    out["other_sglang_processes"] = others
-    if os.path.isdir(os.path.join(state_dir, "routers")):
-        from . import router
-        routers = router.status(state_dir)
-        if routers:
-            out["routers"] = routers
-    return out
-
-
-def _journal_tail(path: str, n: int = 12, window: int = 256 * 1024) -> list[str]:
-    """The last ``n`` steps and notes of a deploy's journal, one short line each (for `inv status`)."""
-    import json
-
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            f.seek(max(0, size - window))
-            raw = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return []
-    lines: dict[str, str] = {}  # one line per step (its end replaces its start) and per note, in order
-    last_log = ""
-    for i, text in enumerate(raw):
-        try:
-            ev = json.loads(text)
-        except ValueError:
-            continue
-        kind = ev.get("event")
-        if kind == "step":
-            took = f" {ev['elapsed']:.2f}s" if isinstance(ev.get("elapsed"), (int, float)) else ""
-            status = "running" if ev.get("status") == "start" else ev.get("status")
-            lines[f"step:{ev.get('name')}"] = f"step {ev.get('name')} {status}{took}"
-        elif kind in ("info", "started"):
-            lines[f"note:{i}"] = str(ev.get("message") or f"server started, pid {ev.get('pid')}")
-        elif kind == "log" and ev.get("lines"):
-            last_log = "server log: " + str(ev["lines"][-1])[:160]  # only the newest: the steps are the story
-    return list(lines.values())[-n:] + ([last_log] if last_log else [])
-
-
-def _descends(pid: int, root: int) -> bool:
-    from . import procs
-    seen = 0
-    while pid > 1 and seen < 64:
-        info = procs.stat(pid)
-        if info is None:
-            return False
-        if info.ppid == root:
-            return True
-        pid = info.ppid
-        seen += 1
-    return False
-
-
-def _uptime_of(start_ticks: int) -> float:
-    hz = os.sysconf("SC_CLK_TCK")
-    with open("/proc/uptime", encoding="ascii") as f:
-        up = float(f.read().split()[0])
-    return up - start_ticks / hz
-
-
-def _last_decode(log_path: str, offset: int = 0, window: int = 256 * 1024) -> Any:
-    """The last ``Decode batch`` figures of the current deploy's part of the log (from ``offset``, where its header
-    was written: an earlier server's lines in the same file are not this one's), with their age in seconds."""
-    try:
-        size = os.path.getsize(log_path)
-        if size < offset:
-            return None  # truncated since: none of it is known to be this server's
-        with open(log_path, "rb") as f:
-            f.seek(max(offset, size - window))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    lines = [ln for ln in text.splitlines() if "Decode batch" in ln]
-    if not lines:
-        return None
-    from . import metrics
-
-    found = metrics.parse_decode_line(lines[-1])
-    if found is not None and found.get("time"):
-        try:
-            stamp = time.mktime(time.strptime(str(found["time"])[:19], "%Y-%m-%d %H:%M:%S"))
-            found["age_s"] = max(0.0, round(time.time() - stamp, 1))
-        except ValueError:
-            pass
-    return found
-
-
-def _logs(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import facts, records, server
-    state_dir = facts.expand(req["state_dir"])
-    rec = records.current(state_dir)
-    path = req.get("log_path") or (rec or {}).get("log_path")
-    if not path or not os.path.exists(path):
-        raise AgentError("not_running", "no server log found on this host (no deploy recorded here yet)",
-                         "deploy first, or pass the log path")
-    lines = int(req.get("lines", 50))
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        f.seek(max(0, size - 1024 * max(lines, 1) * 2))
-        tail = f.read().decode("utf-8", "replace").splitlines()[-lines:]
-    sink.emit("log", lines=tail, count=len(tail))
-    if not req.get("follow"):
-        return {"log_path": path, "offset": size}
-    follower = server.LogFollower(path, size)
-    until = time.monotonic() + float(req.get("follow_s", 3600))
-    next_check = 0.0
-    while time.monotonic() < until:
-        if not req.get("log_path") and time.monotonic() >= next_check:
-            # A redeploy to another configuration writes another file: follow the server that runs (or is being
-            # started) now, not the one we began with.
-            next_check = time.monotonic() + 1.0
-            moved = _current_log(state_dir)
-            if moved is not None and moved[0] != follower.path:
-                rest = follower.read_lines()
-                if rest:
-                    sink.emit("log", lines=rest, count=len(rest))
-                new_path, offset = moved
-                sink.emit("log", lines=[f"=== specdeploy: a new deploy writes {new_path}; following it ==="], count=1)
-                follower = server.LogFollower(new_path, offset)
-        new = follower.read_lines()
-        if new:
-            sink.emit("log", lines=new, count=len(new))
-            if not sink.stdout_ok:
-                break
-        else:
-            time.sleep(0.2)
-    return {"log_path": follower.path, "offset": follower.offset}
-
-
-def _current_log(state_dir: str) -> tuple[str, int] | None:
-    """(log path, offset of its deploy's header) of the deploy in progress, else of the recorded deploy."""
-    from . import records
-    from .lock import DeployLock
-
-    holder = DeployLock(state_dir).holder() or {}
-    if holder.get("log_path"):
-        return str(holder["log_path"]), int(holder.get("log_offset") or 0)
-    rec = records.current(state_dir) or {}
-    if rec.get("log_path"):
-        return str(rec["log_path"]), int(rec.get("log_offset") or 0)
-    return None
-
-
-def _attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
-    from . import facts, records
-    from .lock import DeployLock
-
-    state_dir = facts.expand(req["state_dir"])
-    path = records.journal_path(state_dir, req["deploy_id"])
-    seen = 0
-    skip = int(req.get("skip", 0))
-    pos = 0
-    partial = b""
-    lock = DeployLock(state_dir)
-    idle_checks = 0
-    agent: dict[str, Any] = {}
-    while True:
-        try:
-            with open(path, "rb") as f:
-                f.seek(pos)
-                data = f.read()
-        except FileNotFoundError:
-            data = b""
-        pos += len(data)
-        chunks = (partial + data).split(b"\n")
-        partial = chunks.pop()
-        for raw in chunks:
-            import json
-
-            event = json.loads(raw)
-            if event.get("event") == "agent":
-                agent = event
-            if event.get("event") == "heartbeat":
-                # Proof of life for the client's silence watchdog; not counted (the client never counts them).
-                sink.emit("heartbeat")
-                continue
-            seen += 1
-            if seen <= skip:
-                continue
-            if event.get("event") == "result":
-                return {"replayed": True, "result": event}
-            sink.emit("replay", original=event)
-        if not data:
-            from . import procs
-
-            if agent.get("pid"):  # the deploy said which process runs it: gone means lost
-                gone = not procs.alive(int(agent["pid"]), agent.get("start_ticks"))
-            else:
-                holder = lock.holder()
-                gone = holder is None or holder.get("deploy_id") != req["deploy_id"]
-            if gone:
-                idle_checks += 1
-                if idle_checks > 5:
-                    raise AgentError("deploy_lost", f"deploy {req['deploy_id']} ended without a result in its "
-                                     "journal (its agent was killed)", "run `inv status` to see what runs now")
-            time.sleep(0.1)
-
-
 def _gpus(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     from . import gpus
     snap = gpus.snapshot()
@@ -369,6 +125,21 @@ def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]
         return result
 
     return verb
+
+
+def _status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+    from . import hoststatus
+    return hoststatus.status(req, sink)
+
+
+def _logs(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+    from . import follow
+    return follow.logs(req, sink)
+
+
+def _attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+    from . import follow
+    return follow.attach(req, sink)
 
 
 def _bench(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
@@ -468,8 +239,8 @@ def _router_worker(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 
 
 def _watch(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import facts, watch
-    return watch.sample(facts.expand(req["state_dir"]), _last_decode)
+    from . import facts, hoststatus, watch
+    return watch.sample(facts.expand(req["state_dir"]), hoststatus.last_decode)
 
 
 def _stale(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
