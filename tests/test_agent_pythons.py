@@ -47,3 +47,30 @@ def test_every_agent_module_imports_under_each_python(python: Path, tmp_path: Pa
                        timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
     assert len(names) > 20
+
+
+def test_a_bytecode_file_renamed_during_the_check_does_not_fail_the_agent(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two agent calls of a fresh install at once: one lists __pycache__ while the other's ``x.pyc.<id>`` temp file
+    # is renamed into place. Seen as `inv deploy` failing with "No such file or directory: ...pyc.1403...".
+    import os
+
+    from fabfile.remote import boot
+    from fabfile.transport.agentclient import bundle
+
+    agent = tmp_path / "agent"
+    agent.mkdir(mode=0o700)
+    zipfile.ZipFile(io.BytesIO(agent_bundle()[0])).extractall(agent)
+    for p in agent.rglob("*"):
+        p.chmod(0o700 if p.is_dir() else 0o600)
+    real_walk = os.walk
+
+    def walk_with_a_vanishing_temp(top: str) -> object:
+        for root, dirs, files in real_walk(top):
+            yield root, dirs, [*files, "deploy.cpython-311.pyc.140335497426624"]
+
+    monkeypatch.setattr(boot.os, "walk", walk_with_a_vanishing_temp)
+    boot.verify_tree(str(agent), bundle().manifest_sha256)
+    (agent / "specdeploy_agent" / "verbs.py").unlink()  # a shipped file that is gone is still refused
+    with pytest.raises(boot.Unsafe, match="missing: specdeploy_agent/verbs.py"):
+        boot.verify_tree(str(agent), bundle().manifest_sha256)

@@ -156,7 +156,13 @@ def verify_tree(d: str, manifest_sha: str) -> None:
     for root, dirs, files in os.walk(d):
         for name in dirs + files:
             p = os.path.join(root, name)
-            st = os.lstat(p)
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                # Gone between the listing and now: another agent process of this version writing its bytecode
+                # (``x.pyc.<id>``, renamed into place a moment later). A file that is not there cannot run; a
+                # shipped file that vanished is caught below as missing.
+                continue
             if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
                 raise Unsafe(f"{p} in the agent directory is not a plain file or directory", _reinstall(d))
             if st.st_uid != me or st.st_mode & 0o022:
