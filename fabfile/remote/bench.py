@@ -182,17 +182,17 @@ def _died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
     return True
 
 
-def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
-    state_dir = expand(req["state_dir"])
+def _running_record(state_dir: str) -> dict[str, Any]:
     rec = records.current(state_dir)
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
                          "deploy one first (`inv deploy`), then benchmark it")
-    version = str(rec.get("sglang_version") or versions.NEWEST_SUPPORTED)
-    host, port = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
-    # The key is read from the running server's own command line, never sent: a request travels in the agent's
-    # argv, which any user on the host can read with ps.
-    api_key = api_key_of(int(rec["pid"]))
+    return rec
+
+
+def _pick_client(req: BenchRequest, version: str, sink: EventSink) -> str:
+    """``sglang`` (SGLang's own bench_serving) or ``builtin`` (the agent's load generator); ``auto`` prefers
+    bench_serving where it can run this benchmark, a named client that cannot is an error."""
     from .facts import sglang_info
 
     sg = sglang_info()
@@ -226,49 +226,45 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
             raise AgentError("bench_failed", f"SGLang {version}'s sglang.bench_serving has no {BENCH_DATASET} "
                              f"dataset (it offers {offered}); the others need a download or other lengths",
                              "use `--client builtin` (or auto), which needs no dataset")
-    info_before = metrics.spec_from_server_info(server_info(host, port, version, api_key))
-    log_path = str(rec.get("log_path") or "")
-    offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
-    bench_dir = os.path.join(state_dir, "bench")
-    ensure_private_dir(bench_dir)
-    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    sink.emit("step", name="bench", status="start")
-    t0 = time.monotonic()
+    return client
+
+
+def _measure(req: BenchRequest, rec: dict[str, Any], client: str, target: tuple[str, int], api_key: str | None,
+             bench_dir: str, sink: EventSink) -> tuple[dict[str, Any], str]:
+    """Run the benchmark with the chosen client: (its figures, the client's name)."""
+    host, port = target
     if client == "sglang":
         measured = _run_bench_serving(req, host, port, os.path.join(bench_dir, f"{req['bench_id']}.sglang.jsonl"),
                                       sink, api_key)
-        client_name = "sglang.bench_serving"
-    else:
-        from . import loadgen
+        return measured, "sglang.bench_serving"
+    from . import loadgen
 
-        last = [0.0]
+    last = [0.0]
 
-        def progress(done: int, total: int, elapsed: float) -> bool:
-            if done == total or time.monotonic() - last[0] > 0.5:
-                last[0] = time.monotonic()
-                sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
-            return sink.stdout_ok
+    def progress(done: int, total: int, elapsed: float) -> bool:
+        if done == total or time.monotonic() - last[0] > 0.5:
+            last[0] = time.monotonic()
+            sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
+        return sink.stdout_ok
 
-        ci = req.get("target_ci")
-        measured = loadgen.run(host, port, concurrency=int(req["concurrency"]), input_len=int(req["input_len"]),
-                               output_len=int(req["output_len"]), num_prompts=int(req["num_prompts"]),
-                               warmup=int(req.get("warmup", 1)), api_key=api_key, on_progress=progress,
-                               timeout=float(req.get("request_timeout", 600)),
-                               target_ci=float(ci) if ci is not None else None,
-                               min_requests=int(req.get("min_requests") or 8))
-        client_name = "loadgen"
-        if not measured["completed"] and not _died_meanwhile(rec):
-            raise AgentError("bench_failed", f"every benchmark request failed: {measured['errors'][:1]}",
-                             "check `inv status` and `inv logs`", errors=measured["errors"])
-    if not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
-        # Figures from a run the server did not live through measure its death, not its speed.
-        done = measured.get("completed", "?")
-        raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the benchmark, after {done} of "
-                         f"{req['num_prompts']} requests; no figures were kept",
-                         "see `inv logs` for why it died, deploy again, then benchmark")
-    sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
-              detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
-    # -- every other source of the speculative figures ----------------------------------------------------------
+    ci = req.get("target_ci")
+    measured = loadgen.run(host, port, concurrency=int(req["concurrency"]), input_len=int(req["input_len"]),
+                           output_len=int(req["output_len"]), num_prompts=int(req["num_prompts"]),
+                           warmup=int(req.get("warmup", 1)), api_key=api_key, on_progress=progress,
+                           timeout=float(req.get("request_timeout", 600)),
+                           target_ci=float(ci) if ci is not None else None,
+                           min_requests=int(req.get("min_requests") or 8))
+    if not measured["completed"] and not _died_meanwhile(rec):
+        raise AgentError("bench_failed", f"every benchmark request failed: {measured['errors'][:1]}",
+                         "check `inv status` and `inv logs`", errors=measured["errors"])
+    return measured, "loadgen"
+
+
+def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target: tuple[str, int], version: str,
+                   api_key: str | None, info_before: dict[str, Any]) -> dict[str, Any]:
+    """Every other source of the speculative figures: the server's log since the start, its server info, its
+    Prometheus metrics, the requests' meta_info (popped from ``measured``)."""
+    host, port = target
     lines: list[str] = []
     if log_path:
         follower = server.LogFollower(log_path, offset)
@@ -284,6 +280,13 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
         "bench_serving": measured.get("accept_len"),
         "server_info": spec_info.get("avg_spec_accept_length"),
     }
+    return {"decode": decode, "spec_info": spec_info, "prom": prom, "meta": meta, "sources": sources}
+
+
+def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict[str, Any], client_name: str,
+            started_at: str, seen: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark's result document: the client's figures and the speculative ones from every source."""
+    decode, spec_info, prom, meta, sources = (seen[k] for k in ("decode", "spec_info", "prom", "meta", "sources"))
     speculative = bool(spec_info.get("algorithm")) or any(v is not None for v in sources.values())
     accept_len = next((v for v in sources.values() if v is not None), None) if speculative else None
     draft_tokens = spec_info.get("draft_tokens")
@@ -295,7 +298,7 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     if speculative and cycle is None and tpot is not None and accept_len:
         cycle = tpot * accept_len
     hist = measured.pop("accept_histogram", None) if speculative else None
-    result: dict[str, Any] = {
+    return {
         "bench_id": req["bench_id"], "started_at": started_at, "client": client_name,
         "params": {**{k: req[k] for k in ("concurrency", "input_len", "output_len", "num_prompts")},
                    "target_ci": req.get("target_ci"), "min_requests": req.get("min_requests")},
@@ -318,6 +321,36 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
         "prometheus": prom,
         "server_info": spec_info,
     }
+
+
+def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
+    state_dir = expand(req["state_dir"])
+    rec = _running_record(state_dir)
+    version = str(rec.get("sglang_version") or versions.NEWEST_SUPPORTED)
+    target = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
+    # The key is read from the running server's own command line, never sent: a request travels in the agent's
+    # argv, which any user on the host can read with ps.
+    api_key = api_key_of(int(rec["pid"]))
+    client = _pick_client(req, version, sink)
+    info_before = metrics.spec_from_server_info(server_info(*target, version, api_key))
+    log_path = str(rec.get("log_path") or "")
+    offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
+    bench_dir = os.path.join(state_dir, "bench")
+    ensure_private_dir(bench_dir)
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    sink.emit("step", name="bench", status="start")
+    t0 = time.monotonic()
+    measured, client_name = _measure(req, rec, client, target, api_key, bench_dir, sink)
+    if not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
+        # Figures from a run the server did not live through measure its death, not its speed.
+        done = measured.get("completed", "?")
+        raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the benchmark, after {done} of "
+                         f"{req['num_prompts']} requests; no figures were kept",
+                         "see `inv logs` for why it died, deploy again, then benchmark")
+    sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
+              detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
+    seen = _other_sources(measured, log_path, offset, target, version, api_key, info_before)
+    result = _result(req, rec, version, measured, client_name, started_at, seen)
     path = os.path.join(bench_dir, f"{req['bench_id']}.json")
     atomic_write(path, json.dumps(result, indent=2, sort_keys=True, default=str).encode(), 0o600)
     result["host_path"] = path

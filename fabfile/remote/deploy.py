@@ -106,6 +106,20 @@ def _keep_script(state_dir: str, req: DeployRequest) -> dict[str, Any]:
         return {}
 
 
+def _new_record(req: DeployRequest) -> dict[str, Any]:
+    """The deploy's record as it starts: what was asked for, and what a later rollback needs to start it again."""
+    return {
+        "deploy_id": req["deploy_id"], "status": "running", "client": req.get("client"),
+        "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
+        "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
+        "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
+        "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
+        "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
+        "expected": expected_of(req),
+        "request": {k: req.get(k) for k in _KEEP},
+    }
+
+
 def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
     t = req["timeouts"]
@@ -118,16 +132,7 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
         except OSError:
             return None
 
-    record: dict[str, Any] = {
-        "deploy_id": req["deploy_id"], "status": "running", "client": req.get("client"),
-        "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
-        "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
-        "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
-        "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
-        "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
-        "expected": expected_of(req),
-        "request": {k: req.get(k) for k in _KEEP},
-    }
+    record = _new_record(req)
     record.update(_keep_script(state_dir, req))
     lock = DeployLock(state_dir)
     steps = Steps(sink, lock, cancelled)
@@ -148,8 +153,32 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
     if lock.stale:
         sink.emit("info", message=f"replaced a stale lock note left by deploy {lock.stale.get('deploy_id')} "
                   f"(agent pid {lock.stale.get('pid')} is gone)")
-    started: dict[str, Any] | None = None
+    deploy = _Sequence(req, sink, state_dir, record, steps, lock, cancelled)
     try:
+        deploy.prepare()
+        deploy.launch()
+        deploy.finish()
+        return record
+    except AgentError as e:
+        deploy.fail(e)
+        raise
+    finally:
+        stop_heartbeat()
+        lock.release()
+
+
+class _Sequence:
+    """The steps after the lock, in order: ``prepare`` (patch, stop stale, GPU-clean gate), ``launch`` (start, wait
+    ready), ``finish`` (gates, verify env, record); ``fail`` tears down a server this deploy started."""
+
+    def __init__(self, req: DeployRequest, sink: EventSink, state_dir: str, record: dict[str, Any], steps: Steps,
+                 lock: DeployLock, cancelled: Callable[[], str | None]) -> None:
+        self.req, self.sink, self.state_dir, self.record, self.steps = req, sink, state_dir, record, steps
+        self.lock, self.cancelled = lock, cancelled
+        self.started: dict[str, Any] | None = None  # set the moment the server process exists
+
+    def prepare(self) -> None:
+        req, record, steps, state_dir, t = self.req, self.record, self.steps, self.state_dir, self.req["timeouts"]
         patch_req = req.get("patch")
         if patch_req:
             from . import patching
@@ -165,37 +194,46 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
         steps.run("gpu_clean", lambda: gpus.wait_clean(req["target_gpus"], int(req["gpu_idle_mib"]),
                                                           float(t["gpu_clean"])),
                   lambda r: f"{len(r['gpus'])} GPU(s) idle")
+
+    def launch(self) -> None:
+        req, record, sink, t = self.req, self.record, self.sink, self.req["timeouts"]
         header = (f"=== specdeploy deploy {req['deploy_id']} config {req['config_name']} plan {req['plan_hash']} "
                   f"started {_now()} ===")
+
         def start() -> dict[str, Any]:
-            nonlocal started
-            started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header, gated=True)
+            self.started = started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header,
+                                                  gated=True)
             record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],
                            "log_offset": started["log_offset"], "status": "starting"})
             # Recorded before it may run: should this agent be killed from here on, the server is no orphan (`inv
             # status` shows it; the next deploy or `inv stop` stops it through the recorded process group); killed
             # before, the gated server never starts. A record that cannot be written means no server.
-            records.write(state_dir, record)
-            lock.annotate(server_pid=started["pid"], server_start_ticks=started["start_ticks"],
-                          log_path=req["log_path"], log_offset=started["log_offset"])
+            records.write(self.state_dir, record)
+            self.lock.annotate(server_pid=started["pid"], server_start_ticks=started["start_ticks"],
+                               log_path=req["log_path"], log_offset=started["log_offset"])
             started["release"]()
             return started
 
-        steps.run("start", start, lambda r: f"pid {r['pid']}")
+        self.steps.run("start", start, lambda r: f"pid {r['pid']}")
+        started = self.started
         assert started is not None
         sink.emit("started", pid=started["pid"], log_path=req["log_path"], log_offset=started["log_offset"])
 
         def on_lines(lines: list[str]) -> None:
             sink.emit("log", lines=lines[-20:], count=len(lines))
 
-        ready = steps.run("wait_ready", lambda: server.wait_ready(
+        ready = self.steps.run("wait_ready", lambda: server.wait_ready(
             pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
             log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
             sglang_version=req["sglang_version"], ready_s=float(t["ready"]), stall_s=float(t["stall"]),
-            on_lines=on_lines, ready_path=req.get("ready_path"), cancelled=cancelled,
+            on_lines=on_lines, ready_path=req.get("ready_path"), cancelled=self.cancelled,
             env=(req.get("summary") or {}).get("env")),
             lambda r: f"{r['ready_path']} answered 200 in {r['probe_latency_s']:.2f} s")
         record["ready"] = ready
+
+    def finish(self) -> None:
+        req, record, steps, started = self.req, self.record, self.steps, self.started
+        assert started is not None
         record["schedulers"] = schedulers_of(started["pid"])
         gate_req = req.get("gates")
         if gate_req:
@@ -203,9 +241,7 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
         verify = req.get("verify")
         if verify:
             def verify_step() -> dict[str, Any]:
-                started_, verify_ = started, verify
-                assert started_ is not None and verify_ is not None
-                record["verify"] = v = _verify(req, verify_, started_, record)
+                record["verify"] = v = _verify(req, verify, started, record)
                 if not v["evaluation"]["ok"]:
                     # raised inside the step, so the step is reported failed (never "✓ verify env 10/12")
                     raise AgentError("env_not_proven", "check-env could not prove the NCCL settings in every "
@@ -217,31 +253,28 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
         record["status"] = "running"
         record["ready_at"] = _now()
         record["timings"] = steps.timings
-        steps.run("record", lambda: records.write(state_dir, record))
+        steps.run("record", lambda: records.write(self.state_dir, record))
         record["timings"] = steps.timings
-        return record
-    except AgentError as e:
+
+    def fail(self, e: AgentError) -> None:
+        """Record the failure; never leave a half-started server: its whole session goes, and we confirm it is gone."""
+        record, steps, started = self.record, self.steps, self.started
         record["status"] = "failed"
         record["error"] = e.as_dict()
         e.details["previous"] = record["previous"]
         e.details["changed"] = any(k in steps.timings for k in ("patch", "stop"))
         if started is not None:
-            # Never leave a half-started server: its whole session goes, and we confirm it is gone.
             leader = procs.stat(started["pid"])
             victims = [leader] if leader else []
             victims += procs.descendants(started["pid"])
-            down = procs.terminate([v for v in victims if v is not None], float(t["stop_grace"]))
+            down = procs.terminate([v for v in victims if v is not None], float(self.req["timeouts"]["stop_grace"]))
             e.details["torn_down"] = [d["pid"] for k in ("terminated", "killed") for d in down[k]]
-            sink.emit("info", message=f"stopped the failed server (pid {started['pid']}) and its children")
+            self.sink.emit("info", message=f"stopped the failed server (pid {started['pid']}) and its children")
         record["timings"] = steps.timings
         try:
-            records.write(state_dir, record)
+            records.write(self.state_dir, record)
         except OSError as we:  # a full disk: the failure itself still reaches the client
-            sink.emit("info", message=f"could not record the failed deploy on the host ({we.strerror})")
-        raise
-    finally:
-        stop_heartbeat()
-        lock.release()
+            self.sink.emit("info", message=f"could not record the failed deploy on the host ({we.strerror})")
 
 
 def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], record: dict[str, Any],

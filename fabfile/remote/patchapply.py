@@ -9,6 +9,7 @@ import glob
 import os
 import re
 import subprocess
+from dataclasses import dataclass
 from typing import Any
 
 from . import versions
@@ -201,6 +202,60 @@ def _undo_unwanted(old_entries: dict[str, dict[str, Any]], wanted_paths: set[str
                 results.append({"path": path, "role": e["role"], "kind": e["kind"], "action": "removed"})
 
 
+@dataclass(frozen=True)
+class _Target:
+    """What one apply writes for: the host's state and site-packages, its SGLang version, the mode, the request."""
+
+    state_dir: str
+    site: str
+    version: str
+    mode: str
+    tool_version: str
+    values_hash: Any
+    now: str
+
+
+def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
+              tg: _Target) -> tuple[_Op | None, dict[str, Any], dict[str, Any], tuple[bytes, str] | None]:
+    """One wanted file: (the write it needs or None, its result row, its manifest entry, the original to back up)."""
+    path = w["path"]
+    backup: tuple[bytes, str] | None = None
+    if w["kind"] == "source":
+        original, new = _new_source(w, cur, old, tg.state_dir, tg.version, tg.site)
+        backup = (original, sha256_bytes(original))
+        before_hash: str | None = backup[1]
+    else:
+        new = _new_file(w, cur, old)
+        before_hash = None
+    after_hash = sha256_bytes(new)
+    if cur == new:
+        action = "unchanged"
+    elif old is None and (cur is None or w["kind"] != "source" or not has_block(cur.decode("utf-8"))):
+        action = "installed" if w["kind"] != "source" else "patched"
+    else:
+        action = "repatched"
+    op = _Op(path, new, cur) if action != "unchanged" else None
+    # sha256: what the file holds after this deploy (`inv diff` compares it between deploys)
+    result = {"path": path, "role": w["role"], "kind": w["kind"], "action": action, "sha256": after_hash}
+    entry = {
+        "path": path,
+        "rel": w["rel"],
+        "role": w["role"],
+        "kind": w["kind"],
+        "mode": tg.mode,
+        "sha256_before": before_hash,
+        "sha256_after": after_hash,
+        "backup": None
+        if before_hash is None
+        else os.path.join(_backup_dir(tg.state_dir), before_hash + ".orig"),
+        "time": tg.now if action != "unchanged" or old is None else old.get("time", tg.now),
+        "tool_version": tg.tool_version if action != "unchanged" or old is None else old.get("tool_version"),
+        "values_hash": tg.values_hash,
+        "sglang_version": tg.version,
+    }
+    return op, result, entry, backup
+
+
 def _apply_locked(
     req: dict[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
 ) -> dict[str, Any]:
@@ -217,45 +272,16 @@ def _apply_locked(
     results: list[dict[str, Any]] = []
     new_entries: list[dict[str, Any]] = []
     backups: list[tuple[bytes, str]] = []
-    now = _now()
+    tg = _Target(state_dir, site, version, mode, tool_version, req.get("values_hash"), _now())
     for w in wanted:
         path = w["path"]
         cur = currents[path] if path in currents else _read(path)
-        old = old_entries.get(path)
-        if w["kind"] == "source":
-            original, new = _new_source(w, cur, old, state_dir, version, site)
-            backups.append((original, sha256_bytes(original)))
-            before_hash: str | None = backups[-1][1]
-        else:
-            new = _new_file(w, cur, old)
-            before_hash = None
-        after_hash = sha256_bytes(new)
-        if cur == new:
-            action = "unchanged"
-        elif old is None and (cur is None or w["kind"] != "source" or not has_block(cur.decode("utf-8"))):
-            action = "installed" if w["kind"] != "source" else "patched"
-        else:
-            action = "repatched"
-        if action != "unchanged":
-            ops.append(_Op(path, new, cur))
-        # sha256: what the file holds after this deploy (`inv diff` compares it between deploys)
-        results.append({"path": path, "role": w["role"], "kind": w["kind"], "action": action, "sha256": after_hash})
-        entry = {
-            "path": path,
-            "rel": w["rel"],
-            "role": w["role"],
-            "kind": w["kind"],
-            "mode": mode,
-            "sha256_before": before_hash,
-            "sha256_after": after_hash,
-            "backup": None
-            if before_hash is None
-            else os.path.join(_backup_dir(state_dir), before_hash + ".orig"),
-            "time": now if action != "unchanged" or old is None else old.get("time", now),
-            "tool_version": tool_version if action != "unchanged" or old is None else old.get("tool_version"),
-            "values_hash": req.get("values_hash"),
-            "sglang_version": version,
-        }
+        op, result, entry, backup = _plan_one(w, cur, old_entries.get(path), tg)
+        if backup is not None:
+            backups.append(backup)
+        if op is not None:
+            ops.append(op)
+        results.append(result)
         new_entries.append(entry)
 
     # 3. files from a previous mode/request that this one does not want: undo them
@@ -272,22 +298,12 @@ def _apply_locked(
         "values_hash": req.get("values_hash"),
         "values": req.get("values"),
         "force": bool(req.get("force")),
-        "updated": now,
+        "updated": tg.now,
         "entries": new_entries,
         "dirs": created_dirs,
     }
-
-    # 4. backups first (content-addressed, harmless), then the files, then the manifest
-    for data, _h in backups:
-        _store_backup(state_dir, data)
     changed_any = bool(ops)
-    if (
-        changed_any
-        or new_manifest["entries"] != manifest["entries"]
-        or not os.path.exists(_manifest_path(state_dir))
-    ):
-        _execute(ops, after_all=lambda: _save_manifest(state_dir, new_manifest))
-        _remove_empty_dirs([d for d in manifest.get("dirs", []) if d not in created_dirs])
+    _commit(state_dir, manifest, new_manifest, backups, ops, created_dirs)
 
     warnings = []
     if mode == "sitecustomize" and req.get("python"):
@@ -300,6 +316,20 @@ def _apply_locked(
         "manifest": _manifest_path(state_dir),
         "warnings": warnings,
     }
+
+
+def _commit(state_dir: str, manifest: dict[str, Any], new_manifest: dict[str, Any], backups: list[tuple[bytes, str]],
+            ops: list[_Op], created_dirs: list[str]) -> None:
+    """4. backups first (content-addressed, harmless), then the files, then the manifest."""
+    for data, _h in backups:
+        _store_backup(state_dir, data)
+    if (
+        bool(ops)
+        or new_manifest["entries"] != manifest["entries"]
+        or not os.path.exists(_manifest_path(state_dir))
+    ):
+        _execute(ops, after_all=lambda: _save_manifest(state_dir, new_manifest))
+        _remove_empty_dirs([d for d in manifest.get("dirs", []) if d not in created_dirs])
 
 
 def _check_sitecustomize_wins(python: str, ours: str) -> list[str]:
