@@ -72,5 +72,5 @@ def test_a_bytecode_file_renamed_during_the_check_does_not_fail_the_agent(tmp_pa
     monkeypatch.setattr(boot.os, "walk", walk_with_a_vanishing_temp)
     boot.verify_tree(str(agent), bundle().manifest_sha256)
     (agent / "specdeploy_agent" / "verbs.py").unlink()  # a shipped file that is gone is still refused
-    with pytest.raises(boot.Unsafe, match="missing: specdeploy_agent/verbs.py"):
+    with pytest.raises(boot.Unsafe, match=r"missing: specdeploy_agent/verbs\.py"):
         boot.verify_tree(str(agent), bundle().manifest_sha256)
