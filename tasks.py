@@ -402,6 +402,18 @@ def _bench_params(concurrency: Any, input_len: Any, output_len: Any, num_prompts
                        client=client or d.client, timeout=_float("--timeout", timeout))
 
 
+def _local_path(flag: str, value: Any) -> str | None:
+    """A local file or folder named by a flag, refused up front when no file system can hold the name (a NUL byte):
+    otherwise a sweep ran its deploys and then failed, with a traceback, writing its results."""
+    from fabfile.errors import FlagError
+
+    if value is None:
+        return None
+    if "\0" in str(value):
+        raise FlagError(f"{flag}: a path cannot contain a NUL byte, got {str(value)!r}")
+    return str(value)
+
+
 def _one_host(inv: Any, host: Any, command: str) -> Any:
     from fabfile.errors import FlagError
 
@@ -418,6 +430,7 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
           num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
           inventory: Any = None) -> None:
     """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
+    out = _local_path("--out", out)
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
@@ -495,6 +508,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
 
     from fabfile.errors import FlagError
 
+    out = _local_path("--out", out)
     step_list = _int_list("--steps", steps, 0)
     if not step_list:
         raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
@@ -679,6 +693,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
 
     if command is None and host is None:
         raise FlagError("--host or --command: say which server to adopt (a running one, or its launch line)")
+    write = _local_path("--write", write)
     if write is not None and Path(write).exists():
         raise FlagError(f"--write: {write} already exists; adopt writes a new file (print the entry without "
                         "--write and paste it into your inventory)")

@@ -274,6 +274,17 @@ def test_every_flag_of_every_task(flag: tuple[str, str], value: str, dry: bool, 
         assert named, (name, param, value, err)
 
 
+@pytest.mark.parametrize("name, param", [("sweep", "out"), ("bench", "out"), ("adopt", "write")])
+def test_a_nul_byte_in_a_path_flag_is_refused_up_front(name: str, param: str, fuzz_inventory: Path,
+                                                        no_ssh: None) -> None:
+    """Found by the fuzzer above, now and then: `sweep --out 'x/<NUL>/y'` ran its configurations, then died writing
+    its results with a traceback (pathlib's mkdir). A path flag no file system can hold is bad input: exit 2, the
+    flag named, before any host is reached."""
+    extra: dict[str, Any] = {**BASE_ARGS.get(name, {}), param: "x/\x00/y"}
+    code, out, err = run_task(name, fuzz_inventory, **extra)
+    assert code == 2 and _flag(param) in err and "NUL" in err and "Traceback" not in out + err, (code, err)
+
+
 # Values that are valid must pass: (task, flag) -> strategy of valid values.
 VALID: dict[tuple[str, str], Any] = {
     ("deploy", "steps"): st.integers(0, 8).map(str),
