@@ -162,8 +162,11 @@ def fetch_wheel(version: str) -> dict[str, Any]:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    ptmp = pointer.with_suffix(".json.tmp")
-    ptmp.write_text(json.dumps({"filename": chosen["filename"], "sha256": want, "url": url}))
+    # A private temporary name: parallel test workers may fetch the same release at once.
+    fd, ptmp = tempfile.mkstemp(prefix=".pointer-", dir=cache)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps({"filename": chosen["filename"], "sha256": want, "url": url}))
+    os.chmod(ptmp, 0o644)
     os.replace(ptmp, pointer)
     return {
         "version": version,
