@@ -10,6 +10,8 @@ import pytest
 from tests.simhost.fleet import Fleet, SimHost, up
 
 FLEET_FIXTURES = {"fleet", "sim_host", "sim_hosts"}
+# Modules whose tests start simulated SGLang servers as local processes (seconds each): not the unit tier.
+SIM_MODULES = {"test_simulator.py", "test_local.py"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,6 +29,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if FLEET_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.fleet)
+        if item.path.name in SIM_MODULES:
+            item.add_marker(pytest.mark.sim)
 
 
 @pytest.fixture(scope="session")
