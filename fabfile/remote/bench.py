@@ -182,6 +182,12 @@ def _died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
     return True
 
 
+def _died_during(rec: dict[str, Any], req: BenchRequest, done: object) -> AgentError:
+    return AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the benchmark, after {done} of "
+                      f"{req['num_prompts']} requests; no figures were kept",
+                      "see `inv logs` for why it died, deploy again, then benchmark")
+
+
 def _running_record(state_dir: str) -> dict[str, Any]:
     rec = records.current(state_dir)
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
@@ -254,7 +260,7 @@ def _measure(req: BenchRequest, rec: dict[str, Any], client: str, target: tuple[
                            timeout=float(req.get("request_timeout", 600)),
                            target_ci=float(ci) if ci is not None else None,
                            min_requests=int(req.get("min_requests") or 8))
-    if not measured["completed"] and not _died_meanwhile(rec):
+    if not measured["completed"]:
         raise AgentError("bench_failed", f"every benchmark request failed: {measured['errors'][:1]}",
                          "check `inv status` and `inv logs`", errors=measured["errors"])
     return measured, "loadgen"
@@ -340,13 +346,17 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     sink.emit("step", name="bench", status="start")
     t0 = time.monotonic()
-    measured, client_name = _measure(req, rec, client, target, api_key, bench_dir, sink)
-    if not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
-        # Figures from a run the server did not live through measure its death, not its speed.
-        done = measured.get("completed", "?")
-        raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the benchmark, after {done} of "
-                         f"{req['num_prompts']} requests; no figures were kept",
-                         "see `inv logs` for why it died, deploy again, then benchmark")
+    try:
+        measured, client_name = _measure(req, rec, client, target, api_key, bench_dir, sink)
+    except AgentError as e:
+        # Either client failing outright is most often the server dying under it: say that, not "requests failed".
+        if e.kind == "bench_failed" and _died_meanwhile(rec):
+            raise _died_during(rec, req, 0) from None
+        raise
+    # Figures from a run the server did not live through measure its death, not its speed. Failed requests make a
+    # death likely, so then the server gets a moment to finish dying before it is called alive.
+    if _died_meanwhile(rec, grace=5.0 if measured.get("failed") else 0.0):
+        raise _died_during(rec, req, measured.get("completed", "?"))
     sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
               detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
     seen = _other_sources(measured, log_path, offset, target, version, api_key, info_before)
