@@ -21,8 +21,7 @@ import time
 from typing import Any
 
 from . import metrics, procs, records, server, versions
-from .common import AgentError, EventSink, atomic_write, ensure_private_dir, open_private
-from .facts import expand
+from .common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private
 from .protocol import BenchRequest
 
 

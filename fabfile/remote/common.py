@@ -10,8 +10,12 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from typing import Any, Callable
+
+
+def expand(path: str) -> str:
+    """A state or log path as the host spells it: ``~`` is the agent user's home (the client never expands it)."""
+    return os.path.expanduser(path) if path.startswith("~") else path
 
 
 class AgentError(Exception):
@@ -66,6 +70,8 @@ def unexpected(exc: BaseException) -> AgentError:
         what = exc.filename or "a file"
         return AgentError("disk_full", f"{where} could not write {what}: no space left on the device",
                           step=step, file=exc.filename)
+    import traceback  # only on the way out of a bug: not every call's start
+
     path = _save_traceback("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     saved = f"; the full traceback is in {path} on the host" if path else " (the traceback could not be saved)"
     return AgentError("internal_error", f"{where} failed unexpectedly ({type(exc).__name__}: {exc}){saved}",

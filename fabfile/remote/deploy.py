@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from . import gpus, procs, records, server, stop
-from .common import CONTEXT, AgentError, EventSink, unexpected
-from .facts import expand
+from .common import CONTEXT, AgentError, EventSink, expand, unexpected
 from .lock import DeployLock
+from .prefetch import Prefetch
 from .protocol import DeployRequest, GateSpec, GatherRequest, VerifySpec
 
 
@@ -176,6 +176,7 @@ class _Sequence:
         self.req, self.sink, self.state_dir, self.record, self.steps = req, sink, state_dir, record, steps
         self.lock, self.cancelled = lock, cancelled
         self.started: dict[str, Any] | None = None  # set the moment the server process exists
+        self.prefetch: Prefetch | None = None  # started with the wait for ready (see prefetch.py)
 
     def prepare(self) -> None:
         req, record, steps, state_dir, t = self.req, self.record, self.steps, self.state_dir, self.req["timeouts"]
@@ -222,6 +223,8 @@ class _Sequence:
         def on_lines(lines: list[str]) -> None:
             sink.emit("log", lines=lines[-20:], count=len(lines))
 
+        self.prefetch = Prefetch(gpu_facts=bool(req.get("verify")))
+
         ready = self.steps.run("wait_ready", lambda: server.wait_ready(
             pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
             log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
@@ -241,7 +244,8 @@ class _Sequence:
         verify = req.get("verify")
         if verify:
             def verify_step() -> dict[str, Any]:
-                record["verify"] = v = _verify(req, verify, started, record)
+                gpu_facts = self.prefetch.gpu_facts() if self.prefetch is not None else None
+                record["verify"] = v = _verify(req, verify, started, gpu_facts)
                 if not v["evaluation"]["ok"]:
                     # raised inside the step, so the step is reported failed (never "✓ verify env 10/12")
                     raise AgentError("env_not_proven", "check-env could not prove the NCCL settings in every "
@@ -345,7 +349,8 @@ def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path:
             "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}
 
 
-def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any],
+            gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
     from . import evidence, patching
 
     ev_req = evidence_request(req, deploy_id=req["deploy_id"], log_path=req["log_path"],
@@ -354,7 +359,7 @@ def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any], rec
     # NCCL prints its lines when each communicator initialises, which can trail readiness by a moment.
     deadline = time.monotonic() + float(verify.get("settle_s", 3.0))
     while True:
-        ev = evidence.gather(ev_req, _NullSink())
+        ev = evidence.gather(ev_req, _NullSink(), gpu_facts)
         ev_eval = evidence.evaluate(ev, verify["expected"])
         patching.explain_unloaded_plugin(ev_eval, (req.get("patch") or {}).get("mode"), started["pid"],
                                          (req.get("summary") or {}).get("env"))

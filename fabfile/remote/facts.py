@@ -16,6 +16,7 @@ from typing import Any
 
 from . import gpus, versions
 from .boot import unsafe_reason
+from .common import expand
 from .lock import DeployLock
 
 LAYOUT = {
@@ -24,10 +25,6 @@ LAYOUT = {
     "launch_server": "launch_server.py",
     "plugins": "srt/plugins/__init__.py",
 }
-
-
-def expand(path: str) -> str:
-    return os.path.expanduser(path) if path.startswith("~") else path
 
 
 def _literal_version(path: str, top_level_only: bool) -> str | None:

@@ -8,12 +8,12 @@ import os
 import time
 from typing import Any
 
-from .common import AgentError, EventSink
+from .common import AgentError, EventSink, expand
 
 
 def logs(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import facts, records, server
-    state_dir = facts.expand(req["state_dir"])
+    from . import records, server
+    state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
     path = req.get("log_path") or (rec or {}).get("log_path")
     if not path or not os.path.exists(path):
@@ -69,10 +69,10 @@ def _current_log(state_dir: str) -> tuple[str, int] | None:
 
 def attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
-    from . import facts, records
+    from . import records
     from .lock import DeployLock
 
-    state_dir = facts.expand(req["state_dir"])
+    state_dir = expand(req["state_dir"])
     path = records.journal_path(state_dir, req["deploy_id"])
     seen = 0
     skip = int(req.get("skip", 0))

@@ -12,6 +12,12 @@ ready only after:
   Σ ``spec_verify_ct`` (every SGLang release reports ``spec_verify_ct`` for a speculative request; 0.5.4+ also
   ``spec_accept_length``, the same ratio per request). At or below ``accept_gate`` the deploy fails.
 
+How long the burst is: ``BURST_REQUESTS`` at once (a small batch, so a server that serves one request but stalls at
+batch > 1 fails here) of ``BURST_TOKENS`` each. Its cost is the server's own generation time (on the seed machine's
+costs, 8 verify passes of ~44 ms at accept length 4: ~0.35 s). 128 tokens are plenty for the verdict: speculation
+that is never accepted measures 32/31 = 1.03 per request, far from any working EAGLE-3 (2 and up) and below the
+default gate 1.1; a working one measures its accept length within a few hundredths (~30 verify passes).
+
 Stdlib only; every request is bounded (socket timeouts, and a deadline over the whole gate).
 """
 
@@ -29,6 +35,8 @@ from .common import AgentError
 # Token ids small enough for any tokenizer's vocabulary; the content does not matter, the answer does.
 PROMPT_IDS = [100, 200, 300, 400, 500, 600, 700, 800]
 FIRST_TOKENS = 8
+BURST_REQUESTS = 4
+BURST_TOKENS = 32
 
 ACCEPT_HINT = ("check the draft path, the SGLang version's speculative flags, the topk/draft-token combination; "
                "or lower accept_gate (0 turns the gate off)")
@@ -106,8 +114,8 @@ def first_request(listen: str, port: int, api_key: str | None, timeout: float) -
     return {"latency_s": latency, "completion_tokens": tokens, "timeout_s": timeout}
 
 
-def accept_burst(listen: str, port: int, api_key: str | None, timeout: float, *, requests: int = 4,
-                 output_len: int = 64) -> dict[str, Any]:
+def accept_burst(listen: str, port: int, api_key: str | None, timeout: float, *, requests: int = BURST_REQUESTS,
+                 output_len: int = BURST_TOKENS) -> dict[str, Any]:
     """A short burst of streamed requests; the accept length from their final ``meta_info``."""
     host = _target(listen)
     t0 = time.monotonic()

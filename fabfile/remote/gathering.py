@@ -248,7 +248,8 @@ def _scheduler_rows(scheds: list[procs.ProcInfo], scan: _Scan, names: list[str])
 
 
 def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
-           schedulers: list[dict[str, Any]], scan: _Scan, expected: dict[str, str]) -> dict[str, Any]:
+           schedulers: list[dict[str, Any]], scan: _Scan, expected: dict[str, str],
+           gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
     """What the judgement needs besides the processes: launch flags, GPUs, InfiniBand, what SGLang sets itself."""
     argv = req.get("launch_argv")
     argv_source = "record" if argv else None
@@ -256,7 +257,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         # not the recorded deploy: its own command line, never the stale record's
         argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
     flags = _argv_flags(argv)
-    gpus = interconnect.gpu_facts()
+    gpus = gpu_facts if gpu_facts is not None else interconnect.gpu_facts()
     nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
     world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
     rules = sglang_nccl_rules(req.get("sglang_version"), flags)
@@ -339,8 +340,11 @@ def _attribute(scan: _Scan, launcher: dict[str, Any], scheds: list[procs.ProcInf
     )
 
 
-def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
-    """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring."""
+def gather(req: GatherRequest, sink: EventSink, gpu_facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring.
+
+    ``gpu_facts``: the GPU listing and topology when the caller already read them (a deploy reads them while its
+    server loads: ``prefetch``); read here otherwise."""
     expected = req.get("expected") or {}
     if not isinstance(expected, dict):
         raise AgentError("bad_request", "expected must be a {VAR: value} object")
@@ -367,7 +371,7 @@ def gather(req: GatherRequest, sink: EventSink) -> dict[str, Any]:
     _attribute(scan, launcher, scheds, log_info)
 
     sink.emit("progress", step="facts")
-    facts = _facts(req, found, launcher, schedulers, scan, expected)
+    facts = _facts(req, found, launcher, schedulers, scan, expected, gpu_facts)
     return {
         "schema": SCHEMA,
         "expected": expected,

@@ -95,10 +95,14 @@ def topology() -> str | None:
         return None
 
 
-def wait_clean(targets: list[int], idle_mib: int, timeout: float, samples: int = 3,
+def wait_clean(targets: list[int], idle_mib: int, timeout: float, samples: int = 2,
                interval: float = 0.02) -> dict[str, Any]:
     """The GPU-clean gate: no compute process on the target GPUs and memory back to idle, ``samples`` times in a row.
 
+    Two samples: the gate runs after the stop step has confirmed every stale process gone, and a real H200 lists no
+    process and shows its memory back at idle the moment the holder exits (shared/reference/gpu-host-facts.md §3),
+    so the first clean sample is the proof and the second, a moment later, that nothing took the GPUs back. Each
+    sample is two nvidia-smi runs (tens of ms on a real host), which is why there are not more.
     Bounded by ``timeout``; on failure the error names the PID and command line that still hold a GPU.
     """
     deadline = time.monotonic() + timeout

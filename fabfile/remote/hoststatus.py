@@ -9,14 +9,14 @@ import os
 import time
 from typing import Any
 
-from .common import EventSink
+from .common import EventSink, expand
 
 
 def status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
     figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
-    from . import deploy, facts, procs, records, server
-    state_dir = facts.expand(req["state_dir"])
+    from . import deploy, procs, records, server
+    state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
     out: dict[str, Any] = {"record": rec, "running": False}
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):

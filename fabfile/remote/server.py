@@ -150,6 +150,7 @@ class _Prober(threading.Thread):
         self.interval = interval
         self.stopped = threading.Event()
         self.ready_latency: float | None = None  # seconds the 200 took, once seen
+        self.ready = threading.Event()  # set with ready_latency: wakes the log follower at once
         self.last: tuple[int | None, float] | None = None
         self.count = 0
 
@@ -160,6 +161,7 @@ class _Prober(threading.Thread):
             self.count += 1
             if code == 200:
                 self.ready_latency = took
+                self.ready.set()
                 return
             self.stopped.wait(self.interval)
 
@@ -309,7 +311,9 @@ def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: in
             raise AgentError("ready_timeout", f"the server was not ready after {ready_s:.0f} s "
                              f"({path} {said}, not 200)", "raise --timeout or timeouts.ready",
                              excerpt=follower.tail, log_path=log_path, probe_timeout_s=timeout)
-        time.sleep(interval)
+        # Woken by the probe's 200 at once (the loop then reads the log and checks the process one last time);
+        # otherwise one log read per interval.
+        prober.ready.wait(interval)
 
 
 def _exit_status(pid: int) -> int | None:

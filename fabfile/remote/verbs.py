@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any, Callable, cast
 
-from .common import AgentError, EventSink
+from .common import AgentError, EventSink, expand
 from .protocol import BenchRequest, CheckEnvRequest, DeployRequest, StopRequest
 
 # Each verb imports what it needs: every agent call starts a fresh Python, and a status call should not pay for
@@ -26,8 +26,8 @@ def _deploy(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
 
 
 def _stop(req: StopRequest, sink: EventSink) -> dict[str, Any]:
-    from . import facts, records, stop
-    state_dir = facts.expand(req["state_dir"])
+    from . import records, stop
+    state_dir = expand(req["state_dir"])
     from .lock import DeployLock
 
     lock = DeployLock(state_dir)
@@ -63,9 +63,9 @@ def _evidence(req: CheckEnvRequest, sink: EventSink) -> dict[str, Any]:
     """check-env: judge the running server by what its deploy asked for (the record), with evidence that belongs
     to it (its launcher's pid and start time, its part of the log, its deploy id). A server that is not the
     recorded deploy is reported as such and judged only by its own processes."""
-    from . import deploy, evidence, facts, ncclenv, patching, procs, records
+    from . import deploy, evidence, ncclenv, patching, procs, records
 
-    state_dir = facts.expand(req["state_dir"])
+    state_dir = expand(req["state_dir"])
     rec = records.current(state_dir) or {}
     asked = {str(k): str(v) for k, v in (req.get("expected") or {}).items()}
     running = bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
@@ -106,11 +106,11 @@ def _evidence(req: CheckEnvRequest, sink: EventSink) -> dict[str, Any]:
 
 def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]]:
     def verb(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-        from . import facts, patching
+        from . import patching
         from .lock import DeployLock
 
         req = dict(req)
-        req["state_dir"] = facts.expand(req["state_dir"])
+        req["state_dir"] = expand(req["state_dir"])
         lock = None
         if fn_name == "rollback" and not req.get("dry_run"):
             # Not under a running deploy's feet: it patched these files for the server it is starting.
@@ -149,8 +149,8 @@ def _bench(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
 
 def _records(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """The current deploy record and the one it replaced (what a rollback would put back)."""
-    from . import facts, records
-    state_dir = facts.expand(req["state_dir"])
+    from . import records
+    state_dir = expand(req["state_dir"])
     cur = records.current(state_dir)
     prev = (cur or {}).get("previous") or None
     full_prev = records.load(state_dir, prev["deploy_id"]) if prev and prev.get("deploy_id") else None
@@ -164,9 +164,9 @@ def _records(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 def _redeploy(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Start a recorded deploy again from its own copy of the launch script (rollback), with its own patch state:
     the patch engine reconciles the host to that deploy's mode and values."""
-    from . import deploy, facts, records
+    from . import deploy, records
     from .common import sha256_file
-    state_dir = facts.expand(req["state_dir"])
+    state_dir = expand(req["state_dir"])
     old = records.load(state_dir, req["from_deploy_id"])
     if not old or not old.get("request") or not old.get("script_copy"):
         raise AgentError("no_record", f"deploy {req['from_deploy_id']} has no redeployable record on this host",
@@ -192,10 +192,10 @@ def _cancel(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     ``deploy_id`` omitted: the deploy holding the host's lock now. With ``wait_s``, wait (bounded) until that deploy
     has let go of the host and report how it ended, from its record.
     """
-    from . import facts, records
+    from . import records
     from .common import atomic_write
     from .lock import DeployLock
-    state_dir = facts.expand(req["state_dir"])
+    state_dir = expand(req["state_dir"])
     deploy_id = req.get("deploy_id")
     holder = DeployLock(state_dir).live_holder() if os.path.isdir(state_dir) else None
     if not deploy_id:
@@ -217,35 +217,35 @@ def _cancel(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 
 
 def _router_start(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import facts, router
+    from . import router
     req = dict(req)
     for key in ("cwd", "script", "log_path"):
-        req[key] = facts.expand(req[key])
-    return router.start(facts.expand(req["state_dir"]), req)
+        req[key] = expand(req[key])
+    return router.start(expand(req["state_dir"]), req)
 
 
 def _router_stop(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import facts, router
-    return router.stop(facts.expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
+    from . import router
+    return router.stop(expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
 
 
 def _router_worker(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Take a replica out of a router before its server restarts, or put it back once it answers again."""
-    from . import facts, router
-    state_dir = facts.expand(req["state_dir"])
+    from . import router
+    state_dir = expand(req["state_dir"])
     if req.get("action") == "remove":
         return router.remove_worker(state_dir, req["name"], req["url"], float(req.get("drain_s", 5)))
     return router.add_worker(state_dir, req["name"], req["url"], float(req.get("wait_s", 30)))
 
 
 def _watch(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import facts, hoststatus, watch
-    return watch.sample(facts.expand(req["state_dir"]), hoststatus.last_decode)
+    from . import hoststatus, watch
+    return watch.sample(expand(req["state_dir"]), hoststatus.last_decode)
 
 
 def _stale(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import facts, stop
-    found = stop.find_stale(facts.expand(req["state_dir"]), list(req.get("target_gpus") or []))
+    from . import stop
+    found = stop.find_stale(expand(req["state_dir"]), list(req.get("target_gpus") or []))
     items: list[dict[str, Any]] = [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
     return {"processes": items, "gpu_holders": found["gpu_holders"]}
 
@@ -254,7 +254,7 @@ def _adopt(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Read the hand-started server (argv, the variables it was given, its log) and record it as adopted, so the
     next deploy stops exactly it."""
     from . import adoption, facts
-    state_dir = facts.expand(req["state_dir"])
+    state_dir = expand(req["state_dir"])
     server = adoption.read_server(state_dir, req.get("port"))
     server["record"] = adoption.write_record(state_dir, server)
     server["sglang"] = facts.sglang_info().get("version")
