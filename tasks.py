@@ -7,7 +7,9 @@ The work lives in the fabfile/ library.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import math
 import os
 import sys
@@ -41,6 +43,11 @@ def cli(fn: F) -> F:
         # a 0.3 s `inv status`. fabfile is a package like any other: Python's own rule again, so -B and
         # PYTHONDONTWRITEBYTECODE still turn the cache off.
         sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
+        # At exit Python's last garbage collection walks every object the run made (paramiko, Jinja, rich, the
+        # results): 40-60 ms of a 0.3 s `inv status`, measured. Freezing them at exit (atexit runs before that
+        # collection) skips the walk; nothing here relies on a finalizer at exit (sessions and files are closed
+        # by the commands themselves).
+        atexit.register(gc.freeze)
         from fabfile.errors import SpecDeployError
         from fabfile.present.output import print_error
 

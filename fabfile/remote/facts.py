@@ -116,14 +116,16 @@ def disk_free_gb(path: str) -> float | None:
 
 
 def collect(req: dict[str, Any]) -> dict[str, Any]:
+    # nvidia-smi first: it runs (tens of ms on a real host) while the rest is read.
+    smi = gpus.start_snapshot(with_apps=False) if req.get("gpus", True) else None
     state_dir = expand(req.get("state_dir", "~/.specdeploy"))
     paths = {k: v for k, v in (req.get("paths") or {}).items() if v}
     path_info = {}
     for key, p in paths.items():
         p = expand(p)
         path_info[key] = {"path": p, "exists": os.path.exists(p), "is_dir": os.path.isdir(p)}
-    snap = gpus.snapshot(with_apps=False) if req.get("gpus", True) else {"available": False, "gpus": [], "apps": []}
     holder = DeployLock(state_dir).holder() if os.path.isdir(state_dir) else None
+    sglang = sglang_info()
     return {
         "hostname": socket.gethostname(),
         "home": os.path.expanduser("~"),
@@ -131,10 +133,10 @@ def collect(req: dict[str, Any]) -> dict[str, Any]:
         "state_dir": state_dir,
         "python": {"executable": sys.executable, "version": platform.python_version(),
                    "purelib": sysconfig.get_paths()["purelib"]},
-        "sglang": sglang_info(),
+        "sglang": sglang,
         "paths": path_info,
         "disk_free_gb": disk_free_gb(expand(req.get("log_dir") or state_dir)),
-        "gpu": snap,
+        "gpu": gpus.read_snapshot(smi) if smi is not None else {"available": False, "gpus": [], "apps": []},
         "lock_holder": holder,
         # Directories the deploy writes logs and secrets to and runs code from: refused (exit 2) when another
         # account owns them or can write them.

@@ -14,33 +14,47 @@ GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
 
 
-def smi_many(queries: list[list[str]], timeout: float = 15.0, strict: bool = True) -> list[str | None] | None:
-    """Run several nvidia-smi queries at once (each costs tens of ms on a real host); None without nvidia-smi.
+class Queries:
+    """nvidia-smi queries started now, read later: each run costs tens of ms on a real host, so a caller starts them
+    and does other work (scanning /proc, waiting for a process to exit) while they run."""
 
-    ``strict``: a failing query raises AgentError; otherwise its output is None and the others still count.
-    """
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    running = [(args, subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       stdin=subprocess.DEVNULL)) for args in queries]
-    outputs: list[str | None] = []
-    for args, proc in running:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for _, p in running:
-                p.kill()
-                p.communicate()
-            raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} did not answer within {timeout:.0f} s",
-                             "the GPU driver may be wedged; check `nvidia-smi` on the host") from None
-        if proc.returncode != 0:
-            if strict:
-                raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} failed: {err.strip() or out.strip()}")
-            outputs.append(None)
-            continue
-        outputs.append(out)
-    return outputs
+    def __init__(self, queries: list[list[str]], timeout: float = 15.0) -> None:
+        exe = shutil.which("nvidia-smi")
+        self.timeout = timeout
+        self.available = exe is not None
+        self.running = [] if exe is None else [
+            (args, subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL)) for args in queries]
+
+    def outputs(self, strict: bool = True) -> list[str | None] | None:
+        """Each query's output (None without nvidia-smi). ``strict``: a failing query raises AgentError; otherwise
+        its output is None and the others still count. A query past ``timeout`` raises AgentError."""
+        if not self.available:
+            return None
+        deadline = time.monotonic() + self.timeout
+        outputs: list[str | None] = []
+        for args, proc in self.running:
+            try:
+                out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                for _, p in self.running:
+                    p.kill()
+                    p.communicate()
+                raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} did not answer within "
+                                 f"{self.timeout:.0f} s", "the GPU driver may be wedged; check `nvidia-smi` on the "
+                                 "host") from None
+            if proc.returncode != 0:
+                if strict:
+                    raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} failed: {err.strip() or out.strip()}")
+                outputs.append(None)
+                continue
+            outputs.append(out)
+        return outputs
+
+
+def smi_many(queries: list[list[str]], timeout: float = 15.0, strict: bool = True) -> list[str | None] | None:
+    """Run several nvidia-smi queries at once; None without nvidia-smi (see :class:`Queries`)."""
+    return Queries(queries, timeout).outputs(strict)
 
 
 def _smi(args: list[str], timeout: float = 15.0) -> str | None:
@@ -52,12 +66,21 @@ def _rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
 
 
-def snapshot(with_apps: bool = True) -> dict[str, Any]:
-    """GPUs and the processes holding them; ``available`` is False when the host has no nvidia-smi."""
+def start_snapshot(with_apps: bool = True) -> Queries:
+    """The queries of :func:`snapshot`, started now; :func:`read_snapshot` reads them."""
     queries = [[f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"]]
     if with_apps:
         queries.append([f"--query-compute-apps={APP_FIELDS}", "--format=csv,noheader,nounits"])
-    outs = smi_many(queries)
+    return Queries(queries)
+
+
+def snapshot(with_apps: bool = True) -> dict[str, Any]:
+    """GPUs and the processes holding them; ``available`` is False when the host has no nvidia-smi."""
+    return read_snapshot(start_snapshot(with_apps))
+
+
+def read_snapshot(started: Queries) -> dict[str, Any]:
+    outs = started.outputs()
     if outs is None:
         return {"available": False, "gpus": [], "apps": []}
     gpus_out = outs[0] or ""
@@ -68,7 +91,7 @@ def snapshot(with_apps: bool = True) -> dict[str, Any]:
         gpus.append({"index": int(r[0]), "uuid": r[1], "name": r[2], "used_mib": _num(r[3]),
                      "total_mib": _num(r[4])})
     by_uuid = {g["uuid"]: g["index"] for g in gpus}
-    apps_out = (outs[1] or "") if with_apps else ""
+    apps_out = (outs[1] or "") if len(outs) > 1 else ""
     apps = []
     for r in _rows(apps_out):
         if len(r) < 4 or not r[0].isdigit():

@@ -262,16 +262,27 @@ def _reap(pid: int) -> None:
         pass
 
 
-def terminate(targets: list[ProcInfo], grace: float) -> dict[str, list[dict[str, object]]]:
-    """SIGTERM every target (its whole group when it leads one), wait ``grace``, SIGKILL the rest, confirm gone."""
+def send_term(targets: list[ProcInfo], protected: set[int] | None = None) -> set[int]:
+    """SIGTERM every target (its whole group when it leads one); returns the pids signalled."""
+    protected = protected_pids() if protected is None else protected
+    targets = [t for t in targets if t.pid not in protected]
+    signal_groups({t.pgid for t in targets if t.pgid == t.pid and t.pgid not in protected}, signal.SIGTERM)
+    signal_all([t.pid for t in targets], signal.SIGTERM)
+    return {t.pid for t in targets}
+
+
+def terminate(targets: list[ProcInfo], grace: float, termed: set[int] | frozenset[int] = frozenset()
+              ) -> dict[str, list[dict[str, object]]]:
+    """SIGTERM every target (its whole group when it leads one), wait ``grace``, SIGKILL the rest, confirm gone.
+
+    ``termed``: pids the caller has already sent SIGTERM (:func:`send_term`); they are not sent a second one (a
+    second SIGTERM can cut short the shutdown the first one started)."""
     protected = protected_pids()
     targets = [t for t in targets if t.pid not in protected]
     if not targets:
         return {"terminated": [], "killed": [], "survivors": []}
     pids = {t.pid: t.start_ticks for t in targets}
-    groups = {t.pgid for t in targets if t.pgid == t.pid and t.pgid not in protected}
-    signal_groups(groups, signal.SIGTERM)
-    signal_all(pids, signal.SIGTERM)
+    send_term([t for t in targets if t.pid not in termed], protected)
     left = wait_gone(pids, grace)
     killed = [t for t in targets if t.pid in left]
     if left:

@@ -3,7 +3,7 @@ or holds one of the GPUs the new server needs. TERM, grace, KILL, and confirmati
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from . import gpus, procs, records
 
@@ -28,7 +28,16 @@ def _router_pids(state_dir: str, table: list[procs.ProcInfo]) -> set[int]:
     return out
 
 
-def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool = True) -> dict[str, Any]:
+def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool = True,
+               gpu_queries: gpus.Queries | None = None,
+               before_gpu_read: Callable[[dict[int, dict[str, Any]]], None] | None = None) -> dict[str, Any]:
+    """The stale servers' processes (``targets``: pid → proc and why) and what holds the target GPUs.
+
+    ``gpu_queries``: the GPU snapshot, already started by the caller (nvidia-smi then runs while /proc is read).
+    ``before_gpu_read(targets)``: called with the processes found in /proc before the snapshot is read, so the
+    caller can start stopping them while nvidia-smi still runs (the GPU holders are added after)."""
+    if include_gpu_holders and gpu_queries is None:
+        gpu_queries = gpus.start_snapshot()
     table = procs.all_procs()
     by_pid = {p.pid: p for p in table}
     protected = procs.protected_pids() | _router_pids(state_dir, table)
@@ -68,9 +77,11 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
             add(p, "SGLang launcher")
             for d in procs.descendants(p.pid, table):
                 add(d, "child of an SGLang launcher")
+    if before_gpu_read is not None:
+        before_gpu_read(found)
     holders: list[dict[str, Any]] = []
-    if include_gpu_holders:
-        snap = gpus.snapshot()
+    if include_gpu_holders and gpu_queries is not None:
+        snap = gpus.read_snapshot(gpu_queries)
         for app in snap["apps"]:
             if app["gpu"] in target_gpus:
                 holders.append(app)
@@ -81,10 +92,17 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
 
 
 def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> dict[str, Any]:
-    found = find_stale(state_dir, target_gpus)
+    """Stop every stale server. The GPU snapshot (tens of ms per nvidia-smi run on a real host) runs while /proc is
+    read and while the servers found there already shut down; holders it adds get their SIGTERM after."""
+    termed: set[int] = set()
+
+    def stop_found(found: dict[int, dict[str, Any]]) -> None:
+        termed.update(procs.send_term([v["proc"] for v in found.values()]))
+
+    found = find_stale(state_dir, target_gpus, gpu_queries=gpus.start_snapshot(), before_gpu_read=stop_found)
     targets = [v["proc"] for v in found["targets"].values()]
     why = {pid: v["why"] for pid, v in found["targets"].items()}
-    result = procs.terminate(targets, grace)
+    result = procs.terminate(targets, grace, termed)
     for key in ("terminated", "killed", "survivors"):
         for item in result[key]:
             item["why"] = why.get(int(str(item["pid"])), "")
