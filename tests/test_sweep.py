@@ -268,7 +268,9 @@ def test_sweep_flags_are_checked_before_touching_anything(inventory: Path, tmp_p
 
 def test_ctrl_c_during_a_sweep_leaves_no_half_started_server(inventory: Path, sim_host: SimHost,
                                                              tmp_path: Path) -> None:
-    sim_host.set_sim_config(**{**FAST, "load_seconds": 1.0})
+    # A load long enough that the Ctrl-C below lands inside the second deploy even on a loaded machine (with 1 s, a
+    # slow reader of stderr once saw the whole sweep end first).
+    sim_host.set_sim_config(**{**FAST, "load_seconds": 3.0})
     argv = [*INV, "sweep", "--steps", "0,1,2", *BENCH, "--out", str(tmp_path), "--inventory", str(inventory)]
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -281,6 +283,7 @@ def test_ctrl_c_during_a_sweep_leaves_no_half_started_server(inventory: Path, si
         assert line and time.monotonic() < deadline, seen
         seen += line
     time.sleep(0.5)  # inside the second deploy (its server is loading)
+    assert proc.poll() is None, "the sweep ended before the Ctrl-C could be sent"
     proc.send_signal(signal.SIGINT)
     _out, rest = proc.communicate(timeout=60)
     err = seen + rest

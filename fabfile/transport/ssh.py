@@ -172,7 +172,7 @@ class SSHTransport(Transport):
         try:
             for attempt in Retrying(retry=retry_if_exception(lambda e: _transient(e) and not self.aborted),
                                     stop=self._stop_connecting,
-                                    wait=wait_exponential_jitter(initial=0.3, max=4), reraise=True,
+                                    wait=wait_exponential_jitter(multiplier=0.3, max=4), reraise=True,
                                     before_sleep=self._say_retrying):
                 with attempt:
                     self.cxn = self._open_once()
