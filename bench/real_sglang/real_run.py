@@ -171,18 +171,25 @@ def gpu_state() -> str:
 
 
 def sglang_procs() -> str:
-    out = []
+    """SGLang processes still running ("none" when there are none). An exited one that its parent has not reaped
+    yet (a zombie: state Z, empty cmdline, its comm still ``sglang::...``) holds no memory and runs nothing; it is
+    named after a ``|`` with its parent (who must reap it), not counted as running."""
+    out, zombies = [], []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             comm = (d / "comm").read_text().strip()
-        except OSError:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
         if "-m sglang." in cmd or cmd.startswith("sglang::") or comm.startswith("sglang::"):
-            out.append(f"{d.name}:{cmd[:80]}")
-    return "; ".join(out) or "none"
+            if fields[0] == "Z":
+                zombies.append(f"{d.name} ({comm}, exited, parent {fields[1]} has not reaped it)")
+            else:
+                out.append(f"{d.name}:{cmd[:80] or comm}")
+    return ("; ".join(out) or "none") + (" | zombies: " + "; ".join(zombies) if zombies else "")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,7 +265,7 @@ def stop_and_rollback(site: Path, before: dict[str, str], tp: int) -> None:
     used = [int(x.split(",")[1].strip().split()[0]) for x in
             sh(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]).splitlines()
             if x.strip()]
-    record(f"tp{tp} stop: every process gone, GPU memory released", code == 0 and procs_left == "none" and
+    record(f"tp{tp} stop: every process gone, GPU memory released", code == 0 and procs_left.startswith("none") and
            "apps: none" in state and max(used[:tp]) < 1024,
            f"stop exit {code} in {wall:.1f} s; nvidia-smi: {state}; sglang processes: {procs_left}", doc=doc)
     code, doc, _err, wall = inv("rollback-patches", "--json", timeout=120)
