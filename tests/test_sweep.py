@@ -284,10 +284,11 @@ def test_ctrl_c_during_a_sweep_leaves_no_half_started_server(inventory: Path, si
         seen += line
     time.sleep(0.5)  # inside the second deploy (its server is loading)
     assert proc.poll() is None, "the sweep ended before the Ctrl-C could be sent"
+    masks = [ln for ln in Path(f"/proc/{proc.pid}/status").read_text().splitlines() if ln.startswith("Sig")]
     proc.send_signal(signal.SIGINT)
     _out, rest = proc.communicate(timeout=60)
     err = seen + rest
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, f"{err}\nthe sweep's signal masks: {masks}"
     assert "interrupted" in err and ("now running:" in err or "no server is running" in err), err
     # Whatever the interrupted deploy did, the host has a whole server (launcher + every rank, healthy) or none.
     pids = sglang_pids(sim_host)
