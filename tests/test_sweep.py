@@ -273,8 +273,11 @@ def test_ctrl_c_during_a_sweep_leaves_no_half_started_server(inventory: Path, si
     sim_host.set_sim_config(**{**FAST, "load_seconds": 3.0})
     argv = [*INV, "sweep", "--steps", "0,1,2", *BENCH, "--out", str(tmp_path), "--inventory", str(inventory)]
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    # Ctrl-C as in a terminal: a suite started in the background by a shell (`cmd &`) has SIGINT ignored, every
+    # child inherits that, and Python then never raises KeyboardInterrupt (seen: SigIgn 0x1001007 in the sweep).
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     seen = ""
     deadline = time.monotonic() + 60
