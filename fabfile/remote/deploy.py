@@ -300,9 +300,8 @@ def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], reco
     if burst is None or gate is None:
         return
 
-    def accept_step() -> dict[str, Any]:
-        assert burst is not None
-        record["accept"] = out = gates.judge_accept(burst.result(), float(gate))
+    def accept_step(burst: gates.AcceptBurst = burst, gate: float = float(gate)) -> dict[str, Any]:
+        record["accept"] = out = gates.judge_accept(burst.result(), gate)
         return out
 
     steps.run("accept_gate", accept_step,

@@ -275,8 +275,8 @@ def terminate(targets: list[ProcInfo], grace: float, termed: set[int] | frozense
               ) -> dict[str, list[dict[str, object]]]:
     """SIGTERM every target (its whole group when it leads one), wait ``grace``, SIGKILL the rest, confirm gone.
 
-    ``termed``: pids the caller has already sent SIGTERM (:func:`send_term`); they are not sent a second one (a
-    second SIGTERM can cut short the shutdown the first one started)."""
+    ``termed``: pids the caller has already sent SIGTERM (:func:`send_term`, while it did other work); they are not
+    sent a second one, so each target gets one SIGTERM as when this function signalled them all itself."""
     protected = protected_pids()
     targets = [t for t in targets if t.pid not in protected]
     if not targets:
