@@ -28,6 +28,7 @@ import pytest
 
 from tests.invoke_cli import INV, ROOT, derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support import waiting
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fault matrix needs netns mode (root)")
 
@@ -709,7 +710,7 @@ def test_scheduler_dies_while_bench_runs(inventory: Path, host: SimHost, tmp_pat
     bench = start_inv("bench", "--num-prompts", "400", "--output-len", "64", "--client", "builtin",
                       "--out", str(tmp_path / "runs"), inventory=inventory)
     try:
-        deadline = time.monotonic() + 30
+        deadline = waiting.deadline()
         while "Decode batch" not in host.exec(f"tail -c 2000 {host.inside_home}/sglang-logs/*.log").stdout:
             assert time.monotonic() < deadline
             time.sleep(0.2)

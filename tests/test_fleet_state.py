@@ -21,6 +21,7 @@ import yaml
 
 from tests.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import SSHD, Fleet, SimHost, _exe
+from tests.support import waiting
 
 ALL = "sim1,sim2,sim3"
 
@@ -85,7 +86,7 @@ def table_row(text: str, host: str) -> str:
     return found
 
 
-def _wait_for(check: Any, timeout: float = 30.0) -> None:
+def _wait_for(check: Any, timeout: float = waiting.HANG_GUARD_S) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "condition never became true"
