@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sglang._sim import runtime
+from sglang._sim import nccl, runtime
 
 _WORDS = [
     "the", "of", "and", "to", "in", "is", "that", "it", "for", "as", "with", "was", "on", "be",
@@ -149,6 +149,10 @@ class Generator:
         self.fault: str | None = None
         self.scheduler_pids: list[int] = [int(i["pid"]) for i in infos if i.get("pid")]
         self.scheduler_dead = False
+        self.tp0_pid = int(info0.get("pid") or 0)
+        self.tp0_gpu = int(info0.get("gpu_id") or 0)
+        self.tp0_nccl_env: dict[str, str] = dict(info0.get("nccl_env") or {})  # what TP0's NCCL read
+        self.model_config = runtime.read_model_config(getattr(server_args, "model_path", None))
 
     # -------------------------------------------------------------- costs (ms of simulated GPU time)
     def cycle_ms(self, batch: int = 1) -> float:
@@ -189,6 +193,12 @@ class Generator:
         return n
 
     # -------------------------------------------------------------- logging
+    def _nccl_eager(self, tokens: int) -> None:
+        """The TUNING lines NCCL's rank 0 (the TP0 scheduler) prints for one eager forward's all-reduces."""
+        if int(getattr(self.sa, "tp_size", 1) or 1) > 1 and self.tp0_pid and not self.cfg.get("real_cuda"):
+            nccl.emit_tuning(self.tp0_pid, self.tp0_gpu, nccl.allreduce_sizes(self.model_config, tokens),
+                             int(self.sa.tp_size), self.cfg, self.tp0_nccl_env)
+
     def _log(self, msg: str) -> None:
         # Printed from the TP0 scheduler's perspective (its log prefix), as SGLang's stats rank does.
         runtime.write_all(2, f"[{runtime.now_stamp()}{self.tp0_prefix}] {msg}\n".encode())
@@ -263,6 +273,7 @@ class Generator:
             if admit:
                 # A prefill batch: its forward yields each new request's first token.
                 self._log(self._prefill_line(admit))
+                self._nccl_eager(sum(r.prompt_tokens for r in admit))
                 t = max(t, time.perf_counter()) + sum(self.prefill_ms(r.prompt_tokens) for r in admit) * scale / 1000
                 _sleep_until(t)
                 with self.stats_lock:
@@ -283,6 +294,8 @@ class Generator:
                 continue
             b = len(batch)
             self.num_running = b
+            if getattr(self.sa, "disable_cuda_graph", False):  # eager: NCCL schedules (and logs) each all-reduce
+                self._nccl_eager(b * (self.num_draft if self.spec else 1))
             cost = self.cycle_ms(b) if self.spec else self.decode_ms(b)
             t = max(t, time.perf_counter() - 0.05) + cost * scale / 1000
             _sleep_until(t)

@@ -50,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     # multiplicative factors on the verify/decode cost when the TP0 scheduler held NCCL_X=value at its
     # communicator init, e.g. {"NCCL_PROTO=LL": 0.9}; lets a benchmark see an NCCL preset's effect.
     "nccl_cost_factors": {},
+    # with NCCL_TUNER_PLUGIN set: {"min_bytes", "algo", "proto"}, the choice a plugin forces for large all-reduces
+    "nccl_tuner_plugin_choice": None,
     "nccl_version": "2.28.9+cuda13.0",
 }
 
