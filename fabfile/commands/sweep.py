@@ -20,6 +20,7 @@ from typing import Any
 from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.errors import SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.plan.sla import Limits, broken
 from fabfile.plan.sweep_plan import Config, add_predictions, level_rows, measurement_order, predict_from_rows
 from fabfile.present.progress import SweepProgress
 from fabfile.transport.session import HostSession
@@ -83,17 +84,36 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
     }
 
 
-def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None) -> dict[str, Any]:
+def _mark_limits(rows: list[dict[str, Any]], at: list[dict[str, Any]], c: int, limits: Limits) -> None:
+    """Write each measured configuration's broken limits at level ``c`` on its level entry and (first level) row."""
+    for r in at:
+        if not (r.get("ok") and r.get("measured", True)):
+            continue
+        broke = broken(r, limits)
+        row = next((x for x in rows if x["config"] == r["config"]), None)
+        lv = next((x for x in (row or {}).get("levels") or [] if x["concurrency"] == c), None)
+        if lv is not None:
+            lv["sla_broke"] = broke
+        if row is not None and (lv is None or row["levels"][0] is lv):
+            row["sla_broke"] = broke
+
+
+def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None,
+           limits: Limits | None = None) -> dict[str, Any]:
     """The winner (highest measured tok/s) per concurrency level, the baseline, speedups, and what to leave running:
     the first level's winner (list the load you serve first) or ``keep``. Predicted rows never win: a winner was
-    measured."""
+    measured. With ``limits``, a winner is the fastest configuration meeting them at that level (None: none did)."""
     levels = levels or [next((lv["concurrency"] for r in rows for lv in r.get("levels") or []), 1)]
+    limits = limits or Limits()
     winners: dict[str, str | None] = {}
     for c in levels:
         at = level_rows(rows, c) if any(r.get("levels") for r in rows) else rows
         ok = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("measured", True)]
         base = next((r for r in ok if r["steps"] == 0), None)
-        w = max(ok, key=lambda r: r["tok_s"]) if ok else None
+        if limits.any:
+            _mark_limits(rows, at, c, limits)
+        meeting = [r for r in ok if not broken(r, limits)] if limits.any else ok
+        w = max(meeting, key=lambda r: r["tok_s"]) if meeting else None
         winners[str(c)] = w["config"] if w else None
         for r in rows:
             lv = next((x for x in r.get("levels") or [] if x["concurrency"] == c), None)
@@ -106,6 +126,10 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
     winner = next((r for r in ok if r["config"] == winners[str(levels[0])]), None)
     kept = winner
     note = None
+    if limits.any and winner is None and ok:
+        # none meets the limits: a clear result (exit 1); the fastest stays up rather than nothing
+        kept = max(ok, key=lambda r: r["tok_s"])
+        note = f"no configuration meets {limits.describe()}; left running the fastest, {kept['config']}"
     if keep is not None:
         wanted = next((r for r in rows if r["config"] == keep), None)
         if wanted is not None and wanted.get("ok"):
@@ -116,6 +140,9 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
                            "baseline_tok_s": base["tok_s"] if base else None,
                            "baseline_wins": bool(winner and base and winner is base),
                            "kept": kept["config"] if kept else None, "keep_note": note, "winners": winners}
+    if limits.any:
+        out["sla"] = {**limits.as_dict(), "describe": limits.describe(),
+                      "unmet_levels": [c for c in levels if winners[str(c)] is None]}
     if winner is not None and winner.get("predicted_tok_s") is not None:
         out["winner_predicted_tok_s"] = winner["predicted_tok_s"]
         out["winner_measured_tok_s"] = winner["tok_s"]
@@ -165,7 +192,8 @@ class _Run:
 
 
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,
-              runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False) -> int:
+              runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
+              limits: Limits | None = None) -> int:
     from fabfile.plan.analysis import analyze_sweep
     from fabfile.present.report import print_sweep, write_outputs
 
@@ -186,7 +214,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
             _measure_predicted_winners(run, held_back)
         run.current = None
         run.progress.close()
-        _keep_one(run, cfgs, keep)
+        _keep_one(run, cfgs, keep, limits)
     except KeyboardInterrupt:
         run.progress.close()
         doc["interrupted"] = {"during": run.current.name if run.current else "the final redeploy",
@@ -201,7 +229,8 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     run.save()
     print_sweep(doc, as_json=as_json)
     failed = [r for r in run.rows if not r.get("ok")]
-    return 1 if failed or doc.get("running") is None else 0
+    unmet = bool((doc.get("sla") or {}).get("unmet_levels"))
+    return 1 if failed or unmet or doc.get("running") is None else 0
 
 
 def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
@@ -222,12 +251,12 @@ def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
         run.one(cfg)
 
 
-def _keep_one(run: _Run, cfgs: list[Config], keep: str | None) -> None:
+def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | None = None) -> None:
     """Choose the winner (or ``--keep``) and leave it running: deployed again unless it is what runs already."""
     doc = run.doc
     running = _running_config(run.rows)  # before the predicted rows join the table
     add_predictions(doc, cfgs)
-    doc.update(choose(run.rows, keep, run.levels))
+    doc.update(choose(run.rows, keep, run.levels, limits))
     if doc["kept"] is None:
         doc["elapsed_s"] = run.elapsed()
         run.save()

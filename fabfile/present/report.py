@@ -68,6 +68,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
         verdict = "baseline" if r["steps"] == 0 else be.get("verdict", "-")
         if not measured:
             verdict = "predicted"
+        verdict += sla_mark(r, levels)
         if len(levels) <= 1:
             tok = [_tok_cell(r, measured, r["config"] == doc.get("winner"))]
         else:
@@ -85,8 +86,21 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def sla_mark(r: dict[str, Any], levels: list[int]) -> str:
+    """``; broke TTFT 212.0`` (per level with several levels) for a configuration that broke a sweep limit."""
+    if len(levels) <= 1:
+        broke = r.get("sla_broke") or []
+        return f"; broke {', '.join(broke)}" if broke else ""
+    parts = [f"@{lv['concurrency']}: {', '.join(lv['sla_broke'])}" for lv in r.get("levels") or []
+             if lv.get("sla_broke")]
+    return f"; broke {'; '.join(parts)}" if parts else ""
+
+
 def conclusion(doc: dict[str, Any]) -> str:
     winner, kept = doc.get("winner"), doc.get("running")
+    sla = doc.get("sla") or {}
+    if winner is None and sla and kept:
+        return f"no configuration meets {sla['describe']} (measured by the benchmark); left running the fastest, {kept}"
     if winner is None:
         return "no configuration could be measured"
     rows = {r["config"]: r for r in doc.get("rows") or []}
@@ -99,7 +113,7 @@ def conclusion(doc: dict[str, Any]) -> str:
             text += (f", best speculative {best_spec['config']} {best_spec['tok_s']:.1f} tok/s "
                      f"(×{best_spec['speedup']:.2f})")
     else:
-        text = f"winner: {winner}, {w['tok_s']:.1f} tok/s"
+        text = f"winner: {winner}, {w['tok_s']:.1f} tok/s" + (f" (meeting {sla['describe']})" if sla else "")
         if w.get("speedup"):
             text += f", ×{w['speedup']:.2f} over the baseline ({doc.get('baseline_tok_s') or 0:.1f} tok/s)"
     if kept:
