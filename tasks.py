@@ -480,6 +480,10 @@ SWEEP_HELP = {
     "predict": "measure the baseline and the smallest and largest chain step counts, predict the other topk-1 "
                "configurations from the accepted-drafts histogram and the cycle fit, deploy only the predicted "
                "winner to confirm it (topk > 1 and other draft-token counts are measured)",
+    "nccl": "NCCL candidates crossed with every configuration (each its own server start): built-in presets "
+            "(pcie, none = no NCCL tuning variables) or host (the inventory's own), e.g. pcie,none",
+    "nccl_env": "NCCL values to try, laid over each --nccl candidate: 'NCCL_PROTO=LL|Simple|-' (- = unset; "
+                "several variables separated by spaces are crossed); checked with NCCL's own parsing rules",
     "max_ttft_ms": "service limit: the winner (per concurrency level) is the fastest configuration whose median "
                    "time to first token is at most this many ms; the table says which limit the others broke; exit 1 "
                    "when none meets the limits",
@@ -515,7 +519,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
           num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
           out: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
-          max_tpot_ms: Any = None, min_tok_s: Any = None) -> None:
+          max_tpot_ms: Any = None, min_tok_s: Any = None, nccl: Any = None, nccl_env: Any = None) -> None:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
@@ -544,9 +548,15 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
     from fabfile.commands.sweep import run_sweep
+    from fabfile.plan.sweep_nccl import candidates
     from fabfile.plan.sweep_plan import configs
 
-    cfgs = configs(h, base, step_list, _int_list("--topk", topk, 1), _int_list("--draft-tokens", draft_tokens, 2))
+    cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env))
+    if predict and len(cands) > 1:
+        raise FlagError("--predict: it predicts step counts for one NCCL setting; give one --nccl candidate or "
+                        "leave --predict out")
+    cfgs = configs(h, base, step_list, _int_list("--topk", topk, 1), _int_list("--draft-tokens", draft_tokens, 2),
+                   cands)
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")

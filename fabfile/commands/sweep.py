@@ -38,6 +38,9 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
 
     row: dict[str, Any] = {"config": cfg.name, "steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
                            "ok": False, "measured": True}
+    if cfg.nccl:
+        row["nccl"] = cfg.nccl
+    host = cfg.host or host
     t0 = time.monotonic()
     res = deploy_host(inv, host, cfg.opts, progress.deploy_reporter())
     row["deploy_s"] = round(time.monotonic() - t0, 2)
@@ -268,7 +271,7 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
         run.progress.start_keep(cfg.name)
         from fabfile.commands.deploy import deploy_host
 
-        res = deploy_host(run.inv, run.host, cfg.opts, run.progress.deploy_reporter())
+        res = deploy_host(run.inv, cfg.host or run.host, cfg.opts, run.progress.deploy_reporter())
         doc["model_loads"] += 1
         run.progress.finish(res.ok, "left running" if res.ok else
                             f"redeploy failed: {res.error.message if res.error else '?'}", counted=False)

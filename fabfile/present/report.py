@@ -143,8 +143,27 @@ def details(doc: dict[str, Any]) -> list[str]:
                          f"{doc['measured_tok_s']:.1f} tok/s ({err:+.1%})")
     if doc.get("predict") or doc.get("model_loads"):
         lines.append(f"model loads: {doc.get('model_loads')} (the full grid would have taken {doc.get('grid_loads')})")
+    lines += nccl_lines(doc)
     lines += list(doc.get("notes") or [])
     return lines
+
+
+def nccl_lines(doc: dict[str, Any]) -> list[str]:
+    """With NCCL candidates: the best candidate per speculative configuration (its tok/s, measured by the
+    benchmark) and each candidate's median TTFT, where a protocol forced for small messages shows its prefill cost."""
+    rows = [r for r in doc.get("rows") or [] if r.get("nccl") and r.get("ok") and r.get("measured", True)]
+    if not rows:
+        return []
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        spec = str(r["config"]).rsplit("@", 1)[0]
+        if r.get("tok_s") and (spec not in best or r["tok_s"] > best[spec]["tok_s"]):
+            best[spec] = r
+    out = ["best NCCL candidate per configuration (tok/s measured by the benchmark): " + ", ".join(
+        f"{spec} → {r['nccl']} ({r['tok_s']:.1f})" for spec, r in best.items())]
+    out.append("median TTFT per NCCL candidate (measured by the benchmark): " + ", ".join(
+        f"{r['config']} {_f(r.get('ttft_ms'), '{:.0f}')} ms" for r in rows))
+    return out
 
 
 def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None = None) -> None:

@@ -162,15 +162,33 @@ class Generator:
         draft = float(c["draft_ms_per_step"]) + float(c.get("draft_ms_per_seq", 0.0)) * extra
         verify = float(c["verify_ms_base"]) + float(c["verify_ms_per_token"]) * self.num_draft + \
             float(c.get("verify_ms_per_batch_token", 0.0)) * self.num_draft * extra
-        return (draft * self.steps + verify) * self.comm_factor
+        comm = self._allreduce_ms(batch * self.num_draft) + self.steps * self._allreduce_ms(batch, draft=True)
+        return (draft * self.steps + verify) * self.comm_factor + comm
 
     def decode_ms(self, batch: int = 1) -> float:
         c = self.cfg
         return (float(c["decode_ms"]) + float(c.get("decode_ms_per_seq", 0.0)) * max(0, batch - 1)) * \
-            self.comm_factor
+            self.comm_factor + self._allreduce_ms(batch)
 
     def prefill_ms(self, prompt_tokens: int) -> float:
-        return float(self.cfg["prefill_ms_base"]) + float(self.cfg["prefill_ms_per_token"]) * prompt_tokens
+        return float(self.cfg["prefill_ms_base"]) + float(self.cfg["prefill_ms_per_token"]) * prompt_tokens + \
+            self._allreduce_ms(prompt_tokens)
+
+    def _allreduce_ms(self, tokens: int, draft: bool = False) -> float:
+        """With ``nccl_allreduces_per_forward`` set: that many all-reduces of hidden x tokens x 2 bytes per forward
+        (a draft step: ``nccl_draft_allreduces_per_step``, 2 for EAGLE-3's one layer), each at the time NCCL's
+        choice for its size takes on this path (``_sim/nccl.py``: LL low latency and half the bandwidth, Simple the
+        opposite, LL128 on NVLink), under the NCCL_PROTO/NCCL_ALGO the TP0 scheduler's NCCL read. 0 without it
+        (the fixed costs above hold)."""
+        n = int(self.cfg.get("nccl_allreduces_per_forward") or 0)
+        if n and draft:
+            n = int(self.cfg.get("nccl_draft_allreduces_per_step", 2))
+        tp = int(getattr(self.sa, "tp_size", 1) or 1)
+        if not n or tp < 2:
+            return 0.0
+        nbytes = int(self.model_config.get("hidden_size") or 7168) * max(tokens, 1) * 2
+        algo, proto = nccl.choose(nbytes, tp, self.cfg, self.tp0_nccl_env)
+        return n * nccl.allreduce_us(nbytes, algo, proto, tp, str(self.cfg.get("interconnect", "pcie"))) / 1000.0
 
     def accept_probs(self) -> list[float]:
         """``accept_prob``, or the entry of ``accept_prob_by_config`` for this server's speculative configuration

@@ -52,6 +52,10 @@ DEFAULTS: dict[str, Any] = {
     "nccl_cost_factors": {},
     # with NCCL_TUNER_PLUGIN set: {"min_bytes", "algo", "proto"}, the choice a plugin forces for large all-reduces
     "nccl_tuner_plugin_choice": None,
+    # all-reduces per forward (2 per layer: 122 for a 61-layer model); with it, every forward pays NCCL's time for
+    # its message size on this path (_sim/nccl.py), so NCCL_PROTO/NCCL_ALGO move decode, verify and TTFT by size
+    "nccl_allreduces_per_forward": 0,
+    "nccl_draft_allreduces_per_step": 2,
     "nccl_version": "2.28.9+cuda13.0",
 }
 
