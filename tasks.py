@@ -484,6 +484,8 @@ SWEEP_HELP = {
             "(pcie, none = no NCCL tuning variables) or host (the inventory's own), e.g. pcie,none",
     "nccl_env": "NCCL values to try, laid over each --nccl candidate: 'NCCL_PROTO=LL|Simple|-' (- = unset; "
                 "several variables separated by spaces are crossed); checked with NCCL's own parsing rules",
+    "adaptive": "add SGLang's own --speculative-adaptive (it moves the step count itself, starting from the "
+                "largest --steps; releases 0.5.11 and later) as a configuration, with the step count it settled on",
     "max_ttft_ms": "service limit: the winner (per concurrency level) is the fastest configuration whose median "
                    "time to first token is at most this many ms; the table says which limit the others broke; exit 1 "
                    "when none meets the limits",
@@ -519,7 +521,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
           num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
           out: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
-          max_tpot_ms: Any = None, min_tok_s: Any = None, nccl: Any = None, nccl_env: Any = None) -> None:
+          max_tpot_ms: Any = None, min_tok_s: Any = None, nccl: Any = None, nccl_env: Any = None,
+          adaptive: bool = False) -> None:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
@@ -555,8 +558,11 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if predict and len(cands) > 1:
         raise FlagError("--predict: it predicts step counts for one NCCL setting; give one --nccl candidate or "
                         "leave --predict out")
+    if predict and adaptive:
+        raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
+                        "leave one of them out")
     cfgs = configs(h, base, step_list, _int_list("--topk", topk, 1), _int_list("--draft-tokens", draft_tokens, 2),
-                   cands)
+                   cands, adaptive)
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")

@@ -40,6 +40,8 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
                            "ok": False, "measured": True}
     if cfg.nccl:
         row["nccl"] = cfg.nccl
+    if cfg.adaptive:
+        row["adaptive"] = True
     host = cfg.host or host
     t0 = time.monotonic()
     res = deploy_host(inv, host, cfg.opts, progress.deploy_reporter())
@@ -84,6 +86,7 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
         "itl_ms": (result.get("itl_ms") or {}).get("median"), "failed_requests": result.get("failed"),
         "accept_histogram": result.get("accept_histogram"),
         "accept_histogram_source": result.get("accept_histogram_source"),
+        "spec_num_steps": (result.get("prometheus") or {}).get("num_steps"),  # SGLang's active step count
     }
 
 
@@ -201,6 +204,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     from fabfile.present.report import print_sweep, write_outputs
 
     levels = levels or [params.concurrency]
+    _check_adaptive(inv, host, cfgs)
     sweep_id = new_sweep_id()
     runs = Path(runs_dir)
     order, held_back, notes = measurement_order(cfgs, predict)
@@ -234,6 +238,22 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     failed = [r for r in run.rows if not r.get("ok")]
     unmet = bool((doc.get("sla") or {}).get("unmet_levels"))
     return 1 if failed or unmet or doc.get("running") is None else 0
+
+
+def _check_adaptive(inv: Inventory, host: Host, cfgs: list[Config]) -> None:
+    """Before anything starts: the host's SGLang must have --speculative-adaptive (FlagError, exit 2, naming the
+    releases that have it, from the table read off the wheels), else the sweep would run half its candidates."""
+    cfg = next((c for c in cfgs if c.adaptive), None)
+    if cfg is None:
+        return
+    from fabfile.commands.deploy import preflight
+    from fabfile.plan.deploy_plan import build
+    from fabfile.plan.versioncheck import check
+
+    plan = build(cfg.host or host, cfg.opts)
+    with HostSession.open(inv, host) as s:
+        version = str(preflight(s, plan)["sglang"]["version"])
+    check(list(plan.argv)[3:], dict(plan.env), version, host.name)
 
 
 def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:

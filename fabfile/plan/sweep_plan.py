@@ -20,10 +20,21 @@ class Config:
     opts: Options
     nccl: str = ""  # the NCCL candidate's name (sweep_nccl), "" for the host's own settings
     host: Host | None = None  # the host with that candidate's NCCL values (None: the host as inventoried)
+    adaptive: bool = False  # SGLang's --speculative-adaptive: it moves the step count itself (steps = the start)
+
+
+ADAPTIVE_FLAG = "--speculative-adaptive"
+
+
+def adaptive_host(host: Host) -> Host:
+    """``host`` launching with ``--speculative-adaptive`` (and ``--enable-metrics``, whose ``sglang:spec_num_steps``
+    says which step count SGLang settled on)."""
+    extra = [f for f in (ADAPTIVE_FLAG, "--enable-metrics") if f not in host.sglang_args]
+    return replace(host, sglang_args=(*host.sglang_args, *extra))
 
 
 def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None,
-            drafts: list[int] | None, nccl: list[NcclCandidate] | None = None) -> list[Config]:
+            drafts: list[int] | None, nccl: list[NcclCandidate] | None = None, adaptive: bool = False) -> list[Config]:
     """The sweep's configurations, baseline first, each validated by building its plan (FlagError if invalid).
 
     With topk 1 SGLang forces draft tokens to steps+1, so ``drafts`` only multiplies topk > 1 configurations.
@@ -55,6 +66,14 @@ def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None
                     add(replace(base, steps=s, topk=k, draft_tokens=d))
             else:
                 add(replace(base, steps=s, topk=k))
+    if adaptive:
+        start = max([s for s in steps if s > 0] or [3])
+        for cand in list(nccl) if nccl else [None]:
+            h = adaptive_host(apply(host, cand) if cand is not None else host)
+            opts = replace(base, steps=start, topk=1)
+            build(h, opts)  # validated like every configuration
+            name = "eagle3-adaptive" + (f"@{cand.name}" if cand is not None else "")
+            out.append(Config(name, start, 1, None, opts, cand.name if cand else "", h, adaptive=True))
     return out
 
 

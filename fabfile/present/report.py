@@ -144,8 +144,23 @@ def details(doc: dict[str, Any]) -> list[str]:
     if doc.get("predict") or doc.get("model_loads"):
         lines.append(f"model loads: {doc.get('model_loads')} (the full grid would have taken {doc.get('grid_loads')})")
     lines += nccl_lines(doc)
+    lines += adaptive_lines(doc)
     lines += list(doc.get("notes") or [])
     return lines
+
+
+def adaptive_lines(doc: dict[str, Any]) -> list[str]:
+    """Where SGLang's adaptive mode settled, per level (its ``sglang:spec_num_steps`` gauge at the end of the
+    benchmark: measured by SGLang; absent before 0.5.13)."""
+    out = []
+    for r in doc.get("rows") or []:
+        if not (r.get("adaptive") and r.get("ok")):
+            continue
+        settled = ", ".join(f"@{lv['concurrency']}: {_f(lv.get('spec_num_steps'), '{:.0f}')}"
+                            for lv in r.get("levels") or [])
+        out.append(f"{r['config']} started at steps {r['steps']} and settled on steps {settled} "
+                   "(sglang:spec_num_steps, measured by SGLang; - where this release has no such gauge)")
+    return out
 
 
 def nccl_lines(doc: dict[str, Any]) -> list[str]:

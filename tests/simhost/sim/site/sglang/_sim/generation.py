@@ -98,6 +98,10 @@ class _Req:
         self.histogram[correct] += 1
 
 
+# SGLang's DEFAULT_ADAPTIVE_CONFIG (0.5.16 wheel): candidate step counts per batch-size tier
+ADAPTIVE_TIERS: dict[int, list[int]] = {1: [1, 3, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}
+
+
 class Generator:
     def __init__(self, server_args: Any, cfg: dict[str, Any], infos: list[dict[str, Any]], tp0_prefix: str):
         self.sa = server_args
@@ -118,6 +122,13 @@ class Generator:
             factor *= float(factors.get(f"{k}={v}", 1.0))
         self.comm_factor = factor
         self.probs = self.accept_probs() if self.spec else [0.0]
+        self.adaptive: dict[str, float] | None = None
+        if self.spec and getattr(server_args, "speculative_adaptive", False):
+            tier1 = ADAPTIVE_TIERS[1]
+            if self.steps not in tier1:
+                self.steps = tier1[len(tier1) // 2]
+            self.num_draft = self.steps + 1
+            self.adaptive = {"ema": float(self.steps - 1), "n": 0}
         # scheduler state (engine thread)
         self.cv = threading.Condition()
         self.waiting: list[_Req] = []
@@ -216,6 +227,31 @@ class Generator:
         if int(getattr(self.sa, "tp_size", 1) or 1) > 1 and self.tp0_pid and not self.cfg.get("real_cuda"):
             nccl.emit_tuning(self.tp0_pid, self.tp0_gpu, nccl.allreduce_sizes(self.model_config, tokens),
                              int(self.sa.tp_size), self.cfg, self.tp0_nccl_env)
+
+    def _adapt(self, accepted: list[int], batch: int) -> None:
+        """``--speculative-adaptive``: SGLang's AdaptiveStepSlot (adaptive_spec_params.py), in the small: an EMA of
+        the accepted drafts per verify pass, recomputed every 5 passes after 10 warm-up ones, moving between the
+        candidate step counts of the batch size's tier; the draft-token count follows (steps + 1, topk 1)."""
+        slot = self.adaptive
+        assert slot is not None
+        tier = max((k for k in ADAPTIVE_TIERS if k <= max(batch, 1)), default=1)
+        cands = ADAPTIVE_TIERS[tier]
+        if self.steps > 0:
+            slot["ema"] = 0.8 * slot["ema"] + 0.2 * sum(accepted) / len(accepted)
+        slot["n"] += 1
+        if slot["n"] <= 10 or (slot["n"] - 10) % 5 or self.steps not in cands:
+            return
+        i = cands.index(self.steps)
+        old = i
+        while i > 0 and slot["ema"] <= (0.5 if cands[i - 1] == 0 else cands[i - 1] - 0.5) - 0.25 * (tier == 1):
+            i -= 1
+        if i == old:
+            while i < len(cands) - 1 and slot["ema"] > cands[i] - 0.5:
+                i += 1
+        if cands[i] != self.steps:
+            self._log(f"Adaptive spec params updated: steps {self.steps} -> {cands[i]} "
+                      f"(ema_accept_len={slot['ema']:.2f})")
+            self.steps, self.num_draft = cands[i], cands[i] + 1
 
     def _log(self, msg: str) -> None:
         # Printed from the TP0 scheduler's perspective (its log prefix), as SGLang's stats rank does.
@@ -318,9 +354,11 @@ class Generator:
             t = max(t, time.perf_counter() - 0.05) + cost * scale / 1000
             _sleep_until(t)
             emitted_total = 0
+            accepted: list[int] = []
             for r in batch:
                 if self.spec:
                     acc = self._accepted()
+                    accepted.append(acc)
                     r.add_pass(acc)
                     n = min(1 + acc, r.max_new - len(r.words))
                 else:
@@ -337,6 +375,8 @@ class Generator:
                     self.cum_spec_forward += b
                 if self.forward_ct % interval == 0:
                     self._log(self._decode_line(sum(r.prompt_tokens + len(r.words) for r in batch)))
+            if self.adaptive is not None and accepted:
+                self._adapt(accepted, b)
             with self.cv:
                 self.running = [r for r in self.running if len(r.words) < r.max_new and not r.aborted]
                 self.num_running = len(self.running)
