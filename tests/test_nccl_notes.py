@@ -65,3 +65,19 @@ def test_the_notes_follow_the_version_the_deploy_finds(tmp_path: Path) -> None:
 def test_tuning_in_the_debug_subsystems_is_said_to_grow_the_log(tmp_path: Path) -> None:
     notes, _ = _plan(tmp_path, "  h: {env: {NCCL_DEBUG_SUBSYS: 'INIT,ENV,TUNING'}}\n")
     assert any("TUNING" in n and "verification deploy" in n for n in notes)
+
+
+def test_the_hosts_nccl_release_is_read_from_its_wheel_and_decides_the_offer(tmp_path: Path) -> None:
+    from fabfile.remote.facts import nccl_info
+
+    site = tmp_path / "site-packages"
+    (site / "nvidia_nccl_cu12-2.21.5.dist-info").mkdir(parents=True)
+    assert nccl_info(str(site)) == {"version": "2.21.5", "source": "nvidia-nccl-cu12"}
+    assert nccl_info(str(tmp_path)) is None
+    p = tmp_path / "inventory.yaml"
+    p.write_text("defaults: {python: /v/bin/python3, model: /m, draft_model: /d, gpus: 8, tp: 8}\nhosts:\n"
+                 "  h: {nccl_preset: pcie}\n")
+    plan = build(inventory.load(p).hosts["h"], Options(steps=3))
+    old = [n for n in for_version(plan, "0.5.16", "2.21.5").notes if n.startswith("NCCL_PROTO=LL")]
+    new = [n for n in for_version(plan, "0.5.16", "2.28.9").notes if n.startswith("NCCL_PROTO=LL")]
+    assert len(old) == len(new) == 1 and "per-collective" not in old[0] and "allreduce:LL,Simple" in new[0]

@@ -330,7 +330,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     return for_version(plan, sglang_version)
 
 
-def for_version(plan: Plan, sglang_version: str | None) -> Plan:
+def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None = None) -> Plan:
     """Decide how secrets reach the server and render the script: the inventory's ``env`` from a 0600 file the
     script sources; secret flags in SGLang's ``--config`` file where the version has it (None: assume it has),
     else on the command line, with a note saying so."""
@@ -339,7 +339,7 @@ def for_version(plan: Plan, sglang_version: str | None) -> Plan:
     launch = list(plan.argv)
     from fabfile.plan.ncclnotes import nccl_notes
 
-    advice = tuple(nccl_notes({**plan.expected, **plan.nccl_logging}, plan.argv, sglang_version))
+    advice = tuple(nccl_notes({**plan.expected, **plan.nccl_logging}, plan.argv, sglang_version, nccl_version))
     notes = [n for n in plan.notes if n not in plan.nccl_advice] + list(advice)
     config_file = f"{deploys}/{plan.deploy_id}.yaml" if secret_cfg else ""
     if secret_cfg:
