@@ -484,6 +484,8 @@ SWEEP_HELP = {
             "(pcie, none = no NCCL tuning variables) or host (the inventory's own), e.g. pcie,none",
     "nccl_env": "NCCL values to try, laid over each --nccl candidate: 'NCCL_PROTO=LL|Simple|-' (- = unset; "
                 "several variables separated by spaces are crossed); checked with NCCL's own parsing rules",
+    "resume": "OUT/<host>/sweep-<id>: continue that interrupted or failed sweep (run with the same flags and "
+              "inventory): what it measured on the same deploy plans is kept, the rest is measured",
     "adaptive": "add SGLang's own --speculative-adaptive (it moves the step count itself, starting from the "
                 "largest --steps; releases 0.5.11 and later) as a configuration, with the step count it settled on",
     "max_ttft_ms": "service limit: the winner (per concurrency level) is the fastest configuration whose median "
@@ -522,7 +524,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
           out: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
           max_tpot_ms: Any = None, min_tok_s: Any = None, nccl: Any = None, nccl_env: Any = None,
-          adaptive: bool = False) -> None:
+          adaptive: bool = False, resume: Any = None) -> None:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
@@ -567,7 +569,14 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
-                        predict=predict, limits=limits))
+                        predict=predict, limits=limits, resume=_resume_path(resume)))
+
+
+def _resume_path(value: Any) -> Any:
+    from pathlib import Path
+
+    path = _local_path("--resume", value)
+    return None if path is None else Path(path).expanduser()
 
 
 def _adaptive(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fabfile.commands.bench import BenchParams, run_bench, save_local
-from fabfile.errors import SpecDeployError, SweepError
+from fabfile.errors import FlagError, SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.sla import Limits, broken
 from fabfile.plan.sweep_plan import Config, add_predictions, level_rows, measurement_order, predict_from_rows
@@ -199,23 +199,26 @@ class _Run:
 
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,
               runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
-              limits: Limits | None = None) -> int:
+              limits: Limits | None = None, resume: Path | None = None) -> int:
     from fabfile.plan.analysis import analyze_sweep
     from fabfile.present.report import print_sweep, write_outputs
 
     levels = levels or [params.concurrency]
+    saved = load_resume(resume, host, cfgs, params, levels, predict) if resume is not None else None
     _check_adaptive(inv, host, cfgs)
-    sweep_id = new_sweep_id()
+    sweep_id = saved["sweep_id"] if saved else new_sweep_id()
     runs = Path(runs_dir)
     order, held_back, notes = measurement_order(cfgs, predict)
     doc: dict[str, Any] = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "params": asdict(params), "configs": [c.name for c in cfgs], "rows": [],
                            "concurrency_levels": levels, "predict": predict, "grid_loads": len(cfgs),
-                           "model_loads": 0, "notes": notes}
-    run = _Run(inv, host, params, runs, runs / host.name / f"sweep-{sweep_id}", levels,
-               SweepProgress(host.name, len(order)), doc)
+                           "model_loads": 0, "notes": notes, "plan_hashes": {c.name: c.plan_hash for c in cfgs}}
+    kept = _resumed(doc, saved, resume) if saved else set()
+    todo = [c for c in order if c.name not in kept]
+    out_dir = _resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
+    run = _Run(inv, host, params, runs, out_dir, levels, SweepProgress(host.name, len(todo)), doc)
     try:
-        for cfg in order:
+        for cfg in todo:
             run.one(cfg)
         if held_back:
             _measure_predicted_winners(run, held_back)
@@ -238,6 +241,48 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     failed = [r for r in run.rows if not r.get("ok")]
     unmet = bool((doc.get("sla") or {}).get("unmet_levels"))
     return 1 if failed or unmet or doc.get("running") is None else 0
+
+
+def _resume_dir(path: Path) -> Path:
+    return path.parent if path.name == "sweep.json" else path
+
+
+def load_resume(path: Path, host: Host, cfgs: list[Config], params: BenchParams, levels: list[int],
+                predict: bool) -> dict[str, Any]:
+    """The saved sweep ``--resume DIR`` names, when it is this very sweep: the same configurations with the same
+    deploy plans (plan hashes), benchmark parameters and levels; FlagError (exit 2) otherwise, nothing started."""
+    f = _resume_dir(path) / "sweep.json"
+    try:
+        saved = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise FlagError(f"--resume: cannot read {f} ({e})", "name the sweep-<id> folder an interrupted sweep "
+                        "printed") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("rows"), list):
+        raise FlagError(f"--resume: {f} is not a sweep's sweep.json")
+    want = {c.name: c.plan_hash for c in cfgs}
+    hint = "run the same `inv sweep` command with the same inventory, or start a new sweep without --resume"
+    if saved.get("host") != host.name:
+        raise FlagError(f"--resume: {f} is a sweep of host {saved.get('host')}, not {host.name}", hint)
+    if saved.get("configs") != list(want) or not isinstance(saved.get("plan_hashes"), dict):
+        raise FlagError(f"--resume: {f} swept other configurations ({', '.join(saved.get('configs') or [])})", hint)
+    changed = [n for n, h in want.items() if saved["plan_hashes"].get(n) != h]
+    if changed:
+        raise FlagError(f"--resume: the deploy plan of {', '.join(changed)} changed since {f} was saved (the "
+                        "inventory or the flags differ): its measurements are of another plan", hint)
+    if saved.get("params") != json.loads(json.dumps(asdict(params))) or saved.get("concurrency_levels") != levels \
+            or bool(saved.get("predict")) != predict:
+        raise FlagError(f"--resume: {f} was benchmarked with other parameters (load, levels or --predict)", hint)
+    return saved
+
+
+def _resumed(doc: dict[str, Any], saved: dict[str, Any], resume: Path | None) -> set[str]:
+    """Carry the saved sweep's measured rows (failed and predicted ones are measured again) into ``doc``."""
+    rows = [r for r in saved["rows"] if r.get("ok") and r.get("measured", True)]
+    doc.update(rows=rows, started_at=saved.get("started_at", doc["started_at"]),
+               model_loads=int(saved.get("model_loads") or 0),
+               resumed={"from": str(resume), "kept": [r["config"] for r in rows],
+                        "interrupted": saved.get("interrupted")})
+    return {str(r["config"]) for r in rows}
 
 
 def _check_adaptive(inv: Inventory, host: Host, cfgs: list[Config]) -> None:
@@ -277,7 +322,8 @@ def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
 def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | None = None) -> None:
     """Choose the winner (or ``--keep``) and leave it running: deployed again unless it is what runs already."""
     doc = run.doc
-    running = _running_config(run.rows)  # before the predicted rows join the table
+    # before the predicted rows join the table; a resumed sweep that measured nothing new cannot tell what runs
+    running = _running_config(run.rows) if run.index else None
     add_predictions(doc, cfgs)
     doc.update(choose(run.rows, keep, run.levels, limits))
     if doc["kept"] is None:

@@ -21,6 +21,7 @@ class Config:
     nccl: str = ""  # the NCCL candidate's name (sweep_nccl), "" for the host's own settings
     host: Host | None = None  # the host with that candidate's NCCL values (None: the host as inventoried)
     adaptive: bool = False  # SGLang's --speculative-adaptive: it moves the step count itself (steps = the start)
+    plan_hash: str = ""  # the deploy plan's identity (same inventory and flags, same hash): what --resume checks
 
 
 ADAPTIVE_FLAG = "--speculative-adaptive"
@@ -54,7 +55,7 @@ def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None
             seen.add(name)
             spec = _spec_of(plan.argv)
             out.append(Config(name, spec[0], spec[1], spec[2], opts, cand.name if cand else "",
-                              h if cand is not None else None))
+                              h if cand is not None else None, plan_hash=plan.plan_hash))
 
     add(replace(base, steps=0))
     for s in steps:
@@ -71,9 +72,10 @@ def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None
         for cand in list(nccl) if nccl else [None]:
             h = adaptive_host(apply(host, cand) if cand is not None else host)
             opts = replace(base, steps=start, topk=1)
-            build(h, opts)  # validated like every configuration
+            plan = build(h, opts)  # validated like every configuration
             name = "eagle3-adaptive" + (f"@{cand.name}" if cand is not None else "")
-            out.append(Config(name, start, 1, None, opts, cand.name if cand else "", h, adaptive=True))
+            out.append(Config(name, start, 1, None, opts, cand.name if cand else "", h, adaptive=True,
+                              plan_hash=plan.plan_hash))
     return out
 
 
