@@ -130,6 +130,12 @@ PLUGIN_SYSTEM = "0.5.11"
 ACCEPT_RATE_PER_DRAFT = "0.5.11"
 # ``meta_info.spec_correct_drafts_histogram`` and ``spec_num_correct_drafts`` counters (tokenizer_manager.py).
 CORRECT_DRAFTS_HISTOGRAM = "0.5.12"
+# ``--speculative-adaptive`` (+ ``--speculative-adaptive-config``; server_args.py, speculative/adaptive_spec_params.py):
+# SGLang moves the step count itself (topk 1) [test_sweep_adaptive::test_the_boundaries_match_the_wheels].
+SPECULATIVE_ADAPTIVE = "0.5.11"
+# The ``sglang:spec_num_steps`` / ``sglang:spec_num_draft_tokens`` gauges (observability/metrics_collector.py): the
+# step count the adaptive mode is on [test_sweep_adaptive::test_the_boundaries_match_the_wheels].
+SPEC_NUM_STEPS_GAUGE = "0.5.13"
 # ``/ready`` (http_server.py): 200 once the server is up, answered at once
 # [test_sglang_versions::test_probe_fits_the_health_endpoint_of_the_release].
 READY_ENDPOINT = "0.5.20"

@@ -108,6 +108,9 @@ class ServerArgs:
     speculative_accept_threshold_acc: float = 1.0
     speculative_token_map: str | None = None
     speculative_attention_mode: str = "prefill"
+    # 0.5.11+ (the flags exist only there); left out of the printed server_args like the other version-only fields
+    speculative_adaptive: bool = dataclasses.field(default=False, repr=False)
+    speculative_adaptive_config: str | None = dataclasses.field(default=None, repr=False)
 
     # Kernels / optimisation
     attention_backend: str | None = None
@@ -282,6 +285,9 @@ class ServerArgs:
         a("--speculative-num-steps", type=int, default=None)
         a("--speculative-eagle-topk", type=int, default=None)
         a("--speculative-num-draft-tokens", type=int, default=None)
+        if ver >= (0, 5, 11):  # the wheels: --speculative-adaptive and its config JSON from 0.5.11
+            a("--speculative-adaptive", action="store_true")
+            a("--speculative-adaptive-config", type=str, default=None)
         a("--speculative-accept-threshold-single", type=float, default=1.0)
         a("--speculative-accept-threshold-acc", type=float, default=1.0)
         a("--speculative-token-map", type=str, default=None)

@@ -145,6 +145,12 @@ class ServerState:
                          "The average acceptance length of speculative decoding.", g.last_accept_length))
             rows.append(("sglang:spec_accept_rate", "gauge",
                          "The average acceptance rate of speculative decoding.", g.last_accept_rate))
+            if runtime.version() >= (0, 5, 13):  # the wheels: the active tier's gauges from 0.5.13
+                rows.append(("sglang:spec_num_steps", "gauge", "Currently active speculative_num_steps.",
+                             float(g.steps)))
+                rows.append(("sglang:spec_num_draft_tokens", "gauge",
+                             "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+                             float(g.num_draft)))
         out: list[str] = []
         for name, kind, help_, value in rows:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)}"]

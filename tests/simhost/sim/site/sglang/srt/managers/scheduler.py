@@ -73,6 +73,7 @@ class Scheduler:
             "status": "ready",
             "pid": os.getpid(),
             "tp_rank": self.tp_rank,
+            "gpu_id": self.tp_worker.model_runner.gpu_id,
             "max_total_num_tokens": self.max_total_num_tokens,
             "max_req_input_len": self.context_len - 1,
             "context_len": self.context_len,
