@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-# Releases read only for the NCCL table (boundaries between the matrix versions), besides the matrix itself.
+# The oldest release `python -m tests.contract --all` checks (the newest is the index's).
+OLDEST = "0.4.5"
+# Releases read only for the generated tables (fabfile/remote/sglang_env_facts.py, fabfile/plan/sglang_spec_facts.py),
+# besides the matrix: the boundaries where a release's facts differ from the release read before it. A host's
+# version is looked up as the nearest release read that is not newer; `--all` names any release that would get
+# another release's facts (add it here).
 ENV_EXTRA = ["0.5.1", "0.5.2", "0.5.4", "0.5.5", "0.5.6", "0.5.8", "0.5.10", "0.5.11", "0.5.13", "0.5.14",
              "0.5.15", "0.5.17", "0.5.19", "0.5.21", "0.5.22"]
 

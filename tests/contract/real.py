@@ -694,7 +694,10 @@ SPEC_ARCHS = ["LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV3ForCausalLM", "
 def spec_defaults(w: Wheel, arch: str, algorithm: str) -> tuple[int, int, int] | None:
     """(steps, topk, draft tokens) SGLang picks when ``--speculative-num-steps`` is not given: the wheel's own
     ``auto_choose_speculative_params`` compiled alone and run on a model of architecture ``arch``."""
+    import builtins
     import json
+    import os
+    import tempfile
     import types
 
     hf = types.SimpleNamespace(architectures=[arch])
@@ -710,15 +713,20 @@ def spec_defaults(w: Wheel, arch: str, algorithm: str) -> tuple[int, int, int] |
         fn = fns[0]
         fn.decorator_list = []
         names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
-        glb: dict[str, Any] = {name: _Stub() for name in names}
-        glb.update(json=json, get_config=lambda *a, **k: hf, resolving_view=lambda x: x)
+        # Builtins stay themselves: a stubbed ValueError cannot be raised (0.4.x raises one when the model has no
+        # config.json), a stubbed open() reads nothing.
+        glb: dict[str, Any] = {name: _Stub() for name in names if not hasattr(builtins, name)}
+        glb.update(json=json, os=os, get_config=lambda *a, **k: hf, resolving_view=lambda x: x)
         exec(compile(ast.Module(body=[fn], type_ignores=[]), f"<{w.version} {member}>", "exec"), glb)
-        args = _Args({"speculative_algorithm": algorithm, "model_path": "/m", "json_model_override_args": "{}",
-                      "trust_remote_code": False, "revision": None})
-        args.get_model_config = lambda: types.SimpleNamespace(hf_config=hf)  # type: ignore[attr-defined]
-        args.get_hf_config = lambda: hf  # type: ignore[attr-defined]
-        func = glb[fn.name]
-        got = func(args, arch) if len(fn.args.args) == 2 else func(args)
+        with tempfile.TemporaryDirectory(prefix="contract-model-") as model:
+            # Up to 0.4.x the function reads <model_path>/config.json itself.
+            Path(model, "config.json").write_text(json.dumps({"architectures": [arch]}))
+            args = _Args({"speculative_algorithm": algorithm, "model_path": model, "json_model_override_args": "{}",
+                          "trust_remote_code": False, "revision": None, "decrypted_config_file": None})
+            args.get_model_config = lambda: types.SimpleNamespace(hf_config=hf)  # type: ignore[attr-defined]
+            args.get_hf_config = lambda: hf  # type: ignore[attr-defined]
+            func = glb[fn.name]
+            got = func(args, arch) if len(fn.args.args) == 2 else func(args)
         return (int(got[0]), int(got[1]), int(got[2]))
     return None
 
