@@ -2,8 +2,9 @@
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
 regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and
-``fabfile/plan/sglang_spec_facts.py`` (all matrix versions;
-the NCCL table also reads ``ENV_EXTRA``). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or the index.
+``fabfile/plan/sglang_spec_facts.py`` (all matrix versions; the tables also read ``ENV_EXTRA`` and
+``SPEC_EXTRA``, the releases where facts change between them). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or
+the index.
 
 ``--all`` checks every release on the index from ``OLDEST`` to the newest instead of the matrix (minutes; never
 part of ``./dev test``, which stays on the pinned matrix): the contract, and that the generated tables, looked up
@@ -21,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from tests.contract import ENV_EXTRA, OLDEST, envfacts, matrix, real, sim, specfacts, table, version_key
+from tests.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table, version_key
 
 
 def table_lookups(w: real.Wheel) -> list[str]:
@@ -71,9 +72,10 @@ def main(argv: list[str]) -> int:
         # First, so that the --all lookups below read the tables as they are committed.
         env = {}
         spec = {}
-        for v in sorted(set(matrix()) | set(ENV_EXTRA), key=version_key):
+        for v in sorted(set(matrix()) | set(ENV_EXTRA) | set(SPEC_EXTRA), key=version_key):
             w = real.Wheel(fetch_wheel(v)["path"])
-            env[v] = envfacts.version_facts(w)
+            if v not in SPEC_EXTRA:
+                env[v] = envfacts.version_facts(w)
             spec[v] = specfacts.version_facts(w)
         (table.ROOT / "fabfile" / "remote" / "sglang_env_facts.py").write_text(envfacts.render(env))
         (table.ROOT / "fabfile" / "plan" / "sglang_spec_facts.py").write_text(specfacts.render(spec))

@@ -311,7 +311,16 @@ def decode_batch(w: Wheel) -> dict[str, Any]:
     if found is None:
         return {}
     member, fn = found
-    pieces = _msg_templates(fn)
+    pieces = []
+    for p in _msg_templates(fn):
+        # Up to 0.4.5.post3 each branch builds the whole line in one f-string: split it where later releases do.
+        body = re.search(r"accept len|cuda graph|gen throughput", p) if p.startswith("Decode batch") else None
+        if body is None:
+            pieces.append(p)
+            continue
+        tail_at = re.search(r"cuda graph|gen throughput", p)
+        pieces += [p[: body.start()]] + ([p[body.start(): tail_at.start()]] if tail_at and tail_at.start() >
+                                         body.start() else []) + ([p[tail_at.start():]] if tail_at else [])
     head_piece = next((p for p in pieces if p.startswith("Decode batch")), "")
     m = re.match(r"Decode batch( \[\{\}\]|\{\})?([.,])", head_piece)
     head = "Decode batch" + ((m.group(1) if m and m.group(1) == " [{}]" else "") + m.group(2) if m else "?")
@@ -427,9 +436,26 @@ def titles(w: Wheel) -> dict[str, Any]:
                             if name:
                                 parts.append((name.group(1), on))
                 parts.sort(key=lambda p: 0)  # keep source order (ast.walk visits Ifs in order here)
+                if not parts:
+                    parts = _assigned_title_parts(fn)
             else:
                 literal.add(re.sub(r"\{[^{}]*\}", "{}", t))
     return {"scheduler_parts": [f"{n}:{on}" for n, on in parts], "other": sorted(literal)}
+
+
+def _assigned_title_parts(fn: ast.AST) -> list[tuple[str, str]]:
+    """Up to 0.4.6.post1 the prefix is assigned whole, ``prefix = f" TP{tp_rank}"`` or, with a DP rank,
+    ``f" DP{dp_rank} TP{tp_rank}"``: a part in every assignment is always there (``always``), the others come
+    with the DP rank."""
+    shapes = []
+    for st in ast.walk(fn):
+        if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id == "prefix"):
+            shapes.append(re.findall(r"([A-Z_]+)\{", _template(st.value) or ""))
+    if not shapes:
+        return []
+    longest = max(shapes, key=len)
+    return [(n, "always" if all(n in sh for sh in shapes) else "dp") for n in longest]
 
 
 def render_scheduler_title(parts: list[str], ctx: dict[str, Any]) -> str:
@@ -439,7 +465,7 @@ def render_scheduler_title(parts: list[str], ctx: dict[str, Any]) -> str:
     prefix = ""
     for p in parts:
         name, on = p.split(":", 1)
-        active = ctx.get("dp_rank") is not None if on == "dp" else int(ctx.get(on, 1)) > 1
+        active = (on == "always" or (ctx.get("dp_rank") is not None if on == "dp" else int(ctx.get(on, 1)) > 1))
         if active:
             prefix += f" {name}{ctx.get(ranks.get(name, ''), 0)}"
     return "sglang::scheduler" + prefix.replace(" ", "_")

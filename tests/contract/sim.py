@@ -251,11 +251,12 @@ def facts(version: str, real_flags: dict[str, Any] | None = None) -> dict[str, A
         probed = inst.probe()
         extra = ["--ep-size", "2"] if "--ep-size" in probed["flags"] else []
         run = inst.launch(extra)
-        pp = inst.launch([*extra, "--pp-size", "2"], full=False)
-    return {"version": version, **probed, **run, "ep": bool(extra), "pp_titles": pp["titles"]}
+        # no pipeline parallelism before 0.4.6.post2
+        pp = inst.launch([*extra, "--pp-size", "2"], full=False) if "--pp-size" in probed["flags"] else None
+    return {"version": version, **probed, **run, "ep": bool(extra), "pp_titles": pp["titles"] if pp else None}
 
 
 def decode_template(line: str) -> str:
     """A logged ``Decode batch`` line with its values replaced by ``{}`` (the log prefix dropped)."""
     body = re.sub(r"^Decode batch \[\d+\]", "Decode batch [{}]", line[line.find("Decode batch"):])
-    return re.sub(r": (?:[-+]?\d+(?:\.\d+)?|True|False)", ": {}", body)
+    return re.sub(r": (?:\d{4}-\d\d-\d\dT[\d:.]+|[-+]?\d+(?:\.\d+)?|True|False)", ": {}", body)

@@ -143,10 +143,16 @@ def rows(w: real.Wheel, rf: dict[str, Any], sf: dict[str, Any]) -> list[Row]:
     add("Decode batch: head", db.get("head"), head.group(0) if head else None)
     spec = re.search(r"accept len: \{\}, (?:accept rate: \{\}, )?", tmpl or "")
     add("Decode batch: speculative fields", db.get("spec"), spec.group(0) if spec else None)
-    tail = re.search(r"cuda graph: .*$", tmpl or "")
+    tail = re.search(r"(?:cuda graph: |gen throughput).*$", tmpl or "")  # no cuda graph field up to 0.4.6.post3
     add("Decode batch: tail (cuda graph, gen throughput, #queue-req)", db.get("tail"),
         tail.group(0) if tail else None)
-    add("Decode batch: accept rate means", db.get("accept_rate"), _rate_meaning(line, 4) if line else None)
+    seen = _rate_meaning(line, 4) if line else None
+    # The probe runs 3 steps, topk 1, 4 draft tokens: steps + 1 == draft tokens, so the logged number cannot tell
+    # these two apart; either matches (the simulator's source divides as the release does).
+    same = {"accept_len / draft_tokens", "accept_len / (steps + 1)"}
+    add("Decode batch: accept rate means", db.get("accept_rate"),
+        "accept_len / draft_tokens = accept_len / (steps + 1) here" if seen in same else seen,
+        db.get("accept_rate") == seen or (seen in same and db.get("accept_rate") in same))
 
     sal = sf["server_args_line"] or ""
     shape = "server_args=ServerArgs(" if sal.startswith("server_args=ServerArgs(") else (
@@ -164,10 +170,14 @@ def rows(w: real.Wheel, rf: dict[str, Any], sf: dict[str, Any]) -> list[Row]:
     # among SGLang's four.
     ctxs = [{"tp_size": 2, "ep_size": ep, "pp_size": 2, "tp_rank": i, "ep_rank": i, "pp_rank": pp}
             for pp in range(2) for i in range(2)]
-    want_pp = sorted(real.render_scheduler_title(parts, c) for c in ctxs)
-    got_pp = sorted(t for t in sf["pp_titles"] if t.startswith("sglang::scheduler"))
-    add(f"scheduler titles, TP 2{' EP 2' if ep > 1 else ''} PP 2 (simulator: stage 0 only)", want_pp, got_pp,
-        bool(got_pp) and set(got_pp) <= set(want_pp))
+    fact = f"scheduler titles, TP 2{' EP 2' if ep > 1 else ''} PP 2 (simulator: stage 0 only)"
+    if "--pp-size" not in rflags or sf["pp_titles"] is None:
+        add(fact, "no --pp-size" if "--pp-size" not in rflags else "has --pp-size",
+            "no --pp-size" if sf["pp_titles"] is None else "has --pp-size")
+    else:
+        want_pp = sorted(real.render_scheduler_title(parts, c) for c in ctxs)
+        got_pp = sorted(t for t in sf["pp_titles"] if t.startswith("sglang::scheduler"))
+        add(fact, want_pp, got_pp, bool(got_pp) and set(got_pp) <= set(want_pp))
     add("scheduler title parts, in order (SGLang's source)", parts, "—", True)
     add("detokenizer title", "sglang::detokenizer" if "sglang::detokenizer" in rf["titles"]["other"] else None,
         "sglang::detokenizer" if "sglang::detokenizer" in sf["titles"] else None)
