@@ -25,27 +25,6 @@ from typing import Any
 from tests.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table, version_key
 
 
-def table_lookups(w: real.Wheel) -> list[str]:
-    """Where the committed tables, looked up for this release as the tool does, differ from its own wheel."""
-    from fabfile.plan import versioncheck
-    from fabfile.remote.sglangnccl import sglang_env_facts_for
-
-    bad = []
-    env_from, env = sglang_env_facts_for(w.version)
-    if env != envfacts.version_facts(w):
-        bad.append(f"fabfile/remote/sglang_env_facts.py gives {w.version} the NCCL writes of {env_from}")
-    found = versioncheck.facts_for(w.version)
-    want = specfacts.version_facts(w)
-    if found is None:
-        bad.append(f"fabfile/plan/sglang_spec_facts.py has nothing for {w.version}")
-    else:
-        release, facts, flags = found
-        got = {k: v for k, v in facts.items() if not k.startswith("flags")}
-        if sorted(flags) != want["flags"] or got != {k: v for k, v in want.items() if k != "flags"}:
-            bad.append(f"fabfile/plan/sglang_spec_facts.py gives {w.version} the launch facts of {release}")
-    return bad
-
-
 def _fetch_all(versions: list[str]) -> dict[str, dict[str, Any]]:
     """The wheels, four downloads at a time (each is fetched once per cache; most are a few MB)."""
     from tests.test_patch_wheels import fetch_wheel
@@ -93,7 +72,7 @@ def main(argv: list[str]) -> int:
             if not args.all:
                 raise
             rows = [table.Row("the check ran", f"{type(e).__name__}: {e}", "—", False)]
-        lookups = table_lookups(w) if args.all else []
+        lookups = table.lookups(w) if args.all else []
         results[v] = rows
         meta[v] = infos[v]["path"].name
         for r in rows:

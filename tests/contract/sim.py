@@ -213,7 +213,13 @@ class SimInstall:
                     continue
 
     def _observe(self, p: subprocess.Popen[bytes], log: Path, port: int, full: bool) -> dict[str, Any]:
+        # The launcher is ready once its schedulers are; the detokenizer (a spawned child, not waited for, as in
+        # SGLang) may still be importing on a loaded machine: give it time to set its title.
+        deadline = time.monotonic() + 30
         titles = sorted({_title(c) for c in _children(p.pid)} - {""})
+        while "sglang::detokenizer" not in titles and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+            titles = sorted({_title(c) for c in _children(p.pid)} - {""})
         base = f"http://127.0.0.1:{port}"
         routes: dict[str, str | None] = {}
         # Does /health run a generate? Its one-token request leaves a "Prefill batch" line in the log.

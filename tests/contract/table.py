@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.contract import real
+from tests.contract import envfacts, real, specfacts
 from tests.contract.sim import ENV_SCENARIOS, decode_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,6 +243,27 @@ def every_section(doc: str) -> str:
     """The every-release table of a committed doc (empty when it has none)."""
     a, b = doc.find(EVERY_BEGIN), doc.find(EVERY_END)
     return doc[a : b + len(EVERY_END)] + "\n" if a >= 0 and b > a else ""
+
+
+def lookups(w: real.Wheel) -> list[str]:
+    """Where the committed tables, looked up for this release as the tool does, differ from its own wheel."""
+    from fabfile.plan import versioncheck
+    from fabfile.remote.sglangnccl import sglang_env_facts_for
+
+    bad = []
+    env_from, env = sglang_env_facts_for(w.version)
+    if env != envfacts.version_facts(w):
+        bad.append(f"fabfile/remote/sglang_env_facts.py gives {w.version} the NCCL writes of {env_from}")
+    found = versioncheck.facts_for(w.version)
+    want = specfacts.version_facts(w)
+    if found is None:
+        bad.append(f"fabfile/plan/sglang_spec_facts.py has nothing for {w.version}")
+    else:
+        release, facts, flags = found
+        got = {k: v for k, v in facts.items() if not k.startswith("flags")}
+        if sorted(flags) != want["flags"] or got != {k: v for k, v in want.items() if k != "flags"}:
+            bad.append(f"fabfile/plan/sglang_spec_facts.py gives {w.version} the launch facts of {release}")
+    return bad
 
 
 def real_facts(w: real.Wheel) -> dict[str, Any]:
