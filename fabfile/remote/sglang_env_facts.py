@@ -12,9 +12,9 @@ Keys are the releases read; a host version between two keys has the facts of the
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any
 
-NCCL_WRITES: Dict[str, List[Dict[str, Any]]] = {'0.4.5': [{'var': 'NCCL_CUMEM_ENABLE',
+NCCL_WRITES: dict[str, list[dict[str, Any]]] = {'0.4.5': [{'var': 'NCCL_CUMEM_ENABLE',
             'action': 'overrides',
             'value': '0',
             'value_from': None,
