@@ -18,6 +18,7 @@ costs are the single-stream ones. The engine sleeps each cost times ``time_scale
 
 from __future__ import annotations
 
+import datetime
 import queue
 import random
 import threading
@@ -261,10 +262,11 @@ class Generator:
         now = time.perf_counter()
         gap = max(now - self.window_start, 1e-9)
         self.last_gen_throughput = self.window_tokens / gap
-        # "Decode batch." until 0.5.3, "Decode batch [<forward ct>]," in 0.5.4, "Decode batch," from 0.5.5
+        # "Decode batch." until 0.5.3.x, "Decode batch [<forward ct>]," in 0.5.4 (not its post releases),
+        # "Decode batch," from 0.5.4.post1
         if self.ver < (0, 5, 4):
             head = "Decode batch."
-        elif self.ver < (0, 5, 5):
+        elif self.ver < (0, 5, 4, 1):
             head = f"Decode batch [{self.forward_ct}],"
         else:
             head = "Decode batch,"
@@ -275,19 +277,21 @@ class Generator:
             self.last_accept_length = al
             if self.ver >= (0, 5, 11):
                 rate = (al - 1) / (self.num_draft - 1) if self.num_draft > 1 else 0.0
-            elif self.ver >= (0, 5, 6):
+            elif self.ver >= (0, 5, 5, 3):
                 rate = al / self.num_draft if self.num_draft else 0.0
-            else:  # 0.5.4-0.5.5 divide by steps + 1, whatever the draft-token count (topk > 1)
+            else:  # 0.5.3.post2-0.5.5.post2 divide by steps + 1, whatever the draft-token count (topk > 1)
                 rate = al / (self.steps + 1)
             self.last_accept_rate = rate
             msg += f"accept len: {al:.2f}, "
-            if self.ver >= (0, 5, 4):
+            if self.ver >= (0, 5, 3, 2):
                 msg += f"accept rate: {rate:.2f}, "
-        msg += (
-            f"cuda graph: {not self.sa.disable_cuda_graph}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
-        )
-        if (0, 5, 1) <= self.ver < (0, 5, 9):  # the trailing ", " of 0.5.1-0.5.8 (not 0.4.x, gone in 0.5.9)
+        if self.ver >= (0, 4, 6, 4):
+            msg += f"cuda graph: {not self.sa.disable_cuda_graph}, "
+        msg += f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
+        if (0, 4, 9, 1) <= self.ver < (0, 4, 9, 3):
+            msg += f", timestamp: {datetime.datetime.now().isoformat()}"
+        # the trailing ", " of 0.4.5.x and 0.4.9.post3-0.5.8 (gone in 0.5.9)
+        if self.ver < (0, 4, 6) or (0, 4, 9, 3) <= self.ver < (0, 5, 9):
             msg += ", "
         self.window_tokens = 0
         self.window_forward_ct = 0
