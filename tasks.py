@@ -137,8 +137,16 @@ def _accept_gate(value: Any) -> float | None:
     return x
 
 
+def _measure_flag(measure: bool, no_measure: bool) -> bool | None:
+    from fabfile.errors import FlagError
+
+    if measure and no_measure:
+        raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
+    return True if measure else False if no_measure else None
+
+
 def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
-             accept_gate: Any = None) -> Any:
+             accept_gate: Any = None, measure: bool | None = None) -> Any:
     from fabfile.errors import FlagError
     from fabfile.inventory.hosts import PATCH_MODES
     from fabfile.plan.deploy_plan import Options
@@ -147,7 +155,8 @@ def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout:
         raise FlagError(f"--patch-mode: unknown mode {patch_mode!r}; choose one of {', '.join(PATCH_MODES)}")
     return Options(steps=_int("--steps", steps), topk=_int("--topk", topk, 1),
                    draft_tokens=_int("--draft-tokens", draft_tokens, 1), patch_mode=patch_mode,
-                   timeout=_float("--timeout", timeout), verify=verify, accept_gate=_accept_gate(accept_gate))
+                   timeout=_float("--timeout", timeout), verify=verify, accept_gate=_accept_gate(accept_gate),
+                   measure=measure)
 
 
 DEPLOY_HELP = {
@@ -170,6 +179,10 @@ DEPLOY_HELP = {
                            "(default: hosts already deployed stay on the new version)",
     "lock_wait": "when another deploy holds a host, wait for it up to this many seconds, showing its step "
                  "(default: timeouts.lock_wait, 600; 0 = fail at once)",
+    "measure": "turn SGLang's per-phase GPU timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, "
+               "SGLang 0.5.11+): bench, sweep and explain then show measured phases (default: the inventory's "
+               "`measure`; unset, on only for a sweep's deploys)",
+    "no_measure": "turn the device timer off, whatever the inventory says",
 }
 LOCK_WAIT_HELP = DEPLOY_HELP["lock_wait"]
 
@@ -180,14 +193,15 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
-           lock_wait: Any = None) -> None:
+           lock_wait: Any = None, measure: bool = False, no_measure: bool = False) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
     from fabfile.errors import FlagError
 
     inv = _lock_wait(_inventory(inventory), lock_wait)
-    opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
+    opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate,
+                    measure=_measure_flag(measure, no_measure))
     if strategy is not None and strategy not in STRATEGIES:
         raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
     if batch is not None and strategy == "parallel":
@@ -231,13 +245,15 @@ def _render(inv: Any, hosts: list[Any], opts: Any, as_json: bool) -> None:
 
 
 @task(help={k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
-                                        "inventory")})
+                                        "inventory", "measure", "no_measure")})
 @cli
 def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
-           patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None) -> None:
+           patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
+           measure: bool = False, no_measure: bool = False) -> None:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     inv = _inventory(inventory)
-    _render(inv, inv.select(host), _options(steps, topk, draft_tokens, patch_mode, timeout), json)
+    _render(inv, inv.select(host), _options(steps, topk, draft_tokens, patch_mode, timeout,
+                                            measure=_measure_flag(measure, no_measure)), json)
 
 
 @task(help={"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,

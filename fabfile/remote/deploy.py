@@ -9,12 +9,13 @@ client re-attaches to. Any failure after the start tears the new server down: no
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
 from . import gpus, procs, records, server, stop
-from .common import CONTEXT, AgentError, EventSink, expand, unexpected
+from .common import CONTEXT, AgentError, EventSink, ensure_private_dir, expand, unexpected
 from .lock import DeployLock
 from .prefetch import Prefetch
 from .protocol import DeployRequest, GateSpec, GatherRequest, VerifySpec
@@ -76,7 +77,7 @@ def schedulers_of(pid: int) -> list[dict[str, Any]]:
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
          "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch",
-         "expected", "nccl_debug", "gates")
+         "expected", "nccl_debug", "gates", "profile_dir", "measure")
 
 
 def _previous(state_dir: str) -> dict[str, Any] | None:
@@ -116,6 +117,7 @@ def _new_record(req: DeployRequest) -> dict[str, Any]:
         "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
         "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
         "expected": expected_of(req),
+        "measure": bool(req.get("measure")), "profile_dir": req.get("profile_dir"),
         "request": {k: req.get(k) for k in _KEEP},
     }
 
@@ -167,6 +169,20 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
         lock.release()
 
 
+def ensure_profile_dir(path: str) -> None:
+    """SGLang's profiler writes its traces here (SGLANG_TORCH_PROFILER_DIR): a private directory of the deploying
+    user, made before the server starts. Not ``/tmp`` (SGLang's default, every account's), never through a symlink,
+    even one of our own: a trace written through a planted link lands wherever the link points."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise AgentError("unsafe_path", f"the profiles directory {path} is a symlink; the profiler would write "
+                         "through it", f"remove the link ({path}); the next deploy creates the directory itself")
+    ensure_private_dir(path, "the profiles directory")
+
+
 class _Sequence:
     """The steps after the lock, in order: ``prepare`` (patch, stop stale, GPU-clean gate), ``launch`` (start, wait
     ready), ``finish`` (gates, verify env, record); ``fail`` tears down a server this deploy started."""
@@ -202,6 +218,8 @@ class _Sequence:
                   f"started {_now()} ===")
 
         def start() -> dict[str, Any]:
+            if req.get("profile_dir"):
+                ensure_profile_dir(expand(str(req["profile_dir"])))
             self.started = started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header,
                                                   gated=True)
             record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],
