@@ -6,7 +6,7 @@ holds which phase depends on the release and on whether the phase ran in a CUDA 
 
 - eagerly, ``model_runner.py`` times every forward as ``decode``, ``extend`` or ``idle``; from
   ``versions.EAGER_VERIFY_CATEGORY`` (0.5.15) an eager verify is ``target_verify``, before it hides in ``extend``
-  beside the prefill and the draft-extend. The draft's steps are ``decode`` forwards (one per step).
+  beside the prefill and the draft-extend. The draft's forwards are ``decode`` forwards (``steps - 1`` per cycle).
 - in CUDA graphs, the decode graph runner names the forward mode (``decode``, ``target_verify``), the EAGLE draft
   graph runner times all of a cycle's steps as one ``eagle_draft`` and the draft-extend graph ``eagle_draft_extend``.
 
@@ -93,7 +93,8 @@ def delta(before: Snapshot, after: Snapshot) -> Snapshot:
 def categories(version: str, cuda_graph: bool) -> dict[str, str | None]:
     """Which timer category holds each phase on this release (None: mixed into another, not separable).
 
-    ``draft`` is every step of one cycle in ``eagle_draft`` (graphs) or one step per ``decode`` forward (eager).
+    ``draft`` is every draft forward of one cycle in ``eagle_draft`` (graphs) or one ``decode`` forward each
+    (eager, ``draft_step``).
     """
     eager_verify = versions.at_least(version, versions.EAGER_VERIFY_CATEGORY)
     if cuda_graph:
@@ -101,6 +102,12 @@ def categories(version: str, cuda_graph: bool) -> dict[str, str | None]:
                 "decode": "decode"}
     return {"draft_step": "decode", "verify": "target_verify" if eager_verify else None, "draft_extend": None,
             "decode": "decode"}
+
+
+def draft_forwards(steps: int | None) -> int:
+    """The draft forwards of one cycle: ``steps - 1`` (eagle_worker_v2.py ``draft_forward``: "we get 1 token from
+    draft prefill and (#spec steps - 1) tokens here"; the first draft token comes out of the draft-extend)."""
+    return max(0, int(steps or 0) - 1)
 
 
 def _fig(ms: float, count: int, note: str | None = None) -> PhaseFigure:
@@ -126,7 +133,7 @@ def passes_of(d: Snapshot, rank: int, *, concurrency: int, meta_verify_ct: int |
 def anatomy(d: Snapshot, rank: int, *, version: str, cuda_graph: bool, speculative: bool, steps: int | None,
             draft_tokens: int | None, concurrency: int, meta_verify_ct: int | None, config: str = "",
             tokens: int | None = None) -> CycleAnatomy:
-    """One rank's cycle anatomy from a delta: ms per verify pass, per draft step (and per cycle), per draft-extend;
+    """One rank's cycle anatomy from a delta: ms per verify pass, per draft forward (and per cycle), per draft-extend;
     for the baseline, ms per decode forward. Only the phases the release's categories separate are filled in."""
     cats = d["seconds"].get(rank, {})
     out: CycleAnatomy = {"rank": rank, "config": config}
@@ -150,15 +157,13 @@ def anatomy(d: Snapshot, rank: int, *, version: str, cuda_graph: bool, speculati
     verify_cat = where.get("verify")
     if verify_cat and cats.get(verify_cat):
         out["verify"] = _fig(cats[verify_cat] * 1000 / passes, n, note)
-    if where.get("draft") and cats.get(str(where["draft"])):
-        total = cats[str(where["draft"])] * 1000 / passes
+    forwards = draft_forwards(steps)
+    draft_cat = where.get("draft") or where.get("draft_step")
+    if draft_cat and cats.get(draft_cat):
+        total = cats[draft_cat] * 1000 / passes
         out["draft"] = _fig(total, n, note)
-        if steps:
-            out["draft_step"] = _fig(total / steps, n * int(steps), note)
-    elif where.get("draft_step") and cats.get(str(where["draft_step"])) and steps:
-        step_n = passes * steps
-        out["draft_step"] = _fig(cats[str(where["draft_step"])] * 1000 / step_n, round(step_n), note)
-        out["draft"] = _fig(cats[str(where["draft_step"])] * 1000 / passes, n, note)
+        if forwards:
+            out["draft_step"] = _fig(total / forwards, round(passes * forwards), note)
     de = where.get("draft_extend")
     if de and cats.get(de):
         out["draft_extend"] = _fig(cats[de] * 1000 / passes, n, note)
