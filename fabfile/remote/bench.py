@@ -25,7 +25,7 @@ from .common import AgentError, EventSink, atomic_write, ensure_private_dir, exp
 from .protocol import BenchRequest
 
 
-def _http_get(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> str | None:
+def http_get(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> str | None:
     import http.client
 
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -43,7 +43,7 @@ def _http_get(host: str, port: int, path: str, api_key: str | None, timeout: flo
 
 def server_info(host: str, port: int, version: str, api_key: str | None) -> dict[str, Any]:
     for path in versions.server_info_paths(version):
-        body = _http_get(host, port, path, api_key)
+        body = http_get(host, port, path, api_key)
         if body:
             try:
                 doc = json.loads(body)
@@ -55,7 +55,7 @@ def server_info(host: str, port: int, version: str, api_key: str | None) -> dict
 
 
 def prometheus(host: str, port: int, api_key: str | None) -> dict[str, float] | None:
-    body = _http_get(host, port, "/metrics", api_key)
+    body = http_get(host, port, "/metrics", api_key)
     return metrics.spec_from_prometheus(body) if body else None
 
 
@@ -167,7 +167,7 @@ def api_key_of(pid: int) -> str | None:
     return None
 
 
-def _died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
+def died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
     """Whether the recorded server is gone, given a few seconds to finish dying.
 
     When every request failed, the likeliest reason is that the server died: SGLang's launcher notices a dead
@@ -187,7 +187,7 @@ def _died_during(rec: dict[str, Any], req: BenchRequest, done: object) -> AgentE
                       "see `inv logs` for why it died, deploy again, then benchmark")
 
 
-def _running_record(state_dir: str) -> dict[str, Any]:
+def running_record(state_dir: str) -> dict[str, Any]:
     rec = records.current(state_dir)
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
@@ -330,7 +330,7 @@ def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict
 
 def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
-    rec = _running_record(state_dir)
+    rec = running_record(state_dir)
     version = str(rec.get("sglang_version") or versions.NEWEST_SUPPORTED)
     target = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
     # The key is read from the running server's own command line, never sent: a request travels in the agent's
@@ -349,12 +349,12 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
         measured, client_name = _measure(req, rec, client, target, api_key, bench_dir, sink)
     except AgentError as e:
         # Either client failing outright is most often the server dying under it: say that, not "requests failed".
-        if e.kind == "bench_failed" and _died_meanwhile(rec):
+        if e.kind == "bench_failed" and died_meanwhile(rec):
             raise _died_during(rec, req, 0) from None
         raise
     # Figures from a run the server did not live through measure its death, not its speed. Failed requests make a
     # death likely, so then the server gets a moment to finish dying before it is called alive.
-    if _died_meanwhile(rec, grace=5.0 if measured.get("failed") else 0.0):
+    if died_meanwhile(rec, grace=5.0 if measured.get("failed") else 0.0):
         raise _died_during(rec, req, measured.get("completed", "?"))
     sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
               detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
