@@ -129,7 +129,8 @@ def _outermost(spans: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], l
     out: list[tuple[str, dict[str, Any], list[str]]] = []
     end = -1.0
     for s in ordered:
-        if s["ts"] < end and out:
+        # Inside the current phase when it ends within it (1 µs of slack: back-to-back spans round apart).
+        if out and s["ts"] < end and s["ts"] + s["dur"] <= end + 1.0:
             out[-1][2].append(s["name"])
             continue
         out.append((str(_label_kind(s["name"])), s, []))
@@ -294,7 +295,7 @@ def _fig(ms: float, count: int) -> PhaseFigure:
 def anatomy(summary: dict[str, Any], *, rank: int, steps: int | None, draft_tokens: int | None,
             config: str = "") -> CycleAnatomy:
     """The cycle anatomy the trace shows (GPU span per phase; ``other`` = cycle period − Σ phases)."""
-    ph = summary["phases"]
+    ph = dict(summary["phases"])
     out: CycleAnatomy = {"rank": rank, "config": config}
     if steps:
         out["steps"] = int(steps)
@@ -306,6 +307,12 @@ def anatomy(summary: dict[str, Any], *, rank: int, steps: int | None, draft_toke
             out["decode"] = _fig(ph["decode"]["span_ms"], ph["decode"]["passes"])
             out["kernels"] = {"decode": ph["decode"]["breakdown"]}
         return out
+    if "draft" not in ph and "decode" in ph:
+        # 0.5.12: no draft span; the draft's eager forwards are the step[DECODE] spans of a speculative trace.
+        d = ph.pop("decode")
+        per_cycle = d["span_ms"] * d["passes"] / max(1, ph["verify"]["passes"])
+        ph = {**ph, "draft": {**d, "span_ms": per_cycle, "passes": ph["verify"]["passes"]}}
+        summary = {**summary, "draft_step_ms": d["span_ms"], "draft_steps": d["passes"]}
     for kind in ("draft", "verify", "draft_extend"):
         if kind in ph:
             out[kind] = _fig(ph[kind]["span_ms"], ph[kind]["passes"])

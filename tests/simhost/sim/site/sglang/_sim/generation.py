@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sglang._sim import runtime
+from sglang._sim.profiler import Measurement
 
 _WORDS = [
     "the", "of", "and", "to", "in", "is", "that", "it", "for", "as", "with", "was", "on", "be",
@@ -149,16 +150,29 @@ class Generator:
         self.fault: str | None = None
         self.scheduler_pids: list[int] = [int(i["pid"]) for i in infos if i.get("pid")]
         self.scheduler_dead = False
+        layers = int(runtime.read_model_config(getattr(server_args, "model_path", None)).get("num_hidden_layers")
+                     or 2)
+        self.measure = Measurement(server_args, self.ver, min(layers, 64), self.scheduler_pids)
 
     # -------------------------------------------------------------- costs (ms of simulated GPU time)
-    def cycle_ms(self, batch: int = 1) -> float:
-        """One draft+verify cycle of a batch of ``batch`` requests."""
+    def cycle_parts(self, batch: int = 1) -> dict[str, float]:
+        """One cycle's parts in ms: a draft forward (``steps - 1`` of them, as SGLang's draft_forward runs: the first
+        draft token comes out of the draft-extend), the verify, the draft-extend (``draft_extend_ms``, default one
+        draft step's cost, so the cycle costs ``steps`` draft steps + the verify)."""
         c = self.cfg
         extra = max(0, batch - 1)
         draft = float(c["draft_ms_per_step"]) + float(c.get("draft_ms_per_seq", 0.0)) * extra
         verify = float(c["verify_ms_base"]) + float(c["verify_ms_per_token"]) * self.num_draft + \
             float(c.get("verify_ms_per_batch_token", 0.0)) * self.num_draft * extra
-        return (draft * self.steps + verify) * self.comm_factor
+        extend = c.get("draft_extend_ms")
+        draft_extend = draft if extend is None else float(extend) + float(c.get("draft_ms_per_seq", 0.0)) * extra
+        f = self.comm_factor
+        return {"draft": draft * f, "verify": verify * f, "draft_extend": draft_extend * f}
+
+    def cycle_ms(self, batch: int = 1) -> float:
+        """One draft+verify cycle of a batch of ``batch`` requests."""
+        p = self.cycle_parts(batch)
+        return p["draft"] * max(0, self.steps - 1) + p["verify"] + p["draft_extend"]
 
     def decode_ms(self, batch: int = 1) -> float:
         c = self.cfg
@@ -263,8 +277,11 @@ class Generator:
             if admit:
                 # A prefill batch: its forward yields each new request's first token.
                 self._log(self._prefill_line(admit))
-                t = max(t, time.perf_counter()) + sum(self.prefill_ms(r.prompt_tokens) for r in admit) * scale / 1000
+                cost = sum(self.prefill_ms(r.prompt_tokens) for r in admit)
+                t = max(t, time.perf_counter()) + cost * scale / 1000
+                wall0 = time.time() + (t - time.perf_counter()) - cost * scale / 1000
                 _sleep_until(t)
+                self.measure.prefill(wall0, cost * scale, len(admit), sum(r.prompt_tokens for r in admit))
                 with self.stats_lock:
                     self.prompt_tokens_total += sum(r.prompt_tokens for r in admit if r.log_metrics)
                     self.generation_tokens_total += sum(1 for r in admit if r.log_metrics)
@@ -285,7 +302,13 @@ class Generator:
             self.num_running = b
             cost = self.cycle_ms(b) if self.spec else self.decode_ms(b)
             t = max(t, time.perf_counter() - 0.05) + cost * scale / 1000
+            wall0 = time.time() + (t - time.perf_counter()) - cost * scale / 1000
             _sleep_until(t)
+            if self.spec:
+                parts = {k: v * scale for k, v in self.cycle_parts(b).items()}
+                self.measure.cycle(wall0, parts, max(0, self.steps - 1), b)
+            else:
+                self.measure.decode(wall0, cost * scale, b)
             emitted_total = 0
             for r in batch:
                 if self.spec:
@@ -333,6 +356,8 @@ class Generator:
             "e2e_latency": time.perf_counter() - r.start,
         }
         if self.spec:
+            if r.log_metrics:
+                self.measure.finished(r.verify_ct)
             meta.update(spec_meta(self.ver, completion_tokens=n, verify_ct=r.verify_ct,
                                   correct_drafts=r.correct_drafts, steps=self.steps,
                                   num_draft_tokens=self.num_draft, histogram=r.histogram))
