@@ -407,6 +407,8 @@ BENCH_HELP = {
     "out": "local directory for results: OUT/<host>/<id>.json (default ./runs)",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
+    "explain": "say where the cycle's time goes, in sentences from the measured figures (`inv explain --rules`)",
+    "baseline": "with --explain: a saved bench of the baseline to compare with (default: the newest in --out)",
 }
 
 
@@ -451,9 +453,15 @@ def _one_host(inv: Any, host: Any, command: str) -> Any:
 @cli
 def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
-          inventory: Any = None) -> None:
-    """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
+          inventory: Any = None, explain: bool = False, baseline: Any = None) -> None:
+    """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate (and the
+    phases SGLang's device timer measured, when the deploy measures)."""
+    from fabfile.errors import FlagError
+
     out = _local_path("--out", out)
+    if baseline is not None and not explain:
+        raise FlagError("--baseline: only with --explain")
+    baseline = _local_path("--baseline", baseline)
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
@@ -473,7 +481,20 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
         raise
     finally:
         progress.close()
-    show(result, lambda: print_result(result, console), as_json=json)
+    if not explain:
+        show(result, lambda: print_result(result, console), as_json=json)
+        return
+    from fabfile.commands.explain import for_bench
+    from fabfile.present.explain_report import document, print_explained
+
+    pairs = for_bench(result, out or "runs", baseline)
+    result["explain"] = document(pairs)
+
+    def for_people() -> None:
+        print_result(result, console)
+        print_explained(pairs, console)
+
+    show(result, for_people, as_json=json)
 
 
 SWEEP_HELP = {
@@ -497,6 +518,9 @@ SWEEP_HELP = {
                "configurations from the accepted-drafts histogram and the cycle fit, deploy only the predicted "
                "winner to confirm it (topk > 1 and other draft-token counts are measured)",
     "client": BENCH_HELP["client"],
+    "measure": "turn SGLang's device timer on (default: on where the version has it, for a sweep measures)",
+    "no_measure": "deploy every configuration without the device timer (the derived cycle only)",
+    "explain": BENCH_HELP["explain"],
     "patch_mode": DEPLOY_HELP["patch_mode"],
     "timeout": "bound in seconds on each deploy's wait for readiness",
     "out": "local directory: OUT/<host>/sweep-<id>/ gets sweep.json, report.md, sweep.png (default ./runs)",
@@ -525,7 +549,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
           keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
-          out: Any = None, json: bool = False, inventory: Any = None) -> None:
+          out: Any = None, json: bool = False, inventory: Any = None, measure: bool = False,
+          no_measure: bool = False, explain: bool = False) -> None:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
@@ -544,7 +569,9 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if params.target_ci is not None and params.client == "sglang":
         raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
                         "sglang.bench_serving")
-    base = _options(None, None, None, patch_mode, timeout)
+    # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
+    base = replace(_options(None, None, None, patch_mode, timeout, measure=_measure_flag(measure, no_measure)),
+                   measuring=True)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
     from fabfile.commands.sweep import run_sweep
@@ -555,7 +582,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
-                        predict=predict))
+                        predict=predict, explain=explain))
 
 
 def _adaptive(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:
@@ -628,6 +655,42 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
                     verify_ms=_positive("--verify-ms", verify_ms) or 0.0,
                     draft_ms=_positive("--draft-ms", draft_ms) or 0.0, steps=_int("--steps", steps, 1),
                     accept_len=_positive("--accept-len", accept_len, "an accept length"), as_json=json)
+
+
+EXPLAIN_HELP = {
+    "from": "a saved sweep.json, bench result (RUNS/<host>/<id>.json) or profile JSON to explain",
+    "baseline": "a saved bench (or profile) of the baseline: the decode step the break-even needs",
+    "rules": "print the rule table (id, threshold, what it points at) and stop",
+    "json": JSON_HELP,
+}
+
+
+@task(help=EXPLAIN_HELP)
+@cli
+def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False) -> None:
+    """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
+    and named by the rule that produced it."""
+    from fabfile.errors import FlagError
+    from fabfile.present.explain_report import document, print_explained, print_rules
+    from fabfile.present.output import out as console
+    from fabfile.present.output import show
+
+    if rules:
+        from fabfile.plan.explain import rules_table
+
+        show({"rules": rules_table()}, lambda: print_rules(console), as_json=json)
+        return
+    src, base = _local_path("--from", from_), _local_path("--baseline", baseline)
+    if src is None:
+        raise FlagError("--from: name the saved profile, bench or sweep JSON to explain",
+                        "e.g. inv explain --from runs/gpu1/sweep-.../sweep.json; `inv explain --rules` lists the "
+                        "rules")
+    from fabfile.commands.explain import explained, load_document
+
+    doc = load_document(src)
+    pairs = explained(doc, load_document(base, "--baseline") if base else None,
+                      f"from {base}" if base else "")
+    show(document(pairs), lambda: print_explained(pairs, console), as_json=json)
 
 
 @task(name="deploy-router", help={
@@ -804,3 +867,4 @@ def raise_for(code: int) -> None:
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
                 deploy_router, trust_host, adopt, diff, cancel)
+ns.add_task(explain)

@@ -80,6 +80,7 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
         "itl_ms": (result.get("itl_ms") or {}).get("median"), "failed_requests": result.get("failed"),
         "accept_histogram": result.get("accept_histogram"),
         "accept_histogram_source": result.get("accept_histogram_source"),
+        "phases": result.get("phases"), "cycle_ms_source": result.get("cycle_ms_source"),
     }
 
 
@@ -165,7 +166,8 @@ class _Run:
 
 
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,
-              runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False) -> int:
+              runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
+              explain: bool = False) -> int:
     from fabfile.plan.analysis import analyze_sweep
     from fabfile.present.report import print_sweep, write_outputs
 
@@ -198,10 +200,27 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     doc["bench_s"] = round(sum(float(r.get("bench_s") or 0) for r in run.rows), 2)
     doc["analysis"] = analyze_sweep(run.rows)
     doc["paths"] = write_outputs(run.out_dir, doc)
+    pairs = _explain(doc) if explain else None
     run.save()
     print_sweep(doc, as_json=as_json)
+    if pairs is not None and not as_json:
+        from fabfile.present.explain_report import print_explained
+        from fabfile.present.output import out
+
+        print_explained(pairs, out)
     failed = [r for r in run.rows if not r.get("ok")]
     return 1 if failed or doc.get("running") is None else 0
+
+
+def _explain(doc: dict[str, Any]) -> list[Any]:
+    """``--explain``: the rule table over every configuration against this sweep's own baseline (kept in the
+    document as ``explain``; the findings are returned to be printed under the table)."""
+    from fabfile.commands.explain import explained
+    from fabfile.present.explain_report import document
+
+    pairs = explained(doc)
+    doc["explain"] = document(pairs)
+    return pairs
 
 
 def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
