@@ -80,8 +80,14 @@ class Subject:
         return k if isinstance(k, Mapping) else None
 
     def decode(self) -> Mapping[str, Any] | None:
+        """The baseline's decode forward, by the strongest source (the device timer's GPU time first)."""
         v = (self.baseline or {}).get("decode")
         return v if isinstance(v, Mapping) and v.get("ms") else None
+
+    def decode_step(self, like: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
+        """The baseline's decode step to set against ``like``: a GPU figure (timer, trace) against the GPU decode
+        forward, a wall-clock one (the tool's cycle, a derived one) against the baseline's TPOT."""
+        return step_like(self.baseline, like)
 
     @property
     def algorithm(self) -> str:
@@ -104,12 +110,29 @@ class Rule:
     check: Callable[[Subject], Finding | None]
 
 
+def _gpu(source: str) -> bool:
+    return tag(source) in ("timer", "trace")
+
+
+def step_like(baseline: Mapping[str, Any] | None, like: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The baseline's decode step measured the way ``like`` was where it can be: GPU time against GPU time, wall
+    clock against wall clock (its TPOT), so that a ratio compares the same thing; else whichever was measured (the
+    sentence names both sources)."""
+    found = [v for v in ((baseline or {}).get("decode"), (baseline or {}).get("decode_step"))
+             if isinstance(v, Mapping) and v.get("ms")]
+    gpu_like = like is not None and _gpu(str(like.get("source", "")))
+    same = [v for v in found if _gpu(str(v.get("source", ""))) == gpu_like]
+    pick = same or found
+    return pick[0] if pick else None
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:.0f} %"
 
 
 def _break_even(s: Subject) -> Finding | None:
-    cycle, decode, accept = s.fig("cycle"), s.decode(), s.fig("accept_length")
+    cycle, accept = s.fig("cycle"), s.fig("accept_length")
+    decode = s.decode_step(cycle)
     if not s.speculative or not (cycle and decode and accept):
         return None
     be = float(cycle["ms"]) / float(decode["ms"])
@@ -119,11 +142,13 @@ def _break_even(s: Subject) -> Finding | None:
     loss = 1 - a / be
     verify = s.fig("verify")
     tokens = s.anatomy.get("draft_tokens")
-    head = (f"verify ({tokens} tokens) costs {float(verify['ms']) / float(decode['ms']):.1f}× a baseline decode step "
-            f"({fmt(verify)} vs {fmt(decode)})" if verify and tokens else
+    vd = s.decode_step(verify)
+    head = (f"verify ({tokens} tokens) costs {float(verify['ms']) / float(vd['ms']):.1f}× a baseline decode step "
+            f"({fmt(verify)} vs {fmt(vd)})" if verify and tokens and vd else
             f"one {s.algorithm} cycle costs {be:.1f}× a baseline decode step ({fmt(cycle)} vs {fmt(decode)})")
     return Finding("break_even", f"{head}; at accept length {fmt(accept, '')} {s.algorithm} needs ≥ {be:.2f} "
-                                 f"(cycle {fmt(cycle)} ÷ decode) to win: it loses by {_pct(loss)}",
+                                 f"(cycle {fmt(cycle)} ÷ decode step {fmt(decode)}) to win: it loses by "
+                                 f"{_pct(loss)}",
                    {"break_even": round(be, 3), "accept_length": a, "loss": round(loss, 4)})
 
 
@@ -164,7 +189,7 @@ def _allreduce(s: Subject) -> Finding | None:
         return None
     calls, mean = k.get("allreduce_calls"), k.get("allreduce_mean_us")
     impl = str(k.get("allreduce_impl") or "all-reduce kernels")
-    detail = f"{impl}, {float(calls):.0f} calls of {float(mean):.0f} µs per pass" if calls and mean else impl
+    detail = f"{impl}, {float(calls):.0f} calls of {float(mean):.0f} µs per pass [trace]" if calls and mean else impl
     return Finding("allreduce_bound", f"{_pct(ar / total)} of verify is all-reduce ({ar:.2f} of {total:.2f} ms per "
                                       f"pass [trace]; {detail}): communication-bound, tune NCCL for verify's message "
                                       "size", {"share": round(ar / total, 4)})
@@ -182,8 +207,9 @@ def _gemm_growth(s: Subject) -> Finding | None:
     growth = gv / gd
     return Finding("gemm_growth", f"verify GEMM time grew {growth:.1f}× over decode for {tokens}× the tokens "
                                   f"({gv:.2f} vs {gd:.2f} ms per pass [trace]): compute is not the bottleneck "
-                                  f"({tokens} tokens are far below what a GEMM needs to be compute-bound); more "
-                                  "weights or experts read per pass are", {"growth": round(growth, 3)})
+                                  f"({tokens} tokens are far from compute-bound); what grows is the memory read per "
+                                  "pass (more MoE experts, or a GEMM kernel chosen for the shape)",
+                   {"growth": round(growth, 3)})
 
 
 def _verify_eager(s: Subject) -> Finding | None:
@@ -283,7 +309,9 @@ def derived_anatomy(doc: Mapping[str, Any]) -> dict[str, Any]:
         out["accept_length"] = {"ms": float(doc["accept_len"]), "count": n,
                                 "source": protocol.SOURCE_META if src == "meta_info" else f"SGLang {src}"}
     if doc.get("decode_ms_per_token"):
-        out["decode"] = {"ms": float(doc["decode_ms_per_token"]), "count": n, "source": "derived: TPOT"}
+        # the baseline's TPOT: its wall-clock decode step (``decode`` until a measured forward replaces it)
+        out["decode"] = out["decode_step"] = {"ms": float(doc["decode_ms_per_token"]), "count": n,
+                                              "source": "derived: TPOT"}
     return out
 
 

@@ -310,14 +310,13 @@ _BARS = (("draft", "draft", "#4c72b0"), ("verify", "verify", "#dd8452"), ("draft
          ("other", "other", "#bbbbbb"))
 
 
-def _baseline_step(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The baseline's decode step as the break-even compares it with a cycle: its TPOT (a wall-clock step, as the
-    cycle is), else the device timer's decode forward."""
-    from fabfile.plan.explain import baseline_of
+def _baseline_step(doc: dict[str, Any], like: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The baseline's decode step as the break-even compares it with a cycle (``like``; None: a wall-clock one, its
+    TPOT): GPU time against GPU time, wall clock against wall clock."""
+    from fabfile.plan.explain import baseline_of, step_like
 
-    a = baseline_of(doc) or {}
-    fig = a.get("decode")
-    return fig if isinstance(fig, dict) and fig.get("ms") else None
+    fig = step_like(baseline_of(doc), like)
+    return dict(fig) if fig else None
 
 
 def phase_lines(doc: dict[str, Any]) -> list[str]:
@@ -326,7 +325,6 @@ def phase_lines(doc: dict[str, Any]) -> list[str]:
     step; without measured phases the cycle is the derived one, and says so."""
     from fabfile.plan.explain import fmt, row_anatomy
 
-    base = _baseline_step(doc)
     lines = []
     for r in doc.get("rows") or []:
         if not r.get("ok") or not r.get("steps") or not r.get("measured", True):
@@ -340,6 +338,7 @@ def phase_lines(doc: dict[str, Any]) -> list[str]:
         text = f"{r['config']}: " + (" · ".join(parts) if parts else "no measured phase")
         if cycle:
             text += f"; cycle {fmt(cycle)}"
+            base = _baseline_step(doc, cycle)
             if base:
                 text += (f"; break-even accept length {float(cycle['ms']) / float(base['ms']):.2f} (cycle ÷ "
                          f"baseline decode {fmt(base)})")
