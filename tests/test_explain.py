@@ -199,3 +199,47 @@ def test_cli_explains_a_saved_sweep_and_prints_the_rules(tmp_path: Path) -> None
     assert "break_even: verify (4 tokens) costs 2.4× a baseline decode step" in r.stdout
     r = run_inv("explain", "--rules")
     assert r.returncode == 0 and all(rule.id in r.stdout for rule in RULES)
+
+
+# -- the sweep's measured phases (point 4) ----------------------------------------------------------------------------
+
+def test_sweep_prints_measured_phases_and_the_break_even_from_the_cycle() -> None:
+    from fabfile.present.report import phase_lines
+
+    (line,) = phase_lines(_sweep_doc())
+    assert line.startswith("eagle3-s2-k1-d3: draft/step 2.00 ms [timer] · verify 29.0 ms [timer] · draft-extend "
+                           "1.50 ms [timer]; cycle 37.3 ms [tool]")
+    assert "break-even accept length 3.08 (cycle ÷ baseline decode 12.1 ms [derived])" in line
+
+
+def test_sweep_without_phases_keeps_the_derived_cycle_labelled() -> None:
+    from fabfile.present.report import phase_lines
+
+    doc = _sweep_doc()
+    del doc["rows"][1]["phases"]
+    doc["rows"][1]["cycle_ms_source"] = "derived"
+    (line,) = phase_lines(doc)
+    assert "no measured phase; cycle 37.3 ms [derived]" in line
+
+
+def test_sweep_png_gains_a_stacked_bar_per_configuration(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fabfile.present.report import phase_bars, plot
+
+    fig, ax = plt.subplots()
+    phase_bars(ax, _sweep_doc())
+    heights = [[round(p.get_height(), 6) for p in c.patches] for c in ax.containers]
+    assert heights == [[4.0], [29.0], [1.5], [2.8]]  # draft / verify / draft-extend / other, one configuration
+    assert [ln.get_ydata()[0] for ln in ax.get_lines()] == [12.1]  # the baseline's decode step
+    plt.close(fig)
+    doc = {**_sweep_doc(), "concurrency_levels": [1], "winner": "baseline", "params": {"concurrency": 1}}
+    assert plot(doc, tmp_path / "s.png")
+    without = {**doc, "rows": [{k: v for k, v in r.items() if k != "phases"} for r in doc["rows"]]}
+    assert plot(without, tmp_path / "plain.png")
+    from PIL import Image
+
+    assert Image.open(tmp_path / "s.png").width > Image.open(tmp_path / "plain.png").width

@@ -5,6 +5,7 @@ state dir, and the plan says what that costs and who can reach ``/start_profile`
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,75 @@ def test_deploy_measure_on_a_release_without_the_timer_is_refused_untouched(flee
     assert code == 2, err
     assert "has no per-phase device timer" in err and "0.5.11–0.5.23" in err
     assert not [p for p, c in sglang_pids(sim_host) if "sglang.launch_server" in c]
+
+
+# --- bench and sweep use the measured phases (point 4) ---------------------------------------------------------------
+
+REAL_METRICS = Path("/work/shared/reference/real-0.5.16-h200/metrics-device-timer.txt")
+
+
+@pytest.mark.skipif(not REAL_METRICS.exists(), reason="the real H200 /metrics text is not on this machine")
+def test_bench_phases_from_real_sglang_metrics() -> None:
+    """The H200's /metrics (real 0.5.16, CUDA graphs off, 194 verify calls, 202 decode batches): the verify pass is
+    Δtarget_verify / Δdecode batches ≈ 5 ms, by the device timer; the cycle and accept length are the bench's own."""
+    from fabfile.remote.bench import phases
+    from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TOOL
+
+    result = {"speculative": {"algorithm": "EAGLE3", "steps": 3, "draft_tokens": 4}, "accept_len": 3.6,
+              "accept_len_source": "meta_info", "cycle_ms": 12.0, "config_name": "eagle3-s3-k1-d4", "completed": 6}
+    got = phases("", REAL_METRICS.read_text(), result, {"cycle_ms": {"mean": 12.0}},
+                 {"meta": {"verify_ct": 194}, "decode": {}}, "0.5.16", 1)
+    assert got["missing"] is None and got["cuda_graph"] is False
+    (rank,) = got["ranks"]
+    assert rank["verify"]["source"] == SOURCE_TIMER and 4.5 < rank["verify"]["ms"] < 5.5
+    assert rank["cycle"] == {"ms": 12.0, "source": SOURCE_TOOL, "count": 194}
+    assert rank["accept_length"]["ms"] == 3.6 and "other" in rank
+
+
+def test_bench_without_the_timer_says_how_to_turn_it_on() -> None:
+    from fabfile.remote.bench import phases
+
+    got = phases("", "# no timer here\n", {"speculative": {}}, {}, {}, "0.5.16", 1)
+    assert got["ranks"] == [] and "--measure" in got["missing"]
+    old = phases("", "", {"speculative": {}}, {}, {}, "0.5.9", 1)
+    assert "SGLang 0.5.9 has no per-phase device timer" in old["missing"]
+
+
+def test_bench_on_a_measured_deploy_shows_the_phases(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    sim_host.set_version("0.5.16")
+    inv = derived_inventory(fleet, tmp_path)
+    code, _, err = inv_json("deploy", "--steps", "3", "--measure", inventory=inv)
+    assert code == 0, err
+    r = run_inv("bench", "--client", "builtin", "--num-prompts", "4", "--output-len", "32", "--out",
+                str(tmp_path / "runs"), inventory=inv)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"phases rank 0 .*verify \d+\.\d+ ms \[timer\]", r.stdout), r.stdout
+    code, doc, err = inv_json("bench", "--client", "builtin", "--num-prompts", "4", "--output-len", "32", "--out",
+                              str(tmp_path / "runs"), inventory=inv)
+    assert code == 0, err
+    ranks = doc["phases"]["ranks"]
+    assert [a["rank"] for a in ranks] == [0, 1] and all(a["verify"]["ms"] > 0 for a in ranks)
+
+
+def test_sweep_measures_by_default_and_explains(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    """A sweep's deploys turn the device timer on by themselves (the version has it); each row then carries its
+    measured phases, the table's sentences give draft/step, verify and draft-extend with the break-even, the PNG has
+    the stacked bars, and --explain applies the rule table against the sweep's own baseline."""
+    import json
+
+    sim_host.set_version("0.5.16")
+    inv = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--decode-log-interval", "5"]})
+    r = run_inv("sweep", "--steps", "0,2", "--num-prompts", "3", "--output-len", "32", "--input-len", "32",
+                "--client", "builtin", "--explain", "--out", str(tmp_path / "runs"), inventory=inv, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = next((tmp_path / "runs" / "sim1").glob("sweep-*"))
+    doc = json.loads((out / "sweep.json").read_text())
+    spec = next(row for row in doc["rows"] if row["steps"] == 2)
+    assert spec["phases"]["ranks"][0]["verify"]["source"] == "SGLang device timer"
+    assert re.search(r"eagle3-s2-k1-d3: draft/step .*verify \d+\.\d+ ms \[timer\].*break-even accept length "
+                     r"\d\.\d\d", r.stdout), r.stdout
+    assert [s["config"] for s in doc["explain"]["subjects"]] == ["eagle3-s2-k1-d3"]
+    # the explanation: the measured anatomy, the baseline's step it is judged against, and the rules' verdict (the
+    # cost model's EAGLE-3 wins, with a small draft: no rule has anything to say)
+    assert re.search(r"baseline decode step \d+\.\d ms \[timer\] \(this sweep's baseline row\)", r.stdout), r.stdout
+    assert "no rule fired" in r.stdout

@@ -366,7 +366,7 @@ def phase_bars(ax: Any, doc: dict[str, Any]) -> None:
     if base:
         ax.axhline(float(base["ms"]), color="black", linestyle="--",
                    label=f"baseline decode {float(base['ms']):.2f} ms [{tag(str(base.get('source')))}]")
-    ax.set_ylabel("ms per cycle (SGLang device timer)")
+    ax.set_ylabel("ms per cycle (phases: SGLang device timer; other: cycle − phases)")
     ax.set_title("where a cycle's time goes")
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     ax.legend(fontsize=7, loc="best")
