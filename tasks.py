@@ -681,6 +681,8 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
         show({"rules": rules_table()}, lambda: print_rules(console), as_json=json)
         return
     src, base = _local_path("--from", from_), _local_path("--baseline", baseline)
+    if src is None and base is not None:
+        raise FlagError("--baseline: only with --from (the document to explain against it)")
     if src is None:
         raise FlagError("--from: name the saved profile, bench or sweep JSON to explain",
                         "e.g. inv explain --from runs/gpu1/sweep-.../sweep.json; `inv explain --rules` lists the "

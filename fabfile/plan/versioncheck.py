@@ -77,7 +77,7 @@ def _has_phase_timer(facts: dict[str, Any], flags: frozenset[str]) -> bool:
 
 
 def device_timer_releases() -> str:
-    """The releases read whose wheels have the per-phase device timer, as "0.5.11–0.5.23"."""
+    """The releases read whose wheels have the per-phase device timer, as contiguous runs ("A–B")."""
     return _releases_with(_has_phase_timer)
 
 

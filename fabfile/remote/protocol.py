@@ -161,14 +161,14 @@ class _DeployRequired(TypedDict):
     ready_path: str | None  # None: the version's own readiness endpoint (``versions.readiness_path``)
     node: dict[str, Any] | None  # a multi-node rank (the inventory's ``node``), None on one node
     gates: GateSpec | None
+    profile_dir: str  # SGLANG_TORCH_PROFILER_DIR: created 0700 before the start, never through a symlink
+    measure: bool  # the launch has SGLang's device timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER)
 
 
 class DeployRequest(_DeployRequired, total=False):
     """``deploy`` (built by ``commands.deploy.deploy_request``; ``redeploy`` rebuilds one from a record)."""
 
     rollback_of: str | None  # the deploy id a rollback starts again
-    profile_dir: str  # SGLANG_TORCH_PROFILER_DIR: created 0700 before the start, never through a symlink
-    measure: bool  # the launch has SGLang's device timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER)
 
 
 class StopRequest(TypedDict, total=False):
