@@ -497,6 +497,56 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     show(result, for_people, as_json=json)
 
 
+PROFILE_HELP = {
+    **{k: BENCH_HELP[k] for k in ("host", "concurrency", "input_len", "output_len", "timeout", "json", "inventory")},
+    "num_prompts": "requests of the load the phases are measured under (default 16)",
+    "trace": "also record SGLang's profiler trace (bounded: --trace-steps) and break each phase down by kernel",
+    "trace_steps": "scheduler steps the profiler records with --trace (default 12, at most 200)",
+    "out": "with --trace: fetch each rank's trace into DIR as <host>-<deploy id>-TP<rank>.trace.json.gz "
+           "(opens in Perfetto)",
+}
+
+
+@task(help=PROFILE_HELP)
+@cli
+def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+            num_prompts: Any = None, trace: bool = False, trace_steps: Any = None, out: Any = None,
+            timeout: Any = None, json: bool = False, inventory: Any = None) -> None:
+    """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
+    SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
+    from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
+    from fabfile.errors import FlagError
+    from fabfile.remote.protocol import MAX_TRACE_STEPS
+
+    out = _local_path("--out", out)
+    load = _bench_params(concurrency, input_len, output_len, num_prompts, None, timeout)
+    steps = _int("--trace-steps", trace_steps, 1)
+    if steps is not None and steps > MAX_TRACE_STEPS:
+        raise FlagError(f"--trace-steps: at most {MAX_TRACE_STEPS} (each step grows every rank's trace), got {steps}")
+    if (steps is not None or out is not None) and not trace:
+        raise FlagError(f"{'--trace-steps' if steps is not None else '--out'}: only with --trace")
+    params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
+    inv = _inventory(inventory)
+    h = _one_host(inv, host, "profile")
+    from fabfile.commands.profile import profile_host
+    from fabfile.present.output import out as console
+    from fabfile.present.output import print_error, show
+    from fabfile.present.profile_report import print_result
+    from fabfile.present.progress import BenchProgress
+
+    progress = BenchProgress(h.name, enabled=not json, prefix="profile ")
+    try:
+        result = profile_host(inv, h, params, on_event=progress.event)
+    finally:
+        progress.close()
+    error = result.outcomes[0].error
+    if error is not None:
+        show(result, lambda: print_error(error), as_json=json)
+    else:
+        show(result, lambda: print_result(result, console), as_json=json)
+    raise_for(result.exit_code)
+
+
 SWEEP_HELP = {
     "host": "the host to sweep (one host; default: the inventory's default host)",
     "steps": "comma list of speculative steps to try, e.g. 0,1,2,3,4 (0 = baseline; the baseline is always run)",
@@ -868,5 +918,5 @@ def raise_for(code: int) -> None:
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt, diff, cancel)
+                deploy_router, trust_host, adopt, diff, cancel, profile)
 ns.add_task(explain)

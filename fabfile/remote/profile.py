@@ -31,6 +31,7 @@ from typing import Any
 from . import bench, devicetimer, loadgen, metrics, server, trace, versions
 from .common import AgentError, EventSink, ensure_private_dir, expand
 from .protocol import (
+    MAX_TRACE_STEPS,
     SOURCE_DERIVED,
     SOURCE_META,
     SOURCE_TOOL,
@@ -42,7 +43,6 @@ from .protocol import (
 )
 
 PROFILES = "profiles"
-MAX_TRACE_STEPS = 200
 DEFAULT_KEEP_BYTES = 1024 * 1024 * 1024
 DEFAULT_TRACE_CAP = trace.DEFAULT_CAP_BYTES
 TRACE_WAIT_S = 60.0  # how long SGLang may take to write the traces after it stopped (a big trace takes seconds)
@@ -149,7 +149,7 @@ def _rank_of(name: str) -> int | None:
     return int(digits) if digits else None
 
 
-def _ready_traces(out_dir: str, cap: int) -> dict[int, str]:
+def ready_traces(out_dir: str, cap: int) -> dict[int, str]:
     """The rank files SGLang finished writing (a size that held still), refusing one over the bound."""
     found: dict[int, str] = {}
     for name in sorted(os.listdir(out_dir)):
@@ -175,7 +175,7 @@ def _wait_traces(out_dir: str, ranks: int, cap: int, target: tuple[str, int], ap
     """Wait for every rank's file; ask SGLang to stop (and write) when the load ended before ``num_steps``."""
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
-        got = _ready_traces(out_dir, cap)
+        got = ready_traces(out_dir, cap)
         if len(got) >= ranks:
             return got
         time.sleep(0.2)
@@ -183,14 +183,14 @@ def _wait_traces(out_dir: str, ranks: int, cap: int, target: tuple[str, int], ap
     stopped[0] = True
     deadline = time.monotonic() + TRACE_WAIT_S
     while time.monotonic() < deadline:
-        got = _ready_traces(out_dir, cap)
+        got = ready_traces(out_dir, cap)
         if len(got) >= ranks:
             return got
         sink.emit("progress", phase="trace", ranks=len(got), of=ranks)
         if not sink.stdout_ok:
             break
         time.sleep(0.3)
-    got = _ready_traces(out_dir, cap)
+    got = ready_traces(out_dir, cap)
     if not got:
         raise AgentError("profile_failed", f"SGLang wrote no trace into {out_dir} within {TRACE_WAIT_S:.0f} s of "
                          "the profile's end", "see `inv logs` for the profiler's lines")

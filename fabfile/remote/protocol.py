@@ -230,6 +230,9 @@ class BenchRequest(_BenchRequired, total=False):
     request_timeout: float
 
 
+MAX_TRACE_STEPS = 200  # the most profiler steps one `profile` records (a trace per rank grows with each)
+
+
 class _ProfileRequired(TypedDict):
     profile_id: str
     concurrency: int
