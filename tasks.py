@@ -708,16 +708,25 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
 
 
 EXPLAIN_HELP = {
-    "from": "a saved sweep.json, bench result (RUNS/<host>/<id>.json) or profile JSON to explain",
-    "baseline": "a saved bench (or profile) of the baseline: the decode step the break-even needs",
+    "from": "a saved sweep.json, bench result (RUNS/<host>/<id>.json) or profile JSON to explain (default: profile "
+            "the running server(s) now, as `inv profile` does)",
+    "baseline": "a saved bench (or profile) of the baseline: the decode step the break-even needs (default: the "
+                "newest saved baseline bench of the host in ./runs)",
     "rules": "print the rule table (id, threshold, what it points at) and stop",
+    "host": "without --from: the host(s) to profile and explain (default: the inventory's default host)",
+    "trace": "without --from: also take SGLang's profiler trace (kernels, all-reduces, CUDA graphs)",
+    "num_prompts": "without --from: requests of the profile's load (default 16)",
+    "concurrency": "without --from: requests in flight (default 1)",
     "json": JSON_HELP,
+    "inventory": INVENTORY_HELP,
 }
 
 
 @task(help=EXPLAIN_HELP)
 @cli
-def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False) -> None:
+def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False,
+            host: Any = None, trace: bool = False, num_prompts: Any = None, concurrency: Any = None,
+            inventory: Any = None) -> None:
     """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
     and named by the rule that produced it."""
     from fabfile.errors import FlagError
@@ -731,13 +740,38 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
         show({"rules": rules_table()}, lambda: print_rules(console), as_json=json)
         return
     src, base = _local_path("--from", from_), _local_path("--baseline", baseline)
-    if src is None and base is not None:
-        raise FlagError("--baseline: only with --from (the document to explain against it)")
-    if src is None:
-        raise FlagError("--from: name the saved profile, bench or sweep JSON to explain",
-                        "e.g. inv explain --from runs/gpu1/sweep-.../sweep.json; `inv explain --rules` lists the "
-                        "rules")
+    live = [f for f, v in (("--host", host), ("--trace", trace), ("--num-prompts", num_prompts),
+                           ("--concurrency", concurrency), ("--inventory", inventory)) if v]
+    if src is not None and live:
+        raise FlagError(f"{live[0]}: only without --from (it measures the running server)")
     from fabfile.commands.explain import explained, load_document
+
+    if src is None:
+        from fabfile.commands.explain import explain_running
+        from fabfile.commands.profile import ProfileParams
+        from fabfile.present.progress import BenchProgress
+
+        params = ProfileParams(load=_bench_params(concurrency, None, None, num_prompts, None, None), trace=trace)
+        if base is not None:
+            load_document(base, "--baseline")  # bad input is refused before any host is reached
+        inv = _inventory(inventory)
+        hosts = inv.select(host)
+        progress = BenchProgress(",".join(h.name for h in hosts), enabled=not json, prefix="profile ")
+        try:
+            pairs, docs, code = explain_running(inv, hosts, params, base, "runs", on_event=progress.event)
+        finally:
+            progress.close()
+
+        def for_people() -> None:
+            for d in docs:
+                if not d["ok"]:
+                    console.print(f"{d['host']}: the profile failed: {(d['error'] or {}).get('message')}",
+                                  markup=False)
+            print_explained(pairs, console)
+
+        show({**document(pairs), "hosts": docs}, for_people, as_json=json)
+        raise_for(code)
+        return
 
     doc = load_document(src)
     pairs = explained(doc, load_document(base, "--baseline") if base else None,

@@ -253,3 +253,26 @@ def test_sweep_measures_by_default_and_explains(fleet: Fleet, sim_host: SimHost,
     # cost model's EAGLE-3 wins, with a small draft: no rule has anything to say)
     assert re.search(r"baseline decode step \d+\.\d ms \[timer\] \(this sweep's baseline row\)", r.stdout), r.stdout
     assert "no rule fired" in r.stdout
+
+
+def test_explain_profiles_the_running_server(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    """`inv explain` without --from measures the running server through the profile verb (timer and trace) and
+    judges each rank; every figure of its anatomy names its source."""
+    sim_host.set_version("0.5.16")
+    inv = derived_inventory(fleet, tmp_path)
+    code, _, err = inv_json("deploy", "--steps", "3", "--measure", inventory=inv)
+    assert code == 0, err
+    code, doc, err = inv_json("explain", "--trace", "--num-prompts", "4", inventory=inv, timeout=300)
+    assert code == 0, err
+    assert [s["rank"] for s in doc["subjects"]] == [0, 1]
+    a = doc["subjects"][0]["anatomy"]
+    assert a["verify"]["source"] == "SGLang device timer" and "verify" in a["kernels"]
+    assert all("source" in v for v in a.values() if isinstance(v, dict) and "ms" in v)
+    assert doc["hosts"][0]["ok"] is True
+
+
+def test_explain_from_a_file_refuses_the_live_flags(tmp_path: Path) -> None:
+    p = tmp_path / "x.json"
+    p.write_text('{"bench_id": "b1"}')
+    r = run_inv("explain", "--from", str(p), "--trace")
+    assert r.returncode == 2 and "--trace: only without --from" in r.stderr

@@ -70,3 +70,31 @@ def for_bench(result: dict[str, Any], runs_dir: Path | str,
     if found is None or found[1] == result.get("local_path"):
         return explained(result)
     return explained(result, found[0], f"the newest baseline bench, {found[1]}")
+
+
+def explain_running(inv: Any, hosts: list[Any], params: Any, baseline_path: str | None, runs_dir: Path | str,
+                    on_event: Any = None) -> tuple[list[tuple[Subject, list[Finding]]], list[dict[str, Any]], int]:
+    """``inv explain`` without ``--from``: profile each running server now (``inv profile``'s own call, its bounded
+    load) and explain what it measured. (findings, the profile documents or errors per host, the exit code: 1 when
+    a host's measurement failed.)"""
+    from fabfile.commands.profile import profile_host
+
+    pairs: list[tuple[Subject, list[Finding]]] = []
+    docs: list[dict[str, Any]] = []
+    code = 0
+    for h in hosts:
+        res = profile_host(inv, h, params, on_event=on_event)
+        o = res.outcomes[0]
+        if o.error is not None or not isinstance(o.data, dict):
+            docs.append({"host": h.name, "ok": False, "error": o.error.as_dict() if o.error else None})
+            code = max(code, res.exit_code or 1)
+            continue
+        doc = o.data
+        docs.append({"host": h.name, "ok": True, "profile": doc})
+        if baseline_path:
+            pairs += explained(doc, load_document(baseline_path, "--baseline"), f"from {baseline_path}")
+            continue
+        found = newest_baseline(runs_dir, h.name, doc.get("sglang_version"))
+        pairs += explained(doc, found[0] if found else None,
+                           f"the newest baseline bench, {found[1]}" if found else "")
+    return pairs, docs, code
