@@ -347,37 +347,15 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
 
 
 def _measured(plan: Plan, sglang_version: str | None) -> Plan:
-    """The launch with the device timer on or off for this version (the decision is taken again once preflight
-    knows the version: what it added before is taken back first), and the plan's notes about measurement."""
-    from fabfile.plan import versioncheck
-
-    argv = list(plan.argv)
-    env = dict(plan.env)
-    if "--enable-metrics" in plan.measure_added and measure.METRICS_FLAG in argv:
-        argv.remove(measure.METRICS_FLAG)
-    if versioncheck.DEVICE_TIMER_ENV in plan.measure_added:
-        env.pop(versioncheck.DEVICE_TIMER_ENV, None)
-    choice = measure.decide(plan.measure_wanted, plan.measure_wanted_by, plan.measuring,
-                            versioncheck.has_device_timer(sglang_version), versioncheck.device_timer_releases(),
-                            sglang_version)
-    added: list[str] = []
-    if choice.on:
-        if measure.METRICS_FLAG not in argv:
-            argv.append(measure.METRICS_FLAG)
-            added.append(measure.METRICS_FLAG)
-        if versioncheck.DEVICE_TIMER_ENV not in env:
-            env[versioncheck.DEVICE_TIMER_ENV] = "1"
-            added.append(versioncheck.DEVICE_TIMER_ENV)
-    # Said when it is on (what it costs), or when a measured deploy cannot have it; a deploy left off says nothing.
-    notes = [f"{choice.why}; {measure.cost_note(sglang_version)}"] if choice.on else \
-        [choice.why] if plan.measuring and plan.measure_wanted is None else []
+    """The launch with the device timer on or off for this version (``measure.launch``: decided again once
+    preflight knows the version), and the plan's notes about measurement in place of the earlier ones."""
+    m = measure.launch(list(plan.argv), dict(plan.env), plan.measure_added, plan.measure_wanted,
+                       plan.measure_wanted_by, plan.measuring, sglang_version)
     host = plan.host
-    if host.listen not in LOOPBACK and not any(a.split("=", 1)[0] == "--admin-api-key" for a in host.sglang_args):
-        notes.append(f"/start_profile on port {host.port} is open to anyone who reaches it (listen {host.listen}, "
-                     "no --admin-api-key): they can start SGLang's profiler, which slows every request and writes "
-                     f"traces into {plan.profile_dir}; add --admin-api-key to sglang_args or listen on 127.0.0.1")
+    notes = m.notes + measure.profiler_notes(host.listen in LOOPBACK, host.listen, host.port, host.sglang_args,
+                                             plan.profile_dir)
     kept = [n for n in plan.notes if n not in plan.measure_notes]
-    return replace(plan, argv=tuple(argv), env=env, measure=choice.on, measure_added=tuple(added),
+    return replace(plan, argv=tuple(m.argv), env=m.env, measure=m.on, measure_added=m.added,
                    measure_notes=tuple(notes), notes=tuple(kept + notes))
 
 

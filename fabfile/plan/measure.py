@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fabfile.plan import versioncheck
 from fabfile.remote import versions
+
+TIMER_ENV = versioncheck.DEVICE_TIMER_ENV
 
 PROFILER_DIR_ENV = "SGLANG_TORCH_PROFILER_DIR"
 PROFILES_DIR = "profiles"  # under the host's state_dir; `inv profile` (the agent's profile verb) reads it
@@ -109,3 +112,47 @@ def cost_note(version: str | None) -> str:
         return ("its cost on served tok/s is not measured for this release yet: `inv bench` against a deploy with "
                 "and one without --measure measures it")
     return "; ".join(c.sentence() for c in costs)
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    on: bool
+    added: tuple[str, ...]  # what this decision added (taken back when the plan is decided again)
+    notes: list[str]
+
+
+def launch(argv: list[str], env: dict[str, str], added_before: tuple[str, ...], wanted: bool | None,
+           wanted_by: str, measuring: bool, version: str | None) -> Launch:
+    """The launch's argv and environment with the device timer on or off for ``version``: what an earlier decision
+    added is taken back first (a plan is rendered before preflight, with the newest release assumed, and again for
+    the host's version), a flag or variable the operator gave is never removed."""
+    if METRICS_FLAG in added_before and METRICS_FLAG in argv:
+        argv.remove(METRICS_FLAG)
+    if TIMER_ENV in added_before:
+        env.pop(TIMER_ENV, None)
+    choice = decide(wanted, wanted_by, measuring, versioncheck.has_device_timer(version),
+                    versioncheck.device_timer_releases(), version)
+    added: list[str] = []
+    if choice.on:
+        if METRICS_FLAG not in argv:
+            argv.append(METRICS_FLAG)
+            added.append(METRICS_FLAG)
+        if TIMER_ENV not in env:
+            env[TIMER_ENV] = "1"
+            added.append(TIMER_ENV)
+    # Said when it is on (what it costs), or when a measured deploy cannot have it; a deploy left off says nothing.
+    notes = [f"{choice.why}; {cost_note(version)}"] if choice.on else \
+        [choice.why] if measuring and wanted is None else []
+    return Launch(argv, env, choice.on, tuple(added), notes)
+
+
+def profiler_notes(loopback: bool, listen: str, port: int, sglang_args: tuple[str, ...], directory: str) -> list[str]:
+    """SGLang's ``/start_profile`` is ``ADMIN_OPTIONAL``: open to anyone who reaches the port unless the server has
+    ``--admin-api-key``. Beyond loopback without one, the plan says so (as it does for the listen address)."""
+    if loopback or any(a.split("=", 1)[0] == "--admin-api-key" for a in sglang_args):
+        return []
+    return [f"/start_profile on port {port} is open to anyone who reaches it (listen {listen}, no --admin-api-key): "
+            "they can start SGLang's profiler, which slows every request and writes traces into "
+            f"{directory}; add --admin-api-key to sglang_args or listen on 127.0.0.1"]

@@ -9,13 +9,12 @@ client re-attaches to. Any failure after the start tears the new server down: no
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
 from . import gpus, procs, records, server, stop
-from .common import CONTEXT, AgentError, EventSink, ensure_private_dir, expand, unexpected
+from .common import CONTEXT, AgentError, EventSink, ensure_profile_dir, expand, unexpected
 from .lock import DeployLock
 from .prefetch import Prefetch
 from .protocol import DeployRequest, GateSpec, GatherRequest, VerifySpec
@@ -167,20 +166,6 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
     finally:
         stop_heartbeat()
         lock.release()
-
-
-def ensure_profile_dir(path: str) -> None:
-    """SGLang's profiler writes its traces here (SGLANG_TORCH_PROFILER_DIR): a private directory of the deploying
-    user, made before the server starts. Not ``/tmp`` (SGLang's default, every account's), never through a symlink,
-    even one of our own: a trace written through a planted link lands wherever the link points."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISLNK(st.st_mode):
-        raise AgentError("unsafe_path", f"the profiles directory {path} is a symlink; the profiler would write "
-                         "through it", f"remove the link ({path}); the next deploy creates the directory itself")
-    ensure_private_dir(path, "the profiles directory")
 
 
 class _Sequence:
