@@ -708,7 +708,7 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
 
 
 EXPLAIN_HELP = {
-    "from": "a saved sweep.json, bench result (RUNS/<host>/<id>.json) or profile JSON to explain (default: profile "
+    "from_": "a saved sweep.json, bench result (RUNS/<host>/<id>.json) or profile JSON to explain (default: profile "
             "the running server(s) now, as `inv profile` does)",
     "baseline": "a saved bench (or profile) of the baseline: the decode step the break-even needs (default: the "
                 "newest saved baseline bench of the host in ./runs)",
