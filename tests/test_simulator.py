@@ -746,7 +746,7 @@ def test_device_timer_and_profiler_follow_the_release(sim: Sim, version: str, tm
     before = devicetimer.snapshot(http(sim.url("/metrics"))[1].decode())
     out = tmp_path / "traces"
     assert http(sim.url("/start_profile"), {"output_dir": str(out), "num_steps": 6})[0] == 200
-    code, body = http(sim.url("/start_profile"), {"output_dir": str(out)})
+    code, _body = http(sim.url("/start_profile"), {"output_dir": str(out)})
     assert code == 500 and "Profiling is already in progress" in sim.text()
     meta = json.loads(http(sim.url("/generate"), {"text": "hello " * 20,
                                                   "sampling_params": {"max_new_tokens": 40}})[1])["meta_info"]
