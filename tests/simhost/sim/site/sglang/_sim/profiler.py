@@ -56,7 +56,7 @@ VERIFY_KERNEL = "void VerifyTreeGreedy<int, long>(int*, int*, int*, long*, long*
 
 def timer_enabled(sa: Any, ver: tuple[int, ...]) -> bool:
     flag = os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER", "").strip().lower()
-    return bool(sa.enable_metrics) and ver >= (0, 5, 11) and flag in ("1", "true", "yes", "on")
+    return bool(getattr(sa, "enable_metrics", False)) and ver >= (0, 5, 11) and flag in ("1", "true", "yes", "on")
 
 
 def categories(ver: tuple[int, ...], cuda_graph: bool) -> dict[str, str]:
@@ -157,7 +157,7 @@ class Measurement:
             for rank in range(self.tp):
                 for cat, v in sorted(seconds.items()):
                     out.append(f'{name}{{category="{cat}",{_labels(base_labels, rank)}}} {v}')
-        if self.ver >= (0, 5, 13) and self.sa.speculative_algorithm:
+        if self.ver >= (0, 5, 13) and getattr(self.sa, "speculative_algorithm", None):
             name = "sglang:spec_verify_calls_total"
             no_rank = ",".join(p for p in base_labels.split(",") if not p.startswith(("tp_rank", "pp_rank")))
             out += [f"# HELP {name} Number of speculative decoding verification calls.", f"# TYPE {name} counter",
