@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,3 +276,44 @@ def test_explain_from_a_file_refuses_the_live_flags(tmp_path: Path) -> None:
     p.write_text('{"bench_id": "b1"}')
     r = run_inv("explain", "--from", str(p), "--trace")
     assert r.returncode == 2 and "--trace: only without --from" in r.stderr
+
+
+def test_the_tool_measures_the_timers_cost_from_two_benches(tmp_path: Path) -> None:
+    """A bench with the timer on against the newest saved bench of the same configuration and load without it."""
+    import json
+
+    from fabfile.commands.bench import timer_cost
+
+    def doc(bid: str, tok_s: float, timed: bool, when: str, **kw: Any) -> dict[str, Any]:
+        return {"bench_id": bid, "host": "h", "config_name": "eagle3-s3-k1-d4", "sglang_version": "0.5.16",
+                "client": "loadgen", "params": {"concurrency": 1, "input_len": 256, "output_len": 128},
+                "output_tok_s": tok_s, "started_at": when,
+                "phases": {"ranks": [{"rank": 0}], "missing": None} if timed else
+                {"ranks": [], "missing": "the server runs without the device timer: deploy with measurement on"},
+                **kw}
+
+    runs = tmp_path / "runs" / "h"
+    runs.mkdir(parents=True)
+    for d in (doc("b1", 300.0, False, "2026-12-01T01"), doc("b2", 320.0, False, "2026-12-01T02"),
+              doc("b3", 500.0, False, "2026-12-01T03", client="sglang.bench_serving")):
+        (runs / f"{d['bench_id']}.json").write_text(json.dumps(d))
+    cost = timer_cost(doc("b4", 304.0, True, "2026-12-01T04"), tmp_path / "runs")
+    assert cost is not None and cost["pct"] == 5.0 and cost["against"].endswith("b2.json")  # newest, same client
+    assert timer_cost(doc("b5", 304.0, False, "2026-12-01T05"), tmp_path / "runs") is None  # no run with the timer
+    other_load = doc("b6", 304.0, True, "2026-12-01T06")
+    other_load["params"] = {**other_load["params"], "concurrency": 8}
+    assert timer_cost(other_load, tmp_path / "runs") is None
+
+
+def test_bench_with_and_without_the_timer_says_its_cost(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    sim_host.set_version("0.5.16")
+    inv = derived_inventory(fleet, tmp_path)
+    bench = ("bench", "--client", "builtin", "--num-prompts", "4", "--output-len", "32", "--out",
+             str(tmp_path / "runs"))
+    for flag in ("--measure", "--no-measure"):
+        code, _, err = inv_json("deploy", "--steps", "3", flag, inventory=inv)
+        assert code == 0, err
+        r = run_inv(*bench, inventory=inv)
+        assert r.returncode == 0, r.stderr
+    assert re.search(r"device timer cost -?\d+\.\d % of served tok/s \(\d+\.\d with, \d+\.\d without; measured by "
+                     r"the tool against .*\.json\)", r.stdout), r.stdout

@@ -39,21 +39,11 @@ def load_document(path: str, flag: str = "--from") -> dict[str, Any]:
 
 def newest_baseline(runs_dir: Path | str, host: str, version: str | None) -> tuple[dict[str, Any], str] | None:
     """The newest saved bench of the baseline on ``host`` (same SGLang version), and its path."""
-    d = Path(runs_dir) / host
-    best: tuple[str, dict[str, Any], str] | None = None
-    for f in sorted(d.glob("*.json")) if d.is_dir() else []:
-        try:
-            doc = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue
-        if not isinstance(doc, dict) or explain.kind_of(doc) != "bench" or doc.get("config_name") != "baseline":
-            continue
-        if version and doc.get("sglang_version") != version:
-            continue
-        key = str(doc.get("started_at") or "")
-        if best is None or key >= best[0]:
-            best = (key, doc, str(f))
-    return (best[1], best[2]) if best else None
+    from fabfile.commands.bench import saved
+
+    found = [(d, p) for d, p in saved(runs_dir, host) if d.get("config_name") == "baseline" and
+             (not version or d.get("sglang_version") == version)]
+    return found[-1] if found else None
 
 
 def explained(doc: dict[str, Any], baseline: dict[str, Any] | None = None,

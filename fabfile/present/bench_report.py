@@ -66,4 +66,9 @@ def print_result(r: dict[str, Any], console: Console) -> None:
     else:
         console.print(f"  no speculation; decode {_num(r.get('decode_ms_per_token'), '{:.1f} ms')} per token")
     print_phases(r.get("phases"), console)
+    cost = r.get("timer_cost")
+    if cost:
+        console.print(f"  device timer cost {cost['pct']:.1f} % of served tok/s ({cost['timer_on_tok_s']:.1f} with, "
+                      f"{cost['timer_off_tok_s']:.1f} without; measured by the tool against {cost['against']})",
+                      markup=False)
     console.print(f"  saved: {r.get('local_path')} (host: {r.get('host_path')})", markup=False)
