@@ -253,6 +253,7 @@ def test_sweep_measures_by_default_and_explains(fleet: Fleet, sim_host: SimHost,
     # cost model's EAGLE-3 wins, with a small draft: no rule has anything to say)
     assert re.search(r"baseline decode step \d+\.\d ms \[timer\] \(this sweep's baseline row\)", r.stdout), r.stdout
     assert "no rule fired" in r.stdout
+    assert "eagle3-s2-k1-d3 is left running with SGLang's device timer on" in r.stdout  # and how to turn it off
 
 
 def test_explain_profiles_the_running_server(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
     res = deploy_host(inv, host, cfg.opts, progress.deploy_reporter())
     row["deploy_s"] = round(time.monotonic() - t0, 2)
     row["deploy_id"] = res.plan.deploy_id
+    row["measure"] = res.plan.measure  # SGLang's device timer on (a sweep measures where the version has it)
     row["sglang_version"] = res.sglang_version
     if not res.ok:
         row["phase"] = "deploy"
@@ -189,6 +190,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         run.current = None
         run.progress.close()
         _keep_one(run, cfgs, keep)
+        _timer_note(doc)
     except KeyboardInterrupt:
         run.progress.close()
         doc["interrupted"] = {"during": run.current.name if run.current else "the final redeploy",
@@ -210,6 +212,14 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         print_explained(pairs, out)
     failed = [r for r in run.rows if not r.get("ok")]
     return 1 if failed or doc.get("running") is None else 0
+
+
+def _timer_note(doc: dict[str, Any]) -> None:
+    kept = next((r for r in doc["rows"] if r["config"] == doc.get("running") and r.get("measure")), None)
+    if kept is not None:
+        doc["notes"].append(f"{kept['config']} is left running with SGLang's device timer on (the sweep measured "
+                            "with it; it costs a little of every forward): `inv deploy` it again without --measure "
+                            "to turn it off")
 
 
 def _explain(doc: dict[str, Any]) -> list[Any]:
