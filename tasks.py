@@ -596,11 +596,11 @@ def _int_list(flag: str, value: Any, minimum: int) -> list[int] | None:
 @task(help=SWEEP_HELP)
 @cli
 def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
+          measure: bool = False, no_measure: bool = False, explain: bool = False,
           keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
-          out: Any = None, json: bool = False, inventory: Any = None, measure: bool = False,
-          no_measure: bool = False, explain: bool = False) -> None:
+          out: Any = None, json: bool = False, inventory: Any = None) -> None:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 

@@ -76,12 +76,12 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
         "accept_rate": result.get("accept_rate"), "accept_rate_meaning": result.get("accept_rate_meaning"),
         "draft_acceptance": result.get("draft_acceptance"), "cycle_ms": result.get("cycle_ms"),
         "decode_ms_per_token": result.get("decode_ms_per_token"),
+        "phases": result.get("phases"), "cycle_ms_source": result.get("cycle_ms_source"),  # measured by SGLang
         "ms_per_token": 1000.0 / result["output_tok_s"] if result.get("output_tok_s") else None,
         "ttft_ms": (result.get("ttft_ms") or {}).get("median"), "tpot_ms": (result.get("tpot_ms") or {}).get("median"),
         "itl_ms": (result.get("itl_ms") or {}).get("median"), "failed_requests": result.get("failed"),
         "accept_histogram": result.get("accept_histogram"),
         "accept_histogram_source": result.get("accept_histogram_source"),
-        "phases": result.get("phases"), "cycle_ms_source": result.get("cycle_ms_source"),
     }
 
 
@@ -190,7 +190,6 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         run.current = None
         run.progress.close()
         _keep_one(run, cfgs, keep)
-        _timer_note(doc)
     except KeyboardInterrupt:
         run.progress.close()
         doc["interrupted"] = {"during": run.current.name if run.current else "the final redeploy",
@@ -200,6 +199,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         raise
     doc["elapsed_s"] = run.elapsed()
     doc["bench_s"] = round(sum(float(r.get("bench_s") or 0) for r in run.rows), 2)
+    _timer_note(doc)
     doc["analysis"] = analyze_sweep(run.rows)
     doc["paths"] = write_outputs(run.out_dir, doc)
     pairs = _explain(doc) if explain else None
