@@ -346,19 +346,6 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     return for_version(plan, sglang_version)
 
 
-def _measured(plan: Plan, sglang_version: str | None) -> Plan:
-    """The launch with the device timer on or off for this version (``measure.launch``: decided again once
-    preflight knows the version), and the plan's notes about measurement in place of the earlier ones."""
-    m = measure.launch(list(plan.argv), dict(plan.env), plan.measure_added, plan.measure_wanted,
-                       plan.measure_wanted_by, plan.measuring, sglang_version)
-    host = plan.host
-    notes = m.notes + measure.profiler_notes(host.listen in LOOPBACK, host.listen, host.port, host.sglang_args,
-                                             plan.profile_dir)
-    kept = [n for n in plan.notes if n not in plan.measure_notes]
-    return replace(plan, argv=tuple(m.argv), env=m.env, measure=m.on, measure_added=m.added,
-                   measure_notes=tuple(notes), notes=tuple(kept + notes))
-
-
 def for_version(plan: Plan, sglang_version: str | None) -> Plan:
     """Decide how secrets reach the server and render the script: the inventory's ``env`` from a 0600 file the
     script sources; secret flags in SGLang's ``--config`` file where the version has it (None: assume it has),
@@ -398,6 +385,19 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
     return [f"SGLANG_PLUGINS from the inventory env ({value!r}) lets SGLang load only the plugins it names; "
             f"specdeploy's plugin {patching.PLUGIN_NAME} is added to it, so the launch has "
             f"SGLANG_PLUGINS={env['SGLANG_PLUGINS']!r}"]
+
+
+def _measured(plan: Plan, sglang_version: str | None) -> Plan:
+    """The launch with the device timer on or off for this version (``measure.launch``: decided again once
+    preflight knows the version), and the plan's notes about measurement in place of the earlier ones."""
+    m = measure.launch(list(plan.argv), dict(plan.env), plan.measure_added, plan.measure_wanted,
+                       plan.measure_wanted_by, plan.measuring, sglang_version)
+    host = plan.host
+    notes = m.notes + measure.profiler_notes(host.listen in LOOPBACK, host.listen, host.port, host.sglang_args,
+                                             plan.profile_dir)
+    kept = [n for n in plan.notes if n not in plan.measure_notes]
+    return replace(plan, argv=tuple(m.argv), env=m.env, measure=m.on, measure_added=m.added,
+                   measure_notes=tuple(notes), notes=tuple(kept + notes))
 
 
 def render_launch_script(plan: Plan) -> str:
