@@ -137,16 +137,8 @@ def _accept_gate(value: Any) -> float | None:
     return x
 
 
-def _measure_flag(measure: bool, no_measure: bool) -> bool | None:
-    from fabfile.errors import FlagError
-
-    if measure and no_measure:
-        raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
-    return True if measure else False if no_measure else None
-
-
 def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
-             accept_gate: Any = None, measure: bool | None = None) -> Any:
+             accept_gate: Any = None) -> Any:
     from fabfile.errors import FlagError
     from fabfile.inventory.hosts import PATCH_MODES
     from fabfile.plan.deploy_plan import Options
@@ -155,8 +147,7 @@ def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout:
         raise FlagError(f"--patch-mode: unknown mode {patch_mode!r}; choose one of {', '.join(PATCH_MODES)}")
     return Options(steps=_int("--steps", steps), topk=_int("--topk", topk, 1),
                    draft_tokens=_int("--draft-tokens", draft_tokens, 1), patch_mode=patch_mode,
-                   timeout=_float("--timeout", timeout), verify=verify, accept_gate=_accept_gate(accept_gate),
-                   measure=measure)
+                   timeout=_float("--timeout", timeout), verify=verify, accept_gate=_accept_gate(accept_gate))
 
 
 DEPLOY_HELP = {
@@ -200,8 +191,8 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     from fabfile.errors import FlagError
 
     inv = _lock_wait(_inventory(inventory), lock_wait)
-    opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate,
-                    measure=_measure_flag(measure, no_measure))
+    opts = _measuring(_options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify,
+                               accept_gate=accept_gate), measure, no_measure)
     if strategy is not None and strategy not in STRATEGIES:
         raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
     if batch is not None and strategy == "parallel":
@@ -252,8 +243,8 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            measure: bool = False, no_measure: bool = False) -> None:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     inv = _inventory(inventory)
-    _render(inv, inv.select(host), _options(steps, topk, draft_tokens, patch_mode, timeout,
-                                            measure=_measure_flag(measure, no_measure)), json)
+    _render(inv, inv.select(host), _measuring(_options(steps, topk, draft_tokens, patch_mode, timeout), measure,
+                                              no_measure), json)
 
 
 @task(help={"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
@@ -620,8 +611,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
                         "sglang.bench_serving")
     # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
-    base = replace(_options(None, None, None, patch_mode, timeout, measure=_measure_flag(measure, no_measure)),
-                   measuring=True)
+    base = replace(_measuring(_options(None, None, None, patch_mode, timeout), measure, no_measure), measuring=True)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
     from fabfile.commands.sweep import run_sweep
@@ -944,6 +934,17 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     from fabfile.present.output import show
 
     show({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows), as_json=json)
+
+
+def _measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
+    """The options with ``--measure``/``--no-measure`` (neither: the inventory's ``measure`` decides)."""
+    from dataclasses import replace
+
+    from fabfile.errors import FlagError
+
+    if measure and no_measure:
+        raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
+    return replace(opts, measure=True if measure else False if no_measure else None)
 
 
 def raise_for(code: int) -> None:

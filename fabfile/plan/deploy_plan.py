@@ -17,7 +17,6 @@ from typing import Any
 from fabfile import __version__
 from fabfile.errors import FlagError
 from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
-from fabfile.plan import measure
 from fabfile.remote import versions
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
@@ -311,6 +310,8 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     env.update(nccl.logging)
     env.update({k: v for k, v in host.env.items() if k not in env or not k.startswith("NCCL_")})
     env[DEPLOY_ID_ENV] = deploy_id
+    from fabfile.plan import measure
+
     profiles = measure.profile_dir(host.state_dir)
     env.setdefault(measure.PROFILER_DIR_ENV, profiles)  # SGLang's default is /tmp, every account's
     patch_mode = opts.patch_mode or host.patch_mode
@@ -390,6 +391,8 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
 def _measured(plan: Plan, sglang_version: str | None) -> Plan:
     """The launch with the device timer on or off for this version (``measure.launch``: decided again once
     preflight knows the version), and the plan's notes about measurement in place of the earlier ones."""
+    from fabfile.plan import measure
+
     m = measure.launch(list(plan.argv), dict(plan.env), plan.measure_added, plan.measure_wanted,
                        plan.measure_wanted_by, plan.measuring, sglang_version)
     host = plan.host
@@ -401,15 +404,13 @@ def _measured(plan: Plan, sglang_version: str | None) -> Plan:
 
 
 def render_launch_script(plan: Plan) -> str:
-    from fabfile.render.jinja import (
-        render_shell,  # Jinja2 only when a script is rendered
-        shell_path,
-    )
+    from fabfile.plan.measure import PROFILER_DIR_ENV
+    from fabfile.render.jinja import render_shell, shell_path  # Jinja2 only when a script is rendered
 
     inline: dict[str, str] = {k: v for k, v in plan.env.items() if k not in plan.file_env}
-    if inline.get(measure.PROFILER_DIR_ENV, "").startswith("~/"):
+    if inline.get(PROFILER_DIR_ENV, "").startswith("~/"):
         # the tool's own path under the host's HOME: expanded by the shell, as the log directory is
-        inline[measure.PROFILER_DIR_ENV] = shell_path(inline[measure.PROFILER_DIR_ENV])
+        inline[PROFILER_DIR_ENV] = shell_path(inline[PROFILER_DIR_ENV])
     return render_shell("launch.sh.j2", plan=plan, host=plan.host, env=inline, argv=plan.launch_argv or plan.argv,
                         env_file=plan.env_file,
                         tool_version=__version__, plan_hash=plan.plan_hash,

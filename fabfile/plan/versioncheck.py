@@ -119,13 +119,13 @@ def check(argv: list[str], env: dict[str, str], version: str, host: str) -> None
             raise FlagError(f"SGLang {version} on {host} has no speculative algorithm {algo}{same} (it knows "
                             f"{', '.join(algos)})", "choose one of those in speculative.algorithm, or upgrade "
                             "SGLang on the host; nothing was changed there", host=host)
-    if env.get(DEVICE_TIMER_ENV) and not _has_phase_timer(facts, flags):
-        raise FlagError(f"SGLang {version} on {host} has no per-phase device timer{same} (measure: true, or "
-                        f"--measure); releases that have it: {device_timer_releases()}",
-                        "deploy with --no-measure (or measure: false), or upgrade SGLang on the host; nothing was "
-                        "changed there", host=host)
     if SPEC_V2_ENV in env and not facts.get("spec_v2_env"):
         raise FlagError(f"SGLang {version} on {host} does not read {SPEC_V2_ENV}{same}: setting it would change "
                         f"nothing (releases that read it: {_releases_with(lambda f, fl: f.get('spec_v2_env'))})",
                         f"remove {SPEC_V2_ENV} from the inventory's env for this host; nothing was changed there",
                         host=host)
+    if env.get(DEVICE_TIMER_ENV) and not _has_phase_timer(facts, flags):
+        raise FlagError(f"SGLang {version} on {host} has no per-phase device timer{same} (measure: true, or "
+                        f"--measure); releases that have it: {device_timer_releases()}",
+                        "deploy with --no-measure (or measure: false), or upgrade SGLang on the host; nothing was "
+                        "changed there", host=host)
