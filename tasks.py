@@ -191,8 +191,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     from fabfile.errors import FlagError
 
     inv = _lock_wait(_inventory(inventory), lock_wait)
-    opts = _measuring(_options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify,
-                               accept_gate=accept_gate), measure, no_measure)
+    opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     if strategy is not None and strategy not in STRATEGIES:
         raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
     if batch is not None and strategy == "parallel":
@@ -213,6 +212,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
                                     "deploy of it alone would stop its rank and leave the cluster broken",
                                     f"deploy the whole cluster with --host {c_name}, or take {h.name} out of "
                                     "`clusters:` to run it on its own")
+    opts = _measuring(opts, measure, no_measure)
     if dry_run:
         _render(inv, hosts, opts, json)
         return
@@ -445,17 +445,12 @@ def _one_host(inv: Any, host: Any, command: str) -> Any:
 def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
           inventory: Any = None, explain: bool = False, baseline: Any = None) -> None:
-    """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate (and the
-    phases SGLang's device timer measured, when the deploy measures)."""
-    from fabfile.errors import FlagError
-
+    """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
     out = _local_path("--out", out)
-    if baseline is not None and not explain:
-        raise FlagError("--baseline: only with --explain")
-    baseline = _local_path("--baseline", baseline)
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
+    baseline = _explain_baseline(explain, baseline)
     from fabfile.commands.bench import bench_host
     from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result
@@ -934,6 +929,15 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     from fabfile.present.output import show
 
     show({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows), as_json=json)
+
+
+def _explain_baseline(explain: bool, baseline: Any) -> str | None:
+    """``--baseline FILE`` of ``inv bench --explain``: only with --explain."""
+    from fabfile.errors import FlagError
+
+    if baseline is not None and not explain:
+        raise FlagError("--baseline: only with --explain")
+    return _local_path("--baseline", baseline)
 
 
 def _measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
