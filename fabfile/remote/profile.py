@@ -172,8 +172,9 @@ def ready_traces(out_dir: str, cap: int) -> dict[int, str]:
 
 def _wait_traces(out_dir: str, ranks: int, cap: int, target: tuple[str, int], api_key: str | None,
                  sink: EventSink, stopped: list[bool]) -> dict[int, str]:
-    """Wait for every rank's file; ask SGLang to stop (and write) when the load ended before ``num_steps``."""
-    deadline = time.monotonic() + 3.0
+    """Wait for every rank's file; ask SGLang to stop (and write) when the load ended before ``num_steps`` (the
+    load is over, so no further step would come: a short look for files it is already writing, then the stop)."""
+    deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         got = ready_traces(out_dir, cap)
         if len(got) >= ranks:
