@@ -95,6 +95,17 @@ def test_timer_and_trace_agree_and_name_their_sources(inventory: Path, sim_host:
         assert words in p.stdout, p.stdout
 
 
+def test_the_baseline_reports_its_decode_step_from_both_sources(inventory: Path, sim_host: SimHost) -> None:
+    sim_host.set_sim_config(**FAST)
+    assert inv_json("deploy", "--steps", "0", inventory=inventory)[0] == 0
+    code, doc, err = inv_json("profile", *LOAD, "--trace", "--trace-steps", "10", inventory=inventory)
+    assert code == 0, err
+    rank = doc["data"]["ranks"][0]
+    assert rank["timer"]["decode"]["ms"] == pytest.approx(12.2 * 0.5, rel=0.05)
+    assert rank["trace"]["decode"]["ms"] == pytest.approx(rank["timer"]["decode"]["ms"], rel=0.10)
+    assert "verify" not in rank["timer"] and rank["trace"]["kernels"]["decode"]["launch"] == "cuda graph"
+
+
 def test_without_the_timer_the_cycle_is_derived_and_says_how_to_measure(fleet: Fleet, sim_host: SimHost,
                                                                         tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--enable-metrics"]},
