@@ -12,14 +12,14 @@ import gzip
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.invoke_cli import INV, ROOT, derived_inventory, http_in_host, inv_json, run_inv
+from tests.invoke_cli import derived_inventory, http_in_host, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
+from tests.test_faults import start_inv
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]
@@ -151,10 +151,8 @@ def test_the_profiler_is_stopped_when_the_client_goes(inventory: Path, sim_host:
     POST /stop_profile, answered 200 while it still ran."""
     sim_host.set_sim_config(time_scale=5.0, load_seconds=0.1)
     assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
-    client = subprocess.Popen([*INV, "profile", "--num-prompts", "200", "--output-len", "200", "--trace",
-                               "--trace-steps", "200", "--inventory", str(inventory)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                              start_new_session=True, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
+    client = start_inv("profile", "--num-prompts", "200", "--output-len", "200", "--trace", "--trace-steps", "200",
+                       inventory=inventory)
     err = ""
     try:
         deadline = time.monotonic() + 60
@@ -184,6 +182,26 @@ def test_the_profiler_is_stopped_when_the_client_goes(inventory: Path, sim_host:
     assert not _profile_running(sim_host)
     if how == "agent sigterm":
         assert client.returncode == 1 and "interrupted on the host (SIGTERM)" in err, err
+
+
+def test_a_server_that_dies_during_the_profile_keeps_no_figures(inventory: Path, sim_host: SimHost) -> None:
+    sim_host.set_sim_config(time_scale=2.0, load_seconds=0.1)
+    assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    client = start_inv("profile", "--num-prompts", "100", "--output-len", "100", "--trace", inventory=inventory)
+    try:
+        deadline = time.monotonic() + 60
+        while "Profiling starts" not in sim_host.exec("cat /root/sglang-logs/*.log").stdout:
+            assert time.monotonic() < deadline and client.poll() is None
+            time.sleep(0.2)
+        sched = next(p for p, c in sglang_pids(sim_host) if c.startswith("sglang::scheduler_TP1"))
+        sim_host.exec(["kill", "-KILL", str(sched)])
+        _out, err = client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            os.killpg(client.pid, signal.SIGKILL)
+    assert client.returncode == 1, err
+    assert "died during the profile" in err and "no figures were kept" in err, err
+    assert "Traceback" not in err
 
 
 def test_bad_flags_exit_2_before_any_connection(inventory: Path) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -297,14 +298,11 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     concurrency, input_len, output_len = int(req["concurrency"]), int(req["input_len"]), int(req["output_len"])
     timeout = float(req.get("request_timeout", 600))
     want_trace = bool(req.get("trace"))
-    # One warm-up request outside the window: its compile and first-batch costs are not a cycle's.
-    w = loadgen.one_request(target[0] if target[0] not in ("0.0.0.0", "::", "") else "127.0.0.1", target[1],
-                            json.dumps({"input_ids": list(range(100, 100 + min(input_len, 64))), "stream": True,
-                                        "sampling_params": {"max_new_tokens": min(output_len, 16),
-                                                            "temperature": 0.0, "ignore_eos": True}}).encode(),
-                            api_key, timeout)
-    if w.error:
-        raise AgentError("bench_failed", f"the warm-up request failed: {w.error}", "check `inv status` and `inv logs`")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", str(req["profile_id"])):
+        raise AgentError("bad_request", f"profile id {req['profile_id']!r} is not a plain name")
+    # The bench's own warm-up, outside the window: its compile and first-batch costs are not a cycle's.
+    loadgen.run(*target, concurrency=1, input_len=input_len, output_len=output_len, num_prompts=0, warmup=1,
+                api_key=api_key, timeout=timeout)
     log_path = str(rec.get("log_path") or "")
     offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
     before = devicetimer.snapshot(bench.http_get(*target, "/metrics", api_key) or "")
@@ -339,6 +337,11 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
             measured = loadgen.run(*target, concurrency=concurrency, input_len=input_len, output_len=output_len,
                                    num_prompts=int(req["num_prompts"]), warmup=0, api_key=api_key,
                                    on_progress=progress, timeout=timeout)
+            # The bench's rule: figures from a run the server did not live through measure its death.
+            if bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") or not measured["completed"] else 0.0):
+                raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the profile, after "
+                                 f"{measured.get('completed', 0)} of {req['num_prompts']} requests; no figures were "
+                                 "kept", "see `inv logs` for why it died, deploy again, then profile")
             after = devicetimer.snapshot(bench.http_get(*target, "/metrics", api_key) or "")
             if not measured["completed"]:
                 raise AgentError("bench_failed", f"every profile request failed: {measured['errors'][:1]}",
@@ -354,9 +357,6 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     finally:
         if started and not stopped[0]:
             _post(*target, "/stop_profile", None, api_key)
-    if bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") else 0.0):
-        raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the profile; no figures were "
-                         "kept", "see `inv logs` for why it died, deploy again, then profile")
     decode_log = metrics.summarize_decode_lines(server.LogFollower(log_path, offset).read_lines()) if log_path else {}
     d = devicetimer.delta(before, after)
     timer_on = devicetimer.has_timer(after)
