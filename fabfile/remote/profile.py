@@ -35,6 +35,7 @@ from .protocol import (
     MAX_TRACE_STEPS,
     SOURCE_DERIVED,
     SOURCE_META,
+    SOURCE_OTHER,
     SOURCE_TOOL,
     CycleAnatomy,
     PhaseFigure,
@@ -217,7 +218,7 @@ def _complete(a: CycleAnatomy, cycle: PhaseFigure | None, accept: PhaseFigure | 
     parts = [k for k in ("draft", "verify", "draft_extend") if k in a]
     spent = sum(a[k]["ms"] for k in parts)
     note = None if "draft_extend" in a else "includes the draft-extend (the timer does not separate it here)"
-    a["other"] = _fig(max(0.0, cycle["ms"] - spent), a["verify"]["source"], cycle["count"], note)
+    a["other"] = _fig(max(0.0, cycle["ms"] - spent), SOURCE_OTHER, cycle["count"], note)
     return a
 
 
