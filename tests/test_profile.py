@@ -96,6 +96,19 @@ def test_timer_and_trace_agree_and_name_their_sources(inventory: Path, sim_host:
         assert words in p.stdout, p.stdout
 
 
+def test_under_concurrency_a_pass_is_one_batch(inventory: Path, sim_host: SimHost) -> None:
+    """SGLang's decode-batch counter counts passes whatever the batch: a verify of B requests costs
+    14.2 + 1.5·4 + 0.12·4·(B − 1) ms, so per pass between B = 1 (the tail) and B = 4."""
+    sim_host.set_sim_config(**FAST)
+    assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    code, doc, err = inv_json("profile", "--concurrency", "4", "--num-prompts", "8", "--output-len", "48",
+                              inventory=inventory)
+    assert code == 0, err
+    verify = doc["data"]["ranks"][0]["timer"]["verify"]
+    assert 20.2 * 0.5 * 0.98 <= verify["ms"] <= (20.2 + 0.12 * 4 * 3) * 0.5 * 1.02, verify
+    assert "note" not in verify  # counted by SGLang itself, not estimated
+
+
 def test_the_baseline_reports_its_decode_step_from_both_sources(inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_sim_config(**FAST)
     assert inv_json("deploy", "--steps", "0", inventory=inventory)[0] == 0
