@@ -170,6 +170,36 @@ def anatomy(d: Snapshot, rank: int, *, version: str, cuda_graph: bool, speculati
     return out
 
 
+def complete(a: CycleAnatomy, cycle: PhaseFigure | None, accept: PhaseFigure | None) -> CycleAnatomy:
+    """Add the cycle (measured by the tool, or derived), the accept length and ``other`` = cycle − Σ measured phases
+    to a timer anatomy (``profile`` and ``bench`` alike)."""
+    if accept is not None:
+        a["accept_length"] = accept
+    if cycle is None or "verify" not in a:
+        return a
+    a["cycle"] = cycle
+    parts = [k for k in ("draft", "verify", "draft_extend") if k in a]
+    spent = sum(a[k]["ms"] for k in parts)
+    note = None if "draft_extend" in a else "includes the draft-extend (the timer does not separate it here)"
+    other: PhaseFigure = {"ms": round(max(0.0, cycle["ms"] - spent), 4), "source": a["verify"]["source"],
+                          "count": int(cycle["count"])}
+    if note:
+        other["note"] = note
+    a["other"] = other
+    return a
+
+
+def cuda_graph(d: Snapshot, decode: dict[str, Any]) -> bool | None:
+    """Whether the decode batches ran in CUDA graphs: SGLang's pass counter, else the ``cuda graph:`` field of
+    its ``Decode batch`` lines in the window (None: neither said)."""
+    if d["decode_passes"]:
+        return any(d["graph_passes"].get(r, 0) > 0 for r in d["decode_passes"])
+    last = decode.get("last") or {}
+    if "cuda_graph" in last:
+        return bool(last["cuda_graph"])
+    return None
+
+
 def describe(snap: Snapshot) -> dict[str, Any]:
     """The categories seen per rank (for the report: which phases this server's timer separates)."""
     return {str(r): sorted(c) for r, c in snap["seconds"].items()}

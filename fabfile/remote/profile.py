@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -121,19 +122,28 @@ def _dir_bytes(path: str) -> int:
 
 
 def prune(base: str, keep_bytes: int) -> list[str]:
-    """Remove the oldest profiles until the rest weigh at most ``keep_bytes``; the names removed."""
+    """Remove the oldest profiles until the rest weigh at most ``keep_bytes``; the names removed. A profile is a
+    directory of this verb's, or a loose trace file (a ``/start_profile`` without ``output_dir`` writes into
+    SGLANG_TORCH_PROFILER_DIR, which a measuring deploy points here). Links are never followed nor removed."""
     entries = []
     for name in os.listdir(base):
         p = os.path.join(base, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            entries.append((os.lstat(p).st_mtime, name, _dir_bytes(p)))
+        st = os.lstat(p)
+        if stat.S_ISDIR(st.st_mode):
+            entries.append((st.st_mtime, name, _dir_bytes(p), True))
+        elif stat.S_ISREG(st.st_mode) and name.endswith(".trace.json.gz"):
+            entries.append((st.st_mtime, name, st.st_size, False))
     entries.sort()
     total = sum(e[2] for e in entries)
     removed = []
-    for _mtime, name, size in entries:
+    for _mtime, name, size, is_dir in entries:
         if total <= keep_bytes:
             break
-        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        if is_dir:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(base, name))
         total -= size
         removed.append(name)
     return removed
@@ -208,20 +218,6 @@ def _fig(ms: float, source: str, count: int, note: str | None = None) -> PhaseFi
     return out
 
 
-def _complete(a: CycleAnatomy, cycle: PhaseFigure | None, accept: PhaseFigure | None) -> CycleAnatomy:
-    """Add the tool's cycle, the accept length and ``other`` = cycle − Σ measured phases to a timer anatomy."""
-    if accept is not None:
-        a["accept_length"] = accept
-    if cycle is None or "verify" not in a:
-        return a
-    a["cycle"] = cycle
-    parts = [k for k in ("draft", "verify", "draft_extend") if k in a]
-    spent = sum(a[k]["ms"] for k in parts)
-    note = None if "draft_extend" in a else "includes the draft-extend (the timer does not separate it here)"
-    a["other"] = _fig(max(0.0, cycle["ms"] - spent), SOURCE_OTHER, cycle["count"], note)
-    return a
-
-
 def _derived(measured: dict[str, Any], speculative: bool, accept: float | None, steps: int | None,
              draft_tokens: int | None, config: str) -> CycleAnatomy | None:
     tpot = (measured.get("tpot_ms") or {}).get("mean")
@@ -251,17 +247,6 @@ def _difference(timer: CycleAnatomy | None, traced: CycleAnatomy | None) -> dict
         if isinstance(a, dict) and isinstance(b, dict) and a.get("ms"):
             out[k] = round((float(b["ms"]) - float(a["ms"])) / float(a["ms"]) * 100, 1)
     return out
-
-
-def _cuda_graph(d: devicetimer.Snapshot, decode: dict[str, Any]) -> bool | None:
-    """Whether the decode batches ran in CUDA graphs: SGLang's pass counter, else the ``cuda graph:`` field of
-    its ``Decode batch`` lines in the window (None: neither said)."""
-    if d["decode_passes"]:
-        return any(d["graph_passes"].get(r, 0) > 0 for r in d["decode_passes"])
-    last = decode.get("last") or {}
-    if "cuda_graph" in last:
-        return bool(last["cuda_graph"])
-    return None
 
 
 def _start_failed(code: int, text: str, log_path: str, offset: int) -> AgentError:
@@ -361,7 +346,7 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     decode_log = metrics.summarize_decode_lines(server.LogFollower(log_path, offset).read_lines()) if log_path else {}
     d = devicetimer.delta(before, after)
     timer_on = devicetimer.has_timer(after)
-    cuda_graph = _cuda_graph(d, decode_log)
+    cuda_graph = devicetimer.cuda_graph(d, decode_log)
     meta = measured.pop("meta", {}) or {}
     accept_len = meta.get("accept_len") if speculative else None
     accept = _fig(float(accept_len), SOURCE_META, int(meta.get("verify_ct") or 0)) if accept_len else None
@@ -371,11 +356,13 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     for rank in sorted(set(d["seconds"]) | set(files) or {0}):
         timer_a: CycleAnatomy | None = None
         if timer_on and rank in d["seconds"]:
-            timer_a = _complete(devicetimer.anatomy(
+            timer_a = devicetimer.complete(devicetimer.anatomy(
                 d, rank, version=version, cuda_graph=bool(cuda_graph), speculative=speculative, steps=steps,
                 draft_tokens=draft_tokens, concurrency=min(concurrency, int(req["num_prompts"])),
                 meta_verify_ct=meta.get("verify_ct"), config=config, tokens=measured.get("output_tokens")),
                 cycle, accept)
+            if "other" in timer_a:  # the tool's cycle minus the timer's phases: derived, not the timer's figure
+                timer_a["other"]["source"] = SOURCE_OTHER
         traced: CycleAnatomy | None = None
         size = None
         if rank in files:
