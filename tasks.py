@@ -484,7 +484,8 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
 
 
 PROFILE_HELP = {
-    **{k: BENCH_HELP[k] for k in ("host", "concurrency", "input_len", "output_len", "timeout", "json", "inventory")},
+    **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "timeout", "json", "inventory")},
+    "host": "the host to profile (one host; default: the inventory's default host)",
     "num_prompts": "requests of the load the phases are measured under (default 16)",
     "trace": "also record SGLang's profiler trace (bounded: --trace-steps) and break each phase down by kernel",
     "trace_steps": "scheduler steps the profiler records with --trace (default 12, at most 200)",

@@ -154,7 +154,10 @@ def test_the_oldest_profiles_go_first_when_over_the_bound(tmp_path: Path) -> Non
         d.mkdir()
         (d / "x-TP-0.trace.json.gz").write_bytes(b"x" * 1000)
         os.utime(d, (1000 + i, 1000 + i))
-    assert profile.prune(str(tmp_path), keep_bytes=2000) == ["p1"]
+    loose = tmp_path / "1.5-TP-0.trace.json.gz"  # a /start_profile without output_dir, written the earliest
+    loose.write_bytes(b"x" * 1000)
+    os.utime(loose, (999, 999))
+    assert profile.prune(str(tmp_path), keep_bytes=2000) == ["1.5-TP-0.trace.json.gz", "p1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p2", "p3"]
 
 

@@ -42,8 +42,9 @@ def _anatomy_table(timer: Any, traced: Any, diff: dict[str, float]) -> Table:
         if key == "draft" and isinstance(a or b, dict):
             n = max(0, int((timer or traced or {}).get("steps") or 0) - 1)
             label = f"draft ({n} forwards)" if n else label
-        srcs = "; ".join(f"{f['source']} ({f['count']}{', ' + f['note'] if f.get('note') else ''})"
-                         for f in (a, b) if isinstance(f, dict))
+        said = [f"{f['source']} ({f['count']}{', ' + f['note'] if f.get('note') else ''})"
+                for f in (a, b) if isinstance(f, dict)]
+        srcs = "; ".join(dict.fromkeys(said))  # one source measured for both columns is named once
         d = diff.get(key)
         t.add_row(label, _cell(a, key), _cell(b, key), "-" if d is None else f"{d:+.1f} %", srcs)
     return t
@@ -65,7 +66,7 @@ def _kernels_table(kernels: dict[str, Any]) -> Table:
         cls = k["classes_ms"]
         ar = "-" if not k["allreduce_calls"] else \
             f"{k['allreduce_calls']:g} × {k['allreduce_mean_us']:.0f} µs"
-        launch = k["launch"]
+        launch = k["launch"] if phase != "between" else "-"
         if launch == "eager":
             launch += f" ({k['kernel_launches']:g} launches, {k['launch_gap_ms']:.2f} ms gaps)"
         elif launch == "cuda graph":

@@ -22,8 +22,10 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +36,7 @@ from .protocol import (
     MAX_TRACE_STEPS,
     SOURCE_DERIVED,
     SOURCE_META,
+    SOURCE_OTHER,
     SOURCE_TOOL,
     CycleAnatomy,
     PhaseFigure,
@@ -119,19 +122,28 @@ def _dir_bytes(path: str) -> int:
 
 
 def prune(base: str, keep_bytes: int) -> list[str]:
-    """Remove the oldest profiles until the rest weigh at most ``keep_bytes``; the names removed."""
+    """Remove the oldest profiles until the rest weigh at most ``keep_bytes``; the names removed. A profile is a
+    directory of this verb's, or a loose trace file (a ``/start_profile`` without ``output_dir`` writes into
+    SGLANG_TORCH_PROFILER_DIR, which a measuring deploy points here). Links are never followed nor removed."""
     entries = []
     for name in os.listdir(base):
         p = os.path.join(base, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            entries.append((os.lstat(p).st_mtime, name, _dir_bytes(p)))
+        st = os.lstat(p)
+        if stat.S_ISDIR(st.st_mode):
+            entries.append((st.st_mtime, name, _dir_bytes(p), True))
+        elif stat.S_ISREG(st.st_mode) and name.endswith(".trace.json.gz"):
+            entries.append((st.st_mtime, name, st.st_size, False))
     entries.sort()
     total = sum(e[2] for e in entries)
     removed = []
-    for _mtime, name, size in entries:
+    for _mtime, name, size, is_dir in entries:
         if total <= keep_bytes:
             break
-        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        if is_dir:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(base, name))
         total -= size
         removed.append(name)
     return removed
@@ -172,8 +184,9 @@ def ready_traces(out_dir: str, cap: int) -> dict[int, str]:
 
 def _wait_traces(out_dir: str, ranks: int, cap: int, target: tuple[str, int], api_key: str | None,
                  sink: EventSink, stopped: list[bool]) -> dict[int, str]:
-    """Wait for every rank's file; ask SGLang to stop (and write) when the load ended before ``num_steps``."""
-    deadline = time.monotonic() + 3.0
+    """Wait for every rank's file; ask SGLang to stop (and write) when the load ended before ``num_steps`` (the
+    load is over, so no further step would come: a short look for files it is already writing, then the stop)."""
+    deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         got = ready_traces(out_dir, cap)
         if len(got) >= ranks:
@@ -205,20 +218,6 @@ def _fig(ms: float, source: str, count: int, note: str | None = None) -> PhaseFi
     return out
 
 
-def _complete(a: CycleAnatomy, cycle: PhaseFigure | None, accept: PhaseFigure | None) -> CycleAnatomy:
-    """Add the tool's cycle, the accept length and ``other`` = cycle − Σ measured phases to a timer anatomy."""
-    if accept is not None:
-        a["accept_length"] = accept
-    if cycle is None or "verify" not in a:
-        return a
-    a["cycle"] = cycle
-    parts = [k for k in ("draft", "verify", "draft_extend") if k in a]
-    spent = sum(a[k]["ms"] for k in parts)
-    note = None if "draft_extend" in a else "includes the draft-extend (the timer does not separate it here)"
-    a["other"] = _fig(max(0.0, cycle["ms"] - spent), a["verify"]["source"], cycle["count"], note)
-    return a
-
-
 def _derived(measured: dict[str, Any], speculative: bool, accept: float | None, steps: int | None,
              draft_tokens: int | None, config: str) -> CycleAnatomy | None:
     tpot = (measured.get("tpot_ms") or {}).get("mean")
@@ -248,17 +247,6 @@ def _difference(timer: CycleAnatomy | None, traced: CycleAnatomy | None) -> dict
         if isinstance(a, dict) and isinstance(b, dict) and a.get("ms"):
             out[k] = round((float(b["ms"]) - float(a["ms"])) / float(a["ms"]) * 100, 1)
     return out
-
-
-def _cuda_graph(d: devicetimer.Snapshot, decode: dict[str, Any]) -> bool | None:
-    """Whether the decode batches ran in CUDA graphs: SGLang's pass counter, else the ``cuda graph:`` field of
-    its ``Decode batch`` lines in the window (None: neither said)."""
-    if d["decode_passes"]:
-        return any(d["graph_passes"].get(r, 0) > 0 for r in d["decode_passes"])
-    last = decode.get("last") or {}
-    if "cuda_graph" in last:
-        return bool(last["cuda_graph"])
-    return None
 
 
 def _start_failed(code: int, text: str, log_path: str, offset: int) -> AgentError:
@@ -296,14 +284,11 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     concurrency, input_len, output_len = int(req["concurrency"]), int(req["input_len"]), int(req["output_len"])
     timeout = float(req.get("request_timeout", 600))
     want_trace = bool(req.get("trace"))
-    # One warm-up request outside the window: its compile and first-batch costs are not a cycle's.
-    w = loadgen.one_request(target[0] if target[0] not in ("0.0.0.0", "::", "") else "127.0.0.1", target[1],
-                            json.dumps({"input_ids": list(range(100, 100 + min(input_len, 64))), "stream": True,
-                                        "sampling_params": {"max_new_tokens": min(output_len, 16),
-                                                            "temperature": 0.0, "ignore_eos": True}}).encode(),
-                            api_key, timeout)
-    if w.error:
-        raise AgentError("bench_failed", f"the warm-up request failed: {w.error}", "check `inv status` and `inv logs`")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", str(req["profile_id"])):
+        raise AgentError("bad_request", f"profile id {req['profile_id']!r} is not a plain name")
+    # The bench's own warm-up, outside the window: its compile and first-batch costs are not a cycle's.
+    loadgen.run(*target, concurrency=1, input_len=input_len, output_len=output_len, num_prompts=0, warmup=1,
+                api_key=api_key, timeout=timeout)
     log_path = str(rec.get("log_path") or "")
     offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
     before = devicetimer.snapshot(bench.http_get(*target, "/metrics", api_key) or "")
@@ -338,6 +323,11 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
             measured = loadgen.run(*target, concurrency=concurrency, input_len=input_len, output_len=output_len,
                                    num_prompts=int(req["num_prompts"]), warmup=0, api_key=api_key,
                                    on_progress=progress, timeout=timeout)
+            # The bench's rule: figures from a run the server did not live through measure its death.
+            if bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") or not measured["completed"] else 0.0):
+                raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the profile, after "
+                                 f"{measured.get('completed', 0)} of {req['num_prompts']} requests; no figures were "
+                                 "kept", "see `inv logs` for why it died, deploy again, then profile")
             after = devicetimer.snapshot(bench.http_get(*target, "/metrics", api_key) or "")
             if not measured["completed"]:
                 raise AgentError("bench_failed", f"every profile request failed: {measured['errors'][:1]}",
@@ -353,13 +343,10 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     finally:
         if started and not stopped[0]:
             _post(*target, "/stop_profile", None, api_key)
-    if bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") else 0.0):
-        raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the profile; no figures were "
-                         "kept", "see `inv logs` for why it died, deploy again, then profile")
     decode_log = metrics.summarize_decode_lines(server.LogFollower(log_path, offset).read_lines()) if log_path else {}
     d = devicetimer.delta(before, after)
     timer_on = devicetimer.has_timer(after)
-    cuda_graph = _cuda_graph(d, decode_log)
+    cuda_graph = devicetimer.cuda_graph(d, decode_log)
     meta = measured.pop("meta", {}) or {}
     accept_len = meta.get("accept_len") if speculative else None
     accept = _fig(float(accept_len), SOURCE_META, int(meta.get("verify_ct") or 0)) if accept_len else None
@@ -369,11 +356,13 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     for rank in sorted(set(d["seconds"]) | set(files) or {0}):
         timer_a: CycleAnatomy | None = None
         if timer_on and rank in d["seconds"]:
-            timer_a = _complete(devicetimer.anatomy(
+            timer_a = devicetimer.complete(devicetimer.anatomy(
                 d, rank, version=version, cuda_graph=bool(cuda_graph), speculative=speculative, steps=steps,
                 draft_tokens=draft_tokens, concurrency=min(concurrency, int(req["num_prompts"])),
                 meta_verify_ct=meta.get("verify_ct"), config=config, tokens=measured.get("output_tokens")),
                 cycle, accept)
+            if "other" in timer_a:  # the tool's cycle minus the timer's phases: derived, not the timer's figure
+                timer_a["other"]["source"] = SOURCE_OTHER
         traced: CycleAnatomy | None = None
         size = None
         if rank in files:

@@ -260,6 +260,7 @@ SOURCE_TRACE = "SGLang profiler trace"
 SOURCE_DERIVED = "derived: TPOT × accept length"
 SOURCE_TOOL = "the tool: (E2E − TTFT) / spec_verify_ct per request"
 SOURCE_META = "SGLang meta_info: Σ completion_tokens / Σ spec_verify_ct"
+SOURCE_OTHER = "derived: the tool's cycle − the device timer's phases"
 
 
 class _PhaseFigureRequired(TypedDict):

@@ -210,7 +210,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
             a["cpu_seen"] += 1
             c0, c1 = float(cpu["ts"]), float(cpu["ts"]) + float(cpu["dur"])
             for ev in launches:  # (few thousand events: linear is fine at the bounded size)
-                if ev["ts"] > c1:
+                if ev["ts"] >= c1:  # half-open: a launch at the span's very end belongs to the next phase
                     break
                 if ev["ts"] >= c0 and ev.get("tid") == cpu.get("tid"):
                     name = str(ev.get("name", ""))

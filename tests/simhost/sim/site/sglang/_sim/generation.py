@@ -4,8 +4,9 @@ One engine thread runs the requests in flight as SGLang's scheduler does: new re
 batch (their first token comes from the prefill, as in SGLang), then every running request advances by one decode
 step per forward of the whole batch (continuous batching, at most ``--max-running-requests``).
 
-Speculative (EAGLE/EAGLE3) cycle for a batch of B requests: draft ``steps`` tokens
-(``(draft_ms_per_step + draft_ms_per_seq·(B-1))`` each), verify ``num_draft_tokens`` D per request at
+Speculative (EAGLE/EAGLE3) cycle for a batch of B requests: ``steps - 1`` draft forwards
+(``(draft_ms_per_step + draft_ms_per_seq·(B-1))`` each) and a draft-extend (``draft_extend_ms``, default one draft
+forward's cost: so ``steps`` draft costs in all), verify ``num_draft_tokens`` D per request at
 ``verify_ms_base + verify_ms_per_token·D + verify_ms_per_batch_token·D·(B-1)``. Per request, draft position i is
 accepted with ``accept_prob[i]`` (last value repeats) and the run stops at the first rejection, so the distribution
 of accepted drafts per verify pass (not only its mean) follows the per-position rates; the pass emits 1 + accepted

@@ -240,8 +240,10 @@ class _Writer:
             self.events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": t0, "dur": dur,
                                 "args": {"External id": self.ext}})
 
-    def forward(self, t0: float, dur: float, layers: int, graph: bool, extra: list[tuple[str, float]]) -> None:
-        """The kernels of one forward inside [t0, t0+dur] and their launches on the CPU thread."""
+    def forward(self, t0: float, dur: float, layers: int, graph: bool, extra: list[tuple[str, float]],
+                replay: bool = True) -> None:
+        """The kernels of one forward inside [t0, t0+dur] and their launches on the CPU thread (with a CUDA graph:
+        one ``cudaGraphLaunch`` when ``replay``; the EAGLE draft graph replays all of a cycle's forwards at once)."""
         ar = self.m.tp > 1
         kernels: list[tuple[str, float]] = []
         for _ in range(layers):
@@ -254,8 +256,8 @@ class _Writer:
         busy = dur * (BUSY_GRAPH if graph else BUSY_EAGER)
         gap = (dur - busy) / (len(kernels) + 1)
         t = t0 + gap
-        if graph:
-            self._launch("cudaGraphLaunch", t0)
+        if graph and replay:
+            self._launch("cudaGraphLaunch", t0 + 0.5)
         for name, share in kernels:
             d = busy * share / total
             if not graph:
@@ -288,10 +290,10 @@ class _Writer:
         if n:
             if self.labels_all:
                 self.span("draft", t, d_us * n)
-            for _ in range(n):
+            for i in range(n):
                 if self.labels_all or not graph:  # 0.5.12: a draft graph replay carries no label
                     self.span(f"step[DECODE bs={bs}]", t, d_us)
-                self.forward(t, d_us, 1, graph, [(DRAFT_TOPK, 0.02)])
+                self.forward(t, d_us, 1, graph, [(DRAFT_TOPK, 0.02)], replay=i == 0)
                 t += d_us
         self.span(f"step[TARGET_VERIFY bs={bs}]", t, v_us)
         self.forward(t, v_us, self.m.target_layers, graph, [])
