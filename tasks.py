@@ -170,6 +170,10 @@ DEPLOY_HELP = {
                            "(default: hosts already deployed stay on the new version)",
     "lock_wait": "when another deploy holds a host, wait for it up to this many seconds, showing its step "
                  "(default: timeouts.lock_wait, 600; 0 = fail at once)",
+    "measure": "turn SGLang's per-phase GPU timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, "
+               "SGLang 0.5.11+): bench, sweep and explain then show measured phases (default: the inventory's "
+               "`measure`; unset, on only for a sweep's deploys)",
+    "no_measure": "turn the device timer off, whatever the inventory says",
 }
 LOCK_WAIT_HELP = DEPLOY_HELP["lock_wait"]
 
@@ -180,7 +184,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
-           lock_wait: Any = None) -> None:
+           lock_wait: Any = None, measure: bool = False, no_measure: bool = False) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
@@ -208,6 +212,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
                                     "deploy of it alone would stop its rank and leave the cluster broken",
                                     f"deploy the whole cluster with --host {c_name}, or take {h.name} out of "
                                     "`clusters:` to run it on its own")
+    opts = _measuring(opts, measure, no_measure)
     if dry_run:
         _render(inv, hosts, opts, json)
         return
@@ -231,13 +236,15 @@ def _render(inv: Any, hosts: list[Any], opts: Any, as_json: bool) -> None:
 
 
 @task(help={k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
-                                        "inventory")})
+                                        "inventory", "measure", "no_measure")})
 @cli
 def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
-           patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None) -> None:
+           patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
+           measure: bool = False, no_measure: bool = False) -> None:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     inv = _inventory(inventory)
-    _render(inv, inv.select(host), _options(steps, topk, draft_tokens, patch_mode, timeout), json)
+    _render(inv, inv.select(host), _measuring(_options(steps, topk, draft_tokens, patch_mode, timeout), measure,
+                                              no_measure), json)
 
 
 @task(help={"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
@@ -391,6 +398,8 @@ BENCH_HELP = {
     "out": "local directory for results: OUT/<host>/<id>.json (default ./runs)",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
+    "explain": "say where the cycle's time goes, in sentences from the measured figures (`inv explain --rules`)",
+    "baseline": "with --explain: a saved bench of the baseline to compare with (default: the newest in --out)",
 }
 
 
@@ -435,12 +444,13 @@ def _one_host(inv: Any, host: Any, command: str) -> Any:
 @cli
 def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
-          inventory: Any = None) -> None:
+          inventory: Any = None, explain: bool = False, baseline: Any = None) -> None:
     """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
     out = _local_path("--out", out)
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
+    baseline = _explain_baseline(explain, baseline)
     from fabfile.commands.bench import bench_host
     from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result
@@ -457,7 +467,71 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
         raise
     finally:
         progress.close()
-    show(result, lambda: print_result(result, console), as_json=json)
+    if not explain:
+        show(result, lambda: print_result(result, console), as_json=json)
+        return
+    from fabfile.commands.explain import for_bench
+    from fabfile.present.explain_report import document, print_explained
+
+    pairs = for_bench(result, out or "runs", baseline)
+    result["explain"] = document(pairs)
+
+    def for_people() -> None:
+        print_result(result, console)
+        print_explained(pairs, console)
+
+    show(result, for_people, as_json=json)
+
+
+PROFILE_HELP = {
+    **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "timeout", "json", "inventory")},
+    "host": "the host to profile (one host; default: the inventory's default host)",
+    "num_prompts": "requests of the load the phases are measured under (default 16)",
+    "trace": "also record SGLang's profiler trace (bounded: --trace-steps) and break each phase down by kernel",
+    "trace_steps": "scheduler steps the profiler records with --trace (default 12, at most 200)",
+    "out": "with --trace: fetch each rank's trace into DIR as <host>-<deploy id>-TP<rank>.trace.json.gz "
+           "(opens in Perfetto)",
+}
+
+
+@task(help=PROFILE_HELP)
+@cli
+def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+            num_prompts: Any = None, trace: bool = False, trace_steps: Any = None, out: Any = None,
+            timeout: Any = None, json: bool = False, inventory: Any = None) -> None:
+    """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
+    SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
+    from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
+    from fabfile.errors import FlagError
+    from fabfile.remote.protocol import MAX_TRACE_STEPS
+
+    out = _local_path("--out", out)
+    load = _bench_params(concurrency, input_len, output_len, num_prompts, None, timeout)
+    steps = _int("--trace-steps", trace_steps, 1)
+    if steps is not None and steps > MAX_TRACE_STEPS:
+        raise FlagError(f"--trace-steps: at most {MAX_TRACE_STEPS} (each step grows every rank's trace), got {steps}")
+    if (steps is not None or out is not None) and not trace:
+        raise FlagError(f"{'--trace-steps' if steps is not None else '--out'}: only with --trace")
+    params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
+    inv = _inventory(inventory)
+    h = _one_host(inv, host, "profile")
+    from fabfile.commands.profile import profile_host
+    from fabfile.present.output import out as console
+    from fabfile.present.output import print_error, show
+    from fabfile.present.profile_report import print_result
+    from fabfile.present.progress import BenchProgress
+
+    progress = BenchProgress(h.name, enabled=not json, prefix="profile ")
+    try:
+        result = profile_host(inv, h, params, on_event=progress.event)
+    finally:
+        progress.close()
+    error = result.outcomes[0].error
+    if error is not None:
+        show(result, lambda: print_error(error), as_json=json)
+    else:
+        show(result, lambda: print_result(result, console), as_json=json)
+    raise_for(result.exit_code)
 
 
 SWEEP_HELP = {
@@ -494,6 +568,9 @@ SWEEP_HELP = {
     "max_tpot_ms": "service limit: median time per output token at most this many ms (see --max-ttft-ms)",
     "min_tok_s": "service limit: output tok/s at least this (see --max-ttft-ms)",
     "client": BENCH_HELP["client"],
+    "measure": "turn SGLang's device timer on (default: on where the version has it, for a sweep measures)",
+    "no_measure": "deploy every configuration without the device timer (the derived cycle only)",
+    "explain": BENCH_HELP["explain"],
     "patch_mode": DEPLOY_HELP["patch_mode"],
     "timeout": "bound in seconds on each deploy's wait for readiness",
     "out": "local directory: OUT/<host>/sweep-<id>/ gets sweep.json, report.md, sweep.png (default ./runs)",
@@ -519,6 +596,7 @@ def _int_list(flag: str, value: Any, minimum: int) -> list[int] | None:
 @task(help=SWEEP_HELP)
 @cli
 def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
+          measure: bool = False, no_measure: bool = False, explain: bool = False,
           keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
@@ -549,7 +627,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if params.target_ci is not None and params.client == "sglang":
         raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
                         "sglang.bench_serving")
-    base = _options(None, None, None, patch_mode, timeout)
+    # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
+    base = replace(_measuring(_options(None, None, None, patch_mode, timeout), measure, no_measure), measuring=True)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
     from fabfile.commands.sweep import run_sweep
@@ -569,7 +648,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
-                        predict=predict, limits=limits, resume=_resume_path(resume)))
+                        predict=predict, limits=limits, resume=_resume_path(resume), explain=explain))
 
 
 def _resume_path(value: Any) -> Any:
@@ -649,6 +728,78 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
                     verify_ms=_positive("--verify-ms", verify_ms) or 0.0,
                     draft_ms=_positive("--draft-ms", draft_ms) or 0.0, steps=_int("--steps", steps, 1),
                     accept_len=_positive("--accept-len", accept_len, "an accept length"), as_json=json)
+
+
+EXPLAIN_HELP = {
+    "from_": "a saved sweep.json, bench result (RUNS/<host>/<id>.json) or profile JSON to explain (default: profile "
+            "the running server(s) now, as `inv profile` does)",
+    "baseline": "a saved bench (or profile) of the baseline: the decode step the break-even needs (default: the "
+                "newest saved baseline bench of the host in ./runs)",
+    "rules": "print the rule table (id, threshold, what it points at) and stop",
+    "host": "without --from: the host(s) to profile and explain (default: the inventory's default host)",
+    "trace": "without --from: also take SGLang's profiler trace (kernels, all-reduces, CUDA graphs)",
+    "num_prompts": "without --from: requests of the profile's load (default 16)",
+    "concurrency": "without --from: requests in flight (default 1)",
+    "json": JSON_HELP,
+    "inventory": INVENTORY_HELP,
+}
+
+
+@task(help=EXPLAIN_HELP)
+@cli
+def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False,
+            host: Any = None, trace: bool = False, num_prompts: Any = None, concurrency: Any = None,
+            inventory: Any = None) -> None:
+    """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
+    and named by the rule that produced it."""
+    from fabfile.errors import FlagError
+    from fabfile.present.explain_report import document, print_explained, print_rules
+    from fabfile.present.output import out as console
+    from fabfile.present.output import show
+
+    if rules:
+        from fabfile.plan.explain import rules_table
+
+        show({"rules": rules_table()}, lambda: print_rules(console), as_json=json)
+        return
+    src, base = _local_path("--from", from_), _local_path("--baseline", baseline)
+    live = [f for f, v in (("--host", host), ("--trace", trace), ("--num-prompts", num_prompts),
+                           ("--concurrency", concurrency), ("--inventory", inventory)) if v]
+    if src is not None and live:
+        raise FlagError(f"{live[0]}: only without --from (it measures the running server)")
+    from fabfile.commands.explain import explained, load_document
+
+    if src is None:
+        from fabfile.commands.explain import explain_running
+        from fabfile.commands.profile import ProfileParams
+        from fabfile.present.progress import BenchProgress
+
+        params = ProfileParams(load=_bench_params(concurrency, None, None, num_prompts, None, None), trace=trace)
+        if base is not None:
+            load_document(base, "--baseline")  # bad input is refused before any host is reached
+        inv = _inventory(inventory)
+        hosts = inv.select(host)
+        progress = BenchProgress(",".join(h.name for h in hosts), enabled=not json, prefix="profile ")
+        try:
+            pairs, docs, code = explain_running(inv, hosts, params, base, "runs", on_event=progress.event)
+        finally:
+            progress.close()
+
+        def for_people() -> None:
+            for d in docs:
+                if not d["ok"]:
+                    console.print(f"{d['host']}: the profile failed: {(d['error'] or {}).get('message')}",
+                                  markup=False)
+            print_explained(pairs, console)
+
+        show({**document(pairs), "hosts": docs}, for_people, as_json=json)
+        raise_for(code)
+        return
+
+    doc = load_document(src)
+    pairs = explained(doc, load_document(base, "--baseline") if base else None,
+                      f"from {base}" if base else "")
+    show(document(pairs), lambda: print_explained(pairs, console), as_json=json)
 
 
 @task(name="deploy-router", help={
@@ -818,10 +969,31 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     show({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows), as_json=json)
 
 
+def _explain_baseline(explain: bool, baseline: Any) -> str | None:
+    """``--baseline FILE`` of ``inv bench --explain``: only with --explain."""
+    from fabfile.errors import FlagError
+
+    if baseline is not None and not explain:
+        raise FlagError("--baseline: only with --explain")
+    return _local_path("--baseline", baseline)
+
+
+def _measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
+    """The options with ``--measure``/``--no-measure`` (neither: the inventory's ``measure`` decides)."""
+    from dataclasses import replace
+
+    from fabfile.errors import FlagError
+
+    if measure and no_measure:
+        raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
+    return replace(opts, measure=True if measure else False if no_measure else None)
+
+
 def raise_for(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt, diff, cancel)
+                deploy_router, trust_host, adopt, diff, cancel, profile)
+ns.add_task(explain)

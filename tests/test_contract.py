@@ -106,6 +106,25 @@ def test_spec_v2_and_entry_point_by_release() -> None:
     assert f("0.5.12")["speculative_algorithms"] == "any"
 
 
+def test_device_timer_by_release() -> None:
+    """What ``inv deploy --measure`` needs, as the wheels give it (committed table): SGLANG_ENABLE_METRICS_DEVICE_TIMER
+    is read from 0.5.7, but it feeds the per-phase counter only from 0.5.11 (before: gpu_execution_seconds_total, one
+    category per batch), so measurement is refused below 0.5.11."""
+    from fabfile.plan import versioncheck
+
+    def f(v: str) -> dict[str, Any]:
+        found = versioncheck.facts_for(v)
+        assert found is not None
+        return found[1]
+
+    assert [f(v)["device_timer_env"] for v in ("0.5.6", "0.5.7", "0.5.23")] == [False, True, True]
+    assert [f(v)["device_timer_counter"] for v in ("0.5.6", "0.5.10", "0.5.11", "0.5.23")] == \
+        [None, "sglang:gpu_execution_seconds_total", versioncheck.PHASE_COUNTER, versioncheck.PHASE_COUNTER]
+    assert versioncheck.device_timer_releases() == "0.5.11–0.5.23"
+    assert [versioncheck.has_device_timer(v) for v in ("0.4.9", "0.5.10", "0.5.11", "0.5.16")] == \
+        [False, False, True, True]
+
+
 def test_committed_nccl_table_other_cached_releases() -> None:
     """Releases read only for the generated tables' boundaries: checked when their wheel is already cached."""
     from tests.contract import ENV_EXTRA

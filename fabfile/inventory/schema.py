@@ -115,6 +115,9 @@ class HostFields(_Strict):
     patch_mode: Literal["auto", "env", "engine", "scheduler", "plugin", "sitecustomize"] | None = None
     force_env: bool | None = None
     nccl_debug: bool | None = None
+    # SGLang's per-phase GPU timer (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1); unset: on only for the
+    # deploys of commands that measure (sweep), see fabfile/plan/measure.py
+    measure: bool | None = None
     min_free_disk_gb: float | None = None
     gpu_idle_mib: int | None = None
     # EAGLE accept length at or below which a deploy fails (measured after ready); 0 turns the gate off

@@ -140,6 +140,7 @@ class Host:
     accept_gate: float = 1.1
     address: str | None = None
     node: NodeRole | None = None
+    measure: bool | None = None  # the inventory's `measure` (None: the tool's default, plan/measure.py)
 
 
 @dataclass(frozen=True)

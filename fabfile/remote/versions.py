@@ -129,6 +129,14 @@ ACCEPT_HISTOGRAM = "0.5.9"
 PLUGIN_SYSTEM = "0.5.11"
 # ... and ``accept rate`` means (accept_len - 1) / (draft_tokens - 1) from here.
 ACCEPT_RATE_PER_DRAFT = "0.5.11"
+# The device timer: ``SGLANG_ENABLE_METRICS_DEVICE_TIMER`` + ``--enable-metrics`` feed
+# ``sglang:forward_execution_seconds_total{category=...}`` (metrics_collector.py; eagerly ``decode``/``extend``/
+# ``idle`` from model_runner.py, CUDA graphs ``forward_mode.name.lower()``, ``eagle_draft``, ``eagle_draft_extend``).
+DEVICE_TIMER = "0.5.11"
+# ``sglang:spec_verify_calls_total`` (metrics_collector.py): before it, verify passes are Σ meta_info.spec_verify_ct.
+SPEC_VERIFY_CALLS = "0.5.13"
+# An eager verify forward is timed as ``target_verify`` (eager_runner.py / model_runner.py); before, as ``extend``.
+EAGER_VERIFY_CATEGORY = "0.5.15"
 # ``meta_info.spec_correct_drafts_histogram`` and ``spec_num_correct_drafts`` counters (tokenizer_manager.py).
 CORRECT_DRAFTS_HISTOGRAM = "0.5.12"
 # ``--speculative-adaptive`` (+ ``--speculative-adaptive-config``; server_args.py, speculative/adaptive_spec_params.py):

@@ -162,6 +162,7 @@ class ServerState:
         ]
         for name, help_, value in counters:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name}{{{labels}}} {float(value)}"]
+        out += g.measure.metric_lines(labels)
         return "\n".join(out) + "\n"
 
 
@@ -239,7 +240,11 @@ class Handler(BaseHTTPRequestHandler):
             gets["/ready"] = lambda: self._send(200 if st.status == "Up" else 503, None)
         if st.sa.enable_metrics:
             gets["/metrics"] = lambda: self._send(200, st.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        gets["/start_profile"] = lambda: self._profile(start=True)
+        gets["/stop_profile"] = lambda: self._profile(start=False)
         posts = {
+            "/start_profile": lambda: self._profile(start=True),
+            "/stop_profile": lambda: self._profile(start=False),
             "/generate": self._generate,
             "/v1/completions": lambda: self._openai(chat=False),
             "/v1/chat/completions": lambda: self._openai(chat=True),
@@ -297,6 +302,38 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, None)
                 return
         self._send(st.health_generate(), None)
+
+    def _profile(self, start: bool) -> None:
+        """``/start_profile`` (body: ``ProfileReqInput`` to 0.5.15, ``ProfileReq`` from 0.5.16; ``detailed_annotations``
+        from 0.5.23) and ``/stop_profile``. SGLang's tokenizer manager raises RuntimeError(message) when the scheduler
+        refuses: FastAPI answers a bare 500 and uvicorn logs the traceback."""
+        m = self.state.generator.measure
+        if start:
+            try:
+                body = self._json_body() if self.command == "POST" else {}
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                self._send(422, {"detail": [{"type": "dict_type", "loc": ["body"], "msg": "Input should be a valid "
+                                             "dictionary or object to extract fields from"}]})
+                return
+            for key in ("num_steps", "start_step"):
+                if body.get(key) is not None and not isinstance(body.get(key), int):
+                    self._send(422, {"detail": [{"type": "int_parsing", "loc": ["body", key],
+                                                 "msg": "Input should be a valid integer"}]})
+                    return
+            if self.state.ver < (0, 5, 16):
+                body.pop("profile_id", None)  # ProfileReqInput has no profile_id: SGLang picks time.time()
+            error = m.start(body)
+        else:
+            error = m.stop()
+        if error:
+            uv_log("Exception in ASGI application", "ERROR")
+            runtime.write_all(2, f"Traceback (most recent call last):\nRuntimeError: {error}\n".encode())
+            self._send(500, "Internal Server Error", "text/plain; charset=utf-8")
+            return
+        self._send(200, "Start profiling.\n" if start else "Stop profiling. This will take some time.\n",
+                   "text/plain; charset=utf-8")
 
     def _generate(self) -> None:
         try:
