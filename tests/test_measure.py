@@ -171,3 +171,19 @@ def test_the_profiles_directory_is_never_a_symlink(tmp_path: Path) -> None:
     with pytest.raises(AgentError) as e:
         profilestore.profiles_dir(str(state))
     assert e.value.kind == "unsafe_path"
+
+
+def test_a_trace_still_being_written_is_read_once_it_is_whole(tmp_path: Path) -> None:
+    import threading
+
+    from fabfile.remote import profile
+    from fabfile.remote.common import AgentError
+
+    path = tmp_path / "specdeploy-1.5-TP-0.trace.json.gz"
+    whole = gzip.compress(json.dumps({"traceEvents": []}).encode())
+    path.write_bytes(whole[: len(whole) // 2])  # what a reader sees while SGLang writes
+    threading.Timer(0.5, lambda: path.write_bytes(whole)).start()
+    assert profile.read_trace(str(path), 1 << 20)["phases"] == {}
+    path.write_bytes(b"not gzip")
+    with pytest.raises(AgentError, match="not a readable trace"):
+        profile.read_trace(str(path), 1 << 20, attempts=2)

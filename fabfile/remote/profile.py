@@ -253,14 +253,22 @@ def _load_and_trace(ctx: _Run, sink: EventSink) -> tuple[dict[str, Any], devicet
     return measured, after, files
 
 
-def _read_trace(path: str, cap: int) -> dict[str, Any]:
-    try:
-        return trace.summarize(trace.load(path, cap))
-    except trace.TraceTooBig as e:
-        raise AgentError("trace_too_big", f"{e}: it was not summarised (it is left in {os.path.dirname(path)})",
-                         "profile fewer steps (--trace-steps) or a smaller load") from None
-    except trace.TraceUnreadable as e:
-        raise AgentError("profile_failed", str(e), "see `inv logs` for the profiler's lines") from None
+def read_trace(path: str, cap: int, attempts: int = 4) -> dict[str, Any]:
+    """One rank's summary. A gzip SGLang is still writing (its size held still a moment, then grew) reads as
+    truncated: read again while the file still changes."""
+    attempt = 0
+    while True:
+        size = os.path.getsize(path)
+        try:
+            return trace.summarize(trace.load(path, cap))
+        except trace.TraceTooBig as e:
+            raise AgentError("trace_too_big", f"{e}: it was not summarised (it is left in {os.path.dirname(path)})",
+                             "profile fewer steps (--trace-steps) or a smaller load") from None
+        except trace.TraceUnreadable as e:
+            attempt += 1
+            time.sleep(1.0)
+            if attempt >= attempts or (attempt > 1 and os.path.getsize(path) == size):
+                raise AgentError("profile_failed", str(e), "see `inv logs` for the profiler's lines") from None
 
 
 def _ranks(ctx: _Run, d: devicetimer.Snapshot, files: dict[int, str], shape: dict[str, Any],
@@ -283,7 +291,7 @@ def _ranks(ctx: _Run, d: devicetimer.Snapshot, files: dict[int, str], shape: dic
         size = None
         if rank in files:
             size = os.path.getsize(files[rank])
-            traced = trace.anatomy(_read_trace(files[rank], ctx.cap), rank=rank, steps=shape["steps"],
+            traced = trace.anatomy(read_trace(files[rank], ctx.cap), rank=rank, steps=shape["steps"],
                                    draft_tokens=shape["draft_tokens"], config=shape["config"])
             if accept is not None and shape["speculative"]:
                 traced["accept_length"] = accept
