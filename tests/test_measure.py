@@ -134,12 +134,12 @@ def test_a_trace_over_the_bound_is_refused_not_summarised(tmp_path: Path) -> Non
 
 # -- the agent's profiles directory -----------------------------------------------------------------------------
 def test_a_rank_trace_over_the_bound_stops_the_profile_with_one_sentence(tmp_path: Path) -> None:
-    from fabfile.remote import profile
+    from fabfile.remote import profilestore
     from fabfile.remote.common import AgentError
 
     (tmp_path / "specdeploy-1.5-TP-0.trace.json.gz").write_bytes(b"x" * 2000)
     with pytest.raises(AgentError) as e:
-        profile.ready_traces(str(tmp_path), cap=1000)
+        profilestore.ready_traces(str(tmp_path), cap=1000)
     assert e.value.kind == "trace_too_big"
     assert "2000 bytes, over the bound of 1000 bytes" in str(e.value)
 
@@ -147,7 +147,7 @@ def test_a_rank_trace_over_the_bound_stops_the_profile_with_one_sentence(tmp_pat
 def test_the_oldest_profiles_go_first_when_over_the_bound(tmp_path: Path) -> None:
     import os
 
-    from fabfile.remote import profile
+    from fabfile.remote import profilestore
 
     for i, name in enumerate(("p1", "p2", "p3")):
         d = tmp_path / name
@@ -157,17 +157,33 @@ def test_the_oldest_profiles_go_first_when_over_the_bound(tmp_path: Path) -> Non
     loose = tmp_path / "1.5-TP-0.trace.json.gz"  # a /start_profile without output_dir, written the earliest
     loose.write_bytes(b"x" * 1000)
     os.utime(loose, (999, 999))
-    assert profile.prune(str(tmp_path), keep_bytes=2000) == ["1.5-TP-0.trace.json.gz", "p1"]
+    assert profilestore.prune(str(tmp_path), keep_bytes=2000) == ["1.5-TP-0.trace.json.gz", "p1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p2", "p3"]
 
 
 def test_the_profiles_directory_is_never_a_symlink(tmp_path: Path) -> None:
-    from fabfile.remote import profile
+    from fabfile.remote import profilestore
     from fabfile.remote.common import AgentError
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     (state / "profiles").symlink_to(tmp_path)
     with pytest.raises(AgentError) as e:
-        profile.profiles_dir(str(state))
+        profilestore.profiles_dir(str(state))
     assert e.value.kind == "unsafe_path"
+
+
+def test_a_trace_still_being_written_is_read_once_it_is_whole(tmp_path: Path) -> None:
+    import threading
+
+    from fabfile.remote import profile
+    from fabfile.remote.common import AgentError
+
+    path = tmp_path / "specdeploy-1.5-TP-0.trace.json.gz"
+    whole = gzip.compress(json.dumps({"traceEvents": []}).encode())
+    path.write_bytes(whole[: len(whole) // 2])  # what a reader sees while SGLang writes
+    threading.Timer(0.5, lambda: path.write_bytes(whole)).start()
+    assert profile.read_trace(str(path), 1 << 20)["phases"] == {}
+    path.write_bytes(b"not gzip")
+    with pytest.raises(AgentError, match="not a readable trace"):
+        profile.read_trace(str(path), 1 << 20, attempts=2)

@@ -25,13 +25,13 @@ import os
 import re
 import shutil
 import signal
-import stat
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from . import bench, devicetimer, loadgen, metrics, server, trace, versions
 from .common import AgentError, EventSink, ensure_private_dir, expand
+from .profilestore import profiles_dir, prune, ready_traces
 from .protocol import (
     MAX_TRACE_STEPS,
     SOURCE_DERIVED,
@@ -45,7 +45,6 @@ from .protocol import (
     ProfileResult,
 )
 
-PROFILES = "profiles"
 DEFAULT_KEEP_BYTES = 1024 * 1024 * 1024
 DEFAULT_TRACE_CAP = trace.DEFAULT_CAP_BYTES
 TRACE_WAIT_S = 60.0  # how long SGLang may take to write the traces after it stopped (a big trace takes seconds)
@@ -95,91 +94,6 @@ def profile_body(version: str, output_dir: str, num_steps: int, prefix: str) -> 
     del version  # the same fields on every release that has the profiler endpoint
     return {"output_dir": output_dir, "num_steps": int(num_steps), "activities": ["CPU", "GPU"],
             "with_stack": False, "record_shapes": False, "profile_prefix": prefix}
-
-
-# -- the profiles directory ------------------------------------------------------------------------------------------
-def profiles_dir(state_dir: str) -> str:
-    path = os.path.join(state_dir, PROFILES)
-    if os.path.islink(path):
-        raise AgentError("unsafe_path", f"{path} is a symlink: the tool writes traces only into its own directory",
-                         "remove the link; the tool creates the directory itself")
-    real = os.path.realpath(state_dir)
-    if real in ("/tmp", "/var/tmp", "/dev/shm"):
-        raise AgentError("unsafe_path", f"the state dir {state_dir} is a shared temporary directory: traces "
-                         "would be readable and replaceable by every user of the host",
-                         "set state_dir to a directory of the deploying user")
-    ensure_private_dir(path, "profiles directory")
-    return path
-
-
-def _dir_bytes(path: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, f)).st_size
-    return total
-
-
-def prune(base: str, keep_bytes: int) -> list[str]:
-    """Remove the oldest profiles until the rest weigh at most ``keep_bytes``; the names removed. A profile is a
-    directory of this verb's, or a loose trace file (a ``/start_profile`` without ``output_dir`` writes into
-    SGLANG_TORCH_PROFILER_DIR, which a measuring deploy points here). Links are never followed nor removed."""
-    entries = []
-    for name in os.listdir(base):
-        p = os.path.join(base, name)
-        st = os.lstat(p)
-        if stat.S_ISDIR(st.st_mode):
-            entries.append((st.st_mtime, name, _dir_bytes(p), True))
-        elif stat.S_ISREG(st.st_mode) and name.endswith(".trace.json.gz"):
-            entries.append((st.st_mtime, name, st.st_size, False))
-    entries.sort()
-    total = sum(e[2] for e in entries)
-    removed = []
-    for _mtime, name, size, is_dir in entries:
-        if total <= keep_bytes:
-            break
-        if is_dir:
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(base, name))
-        total -= size
-        removed.append(name)
-    return removed
-
-
-def _rank_of(name: str) -> int | None:
-    part = name.split("-TP-", 1)
-    if len(part) != 2:
-        return None
-    digits = ""
-    for ch in part[1]:
-        if not ch.isdigit():
-            break
-        digits += ch
-    return int(digits) if digits else None
-
-
-def ready_traces(out_dir: str, cap: int) -> dict[int, str]:
-    """The rank files SGLang finished writing (a size that held still), refusing one over the bound."""
-    found: dict[int, str] = {}
-    for name in sorted(os.listdir(out_dir)):
-        if not name.endswith(".trace.json.gz") or name.startswith("merged-"):
-            continue
-        rank = _rank_of(name)
-        if rank is None:
-            continue
-        path = os.path.join(out_dir, name)
-        size = os.path.getsize(path)
-        if size > cap:
-            raise AgentError("trace_too_big", f"the trace of rank {rank} ({name}) weighs {size} bytes, over the "
-                             f"bound of {cap} bytes: it was not read (it is left in {out_dir})",
-                             "profile fewer steps (--trace-steps) or a smaller load")
-        time.sleep(0.2)
-        if os.path.getsize(path) == size and size > 0:
-            found[rank] = path
-    return found
 
 
 def _wait_traces(out_dir: str, ranks: int, cap: int, target: tuple[str, int], api_key: str | None,
@@ -267,6 +181,125 @@ def _start_failed(code: int, text: str, log_path: str, offset: int) -> AgentErro
                       "see `inv logs` for the server's side")
 
 
+class _Run:
+    """One profile's fixed facts and the state its ``finally`` needs (whether a profile was started, stopped)."""
+
+    def __init__(self, req: ProfileRequest, rec: dict[str, Any], version: str, target: tuple[str, int],
+                 api_key: str | None, log_path: str, offset: int, tp: int) -> None:
+        self.req, self.rec, self.version, self.target, self.api_key = req, rec, version, target, api_key
+        self.log_path, self.offset, self.tp = log_path, offset, tp
+        self.cap = int(req.get("trace_cap_bytes") or DEFAULT_TRACE_CAP)
+        self.out_dir: str | None = None
+        self.started = False
+        self.stopped = [False]
+
+
+def _start(ctx: _Run) -> None:
+    req = ctx.req
+    base = profiles_dir(expand(req["state_dir"]))
+    prune(base, int(req.get("keep_bytes") or DEFAULT_KEEP_BYTES))
+    ctx.out_dir = os.path.join(base, req["profile_id"])
+    ensure_private_dir(ctx.out_dir, "profile directory")
+    n_steps = max(1, min(int(req["trace_steps"]), MAX_TRACE_STEPS))
+    code, text = _post(*ctx.target, "/start_profile", profile_body(ctx.version, ctx.out_dir, n_steps, "specdeploy"),
+                       ctx.api_key)
+    if code != 200:
+        time.sleep(0.2)  # the server logs its refusal a moment after it answers
+        raise _start_failed(code, text, ctx.log_path, ctx.offset)
+    ctx.started = True
+
+
+def _load_and_trace(ctx: _Run, sink: EventSink) -> tuple[dict[str, Any], devicetimer.Snapshot, dict[int, str]]:
+    """The load (and with ``trace`` the profile around it); the profiler is stopped on every way out."""
+    req, rec = ctx.req, ctx.rec
+    last = [0.0]
+
+    def progress(done: int, total: int, elapsed: float) -> bool:
+        if done == total or time.monotonic() - last[0] > 0.5:
+            last[0] = time.monotonic()
+            sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
+        return sink.stdout_ok
+
+    sink.emit("step", name="profile", status="start")
+    files: dict[int, str] = {}
+    try:
+        with _signals_raise():
+            if req.get("trace"):
+                _start(ctx)
+            measured = loadgen.run(*ctx.target, concurrency=int(req["concurrency"]), input_len=int(req["input_len"]),
+                                   output_len=int(req["output_len"]), num_prompts=int(req["num_prompts"]), warmup=0,
+                                   api_key=ctx.api_key, on_progress=progress,
+                                   timeout=float(req.get("request_timeout", 600)))
+            # The bench's rule: figures from a run the server did not live through measure its death.
+            if bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") or not measured["completed"] else 0.0):
+                raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the profile, after "
+                                 f"{measured.get('completed', 0)} of {req['num_prompts']} requests; no figures "
+                                 "were kept", "see `inv logs` for why it died, deploy again, then profile")
+            after = devicetimer.snapshot(bench.http_get(*ctx.target, "/metrics", ctx.api_key) or "")
+            if not measured["completed"]:
+                raise AgentError("bench_failed", f"every profile request failed: {measured['errors'][:1]}",
+                                 "check `inv status` and `inv logs`")
+            if measured.get("interrupted"):
+                raise AgentError("profile_failed", "the client went away during the profile; nothing was kept",
+                                 "run `inv profile` again")
+            if ctx.started and ctx.out_dir:
+                files = _wait_traces(ctx.out_dir, ctx.tp, ctx.cap, ctx.target, ctx.api_key, sink, ctx.stopped)
+    except _Interrupted as e:
+        raise AgentError("profile_failed", f"the profile was interrupted on the host ({e}); the server's profiler "
+                         "was stopped", "run `inv profile` again") from None
+    finally:
+        if ctx.started and not ctx.stopped[0]:
+            _post(*ctx.target, "/stop_profile", None, ctx.api_key)
+    return measured, after, files
+
+
+def read_trace(path: str, cap: int, attempts: int = 4) -> dict[str, Any]:
+    """One rank's summary. A gzip SGLang is still writing (its size held still a moment, then grew) reads as
+    truncated: read again while the file still changes."""
+    attempt = 0
+    while True:
+        size = os.path.getsize(path)
+        try:
+            return trace.summarize(trace.load(path, cap))
+        except trace.TraceTooBig as e:
+            raise AgentError("trace_too_big", f"{e}: it was not summarised (it is left in {os.path.dirname(path)})",
+                             "profile fewer steps (--trace-steps) or a smaller load") from None
+        except trace.TraceUnreadable as e:
+            attempt += 1
+            time.sleep(1.0)
+            if attempt >= attempts or (attempt > 1 and os.path.getsize(path) == size):
+                raise AgentError("profile_failed", str(e), "see `inv logs` for the profiler's lines") from None
+
+
+def _ranks(ctx: _Run, d: devicetimer.Snapshot, files: dict[int, str], shape: dict[str, Any],
+           measured: dict[str, Any], meta: dict[str, Any], cycle: PhaseFigure | None,
+           accept: PhaseFigure | None) -> list[ProfileRank]:
+    """Per rank: the timer's anatomy, the trace's, and their difference."""
+    ranks: list[ProfileRank] = []
+    for rank in sorted(set(d["seconds"]) | set(files) or {0}):
+        timer_a: CycleAnatomy | None = None
+        if rank in d["seconds"]:
+            timer_a = devicetimer.complete(devicetimer.anatomy(
+                d, rank, version=shape["version"], cuda_graph=shape["cuda_graph"], speculative=shape["speculative"],
+                steps=shape["steps"], draft_tokens=shape["draft_tokens"],
+                concurrency=min(int(ctx.req["concurrency"]), int(ctx.req["num_prompts"])),
+                meta_verify_ct=meta.get("verify_ct"), config=shape["config"], tokens=measured.get("output_tokens")),
+                cycle, accept)
+            if "other" in timer_a:  # the tool's cycle minus the timer's phases: derived, not the timer's figure
+                timer_a["other"]["source"] = SOURCE_OTHER
+        traced: CycleAnatomy | None = None
+        size = None
+        if rank in files:
+            size = os.path.getsize(files[rank])
+            traced = trace.anatomy(read_trace(files[rank], ctx.cap), rank=rank, steps=shape["steps"],
+                                   draft_tokens=shape["draft_tokens"], config=shape["config"])
+            if accept is not None and shape["speculative"]:
+                traced["accept_length"] = accept
+        ranks.append({"rank": rank, "timer": timer_a, "trace": traced, "difference_pct": _difference(timer_a, traced),
+                      "trace_file": files.get(rank), "trace_bytes": size})
+    return ranks
+
+
 def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     t_start = time.monotonic()
     state_dir = expand(req["state_dir"])
@@ -281,9 +314,8 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     draft_tokens = int(spec["draft_tokens"]) if spec.get("draft_tokens") else None
     tp = int(info.get("tp_size") or 1)
     config = str(rec.get("config_name") or "")
-    concurrency, input_len, output_len = int(req["concurrency"]), int(req["input_len"]), int(req["output_len"])
+    input_len, output_len = int(req["input_len"]), int(req["output_len"])
     timeout = float(req.get("request_timeout", 600))
-    want_trace = bool(req.get("trace"))
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", str(req["profile_id"])):
         raise AgentError("bad_request", f"profile id {req['profile_id']!r} is not a plain name")
     # The bench's own warm-up, outside the window: its compile and first-batch costs are not a cycle's.
@@ -292,57 +324,16 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     log_path = str(rec.get("log_path") or "")
     offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
     before = devicetimer.snapshot(bench.http_get(*target, "/metrics", api_key) or "")
-    out_dir: str | None = None
-    files: dict[int, str] = {}
-    started = False
-    stopped = [False]
-    last = [0.0]
-
-    def progress(done: int, total: int, elapsed: float) -> bool:
-        if done == total or time.monotonic() - last[0] > 0.5:
-            last[0] = time.monotonic()
-            sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
-        return sink.stdout_ok
-
-    sink.emit("step", name="profile", status="start")
-    cap = int(req.get("trace_cap_bytes") or DEFAULT_TRACE_CAP)
+    ctx = _Run(req, rec, version, target, api_key, log_path, offset, tp)
     try:
-        with _signals_raise():
-            if want_trace:
-                base = profiles_dir(state_dir)
-                prune(base, int(req.get("keep_bytes") or DEFAULT_KEEP_BYTES))
-                out_dir = os.path.join(base, req["profile_id"])
-                ensure_private_dir(out_dir, "profile directory")
-                n_steps = max(1, min(int(req["trace_steps"]), MAX_TRACE_STEPS))
-                code, text = _post(*target, "/start_profile", profile_body(version, out_dir, n_steps, "specdeploy"),
-                                   api_key)
-                if code != 200:
-                    time.sleep(0.2)  # the server logs its refusal a moment after it answers
-                    raise _start_failed(code, text, log_path, offset)
-                started = True
-            measured = loadgen.run(*target, concurrency=concurrency, input_len=input_len, output_len=output_len,
-                                   num_prompts=int(req["num_prompts"]), warmup=0, api_key=api_key,
-                                   on_progress=progress, timeout=timeout)
-            # The bench's rule: figures from a run the server did not live through measure its death.
-            if bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") or not measured["completed"] else 0.0):
-                raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the profile, after "
-                                 f"{measured.get('completed', 0)} of {req['num_prompts']} requests; no figures were "
-                                 "kept", "see `inv logs` for why it died, deploy again, then profile")
-            after = devicetimer.snapshot(bench.http_get(*target, "/metrics", api_key) or "")
-            if not measured["completed"]:
-                raise AgentError("bench_failed", f"every profile request failed: {measured['errors'][:1]}",
-                                 "check `inv status` and `inv logs`")
-            if measured.get("interrupted"):
-                raise AgentError("profile_failed", "the client went away during the profile; nothing was kept",
-                                 "run `inv profile` again")
-            if started and out_dir:
-                files = _wait_traces(out_dir, tp, cap, target, api_key, sink, stopped)
-    except _Interrupted as e:
-        raise AgentError("profile_failed", f"the profile was interrupted on the host ({e}); the server's profiler "
-                         "was stopped", "run `inv profile` again") from None
-    finally:
-        if started and not stopped[0]:
-            _post(*target, "/stop_profile", None, api_key)
+        measured, after, files = _load_and_trace(ctx, sink)
+    except BaseException as e:
+        # Nothing half-done: a failed profile's directory goes (SGLang has written into it by the time its
+        # /stop_profile answered), except a trace over the bound, which the error says is left for a look.
+        if ctx.out_dir and getattr(e, "kind", None) != "trace_too_big":
+            shutil.rmtree(ctx.out_dir, ignore_errors=True)
+        raise
+    out_dir = ctx.out_dir
     decode_log = metrics.summarize_decode_lines(server.LogFollower(log_path, offset).read_lines()) if log_path else {}
     d = devicetimer.delta(before, after)
     timer_on = devicetimer.has_timer(after)
@@ -352,33 +343,9 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     accept = _fig(float(accept_len), SOURCE_META, int(meta.get("verify_ct") or 0)) if accept_len else None
     cyc = (measured.get("cycle_ms") or {}).get("mean")
     cycle = _fig(float(cyc), SOURCE_TOOL, int(meta.get("verify_ct") or 0)) if cyc and speculative else None
-    ranks: list[ProfileRank] = []
-    for rank in sorted(set(d["seconds"]) | set(files) or {0}):
-        timer_a: CycleAnatomy | None = None
-        if timer_on and rank in d["seconds"]:
-            timer_a = devicetimer.complete(devicetimer.anatomy(
-                d, rank, version=version, cuda_graph=bool(cuda_graph), speculative=speculative, steps=steps,
-                draft_tokens=draft_tokens, concurrency=min(concurrency, int(req["num_prompts"])),
-                meta_verify_ct=meta.get("verify_ct"), config=config, tokens=measured.get("output_tokens")),
-                cycle, accept)
-            if "other" in timer_a:  # the tool's cycle minus the timer's phases: derived, not the timer's figure
-                timer_a["other"]["source"] = SOURCE_OTHER
-        traced: CycleAnatomy | None = None
-        size = None
-        if rank in files:
-            size = os.path.getsize(files[rank])
-            try:
-                summary = trace.summarize(trace.load(files[rank], cap))
-            except trace.TraceTooBig as e:
-                raise AgentError("trace_too_big", f"{e}: it was not summarised (it is left in {out_dir})",
-                                 "profile fewer steps (--trace-steps) or a smaller load") from None
-            except trace.TraceUnreadable as e:
-                raise AgentError("profile_failed", str(e), "see `inv logs` for the profiler's lines") from None
-            traced = trace.anatomy(summary, rank=rank, steps=steps, draft_tokens=draft_tokens, config=config)
-            if accept is not None and speculative:
-                traced["accept_length"] = accept
-        ranks.append({"rank": rank, "timer": timer_a, "trace": traced, "difference_pct": _difference(timer_a, traced),
-                      "trace_file": files.get(rank), "trace_bytes": size})
+    shape = {"version": version, "cuda_graph": bool(cuda_graph), "speculative": speculative, "steps": steps,
+             "draft_tokens": draft_tokens, "config": config}
+    ranks = _ranks(ctx, d, files, shape, measured, meta, cycle, accept) if timer_on or files else []
     missing = None
     if not timer_on:
         missing = (f"SGLang {version} has no device timer (it came in {versions.DEVICE_TIMER})"

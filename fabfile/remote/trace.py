@@ -23,6 +23,7 @@ read, is refused with :class:`TraceTooBig` (nothing partial is summarised).
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -167,13 +168,14 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
                      key=lambda e: e["ts"])
     launches = sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")), key=lambda e: e["ts"])
+    launch_ts = [float(e["ts"]) for e in launches]
+    steps = sorted((float(x["ts"]), float(x["dur"])) for x in gpu_spans if x["name"].startswith("step[DECODE"))
     phases = _outermost(gpu_spans)
     acc: dict[str, dict[str, Any]] = {}
     k_i = 0
     verify_starts: list[float] = []
     attributed: set[int] = set()
-    inner_us: dict[str, list[float]] = {}
-    by_id = {id(s): s for s in gpu_spans}
+    draft_steps: list[float] = []
     for kind, span, _inner in phases:
         a = acc.setdefault(kind, _new_acc())
         s0, s1 = float(span["ts"]), float(span["ts"]) + float(span["dur"])
@@ -181,79 +183,87 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
             verify_starts.append(s0)
         a["passes"] += 1
         a["span_us"] += s1 - s0
-        if kind == "draft":  # the draft's own forwards: step[DECODE] spans inside it
-            inner_us.setdefault("draft_step", []).extend(
-                float(x["dur"]) for x in by_id.values()
-                if x["name"].startswith("step[DECODE") and s0 <= x["ts"] and x["ts"] + x["dur"] <= s1)
+        if kind == "draft":  # the draft's own forwards: the step[DECODE] spans inside it
+            for t, d in steps[bisect.bisect_left(steps, (s0, -1.0)):]:
+                if t > s1:
+                    break
+                if t + d <= s1:
+                    draft_steps.append(d)
         while k_i < len(kernels) and kernels[k_i]["ts"] < s0:
             k_i += 1
         j = k_i
         inside: list[tuple[float, float]] = []
         while j < len(kernels) and kernels[j]["ts"] <= s1:
-            k = kernels[j]
             attributed.add(j)
+            dur = _add_kernel(a, kernels[j])
+            inside.append((float(kernels[j]["ts"]), min(s1, float(kernels[j]["ts"]) + dur)))
             j += 1
-            cls = kernel_class(str(k.get("name", "")), str(k.get("cat")))
-            dur = float(k["dur"])
-            a["classes"][cls] += dur
-            a["kernels"] += 1
-            if cls == "allreduce":
-                a["ar_calls"] += 1
-                a["ar_us"] += dur
-            inside.append((float(k["ts"]), min(s1, float(k["ts"]) + dur)))
         a["idle_us"] += max(0.0, (s1 - s0) - _intervals_union(inside))
         if inside:
-            first, last = min(s for s, _ in inside), max(e for _, e in inside)
+            first, last = min(x for x, _ in inside), max(e for _, e in inside)
             a["gap_us"] += max(0.0, (last - first) - _intervals_union(inside))
         cpu = cpu_spans.get(span.get("args", {}).get("External id"))
         if cpu is not None:
-            a["cpu_seen"] += 1
-            c0, c1 = float(cpu["ts"]), float(cpu["ts"]) + float(cpu["dur"])
-            for ev in launches:  # (few thousand events: linear is fine at the bounded size)
-                if ev["ts"] >= c1:  # half-open: a launch at the span's very end belongs to the next phase
-                    break
-                if ev["ts"] >= c0 and ev.get("tid") == cpu.get("tid"):
-                    name = str(ev.get("name", ""))
-                    if name in _GRAPH_LAUNCH:
-                        a["graph_launches"] += 1
-                    elif name in _KERNEL_LAUNCH:
-                        a["kernel_launches"] += 1
+            _count_launches(a, cpu, launches, launch_ts)
     if phases and verify_starts:
-        # Kernels between the phases of a cycle (SGLang runs VerifyTreeGreedy after the verify forward's span):
-        # per cycle, under "between".
-        first = float(phases[0][1]["ts"])
-        last = max(float(sp["ts"]) + float(sp["dur"]) for _, sp, _ in phases)
-        b = _new_acc()
-        b["passes"] = len(verify_starts)
-        for j, k in enumerate(kernels):
-            if j in attributed or not first <= k["ts"] <= last:
-                continue
-            cls = kernel_class(str(k.get("name", "")), str(k.get("cat")))
-            b["classes"][cls] += float(k["dur"])
-            b["kernels"] += 1
-            if cls == "allreduce":
-                b["ar_calls"] += 1
-                b["ar_us"] += float(k["dur"])
-        if b["kernels"]:
-            acc["between"] = b
+        between = _between(phases, kernels, attributed, len(verify_starts))
+        if between["kernels"]:
+            acc["between"] = between
     out: dict[str, Any] = {"phases": {}, "rank": _rank(doc)}
-    if inner_us.get("draft_step"):
-        steps_us = inner_us["draft_step"]
-        out["draft_step_ms"] = sum(steps_us) / len(steps_us) / 1000
-        out["draft_steps"] = len(steps_us)
+    if draft_steps:
+        out["draft_step_ms"] = sum(draft_steps) / len(draft_steps) / 1000
+        out["draft_steps"] = len(draft_steps)
     for kind, a in acc.items():
-        n = a["passes"]
-        out["phases"][kind] = {
-            "passes": n, "span_ms": a["span_us"] / n / 1000,
-            "breakdown": _breakdown(a),
-        }
+        out["phases"][kind] = {"passes": a["passes"], "span_ms": a["span_us"] / a["passes"] / 1000,
+                               "breakdown": _breakdown(a)}
     if len(verify_starts) >= 2:
-        periods = [b - a for a, b in zip(verify_starts, verify_starts[1:])]
-        periods.sort()
+        periods = sorted(b - a for a, b in zip(verify_starts, verify_starts[1:]))
         # The median period between verify passes: one cycle (a pause between requests is no cycle).
         out["cycle_ms"] = periods[len(periods) // 2] / 1000
         out["cycles"] = len(periods)
     return out
+
+
+def _add_kernel(a: dict[str, Any], k: dict[str, Any]) -> float:
+    cls = kernel_class(str(k.get("name", "")), str(k.get("cat")))
+    dur = float(k["dur"])
+    a["classes"][cls] += dur
+    a["kernels"] += 1
+    if cls == "allreduce":
+        a["ar_calls"] += 1
+        a["ar_us"] += dur
+    return dur
+
+
+def _count_launches(a: dict[str, Any], cpu: dict[str, Any], launches: list[dict[str, Any]],
+                    launch_ts: list[float]) -> None:
+    """The launches on the phase's CPU thread within its CPU span (half-open: a launch at the span's very end
+    belongs to the next phase)."""
+    a["cpu_seen"] += 1
+    c0, c1 = float(cpu["ts"]), float(cpu["ts"]) + float(cpu["dur"])
+    for i in range(bisect.bisect_left(launch_ts, c0), bisect.bisect_left(launch_ts, c1)):
+        ev = launches[i]
+        if ev.get("tid") != cpu.get("tid"):
+            continue
+        name = str(ev.get("name", ""))
+        if name in _GRAPH_LAUNCH:
+            a["graph_launches"] += 1
+        elif name in _KERNEL_LAUNCH:
+            a["kernel_launches"] += 1
+
+
+def _between(phases: list[tuple[str, dict[str, Any], list[str]]], kernels: list[dict[str, Any]],
+             attributed: set[int], cycles: int) -> dict[str, Any]:
+    """Kernels between the phases of a cycle (SGLang runs VerifyTreeGreedy after the verify forward's span), per
+    cycle."""
+    first = float(phases[0][1]["ts"])
+    last = max(float(sp["ts"]) + float(sp["dur"]) for _, sp, _ in phases)
+    b = _new_acc()
+    b["passes"] = cycles
+    for j, k in enumerate(kernels):
+        if j not in attributed and first <= k["ts"] <= last:
+            _add_kernel(b, k)
+    return b
 
 
 def _new_acc() -> dict[str, Any]:
