@@ -15,7 +15,8 @@ from fabfile.errors import FlagError, InventoryError
 from fabfile.inventory import hosts as inventory
 from fabfile.plan import measure, versioncheck
 from fabfile.plan.deploy_plan import Options, build, for_version
-from fabfile.remote.common import AgentError, ensure_profile_dir
+from fabfile.remote.common import AgentError
+from fabfile.remote.profilestore import ensure_dir as ensure_profile_dir
 from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 

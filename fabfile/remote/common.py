@@ -6,7 +6,6 @@ import errno
 import hashlib
 import json
 import os
-import stat
 import sys
 import tempfile
 import threading
@@ -184,20 +183,6 @@ def ensure_private_dir(path: str, what: str = "directory") -> None:
         check_dir(path, what)
     except Unsafe as e:
         raise AgentError("unsafe_path", str(e), e.hint) from None
-
-
-def ensure_profile_dir(path: str) -> None:
-    """SGLang's profiler writes its traces here (SGLANG_TORCH_PROFILER_DIR): a private directory of the deploying
-    user, made before the server starts. Not ``/tmp`` (SGLang's default, every account's), never through a symlink,
-    even one of our own: a trace written through a planted link lands wherever the link points."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISLNK(st.st_mode):
-        raise AgentError("unsafe_path", f"the profiles directory {path} is a symlink; the profiler would write "
-                         "through it", f"remove the link ({path}); the next deploy creates the directory itself")
-    ensure_private_dir(path, "the profiles directory")
 
 
 def open_private(path: str, append: bool = True) -> int:

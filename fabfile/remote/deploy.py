@@ -13,8 +13,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from . import failpoints, gpus, procs, records, server, stop
-from .common import CONTEXT, AgentError, EventSink, ensure_profile_dir, expand, unexpected
+from . import failpoints, gpus, procs, profilestore, records, server, stop
+from .common import CONTEXT, AgentError, EventSink, expand, unexpected
 from .lock import DeployLock
 from .prefetch import Prefetch
 from .protocol import DeployRequest, GateSpec, GatherRequest, VerifySpec
@@ -205,7 +205,7 @@ class _Sequence:
 
         def start() -> dict[str, Any]:
             if req.get("profile_dir"):
-                ensure_profile_dir(expand(str(req["profile_dir"])))
+                profilestore.ensure_dir(expand(str(req["profile_dir"])))
             self.started = started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header,
                                                   gated=True)
             record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from . import metrics, versions
-from .protocol import SOURCE_TIMER, CycleAnatomy, PhaseFigure
+from .protocol import SOURCE_OTHER, SOURCE_TIMER, CycleAnatomy, PhaseFigure
 
 TIMER_METRIC = "sglang:forward_execution_seconds_total"
 VERIFY_CALLS_METRIC = "sglang:spec_verify_calls_total"
@@ -181,7 +181,8 @@ def complete(a: CycleAnatomy, cycle: PhaseFigure | None, accept: PhaseFigure | N
     parts = [k for k in ("draft", "verify", "draft_extend") if k in a]
     spent = sum(a[k]["ms"] for k in parts)
     note = None if "draft_extend" in a else "includes the draft-extend (the timer does not separate it here)"
-    other: PhaseFigure = {"ms": round(max(0.0, cycle["ms"] - spent), 4), "source": a["verify"]["source"],
+    # The tool's cycle minus the timer's phases: derived, not a figure the timer measured.
+    other: PhaseFigure = {"ms": round(max(0.0, cycle["ms"] - spent), 4), "source": SOURCE_OTHER,
                           "count": int(cycle["count"])}
     if note:
         other["note"] = note

@@ -36,7 +36,6 @@ from .protocol import (
     MAX_TRACE_STEPS,
     SOURCE_DERIVED,
     SOURCE_META,
-    SOURCE_OTHER,
     SOURCE_TOOL,
     CycleAnatomy,
     PhaseFigure,
@@ -285,8 +284,6 @@ def _ranks(ctx: _Run, d: devicetimer.Snapshot, files: dict[int, str], shape: dic
                 concurrency=min(int(ctx.req["concurrency"]), int(ctx.req["num_prompts"])),
                 meta_verify_ct=meta.get("verify_ct"), config=shape["config"], tokens=measured.get("output_tokens")),
                 cycle, accept)
-            if "other" in timer_a:  # the tool's cycle minus the timer's phases: derived, not the timer's figure
-                timer_a["other"]["source"] = SOURCE_OTHER
         traced: CycleAnatomy | None = None
         size = None
         if rank in files:

@@ -17,7 +17,15 @@ PROFILES = "profiles"
 
 
 def profiles_dir(state_dir: str) -> str:
-    path = os.path.join(state_dir, PROFILES)
+    """``STATE/profiles``, made private (see ``ensure_dir``)."""
+    return ensure_dir(os.path.join(state_dir, PROFILES), state_dir)
+
+
+def ensure_dir(path: str, state_dir: str | None = None) -> str:
+    """The profiles directory SGLang's profiler writes into (SGLANG_TORCH_PROFILER_DIR), made before the server
+    starts: a private directory of the deploying user, not ``/tmp`` (SGLang's default, every account's), never
+    through a symlink, even one of our own (a trace written through a planted link lands where the link points)."""
+    state_dir = state_dir if state_dir is not None else os.path.dirname(path.rstrip("/"))
     if os.path.islink(path):
         raise AgentError("unsafe_path", f"{path} is a symlink: the tool writes traces only into its own directory",
                          "remove the link; the tool creates the directory itself")
