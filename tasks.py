@@ -682,6 +682,7 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     from fabfile.commands import diff as differ
     from fabfile.errors import FlagError
 
+    step_flag = flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS)  # checked before any host is asked
     inv = _inventory(inventory)
     ha, ra = differ.parse_ref("--old", str(old if old is not None else "previous"))
     hb, rb = differ.parse_ref("--new", str(new if new is not None else "current"))
@@ -692,6 +693,8 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
                         f"{','.join(sorted(named))}`")
     if ra == differ.NOW:
         raise FlagError("--old: `now` goes on the new side (--new now); the old side is a recorded deploy")
+    if rb != differ.NOW and steps is not None:
+        raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
     h = _one_host(inv, next(iter(named), None), "diff")
     recs = differ.fetch(inv, h, [ra, rb])
     va = differ.view_of_record(recs[ra])
@@ -699,11 +702,9 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
         name = str(recs[ra].get("config_name") or "")
         rec_steps = int(name.split("-s", 1)[1].split("-", 1)[0]) if name.startswith("eagle") and "-s" in name \
             else (0 if name == "baseline" else None)
-        opts = _options(steps if steps is not None else rec_steps, None, None, None, None)
+        opts = _options(step_flag if step_flag is not None else rec_steps, None, None, None, None)
         vb = differ.view_of_plan(h, opts, recs[ra])
     else:
-        if steps is not None:
-            raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
         vb = differ.view_of_record(recs[rb])
     va["host"] = vb["host"] = h.name
     rows = differ.compare(va, vb)

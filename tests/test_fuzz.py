@@ -325,6 +325,92 @@ def test_fuzzing_covers_every_task_and_flag() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Every numeric flag of every command: finite, bounded, refused in one short line (issue 25)
+
+BAD_NUMBERS = ["nan", "NaN", "inf", "-inf", "1e309", "0x10", "", "-1", "9" * 10_000]
+# What a command needs besides the fuzzed flag to reach that flag's validation. No `--once` for watch: it refuses
+# --for and --duration before reading them, so --for was never reached. A --duration bounds the live view instead,
+# should a value pass that must not (an unreachable host is an alarm at its first sample, so a valid value ends it
+# at once).
+NUMERIC_CONTEXT: dict[str, dict[str, Any]] = {
+    "sweep": {"steps": "0,2"},
+    "watch": {"duration": "5"},
+    "analyze": {"baseline_ms": "12.2", "verify_ms": "18.7"},
+    "diff": {"new": "now"},
+}
+# Plain numbers, one of which any numeric flag takes (counts from 1, seconds, a share, a list, a min/max pair).
+PROBES = ["0", "1", "2", "4", "16", "2,4"]
+# The flags that take no number; a new flag must be numeric (and is then fuzzed below) or be named here.
+NOT_NUMERIC = {"host", "out", "old", "new", "fingerprint", "name", "write", "command", "router", "keep", "client",
+               "patch_mode", "strategy", "sweep", "verbose", "predict", "once"}
+
+
+def _numeric_run(name: str, param: str, value: str, inv: Path) -> tuple[int, str, str]:
+    extra = {k: v for k, v in NUMERIC_CONTEXT.get(name, {}).items() if k != param}
+    return run_task(name, inv, **extra, **{param: value})
+
+
+@pytest.fixture(scope="module")
+def numeric_flags(fuzz_inventory: Path, no_ssh: None) -> list[tuple[str, str]]:
+    """The flags that take a number, found from the tasks' signatures by behaviour: a word is refused (exit 2 naming
+    the flag) where a plain number passes validation."""
+    found = []
+    for name, param in FLAGS:
+        code, _out, err = _numeric_run(name, param, "three", fuzz_inventory)
+        if code != 2 or _flag(param) not in err:
+            continue
+        if any(_numeric_run(name, param, v, fuzz_inventory)[0] in (0, 1, 99) for v in PROBES):
+            found.append((name, param))
+    return found
+
+
+def test_every_flag_is_numeric_or_named_as_not(numeric_flags: list[tuple[str, str]]) -> None:
+    numeric = set(numeric_flags)
+    assert {("watch", "for_"), ("deploy", "batch"), ("deploy", "timeout"), ("sweep", "steps"), ("diff", "steps"),
+            ("analyze", "baseline_ms"), ("logs", "lines"), ("bench", "num_prompts")} <= numeric
+    unclassified = [f for f in FLAGS if f not in numeric and f[1] not in NOT_NUMERIC]
+    assert not unclassified, f"neither numeric nor in NOT_NUMERIC (a number its probes never passed?): {unclassified}"
+
+
+def test_every_numeric_flag_refuses_what_is_no_sane_number(numeric_flags: list[tuple[str, str]],
+                                                           fuzz_inventory: Path, no_ssh: None) -> None:
+    """NaN, ±inf, 1e309, hex, empty, negative and 10,000 digits, on every numeric flag of every command: exit 2,
+    before any host is reached, in one line that names the flag and quotes a long value only in part."""
+    for name, param in numeric_flags:
+        for value in BAD_NUMBERS:
+            code, out, err = _numeric_run(name, param, value, fuzz_inventory)
+            lines = err.strip().splitlines()
+            assert code == 2 and len(lines) == 1 and _flag(param) in lines[0], (name, param, value[:20], code, err)
+            assert len(lines[0]) <= 200 and "Traceback" not in out + err, (name, param, value[:20], err[:300])
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"for_": "nan"}, "--for: nan is not a finite number"),
+    ({"for_": "inf"}, "--for: inf is not a finite number"),
+    ({"interval": "1e309"}, "--interval: 1e309 is not a finite number"),
+])
+def test_watch_for_nan_is_refused(args: dict[str, str], words: str, fuzz_inventory: Path, no_ssh: None) -> None:
+    """`inv watch --for nan` was accepted: the figure never stayed below its threshold "for nan seconds", so the
+    alarm never fired."""
+    code, _out, err = run_task("watch", fuzz_inventory, **args)
+    assert code == 2 and words in err, err
+
+
+def test_a_huge_batch_or_timeout_says_what_is_wrong(fuzz_inventory: Path, no_ssh: None) -> None:
+    """`deploy --batch <10,000 digits>` died with int()'s "Exceeds the limit (4300 digits)" traceback; a huge
+    --timeout said "must be positive"; and every refusal echoed the whole value."""
+    code, out, err = run_task("deploy", fuzz_inventory, batch="9" * 10_000)
+    assert code == 2 and "Traceback" not in out + err, err[-300:]
+    assert "--batch: " + "9" * 40 + "…(10000 characters) is above the largest allowed" in err, err[:300]
+    code, _out, err = run_task("deploy", fuzz_inventory, timeout="1e309")
+    assert code == 2 and "--timeout: 1e309 is not a finite number" in err, err
+    code, _out, err = run_task("deploy", fuzz_inventory, timeout="100000")
+    assert code == 2 and "--timeout: 100000 is above the largest allowed, 86400 s" in err, err
+    code, _out, err = run_task("deploy", fuzz_inventory, patch_mode="x" * 10_000)
+    assert code == 2 and "(10000 characters)" in err and len(err) < 300, err[:300]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # A sample of valid values taken to a real host: they arrive in a scheduler's environment byte for byte.
 
 ENV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1,
