@@ -392,7 +392,7 @@ def test_every_numeric_flag_refuses_what_is_no_sane_number(numeric_flags: list[t
 def test_watch_for_nan_is_refused(args: dict[str, str], words: str, fuzz_inventory: Path, no_ssh: None) -> None:
     """`inv watch --for nan` was accepted: the figure never stayed below its threshold "for nan seconds", so the
     alarm never fired."""
-    code, _out, err = run_task("watch", fuzz_inventory, **args)
+    code, _out, err = run_task("watch", fuzz_inventory, **{**NUMERIC_CONTEXT["watch"], **args})
     assert code == 2 and words in err, err
 
 
