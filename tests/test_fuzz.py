@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from invoke.context import Context
 from invoke.exceptions import Exit
@@ -31,7 +31,7 @@ import tasks
 from fabfile.errors import InventoryError, SpecDeployError
 from fabfile.inventory import hosts as inventory
 from fabfile.inventory import schema as inventory_schema
-from tests.invoke_cli import derived_inventory, inv_json
+from tests.invoke_cli import derived_inventory, http_get, inv_json
 from tests.simhost.fleet import Fleet, SimHost
 
 FUZZ = settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow],
@@ -285,10 +285,10 @@ def test_a_nul_byte_in_a_path_flag_is_refused_up_front(name: str, param: str, fu
     assert code == 2 and _flag(param) in err and "NUL" in err and "Traceback" not in out + err, (code, err)
 
 
-# Values that are valid must pass: (task, flag) -> strategy of valid values.
+# Values that are valid must pass: (task, flag) -> strategy of valid values (waits up to a day: fabfile/flags.py).
 VALID: dict[tuple[str, str], Any] = {
     ("deploy", "steps"): st.integers(0, 8).map(str),
-    ("deploy", "timeout"): st.floats(0.5, 1e6).map(str),
+    ("deploy", "timeout"): st.floats(0.5, tasks.flags.DAY_S).map(str),
     ("deploy", "lock_wait"): st.floats(0, 86400).map(str),
     ("deploy", "patch_mode"): st.sampled_from(["auto", "env", "engine", "scheduler", "sitecustomize"]),
     ("deploy", "batch"): st.one_of(st.integers(1, 50).map(str), st.integers(1, 100).map(lambda p: f"{p}%")),
@@ -297,8 +297,8 @@ VALID: dict[tuple[str, str], Any] = {
     ("bench", "num_prompts"): st.integers(1, 10**5).map(str),
     ("bench", "output_len"): st.integers(2, 4096).map(str),
     ("stop", "lock_wait"): st.integers(0, 86400).map(str),
-    ("cancel", "timeout"): st.floats(0.1, 1e5).map(str),
-    ("status", "host_timeout"): st.floats(0.1, 1e5).map(str),
+    ("cancel", "timeout"): st.floats(0.1, tasks.flags.DAY_S).map(str),
+    ("status", "host_timeout"): st.floats(0.1, tasks.flags.DAY_S).map(str),
     ("analyze", "accept_len"): st.floats(1.0, 9.0).map(str),
 }
 
@@ -420,6 +420,10 @@ ENV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charact
 
 @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(note=st.one_of(ENV_TEXT, SHELLISH.filter(bool)), served=ENV_TEXT)
+# Found by this test (issue 25): a served name that starts with '-' reached SGLang as a flag (`--served-model-name
+# --warmups`: argparse exits "expected one argument"); and a `\r`, delivered byte for byte, read back as `\n`
+# through a text-mode pipe.
+@example(note="0\r", served="--warmups")
 def test_valid_values_reach_a_scheduler_verbatim(note: str, served: str, fleet: Fleet, sim_host: SimHost,
                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     inventory_path = derived_inventory(fleet, tmp_path_factory.mktemp("fuzz"),
@@ -428,8 +432,11 @@ def test_valid_values_reach_a_scheduler_verbatim(note: str, served: str, fleet: 
     assert code == 0, err
     sched = [s["pid"] for s in doc["schedulers"] if s["title"].startswith("sglang::scheduler")]
     assert sched
-    raw = sim_host.exec(["cat", f"/proc/{sched[0]}/environ"]).stdout
-    assert f"OPERATOR_NOTE={note}" in raw.split("\0"), (note, raw)
+    raw = sim_host.read_bytes(f"/proc/{sched[0]}/environ")
+    assert f"OPERATOR_NOTE={note}".encode() in raw.split(b"\0"), (note, raw)
+    assert doc["launch_argv"].count(f"--served-model-name={served}") == 1, doc["launch_argv"]
+    status, body = http_get(sim_host, "/v1/models")  # SGLang serves the model under exactly that name
+    assert status == 200 and json.loads(body)["data"][0]["id"] == served, body
     assert sim_host.exec(["test", "-e", "/tmp/pwned"]).returncode != 0
 
 
