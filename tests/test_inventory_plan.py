@@ -265,3 +265,28 @@ def test_a_secret_value_sglang_cannot_read_from_its_config_file_is_refused(tmp_p
         build(host, Options(steps=0))
     assert "k3y" not in str(e.value.describe()) and e.value.exit_code == 2
     assert sglang_reads(["--model-path", "/m", "--api-key", "-k3y"]).returncode == 2  # as SGLang's merger words it
+
+
+def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None:
+    """The tool now writes `--flag=value`; a server started by hand (or by an older specdeploy) may use
+    `--flag value`: the sweep, the version check, diff, adopt and check-env's reading of SGLang's flags take both."""
+    from fabfile.commands.adopt import split_flags
+    from fabfile.commands.diff import flag_map
+    from fabfile.plan.sweep_plan import configs
+    from fabfile.plan.versioncheck import check
+    from fabfile.remote.sglangnccl import _argv_flags
+
+    one_word = ["--tp-size=2", "--served-model-name=--warmups", "--speculative-algorithm=NOPE",
+                "--enable-symm-mem"]
+    two_words = ["--tp-size", "2", "--served-model-name", "kimi", "--speculative-algorithm", "NOPE",
+                 "--enable-symm-mem"]
+    for argv in (one_word, two_words):
+        assert flag_map(argv)["--tp-size"] == "2" and flag_map(argv)["--enable-symm-mem"] == ""
+        assert split_flags(argv)[0]["--tp-size"] == "2"
+        assert _argv_flags(argv)["tp_size"] == 2 and _argv_flags(argv)["symm_mem"] is True
+        with pytest.raises(FlagError, match="no speculative algorithm NOPE"):
+            check(argv, {}, "0.5.1", "h")
+    assert flag_map(one_word)["--served-model-name"] == "--warmups"
+    host = _dash_inventory(tmp_path).hosts["h"]
+    assert [(c.steps, c.topk, c.draft_tokens) for c in configs(host, Options(), [0, 2], [1, 2], [3])] == \
+        [(0, 1, None), (2, 1, 3), (2, 2, 3)]
