@@ -478,7 +478,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     cfgs = configs(h, base, step_list, flags.int_list("--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK),
                    flags.int_list("--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS, max_items=64))
     if keep is not None and keep not in {x.name for x in cfgs}:
-        raise FlagError(f"--keep: {flags.quote(keep)} is not one of this sweep's configurations: "
+        raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
                         predict=predict))

@@ -30,12 +30,14 @@ _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)
 _NOT_FINITE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.ASCII | re.IGNORECASE)
 
 
-def quote(value: Any) -> str:
-    """``value`` as a message shows it: short values as typed (repr when they hold spaces or odd characters, or are
-    empty), long ones cut to their first :data:`QUOTE_CHARS` characters with the full length."""
+def quote(value: Any, *, as_repr: bool = False) -> str:
+    """``value`` as a message shows it: short values as typed (repr when they hold spaces or odd characters, are
+    empty, or ``as_repr`` asks for a name in quotes), long ones cut to their first :data:`QUOTE_CHARS` characters
+    with the full length."""
     text = str(value)
     cut = text[:QUOTE_CHARS]
-    shown = cut if cut and cut.isprintable() and not any(c.isspace() for c in cut) else repr(cut)
+    plain = cut and cut.isprintable() and not any(c.isspace() for c in cut)
+    shown = cut if plain and not as_repr else repr(cut)
     if len(text) > QUOTE_CHARS:
         shown += f"…({len(text)} characters)"
     return shown
@@ -133,7 +135,7 @@ def choice(flag: str, value: Any, choices: Sequence[str], *, what: str = "value"
     if value is None:
         return None
     if value not in choices:
-        raise FlagError(f"{flag}: unknown {what} {quote(value)}; choose one of {', '.join(choices)}")
+        raise FlagError(f"{flag}: unknown {what} {quote(value, as_repr=True)}; choose one of {', '.join(choices)}")
     return str(value)
 
 

@@ -384,6 +384,16 @@ def test_every_numeric_flag_refuses_what_is_no_sane_number(numeric_flags: list[t
             assert len(lines[0]) <= 200 and "Traceback" not in out + err, (name, param, value[:20], err[:300])
 
 
+def test_no_refusal_echoes_a_long_value_whole(fuzz_inventory: Path, no_ssh: None) -> None:
+    """Any flag given 10,000 characters: a refusal quotes at most the first 40 of them (48 refusals printed them
+    all: --host, --router, --patch-mode, --keep, --old, the numbers...)."""
+    for name, param in FLAGS:
+        for value in ("x" * 10_000, "9" * 10_000, "-" + "y" * 10_000):
+            code, _out, err = run_task(name, fuzz_inventory, **{**BASE_ARGS.get(name, {}), param: value})
+            if code == 2:
+                assert len(err) < 600 and value[1:42] not in err, (name, param, value[:3], err[:300])
+
+
 @pytest.mark.parametrize("args, words", [
     ({"for_": "nan"}, "--for: nan is not a finite number"),
     ({"for_": "inf"}, "--for: inf is not a finite number"),

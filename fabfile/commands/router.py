@@ -14,6 +14,7 @@ from typing import Any
 
 from fabfile.commands.fanout import for_each_host
 from fabfile.errors import FlagError, LaunchError, SpecDeployError
+from fabfile.flags import quote
 from fabfile.inventory.hosts import Host, Inventory, Router
 from fabfile.plan.argv import opt
 from fabfile.render.jinja import shell_path
@@ -31,7 +32,8 @@ def pick(inv: Inventory, name: str | None) -> Router:
         raise FlagError(f"--router: the inventory defines {len(inv.routers)} routers; name one of "
                         f"{', '.join(sorted(inv.routers))}")
     if name not in inv.routers:
-        raise FlagError(f"--router: unknown router {name!r}; known: {', '.join(sorted(inv.routers))}")
+        raise FlagError(f"--router: unknown router {quote(name, as_repr=True)}; known: "
+                        f"{', '.join(sorted(inv.routers))}")
     return inv.routers[name]
 
 
