@@ -219,7 +219,7 @@ def test_dry_run_touches_no_host(inventory: Path, sim_host: SimHost) -> None:
     r = run_inv("deploy", "--steps", "3", "--dry-run", inventory=inventory)
     assert r.returncode == 0, r.stderr
     assert "sglang.launch_server" in r.stdout and "NCCL_PROTO=LL" in r.stdout
-    assert "--speculative-num-steps 3" in r.stdout
+    assert "--speculative-num-steps=3" in r.stdout  # the dry run shows the exact argv: the value in its word
     r = run_inv("render", "--steps", "0", inventory=inventory)
     assert r.returncode == 0 and "speculative" not in r.stdout.split("launch command", 1)[1].split("\n")[1]
     assert ssh_logins(sim_host) == before
