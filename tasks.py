@@ -1,8 +1,8 @@
 """specdeploy command line: `inv deploy --host gpu1 --steps 3`, `inv check-env`, `inv rollback-patches`, ...
 
 This file is only the CLI: flags (their values read by the one parser, fabfile/flags.py, within the ranges below),
-and errors mapped to exit codes (0 ok, 1 failed, 2 bad input with nothing touched). Every flag is a flag, never a positional, so `inv deploy --help` cannot run a deploy.
-The work lives in the fabfile/ library.
+and errors mapped to exit codes (0 ok, 1 failed, 2 bad input with nothing touched). Every flag is a flag, never a
+positional, so `inv deploy --help` cannot run a deploy. The work lives in the fabfile/ library.
 """
 
 from __future__ import annotations
