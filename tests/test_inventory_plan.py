@@ -290,3 +290,15 @@ def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None
     host = _dash_inventory(tmp_path).hosts["h"]
     assert [(c.steps, c.topk, c.draft_tokens) for c in configs(host, Options(), [0, 2], [1, 2], [3])] == \
         [(0, 1, None), (2, 1, 3), (2, 2, 3)]
+
+
+def test_a_value_flag_of_sglang_args_without_its_value_is_refused(tmp_path: Path) -> None:
+    """`sglang_args: [--api-key, --enable-metrics]` made the next flag the API key (moved into --config, where SGLang
+    reads it back as `--api-key --enable-metrics` and exits); `[..., --served-model-name]` at the end gives it none."""
+    for args, words in ((["--api-key", "--enable-metrics"], "--api-key takes a value, and --enable-metrics is the "
+                                                             "next flag; write the two as one word, --api-key=VALUE"),
+                        (["--enable-metrics", "--served-model-name"], "--served-model-name takes a value, and none "
+                                                                      "follows")):
+        with pytest.raises(InventoryError, match=words):
+            _dash_inventory(tmp_path, sglang_args=args)
+    assert _dash_inventory(tmp_path, sglang_args=["--api-key=--k3y"]).hosts["h"].sglang_args == ("--api-key=--k3y",)

@@ -42,6 +42,9 @@ def valid_ssh_host(value: str) -> bool:
 
 # argparse's own test for a word that is a negative number, not a flag (``_negative_number_matcher``).
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+# Flags of sglang_args the tool itself reads a value from (the secret flags it moves into --config) or renders
+# from a field: each takes exactly one value in every release (``type=str``, read from the wheels).
+ONE_VALUE_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--served-model-name")
 
 
 def check_flag_words(items: list[str]) -> None:
@@ -50,6 +53,11 @@ def check_flag_words(items: list[str]) -> None:
     argument" and the server exits after the old one was stopped; in one word, ``--flag=-value``, it is the
     value (fabfile/plan/argv.py)."""
     for i, item in enumerate(items):
+        following = items[i + 1] if i + 1 < len(items) else None
+        if item in ONE_VALUE_FLAGS and (following is None or following.startswith("--")):
+            raise ValueError(f"{item} takes a value, and " +
+                             (f"{quote(following)} is the next flag" if following else "none follows") +
+                             f"; write the two as one word, {item}=VALUE")
         if item.startswith("-") and not item.startswith("--") and len(item) > 1 and " " not in item \
                 and not _NEGATIVE_NUMBER.fullmatch(item):
             before = items[i - 1].split("=", 1)[0] if i and items[i - 1].startswith("--") else "--flag"
