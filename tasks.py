@@ -434,6 +434,19 @@ SWEEP_HELP = {
     "predict": "measure the baseline and the smallest and largest chain step counts, predict the other topk-1 "
                "configurations from the accepted-drafts histogram and the cycle fit, deploy only the predicted "
                "winner to confirm it (topk > 1 and other draft-token counts are measured)",
+    "nccl": "NCCL candidates crossed with every configuration (each its own server start): built-in presets "
+            "(pcie, none = no NCCL tuning variables) or host (the inventory's own), e.g. pcie,none",
+    "nccl_env": "NCCL values to try, laid over each --nccl candidate: 'NCCL_PROTO=LL|Simple|-' (- = unset; "
+                "several variables separated by spaces are crossed); checked with NCCL's own parsing rules",
+    "resume": "OUT/<host>/sweep-<id>: continue that interrupted or failed sweep (run with the same flags and "
+              "inventory): what it measured on the same deploy plans is kept, the rest is measured",
+    "adaptive": "add SGLang's own --speculative-adaptive (it moves the step count itself, starting from the "
+                "largest --steps; releases 0.5.11 and later) as a configuration, with the step count it settled on",
+    "max_ttft_ms": "service limit: the winner (per concurrency level) is the fastest configuration whose median "
+                   "time to first token is at most this many ms; the table says which limit the others broke; exit 1 "
+                   "when none meets the limits",
+    "max_tpot_ms": "service limit: median time per output token at most this many ms (see --max-ttft-ms)",
+    "min_tok_s": "service limit: output tok/s at least this (see --max-ttft-ms)",
     "client": BENCH_HELP["client"],
     "patch_mode": DEPLOY_HELP["patch_mode"],
     "timeout": "bound in seconds on each deploy's wait for readiness",
@@ -449,11 +462,21 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
           keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
-          out: Any = None, json: bool = False, inventory: Any = None) -> None:
+          out: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
+          max_tpot_ms: Any = None, min_tok_s: Any = None, nccl: Any = None, nccl_env: Any = None,
+          adaptive: bool = False, resume: Any = None) -> None:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
     from fabfile.errors import FlagError
+    from fabfile.plan.sla import Limits
+
+    def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float | None:
+        return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
+
+    limits = Limits(max_ttft_ms=limit("--max-ttft-ms", max_ttft_ms, MAX_MS, "ms", "a number of milliseconds"),
+                    max_tpot_ms=limit("--max-tpot-ms", max_tpot_ms, MAX_MS, "ms", "a number of milliseconds"),
+                    min_tok_s=limit("--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s", "a number of tokens per second"))
 
     out = flags.path("--out", out)
     step_list = flags.int_list("--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
@@ -473,15 +496,31 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
     from fabfile.commands.sweep import run_sweep
+    from fabfile.plan.sweep_nccl import candidates
     from fabfile.plan.sweep_plan import configs
 
+    cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env))
+    if predict and len(cands) > 1:
+        raise FlagError("--predict: it predicts step counts for one NCCL setting; give one --nccl candidate or "
+                        "leave --predict out")
+    if predict and adaptive:
+        raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
+                        "leave one of them out")
     cfgs = configs(h, base, step_list, flags.int_list("--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK),
-                   flags.int_list("--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS, max_items=64))
+                   flags.int_list("--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS, max_items=64),
+                   cands, adaptive)
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
-                        predict=predict))
+                        predict=predict, limits=limits, resume=_resume_path(resume)))
+
+
+def _resume_path(value: Any) -> Any:
+    from pathlib import Path
+
+    path = flags.path("--resume", value)
+    return None if path is None else Path(path).expanduser()
 
 
 def _adaptive(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 from tests.simhost.fleet import Fleet, SimHost, up
+
+# Randomized tests, one rule for the whole suite. `./dev test` and CI run the "deterministic" profile: the same
+# examples on every run of a commit (derandomize), no example database carried between runs, and no shrinking (a
+# failure prints its example and the blob to replay it; a shrink of a slow fleet case once took minutes of a CI
+# run). `./dev fuzz` (SPECDEPLOY_HYPOTHESIS=explore) draws new examples and shrinks what fails: each failure it
+# finds goes into the test as an `@example`, so the deterministic run keeps it from then on.
+settings.register_profile(
+    "deterministic", derandomize=True, database=None, deadline=None, print_blob=True,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate), suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "explore", derandomize=False, deadline=None, print_blob=True, max_examples=1000,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("SPECDEPLOY_HYPOTHESIS", "deterministic"))
 
 FLEET_FIXTURES = {"fleet", "sim_host", "sim_hosts"}
 # Modules whose tests start simulated SGLang servers as local processes (seconds each): not the unit tier.
@@ -31,6 +46,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.fleet)
         if item.path.name in SIM_MODULES:
             item.add_marker(pytest.mark.sim)
+            # These start SGLang-titled processes in the runner's own PID namespace, and a `local` deploy's stop
+            # step stops every such process it finds there: on two workers at once, one module's deploy would stop
+            # the other's servers. One worker runs them all (`--dist loadgroup`).
+            item.add_marker(pytest.mark.xdist_group("runner-pid-namespace"))
 
 
 @pytest.fixture(scope="session")

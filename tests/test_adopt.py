@@ -17,6 +17,7 @@ from fabfile.inventory import hosts as inventory
 from fabfile.plan.deploy_plan import Options, build
 from tests.invoke_cli import ROOT, derived_inventory, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support import waiting
 
 # The seed's launch line (shared/seeds/003_8dc9714cd6a2bd1c.txt, message 4764), exactly as typed over ssh.
 SEED_SSH_LINE = (
@@ -125,7 +126,7 @@ def _hand_start(host: SimHost, inv_path: Path) -> int:
             f"--mem-fraction-static 0.88 --host 127.0.0.1 --port {d['port']} --disable-custom-all-reduce "
             f"> /tmp/hand.log 2>&1 < /dev/null & echo $!")
     pid = int(host.exec(line).stdout.strip())
-    deadline = time.monotonic() + 20
+    deadline = waiting.deadline()
     while not any(p == pid for p, _ in sglang_pids(host)):
         assert time.monotonic() < deadline
         time.sleep(0.1)

@@ -18,6 +18,7 @@ import pytest
 
 from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support import waiting
 
 PCIE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
         "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
@@ -63,7 +64,7 @@ def test_a_dead_deploys_nccl_lines_never_prove_a_hand_started_server(fleet: Flee
     rec = _record(host)
     old = set(_schedulers(host).values())
     host.exec(f"kill -9 -- -{rec['pgid']}")
-    deadline = time.monotonic() + 10
+    deadline = waiting.deadline()
     while _schedulers(host) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _schedulers(host)
@@ -74,7 +75,7 @@ def test_a_dead_deploys_nccl_lines_never_prove_a_hand_started_server(fleet: Flee
              "NCCL_BUFFSIZE": "1048576", "NCCL_NTHREADS": "64", "NCCL_DEBUG": "INFO"}
     env = " ".join(f"{k}={v}" for k, v in wrong.items())
     host.exec(f"cd /tmp; setsid nohup env {env} {shlex.join(argv)} >/tmp/hand.log 2>&1 </dev/null &")
-    deadline = time.monotonic() + 30
+    deadline = waiting.deadline()
     while len(_schedulers(host)) < 2:
         assert time.monotonic() < deadline, host.exec(["cat", "/tmp/hand.log"]).stdout
         time.sleep(0.1)

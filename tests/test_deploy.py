@@ -14,6 +14,7 @@ import pytest
 
 from tests.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids, ssh_logins
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support import waiting
 
 
 @pytest.fixture
@@ -89,7 +90,7 @@ def _start_gpu_holder(host: SimHost, *args: str) -> int:
     r = host.exec("setsid nohup /root/ml-env/bin/python3 -m simgpu_holder " + " ".join(args)
                   + " >/tmp/holder.log 2>&1 </dev/null & echo $!")
     pid = int(r.stdout.strip())
-    deadline = time.monotonic() + 10
+    deadline = waiting.deadline()
     while str(pid) not in _gpu_pids(host):
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -155,7 +156,7 @@ def test_a_taken_http_port_fails_the_deploy_with_uvicorns_line(inventory: Path, 
                                "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
                                "s.bind((\"127.0.0.1\", 8000)); s.listen(1); time.sleep(120)' >/dev/null 2>&1 "
                                "</dev/null & echo $!").stdout.strip())
-    deadline = time.monotonic() + 30
+    deadline = waiting.deadline()
     while "LISTEN" not in sim_host.exec("ss -ltn 'sport = :8000' || true").stdout.upper():
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -307,7 +308,7 @@ def test_dropped_ssh_connection_mid_deploy_is_reattached(fleet: Fleet, sim_host:
     try:
         # Wait until the server has been started on the host, then cut the client's network path (the
         # ProxyCommand), as a dropped link would.
-        deadline = time.monotonic() + 20
+        deadline = waiting.deadline()
         while not any("sglang.launch_server" in c for _, c in sglang_pids(sim_host)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -339,7 +340,7 @@ def test_host_unreachable_after_a_drop_is_reported_and_the_deploy_finishes_there
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     lo = ["ip", "netns", "exec", str(sim_host.netns), "ip", "link", "set", "lo"]
     try:
-        deadline = time.monotonic() + 20
+        deadline = waiting.deadline()
         while not any("sglang.launch_server" in c for _, c in sglang_pids(sim_host)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -356,7 +357,7 @@ def test_host_unreachable_after_a_drop_is_reported_and_the_deploy_finishes_there
     assert "could not reconnect" in err and "inv status" in err and "Traceback" not in err, err
     # Taking the host's network down also broke the server's own loopback, so the headless deploy may have failed:
     # either way it must end whole, a healthy server or none at all.
-    deadline = time.monotonic() + 60
+    deadline = waiting.deadline()
     while True:
         code, doc, _ = inv_json("status", inventory=inventory)
         if code == 0 and not doc["data"]["deploy_in_progress"] and (doc["data"]["record"] or {}).get("status") in (
@@ -452,7 +453,7 @@ def test_black_holed_link_is_noticed_by_silence_and_reattached(fleet: Fleet, sim
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     frozen: list[int] = []
     try:
-        deadline = time.monotonic() + 20
+        deadline = waiting.deadline()
         while not any("sglang.launch_server" in c for _, c in sglang_pids(sim_host)):
             assert time.monotonic() < deadline
             time.sleep(0.05)

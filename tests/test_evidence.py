@@ -22,6 +22,7 @@ from rich.console import Console
 from fabfile.present import checkenv_report
 from fabfile.remote import evidence, markers, procs
 from fabfile.remote.common import EventSink
+from tests.support import waiting
 
 # ----------------------------------------------------------------------------------------------------
 # parser: lines exactly as the H200 printed them (shared/reference/gpu-host-facts.md, section 2)
@@ -520,7 +521,7 @@ class FakeServer:
             stderr=subprocess.DEVNULL,
         )
 
-    def wait_ready(self, timeout: float = 30.0) -> list[int]:
+    def wait_ready(self, timeout: float = waiting.HANG_GUARD_S) -> list[int]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pids = sorted(int(p.name) for p in self.ready.iterdir())
@@ -749,7 +750,7 @@ def test_scheduler_rows_sort_by_rank_numbers(tmp_path: Path, titles: list[str], 
                                              ranks: list[int | None]) -> None:
     parent = _titled_children(tmp_path, titles)
     try:
-        deadline = time.monotonic() + 20
+        deadline = waiting.deadline()
         while True:
             info = procs.stat(parent.pid)
             assert info is not None
@@ -769,7 +770,7 @@ def test_a_marker_from_an_older_process_with_the_same_pid_is_not_evidence(tmp_pa
     """Markers carry the process start time: one printed by an earlier holder of the pid never counts."""
     parent = _titled_children(tmp_path, ["sglang::scheduler_TP0"])
     try:
-        deadline = time.monotonic() + 20
+        deadline = waiting.deadline()
         while True:
             kids = [p for p in procs.descendants(parent.pid) if p.cmdline.startswith("sglang::scheduler")]
             if kids or time.monotonic() > deadline:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.simhost import fleet as fleetmod
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support import waiting
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -220,7 +221,7 @@ def test_unknown_host_is_rejected(fleet: Fleet, tmp_path: Path) -> None:
         pass
 
 
-def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+def _eventually(check: Callable[[], bool], timeout: float = waiting.HANG_GUARD_S) -> None:
     """Poll instead of sleeping a fixed time: a loaded CI machine starts processes slower than this one."""
     deadline = time.monotonic() + timeout
     while not check():
@@ -240,7 +241,7 @@ def test_reset_restores_the_pristine_host(sim_host: SimHost) -> None:
     (sim_host.home / ".specdeploy").mkdir()
     r = sim_host.exec("setsid sleep 777 </dev/null >/dev/null 2>&1 & echo started")
     assert r.returncode == 0
-    deadline = time.monotonic() + 5  # the background child may not have exec'd sleep yet when bash returns
+    deadline = waiting.deadline()
     while not any("sleep" in _cmdline(p) for p in sim_host.pids()):
         assert time.monotonic() < deadline
         time.sleep(0.02)

@@ -21,6 +21,7 @@ import yaml
 
 from tests.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import SSHD, Fleet, SimHost, _exe
+from tests.support import waiting
 
 ALL = "sim1,sim2,sim3"
 
@@ -85,7 +86,7 @@ def table_row(text: str, host: str) -> str:
     return found
 
 
-def _wait_for(check: Any, timeout: float = 30.0) -> None:
+def _wait_for(check: Any, timeout: float = waiting.HANG_GUARD_S) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "condition never became true"
@@ -144,7 +145,8 @@ def test_host_lost_mid_deploy_is_rechecked_when_it_answers_and_rolled_back(
     err = "".join(err_lines) + rest
     assert proc.returncode == 1, err
     row = table_row(out, "sim2")
-    assert "rolled back" in row and "re-checked" in row, out
+    sshd_log = (sim_hosts["sim2"].directory / "sshd.log").read_text(errors="replace")[-4000:]
+    assert "rolled back" in row and "re-checked" in row, f"{out}\n--- stderr:\n{err}\n--- sim2 sshd.log:\n{sshd_log}"
     assert "changed hosts were rolled back" in err and "incomplete" not in err, err
     for name in ("sim1", "sim2", "sim3"):
         assert _steps_running(sim_hosts[name]) == 3, name

@@ -34,8 +34,10 @@ from fabfile.inventory import schema as inventory_schema
 from tests.invoke_cli import derived_inventory, http_get, inv_json
 from tests.simhost.fleet import Fleet, SimHost
 
-FUZZ = settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                database=None)
+# The profile (tests/conftest.py) decides whether the examples are the fixed ones (CI) or new ones (`./dev fuzz`);
+# an exploring run draws at least as many as the profile asks.
+FUZZ = settings(max_examples=max(350, settings.default.max_examples), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow], database=None)
 
 BASE: dict[str, Any] = {
     "defaults": {"python": "/opt/env/bin/python3", "model": "/models/kimi", "draft_model": "/models/eagle3",
@@ -342,7 +344,8 @@ NUMERIC_CONTEXT: dict[str, dict[str, Any]] = {
 PROBES = ["0", "1", "2", "4", "16", "2,4"]
 # The flags that take no number; a new flag must be numeric (and is then fuzzed below) or be named here.
 NOT_NUMERIC = {"host", "out", "old", "new", "fingerprint", "name", "write", "command", "router", "keep", "client",
-               "patch_mode", "strategy", "sweep", "verbose", "predict", "once"}
+               "patch_mode", "strategy", "sweep", "verbose", "predict", "once", "nccl", "nccl_env", "resume",
+               "adaptive"}
 
 
 def _numeric_run(name: str, param: str, value: str, inv: Path) -> tuple[int, str, str]:

@@ -8,6 +8,7 @@ import sys
 import time
 
 from fabfile.remote import procs
+from tests.support import waiting
 
 # The main thread leaves (pthread_exit) while another thread keeps running: the thread-group leader shows "Z"
 # although the process is alive, as a CUDA process does for a second after SIGKILL on a real GPU host.
@@ -20,7 +21,7 @@ ctypes.CDLL(None).pthread_exit(None)
 
 
 def _wait_state(pid: int, state: str) -> None:
-    deadline = time.monotonic() + 5
+    deadline = waiting.deadline()
     while (procs.stat(pid) or procs.ProcInfo(0, 0, 0, "?", 0, "")).state != state:
         assert time.monotonic() < deadline, f"pid {pid} never reached state {state}"
         time.sleep(0.01)
@@ -35,7 +36,7 @@ def test_a_zombie_leader_with_running_threads_is_alive_until_they_end() -> None:
         assert info is not None
         assert procs.alive(p.pid, info.start_ticks) is True
         p.send_signal(signal.SIGKILL)
-        deadline = time.monotonic() + 5
+        deadline = waiting.deadline()
         while procs.alive(p.pid):
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -48,7 +49,7 @@ def test_a_zombie_leader_with_running_threads_is_alive_until_they_end() -> None:
 def test_a_plain_zombie_is_gone_and_a_reused_pid_is_not_the_same_process() -> None:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     info = None
-    deadline = time.monotonic() + 5
+    deadline = waiting.deadline()
     while info is None or info.state != "Z":
         info = procs.stat(p.pid)
         assert time.monotonic() < deadline
@@ -89,7 +90,7 @@ def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
                           "import setproctitle, time; setproctitle.setproctitle('sglang::scheduler_TP0'); "
                           "time.sleep(30)"])
     try:
-        deadline = time.monotonic() + 5
+        deadline = waiting.deadline()
         inner = []
         while not inner:
             inner = [q for q in procs.all_procs() if q.cmdline == "sglang::scheduler_TP0"

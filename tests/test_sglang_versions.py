@@ -100,7 +100,8 @@ def test_garbage_is_not_a_version(bad: str) -> None:
 
 
 @pytest.mark.parametrize(("version", "path"), [
-    ("0.4.9", "/health_generate"), ("0.5.1", "/health"), ("0.5.19", "/health"), ("0.5.20rc1", "/ready"),
+    ("0.4.9", "/health_generate"), ("0.4.10.post1", "/health_generate"), ("0.4.10.post2", "/health"),
+    ("0.5.1", "/health"), ("0.5.19", "/health"), ("0.5.20rc1", "/ready"),
     ("0.5.20", "/ready"), ("0.5.23", "/ready"),
 ])
 def test_readiness_path(version: str, path: str) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.simhost.sim.install import create_venv, install_simulator, write_config
+from tests.support import waiting
 
 PY_VER = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -64,7 +65,7 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-def group_gone(pgid: int, timeout: float = 5.0) -> bool:
+def group_gone(pgid: int, timeout: float = waiting.HANG_GUARD_S) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not group_members(pgid):
@@ -160,7 +161,8 @@ class Sim:
         assert self.log is not None
         return self.log.read_text(errors="replace")
 
-    def wait_log(self, pattern: str, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> str:
+    def wait_log(self, pattern: str, timeout: float = waiting.HANG_GUARD_S,
+                 proc: subprocess.Popen[bytes] | None = None) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             t = self.text()
@@ -205,7 +207,7 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
         s.kill_all()
 
 
-def wait_gone(pids: list[int], timeout: float = 5.0) -> bool:
+def wait_gone(pids: list[int], timeout: float = waiting.HANG_GUARD_S) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not any(alive(p) for p in pids):
@@ -275,7 +277,7 @@ def test_titles_environ_health_and_pdeathsig(sim: Sim) -> None:
     sim.install("0.5.7", prefill_ms_base=1200)
     launcher = sim.launch(extra_env={"SIM_MARKER": "m1"})
     codes: list[int] = []
-    deadline = time.monotonic() + 15
+    deadline = waiting.deadline()
     while time.monotonic() < deadline:
         try:
             code, _ = http(sim.url("/health"), timeout=2)
@@ -607,7 +609,7 @@ def test_fail_scheduler_killed(sim: Sim, version: str) -> None:
 def test_fail_slow_load_progress(sim: Sim) -> None:
     sim.install("0.5.7", fail="slow_load", load_seconds=2.5)
     launcher = sim.launch(tp=1)
-    text = sim.wait_log("fired up", proc=launcher, timeout=20)
+    text = sim.wait_log("fired up", proc=launcher)
     progress = re.findall(r"Loading safetensors checkpoint shards: +(\d+)% Completed", text)
     assert len(progress) >= 3 and progress[-1] == "100"
 

@@ -20,6 +20,7 @@ import pytest
 
 from tests.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support import waiting
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 BENCH = ["--num-prompts", "3", "--output-len", "32", "--input-len", "32"]
@@ -280,7 +281,7 @@ def test_ctrl_c_during_a_sweep_leaves_no_half_started_server(inventory: Path, si
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     seen = ""
-    deadline = time.monotonic() + 60
+    deadline = waiting.deadline()
     while "[2/3] eagle3-s1-k1-d2: deploying" not in seen:
         line = proc.stderr.readline()
         assert line and time.monotonic() < deadline, seen

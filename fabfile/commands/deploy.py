@@ -179,7 +179,8 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         result.sglang_version = version
         mode, patch = patch_request(session, plan, version)
         result.patch_mode = mode
-        plan = result.plan = for_version(plan, version)  # where the API key can go depends on the version
+        # where the API key can go depends on the version; the NCCL notes on the host's NCCL release
+        plan = result.plan = for_version(plan, version, (facts.get("nccl") or {}).get("version"))
         # What this version does not understand is refused here, before any file lands on the host (exit 2).
         from fabfile.plan.versioncheck import check as check_version
 

@@ -128,6 +128,8 @@ class Plan:
     accept_gate: float | None = None  # the accept length a speculative deploy must exceed (None: no gate)
     nccl_logging: dict[str, str] = field(default_factory=dict)
     nccl_notes: tuple[str, ...] = ()
+    # NCCL settings that will hurt, for the SGLang version the plan was last decided for (ncclnotes; in notes too)
+    nccl_advice: tuple[str, ...] = ()
     # What the script really runs: argv with the secret flags moved into ``config_file`` (when SGLang has
     # --config), and the inventory's ``env`` read from ``env_file`` (0600) instead of the command line.
     launch_argv: tuple[str, ...] = ()
@@ -331,14 +333,17 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     return for_version(plan, sglang_version)
 
 
-def for_version(plan: Plan, sglang_version: str | None) -> Plan:
+def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None = None) -> Plan:
     """Decide how secrets reach the server and render the script: the inventory's ``env`` from a 0600 file the
     script sources; secret flags in SGLang's ``--config`` file where the version has it (None: assume it has),
     else on the command line, with a note saying so."""
     deploys = f"{plan.host.state_dir.rstrip('/')}/deploys"
     rest, secret_cfg = split_secret_flags(list(plan.argv))
     launch = list(plan.argv)
-    notes = list(plan.notes)
+    from fabfile.plan.ncclnotes import nccl_notes
+
+    advice = tuple(nccl_notes({**plan.expected, **plan.nccl_logging}, plan.argv, sglang_version, nccl_version))
+    notes = [n for n in plan.notes if n not in plan.nccl_advice] + list(advice)
     config_file = f"{deploys}/{plan.deploy_id}.yaml" if secret_cfg else ""
     if secret_cfg:
         flags = ", ".join(f"--{k}" for k in sorted(secret_cfg))
@@ -353,7 +358,7 @@ def for_version(plan: Plan, sglang_version: str | None) -> Plan:
     file_env = {k: v for k, v in plan.env.items() if k in plan.host.env}
     out = replace(plan, launch_argv=tuple(launch), file_env=file_env,
                   env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,
-                  secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)))
+                  secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)), nccl_advice=advice)
     return replace(out, script=render_launch_script(out))
 
 

@@ -56,7 +56,7 @@ def _releases_with(pred: Any) -> str:
     have = [v for v, facts, flags in _table() if pred(facts, flags)]
     if not have:
         return "no release read"
-    # contiguous runs, as "0.5.5–0.5.20"
+    # contiguous runs, as "0.5.4.post1–0.5.20"
     names = [v for v, _, _ in _table()]
     runs: list[list[str]] = []
     for v in have:

@@ -68,6 +68,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
         verdict = "baseline" if r["steps"] == 0 else be.get("verdict", "-")
         if not measured:
             verdict = "predicted"
+        verdict += sla_mark(r, levels)
         if len(levels) <= 1:
             tok = [_tok_cell(r, measured, r["config"] == doc.get("winner"))]
         else:
@@ -85,8 +86,21 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def sla_mark(r: dict[str, Any], levels: list[int]) -> str:
+    """``; broke TTFT 212.0`` (per level with several levels) for a configuration that broke a sweep limit."""
+    if len(levels) <= 1:
+        broke = r.get("sla_broke") or []
+        return f"; broke {', '.join(broke)}" if broke else ""
+    parts = [f"@{lv['concurrency']}: {', '.join(lv['sla_broke'])}" for lv in r.get("levels") or []
+             if lv.get("sla_broke")]
+    return f"; broke {'; '.join(parts)}" if parts else ""
+
+
 def conclusion(doc: dict[str, Any]) -> str:
     winner, kept = doc.get("winner"), doc.get("running")
+    sla = doc.get("sla") or {}
+    if winner is None and sla and kept:
+        return f"no configuration meets {sla['describe']} (measured by the benchmark); left running the fastest, {kept}"
     if winner is None:
         return "no configuration could be measured"
     rows = {r["config"]: r for r in doc.get("rows") or []}
@@ -99,7 +113,7 @@ def conclusion(doc: dict[str, Any]) -> str:
             text += (f", best speculative {best_spec['config']} {best_spec['tok_s']:.1f} tok/s "
                      f"(×{best_spec['speedup']:.2f})")
     else:
-        text = f"winner: {winner}, {w['tok_s']:.1f} tok/s"
+        text = f"winner: {winner}, {w['tok_s']:.1f} tok/s" + (f" (meeting {sla['describe']})" if sla else "")
         if w.get("speedup"):
             text += f", ×{w['speedup']:.2f} over the baseline ({doc.get('baseline_tok_s') or 0:.1f} tok/s)"
     if kept:
@@ -129,8 +143,42 @@ def details(doc: dict[str, Any]) -> list[str]:
                          f"{doc['measured_tok_s']:.1f} tok/s ({err:+.1%})")
     if doc.get("predict") or doc.get("model_loads"):
         lines.append(f"model loads: {doc.get('model_loads')} (the full grid would have taken {doc.get('grid_loads')})")
+    lines += nccl_lines(doc)
+    lines += adaptive_lines(doc)
     lines += list(doc.get("notes") or [])
     return lines
+
+
+def adaptive_lines(doc: dict[str, Any]) -> list[str]:
+    """Where SGLang's adaptive mode settled, per level (its ``sglang:spec_num_steps`` gauge at the end of the
+    benchmark: measured by SGLang; absent before 0.5.13)."""
+    out = []
+    for r in doc.get("rows") or []:
+        if not (r.get("adaptive") and r.get("ok")):
+            continue
+        settled = ", ".join(f"@{lv['concurrency']}: {_f(lv.get('spec_num_steps'), '{:.0f}')}"
+                            for lv in r.get("levels") or [])
+        out.append(f"{r['config']} started at steps {r['steps']} and settled on steps {settled} "
+                   "(sglang:spec_num_steps, measured by SGLang; - where this release has no such gauge)")
+    return out
+
+
+def nccl_lines(doc: dict[str, Any]) -> list[str]:
+    """With NCCL candidates: the best candidate per speculative configuration (its tok/s, measured by the
+    benchmark) and each candidate's median TTFT, where a protocol forced for small messages shows its prefill cost."""
+    rows = [r for r in doc.get("rows") or [] if r.get("nccl") and r.get("ok") and r.get("measured", True)]
+    if not rows:
+        return []
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        spec = str(r["config"]).rsplit("@", 1)[0]
+        if r.get("tok_s") and (spec not in best or r["tok_s"] > best[spec]["tok_s"]):
+            best[spec] = r
+    out = ["best NCCL candidate per configuration (tok/s measured by the benchmark): " + ", ".join(
+        f"{spec} → {r['nccl']} ({r['tok_s']:.1f})" for spec, r in best.items())]
+    out.append("median TTFT per NCCL candidate (measured by the benchmark): " + ", ".join(
+        f"{r['config']} {_f(r.get('ttft_ms'), '{:.0f}')} ms" for r in rows))
+    return out
 
 
 def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None = None) -> None:

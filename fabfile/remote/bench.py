@@ -68,7 +68,7 @@ def has_bench_serving(sglang_root: str | None) -> bool:
 
 # The dataset the tool runs bench_serving with: synthetic token ids of exactly the requested lengths, no download.
 # SGLang 0.4.5's bench_serving lacks it (its choices: sharegpt, random, generated-shared-prefix; its "random" samples
-# ShareGPT, downloading it); every release from ``versions.BENCH_RANDOM_IDS`` (0.4.6) has it. The host's own
+# ShareGPT, downloading it); every release from ``versions.BENCH_RANDOM_IDS`` (0.4.5.post1) has it. The host's own
 # ``--help`` is asked before each run, so this is no gate.
 BENCH_DATASET = "random-ids"
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from . import gpus, procs, records, server, stop
+from . import failpoints, gpus, procs, records, server, stop
 from .common import CONTEXT, AgentError, EventSink, expand, unexpected
 from .lock import DeployLock
 from .prefetch import Prefetch
@@ -39,6 +39,7 @@ class Steps:
         CONTEXT["step"] = name
         if self.lock is not None:
             self.lock.note(step=name, step_since=_now())
+            failpoints.stop_here(os.path.dirname(self.lock.info_path), name)
         self.sink.emit("step", name=name, status="start")
         t0 = time.monotonic()
         try:

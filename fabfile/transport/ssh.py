@@ -14,6 +14,7 @@ import os
 import secrets
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,29 @@ def _transient(e: BaseException) -> bool:
     if isinstance(e, (BadHostKeyException, AuthenticationException, socket.gaierror)) or _unknown_host(e):
         return False
     return isinstance(e, (NoValidConnectionsError, socket.timeout, EOFError, SSHException, OSError))
+
+
+def _close_failed_handshake(cxn: Any) -> None:
+    """Close the socket of a handshake that failed, and reap its ProxyCommand.
+
+    ``Transport.close()`` does nothing once the transport is inactive, which a failed banner or key exchange leaves
+    it; ``ProxyCommand.close()`` sends SIGTERM and never waits. So the socket is closed here and the command's
+    process reaped (bounded: a command that ignores SIGTERM is killed)."""
+    transport = getattr(getattr(cxn, "client", None), "_transport", None)
+    sock = getattr(transport, "sock", None)
+    if sock is None:
+        return
+    try:
+        sock.close()
+    except OSError:
+        pass
+    process = getattr(sock, "process", None)
+    if process is not None:
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class _NudgingTransport(paramiko.Transport):
@@ -129,6 +153,10 @@ class SSHTransport(Transport):
         try:
             cxn.open()
         except BaseException:
+            # Fabric closes only a connection that opened; paramiko leaves the transport of a failed handshake (and
+            # its ProxyCommand) running. Each retry against a frozen sshd left one more ProxyCommand process alive,
+            # holding a half-open connection in the host's accept queue until the command ended.
+            _close_failed_handshake(cxn)
             cxn.close()
             raise
         finally:

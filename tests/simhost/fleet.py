@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from tests.simhost.keys import key_type_and_blob, keygen
+from tests.support import waiting
 
 DEFAULT_VERSION = "0.5.23"
 SSHD = "/usr/sbin/sshd"
@@ -376,7 +377,7 @@ class SimHost:
 
     def _reload_sshd(self, expect: str) -> None:
         _kill(self.sshd_pid(), signal.SIGHUP)
-        deadline = time.monotonic() + 10
+        deadline = waiting.deadline()
         while time.monotonic() < deadline:
             if expect == self.scan_host_key():
                 return

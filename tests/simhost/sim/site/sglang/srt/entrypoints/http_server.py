@@ -46,7 +46,7 @@ class ServerState:
         self.launched = launched
         infos = launched.scheduler_infos if launched else []
         self.scheduler_info = infos[0] if infos else {}
-        tp0_prefix = " TP0" if server_args.tp_size > 1 else ""
+        tp0_prefix = " TP0" if server_args.tp_size > 1 or self.ver < (0, 4, 6, 2) else ""  # see scheduler.py
         self.generator = Generator(server_args, cfg, infos, tp0_prefix)
         self.model_config = runtime.read_model_config(server_args.model_path)
         self.context_len = int(self.scheduler_info.get("context_len") or 131072)
@@ -65,10 +65,10 @@ class ServerState:
         while time.time() < tic + limit:
             time.sleep(1)
             if self.generator.last_receive_tstamp > tic:
-                if self.ver >= (0, 5, 1):
+                if self.ver >= (0, 4, 10, 2):
                     self.status = "Up"
                 return 200
-        if self.ver >= (0, 5, 1):
+        if self.ver >= (0, 4, 10, 2):
             self.status = "UnHealthy"
         return 503
 
@@ -145,6 +145,12 @@ class ServerState:
                          "The average acceptance length of speculative decoding.", g.last_accept_length))
             rows.append(("sglang:spec_accept_rate", "gauge",
                          "The average acceptance rate of speculative decoding.", g.last_accept_rate))
+            if runtime.version() >= (0, 5, 13):  # the wheels: the active tier's gauges from 0.5.13
+                rows.append(("sglang:spec_num_steps", "gauge", "Currently active speculative_num_steps.",
+                             float(g.steps)))
+                rows.append(("sglang:spec_num_draft_tokens", "gauge",
+                             "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+                             float(g.num_draft)))
         out: list[str] = []
         for name, kind, help_, value in rows:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)}"]
@@ -268,14 +274,14 @@ class Handler(BaseHTTPRequestHandler):
     def _health(self) -> None:
         """SGLang's ``/health`` and ``/health_generate`` as each release has them (http_server.py of the wheels).
 
-        0.4.x: ``/health`` is a bare 200; ``/health_generate`` runs the generate check below. 0.5.1+: both routes
-        are one handler: 503 while Starting; on 0.5.6+ ``/health`` is a bare 200 when
+        Up to 0.4.10.post1: ``/health`` is a bare 200; ``/health_generate`` runs the generate check below.
+        0.4.10.post2+: both routes are one handler: 503 while Starting; on 0.5.6+ ``/health`` is a bare 200 when
         SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off (default on); on 0.5.19+ SGLANG_DIAG_BYPASS_HEALTH_GENERATE
         answers 200 at once; otherwise the generate check, so a healthy server answers after a little over a second.
         """
         st = self.state
         path = self.path.split("?", 1)[0]
-        if st.ver < (0, 5, 1):
+        if st.ver < (0, 4, 10, 2):
             if path == "/health":
                 self._send(200, None)
                 return
