@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabfile import __version__
-from fabfile.errors import FlagError
+from fabfile.errors import FlagError, InventoryError
 from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.plan.argv import opt
 from fabfile.remote import versions
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
@@ -241,20 +242,22 @@ def _speculative(host: Host, opts: Options) -> Speculative:
 
 
 def launch_argv(host: Host, spec: Speculative) -> list[str]:
+    """The launch command. Every value follows its flag in the same word (``--model-path=/m``; ``plan.argv`` says
+    why): a served name ``--warmups`` or a model path ``-m`` is then that flag's value, not another flag."""
     tp = host.node.total_tp if host.node is not None else host.tp
-    argv = [host.python, "-m", "sglang.launch_server", "--model-path", host.model, "--tp-size", str(tp),
-            "--host", host.listen, "--port", str(host.port)]
+    argv = [host.python, "-m", "sglang.launch_server", opt("--model-path", host.model), opt("--tp-size", tp),
+            opt("--host", host.listen), opt("--port", host.port)]
     if host.node is not None:
-        argv += ["--nnodes", str(host.node.nnodes), "--node-rank", str(host.node.rank),
-                 "--dist-init-addr", host.node.dist_init_addr]
+        argv += [opt("--nnodes", host.node.nnodes), opt("--node-rank", host.node.rank),
+                 opt("--dist-init-addr", host.node.dist_init_addr)]
     if host.served_model_name:
-        argv += ["--served-model-name", host.served_model_name]
+        argv.append(opt("--served-model-name", host.served_model_name))
     if spec.steps > 0:
-        argv += ["--speculative-algorithm", spec.algorithm]
+        argv.append(opt("--speculative-algorithm", spec.algorithm))
         if host.draft_model:
-            argv += ["--speculative-draft-model-path", host.draft_model]
-        argv += ["--speculative-num-steps", str(spec.steps), "--speculative-eagle-topk", str(spec.topk),
-                 "--speculative-num-draft-tokens", str(spec.draft_tokens)]
+            argv.append(opt("--speculative-draft-model-path", host.draft_model))
+        argv += [opt("--speculative-num-steps", spec.steps), opt("--speculative-eagle-topk", spec.topk),
+                 opt("--speculative-num-draft-tokens", spec.draft_tokens)]
     return argv + list(host.sglang_args)
 
 
@@ -365,6 +368,8 @@ def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None
     if secret_cfg:
         flags = ", ".join(f"--{k}" for k in sorted(secret_cfg))
         if versions.has_config_file(sglang_version):
+            _check_config_values(plan.host, secret_cfg)
+            # Two words: SGLang looks for the word --config itself (plan/argv.py).
             launch = [*rest, "--config", config_file]
         else:
             notes.append(f"SGLang {sglang_version} takes {flags} only on its command line (--config FILE came in "
@@ -375,6 +380,19 @@ def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None
                   env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,
                   secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)), nccl_advice=advice)
     return replace(out, script=render_launch_script(out))
+
+
+def _check_config_values(host: Host, values: dict[str, str]) -> None:
+    """SGLang turns its ``--config`` file back into ``--key value`` words (``ConfigArgumentMerger``, read from the
+    wheels) before its argparse reads them, so a value there that starts with ``-`` is read as a flag and the server
+    exits at once. The tool writes the secret flags into that file and cannot write them otherwise without showing
+    them to every account on the host: such a value is refused before anything on the host is changed."""
+    for key, value in values.items():
+        if value.startswith("-"):
+            raise InventoryError(f"sglang_args: the value of --{key} starts with '-'; SGLang passes "
+                                 "its --config file's values to its argparse as words, which reads such a value as "
+                                 "a flag and exits", f"choose a --{key} value that does not start with '-'",
+                                 host=host.name)
 
 
 def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[str]:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from fabfile.errors import FlagError
+from fabfile.plan.argv import value_of
 from fabfile.remote import versions
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
@@ -112,13 +113,11 @@ def check(argv: list[str], env: dict[str, str], version: str, host: str) -> None
                             "remove it from sglang_args (or the speculative settings), or upgrade SGLang on the "
                             "host; nothing was changed there", host=host)
     algos = facts.get("speculative_algorithms")
-    if "--speculative-algorithm" in argv and isinstance(algos, list):
-        algo = argv[argv.index("--speculative-algorithm") + 1] if argv.index("--speculative-algorithm") + 1 < \
-            len(argv) else ""
-        if algo and algo not in algos:
-            raise FlagError(f"SGLang {version} on {host} has no speculative algorithm {algo}{same} (it knows "
-                            f"{', '.join(algos)})", "choose one of those in speculative.algorithm, or upgrade "
-                            "SGLang on the host; nothing was changed there", host=host)
+    algo = value_of(argv, "--speculative-algorithm")
+    if isinstance(algos, list) and algo and algo not in algos:
+        raise FlagError(f"SGLang {version} on {host} has no speculative algorithm {algo}{same} (it knows "
+                        f"{', '.join(algos)})", "choose one of those in speculative.algorithm, or upgrade "
+                        "SGLang on the host; nothing was changed there", host=host)
     if SPEC_V2_ENV in env and not facts.get("spec_v2_env"):
         raise FlagError(f"SGLang {version} on {host} does not read {SPEC_V2_ENV}{same}: setting it would change "
                         f"nothing (releases that read it: {_releases_with(lambda f, fl: f.get('spec_v2_env'))})",

@@ -98,11 +98,13 @@ def bench_serving_datasets(env: dict[str, str] | None = None) -> list[str] | Non
 def _run_bench_serving(req: BenchRequest, host: str, port: int, out_file: str, sink: EventSink,
                        api_key: str | None) -> dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", target,
-            "--port", str(port), "--dataset-name", BENCH_DATASET,
-            "--random-input-len", str(req["input_len"]), "--random-output-len", str(req["output_len"]),
-            "--random-range-ratio", "1.0", "--num-prompts", str(req["num_prompts"]),
-            "--max-concurrency", str(req["concurrency"]), "--output-file", out_file, "--disable-tqdm"]
+    # Each value in the same word as its flag (all take one value): argparse then reads it as that value whatever it
+    # starts with (the inventory's listen address, the state directory in the output file's path).
+    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend=sglang", f"--host={target}",
+            f"--port={port}", f"--dataset-name={BENCH_DATASET}",
+            f"--random-input-len={req['input_len']}", f"--random-output-len={req['output_len']}",
+            "--random-range-ratio=1.0", f"--num-prompts={req['num_prompts']}",
+            f"--max-concurrency={req['concurrency']}", f"--output-file={out_file}", "--disable-tqdm"]
     env = dict(os.environ)
     if api_key:
         env["OPENAI_API_KEY"] = api_key  # bench_serving's get_auth_headers(): never on its command line
