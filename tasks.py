@@ -459,11 +459,10 @@ def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = 
     from fabfile.errors import FlagError
     from fabfile.remote.protocol import MAX_TRACE_STEPS
 
-    out = _local_path("--out", out)
+    out = flags.path("--out", out)
     load = _bench_params(concurrency, input_len, output_len, num_prompts, None, timeout)
-    steps = _int("--trace-steps", trace_steps, 1)
-    if steps is not None and steps > MAX_TRACE_STEPS:
-        raise FlagError(f"--trace-steps: at most {MAX_TRACE_STEPS} (each step grows every rank's trace), got {steps}")
+    # Each profiled step grows every rank's trace: bounded by what the agent accepts.
+    steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
     if (steps is not None or out is not None) and not trace:
         raise FlagError(f"{'--trace-steps' if steps is not None else '--out'}: only with --trace")
     params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
@@ -696,7 +695,7 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
 
         show({"rules": rules_table()}, lambda: print_rules(console), as_json=json)
         return
-    src, base = _local_path("--from", from_), _local_path("--baseline", baseline)
+    src, base = flags.path("--from", from_), flags.path("--baseline", baseline)
     live = [f for f, v in (("--host", host), ("--trace", trace), ("--num-prompts", num_prompts),
                            ("--concurrency", concurrency), ("--inventory", inventory)) if v]
     if src is not None and live:
@@ -910,7 +909,7 @@ def _explain_baseline(explain: bool, baseline: Any) -> str | None:
 
     if baseline is not None and not explain:
         raise FlagError("--baseline: only with --explain")
-    return _local_path("--baseline", baseline)
+    return flags.path("--baseline", baseline)
 
 
 def _measuring(opts: Any, measure: bool, no_measure: bool) -> Any:

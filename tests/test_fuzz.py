@@ -339,13 +339,14 @@ NUMERIC_CONTEXT: dict[str, dict[str, Any]] = {
     "watch": {"duration": "5"},
     "analyze": {"baseline_ms": "12.2", "verify_ms": "18.7"},
     "diff": {"new": "now"},
+    "profile": {"trace": True},   # --trace-steps only with --trace
 }
 # Plain numbers, one of which any numeric flag takes (counts from 1, seconds, a share, a list, a min/max pair).
 PROBES = ["0", "1", "2", "4", "16", "2,4"]
 # The flags that take no number; a new flag must be numeric (and is then fuzzed below) or be named here.
 NOT_NUMERIC = {"host", "out", "old", "new", "fingerprint", "name", "write", "command", "router", "keep", "client",
                "patch_mode", "strategy", "sweep", "verbose", "predict", "once", "nccl", "nccl_env", "resume",
-               "adaptive"}
+               "adaptive", "measure", "no_measure", "explain", "baseline", "from_", "rules", "trace"}
 
 
 def _numeric_run(name: str, param: str, value: str, inv: Path) -> tuple[int, str, str]:
