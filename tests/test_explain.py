@@ -243,3 +243,25 @@ def test_sweep_png_gains_a_stacked_bar_per_configuration(tmp_path: Path) -> None
     from PIL import Image
 
     assert Image.open(tmp_path / "s.png").width > Image.open(tmp_path / "plain.png").width
+
+
+def test_the_break_even_never_sets_a_wall_clock_cycle_against_a_gpu_decode_step() -> None:
+    """Seen on real SGLang 0.5.16 on the H200: the tool's cycle (4.41 ms, wall clock) over the device timer's decode
+    forward (0.61 ms, GPU) made EAGLE-3 'lose by 45 %' while it served 1032 against the baseline's 640 tok/s. The
+    verdict takes a decode step of the cycle's own clock (the baseline's TPOT), or says nothing."""
+    h200 = {"config": "eagle3-s3-k1-d4", "steps": 3, "draft_tokens": 4, "verify": fig(0.58), "draft": fig(0.21),
+            "draft_extend": fig(0.12), "cycle": fig(4.41, SOURCE_TOOL), "accept_length": fig(4.0, SOURCE_META)}
+    gpu_only = {"config": "baseline", "decode": fig(0.61)}
+    assert "break_even" not in rules_fired(subject(h200, baseline=gpu_only))
+    with_tpot = {**gpu_only, "decode_step": fig(1.56, "derived: TPOT")}
+    assert "break_even" not in rules_fired(subject(h200, baseline=with_tpot))  # 4.41 / 1.56 = 2.8 < 4.0: it wins
+    slow = {**h200, "cycle": fig(7.0, SOURCE_TOOL)}  # 7.0 / 1.56 = 4.5 > 4.0: it loses, by the wall clock
+    (f,) = [f for f in explain.explain(subject(slow, baseline=with_tpot)) if f.rule == "break_even"]
+    assert f.figures["break_even"] == pytest.approx(7.0 / 1.56, abs=1e-3) and "1.56 ms [derived]" in f.sentence
+
+
+def test_a_baseline_bench_reads_its_wall_clock_decode_step_from_tpot() -> None:
+    doc = {"bench_id": "b1", "config_name": "baseline", "completed": 16, "speculative": {"algorithm": None},
+           "decode_ms_per_token": None, "tpot_ms": {"median": 1.56, "mean": 1.6}}
+    a = explain.bench_anatomy(doc)
+    assert a["decode_step"]["ms"] == pytest.approx(1.56)

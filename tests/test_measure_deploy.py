@@ -319,3 +319,11 @@ def test_bench_with_and_without_the_timer_says_its_cost(fleet: Fleet, sim_host: 
         assert r.returncode == 0, r.stderr
     assert re.search(r"device timer cost -?\d+\.\d % of served tok/s \(\d+\.\d with, \d+\.\d without; measured by "
                      r"the tool against .*\.json\)", r.stdout), r.stdout
+
+
+def test_a_baseline_whose_metrics_report_accept_length_zero_is_not_speculative() -> None:
+    from fabfile.remote.bench import is_speculative
+
+    assert not is_speculative({"algorithm": None}, {"prometheus": 0.0, "meta_info": None})
+    assert is_speculative({"algorithm": None}, {"prometheus": 2.5})
+    assert is_speculative({"algorithm": "EAGLE3"}, {"prometheus": 0.0})

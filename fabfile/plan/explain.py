@@ -84,10 +84,10 @@ class Subject:
         v = (self.baseline or {}).get("decode")
         return v if isinstance(v, Mapping) and v.get("ms") else None
 
-    def decode_step(self, like: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
+    def decode_step(self, like: Mapping[str, Any] | None = None, strict: bool = False) -> Mapping[str, Any] | None:
         """The baseline's decode step to set against ``like``: a GPU figure (timer, trace) against the GPU decode
         forward, a wall-clock one (the tool's cycle, a derived one) against the baseline's TPOT."""
-        return step_like(self.baseline, like)
+        return step_like(self.baseline, like, strict)
 
     @property
     def algorithm(self) -> str:
@@ -114,16 +114,20 @@ def _gpu(source: str) -> bool:
     return tag(source) in ("timer", "trace")
 
 
-def step_like(baseline: Mapping[str, Any] | None, like: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+def step_like(baseline: Mapping[str, Any] | None, like: Mapping[str, Any] | None,
+              strict: bool = False) -> Mapping[str, Any] | None:
     """The baseline's decode step measured the way ``like`` was where it can be: GPU time against GPU time, wall
-    clock against wall clock (its TPOT), so that a ratio compares the same thing; else whichever was measured (the
-    sentence names both sources)."""
+    clock against wall clock (its TPOT), so that a ratio compares the same thing; else, unless ``strict``, whichever
+    was measured (the sentence names both sources). A verdict (the break-even) is always ``strict``."""
     found = [v for v in ((baseline or {}).get("decode"), (baseline or {}).get("decode_step"))
              if isinstance(v, Mapping) and v.get("ms")]
-    gpu_like = like is not None and _gpu(str(like.get("source", "")))
+    if like is None:
+        return found[0] if found else None
+    gpu_like = _gpu(str(like.get("source", "")))
+    # A verdict never across clocks: the tool's wall-clock cycle over the timer's GPU decode forward counts the
+    # scheduler's time on one side only, and on the H200 called a 1.6× win a 45 % loss.
     same = [v for v in found if _gpu(str(v.get("source", ""))) == gpu_like]
-    pick = same or found
-    return pick[0] if pick else None
+    return (same or ([] if strict else found) or [None])[0]
 
 
 def _pct(x: float) -> str:
@@ -132,7 +136,7 @@ def _pct(x: float) -> str:
 
 def _break_even(s: Subject) -> Finding | None:
     cycle, accept = s.fig("cycle"), s.fig("accept_length")
-    decode = s.decode_step(cycle)
+    decode = s.decode_step(cycle, strict=True)
     if not s.speculative or not (cycle and decode and accept):
         return None
     be = float(cycle["ms"]) / float(decode["ms"])
@@ -308,10 +312,13 @@ def derived_anatomy(doc: Mapping[str, Any]) -> dict[str, Any]:
         src = doc.get("accept_len_source") or "meta_info"
         out["accept_length"] = {"ms": float(doc["accept_len"]), "count": n,
                                 "source": protocol.SOURCE_META if src == "meta_info" else f"SGLang {src}"}
-    if doc.get("decode_ms_per_token"):
+    decode = doc.get("decode_ms_per_token")
+    tpot = doc.get("tpot_ms")
+    if not decode and not steps and isinstance(tpot, Mapping) and tpot.get("median"):
+        decode = tpot["median"]  # a baseline's wall-clock decode step, when the result predates the field
+    if decode:
         # the baseline's TPOT: its wall-clock decode step (``decode`` until a measured forward replaces it)
-        out["decode"] = out["decode_step"] = {"ms": float(doc["decode_ms_per_token"]), "count": n,
-                                              "source": "derived: TPOT"}
+        out["decode"] = out["decode_step"] = {"ms": float(decode), "count": n, "source": "derived: TPOT"}
     return out
 
 

@@ -62,6 +62,12 @@ MEASURED_COSTS: tuple[TimerCost, ...] = (
               ((280.5, 302.6), (315.1, 319.8)), "measured by hand, shared/reference/profiling.md"),
     TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft, CUDA graphs on",
               ((1268.7, 1306.2), (1216.8, 1409.9)), "measured by hand, shared/reference/profiling.md"),
+    # The tool's own run (bench/real_sglang/real_run.py --phase profileb, 2026-12-01): three alternated pairs of a
+    # fresh deploy each, 16 requests of 256 tokens at concurrency 1; mean 1002.6 on against 1064.1 off (5.8 %), the
+    # pairs themselves spread from -41 % to +29 % (docs/real-sglang.md): noisy on a model this small.
+    TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft (steps 3), CUDA graphs on, the tool's bench",
+              ((1149.2, 811.7), (932.4, 1307.1), (926.2, 1073.6)),
+              "measured by the tool, bench/real_sglang/real_run.py --phase profileb (docs/real-sglang.md)"),
 )
 
 

@@ -290,11 +290,19 @@ def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target:
     return {"decode": decode, "spec_info": spec_info, "prom": prom, "meta": meta, "sources": sources}
 
 
+def is_speculative(spec_info: dict[str, Any], sources: dict[str, Any]) -> bool:
+    """Whether the benchmarked server speculates: its own speculative settings, else an accept length from any
+    source. A speculative server's accept length is at least 1 (every verify emits a token); SGLang's metrics report
+    0.0 for a server that does not speculate (its collector logs the gauge whatever runs: seen on 0.5.16 on the
+    H200, where a baseline bench once reported accept length 0 and no decode step), which is no evidence of it."""
+    return bool(spec_info.get("algorithm")) or any(v is not None and v >= 1.0 for v in sources.values())
+
+
 def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict[str, Any], client_name: str,
             started_at: str, seen: dict[str, Any]) -> dict[str, Any]:
     """The benchmark's result document: the client's figures and the speculative ones from every source."""
     decode, spec_info, prom, meta, sources = (seen[k] for k in ("decode", "spec_info", "prom", "meta", "sources"))
-    speculative = bool(spec_info.get("algorithm")) or any(v is not None for v in sources.values())
+    speculative = is_speculative(spec_info, sources)
     accept_len = next((v for v in sources.values() if v is not None), None) if speculative else None
     draft_tokens = spec_info.get("draft_tokens")
     reported_rate = decode.get("accept_rate")

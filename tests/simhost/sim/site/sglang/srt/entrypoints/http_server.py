@@ -140,17 +140,19 @@ class ServerState:
             ("sglang:token_usage", "gauge", "The token usage.", 0.0),
             ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", 0.0),
         ]
-        if g.spec:
-            rows.append(("sglang:spec_accept_length", "gauge",
-                         "The average acceptance length of speculative decoding.", g.last_accept_length))
-            rows.append(("sglang:spec_accept_rate", "gauge",
-                         "The average acceptance rate of speculative decoding.", g.last_accept_rate))
-            if runtime.version() >= (0, 5, 13):  # the wheels: the active tier's gauges from 0.5.13
-                rows.append(("sglang:spec_num_steps", "gauge", "Currently active speculative_num_steps.",
-                             float(g.steps)))
-                rows.append(("sglang:spec_num_draft_tokens", "gauge",
-                             "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
-                             float(g.num_draft)))
+        # Every release's metrics collector logs the speculative gauges whatever the server runs (the wheels'
+        # collector: `_log_gauge(self.spec_accept_length, stats.spec_accept_length)`, its stats default 0.0): a
+        # baseline server reports an accept length of 0 (seen on real 0.5.16 on the H200).
+        rows.append(("sglang:spec_accept_length", "gauge",
+                     "The average acceptance length of speculative decoding.", g.last_accept_length if g.spec else 0.0))
+        rows.append(("sglang:spec_accept_rate", "gauge",
+                     "The average acceptance rate of speculative decoding.", g.last_accept_rate if g.spec else 0.0))
+        if runtime.version() >= (0, 5, 13):  # the wheels: the active tier's gauges from 0.5.13
+            rows.append(("sglang:spec_num_steps", "gauge", "Currently active speculative_num_steps.",
+                         float(g.steps) if g.spec else 0.0))
+            rows.append(("sglang:spec_num_draft_tokens", "gauge",
+                         "Currently active speculative_num_draft_tokens (decouples from steps under topk>1).",
+                         float(g.num_draft) if g.spec else 0.0))
         out: list[str] = []
         for name, kind, help_, value in rows:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)}"]
