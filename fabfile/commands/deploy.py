@@ -56,6 +56,37 @@ def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
     return facts
 
 
+def checked_on_host(session: HostSession, plan: Plan) -> tuple[dict[str, Any], str, str, dict[str, Any] | None,
+                                                                 Plan]:
+    """Preflight and every check that needs the host's answers (its SGLang version: the patch mode, what the launch
+    line may say): read-only on the host. Returns the facts, the version, the patch mode and request, and the plan
+    for that version; raises the tool's error (exit 2 for what the version refuses) before anything is written."""
+    facts = preflight(session, plan)
+    version = str(facts["sglang"]["version"])
+    mode, patch = patch_request(session, plan, version)
+    plan = for_version(plan, version)  # where the API key can go depends on the version
+    # What this version does not understand is refused here, before any file lands on the host (exit 2).
+    from fabfile.plan.versioncheck import check as check_version
+
+    check_version(list(plan.launch_argv or plan.argv)[3:], dict(plan.env), version, plan.host.name)
+    return facts, version, mode, patch, plan
+
+
+def preflight_only(inv: Inventory, host: Host, plan: Plan) -> SpecDeployError | None:
+    """:func:`checked_on_host` on its own session, for a multi-host deploy: every host is checked before the
+    first one is touched, so a wrong path on the last host cannot cost the first one a model load and a
+    rollback. Returns the host's error, or None."""
+    try:
+        with HostSession.open(inv, host) as session:
+            checked_on_host(session, plan)
+    except SpecDeployError as e:
+        if e.host is None:
+            e.host = host.name
+        e.message = mask_secrets(e.message, secret_values(host))
+        return e
+    return None
+
+
 def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, dict[str, Any] | None]:
     from fabfile.render.patchset import PatchModeError, build_patch_request, resolve_mode
 
@@ -174,16 +205,8 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         session = HostSession.open(inv, host)
         reporter.step_end("connect", True)
         reporter.step_start("preflight")
-        facts = preflight(session, plan)
-        version = str(facts["sglang"]["version"])
-        result.sglang_version = version
-        mode, patch = patch_request(session, plan, version)
-        result.patch_mode = mode
-        plan = result.plan = for_version(plan, version)  # where the API key can go depends on the version
-        # What this version does not understand is refused here, before any file lands on the host (exit 2).
-        from fabfile.plan.versioncheck import check as check_version
-
-        check_version(list(plan.launch_argv or plan.argv)[3:], dict(plan.env), version, host.name)
+        facts, version, mode, patch, plan = checked_on_host(session, plan)
+        result.sglang_version, result.patch_mode, result.plan = version, mode, plan
         for note in plan.notes:
             reporter.info(note)
         upload_launch_files(session, plan)

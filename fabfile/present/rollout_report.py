@@ -64,7 +64,10 @@ def print_rollout(result: RolloutResult) -> None:
                   str(row.pid_now) if row.pid_now else "-", "; ".join(rollout_notes(row)))
     out.print(t)
     unknown = [r.host.name for r in result.hosts if r.config_now == "unknown"]
-    if result.stopped_after_batch is not None and result.strategy == "cluster":
+    if result.extra.get("preflight_failed"):
+        err.print(f"[red]deploy refused at preflight[/red] on {', '.join(result.extra['preflight_failed'])}: no "
+                  "host was touched (every host is checked before the first one changes); fix it and deploy again")
+    elif result.stopped_after_batch is not None and result.strategy == "cluster":
         err.print("[red]the cluster did not come up[/red]; every rank was torn down"
                   + (" and the nodes were put back to their previous deploys" if result.rolled_back else "")
                   + (f"; [red]rollback incomplete[/red] on {', '.join(result.rollback_incomplete)}"
