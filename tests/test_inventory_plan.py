@@ -96,6 +96,16 @@ def test_tree_drafts_follow_sglangs_only_limit(inv: inventory.Inventory) -> None
         build(inv.hosts["g1"], Options(steps=2, topk=4, draft_tokens=22))
 
 
+def test_steps_are_bounded_by_sglangs_verify_tree(inv: inventory.Inventory) -> None:
+    """SGLang's build_tree kernel refuses more than 1024 draft tokens (tree.cuh in the 0.5.21+ wheels), at the first
+    draft after the model loaded: refused at plan time instead, naming the flag and the bound."""
+    assert build(inv.hosts["g1"], Options(steps=1023)).config_name == "eagle3-s1023-k1-d1024"
+    with pytest.raises(FlagError, match=r"--steps: .*at most 1024 draft tokens.* up to 1023, got 1024"):
+        build(inv.hosts["g1"], Options(steps=1024))
+    with pytest.raises(FlagError, match=r"--draft-tokens: .*up to 1024, got 1025"):
+        build(inv.hosts["g1"], Options(steps=400, topk=4, draft_tokens=1025))
+
+
 def test_secrets_are_masked_everywhere_they_are_shown(tmp_path: Path) -> None:
     p = tmp_path / "i.yaml"
     p.write_text(BASE.replace("g3: {gpus: 2, tp: 2}", "g3: {gpus: 2, tp: 2, env: {HF_TOKEN: hf_s3cr3t}, "
