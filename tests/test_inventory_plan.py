@@ -204,3 +204,33 @@ def test_a_users_sglang_plugins_lets_the_tools_plugin_load(tmp_path: Path, value
     else:
         (note,) = notes
         assert repr(value) in note and "specdeploy_nccl_env" in note and repr(launched) in note
+
+
+@pytest.mark.parametrize(("env", "named", "spelling"), [
+    ({"NCCL_P2P_LEVEL": "sys"}, "env.NCCL_P2P_LEVEL", "write SYS"),
+    ({"NCCL_NTHREAD": "512"}, "env.NCCL_NTHREAD", "NCCL's spelling is NCCL_NTHREADS"),
+    ({"NCCL_BUFFSIZE": "16M"}, "env.NCCL_BUFFSIZE", "NCCL reads it as 16"),
+])
+def test_nccl_values_and_names_nccl_refuses_stop_the_deploy_before_any_host_is_touched(
+        tmp_path: Path, env: dict[str, str], named: str, spelling: str) -> None:
+    """`env: {NCCL_P2P_LEVEL: sys, NCCL_NTHREAD: '512'}` stopped the running server, loaded the model and failed at
+    verify env: refused at plan time instead (exit 2, the variable and NCCL's spelling), before any host call."""
+    from fabfile.commands.dispatch import deploy_command
+    from fabfile.commands.rollout import parse_batch
+    from fabfile.transport.session import connector
+    from tests.fakehost import FakeFleet
+
+    p = tmp_path / "i.yaml"
+    p.write_text(BASE.replace('g3: {gpus: 2, tp: 2}', f"g3: {{gpus: 2, tp: 2, env: {env}}}"))
+    inv = inventory.load(p)
+    fleet = FakeFleet({})
+    with connector(fleet), pytest.raises(InventoryError) as e:
+        deploy_command(inv, [inv.hosts["g1"], inv.hosts["g3"]], None, Options(steps=1), strategy=None,
+                       batch=parse_batch("1"), canary=True, rollback_on_failure=False, as_json=True)
+    assert e.value.exit_code == 2 and e.value.host == "g3"
+    assert e.value.message.startswith(named) and spelling in e.value.message
+    assert not fleet.calls  # nothing was asked of any host
+    # what NCCL reads the same way passes: a YAML float, an old-style level, the exact name
+    p.write_text(BASE.replace('g3: {gpus: 2, tp: 2}', 'g3: {gpus: 2, tp: 2, env: {NCCL_BUFFSIZE: 16777216.0, '
+                                                      'NCCL_P2P_LEVEL: "5", NCCL_NTHREADS: "512", NCCL_IB_HCA: mlx5}}'))
+    assert build(inventory.load(p).hosts["g3"], Options(steps=1)).expected["NCCL_P2P_LEVEL"] == "5"

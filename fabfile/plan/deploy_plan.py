@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabfile import __version__
-from fabfile.errors import FlagError
+from fabfile.errors import FlagError, InventoryError
 from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
 from fabfile.remote import versions
 
@@ -260,6 +260,7 @@ class NcclSettings:
 
 
 def nccl_settings(host: Host) -> NcclSettings:
+    from fabfile.plan.ncclrefusals import refusal, unknown_names
     from fabfile.remote import ncclenv
 
     tuning: dict[str, str] = {}
@@ -270,6 +271,14 @@ def nccl_settings(host: Host) -> NcclSettings:
         for k, v in values.items():
             if not k.startswith("NCCL_") or ncclenv.kind(k) == "not_param":
                 continue
+            refused = refusal(k, v)
+            if refused is not None:
+                # Before anything is stopped: otherwise the deploy loaded the model and check-env found it.
+                raise InventoryError(f"{where}.{refused}", f"fix {where}.{k} in the inventory (or the preset "
+                                     "it comes from), then render again; nothing was touched", host=host.name)
+            if ncclenv.kind(k) == "unknown" and k in unknown_names({k: v}):
+                notes.append(f"{where}.{k} is not a variable NCCL 2.28 reads (kept as written: a newer NCCL or "
+                             "PyTorch may read it); check-env cannot prove it")
             if ncclenv.kind(k) == "logging":
                 if host.nccl_debug and k in NCCL_DEBUG_ENV and v != NCCL_DEBUG_ENV[k]:
                     notes.append(f"{where}.{k}={v} replaces nccl_debug's {NCCL_DEBUG_ENV[k]}")
