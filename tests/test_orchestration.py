@@ -156,3 +156,19 @@ def test_a_failed_rank_cancels_the_waiting_ranks_and_stops_the_ones_up(inv: inve
     assert set(fleet.requests("cancel")) == {"n0", "n2"}  # every other rank, with the reason
     assert "node rank 1 (n1) failed: rank 1 exited with code 1" in fleet.requests("cancel")["n2"]["reason"]
     assert by["n2"].outcome == "cancelled (another rank failed)" and by["n1"].outcome.startswith("failed")
+
+
+def test_status_exits_non_zero_when_the_recorded_deploy_failed_and_nothing_serves(inv: inventory.Inventory) -> None:
+    """After a failed deploy `inv status` showed `state: failed`, nothing running, and exit 0: a script checking it
+    believed the host fine."""
+    from fabfile.commands.operations import status
+
+    failed = {"running": False, "record": {"deploy_id": "d-9", "config_name": "eagle3-s2-k1-d3", "status": "failed"}}
+    stopped = {"running": False, "record": {"deploy_id": "d-8", "config_name": "baseline", "status": "stopped"}}
+    fleet = FakeFleet({"a": {"status": failed}, "b": {"status": stopped}})
+    with connector(fleet):
+        both = status(inv, _hosts(inv, "a", "b"))
+        only_b = status(inv, _hosts(inv, "b"))
+    assert both.exit_code == 1 and only_b.exit_code == 0  # a stop on purpose is no problem
+    view = both.outcomes[0].data["state"]
+    assert view["state"] == "failed" and "d-9" in view["problem"] and "nothing serves" in view["problem"]
