@@ -56,6 +56,10 @@ def cli(fn: F) -> F:
         except SpecDeployError as e:
             print_error(e)
             raise Exit(code=e.exit_code) from None
+        except BrokenPipeError:
+            from fabfile.present.output import pipe_closed
+
+            pipe_closed()
         except KeyboardInterrupt:
             raise Exit("interrupted. A deploy already started on a host finishes there (or tears itself down); "
                        "`inv status` shows the outcome.", code=130) from None

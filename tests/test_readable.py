@@ -103,3 +103,53 @@ def test_sweep_table_at_80_and_200_columns_cuts_no_key_value(fleet: Fleet, sim_h
         print_sweep(saved, as_json=False, console=Console(file=buf, width=width, color_system=None))
         _whole(buf.getvalue(), [*keys, saved["sweep_id"]])
     run_inv("stop", inventory=inv)
+
+
+def _closed_pipe_run(*args: str, inventory: Path | None = None) -> tuple[int, str]:
+    """`inv ARGS | head -0`: stdout is a pipe whose reader is already gone, so the very first write fails."""
+    import os
+    import subprocess
+
+    from tests.invoke_cli import INV, ROOT
+
+    read, write = os.pipe()
+    os.close(read)
+    argv = [*INV, *args, *(["--inventory", str(inventory)] if inventory else [])]
+    try:
+        p = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT,
+                           stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
+    finally:
+        os.close(write)
+    return p.returncode, p.stderr
+
+
+def test_render_piped_shows_every_file_whole_and_a_closed_pipe_ends_quietly() -> None:
+    """`inv render | less` showed the launch script cropped at 80 columns (`--model-path /root/models/kim`) while
+    its header says it can be run by hand; `inv render | head -1` must end as `cat` does, without a traceback."""
+    r = run_inv("render", "--steps", "3", env={"COLUMNS": "80"})
+    doc = json.loads(run_inv("render", "--steps", "3", "--json").stdout)
+    assert r.returncode == 0, r.stderr
+    for path, text in doc["files"].items():
+        for line in text.splitlines():
+            if "SPECDEPLOY_DEPLOY_ID" in line or "rendered" in line or "deploys/" in line:
+                continue  # the deploy id and time differ between the two renders
+            assert line in r.stdout, (path, line)
+    assert max(len(ln) for t in doc["files"].values() for ln in t.splitlines()) > 80  # the case that was cut
+    for args in (("render",), ("render", "--json"), ("analyze", "--baseline-ms", "12", "--verify-ms", "20")):
+        code, err = _closed_pipe_run(*args)
+        assert code in (0, 141) and err == "", (args, code, err)
+
+
+def test_watch_at_80_columns_and_logs_into_a_closed_pipe(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    inv = derived_inventory(fleet, tmp_path)
+    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    assert code == 0, err
+    for width in WIDTHS:
+        r = run_inv("watch", "--once", inventory=inv, env={"COLUMNS": str(width)})
+        assert r.returncode == 0, r.stderr
+        _whole(r.stdout, ["sim1", "eagle3-s3-k1-d4", "config", "health", "accept len", "queued", "source"])
+        assert all(len(ln) <= width for ln in r.stdout.splitlines()), r.stdout
+    # `inv logs --lines 300 | head -1` wrote 636 lines of BrokenPipeError tracebacks
+    code, err = _closed_pipe_run("logs", "--lines", "300", inventory=inv)
+    assert code in (0, 141) and "Traceback" not in err and "BrokenPipe" not in err, (code, err)
+    run_inv("stop", inventory=inv)
