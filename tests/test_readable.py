@@ -142,7 +142,7 @@ def test_render_piped_shows_every_file_whole_and_a_closed_pipe_ends_quietly() ->
 
 def test_watch_at_80_columns_and_logs_into_a_closed_pipe(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inv = derived_inventory(fleet, tmp_path)
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    code, _, err = inv_json("deploy", "--steps", "3", inventory=inv)
     assert code == 0, err
     for width in WIDTHS:
         r = run_inv("watch", "--once", inventory=inv, env={"COLUMNS": str(width)})
