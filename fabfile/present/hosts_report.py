@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
 from fabfile.errors import HostTimeoutError
@@ -30,10 +29,14 @@ def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str],
         if o.error is None:
             t.add_row(o.host.name, verdict(o.data) if verdict else "[green]ok[/green]", figures(o.data))
         elif isinstance(o.error, HostTimeoutError):
-            t.add_row(o.host.name, "[red]timed out[/red]", o.error.message[:80])
+            t.add_row(o.host.name, "[red]timed out[/red]", BELOW)
         else:
-            t.add_row(o.host.name, "[red]failed[/red]", f"{type(o.error).__name__}: {o.error.message[:70]}")
+            t.add_row(o.host.name, "[red]failed[/red]", BELOW)
     return t
+
+
+# A failed host's cell: its error is printed once, whole, after the table (print_errors), never also cut in a cell.
+BELOW = "[dim]error below[/dim]"
 
 
 def print_errors(outcomes: list[HostOutcome]) -> None:
@@ -83,7 +86,7 @@ def print_status(result: HostsResult) -> None:
     for o in outcomes:
         if o.error is not None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
-            rows.append([o.host.name, f"[red]{what}[/red]", "-", "-", "-", escape(o.error.message), "-", "-", "-"])
+            rows.append([o.host.name, f"[red]{what}[/red]", "-", "-", "-", BELOW, "-", "-", "-"])
             continue
         rows.append(_status_row(o.host.name, o.data))
     print_table(out, cols, rows)
@@ -266,7 +269,7 @@ def print_gpus(result: HostsResult) -> None:
     for o in result.outcomes:
         if o.error is not None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
-            t.add_row(o.host.name, "-", f"[red]{what}[/red]", "", "", o.error.message[:60])
+            t.add_row(o.host.name, "-", f"[red]{what}[/red]", "", "", BELOW)
             continue
         if not o.data["available"]:
             t.add_row(o.host.name, "-", "no nvidia-smi", "", "", "")

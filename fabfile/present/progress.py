@@ -80,7 +80,8 @@ class Reporter:
             title = STEP_TITLES.get(name, name)
             extra = f"  [dim]{detail}[/dim]" if detail and ok else ""
             if not ok and message:
-                extra = f"  [red]{message}[/red]"
+                # The error itself is printed once, whole, with its hint, by the deploy's summary that follows.
+                extra = "  [red]failed[/red]"
             self.console.print(f"{mark} [bold]{self.host}[/bold] {title:<18} {elapsed:6.2f}s{extra}")
         self.current = None
 
