@@ -153,3 +153,74 @@ def test_watch_at_80_columns_and_logs_into_a_closed_pipe(fleet: Fleet, sim_host:
     code, err = _closed_pipe_run("logs", "--lines", "300", inventory=inv)
     assert code in (0, 141) and "Traceback" not in err and "BrokenPipe" not in err, (code, err)
     run_inv("stop", inventory=inv)
+
+
+def _deploy_result(ok: bool) -> object:
+    from fabfile.errors import EnvNotProvenError
+    from fabfile.inventory import hosts as inventory
+    from fabfile.plan.deploy_plan import Options, build
+    from fabfile.results.deploys import DeployResult
+
+    plan = build(inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"], Options(steps=3))
+    scheds = [{"title": f"sglang::scheduler_TP{i}", "pid": 41230 + i} for i in range(8)]
+    timings = dict.fromkeys(("connect", "preflight", "lock", "patch", "stop", "gpu_clean", "start", "wait_ready",
+                             "first_request", "accept_gate", "verify_env", "record"), 1.25)
+    if ok:
+        return DeployResult(host="gpu1", ok=True, plan=plan, sglang_version="0.5.23", patch_mode="plugin",
+                            timings=timings, record={"pid": 41229, "schedulers": scheds, "log_path": plan.log_path})
+    ev = _evaluation(bad_rank=None)
+    for row in ev["rows"]:  # type: ignore[attr-defined]
+        if row["var"] == "NCCL_P2P_LEVEL":
+            row.update(status="unconfirmed", observed=None)
+    ev["ok"] = False
+    ev["hints"] = [{"code": f"nccl_ignores_value_{r}", "severity": "error", "vars": ["NCCL_P2P_LEVEL"],
+                    "pids": [41230 + r], "message": f"TP{r} (pid {41230 + r}): NCCL ignores the value: write SYS"}
+                   for r in range(8)]
+    err = EnvNotProvenError("check-env: NCCL_P2P_LEVEL is not proven in 8 of 8 ranks", "see the hints", host="gpu1",
+                            verify={"evaluation": ev, "evidence": {"facts": {}}})
+    return DeployResult(host="gpu1", ok=False, plan=plan, error=err, timings=timings)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_deploy_summary_wraps_long_lines_and_names_the_tunnel(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ready at`, `schedulers:` and `timings:` ran past 200 columns; the address is the remote host's, so the line
+    that reaches it from here (`ssh -L`) is printed."""
+    from fabfile.present import deploy_report
+
+    buf = io.StringIO()
+    monkeypatch.setattr(deploy_report, "out", Console(file=buf, width=width, color_system=None))
+    deploy_report.deploy_summary(_deploy_result(ok=True))  # type: ignore[arg-type]
+    text = buf.getvalue()
+    assert all(len(ln) <= width for ln in text.splitlines()), text
+    flat = " ".join(text.split())
+    assert "ssh -N -L 8000:127.0.0.1:8000 gpu1" in flat and "sglang::scheduler_TP7 (pid 41237)" in flat
+    assert "record 1.25s" in flat
+
+
+def test_a_failed_deploy_shows_the_compact_matrix_and_one_hint_per_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed check-env printed 182 lines: a 56-row table and 16 near-identical per-rank hints, the fix last."""
+    from fabfile.present import deploy_report, output
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, color_system=None)
+    monkeypatch.setattr(deploy_report, "err", console)
+    monkeypatch.setattr(output, "err", console)
+    deploy_report.deploy_summary(_deploy_result(ok=False))  # type: ignore[arg-type]
+    text = buf.getvalue()
+    assert len(text.splitlines()) < 40, text
+    assert sum(1 for ln in text.splitlines() if ln.strip().startswith("TP")) <= 8 + 8  # matrix + unproven cells
+    assert text.count("NCCL ignores the value") == 1, text
+    assert "NCCL environment per scheduler process (ranks × variables)" in text
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_analyze_never_cuts_a_config_name(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fabfile.present import report
+
+    rows = [{"config": f"eagle3-s{s}-k8-d{8 * s}", "cycle_ms": 20.0 + s, "needed_accept_len": 1.5 + s / 10,
+             "max_accept_len": s + 1, "accept_len": 2.2, "predicted_tok_s": 101.5 + s,
+             "verdict": "beats the baseline by 12%", "sentence": "needs 1.6, got 2.2: faster"} for s in (3, 10)]
+    buf = io.StringIO()
+    monkeypatch.setattr(report, "out", Console(file=buf, width=width, color_system=None))
+    report.print_analysis({"baseline_ms": 12.2, "rows": rows})
+    _whole(buf.getvalue(), ["eagle3-s3-k8-d24", "eagle3-s10-k8-d80", "104.5", "111.5"])

@@ -176,7 +176,7 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
     legend = ", ".join(f"{EVIDENCE_LETTER[e]} {EVIDENCE_LABEL[e]}" for e in used)
     console.print(f"  legend: ok = proven ({legend or 'no evidence'}); ? unconfirmed; DIFF a different value; "
                   "MISSING not set; launcher = only in the launcher; `inv check-env --verbose` lists every cell",
-                  markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=False)
     for r in rows:
         if r.get("status") == "proven":
             continue
@@ -203,7 +203,7 @@ def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any]
     for line in _facts_lines(facts):
         console.print(f"  {escape(line)}", highlight=False)
 
-    hints: list[Mapping[str, Any]] = list(evaluation.get("hints") or [])
+    hints = one_per_cause(list(evaluation.get("hints") or []))
     if hints:
         console.print("[bold]Hints[/]")
     for h in hints:
@@ -219,6 +219,23 @@ def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any]
             f"  [{style}]{escape(sev)}[/] {escape(str(h.get('message')))}{suffix}",
             highlight=False,
         )
+
+
+def one_per_cause(hints: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Hints that say the same thing but for a pid or a rank (one per scheduler: 16 near-identical lines on a
+    failed deploy) merged into one, with every variable and pid they name."""
+    import re
+
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for h in hints:
+        key = (str(h.get("severity") or "info"), re.sub(r"\d+", "#", str(h.get("message"))))
+        m = merged.get(key)
+        if m is None:
+            merged[key] = {**h, "vars": list(h.get("vars") or []), "pids": list(h.get("pids") or [])}
+            continue
+        m["vars"] += [v for v in h.get("vars") or [] if v not in m["vars"]]
+        m["pids"] += [p for p in h.get("pids") or [] if p not in m["pids"]]
+    return list(merged.values())
 
 
 def to_json(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from fabfile.plan.analysis import BreakEven, analyze_sweep
 from fabfile.plan.sweep_plan import level_rows
@@ -291,12 +290,15 @@ def print_analysis(analysis: dict[str, Any]) -> None:
         out.print(analysis.get("note", "no baseline"))
         return
     out.print(f"baseline {analysis['baseline_ms']:.2f} ms/token ({1000 / analysis['baseline_ms']:.1f} tok/s)")
-    t = Table(header_style="bold")
-    for col in ("config", "cycle ms", "needs accept len", "max", "got", "tok/s predicted", "verdict"):
-        t.add_column(col, justify="left" if col in ("config", "verdict") else "right")
+    from fabfile.present.tables import Col, print_table
+
+    # Config names and figures are never cut (at 80 columns rich cut them to `eagl…`); the verdict wraps.
+    cols = [Col("config"), Col("cycle ms", justify="right"), Col("needs accept len", justify="right"),
+            Col("max", justify="right"), Col("got", justify="right"), Col("tok/s predicted", justify="right"),
+            Col("verdict", key=False)]
+    rows = [[escape(r["config"]), _f(r["cycle_ms"], "{:.1f}"), _f(r["needed_accept_len"]),
+             _f(r["max_accept_len"], "{:g}"), _f(r["accept_len"]), _f(r["predicted_tok_s"], "{:.1f}"),
+             escape(str(r["verdict"]))] for r in analysis["rows"]]
+    print_table(out, cols, rows)
     for r in analysis["rows"]:
-        t.add_row(r["config"], _f(r["cycle_ms"], "{:.1f}"), _f(r["needed_accept_len"]), _f(r["max_accept_len"], "{:g}"),
-                  _f(r["accept_len"]), _f(r["predicted_tok_s"], "{:.1f}"), r["verdict"])
-    out.print(t)
-    for r in analysis["rows"]:
-        out.print(f"  {r['config']}: {r['sentence']}")
+        out.print(f"  {r['config']}: {r['sentence']}", markup=False, soft_wrap=False)
