@@ -60,11 +60,24 @@ def cli(fn: F) -> F:
             from fabfile.present.output import pipe_closed
 
             pipe_closed()
-        except KeyboardInterrupt:
-            raise Exit("interrupted. A deploy already started on a host finishes there (or tears itself down); "
-                       "`inv status` shows the outcome.", code=130) from None
+        except KeyboardInterrupt as e:
+            from fabfile.errors import Interrupted
+
+            if isinstance(e, Interrupted):
+                raise Exit(e.sentence(), code=130) from None
+            # Read-only commands (logs --follow, watch, status...) just stop: no word about deploys.
+            raise Exit(INTERRUPTED.get(fn.__name__, ""), code=130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# What Ctrl-C leaves behind, for the commands that change hosts (a deploy says it itself: fabfile.errors.Interrupted).
+_ON_HOSTS = ("interrupted: what was started on the host goes on there without this terminal (or tears itself down); "
+             "`inv status` shows what runs, `inv cancel` stops a deploy in progress")
+INTERRUPTED = {"deploy": _ON_HOSTS, "sweep": _ON_HOSTS + "; the sweep's finished rows are in its --out folder",
+               "deploy_router": _ON_HOSTS, "stop": "interrupted: `inv status` shows what still runs",
+               "rollback_patches": "interrupted: `inv rollback-patches --dry-run` shows what is left to restore",
+               "cancel": "interrupted: `inv status` shows whether the deploy let go of the host"}
 
 
 def _int(flag: str, value: Any, minimum: int = 0) -> int | None:
@@ -174,6 +187,8 @@ DEPLOY_HELP = {
                            "(default: hosts already deployed stay on the new version)",
     "lock_wait": "when another deploy holds a host, wait for it up to this many seconds, showing its step "
                  "(default: timeouts.lock_wait, 600; 0 = fail at once)",
+    "previous": "start again the deploy recorded before the latest one on each host (after `inv cancel` or a "
+                "failed deploy: the one that ran before), from its own launch script; no other flag",
 }
 LOCK_WAIT_HELP = DEPLOY_HELP["lock_wait"]
 
@@ -184,13 +199,23 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
-           lock_wait: Any = None) -> None:
+           lock_wait: Any = None, previous: bool = False) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
     from fabfile.errors import FlagError
 
     inv = _lock_wait(_inventory(inventory), lock_wait)
+    if previous:
+        given = [f for f, v in (("--steps", steps), ("--topk", topk), ("--draft-tokens", draft_tokens),
+                                ("--patch-mode", patch_mode), ("--dry-run", dry_run or None), ("--strategy", strategy),
+                                ("--batch", batch)) if v is not None]
+        if given:
+            raise FlagError(f"--previous: starts a recorded deploy as it ran; drop {', '.join(given)}")
+        from fabfile.commands.dispatch import deploy_previous
+
+        raise_for(deploy_previous(inv, inv.select(host), as_json=json))
+        return
     opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     if strategy is not None and strategy not in STRATEGIES:
         raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
@@ -354,7 +379,11 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
 @cli
 def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
                      inventory: Any = None, lock_wait: Any = None) -> None:
-    """Restore every patched SGLang file byte for byte and remove plugin/sitecustomize installs."""
+    """Restore SGLang's files the NCCL patches changed (files only; an earlier configuration: deploy --previous).
+
+    Every patched file comes back byte for byte and the plugin/sitecustomize installs are removed. No server is
+    started or stopped and no earlier configuration comes back: `inv deploy --previous` starts the deploy before
+    the latest one again."""
     from fabfile.commands.operations import rollback_hosts
 
     inv = _lock_wait(_inventory(inventory), lock_wait)

@@ -48,3 +48,20 @@ def test_every_error_is_printed_once(tmp_path) -> None:  # type: ignore[no-untyp
         assert r.returncode == 1, (args, text)
         assert text.count("cannot resolve the host name") == 1, (args, text)
         assert "hint:" in r.stderr and "Traceback" not in text, (args, text)
+
+
+def test_rollback_patches_says_it_restores_files_not_configurations() -> None:
+    from fabfile.present.hosts_report import rollback_action
+
+    r = run_inv("--help", "rollback-patches")
+    assert r.returncode == 0 and "files only" in r.stdout and "deploy --previous" in r.stdout, r.stdout
+    # --dry-run printed "would removed:"
+    assert rollback_action("would_removed") == "would remove" and rollback_action("would_restored") == "would restore"
+    assert rollback_action("removed") == "removed"
+    r = run_inv("--help", "deploy")
+    assert "--previous" in r.stdout
+
+
+def test_deploy_previous_takes_no_configuration_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = run_inv("deploy", "--previous", "--steps", "2")
+    assert r.returncode == 2 and "--previous: starts a recorded deploy as it ran; drop --steps" in r.stderr, r.stderr

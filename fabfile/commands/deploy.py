@@ -15,6 +15,7 @@ from fabfile import __version__
 from fabfile.errors import (
     ConnectError,
     FlagError,
+    Interrupted,
     PreflightError,
     RemoteError,
     SpecDeployError,
@@ -217,6 +218,11 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         record = run_remote_deploy(session, req, deadline_for(plan), reporter)
         result.record = record
         result.ok = True
+    except KeyboardInterrupt:
+        step = reporter.current
+        reporter.close()
+        raise Interrupted(host.name, step, old_stopped="stop" in reporter.timings,
+                          started=result.remote_started) from None
     except SpecDeployError as e:
         if reporter.current:
             reporter.step_end(reporter.current, False, message=e.message)

@@ -256,9 +256,20 @@ def print_rollback(result: HostsResult, *, dry_run: bool) -> None:
             continue
         out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: {verb} {len(items)} item(s)")
         for f in items:
-            action = str(f.get("action", verb)).replace("would_", "would ").replace("_", " ")
-            out.print(f"  {action}: {f.get('path')}")
+            out.print(f"  {rollback_action(str(f.get('action', verb)))}: {f.get('path')}")
     print_errors(result.outcomes)
+
+
+# The agent's past-tense actions, as a dry run says them ("would_removed" printed "would removed").
+_WOULD = {"restored": "restore", "removed": "remove", "already_original": "leave (already original)",
+          "already_removed": "leave (already removed)"}
+
+
+def rollback_action(action: str) -> str:
+    if action.startswith("would_"):
+        base = action[len("would_"):]
+        return "would " + _WOULD.get(base, base.replace("_", " "))
+    return action.replace("_", " ")
 
 
 # -- gpus -----------------------------------------------------------------------------------------------------
@@ -295,7 +306,10 @@ def print_cancel(result: HostsResult) -> None:
         elif d.get("ended"):
             out.print(f"[green]✓[/green] [bold]{name}[/bold]: deploy {d['cancelled']} cancelled "
                       f"(it was at step {d.get('step') or '?'}); it ended {d.get('status') or 'without a record'}, "
-                      "its new server torn down")
+                      "its new server torn down", soft_wrap=False)
+            # The deploy had stopped the server that ran before: say how to bring that one back.
+            out.print(f"  to start the deploy that ran before it again: inv deploy --previous --host {name}  "
+                      "(`inv status` shows what runs now)", markup=False, soft_wrap=False)
         else:
             out.print(f"[yellow]{name}: asked deploy {d['cancelled']} to stop; it has not let go of the host yet"
                       "[/yellow] (it stops at its next step; `inv status` shows it)")

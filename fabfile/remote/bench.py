@@ -328,8 +328,21 @@ def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict
     }
 
 
+def _no_deploy_in_progress(state_dir: str) -> None:
+    """Refuse while a deploy holds the host: the server it finds would be one being replaced (the old one
+    stopping, the new one loading), and its figures (2.1 tok/s over 121 s) would be nobody's."""
+    from .lock import DeployLock, describe
+
+    holder = DeployLock(state_dir).live_holder()
+    if holder is not None:
+        raise AgentError("lock_held", f"a deploy {describe(holder)} is in progress on this host; a benchmark now "
+                         "would measure a server that is being replaced, so none was started",
+                         "wait for the deploy to end (`inv status` follows it), then benchmark again")
+
+
 def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
+    _no_deploy_in_progress(state_dir)
     rec = _running_record(state_dir)
     version = str(rec.get("sglang_version") or versions.NEWEST_SUPPORTED)
     target = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
