@@ -27,7 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 task = functools.partial(_task, auto_shortflags=False)
 
 INVENTORY_HELP = "inventory file (default: $SPECDEPLOY_INVENTORY or ./inventory.yaml)"
-HOST_HELP = "host, group, or comma list of them (default: the inventory's default host)"
+HOST_HELP = "host, group, comma list of them, or all (every host; default: the inventory's default host)"
 JSON_HELP = "print one JSON document on stdout instead of tables"
 HOST_TIMEOUT_HELP = ("wall-clock bound in seconds on each host's part (default: timeouts.host, 60): a host past it "
                      "is reported as timed out while the others' results print")
@@ -414,7 +414,7 @@ def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, ho
 
 
 BENCH_HELP = {
-    "host": "the host to benchmark (one host; default: the inventory's default host)",
+    "host": HOST_HELP + "; several hosts are benchmarked at once, each from itself",
     "concurrency": "requests in flight at once (default 1: the single-stream speed speculation is for)",
     "input_len": "prompt length in tokens, random ids (default 256)",
     "output_len": "new tokens per request, EOS ignored (default 128)",
@@ -473,7 +473,13 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     out = _local_path("--out", out)
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
-    h = _one_host(inv, host, "bench")
+    hosts = inv.select(host)
+    if len(hosts) > 1:
+        from fabfile.commands.bench import bench_hosts
+
+        raise_for(bench_hosts(inv, hosts, params, out or "runs", as_json=json))
+        return
+    h = hosts[0]
     from fabfile.commands.bench import bench_host
     from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result

@@ -172,3 +172,32 @@ def test_status_exits_non_zero_when_the_recorded_deploy_failed_and_nothing_serve
     assert both.exit_code == 1 and only_b.exit_code == 0  # a stop on purpose is no problem
     view = both.outcomes[0].data["state"]
     assert view["state"] == "failed" and "d-9" in view["problem"] and "nothing serves" in view["problem"]
+
+
+def test_host_all_covers_the_inventory_and_json_has_one_shape_for_one_host_or_many(inv: inventory.Inventory,
+                                                                                   tmp_path: Path) -> None:
+    """`--host all` was unknown; `status --json` was a host's document for one host and {"hosts": [...]} for many."""
+    from fabfile.commands.bench import BenchParams, bench_hosts
+    from fabfile.commands.operations import status
+
+    assert [h.name for h in inv.select("all")] == list(inv.hosts)
+    assert [h.name for h in inv.select("b,all")][0] == "b" and len(inv.select("b,all")) == len(inv.hosts)
+    up = {"running": True, "record": {"deploy_id": "d", "config_name": "baseline", "pid": 7},
+          "health": {"status": 200, "path": "/health_generate"}}
+    fleet = FakeFleet({n: {"status": up} for n in inv.hosts})
+    with connector(fleet):
+        many = status(inv, inv.select("all")).as_dict()
+        one = status(inv, inv.select("b")).as_dict()
+    assert many["ok"] is True and [d["host"] for d in many["hosts"]] == list(inv.hosts)
+    assert one["ok"] is True and [d["host"] for d in one["hosts"]] == ["b"] and one["host"] == "b"
+    assert set(one["hosts"][0]) == set(many["hosts"][0])
+
+    def bench(req: dict[str, Any]) -> dict[str, Any]:
+        return {"bench_id": req["bench_id"], "output_tok_s": 100.0, "config_name": "baseline"}
+
+    fleet = FakeFleet({"a": {"bench": bench}, "b": {"bench": bench},
+                       "c": {"bench": {"kind": "not_running", "message": "no server deployed by specdeploy is running"}}})
+    with connector(fleet):
+        code = bench_hosts(inv, _hosts(inv, "a", "b", "c"), BenchParams(), tmp_path, as_json=True)
+    assert code == 1 and set(fleet.requests("bench")) == {"a", "b", "c"}  # every host measured at once
+    assert sorted(p.parent.name for p in tmp_path.glob("*/*.json")) == ["a", "b"]

@@ -186,12 +186,18 @@ class Inventory:
         )
 
     def select(self, spec: str | None) -> list[Host]:
-        """Resolve ``--host`` (names, group names, comma lists) into hosts, in order, without duplicates."""
+        """Resolve ``--host`` (names, group names, comma lists, ``all``) into hosts, in order, without duplicates.
+
+        ``all`` is every host of the inventory, in its order (unless the inventory names a host, group or cluster
+        ``all``: its own name wins). No ``--host`` is the default host."""
         if spec is None or spec.strip() == "":
             return [self.default_host()]
         out: list[Host] = []
         for token in (t.strip() for t in spec.split(",")):
             if not token:
+                continue
+            if token == ALL and token not in self.hosts and token not in self.groups and token not in self.clusters:
+                out += [h for h in self.hosts.values() if all(o.name != h.name for o in out)]
                 continue
             if token in self.clusters:
                 for node in self.cluster_nodes(token):
@@ -205,7 +211,7 @@ class Inventory:
             else:
                 known = ", ".join(sorted([*self.hosts, *self.groups, *self.clusters]))
                 raise InventoryError(f"--host: unknown host or group {token!r} in {self.path}",
-                                     f"known names: {known}")
+                                     f"known names: {known}, or all (every host)")
             for n in names:
                 h = self.hosts[n]
                 if all(o.name != h.name for o in out):
@@ -214,6 +220,9 @@ class Inventory:
             raise InventoryError("--host: no host named", "pass --host NAME")
         return out
 
+
+# ``--host all``: every host of the inventory.
+ALL = "all"
 
 # SGLang's build_tree kernel: ``CHECK_HOST(draft_token_num > 0 && draft_token_num <= 1024)`` (check_speculative).
 MAX_DRAFT_TOKENS = 1024
