@@ -744,6 +744,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
         raise FlagError(f"--write: {write} already exists; adopt writes a new file (print the entry without "
                         "--write and paste it into your inventory)")
     entry_name = name or host or "gpu1"
+    settings: dict[str, str] = {}
     if command is not None:
         entry = adoption.host_entry(adoption.parse_command(str(command)))
         source = "a pasted launch line"
@@ -751,10 +752,11 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
         inv = _inventory(inventory)
         h = _one_host(inv, host, "adopt")
         entry, source, _ = adoption.from_host(inv, h)
+        settings = adoption.connection_settings(inv)
     adoption.validate_entry(entry_name, entry)
     from fabfile.present.output import show
 
-    text = adoption.entry_yaml(entry_name, entry, source)
+    text = adoption.entry_yaml(entry_name, entry, source, settings)
     if write is not None:
         fd = os.open(write, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -771,7 +773,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
 
 DIFF_HELP = {
     "host": "the host whose deploys to compare (one host)",
-    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous)",
+    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous; current with --new now)",
     "new": "the second side: a deploy id, HOST:ID, current, previous, or now = what render would run now "
          "(default: current)",
     "steps": "with --new now: the steps to render (default: the old deploy's)",
@@ -790,8 +792,10 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     from fabfile.errors import FlagError
 
     inv = _inventory(inventory)
-    ha, ra = differ.parse_ref("--old", str(old if old is not None else "previous"))
     hb, rb = differ.parse_ref("--new", str(new if new is not None else "current"))
+    # Against what render would run now, the side to compare is what runs now (it compared the previous deploy and
+    # said "no difference" while the running configuration differed).
+    ha, ra = differ.parse_ref("--old", str(old if old is not None else "current" if rb == differ.NOW else "previous"))
     named = {x for x in (ha, hb, host) if x}
     if len(named) > 1:
         raise FlagError(f"--old/--new: records from different hosts ({', '.join(sorted(named))}); a diff compares the "

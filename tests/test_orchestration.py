@@ -181,7 +181,8 @@ def test_host_all_covers_the_inventory_and_json_has_one_shape_for_one_host_or_ma
     from fabfile.commands.operations import status
 
     assert [h.name for h in inv.select("all")] == list(inv.hosts)
-    assert [h.name for h in inv.select("b,all")][0] == "b" and len(inv.select("b,all")) == len(inv.hosts)
+    picked = [h.name for h in inv.select("b,all")]
+    assert picked[0] == "b" and len(picked) == len(inv.hosts)
     up = {"running": True, "record": {"deploy_id": "d", "config_name": "baseline", "pid": 7},
           "health": {"status": 200, "path": "/health_generate"}}
     fleet = FakeFleet({n: {"status": up} for n in inv.hosts})
@@ -196,7 +197,7 @@ def test_host_all_covers_the_inventory_and_json_has_one_shape_for_one_host_or_ma
         return {"bench_id": req["bench_id"], "output_tok_s": 100.0, "config_name": "baseline"}
 
     fleet = FakeFleet({"a": {"bench": bench}, "b": {"bench": bench},
-                       "c": {"bench": {"kind": "not_running", "message": "no server deployed by specdeploy is running"}}})
+                       "c": {"bench": {"kind": "not_running", "message": "no server is running"}}})
     with connector(fleet):
         code = bench_hosts(inv, _hosts(inv, "a", "b", "c"), BenchParams(), tmp_path, as_json=True)
     assert code == 1 and set(fleet.requests("bench")) == {"a", "b", "c"}  # every host measured at once
