@@ -149,6 +149,9 @@ def test_watch_at_80_columns_and_logs_into_a_closed_pipe(fleet: Fleet, sim_host:
         assert r.returncode == 0, r.stderr
         _whole(r.stdout, ["sim1", "eagle3-s3-k1-d4", "config", "health", "accept len", "queued", "source"])
         assert all(len(ln) <= width for ln in r.stdout.splitlines()), r.stdout
+    # the server has no --enable-metrics: watch does not ask /metrics (each ask left `GET /metrics 404` in its log)
+    log = run_inv("logs", "--lines", "300", inventory=inv)
+    assert log.returncode == 0 and "GET /metrics" not in log.stdout, log.stdout
     # `inv logs --lines 300 | head -1` wrote 636 lines of BrokenPipeError tracebacks
     code, err = _closed_pipe_run("logs", "--lines", "300", inventory=inv)
     assert code in (0, 141) and "Traceback" not in err and "BrokenPipe" not in err, (code, err)
@@ -224,3 +227,14 @@ def test_analyze_never_cuts_a_config_name(width: int, monkeypatch: pytest.Monkey
     monkeypatch.setattr(report, "out", Console(file=buf, width=width, color_system=None))
     report.print_analysis({"baseline_ms": 12.2, "rows": rows})
     _whole(buf.getvalue(), ["eagle3-s3-k8-d24", "eagle3-s10-k8-d80", "104.5", "111.5"])
+
+
+def test_progress_shows_sglangs_loading_lines_not_the_tools_own_probes() -> None:
+    from fabfile.present.progress import Reporter
+
+    r = Reporter("sim1", enabled=False)
+    r.event({"event": "log", "lines": ["[2026-12-01 09:00:01 TP0] Load weight end. type=Qwen3ForCausalLM, mem=15 GB",
+                                       'INFO:     127.0.0.1:51234 - "GET /ready HTTP/1.1" 503 Service Unavailable']})
+    assert r.last_line.endswith("Load weight end. type=Qwen3ForCausalLM, mem=15 GB")
+    r.event({"event": "log", "lines": ['INFO:     127.0.0.1:51236 - "GET /ready HTTP/1.1" 503 Service Unavailable']})
+    assert "Load weight end" in r.last_line  # a probe line alone changes nothing

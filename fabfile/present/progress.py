@@ -3,6 +3,7 @@ the server's last log line while waiting. Progress goes to stderr so ``--json`` 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -17,6 +18,10 @@ STEP_TITLES = {
     "first_request": "first real request", "accept_gate": "accept-length gate", "verify_env": "verify env",
     "record": "record deploy",
 }
+
+
+# An HTTP server's access-log line (uvicorn's, as SGLang logs it): `127.0.0.1:51234 - "GET /ready HTTP/1.1" 503`.
+ACCESS_LINE = re.compile(r'"(?:GET|POST|HEAD) /\S* HTTP/[0-9.]+" \d{3}')
 
 
 class Reporter:
@@ -105,7 +110,9 @@ class Reporter:
                 self.step_end(str(ev.get("name")), ev.get("status") == "ok", ev.get("elapsed"), ev.get("detail"),
                               ev.get("message"))
         elif kind == "log":
-            lines = ev.get("lines") or []
+            # SGLang's own progress (weights, KV cache, CUDA graph capture), not the access-log lines of the tool's
+            # own readiness probes (`"GET /ready HTTP/1.1" 503`, every half second while it loads).
+            lines = [x for x in ev.get("lines") or [] if not ACCESS_LINE.search(str(x))]
             if lines:
                 from fabfile.plan.deploy_plan import mask_secrets
                 from fabfile.present.output import terminal_safe

@@ -266,7 +266,7 @@ def _measure(req: BenchRequest, rec: dict[str, Any], client: str, target: tuple[
 
 
 def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target: tuple[str, int], version: str,
-                   api_key: str | None, info_before: dict[str, Any]) -> dict[str, Any]:
+                   api_key: str | None, info_before: dict[str, Any], has_metrics: bool = True) -> dict[str, Any]:
     """Every other source of the speculative figures: the server's log since the start, its server info, its
     Prometheus metrics, the requests' meta_info (popped from ``measured``)."""
     host, port = target
@@ -276,7 +276,7 @@ def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target:
         lines = follower.read_lines()
     decode = metrics.summarize_decode_lines(lines)
     spec_info = metrics.spec_from_server_info(server_info(host, port, version, api_key)) or info_before
-    prom = prometheus(host, port, api_key)
+    prom = prometheus(host, port, api_key) if has_metrics else None
     meta = measured.pop("meta", {}) or {}
     sources: dict[str, float | None] = {
         "meta_info": meta.get("accept_len"),
@@ -371,7 +371,8 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
         raise _died_during(rec, req, measured.get("completed", "?"))
     sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
               detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
-    seen = _other_sources(measured, log_path, offset, target, version, api_key, info_before)
+    seen = _other_sources(measured, log_path, offset, target, version, api_key, info_before,
+                          metrics.served(rec))
     result = _result(req, rec, version, measured, client_name, started_at, seen)
     path = os.path.join(bench_dir, f"{req['bench_id']}.json")
     atomic_write(path, json.dumps(result, indent=2, sort_keys=True, default=str).encode(), 0o600)
