@@ -78,8 +78,10 @@ def test_plan_launch_command_env_and_names(inv: inventory.Inventory) -> None:
 def test_flag_rules(inv: inventory.Inventory) -> None:
     with pytest.raises(FlagError, match="steps \\+ 1 = 4"):
         build(inv.hosts["g1"], Options(steps=3, draft_tokens=5))
-    with pytest.raises(FlagError, match="--draft-tokens is required"):
+    with pytest.raises(FlagError, match="--draft-tokens is required") as e:
         build(inv.hosts["g1"], Options(steps=3, topk=4))
+    # it says which values SGLang takes and suggests one (it suggested none)
+    assert "it can be 1 to 37" in e.value.message and "--draft-tokens 8" in e.value.hint
     assert build(inv.hosts["g1"], Options(steps=3, topk=4, draft_tokens=8)).config_name == "eagle3-s3-k4-d8"
 
 

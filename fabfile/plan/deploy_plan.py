@@ -16,7 +16,7 @@ from typing import Any
 
 from fabfile import __version__
 from fabfile.errors import FlagError, InventoryError
-from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, PATCH_MODES, Host, Speculative, check_speculative
 from fabfile.remote import versions
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
@@ -221,8 +221,13 @@ def _speculative(host: Host, opts: Options) -> Speculative:
             .replace("flags.topk", "--topk").replace("flags:", "--steps:")
         raise FlagError(msg, "see `inv --help deploy`", host=host.name) from None
     if spec.steps > 0 and spec.topk > 1 and spec.draft_tokens is None:
-        raise FlagError(f"--draft-tokens is required when --topk is {spec.topk}",
-                        "SGLang derives it only for topk 1 (steps + 1)", host=host.name)
+        top = min(spec.topk + (spec.steps - 1) * spec.topk ** 2 + 1, MAX_DRAFT_TOKENS)
+        raise FlagError(f"--draft-tokens is required when --topk is {spec.topk} (SGLang derives it only for topk 1: "
+                        f"steps + 1); with --steps {spec.steps} it can be 1 to {top}",
+                        f"e.g. --draft-tokens {min(2 * spec.topk, top)} (SGLang's own choice for topk 4 is 8 draft "
+                        "tokens at 5 steps; its EAGLE tests run topk 8 with 64); `inv sweep --topk "
+                        f"{spec.topk} --draft-tokens {min(2 * spec.topk, top)},{min(4 * spec.topk, top)}` measures "
+                        "them", host=host.name)
     return spec
 
 
