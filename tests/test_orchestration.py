@@ -202,3 +202,26 @@ def test_host_all_covers_the_inventory_and_json_has_one_shape_for_one_host_or_ma
         code = bench_hosts(inv, _hosts(inv, "a", "b", "c"), BenchParams(), tmp_path, as_json=True)
     assert code == 1 and set(fleet.requests("bench")) == {"a", "b", "c"}  # every host measured at once
     assert sorted(p.parent.name for p in tmp_path.glob("*/*.json")) == ["a", "b"]
+
+
+def test_sweep_predict_says_up_front_when_prediction_cannot_save_a_load(inv: inventory.Inventory, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--predict` over steps 0..3 said "model loads: 4 (the full grid would have taken 4)" only at the end."""
+    from fabfile.commands.bench import BenchParams
+    from fabfile.commands.sweep import run_sweep
+    from fabfile.errors import SweepError
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.plan.sweep_plan import configs
+
+    bad = {"problems": ["the model path /models/m does not exist"], "unsafe": [], "home": "/home/u",
+           "sglang": {"version": "0.5.5", "site_packages": "/x"}, "gpu": {"gpus": [{"index": 0}]}}
+    fleet = FakeFleet({"b": {"facts": bad, "status": {"running": False, "record": {}}}})
+    h = inv.hosts["b"]
+    for steps, says in (([0, 1, 2, 3], "here prediction may save none"), ([0, 1, 2], "nothing to predict")):
+        with connector(fleet), pytest.raises(SweepError):
+            run_sweep(inv, h, configs(h, Options(), steps, None, None), BenchParams(), keep=None,
+                      runs_dir=tmp_path, as_json=False, predict=True)
+        flat = " ".join(capsys.readouterr().err.split())
+        assert flat.startswith("--predict:") and says in flat.split(" ✗ ")[0], flat
+        # the counter never passes its total ([3/3] then [4/4]): an upper bound while winners may still be measured
+        assert "[3/3]" not in flat and ("[1/≤4]" in flat or len(steps) == 3), flat

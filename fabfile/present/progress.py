@@ -192,6 +192,7 @@ class SweepProgress:
     def __init__(self, host: str, total: int, *, enabled: bool = True, console: Console | None = None) -> None:
         self.host = host
         self.total = total
+        self.at_most = False  # total is an upper bound (--predict: predicted winners may still be measured)
         self.enabled = enabled
         self.console = console or Console(stderr=True, highlight=False)
         self.t0 = time.monotonic()
@@ -206,6 +207,11 @@ class SweepProgress:
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
+    @property
+    def of(self) -> str:
+        """The counter's total: ``≤4`` while predicted winners may still be measured."""
+        return f"≤{self.total}" if self.at_most else str(self.total)
+
     def remaining(self) -> float | None:
         if not self.finished:
             return None
@@ -215,7 +221,7 @@ class SweepProgress:
 
     def _text(self) -> Text:
         rem = self.remaining()
-        text = Text.assemble((f"{self.host} ", "bold"), f"sweep [{self.index}/{self.total}] ", (self.config, "bold"),
+        text = Text.assemble((f"{self.host} ", "bold"), f"sweep [{self.index}/{self.of}] ", (self.config, "bold"),
                              f" {self.phase} ", (f"{time.monotonic() - self.config_t0:5.1f}s", "cyan"),
                              f"  elapsed {self.elapsed():.0f}s")
         if rem is not None:
@@ -248,7 +254,7 @@ class SweepProgress:
         self.index, self.config, self.config_t0 = index, config, time.monotonic()
         self.set_phase("deploy")
         rem = self.remaining()
-        self._print(f"[bold]{self.host}[/bold] [{index}/{self.total}] [bold]{config}[/bold]: deploying "
+        self._print(f"[bold]{self.host}[/bold] [{index}/{self.of}] [bold]{config}[/bold]: deploying "
                     f"[dim](elapsed {self.elapsed():.1f}s" + (f", ~{rem:.0f}s left)" if rem is not None else ")")
                     + "[/dim]")
 
@@ -268,7 +274,7 @@ class SweepProgress:
         if counted:
             self.finished.append(took)
         mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-        where = f"[{self.index}/{self.total}] " if counted else ""
+        where = f"[{self.index}/{self.of}] " if counted else ""
         self._print(f"{mark} [bold]{self.host}[/bold] {where}[bold]{self.config}[/bold] "
                     f"{summary}  [dim]({took:.1f}s)[/dim]")
         self.config = ""
