@@ -238,3 +238,19 @@ def test_progress_shows_sglangs_loading_lines_not_the_tools_own_probes() -> None
     assert r.last_line.endswith("Load weight end. type=Qwen3ForCausalLM, mem=15 GB")
     r.event({"event": "log", "lines": ['INFO:     127.0.0.1:51236 - "GET /ready HTTP/1.1" 503 Service Unavailable']})
     assert "Load weight end" in r.last_line  # a probe line alone changes nothing
+
+
+def test_a_sweep_without_matplotlib_says_why_there_is_no_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the plot extra, sweep.png was silently missing."""
+    import sys
+
+    from fabfile.present import report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    doc: dict[str, object] = {"sweep_id": "s1", "host": "sim1", "params": {}, "rows": [], "analysis": {}}
+    paths = report.write_outputs(tmp_path, doc)
+    assert "plot" not in paths and not (tmp_path / "sweep.png").exists()
+    buf = io.StringIO()
+    report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
+    said = " ".join(buf.getvalue().split())
+    assert "no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]')" in said, said

@@ -157,6 +157,8 @@ def _sweep_table(doc: dict[str, Any], c: Console) -> None:
     for key, label in (("report", "report"), ("plot", "plot"), ("json", "data")):
         if (doc.get("paths") or {}).get(key):
             c.print(f"  {label}: {doc['paths'][key]}", markup=False)
+    if doc.get("plot_missing"):
+        c.print(f"  plot: {doc['plot_missing']}", markup=False, soft_wrap=False)
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -266,6 +268,10 @@ def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
     png = out_dir / "sweep.png"
     if plot(doc, png):
         paths["plot"] = str(png)
+    else:
+        # Said, not silently missing: the plot needs matplotlib, the package's optional `plot` extra.
+        doc["plot_missing"] = ("no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]'); "
+                               "the table, report.md and sweep.json have every figure")
     doc["paths"] = paths
     md = out_dir / "report.md"
     paths["report"] = str(md)
