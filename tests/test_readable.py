@@ -254,3 +254,18 @@ def test_a_sweep_without_matplotlib_says_why_there_is_no_plot(tmp_path: Path, mo
     report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
     said = " ".join(buf.getvalue().split())
     assert "no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]')" in said, said
+
+
+def test_a_sweep_row_shows_one_tok_s_and_labels_the_others() -> None:
+    """One configuration showed 102.1 (measured), `pred 103.9` in the same cell and 103.1 in the break-even line."""
+    rows = [{"config": "baseline", "steps": 0, "ok": True, "measured": True, "tok_s": 82.0},
+            {"config": "eagle3-s2-k1-d3", "steps": 2, "topk": 1, "ok": True, "measured": True, "tok_s": 102.1,
+             "tok_s_ci": 0.018, "predicted_tok_s": 103.9, "accept_len": 1.9}]
+    doc = {"sweep_id": "s1", "host": "sim1", "rows": rows, "analysis": {"rows": []}, "prediction": {
+        "rows": [{}], "histogram_config": "eagle3-s2-k1-d3", "histogram": [3, 4], "histogram_source": "meta_info",
+        "winners": {"1": "eagle3-s2-k1-d3"}}, "winner": "eagle3-s2-k1-d3"}
+    cell = table_rows(doc)[1][2]
+    assert "102.1" in cell and "103.9" not in cell, cell
+    buf = io.StringIO()
+    print_sweep(doc, as_json=False, console=Console(file=buf, width=200, color_system=None))
+    assert "eagle3-s2-k1-d3 predicted 103.9, measured 102.1" in buf.getvalue(), buf.getvalue()
