@@ -31,12 +31,12 @@ def rollout_notes(row: HostRollout) -> list[str]:
     elif d is not None and d.outcome_unknown:
         notes.append("link lost mid-deploy: whether it changed is unknown")
     if d is not None and d.error is not None and row.recheck is None:
-        notes.append(d.error.message[:70])
+        notes.append("error above")  # printed once, whole, before the table (deploy_summary)
     if row.rollback:
         notes.append(f"back to deploy {row.rollback.get('from_deploy_id')}" if row.rollback.get("action") ==
                      "redeployed" else f"stopped: {row.rollback.get('why')}")
     if row.rollback_error is not None:
-        notes.append(f"rollback failed: {row.rollback_error.message[:60]}")
+        notes.append("rollback failed (error above)")
     if row.observe_error:
         notes.append(f"not observed: {row.observe_error[:60]}")
     v = row.observed
