@@ -10,7 +10,8 @@ model, and only check-env found that NCCL never took the value. What is refused:
 - an integer parameter whose value NCCL would read as something else than written: no digits at all (``strtoll``
   gives 0), a unit or other text after the number (``16M`` is 16), or out of the 64-bit range. A trailing
   ``.0`` (YAML's float ``16777216.0``) reads as the same number and passes;
-- an ``NCCL_*`` name NCCL does not read that is one typo away from one it does (``NCCL_NTHREAD``).
+- an ``NCCL_*`` name NCCL does not read that is one typo away from one it does (``NCCL_NTHREAD``);
+- an ``NCCL_PROTO`` / ``NCCL_ALGO`` list naming what NCCL does not have, by ncclenv's ``selection`` (parseList).
 
 A name far from every name NCCL reads is kept with a note: it may be read by a newer NCCL or by PyTorch, which
 the table of NCCL 2.28's names cannot tell.
@@ -61,6 +62,17 @@ def refusal(var: str, raw: str) -> str | None:
             return f"{var}={raw!r} is not a number: NCCL reads it as 0 (C strtoll finds no digits); write a number"
         return (f"{var}={raw!r} is not a whole number: NCCL reads it as {n} (C strtoll: the leading digits "
                 f"only); write the number itself, e.g. {var}={n}")
+    if var in ("NCCL_PROTO", "NCCL_ALGO"):
+        # NCCL's parseList refuses an unknown protocol or algorithm name and the communicator's init fails (the
+        # server never starts). Its rules live beside the others in ncclenv (``selection``, added with check-env's
+        # reading of NCCL's TUNING lines); until that reader is there, these two values pass as before.
+        parse = getattr(ncclenv, "selection", None)
+        if parse is not None:
+            try:
+                parse(var, raw)
+            except ValueError as e:
+                return f"{e}: NCCL fails the communicator's init, so the server would not start"
+        return None
     if k == "unknown":
         close = difflib.get_close_matches(var, sorted(KNOWN), n=1, cutoff=_TYPO_CUTOFF)
         if close and var not in KNOWN:
