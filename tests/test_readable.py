@@ -269,3 +269,12 @@ def test_a_sweep_row_shows_one_tok_s_and_labels_the_others() -> None:
     buf = io.StringIO()
     print_sweep(doc, as_json=False, console=Console(file=buf, width=200, color_system=None))
     assert "eagle3-s2-k1-d3 predicted 103.9, measured 102.1" in buf.getvalue(), buf.getvalue()
+
+
+def test_the_tunnel_line_goes_through_the_inventorys_own_ssh_config() -> None:
+    from fabfile.present.deploy_report import tunnel_line
+
+    result = _deploy_result(ok=True)
+    host = result.plan.host  # type: ignore[attr-defined]
+    assert tunnel_line(host) == ("from this machine: ssh -N -L 8000:127.0.0.1:8000 gpu1  then http://127.0.0.1:8000")
+    assert "ssh -F '/srv/fleet/ssh config' -N -L 8000" in str(tunnel_line(host, Path("/srv/fleet/ssh config")))

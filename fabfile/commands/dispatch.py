@@ -35,7 +35,7 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
         return 0 if cres.ok else refused_code(cres)
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
-        show(r, lambda: deploy_summary(r), as_json=as_json)
+        show(r, lambda: deploy_summary(r, inv.ssh_config), as_json=as_json)
         return 0 if r.ok else (r.error.exit_code if r.error else 1)
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 from fabfile.inventory.hosts import Host
 from fabfile.present.output import err, out, print_error
 from fabfile.results.deploys import DeployResult
 
 
-def deploy_summary(r: DeployResult) -> None:
+def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
     """What a person reads after one host's deploy: where it serves and how it started, or why it failed."""
     if not r.ok:
         if r.error is not None:
@@ -26,7 +29,7 @@ def deploy_summary(r: DeployResult) -> None:
     out.print(f"[green]✓[/green] [bold]{r.host}[/bold] ready at [bold]{r.plan.url}[/bold]  pid {rec.get('pid')}  "
               f"config [bold]{r.plan.config_name}[/bold]  (SGLang {r.sglang_version}, patch mode {r.patch_mode}, "
               f"tool's clock) in {total:.2f} s", soft_wrap=False)
-    tunnel = tunnel_line(r.plan.host)
+    tunnel = tunnel_line(r.plan.host, ssh_config)
     if tunnel:
         out.print(f"  {tunnel}", markup=False, soft_wrap=False)
     scheds = rec.get("schedulers") or []
@@ -45,11 +48,13 @@ def deploy_summary(r: DeployResult) -> None:
               markup=False, soft_wrap=False)
 
 
-def tunnel_line(host: Host) -> str | None:
+def tunnel_line(host: Host, ssh_config: Path | None = None) -> str | None:
     """The address a deploy serves at is on the remote host: the ``ssh -L`` line that reaches it from here (None for
-    a local host). A server listening on every address is reached through the host's loopback."""
+    a local host), through the inventory's own ssh_config when it names one. A server listening on every address is
+    reached through the host's loopback."""
     if host.connection != "ssh":
         return None
     target = "127.0.0.1" if host.listen in ("0.0.0.0", "::", "") else host.listen
-    return (f"from this machine: ssh -N -L {host.port}:{target}:{host.port} {host.ssh_host}  "
+    config = f"-F {shlex.quote(str(ssh_config))} " if ssh_config is not None else ""
+    return (f"from this machine: ssh {config}-N -L {host.port}:{target}:{host.port} {host.ssh_host}  "
             f"then http://127.0.0.1:{host.port}")
