@@ -213,6 +213,7 @@ def test_a_failed_deploy_shows_the_compact_matrix_and_one_hint_per_cause(monkeyp
     assert len(text.splitlines()) < 40, text
     assert sum(1 for ln in text.splitlines() if ln.strip().startswith("TP")) <= 8 + 8  # matrix + unproven cells
     assert text.count("NCCL ignores the value") == 1, text
+    assert text.count("NCCL_P2P_LEVEL: unconfirmed, expected SYS") == 1, text  # one line for the 8 ranks
     assert "NCCL environment per scheduler process (ranks × variables)" in text
 
 

@@ -177,14 +177,21 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
     console.print(f"  legend: ok = proven ({legend or 'no evidence'}); ? unconfirmed; DIFF a different value; "
                   "MISSING not set; launcher = only in the launcher; `inv check-env --verbose` lists every cell",
                   markup=False, highlight=False, soft_wrap=False)
+    # One line per unproven cause: the ranks where a variable is unproven the same way share it (a failed deploy
+    # printed the same line once per rank).
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
-        if r.get("status") == "proven":
-            continue
-        ev = r.get("evidence")
-        detail = (f"{_rank_label(r)} pid {_s(r.get('pid'))} {r.get('var')}: {str(r.get('status')).replace('_', ' ')}"
-                f", expected {_s(r.get('expected'))}, observed {_s(r.get('observed'))}"
-                f" ({EVIDENCE_LABEL.get(str(ev), _s(ev))})" + (f"; {r.get('note')}" if r.get("note") else ""))
-        console.print(f"  {escape(detail)}", highlight=False)
+        if r.get("status") != "proven":
+            key = tuple(_s(r.get(k)) for k in ("var", "status", "expected", "observed", "note"))
+            groups.setdefault(key, []).append(r)
+    for (var, status, want, observed, note), same in groups.items():
+        evs = ", ".join(dict.fromkeys(EVIDENCE_LABEL.get(str(r.get("evidence")), _s(r.get("evidence"))) for r in same))
+        who = (f"{_rank_label(same[0])} pid {_s(same[0].get('pid'))}" if len(same) == 1 else
+               f"{len(same)} ranks ({', '.join(_rank_label(r) for r in same)}; pids "
+               f"{', '.join(_s(r.get('pid')) for r in same)})")
+        detail = (f"{who} {var}: {status.replace('_', ' ')}, expected {want}, observed {observed} ({evs})"
+                  + (f"; {note}" if note != "-" else ""))
+        console.print(f"  {escape(detail)}", highlight=False, soft_wrap=False)
 
 
 def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any], console: Console) -> None:
