@@ -22,6 +22,9 @@ what happened and a hint that says what to do; ``tasks.py`` maps them to exit co
     ├── EnvNotProvenError                check-env could not prove the expected values in every rank
     ├── SweepError                       no configuration of a sweep could be deployed and measured
     └── HostTimeoutError                 a host gave no answer within its wall-clock bound (its session was closed)
+
+    Interrupted (a KeyboardInterrupt, so no handler of the tree catches it): Ctrl-C during a deploy, with what the
+    user needs then (the host, its step, whether the old server is stopped, `inv cancel`); exit 130.
 """
 
 from __future__ import annotations
