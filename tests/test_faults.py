@@ -29,19 +29,32 @@ import pytest
 from tests.invoke_cli import INV, ROOT, derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
+from tests.support.waiting import HANG_GUARD_S
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fault matrix needs netns mode (root)")
 
 STATE = "/root/.specdeploy"
 STEPS = ["lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "verify_env", "record"]
 
-# Runs inside the host: wait until the deploy holding the lock enters step argv[2], then send it signal argv[3].
+# Runs inside the host: stop the deploy holding the lock as it enters step argv[2], then send it signal argv[3].
+# The agent stops itself there (a failpoint, fabfile/remote/failpoints.py, armed before the deploy starts): a poller
+# that signalled the agent when it saw the step missed the millisecond steps on a loaded machine.
 # Mode "proc" instead waits for an agent process running verb argv[2] (the client-side preflight's `facts`).
 WATCH = rf"""
-import json, os, sys, time
+import json, os, signal, sys, time
 note, target, sig, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 order = {STEPS!r}
-deadline = time.time() + 60
+deadline = time.time() + {HANG_GUARD_S!r}
+if mode == "step":
+    armed = os.path.join(os.path.dirname(note), "failpoints")
+    os.makedirs(armed, mode=0o700, exist_ok=True)
+    open(os.path.join(armed, target), "w").close()
+print("armed", flush=True)
+def state(pid):
+    try:
+        return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 while time.time() < deadline:
     if mode == "proc":
         for p in os.listdir("/proc"):
@@ -62,15 +75,22 @@ while time.time() < deadline:
         with open(note) as f:
             d = json.load(f)
     except (OSError, ValueError):
-        time.sleep(0.001)
+        time.sleep(0.01)
         continue
     step = d.get("step")
     if not d.get("journal") or step not in order:
+        time.sleep(0.01)
         continue
-    if step == target or order.index(step) > order.index(target):
+    if step == target and state(d["pid"]) == "T":
+        if sig != signal.SIGSTOP:
+            os.kill(d["pid"], sig)
+        print(json.dumps({{"pid": d["pid"], "step": step, "deploy_id": d.get("deploy_id")}}), flush=True)
+        sys.exit(0)
+    if order.index(step) > order.index(target):  # the failpoint did not fire: say where the deploy was
         os.kill(d["pid"], sig)
         print(json.dumps({{"pid": d["pid"], "step": step, "deploy_id": d.get("deploy_id")}}), flush=True)
-        sys.exit(0 if step == target else 3)
+        sys.exit(3)
+    time.sleep(0.01)
 sys.exit(4)
 """
 
@@ -208,8 +228,13 @@ class Watch:
         self.step = step
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=host.host_env(), stdin=subprocess.DEVNULL)
+        # The failpoint is armed before the test starts the deploy it is meant for.
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline()
+        if ready.strip() != "armed":
+            raise AssertionError(f"the watcher did not start: {ready!r} {self.proc.communicate()[1]}")
 
-    def wait(self, timeout: float = 60) -> dict[str, Any]:
+    def wait(self, timeout: float = waiting.HANG_GUARD_S) -> dict[str, Any]:
         out, err = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, f"the fault missed step {self.step}: rc {self.proc.returncode} {out} {err}"
         doc: dict[str, Any] = json.loads(out)

@@ -145,7 +145,8 @@ def test_host_lost_mid_deploy_is_rechecked_when_it_answers_and_rolled_back(
     err = "".join(err_lines) + rest
     assert proc.returncode == 1, err
     row = table_row(out, "sim2")
-    assert "rolled back" in row and "re-checked" in row, out
+    sshd_log = (sim_hosts["sim2"].directory / "sshd.log").read_text(errors="replace")[-4000:]
+    assert "rolled back" in row and "re-checked" in row, f"{out}\n--- stderr:\n{err}\n--- sim2 sshd.log:\n{sshd_log}"
     assert "changed hosts were rolled back" in err and "incomplete" not in err, err
     for name in ("sim1", "sim2", "sim3"):
         assert _steps_running(sim_hosts[name]) == 3, name

@@ -96,10 +96,13 @@ def inv(*args: str, inventory: Path | None = None, timeout: float = 540) -> tupl
 
 def write_inventory(path: Path, *, python: str, tp: int, models: Path, extra_args: list[str] | None = None,
                     mem: str = "0.3", env: dict[str, str] | None = None, idle_mib: int = 2048,
-                    steps: int = 3) -> Path:
+                    steps: int = 3, graphs: bool = False) -> Path:
     import yaml
 
-    args = ["--attention-backend", "triton", "--sampling-backend", "pytorch", *NO_GRAPH, "--skip-tokenizer-init",
+    # graphs: CUDA graphs on, as production runs (needs sgl-deep-gemm in the carried set: the draft-extend capture
+    # imports deep_gemm); the batch sizes captured stay small so the capture is quick.
+    shape = ["--cuda-graph-max-bs", "4"] if graphs else NO_GRAPH
+    args = ["--attention-backend", "triton", "--sampling-backend", "pytorch", *shape, "--skip-tokenizer-init",
             "--mem-fraction-static", mem, *(extra_args or [])]
     inventory = {
         "defaults": {"timeouts": {"ready": 300, "stall": 180, "stop_grace": 15, "gpu_clean": 60}},
@@ -447,6 +450,97 @@ def phase_tp2b(python: str, models: Path, site: Path, before: dict[str, str]) ->
     stop_and_rollback(site, before, 2)
 
 
+# -- issue 26: where the cycle's time goes, measured by SGLang itself (CUDA graphs on) ----------------------------
+PROFILE_LOAD = ["--input-len", "64", "--output-len", "256", "--num-prompts", "16", "--concurrency", "1"]
+
+
+def _phases(doc: Any) -> str:
+    """The anatomy lines of a profile/bench document, compact (the whole document is in results.json)."""
+    text = json.dumps(doc, default=str)
+    return text[:1800]
+
+
+def step_profile(steps: int) -> None:
+    label = "baseline" if steps == 0 else f"EAGLE-3 steps {steps}"
+    code, doc, err, wall = inv("deploy", "--steps", str(steps), "--measure", "--json", timeout=400)
+    record(f"profile: deploy --steps {steps} --measure (CUDA graphs on)", deploy_ok(doc, code),
+           deploy_detail(doc, err, wall), doc=doc)
+    if not deploy_ok(doc, code):
+        log = server_log("baseline" if steps == 0 else f"eagle3-s{steps}-k1-d{steps + 1}")
+        print(log.read_text(errors="replace")[-6000:] if log.is_file() else "no server log")
+        return
+    code, bdoc, err, bwall = inv("bench", "--client", "builtin", *PROFILE_LOAD, "--out", str(WORK / "runs"),
+                                 "--json", timeout=240)
+    record(f"profile: bench {label} (timer on)", code == 0, f"{bwall:.1f} s; " + _phases(bdoc), doc=bdoc,
+           wall_s=round(bwall, 2))
+    code, pdoc, err, pwall = inv("profile", *PROFILE_LOAD, "--json", timeout=240)
+    record(f"profile: inv profile {label} (device timer)", code == 0, f"{pwall:.1f} s; " + _phases(pdoc), doc=pdoc,
+           wall_s=round(pwall, 2))
+    traces = OUT / "traces"
+    code, tdoc, err, twall = inv("profile", *PROFILE_LOAD, "--trace", "--trace-steps", "12", "--out", str(traces),
+                                 "--json", timeout=300)
+    sizes = {p.name: p.stat().st_size for p in traces.glob("*.trace.json.gz")} if traces.is_dir() else {}
+    record(f"profile: inv profile --trace {label} (timer + profiler trace, 12 steps)", code == 0,
+           f"{twall:.1f} s; trace files {sizes}; " + _phases(tdoc), doc=tdoc, wall_s=round(twall, 2),
+           trace_bytes=sizes)
+    if steps:
+        code, edoc, err, _ = inv("bench", "--client", "builtin", *PROFILE_LOAD, "--out", str(WORK / "runs"),
+                                 "--explain", "--json", timeout=240)
+        record(f"profile: bench --explain {label}", code == 0, _phases((edoc or {}).get("explain") or edoc),
+               doc=edoc)
+        code, xdoc, err, _ = inv("explain", "--rules", timeout=60)
+        code, xdoc, err, _ = inv("explain", "--json", timeout=240)
+        record(f"profile: inv explain {label}", code in (0, 1), _phases(xdoc), doc=xdoc)
+
+
+def step_timer_cost(pairs: int) -> None:
+    """The device timer's cost on served tok/s: the same server shape with and without it, alternated."""
+    figures: list[dict[str, Any]] = []
+    for i in range(pairs):
+        for flag in ("--no-measure", "--measure"):
+            if time_left() < 120:
+                break
+            code, doc, err, wall = inv("deploy", "--steps", "3", flag, "--json", timeout=300)
+            if not deploy_ok(doc, code):
+                record(f"timer cost: deploy {flag} (pair {i + 1})", False, deploy_detail(doc, err, wall), doc=doc)
+                continue
+            code, bdoc, err, _ = inv("bench", "--client", "builtin", *PROFILE_LOAD, "--json", timeout=200)
+            figures.append({"pair": i + 1, "timer": flag == "--measure",
+                            "output_tok_s": (bdoc or {}).get("output_tok_s"), "tpot_ms": (bdoc or {}).get("tpot_ms")})
+            print(f"timer cost pair {i + 1} {flag}: {figures[-1]}")
+    on = [f["output_tok_s"] for f in figures if f["timer"] and f["output_tok_s"]]
+    off = [f["output_tok_s"] for f in figures if not f["timer"] and f["output_tok_s"]]
+    cost = None
+    if on and off:
+        cost = round(100.0 * (1 - (sum(on) / len(on)) / (sum(off) / len(off))), 1)
+    record("timer cost on served tok/s (EAGLE-3 steps 3, CUDA graphs on)", None,
+           f"{len(on)} on / {len(off)} off; mean on {on and round(sum(on) / len(on), 1)}, off "
+           f"{off and round(sum(off) / len(off), 1)} tok/s; cost {cost} % (measured by the tool's bench)",
+           figures=figures, cost_percent=cost)
+
+
+def step_sweep_explain() -> None:
+    code, doc, _err, wall = inv("sweep", "--steps", "2,3", "--client", "builtin", *PROFILE_LOAD, "--explain",
+                                "--json", "--out", str(WORK / "runs-sweep"), timeout=max(60, time_left() - 60))
+    record("sweep --steps 2,3 --explain (measured phases, CUDA graphs on)", code in (0, 1),
+           f"{wall:.0f} s; " + json.dumps(doc, default=str)[:2500], doc=doc)
+
+
+def phase_profile(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True)
+    inv("render", "--steps", "3", "--measure", "--json")
+    run_steps([("profile baseline", 150, lambda: step_profile(0)),
+               ("profile EAGLE-3 s3", 200, lambda: step_profile(3))], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
+def phase_profileb(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True)
+    run_steps([("timer cost pairs", 300, lambda: step_timer_cost(3)),
+               ("sweep --explain", 150, step_sweep_explain)], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
 SEED = {"extra_args": ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"],
         "env": {"EAGLE3_PROFILE": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}}
 
@@ -473,7 +567,8 @@ def phase_tp8(python: str, models: Path, site: Path, before: dict[str, str]) -> 
 def main() -> int:
     global OUT, DEADLINE
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8"), required=True)
+    ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8", "profile", "profileb"),
+                    required=True)
     ap.add_argument("--budget-s", type=float, default=560.0, help="seconds this run may take in all")
     ap.add_argument("--python", required=True, help="the venv python that has the real SGLang")
     ap.add_argument("--models", default="/tmp/rs/models")
@@ -499,7 +594,7 @@ def main() -> int:
     before = tree_manifest(site)
     print(f"hashed {len(before)} files under {site}")
     phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp2b": phase_tp2b,
-              "tp8": phase_tp8}
+              "tp8": phase_tp8, "profile": phase_profile, "profileb": phase_profileb}
     phases[a.phase](a.python, models, site, before)
     print("\n| check | result | detail |\n|---|---|---|")
     for r in results:

@@ -4,8 +4,8 @@
 # run real_run.py for one phase. Everything lands under $OUT (log, results.json, server logs).
 #   bench/real_sglang/run.sh tp1|tp2|tp8
 set -uo pipefail
-PHASE=${1:?phase: tp1, tp2 or tp8}
-KIT=$(pwd)/.gpu
+PHASE=${1:?phase: tp1, tp2, tp8, profile or profileb}
+KIT=${KIT:-$(pwd)/.gpu}   # a folder holding site.tar.xz and src.tar.gz (prepare.sh)
 R=/tmp/rs
 OUT=${OUT:-/tmp/rs/out}
 mkdir -p "$R" "$OUT"

@@ -65,7 +65,8 @@ def checked_on_host(session: HostSession, plan: Plan) -> tuple[dict[str, Any], s
     facts = preflight(session, plan)
     version = str(facts["sglang"]["version"])
     mode, patch = patch_request(session, plan, version)
-    plan = for_version(plan, version)  # where the API key can go depends on the version
+    # where the API key can go depends on the version; the NCCL notes on the host's NCCL release
+    plan = for_version(plan, version, (facts.get("nccl") or {}).get("version"))
     # What this version does not understand is refused here, before any file lands on the host (exit 2).
     from fabfile.plan.versioncheck import check as check_version
 
@@ -138,6 +139,7 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
         # Ready means it answers: a real request (and the accept-length gate) after the readiness endpoint's 200.
         "gates": {"timeout": t.first_request, "accept_gate": plan.accept_gate} if "first_request" in plan.steps
         else None,
+        "profile_dir": session.resolve(plan.profile_dir), "measure": plan.measure,
     }
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from fabfile.commands.bench import BenchParams, run_bench, save_local
-from fabfile.errors import SpecDeployError, SweepError
+from fabfile.errors import FlagError, SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.plan.sla import Limits, broken
 from fabfile.plan.sweep_plan import Config, add_predictions, level_rows, measurement_order, predict_from_rows
 from fabfile.present.progress import SweepProgress
 from fabfile.transport.session import HostSession
@@ -37,10 +38,16 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
 
     row: dict[str, Any] = {"config": cfg.name, "steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
                            "ok": False, "measured": True}
+    if cfg.nccl:
+        row["nccl"] = cfg.nccl
+    if cfg.adaptive:
+        row["adaptive"] = True
+    host = cfg.host or host
     t0 = time.monotonic()
     res = deploy_host(inv, host, cfg.opts, progress.deploy_reporter())
     row["deploy_s"] = round(time.monotonic() - t0, 2)
     row["deploy_id"] = res.plan.deploy_id
+    row["measure"] = res.plan.measure  # SGLang's device timer on (a sweep measures where the version has it)
     row["sglang_version"] = res.sglang_version
     if not res.ok:
         row["phase"] = "deploy"
@@ -75,25 +82,46 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
         "accept_rate": result.get("accept_rate"), "accept_rate_meaning": result.get("accept_rate_meaning"),
         "draft_acceptance": result.get("draft_acceptance"), "cycle_ms": result.get("cycle_ms"),
         "decode_ms_per_token": result.get("decode_ms_per_token"),
+        "phases": result.get("phases"), "cycle_ms_source": result.get("cycle_ms_source"),  # measured by SGLang
         "ms_per_token": 1000.0 / result["output_tok_s"] if result.get("output_tok_s") else None,
         "ttft_ms": (result.get("ttft_ms") or {}).get("median"), "tpot_ms": (result.get("tpot_ms") or {}).get("median"),
         "itl_ms": (result.get("itl_ms") or {}).get("median"), "failed_requests": result.get("failed"),
         "accept_histogram": result.get("accept_histogram"),
         "accept_histogram_source": result.get("accept_histogram_source"),
+        "spec_num_steps": (result.get("prometheus") or {}).get("num_steps"),  # SGLang's active step count
     }
 
 
-def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None) -> dict[str, Any]:
+def _mark_limits(rows: list[dict[str, Any]], at: list[dict[str, Any]], c: int, limits: Limits) -> None:
+    """Write each measured configuration's broken limits at level ``c`` on its level entry and (first level) row."""
+    for r in at:
+        if not (r.get("ok") and r.get("measured", True)):
+            continue
+        broke = broken(r, limits)
+        row = next((x for x in rows if x["config"] == r["config"]), None)
+        lv = next((x for x in (row or {}).get("levels") or [] if x["concurrency"] == c), None)
+        if lv is not None:
+            lv["sla_broke"] = broke
+        if row is not None and (lv is None or row["levels"][0] is lv):
+            row["sla_broke"] = broke
+
+
+def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None,
+           limits: Limits | None = None) -> dict[str, Any]:
     """The winner (highest measured tok/s) per concurrency level, the baseline, speedups, and what to leave running:
     the first level's winner (list the load you serve first) or ``keep``. Predicted rows never win: a winner was
-    measured."""
+    measured. With ``limits``, a winner is the fastest configuration meeting them at that level (None: none did)."""
     levels = levels or [next((lv["concurrency"] for r in rows for lv in r.get("levels") or []), 1)]
+    limits = limits or Limits()
     winners: dict[str, str | None] = {}
     for c in levels:
         at = level_rows(rows, c) if any(r.get("levels") for r in rows) else rows
         ok = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("measured", True)]
         base = next((r for r in ok if r["steps"] == 0), None)
-        w = max(ok, key=lambda r: r["tok_s"]) if ok else None
+        if limits.any:
+            _mark_limits(rows, at, c, limits)
+        meeting = [r for r in ok if not broken(r, limits)] if limits.any else ok
+        w = max(meeting, key=lambda r: r["tok_s"]) if meeting else None
         winners[str(c)] = w["config"] if w else None
         for r in rows:
             lv = next((x for x in r.get("levels") or [] if x["concurrency"] == c), None)
@@ -106,6 +134,10 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
     winner = next((r for r in ok if r["config"] == winners[str(levels[0])]), None)
     kept = winner
     note = None
+    if limits.any and winner is None and ok:
+        # none meets the limits: a clear result (exit 1); the fastest stays up rather than nothing
+        kept = max(ok, key=lambda r: r["tok_s"])
+        note = f"no configuration meets {limits.describe()}; left running the fastest, {kept['config']}"
     if keep is not None:
         wanted = next((r for r in rows if r["config"] == keep), None)
         if wanted is not None and wanted.get("ok"):
@@ -116,6 +148,9 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
                            "baseline_tok_s": base["tok_s"] if base else None,
                            "baseline_wins": bool(winner and base and winner is base),
                            "kept": kept["config"] if kept else None, "keep_note": note, "winners": winners}
+    if limits.any:
+        out["sla"] = {**limits.as_dict(), "describe": limits.describe(),
+                      "unmet_levels": [c for c in levels if winners[str(c)] is None]}
     if winner is not None and winner.get("predicted_tok_s") is not None:
         out["winner_predicted_tok_s"] = winner["predicted_tok_s"]
         out["winner_measured_tok_s"] = winner["tok_s"]
@@ -165,18 +200,24 @@ class _Run:
 
 
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,
-              runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False) -> int:
+              runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
+              limits: Limits | None = None, resume: Path | None = None, explain: bool = False) -> int:
     from fabfile.plan.analysis import analyze_sweep
     from fabfile.present.report import print_sweep, write_outputs
 
     levels = levels or [params.concurrency]
-    sweep_id = new_sweep_id()
+    saved = load_resume(resume, host, cfgs, params, levels, predict) if resume is not None else None
+    _check_adaptive(inv, host, cfgs)
+    sweep_id = saved["sweep_id"] if saved else new_sweep_id()
     runs = Path(runs_dir)
     order, held_back, notes = measurement_order(cfgs, predict)
     doc: dict[str, Any] = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "params": asdict(params), "configs": [c.name for c in cfgs], "rows": [],
                            "concurrency_levels": levels, "predict": predict, "grid_loads": len(cfgs),
-                           "model_loads": 0, "notes": notes}
+                           "model_loads": 0, "notes": notes, "plan_hashes": {c.name: c.plan_hash for c in cfgs}}
+    kept = _resumed(doc, saved, resume) if saved else set()
+    todo = [c for c in order if c.name not in kept]
+    out_dir = _resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
     if predict:
         # Said before the first load: how many loads prediction can save here (it reported "model loads: 4 (the
         # full grid would have taken 4)" only at the end).
@@ -191,18 +232,18 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
             from fabfile.present.output import err
 
             err.print(up_front, markup=False, soft_wrap=False)
-    progress = SweepProgress(host.name, len(order) + min(len(held_back), len(levels)))
+    progress = SweepProgress(host.name, len(todo) + min(len(held_back), len(levels)))
     # The counter counts up to the most loads this sweep can take ([3/≤4]), never past its total ([3/3] → [4/4]).
     progress.at_most = bool(held_back)
-    run = _Run(inv, host, params, runs, runs / host.name / f"sweep-{sweep_id}", levels, progress, doc)
+    run = _Run(inv, host, params, runs, out_dir, levels, progress, doc)
     try:
-        for cfg in order:
+        for cfg in todo:
             run.one(cfg)
         if held_back:
             _measure_predicted_winners(run, held_back)
         run.current = None
         run.progress.close()
-        _keep_one(run, cfgs, keep)
+        _keep_one(run, cfgs, keep, limits)
     except KeyboardInterrupt:
         run.progress.close()
         doc["interrupted"] = {"during": run.current.name if run.current else "the final redeploy",
@@ -212,12 +253,97 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         raise
     doc["elapsed_s"] = run.elapsed()
     doc["bench_s"] = round(sum(float(r.get("bench_s") or 0) for r in run.rows), 2)
+    _timer_note(doc)
     doc["analysis"] = analyze_sweep(run.rows)
     doc["paths"] = write_outputs(run.out_dir, doc)
+    pairs = _explain(doc) if explain else None
     run.save()
     print_sweep(doc, as_json=as_json)
+    if pairs is not None and not as_json:
+        from fabfile.present.explain_report import print_explained
+        from fabfile.present.output import out
+
+        print_explained(pairs, out)
     failed = [r for r in run.rows if not r.get("ok")]
-    return 1 if failed or doc.get("running") is None else 0
+    unmet = bool((doc.get("sla") or {}).get("unmet_levels"))
+    return 1 if failed or unmet or doc.get("running") is None else 0
+
+
+def _resume_dir(path: Path) -> Path:
+    return path.parent if path.name == "sweep.json" else path
+
+
+def load_resume(path: Path, host: Host, cfgs: list[Config], params: BenchParams, levels: list[int],
+                predict: bool) -> dict[str, Any]:
+    """The saved sweep ``--resume DIR`` names, when it is this very sweep: the same configurations with the same
+    deploy plans (plan hashes), benchmark parameters and levels; FlagError (exit 2) otherwise, nothing started."""
+    f = _resume_dir(path) / "sweep.json"
+    try:
+        saved = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise FlagError(f"--resume: cannot read {f} ({e})", "name the sweep-<id> folder an interrupted sweep "
+                        "printed") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("rows"), list):
+        raise FlagError(f"--resume: {f} is not a sweep's sweep.json")
+    want = {c.name: c.plan_hash for c in cfgs}
+    hint = "run the same `inv sweep` command with the same inventory, or start a new sweep without --resume"
+    if saved.get("host") != host.name:
+        raise FlagError(f"--resume: {f} is a sweep of host {saved.get('host')}, not {host.name}", hint)
+    if saved.get("configs") != list(want) or not isinstance(saved.get("plan_hashes"), dict):
+        raise FlagError(f"--resume: {f} swept other configurations ({', '.join(saved.get('configs') or [])})", hint)
+    changed = [n for n, h in want.items() if saved["plan_hashes"].get(n) != h]
+    if changed:
+        raise FlagError(f"--resume: the deploy plan of {', '.join(changed)} changed since {f} was saved (the "
+                        "inventory or the flags differ): its measurements are of another plan", hint)
+    if saved.get("params") != json.loads(json.dumps(asdict(params))) or saved.get("concurrency_levels") != levels \
+            or bool(saved.get("predict")) != predict:
+        raise FlagError(f"--resume: {f} was benchmarked with other parameters (load, levels or --predict)", hint)
+    return saved
+
+
+def _resumed(doc: dict[str, Any], saved: dict[str, Any], resume: Path | None) -> set[str]:
+    """Carry the saved sweep's measured rows (failed and predicted ones are measured again) into ``doc``."""
+    rows = [r for r in saved["rows"] if r.get("ok") and r.get("measured", True)]
+    doc.update(rows=rows, started_at=saved.get("started_at", doc["started_at"]),
+               model_loads=int(saved.get("model_loads") or 0),
+               resumed={"from": str(resume), "kept": [r["config"] for r in rows],
+                        "interrupted": saved.get("interrupted")})
+    return {str(r["config"]) for r in rows}
+
+
+def _check_adaptive(inv: Inventory, host: Host, cfgs: list[Config]) -> None:
+    """Before anything starts: the host's SGLang must have --speculative-adaptive (FlagError, exit 2, naming the
+    releases that have it, from the table read off the wheels), else the sweep would run half its candidates."""
+    cfg = next((c for c in cfgs if c.adaptive), None)
+    if cfg is None:
+        return
+    from fabfile.commands.deploy import preflight
+    from fabfile.plan.deploy_plan import build
+    from fabfile.plan.versioncheck import check
+
+    plan = build(cfg.host or host, cfg.opts)
+    with HostSession.open(inv, host) as s:
+        version = str(preflight(s, plan)["sglang"]["version"])
+    check(list(plan.argv)[3:], dict(plan.env), version, host.name)
+
+
+def _timer_note(doc: dict[str, Any]) -> None:
+    kept = next((r for r in doc["rows"] if r["config"] == doc.get("running") and r.get("measure")), None)
+    if kept is not None:
+        doc["notes"].append(f"{kept['config']} is left running with SGLang's device timer on (the sweep measured "
+                            "with it; it costs a little of every forward): `inv deploy` it again without --measure "
+                            "to turn it off")
+
+
+def _explain(doc: dict[str, Any]) -> list[Any]:
+    """``--explain``: the rule table over every configuration against this sweep's own baseline (kept in the
+    document as ``explain``; the findings are returned to be printed under the table)."""
+    from fabfile.commands.explain import explained
+    from fabfile.present.explain_report import document
+
+    pairs = explained(doc)
+    doc["explain"] = document(pairs)
+    return pairs
 
 
 def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
@@ -238,12 +364,13 @@ def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
         run.one(cfg)
 
 
-def _keep_one(run: _Run, cfgs: list[Config], keep: str | None) -> None:
+def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | None = None) -> None:
     """Choose the winner (or ``--keep``) and leave it running: deployed again unless it is what runs already."""
     doc = run.doc
-    running = _running_config(run.rows)  # before the predicted rows join the table
+    # before the predicted rows join the table; a resumed sweep that measured nothing new cannot tell what runs
+    running = _running_config(run.rows) if run.index else None
     add_predictions(doc, cfgs)
-    doc.update(choose(run.rows, keep, run.levels))
+    doc.update(choose(run.rows, keep, run.levels, limits))
     if doc["kept"] is None:
         doc["elapsed_s"] = run.elapsed()
         run.save()
@@ -255,7 +382,7 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None) -> None:
         run.progress.start_keep(cfg.name)
         from fabfile.commands.deploy import deploy_host
 
-        res = deploy_host(run.inv, run.host, cfg.opts, run.progress.deploy_reporter())
+        res = deploy_host(run.inv, cfg.host or run.host, cfg.opts, run.progress.deploy_reporter())
         doc["model_loads"] += 1
         run.progress.finish(res.ok, "left running" if res.ok else
                             f"redeploy failed: {res.error.message if res.error else '?'}", counted=False)

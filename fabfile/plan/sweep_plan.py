@@ -7,7 +7,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fabfile.inventory.hosts import Host
+from fabfile.plan.argv import value_of
 from fabfile.plan.deploy_plan import Options, build
+from fabfile.plan.sweep_nccl import NcclCandidate, apply
 
 
 @dataclass(frozen=True)
@@ -17,24 +19,44 @@ class Config:
     topk: int
     draft_tokens: int | None
     opts: Options
+    nccl: str = ""  # the NCCL candidate's name (sweep_nccl), "" for the host's own settings
+    host: Host | None = None  # the host with that candidate's NCCL values (None: the host as inventoried)
+    adaptive: bool = False  # SGLang's --speculative-adaptive: it moves the step count itself (steps = the start)
+    plan_hash: str = ""  # the deploy plan's identity (same inventory and flags, same hash): what --resume checks
+
+
+ADAPTIVE_FLAG = "--speculative-adaptive"
+
+
+def adaptive_host(host: Host) -> Host:
+    """``host`` launching with ``--speculative-adaptive`` (and ``--enable-metrics``, whose ``sglang:spec_num_steps``
+    says which step count SGLang settled on)."""
+    extra = [f for f in (ADAPTIVE_FLAG, "--enable-metrics") if f not in host.sglang_args]
+    return replace(host, sglang_args=(*host.sglang_args, *extra))
 
 
 def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None,
-            drafts: list[int] | None) -> list[Config]:
+            drafts: list[int] | None, nccl: list[NcclCandidate] | None = None, adaptive: bool = False) -> list[Config]:
     """The sweep's configurations, baseline first, each validated by building its plan (FlagError if invalid).
 
     With topk 1 SGLang forces draft tokens to steps+1, so ``drafts`` only multiplies topk > 1 configurations.
+    With NCCL candidates every configuration is crossed with each (``name@candidate``): each its own server start.
     """
     out: list[Config] = []
     seen: set[str] = set()
 
     def add(opts: Options) -> None:
-        plan = build(host, opts)
-        if plan.config_name in seen:
-            return
-        seen.add(plan.config_name)
-        spec = _spec_of(plan.argv)
-        out.append(Config(plan.config_name, spec[0], spec[1], spec[2], opts))
+        cands: list[NcclCandidate | None] = list(nccl) if nccl else [None]
+        for cand in cands:
+            h = apply(host, cand) if cand is not None else host
+            plan = build(h, opts)
+            name = f"{plan.config_name}@{cand.name}" if cand is not None else plan.config_name
+            if name in seen:
+                continue
+            seen.add(name)
+            spec = _spec_of(plan.argv)
+            out.append(Config(name, spec[0], spec[1], spec[2], opts, cand.name if cand else "",
+                              h if cand is not None else None, plan_hash=plan.plan_hash))
 
     add(replace(base, steps=0))
     for s in steps:
@@ -46,12 +68,22 @@ def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None
                     add(replace(base, steps=s, topk=k, draft_tokens=d))
             else:
                 add(replace(base, steps=s, topk=k))
+    if adaptive:
+        start = max([s for s in steps if s > 0] or [3])
+        for cand in list(nccl) if nccl else [None]:
+            h = adaptive_host(apply(host, cand) if cand is not None else host)
+            opts = replace(base, steps=start, topk=1)
+            plan = build(h, opts)  # validated like every configuration
+            name = "eagle3-adaptive" + (f"@{cand.name}" if cand is not None else "")
+            out.append(Config(name, start, 1, None, opts, cand.name if cand else "", h, adaptive=True,
+                              plan_hash=plan.plan_hash))
     return out
 
 
 def _spec_of(argv: tuple[str, ...]) -> tuple[int, int, int | None]:
     def flag(name: str) -> int | None:
-        return int(argv[argv.index(name) + 1]) if name in argv else None
+        value = value_of(argv, name)
+        return int(value) if value is not None else None
 
     steps = flag("--speculative-num-steps") or 0
     return steps, flag("--speculative-eagle-topk") or 1, flag("--speculative-num-draft-tokens")

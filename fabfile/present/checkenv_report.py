@@ -17,6 +17,7 @@ from rich.text import Text
 
 STATUS_STYLE: dict[str, str] = {
     "proven": "bold green",
+    "overridden": "bold red",
     "different": "bold red",
     "unconfirmed": "yellow",
     "missing": "red",
@@ -106,8 +107,8 @@ def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], consol
 
 
 # One mark per cell of the compact matrix; the legend under it says what each one means.
-MARK: dict[str, str] = {"proven": "ok", "different": "DIFF", "unconfirmed": "?", "missing": "MISSING",
-                        "launcher_only": "launcher"}
+MARK: dict[str, str] = {"proven": "ok", "overridden": "OVERRIDDEN", "different": "DIFF", "unconfirmed": "?",
+                        "missing": "MISSING", "launcher_only": "launcher"}
 EVIDENCE_LETTER: dict[str, str] = {"nccl_log": "L", "marker": "M", "environ": "E"}
 
 
@@ -156,8 +157,8 @@ def _print_grid(full: list[str], body: list[list[str]], w: list[int], console: C
     for line in body:
         text = Text("  ")
         for i, v in enumerate(line):
-            style = "" if i < 2 else ("green" if v.startswith("ok") else "red" if v in ("DIFF", "MISSING") else
-                                      "yellow")
+            bad = ("DIFF", "MISSING", "OVERRIDDEN")
+            style = "" if i < 2 else ("green" if v.startswith("ok") else "red" if v in bad else "yellow")
             text.append(v.ljust(w[i]), style=style)
             if i < len(line) - 1:
                 text.append("  ")
@@ -175,7 +176,8 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
     used = sorted({str(r.get("evidence")) for r in rows if r.get("status") == "proven"} & set(EVIDENCE_LETTER))
     legend = ", ".join(f"{EVIDENCE_LETTER[e]} {EVIDENCE_LABEL[e]}" for e in used)
     console.print(f"  legend: ok = proven ({legend or 'no evidence'}); ? unconfirmed; DIFF a different value; "
-                  "MISSING not set; launcher = only in the launcher; `inv check-env --verbose` lists every cell",
+                  "MISSING not set; OVERRIDDEN taken but NCCL chose around it; launcher = only in the launcher; "
+                  "`inv check-env --verbose` lists every cell",
                   markup=False, highlight=False, soft_wrap=False)
     # One line per unproven cause: the ranks where a variable is unproven the same way share it (a failed deploy
     # printed the same line once per rank).
@@ -194,7 +196,38 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
         console.print(f"  {escape(detail)}", highlight=False, soft_wrap=False)
 
 
+USED_STYLE: dict[str, str] = {"proven": "green", "overridden": "bold red", "observed": "cyan", "unseen": "yellow"}
+
+
+def render_used(used: Mapping[str, Any], console: Console) -> None:
+    """What NCCL chose per rank for decode's, verify's and prefill's all-reduce (its TUNING lines, rank 0's)."""
+    rows: list[Mapping[str, Any]] = list(used.get("rows") or [])
+    if not rows and not used.get("note"):
+        return
+    console.print("[bold]What NCCL used[/] (its TUNING lines: algorithm/protocol per all-reduce size)")
+    if used.get("note"):
+        console.print(f"  {escape(str(used['note']))}", highlight=False)
+    if rows:
+        table = Table(show_lines=False, box=None, pad_edge=False)
+        for col in ("rank", "phase", "tokens", "bytes", "algo", "proto", "calls logged", "status"):
+            table.add_column(col, no_wrap=True)
+        for r in rows:
+            st = str(r.get("status") or "")
+            table.add_row(_rank_label(r), _s(r.get("phase")), _s(r.get("tokens")), _s(r.get("bytes")),
+                          _s(r.get("algo")), _s(r.get("proto")), _s(r.get("count") or None),
+                          Text(st, style=USED_STYLE.get(st, "")))
+        console.print(table)
+        sizes = {str(s.get("phase")): str(s.get("how")) for s in used.get("sizes") or []}
+        console.print("  sizes (derived by the tool): " + "; ".join(f"{k} = {v}" for k, v in sizes.items()),
+                      markup=False, highlight=False)
+        for r in rows:
+            if r.get("status") == "overridden":
+                line = f"{_rank_label(r)} {r.get('phase')}: {r.get('note')}"
+                console.print(f"  {escape(line)}", highlight=False)
+
+
 def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any], console: Console) -> None:
+    render_used(evaluation.get("used") or {}, console)
     verdict = evaluation.get("ok")
     summary: Mapping[str, Any] = evaluation.get("summary") or {}
     counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if v)
@@ -255,6 +288,7 @@ def to_json(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str
         "single_rank": evaluation.get("single_rank"),
         "rows": [dict(r) for r in evaluation.get("rows") or []],
         "hints": [dict(h) for h in evaluation.get("hints") or []],
+        "used": dict(evaluation.get("used") or {}),
         "facts": dict(facts),
     }
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ncclenv
+from . import ncclenv, ncclused
 from .evidencehints import IN_PROCESS_MODES, _blame, _blind_message, _hint, _mode_advice, _run_hints, _server_hints
 from .gathering import DRAFT_WORKER_NOTE, SCHEMA, gather
 from .interconnect import parse_topology
@@ -38,7 +38,8 @@ __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "_argv_flags", "_c
 # ----------------------------------------------------------------------------------------------------
 # evaluation (pure)
 
-STATUSES = ("proven", "different", "unconfirmed", "missing", "launcher_only")
+# overridden: NCCL took the value, but its TUNING lines show a choice outside it for some all-reduce size
+STATUSES = ("proven", "overridden", "different", "unconfirmed", "missing", "launcher_only")
 SOURCES = ("nccl_log", "marker", "environ")
 
 
@@ -355,6 +356,8 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
                          "var": var, "expected": r.exp, "observed": r.observed, "evidence": r.strongest,
                          "status": r.status, "sources": {**r.sources, "launcher": r.launcher_val},
                          "environ_status": proc.env_status, "note": "; ".join(r.notes)})
+    used = ncclused.used(evidence, expected, nranks)
+    _overridden(run.hints, rows, used)
     _run_hints(run.hints, evidence, facts, expected, rows, bool(schedulers) and not any_nccl)
     summary = {st: sum(1 for r in rows if r["status"] == st) for st in STATUSES}
     ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded
@@ -369,4 +372,19 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
         "schedulers": len(schedulers),
         "recorded_deploy": not not_recorded,
         "hints": sorted(run.hints.values(), key=lambda h: (order.get(h["severity"], 3), h["code"])),
+        "used": used,
     }
+
+
+def _overridden(hints: dict[str, dict[str, Any]], rows: list[dict[str, Any]], used: dict[str, Any]) -> None:
+    """A value NCCL took but its tuner went around for some size: the env row says so instead of proven."""
+    for var in used.get("overridden") or []:
+        where = sorted({f"{u['phase']} ({u['bytes']} B): {u['algo']}/{u['proto']}" for u in used["rows"]
+                        if u["status"] == "overridden" and var in str(u["note"])})
+        for r in rows:
+            if r["var"] == var and r["status"] == "proven":
+                r["status"] = "overridden"
+                r["note"] = "; ".join(x for x in (r["note"], "NCCL took it, but used " + ", ".join(where)) if x)
+        _hint(hints, "tuner_overrode", f"NCCL read {var} but its TUNING lines show it used something else for "
+              f"{', '.join(where)}: a tuner plugin, a symmetric-memory kernel or SGLang's own path went around "
+              "it; see the 'used' rows", var=var)

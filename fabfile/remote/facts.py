@@ -105,6 +105,20 @@ def sglang_info() -> dict[str, Any]:
     return info
 
 
+def nccl_info(site: str | None) -> dict[str, Any] | None:
+    """The NCCL release the host's torch loads, from the pip wheel beside SGLang (``nvidia-nccl-cu12``/``-cu13``
+    dist-info: ``nvidia_nccl_cu13-2.28.9.dist-info``), read without loading it; None when there is no such wheel
+    (a system NCCL: check-env reads NCCL's own version line instead)."""
+    if not site:
+        return None
+    found = sorted(glob.glob(os.path.join(glob.escape(site), "nvidia_nccl_cu*-*.dist-info")))
+    for path in reversed(found):
+        m = re.match(r"^(nvidia_nccl_cu\d+)-(\d+\.\d+[^-]*)\.dist-info$", os.path.basename(path))
+        if m:
+            return {"version": m.group(2), "source": m.group(1).replace("_", "-")}
+    return None
+
+
 def disk_free_gb(path: str) -> float | None:
     probe = path
     while probe and not os.path.exists(probe):
@@ -134,6 +148,7 @@ def collect(req: dict[str, Any]) -> dict[str, Any]:
         "python": {"executable": sys.executable, "version": platform.python_version(),
                    "purelib": sysconfig.get_paths()["purelib"]},
         "sglang": sglang,
+        "nccl": nccl_info(sglang.get("site_packages")),
         "paths": path_info,
         "disk_free_gb": disk_free_gb(expand(req.get("log_dir") or state_dir)),
         "gpu": gpus.read_snapshot(smi) if smi is not None else {"available": False, "gpus": [], "apps": []},

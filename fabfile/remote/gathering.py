@@ -8,13 +8,14 @@ judges the result.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from . import interconnect, procs
+from . import interconnect, ncclused, procs
 from .common import AgentError, EventSink
 from .nccllog import _own_markers, _PidEvidence, _Scan
 from .protocol import GatherRequest
@@ -247,6 +248,19 @@ def _scheduler_rows(scheds: list[procs.ProcInfo], scan: _Scan, names: list[str])
     return schedulers
 
 
+def _model_config(argv: list[str] | None) -> dict[str, Any]:
+    """The target model's config.json (hidden size, dtype) for the all-reduce sizes; {} when unreadable."""
+    path = ncclused.model_path(argv)
+    if not path:
+        return {}
+    try:
+        with open(os.path.join(os.path.expanduser(path), "config.json"), encoding="utf-8") as f:
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
            schedulers: list[dict[str, Any]], scan: _Scan, expected: dict[str, str],
            gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
@@ -275,6 +289,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         "launch_flags": {k: v for k, v in flags.items() if k != "tp_size"},
         "custom_all_reduce": _custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
         "sglang_sets": rules,
+        "model_shape": ncclused.model_shape(argv, _model_config(argv)),
         "flagged_expected_vars": flagged,
         "draft_worker": {
             "separate_processes": [{"pid": d.pid, "title": d.cmdline} for d in found["drafts"]],

@@ -221,3 +221,69 @@ def read_when(var: str) -> tuple[str, str | None]:
     if kind(var) == "unknown":
         return "unknown", f"{var} is not a variable NCCL 2.28 reads (check the spelling)"
     return "conditional", f"NCCL reads {var} only on some code paths, not at every communicator init"
+
+
+# ----------------------------------------------------------------------------------------------------
+# NCCL_PROTO / NCCL_ALGO: which protocols and algorithms a value leaves NCCL's tuner (src/graph/tuning.cc,
+# parseList). Read, not copied: entries are separated by ';'; only the first may lack a function prefix
+# (``allreduce:``, case-insensitive, NCCL >= 2.24; before that the value is a bare list); a list starting with
+# '^' disables what it names and enables the rest, else it enables only what it names; names are matched
+# case-insensitively and an unknown name makes the communicator's init fail (``ncclInvalidUsage``), so the
+# server would not start. A prefixed entry replaces that function's list only. An explicit LL128 is used
+# even where NCCL would not enable it by default (LL128 is on by default only over NVLink-class paths).
+
+FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+SELECTION_VARS = {"NCCL_PROTO": PROTOCOLS, "NCCL_ALGO": ALGORITHMS}
+# The first NCCL release whose parseList takes per-collective entries (``allreduce:^LL``).
+PER_COLLECTIVE_SINCE = (2, 24)
+
+
+class SelectionError(ValueError):
+    """A NCCL_PROTO / NCCL_ALGO value NCCL refuses (its init fails): the message names what is wrong."""
+
+
+def selection(var: str, value: str, nccl: tuple[int, int] | None = None) -> dict[str, frozenset[str]]:
+    """What ``var=value`` leaves enabled per function, as NCCL's parseList reads it: ``{func: {names}}``.
+
+    ``nccl``: the NCCL release (major, minor) when known: per-collective entries need 2.24 or later. Raises
+    :class:`SelectionError` for a value NCCL refuses."""
+    names = SELECTION_VARS[var]
+    enabled: dict[str, set[str]] = {f: set(names) for f in FUNCS}
+    entries = value.split(";")
+    for i, entry in enumerate(entries):
+        if entry == "" and i > 0:
+            continue  # strtok skips empty tokens
+        prefix, sep, items = entry.partition(":")
+        if not sep or not items.strip(":"):  # "allreduce:" reads as the bare list "allreduce", as strtok does
+            entry = prefix
+            prefix, items = "", entry
+            if i > 0:
+                raise SelectionError(f"{var}={value!r}: every entry after the first needs a collective prefix "
+                                     "(allreduce:...)")
+        elif nccl is not None and nccl < PER_COLLECTIVE_SINCE:
+            raise SelectionError(f"{var}={value!r}: per-collective entries (allreduce:...) need NCCL 2.24 or "
+                                 f"later; this host has {nccl[0]}.{nccl[1]}")
+        funcs = [f for f in FUNCS if not prefix or f.lower() == prefix.lower()]
+        if not funcs:
+            raise SelectionError(f"{var}={value!r}: {prefix!r} is not a collective NCCL knows "
+                                 f"({', '.join(FUNCS)})")
+        invert = items.startswith("^")
+        chosen: set[str] = set()
+        for item in (items[1:] if invert else items).split(","):
+            if item == "":
+                continue
+            match = next((n for n in names if n.lower() == item.lower()), None)
+            if match is None:
+                raise SelectionError(f"{var}={value!r}: {item!r} is not a name NCCL knows ({', '.join(names)})")
+            chosen.add(match)
+        for f in funcs:
+            enabled[f] = set(names) - chosen if invert else chosen
+    return {f: frozenset(v) for f, v in enabled.items()}
+
+
+def nccl_release(version: str | None) -> tuple[int, int] | None:
+    """``2.28.9+cuda13.0`` → (2, 28); None when it is not an NCCL version."""
+    m = re.match(r"^\s*(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None

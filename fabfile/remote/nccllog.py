@@ -27,6 +27,23 @@ _INVALID_RE = re.compile(
 )
 _VERSION_RE = re.compile(r"^NCCL version (?P<version>\S+)")
 _INIT_RE = re.compile(r"\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.*\bInit (?P<phase>START|COMPLETE)\b")
+# NCCL_DEBUG_SUBSYS=TUNING (read in NCCL's src/enqueue.cc, src/scheduler/symmetric_sched.cc, tags v2.18-v2.28):
+# the choice NCCL's tuner made, printed at INFO by rank 0 of each communicator only, once per collective task as
+# it is scheduled into a kernel plan (ncclLaunchPrepare): so once per eager call, and once per captured call
+# under CUDA-graph capture (a graph replay never runs NCCL's host code, so replays print nothing).
+#   2.24+       "AllReduce: 14336 Bytes -> Algo Ring proto LL channel{Lo..Hi}={0..1}"   (names)
+#   2.23        "AllReduce: 14336 Bytes -> Algo 1 proto 0 time 12.500000"              (numbers)
+#   2.20-2.22   "14336 Bytes -> Algo 1 proto 0 time 12.500000"                         (numbers, no function)
+#   2.18-2.19   nothing at INFO (the line is a TRACE one, in debug builds only)
+#   2.28 symmetric kernels: "AllReduce [Symmetric]: 14336 Bytes -> Kernel <name> nchannels 4 ..." (no algo/proto)
+_TUNING_RE = re.compile(
+    r"^(?:(?P<func>[A-Za-z]+)(?P<sym> \[Symmetric\])?: )?(?P<bytes>\d+) Bytes -> "
+    r"(?:Algo (?P<algo>\S+) proto (?P<proto>\S+)(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?"
+    r"|Kernel (?P<kernel>\S+))"
+)
+# The numbers the older lines print, in NCCL's own order (src/init.cc: ncclAlgoStr, ncclProtoStr).
+_ALGO_IDS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+_PROTO_IDS = ("LL", "LL128", "Simple")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _INT_DOT_RE = re.compile(r"^[+-]?\d+\.$")
 _CUSTOM_AR_OFF_RE = re.compile(r"custom ?all-?reduce is disabled", re.IGNORECASE)
@@ -38,6 +55,28 @@ def _clean_value(raw: str) -> str:
     if _INT_DOT_RE.match(v):
         return v[:-1]
     return v
+
+
+def _by_id(text: str, names: tuple[str, ...]) -> str:
+    """``1`` → ``Ring`` for the lines of NCCL < 2.24, which print the index; a name stays a name."""
+    return names[int(text)] if text.isdigit() and int(text) < len(names) else text
+
+
+def parse_tuning(msg: str) -> dict[str, Any] | None:
+    """A TUNING choice line's fields: ``func`` (None before 2.23: all-reduce is then the likely one), ``bytes``,
+    ``algo``/``proto`` (names, numbers mapped), ``channels`` ("lo..hi" or None), ``kernel`` (symmetric)."""
+    m = _TUNING_RE.match(msg)
+    if not m:
+        return None
+    symmetric = bool(m.group("sym")) or m.group("kernel") is not None
+    return {
+        "func": m.group("func"),
+        "bytes": int(m.group("bytes")),
+        "algo": "Symmetric" if symmetric else _by_id(m.group("algo"), _ALGO_IDS),
+        "proto": None if symmetric else _by_id(m.group("proto"), _PROTO_IDS),
+        "channels": f"{m.group('lo')}..{m.group('hi')}" if m.group("lo") is not None else None,
+        "kernel": m.group("kernel"),
+    }
 
 
 def parse_nccl_records(line: str) -> list[dict[str, Any]]:
@@ -71,7 +110,10 @@ def parse_nccl_records(line: str) -> list[dict[str, Any]]:
             vm = _VERSION_RE.match(msg)
             im = _INIT_RE.search(msg)
             bad = _INVALID_RE.match(msg)
-            if bad:
+            tuning = parse_tuning(msg) if "Bytes -> " in msg else None
+            if tuning:
+                rec.update(kind="tuning", **tuning)
+            elif bad:
                 rec.update(kind="invalid", var=bad.group("var"), value=bad.group("value"),
                            default=bad.group("default"))
             elif em:
@@ -108,6 +150,11 @@ def parse_nccl_line(line: str) -> dict[str, Any] | None:
 # reading logs
 
 
+# Distinct (function, size) TUNING entries kept per process: decode, verify and prefill at every captured batch
+# size fit many times over; a long-serving log of eager prefills of every prompt length does not need to.
+TUNING_SIZES_MAX = 512
+
+
 class _PidEvidence:
     """NCCL records and markers collected for one pid across the log and the NCCL_DEBUG_FILE files."""
 
@@ -120,6 +167,28 @@ class _PidEvidence:
         self.lines = 0
         self.sources: list[str] = []
         self.markers: list[dict[str, Any]] = []
+        # TUNING choices by (function, bytes): each distinct (algo, proto) with how often it was logged
+        self.tuning: dict[str, dict[str, Any]] = {}
+        self.tuning_lines = 0
+        self.tuning_capped = False
+
+    def add_tuning(self, rec: dict[str, Any]) -> None:
+        """Count one choice; at most TUNING_SIZES_MAX distinct sizes are kept (the rest are counted only)."""
+        self.tuning_lines += 1
+        key = f"{rec['func'] or 'AllReduce?'}:{rec['bytes']}"
+        entry = self.tuning.get(key)
+        if entry is None:
+            if len(self.tuning) >= TUNING_SIZES_MAX:
+                self.tuning_capped = True
+                return
+            entry = self.tuning[key] = {"func": rec["func"], "bytes": rec["bytes"], "choices": []}
+        choice = {"algo": rec["algo"], "proto": rec["proto"]}
+        for c in entry["choices"]:
+            if c["algo"] == choice["algo"] and c["proto"] == choice["proto"]:
+                c["count"] += 1
+                break
+        else:
+            entry["choices"].append({**choice, "channels": rec["channels"], "count": 1})
 
     def add_nccl(self, rec: dict[str, Any], source: str) -> None:
         self.lines += 1
@@ -138,6 +207,8 @@ class _PidEvidence:
             item = {"rank": rec["rank"], "nranks": rec["nranks"], "phase": rec["phase"]}
             if item not in self.inits:
                 self.inits.append(item)
+        elif kind == "tuning":
+            self.add_tuning(rec)
         elif kind == "warn" and len(self.warnings) < 20:
             self.warnings.append(rec["message"][:300])
 
@@ -150,6 +221,9 @@ class _PidEvidence:
             "warnings": self.warnings,
             "lines": self.lines,
             "sources": self.sources,
+            "tuning": list(self.tuning.values()),
+            "tuning_lines": self.tuning_lines,
+            "tuning_capped": self.tuning_capped,
         }
 
 

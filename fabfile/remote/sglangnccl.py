@@ -37,6 +37,11 @@ def _argv_flags(argv: list[str] | None) -> dict[str, Any]:
     return flags
 
 
+def argv_flags(argv: list[str] | None) -> dict[str, Any]:
+    """The launch flags that decide SGLang's own NCCL writes (the public name of ``_argv_flags``)."""
+    return _argv_flags(argv)
+
+
 def _facts_version_key(version: str) -> tuple[int, int, int, int]:
     """The agent's one version reading (:func:`versions.feature_key`); (-1, 0, 0, 0) for a string that is none."""
     try:

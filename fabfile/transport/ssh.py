@@ -14,6 +14,7 @@ import os
 import secrets
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +69,27 @@ class _LettingGoRemote(Remote):  # type: ignore[misc]
         if channel is not None:
             channel.close()
         raise interrupt
+def _close_failed_handshake(cxn: Any) -> None:
+    """Close the socket of a handshake that failed, and reap its ProxyCommand.
+
+    ``Transport.close()`` does nothing once the transport is inactive, which a failed banner or key exchange leaves
+    it; ``ProxyCommand.close()`` sends SIGTERM and never waits. So the socket is closed here and the command's
+    process reaped (bounded: a command that ignores SIGTERM is killed)."""
+    transport = getattr(getattr(cxn, "client", None), "_transport", None)
+    sock = getattr(transport, "sock", None)
+    if sock is None:
+        return
+    try:
+        sock.close()
+    except OSError:
+        pass
+    process = getattr(sock, "process", None)
+    if process is not None:
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class _NudgingTransport(paramiko.Transport):
@@ -144,6 +166,10 @@ class SSHTransport(Transport):
         try:
             cxn.open()
         except BaseException:
+            # Fabric closes only a connection that opened; paramiko leaves the transport of a failed handshake (and
+            # its ProxyCommand) running. Each retry against a frozen sshd left one more ProxyCommand process alive,
+            # holding a half-open connection in the host's accept queue until the command ended.
+            _close_failed_handshake(cxn)
             cxn.close()
             raise
         finally:
@@ -314,6 +340,34 @@ class SSHTransport(Transport):
                               "check that the directory is writable by the SSH user and the disk is not full",
                               host=self.host_name) from None
         self.stats.uploads += 1
+
+    def get(self, path: str, dest: Path, max_bytes: int) -> int:
+        """SFTP: the host's file, bounded by its size (stat first, then at most ``max_bytes`` read)."""
+        from fabfile.transport.base import write_local
+
+        if not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
+        rel = path[2:] if path.startswith("~/") else path
+        try:
+            sftp = self.cxn.sftp()
+            size = int(sftp.stat(rel).st_size or 0)
+            if size > max_bytes:
+                raise RemoteError(f"{path} weighs {size} bytes, over the bound of {max_bytes}: not fetched",
+                                  host=self.host_name)
+            with sftp.open(rel, "rb") as f:
+                f.prefetch(size)
+                data = f.read(max_bytes + 1)
+        except (OSError, SSHException) as e:
+            if not self._alive():
+                raise ConnectionLost(f"the SSH session to {self.alias} dropped while reading {path}",
+                                     host=self.host_name) from None
+            raise RemoteError(f"could not fetch {path} from the host over SFTP: {e}",
+                              "check that the host allows SFTP for the SSH user", host=self.host_name) from None
+        if len(data) > max_bytes:
+            raise RemoteError(f"{path} grew over the bound of {max_bytes} bytes while it was read: not fetched",
+                              host=self.host_name)
+        self.stats.downloads += 1
+        return write_local(dest, data)
 
     def _put_by_shell(self, data: bytes, path: str, mode: int) -> None:
         """``cat`` the bytes from stdin into a temporary file in the target directory, then rename: atomic, and the

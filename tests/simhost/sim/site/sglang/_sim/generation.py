@@ -4,8 +4,9 @@ One engine thread runs the requests in flight as SGLang's scheduler does: new re
 batch (their first token comes from the prefill, as in SGLang), then every running request advances by one decode
 step per forward of the whole batch (continuous batching, at most ``--max-running-requests``).
 
-Speculative (EAGLE/EAGLE3) cycle for a batch of B requests: draft ``steps`` tokens
-(``(draft_ms_per_step + draft_ms_per_seq·(B-1))`` each), verify ``num_draft_tokens`` D per request at
+Speculative (EAGLE/EAGLE3) cycle for a batch of B requests: ``steps - 1`` draft forwards
+(``(draft_ms_per_step + draft_ms_per_seq·(B-1))`` each) and a draft-extend (``draft_extend_ms``, default one draft
+forward's cost: so ``steps`` draft costs in all), verify ``num_draft_tokens`` D per request at
 ``verify_ms_base + verify_ms_per_token·D + verify_ms_per_batch_token·D·(B-1)``. Per request, draft position i is
 accepted with ``accept_prob[i]`` (last value repeats) and the run stops at the first rejection, so the distribution
 of accepted drafts per verify pass (not only its mean) follows the per-position rates; the pass emits 1 + accepted
@@ -18,6 +19,7 @@ costs are the single-stream ones. The engine sleeps each cost times ``time_scale
 
 from __future__ import annotations
 
+import datetime
 import queue
 import random
 import threading
@@ -26,7 +28,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sglang._sim import runtime
+from sglang._sim import nccl, runtime
+from sglang._sim.profiler import Measurement
 
 _WORDS = [
     "the", "of", "and", "to", "in", "is", "that", "it", "for", "as", "with", "was", "on", "be",
@@ -98,6 +101,10 @@ class _Req:
         self.histogram[correct] += 1
 
 
+# SGLang's DEFAULT_ADAPTIVE_CONFIG (0.5.16 wheel): candidate step counts per batch-size tier
+ADAPTIVE_TIERS: dict[int, list[int]] = {1: [1, 3, 7], 8: [0, 1, 3], 32: [0, 1], 64: [0]}
+
+
 class Generator:
     def __init__(self, server_args: Any, cfg: dict[str, Any], infos: list[dict[str, Any]], tp0_prefix: str):
         self.sa = server_args
@@ -118,6 +125,13 @@ class Generator:
             factor *= float(factors.get(f"{k}={v}", 1.0))
         self.comm_factor = factor
         self.probs = self.accept_probs() if self.spec else [0.0]
+        self.adaptive: dict[str, float] | None = None
+        if self.spec and getattr(server_args, "speculative_adaptive", False):
+            tier1 = ADAPTIVE_TIERS[1]
+            if self.steps not in tier1:
+                self.steps = tier1[len(tier1) // 2]
+            self.num_draft = self.steps + 1
+            self.adaptive = {"ema": float(self.steps - 1), "n": 0}
         # scheduler state (engine thread)
         self.cv = threading.Condition()
         self.waiting: list[_Req] = []
@@ -149,24 +163,61 @@ class Generator:
         self.fault: str | None = None
         self.scheduler_pids: list[int] = [int(i["pid"]) for i in infos if i.get("pid")]
         self.scheduler_dead = False
+        self.tp0_pid = int(info0.get("pid") or 0)
+        self.tp0_gpu = int(info0.get("gpu_id") or 0)
+        self.tp0_nccl_env: dict[str, str] = dict(info0.get("nccl_env") or {})  # what TP0's NCCL read
+        self.model_config = runtime.read_model_config(getattr(server_args, "model_path", None))
+        layers = int(self.model_config.get("num_hidden_layers") or 2)
+        self.measure = Measurement(server_args, self.ver, min(layers, 64), self.scheduler_pids)
 
     # -------------------------------------------------------------- costs (ms of simulated GPU time)
-    def cycle_ms(self, batch: int = 1) -> float:
-        """One draft+verify cycle of a batch of ``batch`` requests."""
+    def cycle_parts(self, batch: int = 1) -> dict[str, float]:
+        """One cycle's parts in ms: a draft forward (``steps - 1`` of them, as SGLang's draft_forward runs: the first
+        draft token comes out of the draft-extend), the verify, the draft-extend (``draft_extend_ms``, default one
+        draft step's cost, so the cycle costs ``steps`` draft steps + the verify)."""
         c = self.cfg
         extra = max(0, batch - 1)
         draft = float(c["draft_ms_per_step"]) + float(c.get("draft_ms_per_seq", 0.0)) * extra
         verify = float(c["verify_ms_base"]) + float(c["verify_ms_per_token"]) * self.num_draft + \
             float(c.get("verify_ms_per_batch_token", 0.0)) * self.num_draft * extra
-        return (draft * self.steps + verify) * self.comm_factor
+        extend = c.get("draft_extend_ms")
+        draft_extend = draft if extend is None else float(extend) + float(c.get("draft_ms_per_seq", 0.0)) * extra
+        f = self.comm_factor
+        # The all-reduces by message size (opt-in, nccl_allreduces_per_forward): verify's carry every draft token
+        # of the batch, a draft forward's (and the draft-extend's) one token per request.
+        draft_comm = self._allreduce_ms(batch, draft=True)
+        return {"draft": draft * f + draft_comm, "verify": verify * f + self._allreduce_ms(batch * self.num_draft),
+                "draft_extend": draft_extend * f + draft_comm}
+
+    def cycle_ms(self, batch: int = 1) -> float:
+        """One draft+verify cycle of a batch of ``batch`` requests."""
+        p = self.cycle_parts(batch)
+        return p["draft"] * max(0, self.steps - 1) + p["verify"] + p["draft_extend"]
 
     def decode_ms(self, batch: int = 1) -> float:
         c = self.cfg
         return (float(c["decode_ms"]) + float(c.get("decode_ms_per_seq", 0.0)) * max(0, batch - 1)) * \
-            self.comm_factor
+            self.comm_factor + self._allreduce_ms(batch)
 
     def prefill_ms(self, prompt_tokens: int) -> float:
-        return float(self.cfg["prefill_ms_base"]) + float(self.cfg["prefill_ms_per_token"]) * prompt_tokens
+        return float(self.cfg["prefill_ms_base"]) + float(self.cfg["prefill_ms_per_token"]) * prompt_tokens + \
+            self._allreduce_ms(prompt_tokens)
+
+    def _allreduce_ms(self, tokens: int, draft: bool = False) -> float:
+        """With ``nccl_allreduces_per_forward`` set: that many all-reduces of hidden x tokens x 2 bytes per forward
+        (a draft step: ``nccl_draft_allreduces_per_step``, 2 for EAGLE-3's one layer), each at the time NCCL's
+        choice for its size takes on this path (``_sim/nccl.py``: LL low latency and half the bandwidth, Simple the
+        opposite, LL128 on NVLink), under the NCCL_PROTO/NCCL_ALGO the TP0 scheduler's NCCL read. 0 without it
+        (the fixed costs above hold)."""
+        n = int(self.cfg.get("nccl_allreduces_per_forward") or 0)
+        if n and draft:
+            n = int(self.cfg.get("nccl_draft_allreduces_per_step", 2))
+        tp = int(getattr(self.sa, "tp_size", 1) or 1)
+        if not n or tp < 2:
+            return 0.0
+        nbytes = int(self.model_config.get("hidden_size") or 7168) * max(tokens, 1) * 2
+        algo, proto = nccl.choose(nbytes, tp, self.cfg, self.tp0_nccl_env)
+        return n * nccl.allreduce_us(nbytes, algo, proto, tp, str(self.cfg.get("interconnect", "pcie"))) / 1000.0
 
     def accept_probs(self) -> list[float]:
         """``accept_prob``, or the entry of ``accept_prob_by_config`` for this server's speculative configuration
@@ -189,6 +240,37 @@ class Generator:
         return n
 
     # -------------------------------------------------------------- logging
+    def _nccl_eager(self, tokens: int) -> None:
+        """The TUNING lines NCCL's rank 0 (the TP0 scheduler) prints for one eager forward's all-reduces."""
+        if int(getattr(self.sa, "tp_size", 1) or 1) > 1 and self.tp0_pid and not self.cfg.get("real_cuda"):
+            nccl.emit_tuning(self.tp0_pid, self.tp0_gpu, nccl.allreduce_sizes(self.model_config, tokens),
+                             int(self.sa.tp_size), self.cfg, self.tp0_nccl_env)
+
+    def _adapt(self, accepted: list[int], batch: int) -> None:
+        """``--speculative-adaptive``: SGLang's AdaptiveStepSlot (adaptive_spec_params.py), in the small: an EMA of
+        the accepted drafts per verify pass, recomputed every 5 passes after 10 warm-up ones, moving between the
+        candidate step counts of the batch size's tier; the draft-token count follows (steps + 1, topk 1)."""
+        slot = self.adaptive
+        assert slot is not None
+        tier = max((k for k in ADAPTIVE_TIERS if k <= max(batch, 1)), default=1)
+        cands = ADAPTIVE_TIERS[tier]
+        if self.steps > 0:
+            slot["ema"] = 0.8 * slot["ema"] + 0.2 * sum(accepted) / len(accepted)
+        slot["n"] += 1
+        if slot["n"] <= 10 or (slot["n"] - 10) % 5 or self.steps not in cands:
+            return
+        i = cands.index(self.steps)
+        old = i
+        while i > 0 and slot["ema"] <= (0.5 if cands[i - 1] == 0 else cands[i - 1] - 0.5) - 0.25 * (tier == 1):
+            i -= 1
+        if i == old:
+            while i < len(cands) - 1 and slot["ema"] > cands[i] - 0.5:
+                i += 1
+        if cands[i] != self.steps:
+            self._log(f"Adaptive spec params updated: steps {self.steps} -> {cands[i]} "
+                      f"(ema_accept_len={slot['ema']:.2f})")
+            self.steps, self.num_draft = cands[i], cands[i] + 1
+
     def _log(self, msg: str) -> None:
         # Printed from the TP0 scheduler's perspective (its log prefix), as SGLang's stats rank does.
         runtime.write_all(2, f"[{runtime.now_stamp()}{self.tp0_prefix}] {msg}\n".encode())
@@ -197,10 +279,11 @@ class Generator:
         now = time.perf_counter()
         gap = max(now - self.window_start, 1e-9)
         self.last_gen_throughput = self.window_tokens / gap
-        # "Decode batch." until 0.5.3, "Decode batch [<forward ct>]," in 0.5.4, "Decode batch," from 0.5.5
+        # "Decode batch." until 0.5.3.x, "Decode batch [<forward ct>]," in 0.5.4 (not its post releases),
+        # "Decode batch," from 0.5.4.post1
         if self.ver < (0, 5, 4):
             head = "Decode batch."
-        elif self.ver < (0, 5, 5):
+        elif self.ver < (0, 5, 4, 1):
             head = f"Decode batch [{self.forward_ct}],"
         else:
             head = "Decode batch,"
@@ -211,19 +294,21 @@ class Generator:
             self.last_accept_length = al
             if self.ver >= (0, 5, 11):
                 rate = (al - 1) / (self.num_draft - 1) if self.num_draft > 1 else 0.0
-            elif self.ver >= (0, 5, 6):
+            elif self.ver >= (0, 5, 5, 3):
                 rate = al / self.num_draft if self.num_draft else 0.0
-            else:  # 0.5.4-0.5.5 divide by steps + 1, whatever the draft-token count (topk > 1)
+            else:  # 0.5.3.post2-0.5.5.post2 divide by steps + 1, whatever the draft-token count (topk > 1)
                 rate = al / (self.steps + 1)
             self.last_accept_rate = rate
             msg += f"accept len: {al:.2f}, "
-            if self.ver >= (0, 5, 4):
+            if self.ver >= (0, 5, 3, 2):
                 msg += f"accept rate: {rate:.2f}, "
-        msg += (
-            f"cuda graph: {not self.sa.disable_cuda_graph}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
-        )
-        if (0, 5, 1) <= self.ver < (0, 5, 9):  # the trailing ", " of 0.5.1-0.5.8 (not 0.4.x, gone in 0.5.9)
+        if self.ver >= (0, 4, 6, 4):
+            msg += f"cuda graph: {not self.sa.disable_cuda_graph}, "
+        msg += f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
+        if (0, 4, 9, 1) <= self.ver < (0, 4, 9, 3):
+            msg += f", timestamp: {datetime.datetime.now().isoformat()}"
+        # the trailing ", " of 0.4.5.x and 0.4.9.post3-0.5.8 (gone in 0.5.9)
+        if self.ver < (0, 4, 6) or (0, 4, 9, 3) <= self.ver < (0, 5, 9):
             msg += ", "
         self.window_tokens = 0
         self.window_forward_ct = 0
@@ -263,8 +348,12 @@ class Generator:
             if admit:
                 # A prefill batch: its forward yields each new request's first token.
                 self._log(self._prefill_line(admit))
-                t = max(t, time.perf_counter()) + sum(self.prefill_ms(r.prompt_tokens) for r in admit) * scale / 1000
+                self._nccl_eager(sum(r.prompt_tokens for r in admit))
+                cost = sum(self.prefill_ms(r.prompt_tokens) for r in admit)
+                t = max(t, time.perf_counter()) + cost * scale / 1000
+                wall0 = time.time() + (t - time.perf_counter()) - cost * scale / 1000
                 _sleep_until(t)
+                self.measure.prefill(wall0, cost * scale, len(admit), sum(r.prompt_tokens for r in admit))
                 with self.stats_lock:
                     self.prompt_tokens_total += sum(r.prompt_tokens for r in admit if r.log_metrics)
                     self.generation_tokens_total += sum(1 for r in admit if r.log_metrics)
@@ -283,13 +372,23 @@ class Generator:
                 continue
             b = len(batch)
             self.num_running = b
+            if getattr(self.sa, "disable_cuda_graph", False):  # eager: NCCL schedules (and logs) each all-reduce
+                self._nccl_eager(b * (self.num_draft if self.spec else 1))
             cost = self.cycle_ms(b) if self.spec else self.decode_ms(b)
             t = max(t, time.perf_counter() - 0.05) + cost * scale / 1000
+            wall0 = time.time() + (t - time.perf_counter()) - cost * scale / 1000
             _sleep_until(t)
+            if self.spec:
+                parts = {k: v * scale for k, v in self.cycle_parts(b).items()}
+                self.measure.cycle(wall0, parts, max(0, self.steps - 1), b)
+            else:
+                self.measure.decode(wall0, cost * scale, b)
             emitted_total = 0
+            accepted: list[int] = []
             for r in batch:
                 if self.spec:
                     acc = self._accepted()
+                    accepted.append(acc)
                     r.add_pass(acc)
                     n = min(1 + acc, r.max_new - len(r.words))
                 else:
@@ -306,6 +405,8 @@ class Generator:
                     self.cum_spec_forward += b
                 if self.forward_ct % interval == 0:
                     self._log(self._decode_line(sum(r.prompt_tokens + len(r.words) for r in batch)))
+            if self.adaptive is not None and accepted:
+                self._adapt(accepted, b)
             with self.cv:
                 self.running = [r for r in self.running if len(r.words) < r.max_new and not r.aborted]
                 self.num_running = len(self.running)
@@ -333,6 +434,8 @@ class Generator:
             "e2e_latency": time.perf_counter() - r.start,
         }
         if self.spec:
+            if r.log_metrics:
+                self.measure.finished(r.verify_ct)
             meta.update(spec_meta(self.ver, completion_tokens=n, verify_ct=r.verify_ct,
                                   correct_drafts=r.correct_drafts, steps=self.steps,
                                   num_draft_tokens=self.num_draft, histogram=r.histogram))

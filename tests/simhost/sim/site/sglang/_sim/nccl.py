@@ -33,8 +33,8 @@ _OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
 _ECHOED_ONCE: set[str] = set()
 
 
-def _subsys_enabled(name: str) -> bool:
-    spec = os.environ.get("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV")
+def _subsys_enabled(name: str, env: Any = None) -> bool:
+    spec = (os.environ if env is None else env).get("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV")
     items = [s.strip().upper() for s in spec.split(",") if s.strip()]
     if items and items[0].startswith("^"):
         excluded = {items[0][1:], *items[1:]}
@@ -144,3 +144,106 @@ def simulate_comm_init(rank: int, nranks: int, cuda_dev: int, cfg: dict[str, Any
         if fd != 1:
             os.close(fd)
     return seen
+
+
+# ---------------------------------------------------------------------------------------------- the tuner
+# What NCCL 2.28's tuner does for an all-reduce, in the small (src/graph/tuning.cc, src/enqueue.cc): it estimates
+# latency + bytes / bandwidth for every enabled (algorithm, protocol) and takes the fastest. LL moves 4 bytes of
+# data per 8-byte store (about half the bandwidth, the lowest latency), Simple the opposite, LL128 in between
+# (about 95 % of the bandwidth) and enabled by default only over NVLink-class paths. NCCL_PROTO / NCCL_ALGO limit
+# the choice (parseList: ';'-separated, an optional collective prefix, '^' to exclude, names without case).
+# Bandwidths and latencies below are the simulator's, of the order NCCL's tables give for one node.
+_PROTOS = ("LL", "LL128", "Simple")
+_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+_BW_GBPS = {"pcie": 20.0, "nvlink": 300.0}  # Simple's bus bandwidth per path
+_PROTO_BW = {"LL": 0.5, "LL128": 0.95, "Simple": 1.0}
+_PROTO_LAT_US = {"LL": 6.0, "LL128": 9.0, "Simple": 25.0}
+_ALGO_FACTOR = {"Ring": 1.0, "Tree": 1.15}  # a single-node tree is a chain: a little slower than the ring
+
+
+def _enabled(var: str, names: tuple[str, ...], env: Any) -> set[str] | None:
+    """The AllReduce entries of ``var`` (None: unset, everything NCCL enables by default)."""
+    raw = env.get(var)
+    if raw is None:
+        return None
+    enabled = set(names)
+    for entry in (e for e in raw.split(";") if e):
+        prefix, sep, items = entry.partition(":")
+        if not sep or not items:
+            prefix, items = "", entry
+        if prefix and prefix.lower() != "allreduce":
+            continue
+        invert = items.startswith("^")
+        chosen = {n for n in names for it in (items[1:] if invert else items).split(",") if it.lower() == n.lower()}
+        enabled = set(names) - chosen if invert else chosen
+    return enabled
+
+
+def allreduce_us(nbytes: int, algo: str, proto: str, nranks: int, path: str) -> float:
+    """Simulated time of one all-reduce of ``nbytes`` (a ring moves 2 (n-1)/n of the data)."""
+    bw = _BW_GBPS.get(path, _BW_GBPS["pcie"]) * _PROTO_BW[proto] * 1e3 / _ALGO_FACTOR.get(algo, 1.0)  # bytes/us
+    traffic = 2.0 * (nranks - 1) / max(nranks, 1) * nbytes
+    return _PROTO_LAT_US[proto] * max(nranks - 1, 1) ** 0.5 + traffic / bw
+
+
+def choose(nbytes: int, nranks: int, cfg: dict[str, Any], env: Any) -> tuple[str, str]:
+    """(algorithm, protocol) NCCL's tuner picks for one all-reduce, under this process's NCCL_ALGO/NCCL_PROTO and
+    a tuner plugin (``NCCL_TUNER_PLUGIN`` set: ``nccl_tuner_plugin_choice`` {"min_bytes", "algo", "proto"} wins
+    over the cost table, as a real plugin may)."""
+    path = str(cfg.get("interconnect", "pcie")).lower()
+    protos = _enabled("NCCL_PROTO", _PROTOS, env)
+    algos = _enabled("NCCL_ALGO", _ALGOS, env)
+    plugin = cfg.get("nccl_tuner_plugin_choice") or {}
+    if env.get("NCCL_TUNER_PLUGIN") and plugin and nbytes >= int(plugin.get("min_bytes", 0)):
+        return str(plugin.get("algo", "Ring")), str(plugin.get("proto", "Simple"))
+    proto_set = protos if protos is not None else {"LL", "Simple"} | ({"LL128"} if path == "nvlink" else set())
+    algo_set = (algos if algos is not None else {"Ring", "Tree"}) & set(_ALGO_FACTOR)
+    best = min(((allreduce_us(nbytes, a, p, nranks, path), a, p) for a in sorted(algo_set) for p in sorted(proto_set)),
+               default=(0.0, "Ring", "Simple"))
+    return best[1], best[2]
+
+
+def tuning_lines(sizes: list[int], nranks: int, cfg: dict[str, Any], env: Any) -> list[str]:
+    """NCCL 2.28's TUNING line for each all-reduce size (``AllReduce: N Bytes -> Algo X proto Y channel{Lo..Hi}=
+    {a..b}``); empty unless NCCL_DEBUG=INFO|TRACE and TUNING is in NCCL_DEBUG_SUBSYS (NCCL's default INIT,
+    BOOTSTRAP,ENV leaves it out)."""
+    if env.get("NCCL_DEBUG", "").strip().upper() not in ("INFO", "TRACE") or not _subsys_enabled("TUNING", env):
+        return []
+    out = []
+    for n in sizes:
+        algo, proto = choose(n, nranks, cfg, env)
+        hi = max(0, min(_strtoll(env.get("NCCL_MAX_CTAS") or env.get("NCCL_MAX_NCHANNELS") or "2") or 2,
+                        1 + n // (512 << 10)) - 1)
+        out.append(f"AllReduce: {n} Bytes -> Algo {algo} proto {proto} channel{{Lo..Hi}}={{0..{hi}}}")
+    return out
+
+
+def emit_tuning(pid: int, cuda_dev: int, sizes: list[int], nranks: int, cfg: dict[str, Any], env: Any) -> None:
+    """Write the TUNING lines as rank 0's process ``pid`` would, with ``env`` the NCCL_* values that process's
+    NCCL read (its prefix; its NCCL_DEBUG_FILE when set)."""
+    lines = tuning_lines(sizes, nranks, cfg, env)
+    if not lines:
+        return
+    host = hostname(cfg)
+    prefix = f"{host}:{pid}:{pid} [{cuda_dev}] NCCL INFO "
+    path = env.get("NCCL_DEBUG_FILE")
+    fd = 1  # NCCL's default sink is stdout, which the launch sends to the server log
+    if path:
+        try:
+            fd = os.open(path.replace("%h", host).replace("%p", str(pid)), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                         0o644)
+        except OSError:
+            fd = 1
+    try:
+        write_all(fd, "".join(prefix + line + "\n" for line in lines).encode())
+    finally:
+        if fd != 1:
+            os.close(fd)
+
+
+def allreduce_sizes(model_config: dict[str, Any], tokens: int) -> list[int]:
+    """The all-reduces of one forward of ``tokens`` tokens: two per layer (attention and MLP outputs), each
+    hidden × tokens × 2 bytes (bf16); a config without them reads as Kimi K2.5's hidden 7168 and 2 layers."""
+    hidden = int(model_config.get("hidden_size") or 7168)
+    layers = int(model_config.get("num_hidden_layers") or 2)
+    return [hidden * tokens * 2] * (2 * layers)

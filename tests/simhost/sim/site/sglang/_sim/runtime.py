@@ -50,6 +50,12 @@ DEFAULTS: dict[str, Any] = {
     # multiplicative factors on the verify/decode cost when the TP0 scheduler held NCCL_X=value at its
     # communicator init, e.g. {"NCCL_PROTO=LL": 0.9}; lets a benchmark see an NCCL preset's effect.
     "nccl_cost_factors": {},
+    # with NCCL_TUNER_PLUGIN set: {"min_bytes", "algo", "proto"}, the choice a plugin forces for large all-reduces
+    "nccl_tuner_plugin_choice": None,
+    # all-reduces per forward (2 per layer: 122 for a 61-layer model); with it, every forward pays NCCL's time for
+    # its message size on this path (_sim/nccl.py), so NCCL_PROTO/NCCL_ALGO move decode, verify and TTFT by size
+    "nccl_allreduces_per_forward": 0,
+    "nccl_draft_allreduces_per_step": 2,
     "nccl_version": "2.28.9+cuda13.0",
 }
 

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from sglang._sim import runtime
-from sglang._sim.nccl import simulate_comm_init
+from sglang._sim.nccl import allreduce_sizes, emit_tuning, simulate_comm_init
 from sglang.srt.model_loader.loader import DefaultModelLoader
 from sglang.srt.server_args import ServerArgs
 
@@ -142,6 +142,18 @@ class ModelRunner:
         start = time.monotonic()
         self._sleep("graph")
         logger.info(f"Capture cuda graph bs [1, 2, 4, 8, ..., {bs}]")
+        if self.tp_rank == 0 and self.tp_size > 1 and not self.cfg.get("real_cuda"):
+            # NCCL schedules each captured all-reduce once, at capture: its rank 0 logs the choice then, and never
+            # for the replays. Decode (and the draft's steps) carry bs tokens, verify bs x draft tokens.
+            sa = self.server_args
+            draft = int(sa.speculative_num_draft_tokens or (int(sa.speculative_num_steps or 0) + 1)) \
+                if sa.speculative else 0
+            sizes = []
+            for b in [1, 2, 4, 8, *range(16, int(bs or 8) + 1, 8)]:
+                sizes += allreduce_sizes(self.model_config, b)
+                if draft:
+                    sizes += allreduce_sizes(self.model_config, b * draft)
+            emit_tuning(os.getpid(), self.gpu_id, sizes, self.tp_size, self.cfg, os.environ)
         logger.info(
             f"Capture cuda graph end. Time elapsed: {time.monotonic() - start:.2f} s. mem usage=0.85 GB. "
             f"avail mem={avail - 0.85:.2f} GB."

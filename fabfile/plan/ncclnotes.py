@@ -1,0 +1,70 @@
+"""NCCL settings that will hurt or not do what they say, said before the server starts (``inv render``, deploy).
+
+Pure: from the NCCL values a plan asks for, its launch flags and the SGLang (and, when known, NCCL) release. Each
+note says what the setting does and what to do instead; the plan never changes what the operator wrote. Sources:
+NCCL's ``src/graph/tuning.cc`` (protocol selection, parseList), its docs (``NCCL_PROTO`` is discouraged,
+``NCCL_MAX_NCHANNELS`` deprecated since 2.17 for ``NCCL_MAX_CTAS``), and SGLang's own NCCL writes read from the
+release wheels (``remote/sglang_env_facts.py``, applied by ``remote/sglangnccl.sglang_nccl_rules``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from fabfile.remote import ncclenv
+from fabfile.remote.sglangnccl import argv_flags, sglang_nccl_rules
+
+DEPRECATED = {"NCCL_MAX_NCHANNELS": "NCCL_MAX_CTAS", "NCCL_MIN_NCHANNELS": "NCCL_MIN_CTAS"}
+
+
+def _proto_note(value: str, nccl: tuple[int, int] | None) -> str | None:
+    try:
+        allreduce = ncclenv.selection("NCCL_PROTO", value, nccl)["AllReduce"]
+    except ncclenv.SelectionError as e:
+        return f"{e}: NCCL fails the communicator's init, so the server will not start"
+    if "Simple" in allreduce:
+        return None
+    offer = ("NCCL_PROTO=\"LL,Simple\" (or \"^LL128\") leaves LL to the tuner for small messages and Simple for "
+             "large ones")
+    if nccl is None or nccl >= ncclenv.PER_COLLECTIVE_SINCE:
+        offer += ("; NCCL 2.24+ also takes per-collective values, e.g. \"LL,Simple;allreduce:LL,Simple\""
+                  + ("" if nccl else " (check-env shows the host's NCCL version)"))
+    return (f"NCCL_PROTO={value} leaves all-reduce no Simple protocol: without NVLink (LL128 is enabled by default "
+            "only over NVLink-class paths) every size runs LL at about half the bandwidth, including prefill's "
+            "megabyte all-reduces (hidden x prompt tokens x 2 bytes), which costs TTFT; NCCL's docs advise against "
+            f"setting NCCL_PROTO. {offer}; `inv sweep --nccl-env` measures both (kept as written)")
+
+
+def nccl_notes(tuning: Mapping[str, str], argv: Sequence[str], sglang_version: str | None,
+               nccl_version: str | None = None) -> list[str]:
+    """The notes for a plan asking for ``tuning`` (the NCCL_* values the server gets)."""
+    nccl = ncclenv.nccl_release(nccl_version)
+    notes: list[str] = []
+    if "NCCL_PROTO" in tuning:
+        note = _proto_note(tuning["NCCL_PROTO"], nccl)
+        if note:
+            notes.append(note)
+    if "NCCL_ALGO" in tuning:
+        try:
+            ncclenv.selection("NCCL_ALGO", tuning["NCCL_ALGO"], nccl)
+        except ncclenv.SelectionError as e:
+            notes.append(f"{e}: NCCL fails the communicator's init, so the server will not start")
+    for old, new in DEPRECATED.items():
+        if old in tuning:
+            notes.append(f"{old} is deprecated since NCCL 2.17 in favour of {new} (NCCL still reads it); "
+                         f"{new}={tuning[old]} says the same in the current name (kept as written)")
+    for rule in sglang_nccl_rules(sglang_version, argv_flags(list(argv))):
+        var, value = rule["var"], rule.get("value")
+        if rule["action"] != "overrides" or var not in tuning or rule["applies"] is False:
+            continue
+        if value is not None and ncclenv.same(var, tuning[var], str(value)):
+            continue
+        certainty = "replaces" if rule["applies"] else "may replace"
+        notes.append(f"SGLang {certainty} {var}={tuning[var]} with {value if value is not None else 'its own value'}"
+                     f" in the scheduler ({rule['condition']}): NCCL will not see the value asked for, and check-env "
+                     "will report it different")
+    debug = tuning.get("NCCL_DEBUG_SUBSYS")
+    if debug and "TUNING" in debug.upper().split(","):
+        notes.append("NCCL_DEBUG_SUBSYS has TUNING: NCCL's rank 0 logs a line per eager all-reduce (two per layer "
+                     "at every prefill) for as long as the server runs; keep it for a verification deploy only")
+    return notes
