@@ -36,6 +36,12 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
         show(r, lambda: deploy_summary(r, inv.ssh_config), as_json=as_json)
+        if as_json and r.error is not None:
+            # The step line says only "failed"; with --json the summary (which prints the error) is the document,
+            # so the sentence goes to stderr once here, as for people.
+            from fabfile.present.output import print_error
+
+            print_error(r.error)
         return 0 if r.ok else (r.error.exit_code if r.error else 1)
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
