@@ -111,7 +111,8 @@ def _start_lost_host_rollout(fleet: Fleet, sim_hosts: dict[str, SimHost], tmp_pa
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
     # sim2's new server is starting: from here on its deploy has changed the host.
-    _wait_for(lambda: any("speculative-num-steps 2" in c for _, c in sglang_pids(sim_hosts["sim2"])))
+    _wait_for(lambda: any(f"speculative-num-steps{sep}2" in c for sep in "= "
+                          for _, c in sglang_pids(sim_hosts["sim2"])))
     return inventory, proc
 
 
@@ -306,7 +307,7 @@ def test_status_during_a_deploy_shows_the_new_server_as_ours(fleet: Fleet, sim_h
                              str(inventory)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: any("speculative-num-steps 3" in c for _, c in sglang_pids(sim_host)))
+        _wait_for(lambda: any(f"speculative-num-steps{sep}3" in c for sep in "= " for _, c in sglang_pids(sim_host)))
         code, st, err = inv_json("status", "--host", "sim1", inventory=inventory)
         r = run_inv("status", "--host", "sim1", inventory=inventory)
         out, _ = proc.communicate(timeout=90)
@@ -481,7 +482,7 @@ def test_ctrl_c_during_a_deploy_names_cancel_and_the_previous_deploy_comes_back(
     sim_host.set_sim_config(fail="slow_load", load_seconds=30)
     proc = _interruptible("deploy", "--host", "sim1", "--steps", "3", inventory=inventory)
     try:
-        _wait_for(lambda: any("speculative-num-steps 3" in c for _, c in sglang_pids(sim_host)))
+        _wait_for(lambda: any(f"speculative-num-steps{sep}3" in c for sep in "= " for _, c in sglang_pids(sim_host)))
         bench = run_inv("bench", "--host", "sim1", "--num-prompts", "2", inventory=inventory)
         proc.send_signal(signal.SIGINT)
         _, deploy_err = proc.communicate(timeout=60)
