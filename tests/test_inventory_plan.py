@@ -211,6 +211,7 @@ def test_a_users_sglang_plugins_lets_the_tools_plugin_load(tmp_path: Path, value
     ({"NCCL_P2P_LEVEL": "sys"}, "env.NCCL_P2P_LEVEL", "write SYS"),
     ({"NCCL_NTHREAD": "512"}, "env.NCCL_NTHREAD", "NCCL's spelling is NCCL_NTHREADS"),
     ({"NCCL_BUFFSIZE": "16M"}, "env.NCCL_BUFFSIZE", "NCCL reads it as 16"),
+    ({"NCCL_PROTO": "LL,Simpel"}, "env.NCCL_PROTO", "'Simpel' is not a name NCCL knows"),
 ])
 def test_nccl_values_and_names_nccl_refuses_stop_the_deploy_before_any_host_is_touched(
         tmp_path: Path, env: dict[str, str], named: str, spelling: str) -> None:
