@@ -28,7 +28,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 task = functools.partial(_task, auto_shortflags=False)
 
 INVENTORY_HELP = "inventory file (default: $SPECDEPLOY_INVENTORY or ./inventory.yaml)"
-HOST_HELP = "host, group, or comma list of them (default: the inventory's default host)"
+HOST_HELP = "host, group, comma list of them, or all (every host; default: the inventory's default host)"
 JSON_HELP = "print one JSON document on stdout instead of tables"
 HOST_TIMEOUT_HELP = ("wall-clock bound in seconds on each host's part (default: timeouts.host, 60): a host past it "
                      "is reported as timed out while the others' results print")
@@ -57,12 +57,28 @@ def cli(fn: F) -> F:
         except SpecDeployError as e:
             print_error(e)
             raise Exit(code=e.exit_code) from None
-        except KeyboardInterrupt:
-            raise Exit("interrupted. A deploy already started on a host finishes there (or tears itself down); "
-                       "`inv status` shows the outcome.", code=130) from None
+        except BrokenPipeError:
+            from fabfile.present.output import pipe_closed
+
+            pipe_closed()
+        except KeyboardInterrupt as e:
+            from fabfile.errors import Interrupted
+
+            if isinstance(e, Interrupted):
+                raise Exit(e.sentence(), code=130) from None
+            # Read-only commands (logs --follow, watch, status...) just stop: no word about deploys.
+            raise Exit(INTERRUPTED.get(fn.__name__, ""), code=130) from None
 
     return wrapper  # type: ignore[return-value]
 
+
+# What Ctrl-C leaves behind, for the commands that change hosts (a deploy says it itself: fabfile.errors.Interrupted).
+_ON_HOSTS = ("interrupted: what was started on the host goes on there without this terminal (or tears itself down); "
+             "`inv status` shows what runs, `inv cancel` stops a deploy in progress")
+INTERRUPTED = {"deploy": _ON_HOSTS, "sweep": _ON_HOSTS + "; the sweep's finished rows are in its --out folder",
+               "deploy_router": _ON_HOSTS, "stop": "interrupted: `inv status` shows what still runs",
+               "rollback_patches": "interrupted: `inv rollback-patches --dry-run` shows what is left to restore",
+               "cancel": "interrupted: `inv status` shows whether the deploy let go of the host"}
 
 # The ranges of the numeric flags (fabfile/flags.py reads every one). Each maximum is far above any real use, so only
 # a typo (or a fuzzer) meets it; without one, a huge wait never ends and a huge count never finishes.
@@ -142,6 +158,8 @@ DEPLOY_HELP = {
                            "(default: hosts already deployed stay on the new version)",
     "lock_wait": "when another deploy holds a host, wait for it up to this many seconds, showing its step "
                  "(default: timeouts.lock_wait, 600; 0 = fail at once)",
+    "previous": "start again the deploy recorded before the latest one on each host (after `inv cancel` or a "
+                "failed deploy: the one that ran before), from its own launch script; no other flag",
     "measure": "turn SGLang's per-phase GPU timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, "
                "SGLang 0.5.11+): bench, sweep and explain then show measured phases (default: the inventory's "
                "`measure`; unset, on only for a sweep's deploys)",
@@ -156,13 +174,25 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
-           lock_wait: Any = None, measure: bool = False, no_measure: bool = False) -> None:
+           lock_wait: Any = None, measure: bool = False, no_measure: bool = False,
+           previous: bool = False) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
     from fabfile.errors import FlagError
 
     inv = _with_lock_wait(_inventory(inventory), lock_wait)
+    if previous:
+        given = [f for f, v in (("--steps", steps), ("--topk", topk), ("--draft-tokens", draft_tokens),
+                                ("--patch-mode", patch_mode), ("--dry-run", dry_run or None), ("--strategy", strategy),
+                                ("--batch", batch), ("--measure", measure or None),
+                                ("--no-measure", no_measure or None)) if v is not None]
+        if given:
+            raise FlagError(f"--previous: starts a recorded deploy as it ran; drop {', '.join(given)}")
+        from fabfile.commands.dispatch import deploy_previous
+
+        raise_for(deploy_previous(inv, inv.select(host), as_json=json))
+        return
     opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
     if batch is not None and strategy == "parallel":
@@ -322,7 +352,11 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
 @cli
 def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
                      inventory: Any = None, lock_wait: Any = None) -> None:
-    """Restore every patched SGLang file byte for byte and remove plugin/sitecustomize installs."""
+    """Restore SGLang's files the NCCL patches changed (files only; an earlier configuration: deploy --previous).
+
+    Every patched file comes back byte for byte and the plugin/sitecustomize installs are removed. No server is
+    started or stopped and no earlier configuration comes back: `inv deploy --previous` starts the deploy before
+    the latest one again."""
     from fabfile.commands.operations import rollback_hosts
 
     inv = _with_lock_wait(_inventory(inventory), lock_wait)
@@ -354,7 +388,7 @@ def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, ho
 
 
 BENCH_HELP = {
-    "host": "the host to benchmark (one host; default: the inventory's default host)",
+    "host": HOST_HELP + "; several hosts are benchmarked at once, each from itself",
     "concurrency": "requests in flight at once (default 1: the single-stream speed speculation is for)",
     "input_len": "prompt length in tokens, random ids (default 256)",
     "output_len": "new tokens per request, EOS ignored (default 128)",
@@ -403,8 +437,17 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     out = flags.path("--out", out)
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
-    h = _one_host(inv, host, "bench")
     baseline = _explain_baseline(explain, baseline)
+    hosts = inv.select(host)
+    if len(hosts) > 1:
+        from fabfile.commands.bench import bench_hosts
+        from fabfile.errors import FlagError
+
+        if explain:
+            raise FlagError("--explain: explains one host's benchmark at a time; name one --host")
+        raise_for(bench_hosts(inv, hosts, params, out or "runs", as_json=json))
+        return
+    h = hosts[0]
     from fabfile.commands.bench import bench_host
     from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result
@@ -826,6 +869,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
         raise FlagError(f"--write: {write} already exists; adopt writes a new file (print the entry without "
                         "--write and paste it into your inventory)")
     entry_name = name or host or "gpu1"
+    settings: dict[str, str] = {}
     if command is not None:
         entry = adoption.host_entry(adoption.parse_command(str(command)))
         source = "a pasted launch line"
@@ -833,10 +877,11 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
         inv = _inventory(inventory)
         h = _one_host(inv, host, "adopt")
         entry, source, _ = adoption.from_host(inv, h)
+        settings = adoption.connection_settings(inv)
     adoption.validate_entry(entry_name, entry)
     from fabfile.present.output import show
 
-    text = adoption.entry_yaml(entry_name, entry, source)
+    text = adoption.entry_yaml(entry_name, entry, source, settings)
     if write is not None:
         fd = os.open(write, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -853,7 +898,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
 
 DIFF_HELP = {
     "host": "the host whose deploys to compare (one host)",
-    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous)",
+    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous; current with --new now)",
     "new": "the second side: a deploy id, HOST:ID, current, previous, or now = what render would run now "
          "(default: current)",
     "steps": "with --new now: the steps to render (default: the old deploy's)",
@@ -873,8 +918,10 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
 
     step_flag = flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS)  # checked before any host is asked
     inv = _inventory(inventory)
-    ha, ra = differ.parse_ref("--old", str(old if old is not None else "previous"))
     hb, rb = differ.parse_ref("--new", str(new if new is not None else "current"))
+    # Against what render would run now, the side to compare is what runs now (it compared the previous deploy and
+    # said "no difference" while the running configuration differed).
+    ha, ra = differ.parse_ref("--old", str(old if old is not None else "current" if rb == differ.NOW else "previous"))
     named = {x for x in (ha, hb, host) if x}
     if len(named) > 1:
         raise FlagError(f"--old/--new: records from different hosts ({', '.join(sorted(named))}); a diff compares the "

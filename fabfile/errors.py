@@ -22,11 +22,36 @@ what happened and a hint that says what to do; ``tasks.py`` maps them to exit co
     ├── EnvNotProvenError                check-env could not prove the expected values in every rank
     ├── SweepError                       no configuration of a sweep could be deployed and measured
     └── HostTimeoutError                 a host gave no answer within its wall-clock bound (its session was closed)
+
+    Interrupted (a KeyboardInterrupt, so no handler of the tree catches it): Ctrl-C during a deploy, with what the
+    user needs then (the host, its step, whether the old server is stopped, `inv cancel`); exit 130.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a deploy: what the terminal's user needs to know then (the host, the step it was at, whether
+    the old server was already stopped). Still a KeyboardInterrupt, so nothing that lets Ctrl-C through catches it
+    by mistake; ``tasks.cli`` turns it into its sentence and exit 130."""
+
+    def __init__(self, host: str, step: str | None, old_stopped: bool, started: bool) -> None:
+        super().__init__(host)
+        self.host, self.step, self.old_stopped, self.started = host, step, old_stopped, started
+
+    def sentence(self) -> str:
+        if not self.started:
+            return (f"interrupted before {self.host} was changed (at step {self.step or 'connect'}): nothing runs "
+                    "there that did not before")
+        where = f"at step {self.step}" if self.step else "on the host"
+        old = ("the server that ran before is already stopped" if self.old_stopped else
+               "the server that ran before may already be stopped")
+        return (f"interrupted: the deploy goes on on {self.host} without this terminal ({where}; {old}): it finishes "
+                f"there, or tears its new server down if it fails. `inv status --host {self.host}` follows it; "
+                f"`inv cancel --host {self.host}` stops it, then `inv deploy --previous --host {self.host}` starts "
+                "the deploy before it again")
 
 
 class SpecDeployError(Exception):

@@ -137,16 +137,16 @@ def test_values_nccl_reformats_are_compared_as_nccl_parses_them(fleet: Fleet, ho
 # ---------------------------------------------------------------------------------------------------- point 4
 
 
-def test_a_value_nccl_ignores_is_never_proven(fleet: Fleet, host: SimHost, tmp_path: Path) -> None:
+def test_a_value_nccl_ignores_is_refused_before_the_host_is_touched(fleet: Fleet, host: SimHost,
+                                                                    tmp_path: Path) -> None:
+    """NCCL ignores `sys` without a word (level names are case-sensitive): check-env could only find that after the
+    model loaded (`evidence` still judges such a value unconfirmed, tests/test_evidence.py); the deploy refuses it
+    first, naming NCCL's spelling, and starts nothing."""
     inventory = _inventory(fleet, tmp_path, nccl_env={"NCCL_P2P_LEVEL": "sys"})
-    code, doc, _ = inv_json("deploy", "--steps", "2", inventory=inventory)
-    assert code == 1 and doc["error"]["kind"] == "EnvNotProvenError"
-    report = doc["check_env"]
-    rows = _rows(report, "NCCL_P2P_LEVEL")
-    assert rows and all(r["status"] == "unconfirmed" for r in rows)
-    assert all(r["status"] == "proven" for r in report["rows"] if r["var"] != "NCCL_P2P_LEVEL")
-    msg = _hints(report)["nccl_ignores_value"]
-    assert "case-sensitively" in msg and "SYS" in msg
+    r = run_inv("deploy", "--steps", "2", inventory=inventory)
+    assert r.returncode == 2, r.stderr
+    assert "nccl_env.NCCL_P2P_LEVEL='sys' is not a level NCCL knows: write SYS" in r.stderr
+    assert sglang_pids(host) == [] and "connect" not in r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------------------------------------------- point 5

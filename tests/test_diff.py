@@ -41,6 +41,9 @@ def test_diff_two_deploys_and_a_deploy_against_render_now(fleet: Fleet, sim_host
     r = run_inv("diff", "--old", "current", "--new", "now", inventory=inv, env={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     assert "no difference" in r.stdout
+    # `--new now` alone compares what runs now (it compared the previous deploy: a difference that is not there)
+    r = run_inv("diff", "--new", "now", inventory=inv, env={"COLUMNS": "80"})
+    assert r.returncode == 0 and "no difference" in r.stdout, r.stdout
 
     _with(inv, env={"EAGLE3_PROFILE": "0"})
     r = run_inv("diff", "--old", first["deploy_id"], "--new", "now", inventory=inv, env={"COLUMNS": "80"})

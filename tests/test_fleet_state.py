@@ -111,7 +111,8 @@ def _start_lost_host_rollout(fleet: Fleet, sim_hosts: dict[str, SimHost], tmp_pa
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1"})
     # sim2's new server is starting: from here on its deploy has changed the host.
-    _wait_for(lambda: any("speculative-num-steps 2" in c for _, c in sglang_pids(sim_hosts["sim2"])))
+    _wait_for(lambda: any(f"speculative-num-steps{sep}2" in c for sep in "= "
+                          for _, c in sglang_pids(sim_hosts["sim2"])))
     return inventory, proc
 
 
@@ -306,7 +307,7 @@ def test_status_during_a_deploy_shows_the_new_server_as_ours(fleet: Fleet, sim_h
                              str(inventory)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: any("speculative-num-steps 3" in c for _, c in sglang_pids(sim_host)))
+        _wait_for(lambda: any(f"speculative-num-steps{sep}3" in c for sep in "= " for _, c in sglang_pids(sim_host)))
         code, st, err = inv_json("status", "--host", "sim1", inventory=inventory)
         r = run_inv("status", "--host", "sim1", inventory=inventory)
         out, _ = proc.communicate(timeout=90)
@@ -461,3 +462,53 @@ def test_flags_are_unambiguous_and_stop_runs_hosts_at_once(fleet: Fleet, sim_hos
     by = _rows(doc)
     assert code == 1 and by["sim2"]["error"]["kind"] == "HostTimeoutError", doc
     assert by["sim1"]["ok"] and sglang_pids(sim_hosts["sim1"]) == []
+
+
+# -- issue 30 point 4: Ctrl-C and overlapping commands ----------------------------------------------------------
+def _interruptible(*args: str, inventory: Path) -> subprocess.Popen[str]:
+    """`inv ARGS` as typed in a terminal: SIGINT at its default (a suite started in the background ignores it)."""
+    return subprocess.Popen([*INV, *args, "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def test_ctrl_c_during_a_deploy_names_cancel_and_the_previous_deploy_comes_back(fleet: Fleet, sim_host: SimHost,
+                                                                                tmp_path: Path) -> None:
+    """Ctrl-C left the deploy running on the host without naming `inv cancel`; `inv bench` meanwhile measured the
+    half-started server (2.1 tok/s); after `inv cancel` nothing said how to get the old server back."""
+    inventory = _inventory(fleet, tmp_path)
+    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    assert code == 0, err
+    sim_host.set_sim_config(fail="slow_load", load_seconds=30)
+    proc = _interruptible("deploy", "--host", "sim1", "--steps", "3", inventory=inventory)
+    try:
+        _wait_for(lambda: any(f"speculative-num-steps{sep}3" in c for sep in "= " for _, c in sglang_pids(sim_host)))
+        bench = run_inv("bench", "--host", "sim1", "--num-prompts", "2", inventory=inventory)
+        proc.send_signal(signal.SIGINT)
+        _, deploy_err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert bench.returncode == 1 and "in progress on this host" in bench.stderr, bench.stderr
+    assert "wait for the deploy to end" in bench.stderr and "tok/s" not in bench.stdout
+    assert proc.returncode == 130 and "Traceback" not in deploy_err, deploy_err
+    flat = " ".join(deploy_err.split())
+    assert "`inv cancel --host sim1` stops it" in flat and "at step" in flat, deploy_err
+    r = run_inv("cancel", "--host", "sim1", inventory=inventory)
+    assert r.returncode == 0, r.stderr
+    assert "inv deploy --previous --host sim1" in " ".join(r.stdout.split()), r.stdout
+    sim_host.set_sim_config()
+    r = run_inv("deploy", "--previous", "--host", "sim1", inventory=inventory)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _steps_running(sim_host) == 2
+    # Ctrl-C of a read-only command says nothing about deploys
+    follower = _interruptible("logs", "--host", "sim1", "--follow", "--timeout", "60", inventory=inventory)
+    try:
+        assert follower.stdout is not None and follower.stdout.readline()
+        follower.send_signal(signal.SIGINT)
+        _, follow_err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 130 and "deploy" not in follow_err and "Traceback" not in follow_err, follow_err
+    run_inv("stop", inventory=inventory)

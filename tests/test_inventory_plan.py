@@ -78,8 +78,10 @@ def test_plan_launch_command_env_and_names(inv: inventory.Inventory) -> None:
 def test_flag_rules(inv: inventory.Inventory) -> None:
     with pytest.raises(FlagError, match="steps \\+ 1 = 4"):
         build(inv.hosts["g1"], Options(steps=3, draft_tokens=5))
-    with pytest.raises(FlagError, match="--draft-tokens is required"):
+    with pytest.raises(FlagError, match="--draft-tokens is required") as e:
         build(inv.hosts["g1"], Options(steps=3, topk=4))
+    # it says which values SGLang takes and suggests one (it suggested none)
+    assert "it can be 1 to 37" in e.value.message and "--draft-tokens 8" in e.value.hint
     assert build(inv.hosts["g1"], Options(steps=3, topk=4, draft_tokens=8)).config_name == "eagle3-s3-k4-d8"
 
 
@@ -93,6 +95,16 @@ def test_tree_drafts_follow_sglangs_only_limit(inv: inventory.Inventory) -> None
     assert build(inv.hosts["g1"], Options(steps=2, topk=4, draft_tokens=21)).config_name == "eagle3-s2-k4-d21"
     with pytest.raises(FlagError, match="between 1 and 21, got 22"):
         build(inv.hosts["g1"], Options(steps=2, topk=4, draft_tokens=22))
+
+
+def test_steps_are_bounded_by_sglangs_verify_tree(inv: inventory.Inventory) -> None:
+    """SGLang's build_tree kernel refuses more than 1024 draft tokens (tree.cuh in the 0.5.21+ wheels), at the first
+    draft after the model loaded: refused at plan time instead, naming the flag and the bound."""
+    assert build(inv.hosts["g1"], Options(steps=1023)).config_name == "eagle3-s1023-k1-d1024"
+    with pytest.raises(FlagError, match=r"--steps: .*at most 1024 draft tokens.* up to 1023, got 1024"):
+        build(inv.hosts["g1"], Options(steps=1024))
+    with pytest.raises(FlagError, match=r"--draft-tokens: .*up to 1024, got 1025"):
+        build(inv.hosts["g1"], Options(steps=400, topk=4, draft_tokens=1025))
 
 
 def test_secrets_are_masked_everywhere_they_are_shown(tmp_path: Path) -> None:
@@ -193,6 +205,37 @@ def test_a_users_sglang_plugins_lets_the_tools_plugin_load(tmp_path: Path, value
     else:
         (note,) = notes
         assert repr(value) in note and "specdeploy_nccl_env" in note and repr(launched) in note
+
+
+@pytest.mark.parametrize(("env", "named", "spelling"), [
+    ({"NCCL_P2P_LEVEL": "sys"}, "env.NCCL_P2P_LEVEL", "write SYS"),
+    ({"NCCL_NTHREAD": "512"}, "env.NCCL_NTHREAD", "NCCL's spelling is NCCL_NTHREADS"),
+    ({"NCCL_BUFFSIZE": "16M"}, "env.NCCL_BUFFSIZE", "NCCL reads it as 16"),
+    ({"NCCL_PROTO": "LL,Simpel"}, "env.NCCL_PROTO", "'Simpel' is not a name NCCL knows"),
+])
+def test_nccl_values_and_names_nccl_refuses_stop_the_deploy_before_any_host_is_touched(
+        tmp_path: Path, env: dict[str, str], named: str, spelling: str) -> None:
+    """`env: {NCCL_P2P_LEVEL: sys, NCCL_NTHREAD: '512'}` stopped the running server, loaded the model and failed at
+    verify env: refused at plan time instead (exit 2, the variable and NCCL's spelling), before any host call."""
+    from fabfile.commands.dispatch import deploy_command
+    from fabfile.commands.rollout import parse_batch
+    from fabfile.transport.session import connector
+    from tests.fakehost import FakeFleet
+
+    p = tmp_path / "i.yaml"
+    p.write_text(BASE.replace('g3: {gpus: 2, tp: 2}', f"g3: {{gpus: 2, tp: 2, env: {env}}}"))
+    inv = inventory.load(p)
+    fleet = FakeFleet({})
+    with connector(fleet), pytest.raises(InventoryError) as e:
+        deploy_command(inv, [inv.hosts["g1"], inv.hosts["g3"]], None, Options(steps=1), strategy=None,
+                       batch=parse_batch("1"), canary=True, rollback_on_failure=False, as_json=True)
+    assert e.value.exit_code == 2 and e.value.host == "g3"
+    assert e.value.message.startswith(named) and spelling in e.value.message
+    assert not fleet.calls  # nothing was asked of any host
+    # what NCCL reads the same way passes: a YAML float, an old-style level, the exact name
+    p.write_text(BASE.replace('g3: {gpus: 2, tp: 2}', 'g3: {gpus: 2, tp: 2, env: {NCCL_BUFFSIZE: 16777216.0, '
+                                                      'NCCL_P2P_LEVEL: "5", NCCL_NTHREADS: "512", NCCL_IB_HCA: mlx5}}'))
+    assert build(inventory.load(p).hosts["g3"], Options(steps=1)).expected["NCCL_P2P_LEVEL"] == "5"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -156,3 +156,72 @@ def test_a_failed_rank_cancels_the_waiting_ranks_and_stops_the_ones_up(inv: inve
     assert set(fleet.requests("cancel")) == {"n0", "n2"}  # every other rank, with the reason
     assert "node rank 1 (n1) failed: rank 1 exited with code 1" in fleet.requests("cancel")["n2"]["reason"]
     assert by["n2"].outcome == "cancelled (another rank failed)" and by["n1"].outcome.startswith("failed")
+
+
+def test_status_exits_non_zero_when_the_recorded_deploy_failed_and_nothing_serves(inv: inventory.Inventory) -> None:
+    """After a failed deploy `inv status` showed `state: failed`, nothing running, and exit 0: a script checking it
+    believed the host fine."""
+    from fabfile.commands.operations import status
+
+    failed = {"running": False, "record": {"deploy_id": "d-9", "config_name": "eagle3-s2-k1-d3", "status": "failed"}}
+    stopped = {"running": False, "record": {"deploy_id": "d-8", "config_name": "baseline", "status": "stopped"}}
+    fleet = FakeFleet({"a": {"status": failed}, "b": {"status": stopped}})
+    with connector(fleet):
+        both = status(inv, _hosts(inv, "a", "b"))
+        only_b = status(inv, _hosts(inv, "b"))
+    assert both.exit_code == 1 and only_b.exit_code == 0  # a stop on purpose is no problem
+    view = both.outcomes[0].data["state"]
+    assert view["state"] == "failed" and "d-9" in view["problem"] and "nothing serves" in view["problem"]
+
+
+def test_host_all_covers_the_inventory_and_json_has_one_shape_for_one_host_or_many(inv: inventory.Inventory,
+                                                                                   tmp_path: Path) -> None:
+    """`--host all` was unknown; `status --json` was a host's document for one host and {"hosts": [...]} for many."""
+    from fabfile.commands.bench import BenchParams, bench_hosts
+    from fabfile.commands.operations import status
+
+    assert [h.name for h in inv.select("all")] == list(inv.hosts)
+    picked = [h.name for h in inv.select("b,all")]
+    assert picked[0] == "b" and len(picked) == len(inv.hosts)
+    up = {"running": True, "record": {"deploy_id": "d", "config_name": "baseline", "pid": 7},
+          "health": {"status": 200, "path": "/health_generate"}}
+    fleet = FakeFleet({n: {"status": up} for n in inv.hosts})
+    with connector(fleet):
+        many = status(inv, inv.select("all")).as_dict()
+        one = status(inv, inv.select("b")).as_dict()
+    assert many["ok"] is True and [d["host"] for d in many["hosts"]] == list(inv.hosts)
+    assert one["ok"] is True and [d["host"] for d in one["hosts"]] == ["b"] and one["host"] == "b"
+    assert set(one["hosts"][0]) == set(many["hosts"][0])
+
+    def bench(req: dict[str, Any]) -> dict[str, Any]:
+        return {"bench_id": req["bench_id"], "output_tok_s": 100.0, "config_name": "baseline"}
+
+    fleet = FakeFleet({"a": {"bench": bench}, "b": {"bench": bench},
+                       "c": {"bench": {"kind": "not_running", "message": "no server is running"}}})
+    with connector(fleet):
+        code = bench_hosts(inv, _hosts(inv, "a", "b", "c"), BenchParams(), tmp_path, as_json=True)
+    assert code == 1 and set(fleet.requests("bench")) == {"a", "b", "c"}  # every host measured at once
+    assert sorted(p.parent.name for p in tmp_path.glob("*/*.json")) == ["a", "b"]
+
+
+def test_sweep_predict_says_up_front_when_prediction_cannot_save_a_load(inv: inventory.Inventory, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--predict` over steps 0..3 said "model loads: 4 (the full grid would have taken 4)" only at the end."""
+    from fabfile.commands.bench import BenchParams
+    from fabfile.commands.sweep import run_sweep
+    from fabfile.errors import SweepError
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.plan.sweep_plan import configs
+
+    bad = {"problems": ["the model path /models/m does not exist"], "unsafe": [], "home": "/home/u",
+           "sglang": {"version": "0.5.5", "site_packages": "/x"}, "gpu": {"gpus": [{"index": 0}]}}
+    fleet = FakeFleet({"b": {"facts": bad, "status": {"running": False, "record": {}}}})
+    h = inv.hosts["b"]
+    for steps, says in (([0, 1, 2, 3], "here prediction may save none"), ([0, 1, 2], "nothing to predict")):
+        with connector(fleet), pytest.raises(SweepError):
+            run_sweep(inv, h, configs(h, Options(), steps, None, None), BenchParams(), keep=None,
+                      runs_dir=tmp_path, as_json=False, predict=True)
+        flat = " ".join(capsys.readouterr().err.split())
+        assert flat.startswith("--predict:") and says in flat.split(" ✗ ")[0], flat
+        # the counter never passes its total ([3/3] then [4/4]): an upper bound while winners may still be measured
+        assert len(steps) == 3 or ("[3/3]" not in flat and "[1/≤4]" in flat), flat

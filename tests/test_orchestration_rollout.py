@@ -67,7 +67,7 @@ def test_a_failed_batch_stops_the_rollout_before_the_next_batch(inv: inventory.I
     fleet = FakeFleet({
         "a": {"facts": FACTS, "deploy": _deployed(None), "status": _status("eagle3")},
         "b": {"facts": FACTS, "deploy": _failed_after_changing(None), "status": _status(None)},
-        "c": {"status": _status("baseline")},
+        "c": {"facts": FACTS, "status": _status("baseline")},
     })
     hosts = [inv.hosts[n] for n in ("a", "b", "c")]
     with connector(fleet):
@@ -83,6 +83,28 @@ def test_a_failed_batch_stops_the_rollout_before_the_next_batch(inv: inventory.I
     assert (by["a"].config_now, by["b"].config_now, by["c"].config_now) == ("eagle3", None, "baseline")
 
 
+def test_every_host_passes_preflight_before_the_first_host_is_touched(inv: inventory.Inventory) -> None:
+    """A wrong model path on the last host refuses the whole rollout before the canary is deployed (it cost two model
+    loads: the canary's deploy and its rollback)."""
+    bad = {**FACTS, "problems": ["model path /models/m does not exist"]}
+    fleet = FakeFleet({
+        "a": {"facts": FACTS, "deploy": _deployed(None), "status": _status("baseline")},
+        "b": {"facts": FACTS, "deploy": _deployed(None), "status": _status("baseline")},
+        "c": {"facts": bad, "deploy": _deployed(None), "status": _status("baseline")},
+    })
+    hosts = [inv.hosts[n] for n in ("a", "b", "c")]
+    with connector(fleet):
+        res = run_rollout(inv, hosts, Options(steps=1), strategy="rolling", batch=parse_batch("1"), canary=True,
+                          rollback_on_failure=True, quiet=True)
+    by = {r.host.name: r for r in res.hosts}
+    assert not res.ok and res.extra["preflight_failed"] == ["c"]
+    assert not fleet.requests("deploy") and not fleet.requests("redeploy") and not fleet.requests("stop")
+    assert by["c"].outcome == "failed (unchanged)" and by["c"].deploy is not None
+    assert by["c"].deploy.error is not None and "does not exist" in by["c"].deploy.error.message
+    assert by["a"].outcome == by["b"].outcome == "not started (preflight failed on c)"
+    assert by["a"].config_now == "baseline"  # still what ran before
+
+
 def test_rollback_on_failure_puts_back_only_the_hosts_this_run_changed(inv: inventory.Inventory) -> None:
     def records_of_b(_: dict[str, Any]) -> dict[str, Any]:
         # b's latest record is this run's failed deploy; nothing was recorded before it
@@ -93,7 +115,7 @@ def test_rollback_on_failure_puts_back_only_the_hosts_this_run_changed(inv: inve
               "redeploy": {"deploy_id": "back-a", "config_name": "baseline", "pid": 55}},
         "b": {"facts": FACTS, "deploy": _failed_after_changing(None), "status": _status(None), "stop": STOPPED,
               "records": records_of_b, "patch_rollback": {"files": [{"path": "engine.py", "action": "restored"}]}},
-        "c": {"status": _status("baseline")},
+        "c": {"facts": FACTS, "status": _status("baseline")},
     })
     hosts = [inv.hosts[n] for n in ("a", "b", "c")]
     with connector(fleet):
@@ -110,7 +132,7 @@ def test_rollback_on_failure_puts_back_only_the_hosts_this_run_changed(inv: inve
     assert by["b"].outcome == "rolled back (stopped)"
     assert by["b"].rollback and by["b"].rollback["patches"] == {"action": "restored", "files": 1}
     # c was not touched by the run, so the rollback leaves it alone too
-    assert not any(h == "c" and v != "status" for h, v, _, _ in fleet.calls)
+    assert not any(h == "c" and v not in ("status", "facts") for h, v, _, _ in fleet.calls)
     assert by["c"].outcome == "not started (rollout stopped)" and by["c"].config_now == "baseline"
 
 

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fabfile.errors import FlagError
@@ -274,14 +275,27 @@ def validate_entry(name: str, entry: dict[str, Any]) -> Any:
         raise FlagError(f"--command: the adopted entry is not valid: {e}") from None
 
 
-def entry_yaml(name: str, entry: dict[str, Any], source: str) -> str:
+def connection_settings(inv: Any) -> dict[str, str]:
+    """The inventory's own ``ssh_config`` and ``known_hosts`` (absolute paths), so a file written by
+    ``inv adopt --write`` reaches the host the way the adopting inventory did (it wrote only ``hosts:``, and its
+    deploy could not connect unless the alias was also in ~/.ssh/config)."""
+    out: dict[str, str] = {}
+    for key in ("ssh_config", "known_hosts"):
+        path = getattr(inv, key, None)
+        if path is not None:
+            out[key] = str(Path(path).expanduser().resolve())
+    return out
+
+
+def entry_yaml(name: str, entry: dict[str, Any], source: str, settings: dict[str, str] | None = None) -> str:
     import yaml
 
     head = f"# adopted by `inv adopt` from {source}\n"
     if entry.get("listen") not in ("127.0.0.1", "localhost", "::1"):
         head += (f"# listen {entry.get('listen')}: kept as the server ran. The tool advises 127.0.0.1 (reach it "
                  "through an SSH tunnel or the router) unless other machines must call it; deploy warns.\n")
-    body = yaml.safe_dump({"hosts": {name: entry}}, sort_keys=False, default_flow_style=False, width=100)
+    body = yaml.safe_dump({**(settings or {}), "hosts": {name: entry}}, sort_keys=False, default_flow_style=False,
+                          width=100)
     return head + body
 
 

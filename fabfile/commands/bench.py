@@ -129,3 +129,37 @@ def bench_host(inv: Inventory, host: Host, params: BenchParams, runs_dir: Path |
     result["timer_cost"] = timer_cost(result, runs_dir)
     result["local_path"] = str(save_local(result, runs_dir))
     return result
+
+
+def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir: Path | str, *,
+                as_json: bool) -> int:
+    """``inv bench`` on several hosts at once, each from the host itself (so the loads do not share a link): one
+    result per host, printed host by host when all have ended; the exit code of the worst."""
+    from fabfile.commands.fanout import concurrent
+    from fabfile.errors import SpecDeployError
+    from fabfile.present.bench_report import print_result
+    from fabfile.present.output import out, print_error, show
+
+    done: dict[str, dict[str, Any]] = {}
+    failed: dict[str, SpecDeployError] = {}
+
+    def one(h: Host) -> None:
+        try:
+            done[h.name] = bench_host(inv, h, params, runs_dir)
+        except SpecDeployError as e:
+            e.host = e.host or h.name
+            failed[h.name] = e
+
+    concurrent(hosts, one)
+    docs = [{"ok": True, **done[h.name]} if h.name in done else
+            {"host": h.name, "ok": False, "error": failed[h.name].as_dict()} for h in hosts]
+
+    def for_people() -> None:
+        for h in hosts:
+            if h.name in done:
+                print_result(done[h.name], out)
+            else:
+                print_error(failed[h.name])
+
+    show({"ok": not failed, "hosts": docs}, for_people, as_json=as_json)
+    return max((e.exit_code for e in failed.values()), default=0)

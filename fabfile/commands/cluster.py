@@ -15,7 +15,7 @@ import time
 
 from fabfile.commands.deploy import deploy_host
 from fabfile.commands.fanout import concurrent, reporter_for
-from fabfile.commands.rollout import observe, rollback_hosts
+from fabfile.commands.rollout import observe, refused_at_preflight, rollback_hosts
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Cluster, Host, Inventory
 from fabfile.plan.deploy_plan import Options, build, new_deploy_id
@@ -69,6 +69,11 @@ def deploy_cluster(inv: Inventory, cluster: Cluster, opts: Options, *, quiet: bo
             others = [n for n in nodes if n.name != node.name]
             concurrent(others, lambda n: _cancel(inv, n, deploy_id, reason))
 
+    # Every node is checked before any rank is stopped: one node's wrong path would otherwise tear down the others.
+    if refused_at_preflight(inv, nodes, opts, rows, result, plans):
+        observe(inv, result.hosts)
+        result.wall_s = time.monotonic() - t0
+        return result
     concurrent(nodes, one)
     if failed_first:
         result.stopped_after_batch = 1

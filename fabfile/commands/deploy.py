@@ -15,6 +15,7 @@ from fabfile import __version__
 from fabfile.errors import (
     ConnectError,
     FlagError,
+    Interrupted,
     PreflightError,
     RemoteError,
     SpecDeployError,
@@ -54,6 +55,38 @@ def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
         raise PreflightError("; ".join(facts["problems"]), "fix the host or the inventory, then deploy again",
                              host=h.name, problems=facts["problems"])
     return facts
+
+
+def checked_on_host(session: HostSession, plan: Plan) -> tuple[dict[str, Any], str, str, dict[str, Any] | None,
+                                                                 Plan]:
+    """Preflight and every check that needs the host's answers (its SGLang version: the patch mode, what the launch
+    line may say): read-only on the host. Returns the facts, the version, the patch mode and request, and the plan
+    for that version; raises the tool's error (exit 2 for what the version refuses) before anything is written."""
+    facts = preflight(session, plan)
+    version = str(facts["sglang"]["version"])
+    mode, patch = patch_request(session, plan, version)
+    # where the API key can go depends on the version; the NCCL notes on the host's NCCL release
+    plan = for_version(plan, version, (facts.get("nccl") or {}).get("version"))
+    # What this version does not understand is refused here, before any file lands on the host (exit 2).
+    from fabfile.plan.versioncheck import check as check_version
+
+    check_version(list(plan.launch_argv or plan.argv)[3:], dict(plan.env), version, plan.host.name)
+    return facts, version, mode, patch, plan
+
+
+def preflight_only(inv: Inventory, host: Host, plan: Plan) -> SpecDeployError | None:
+    """:func:`checked_on_host` on its own session, for a multi-host deploy: every host is checked before the
+    first one is touched, so a wrong path on the last host cannot cost the first one a model load and a
+    rollback. Returns the host's error, or None."""
+    try:
+        with HostSession.open(inv, host) as session:
+            checked_on_host(session, plan)
+    except SpecDeployError as e:
+        if e.host is None:
+            e.host = host.name
+        e.message = mask_secrets(e.message, secret_values(host))
+        return e
+    return None
 
 
 def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, dict[str, Any] | None]:
@@ -175,17 +208,8 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         session = HostSession.open(inv, host)
         reporter.step_end("connect", True)
         reporter.step_start("preflight")
-        facts = preflight(session, plan)
-        version = str(facts["sglang"]["version"])
-        result.sglang_version = version
-        mode, patch = patch_request(session, plan, version)
-        result.patch_mode = mode
-        # where the API key can go depends on the version; the NCCL notes on the host's NCCL release
-        plan = result.plan = for_version(plan, version, (facts.get("nccl") or {}).get("version"))
-        # What this version does not understand is refused here, before any file lands on the host (exit 2).
-        from fabfile.plan.versioncheck import check as check_version
-
-        check_version(list(plan.launch_argv or plan.argv)[3:], dict(plan.env), version, host.name)
+        facts, version, mode, patch, plan = checked_on_host(session, plan)
+        result.sglang_version, result.patch_mode, result.plan = version, mode, plan
         for note in plan.notes:
             reporter.info(note)
         upload_launch_files(session, plan)
@@ -196,6 +220,11 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         record = run_remote_deploy(session, req, deadline_for(plan), reporter)
         result.record = record
         result.ok = True
+    except KeyboardInterrupt:
+        step = reporter.current
+        reporter.close()
+        raise Interrupted(host.name, step, old_stopped="stop" in reporter.timings,
+                          started=result.remote_started) from None
     except SpecDeployError as e:
         if reporter.current:
             reporter.step_end(reporter.current, False, message=e.message)

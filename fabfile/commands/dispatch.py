@@ -11,13 +11,14 @@ from typing import Any
 
 from fabfile.commands.cluster import deploy_cluster
 from fabfile.commands.deploy import deploy_behind_routers
-from fabfile.commands.rollout import BatchSize, run_rollout
+from fabfile.commands.rollout import BatchSize, redeploy, run_rollout
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.present.deploy_report import deploy_summary
 from fabfile.present.output import show
 from fabfile.present.progress import Reporter
 from fabfile.present.rollout_report import print_cluster, print_rollout
+from fabfile.results.deploys import RolloutResult
 
 
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
@@ -31,12 +32,67 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
     if cluster is not None:
         cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
         show(cres, lambda: print_cluster(cres), as_json=as_json)
-        return 0 if cres.ok else 1
+        return 0 if cres.ok else refused_code(cres)
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
-        show(r, lambda: deploy_summary(r), as_json=as_json)
+        show(r, lambda: deploy_summary(r, inv.ssh_config), as_json=as_json)
+        if as_json and r.error is not None:
+            # The step line says only "failed"; with --json the summary (which prints the error) is the document,
+            # so the sentence goes to stderr once here, as for people.
+            from fabfile.present.output import print_error
+
+            print_error(r.error)
         return 0 if r.ok else (r.error.exit_code if r.error else 1)
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
     show(res, lambda: print_rollout(res), as_json=as_json)
-    return 0 if res.ok else 1
+    return 0 if res.ok else refused_code(res)
+
+
+def refused_code(res: RolloutResult) -> int:
+    """1 for a failed run; a run refused at preflight for bad input (what a host's SGLang does not accept) alone
+    exits 2 like any bad input, nothing having been touched."""
+    errs = [r.deploy.error for r in res.hosts if r.deploy is not None and r.deploy.error is not None]
+    if res.extra.get("preflight_failed") and errs and all(e.exit_code == 2 for e in errs):
+        return 2
+    return 1
+
+
+def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
+    """``inv deploy --previous``: start again, on each host, the deploy recorded before its latest one (after an
+    ``inv cancel``, or a deploy that failed, the one that ran before it), from that deploy's own launch script and
+    patch state (the ``redeploy`` verb a rollback uses). Hosts one after another; the exit code of the worst."""
+    from fabfile.commands.fanout import reporter_for
+    from fabfile.errors import FlagError, SpecDeployError
+    from fabfile.present.output import err, out, print_error
+    from fabfile.transport.session import HostSession
+
+    docs: list[dict[str, Any]] = []
+    code = 0
+    for h in hosts:
+        try:
+            with HostSession.open(inv, h) as s:
+                recs = s.call("records", {})
+                cur, prev = recs.get("current") or {}, recs.get("previous") or {}
+                if not prev.get("deploy_id"):
+                    raise FlagError(f"--previous: {h.name} has no deploy recorded before "
+                                    f"{cur.get('deploy_id') or 'its latest'}; nothing to go back to",
+                                    f"deploy a configuration explicitly: inv deploy --host {h.name} --steps N",
+                                    host=h.name)
+                data = redeploy(s, str(prev["deploy_id"]), reporter_for(h, quiet=as_json, shared_console=False))
+            docs.append({"host": h.name, "ok": True, "from_deploy_id": prev["deploy_id"], **data})
+            if not as_json:
+                out.print(f"[green]✓[/green] [bold]{h.name}[/bold]: deploy {prev['deploy_id']} "
+                          f"({data.get('config_name')}) runs again as {data.get('deploy_id')}, pid {data.get('pid')}",
+                          soft_wrap=False)
+        except SpecDeployError as e:
+            e.host = e.host or h.name
+            code = max(code, e.exit_code)
+            docs.append({"host": h.name, "ok": False, "error": e.as_dict()})
+            if not as_json:
+                print_error(e)
+    if as_json:
+        show(docs[0] if len(docs) == 1 else {"ok": code == 0, "hosts": docs}, lambda: None, as_json=True)
+    elif code:
+        err.print(f"[red]--previous failed on {sum(1 for d in docs if not d['ok'])} of {len(docs)} host(s)[/red]")
+    return code

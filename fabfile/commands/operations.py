@@ -76,6 +76,11 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
         if status == "running":
             view["problem"] = (f"deploy {rec.get('deploy_id')} is recorded as running, but its server (pid "
                                f"{rec.get('pid')}) is gone")
+        elif status == "failed":
+            # The host serves nothing because its last deploy failed: a problem (exit 1), not a state to pass by.
+            view["problem"] = (f"deploy {rec.get('deploy_id')} ({rec.get('config_name')}) failed and nothing "
+                               "serves: `inv logs` shows why; deploy again, or start the one before it with "
+                               "`inv deploy --previous`")
     if in_progress:
         # A deploy owns the host right now: what its server is doing is its business until it ends.
         view["state"] = "deploying"

@@ -24,7 +24,7 @@ from fabfile.commands.deploy import deploy_behind_routers
 from fabfile.commands.fanout import concurrent, reporter_for
 from fabfile.errors import SpecDeployError, from_agent
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.plan.deploy_plan import Options, new_deploy_id
+from fabfile.plan.deploy_plan import Options, Plan, new_deploy_id
 from fabfile.present.progress import Reporter
 from fabfile.results.deploys import HostRollout, RolloutResult
 from fabfile.transport.session import HostSession
@@ -88,6 +88,10 @@ def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: s
     rows = {h.name: HostRollout(h, batch=i + 1) for i, b in enumerate(plan_batches) for h in b}
     result = RolloutResult(strategy, [[h.name for h in b] for b in plan_batches], [rows[h.name] for h in hosts])
 
+    if len(hosts) > 1 and refused_at_preflight(inv, hosts, opts, rows, result):
+        observe(inv, result.hosts)
+        result.wall_s = time.monotonic() - t0
+        return result
     for i, b in enumerate(plan_batches):
         shared = len(b) > 1
 
@@ -120,6 +124,46 @@ def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: s
     observe(inv, result.hosts)
     result.wall_s = time.monotonic() - t0
     return result
+
+
+def preflight_all(inv: Inventory, hosts: list[Host], plans: dict[str, Plan]) -> dict[str, SpecDeployError]:
+    """Every host's preflight (facts, paths, GPUs, what its SGLang version accepts) at once, before any host is
+    touched: the errors by host name (empty when every host passed)."""
+    from fabfile.commands.deploy import preflight_only
+
+    errors: dict[str, SpecDeployError] = {}
+
+    def one(h: Host) -> None:
+        e = preflight_only(inv, h, plans[h.name])
+        if e is not None:
+            errors[h.name] = e
+
+    concurrent(hosts, one)
+    return errors
+
+
+def refused_at_preflight(inv: Inventory, hosts: list[Host], opts: Options, rows: dict[str, HostRollout],
+                         result: RolloutResult, plans: dict[str, Plan] | None = None) -> bool:
+    """Run :func:`preflight_all`; when a host fails it, fill the rows (that host failed, unchanged; the others not
+    started) and say so in ``result``: nothing was changed on any host. Returns whether the run must stop."""
+    from fabfile.plan.deploy_plan import build
+    from fabfile.results.deploys import DeployResult
+
+    plans = plans or {h.name: build(h, opts) for h in hosts}
+    errors = preflight_all(inv, hosts, plans)
+    if not errors:
+        return False
+    for h in hosts:
+        row = rows[h.name]
+        e = errors.get(h.name)
+        if e is not None:
+            row.deploy = DeployResult(host=h.name, ok=False, plan=plans[h.name], error=e)
+            row.outcome = "failed (unchanged)"
+        else:
+            row.outcome = f"not started (preflight failed on {', '.join(sorted(errors))})"
+    result.stopped_after_batch = 0
+    result.extra["preflight_failed"] = sorted(errors)
+    return True
 
 
 def observe(inv: Inventory, rows: list[HostRollout]) -> None:

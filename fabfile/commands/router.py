@@ -25,7 +25,8 @@ from fabfile.transport.session import HostSession
 
 def pick(inv: Inventory, name: str | None) -> Router:
     if not inv.routers:
-        raise FlagError(f"--router: {inv.path} defines no `routers:`", "add a routers: section (see README)")
+        raise FlagError(f"--router: {inv.path} defines no `routers:`",
+                        "add a routers: section (see docs/reference.md, Fleets)")
     if name is None:
         if len(inv.routers) == 1:
             return next(iter(inv.routers.values()))

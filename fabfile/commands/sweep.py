@@ -218,7 +218,24 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     kept = _resumed(doc, saved, resume) if saved else set()
     todo = [c for c in order if c.name not in kept]
     out_dir = _resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
-    run = _Run(inv, host, params, runs, out_dir, levels, SweepProgress(host.name, len(todo)), doc)
+    if predict:
+        # Said before the first load: how many loads prediction can save here (it reported "model loads: 4 (the
+        # full grid would have taken 4)" only at the end).
+        most = len(order) + min(len(held_back), len(levels))
+        up_front = (f"--predict: nothing to predict among these configurations: all {len(cfgs)} are measured, "
+                    f"{len(cfgs)} model loads as without --predict" if not held_back else
+                    f"--predict: {len(order)} configuration(s) measured first, {len(held_back)} predicted; a predicted "
+                    f"winner among those is measured too: {len(order)} to {most} model loads (the full grid: "
+                    f"{len(cfgs)})" + ("; here prediction may save none" if most >= len(cfgs) else ""))
+        notes.insert(0, up_front)
+        if not as_json:
+            from fabfile.present.output import err
+
+            err.print(up_front, markup=False, soft_wrap=False)
+    progress = SweepProgress(host.name, len(todo) + min(len(held_back), len(levels)))
+    # The counter counts up to the most loads this sweep can take ([3/≤4]), never past its total ([3/3] → [4/4]).
+    progress.at_most = bool(held_back)
+    run = _Run(inv, host, params, runs, out_dir, levels, progress, doc)
     try:
         for cfg in todo:
             run.one(cfg)
@@ -342,7 +359,7 @@ def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
         # The first level's winner last, so that it is the one left running.
         first = pred["winners"].get(str(run.levels[0]))
         confirm.sort(key=lambda c: c.name == first)
-    run.progress.total = run.index + len(confirm)
+    run.progress.total, run.progress.at_most = run.index + len(confirm), False
     for cfg in confirm:
         run.one(cfg)
 

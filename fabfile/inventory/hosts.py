@@ -21,6 +21,7 @@ from fabfile.inventory.values import (
     BUILTIN_NCCL_PRESETS,
     DEFAULT_ACCEPT_GATE,
     DEFAULT_LOG_DIR,
+    MAX_DRAFT_TOKENS,
     MAX_INVENTORY_BYTES,
     PATCH_MODES,
     Cluster,
@@ -33,7 +34,8 @@ from fabfile.inventory.values import (
     check_speculative,
 )
 
-__all__ = ["BUILTIN_NCCL_PRESETS", "DEFAULT_ACCEPT_GATE", "DEFAULT_LOG_DIR", "MAX_INVENTORY_BYTES", "PATCH_MODES",
+__all__ = ["BUILTIN_NCCL_PRESETS", "DEFAULT_ACCEPT_GATE", "DEFAULT_LOG_DIR", "MAX_DRAFT_TOKENS", "MAX_INVENTORY_BYTES",
+           "PATCH_MODES",
            "Cluster", "Host", "Inventory", "NodeRole", "Router", "Speculative", "Timeouts", "check_speculative",
            "load"]
 

@@ -188,12 +188,18 @@ class Inventory:
         )
 
     def select(self, spec: str | None) -> list[Host]:
-        """Resolve ``--host`` (names, group names, comma lists) into hosts, in order, without duplicates."""
+        """Resolve ``--host`` (names, group names, comma lists, ``all``) into hosts, in order, without duplicates.
+
+        ``all`` is every host of the inventory, in its order (unless the inventory names a host, group or cluster
+        ``all``: its own name wins). No ``--host`` is the default host."""
         if spec is None or spec.strip() == "":
             return [self.default_host()]
         out: list[Host] = []
         for token in (t.strip() for t in spec.split(",")):
             if not token:
+                continue
+            if token == ALL and token not in self.hosts and token not in self.groups and token not in self.clusters:
+                out += [h for h in self.hosts.values() if all(o.name != h.name for o in out)]
                 continue
             if token in self.clusters:
                 for node in self.cluster_nodes(token):
@@ -207,7 +213,7 @@ class Inventory:
             else:
                 known = ", ".join(sorted([*self.hosts, *self.groups, *self.clusters]))
                 raise InventoryError(f"--host: unknown host or group {quote(token, as_repr=True)} in {self.path}",
-                                     f"known names: {known}")
+                                     f"known names: {known}, or all (every host)")
             for n in names:
                 h = self.hosts[n]
                 if all(o.name != h.name for o in out):
@@ -215,6 +221,13 @@ class Inventory:
         if not out:
             raise InventoryError("--host: no host named", "pass --host NAME")
         return out
+
+
+# ``--host all``: every host of the inventory.
+ALL = "all"
+
+# SGLang's build_tree kernel: ``CHECK_HOST(draft_token_num > 0 && draft_token_num <= 1024)`` (check_speculative).
+MAX_DRAFT_TOKENS = 1024
 
 
 def check_speculative(spec: Speculative, *, has_draft: bool, where: str) -> None:
@@ -225,7 +238,11 @@ def check_speculative(spec: Speculative, *, has_draft: bool, where: str) -> None
       refused here so the plan, its config name and the server agree.
     - topk > 1: the draft tree picks ``draft_tokens - 1`` tokens with ``torch.topk`` from the ``topk + (steps - 1) *
       topk**2`` candidates the steps produce (``organize_draft_results``); more than that fails at the first draft.
-      SGLang sets no other limit (its own EAGLE tests run steps 5, topk 8, draft tokens 64).
+      SGLang's own EAGLE tests run steps 5, topk 8, draft tokens 64.
+    - any topk: the verify tree holds at most :data:`MAX_DRAFT_TOKENS` draft tokens. SGLang's build_tree kernel
+      checks ``draft_token_num <= 1024`` before it runs (``sglang/kernels/jit/csrc/speculative/tree.cuh``, in the
+      wheels from 0.5.21; earlier releases call the same kernel from sgl-kernel), so at topk 1, where draft tokens
+      are steps + 1, steps stop at 1023: more failed at the first draft, after the model had loaded.
     """
     if spec.steps < 0:
         raise ValueError(f"{where}.steps: must be 0 (baseline) or more, got {spec.steps}")
@@ -236,6 +253,14 @@ def check_speculative(spec: Speculative, *, has_draft: bool, where: str) -> None
     if not has_draft and spec.algorithm in ("EAGLE3", "EAGLE"):
         raise ValueError(f"{where}: {spec.algorithm} with {spec.steps} steps needs a draft_model")
     dt = spec.draft_tokens
+    tokens = spec.steps + 1 if spec.topk == 1 else dt
+    if tokens is not None and tokens > MAX_DRAFT_TOKENS:
+        field = "steps" if spec.topk == 1 else "draft_tokens"
+        raise ValueError(
+            f"{where}.{field}: SGLang's verify tree takes at most {MAX_DRAFT_TOKENS} draft tokens (its build_tree "
+            f"kernel refuses more at the first draft, after the model loaded), so "
+            + (f"steps at topk 1 (draft tokens = steps + 1) go up to {MAX_DRAFT_TOKENS - 1}, got {spec.steps}"
+               if spec.topk == 1 else f"draft tokens go up to {MAX_DRAFT_TOKENS}, got {dt}"))
     if spec.topk == 1 and dt is not None and dt != spec.steps + 1:
         raise ValueError(
             f"{where}.draft_tokens: with topk 1 SGLang requires draft tokens = steps + 1 = {spec.steps + 1}, "

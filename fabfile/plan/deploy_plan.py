@@ -16,7 +16,7 @@ from typing import Any
 
 from fabfile import __version__
 from fabfile.errors import FlagError, InventoryError
-from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, PATCH_MODES, Host, Speculative, check_speculative
 from fabfile.plan.argv import opt
 from fabfile.remote import versions
 
@@ -236,8 +236,13 @@ def _speculative(host: Host, opts: Options) -> Speculative:
             .replace("flags.topk", "--topk").replace("flags:", "--steps:")
         raise FlagError(msg, "see `inv --help deploy`", host=host.name) from None
     if spec.steps > 0 and spec.topk > 1 and spec.draft_tokens is None:
-        raise FlagError(f"--draft-tokens is required when --topk is {spec.topk}",
-                        "SGLang derives it only for topk 1 (steps + 1)", host=host.name)
+        top = min(spec.topk + (spec.steps - 1) * spec.topk ** 2 + 1, MAX_DRAFT_TOKENS)
+        raise FlagError(f"--draft-tokens is required when --topk is {spec.topk} (SGLang derives it only for topk 1: "
+                        f"steps + 1); with --steps {spec.steps} it can be 1 to {top}",
+                        f"e.g. --draft-tokens {min(2 * spec.topk, top)} (SGLang's own choice for topk 4 is 8 draft "
+                        "tokens at 5 steps; its EAGLE tests run topk 8 with 64); `inv sweep --topk "
+                        f"{spec.topk} --draft-tokens {min(2 * spec.topk, top)},{min(4 * spec.topk, top)}` measures "
+                        "them", host=host.name)
     return spec
 
 
@@ -277,6 +282,7 @@ class NcclSettings:
 
 
 def nccl_settings(host: Host) -> NcclSettings:
+    from fabfile.plan.ncclrefusals import refusal, unknown_names
     from fabfile.remote import ncclenv
 
     tuning: dict[str, str] = {}
@@ -287,6 +293,14 @@ def nccl_settings(host: Host) -> NcclSettings:
         for k, v in values.items():
             if not k.startswith("NCCL_") or ncclenv.kind(k) == "not_param":
                 continue
+            refused = refusal(k, v)
+            if refused is not None:
+                # Before anything is stopped: otherwise the deploy loaded the model and check-env found it.
+                raise InventoryError(f"{where}.{refused}", f"fix {where}.{k} in the inventory (or the preset "
+                                     "it comes from), then render again; nothing was touched", host=host.name)
+            if ncclenv.kind(k) == "unknown" and k in unknown_names({k: v}):
+                notes.append(f"{where}.{k} is not a variable NCCL 2.28 reads (kept as written: a newer NCCL or "
+                             "PyTorch may read it); check-env cannot prove it")
             if ncclenv.kind(k) == "logging":
                 if host.nccl_debug and k in NCCL_DEBUG_ENV and v != NCCL_DEBUG_ENV[k]:
                     notes.append(f"{where}.{k}={v} replaces nccl_debug's {NCCL_DEBUG_ENV[k]}")

@@ -178,15 +178,22 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
     console.print(f"  legend: ok = proven ({legend or 'no evidence'}); ? unconfirmed; DIFF a different value; "
                   "MISSING not set; OVERRIDDEN taken but NCCL chose around it; launcher = only in the launcher; "
                   "`inv check-env --verbose` lists every cell",
-                  markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=False)
+    # One line per unproven cause: the ranks where a variable is unproven the same way share it (a failed deploy
+    # printed the same line once per rank).
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
-        if r.get("status") == "proven":
-            continue
-        ev = r.get("evidence")
-        detail = (f"{_rank_label(r)} pid {_s(r.get('pid'))} {r.get('var')}: {str(r.get('status')).replace('_', ' ')}"
-                f", expected {_s(r.get('expected'))}, observed {_s(r.get('observed'))}"
-                f" ({EVIDENCE_LABEL.get(str(ev), _s(ev))})" + (f"; {r.get('note')}" if r.get("note") else ""))
-        console.print(f"  {escape(detail)}", highlight=False)
+        if r.get("status") != "proven":
+            key = tuple(_s(r.get(k)) for k in ("var", "status", "expected", "observed", "note"))
+            groups.setdefault(key, []).append(r)
+    for (var, status, want, observed, note), same in groups.items():
+        evs = ", ".join(dict.fromkeys(EVIDENCE_LABEL.get(str(r.get("evidence")), _s(r.get("evidence"))) for r in same))
+        who = (f"{_rank_label(same[0])} pid {_s(same[0].get('pid'))}" if len(same) == 1 else
+               f"{len(same)} ranks ({', '.join(_rank_label(r) for r in same)}; pids "
+               f"{', '.join(_s(r.get('pid')) for r in same)})")
+        detail = (f"{who} {var}: {status.replace('_', ' ')}, expected {want}, observed {observed} ({evs})"
+                  + (f"; {note}" if note != "-" else ""))
+        console.print(f"  {escape(detail)}", highlight=False, soft_wrap=False)
 
 
 USED_STYLE: dict[str, str] = {"proven": "green", "overridden": "bold red", "observed": "cyan", "unseen": "yellow"}
@@ -236,7 +243,7 @@ def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any]
     for line in _facts_lines(facts):
         console.print(f"  {escape(line)}", highlight=False)
 
-    hints: list[Mapping[str, Any]] = list(evaluation.get("hints") or [])
+    hints = one_per_cause(list(evaluation.get("hints") or []))
     if hints:
         console.print("[bold]Hints[/]")
     for h in hints:
@@ -252,6 +259,23 @@ def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any]
             f"  [{style}]{escape(sev)}[/] {escape(str(h.get('message')))}{suffix}",
             highlight=False,
         )
+
+
+def one_per_cause(hints: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Hints that say the same thing but for a pid or a rank (one per scheduler: 16 near-identical lines on a
+    failed deploy) merged into one, with every variable and pid they name."""
+    import re
+
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for h in hints:
+        key = (str(h.get("severity") or "info"), re.sub(r"\d+", "#", str(h.get("message"))))
+        m = merged.get(key)
+        if m is None:
+            merged[key] = {**h, "vars": list(h.get("vars") or []), "pids": list(h.get("pids") or [])}
+            continue
+        m["vars"] += [v for v in h.get("vars") or [] if v not in m["vars"]]
+        m["pids"] += [p for p in h.get("pids") or [] if p not in m["pids"]]
+    return list(merged.values())
 
 
 def to_json(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:

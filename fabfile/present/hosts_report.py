@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
 from fabfile.errors import HostTimeoutError
@@ -30,10 +29,14 @@ def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str],
         if o.error is None:
             t.add_row(o.host.name, verdict(o.data) if verdict else "[green]ok[/green]", figures(o.data))
         elif isinstance(o.error, HostTimeoutError):
-            t.add_row(o.host.name, "[red]timed out[/red]", o.error.message[:80])
+            t.add_row(o.host.name, "[red]timed out[/red]", BELOW)
         else:
-            t.add_row(o.host.name, "[red]failed[/red]", f"{type(o.error).__name__}: {o.error.message[:70]}")
+            t.add_row(o.host.name, "[red]failed[/red]", BELOW)
     return t
+
+
+# A failed host's cell: its error is printed once, whole, after the table (print_errors), never also cut in a cell.
+BELOW = "[dim]error below[/dim]"
 
 
 def print_errors(outcomes: list[HostOutcome]) -> None:
@@ -83,7 +86,7 @@ def print_status(result: HostsResult) -> None:
     for o in outcomes:
         if o.error is not None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
-            rows.append([o.host.name, f"[red]{what}[/red]", "-", "-", "-", escape(o.error.message), "-", "-", "-"])
+            rows.append([o.host.name, f"[red]{what}[/red]", "-", "-", "-", BELOW, "-", "-", "-"])
             continue
         rows.append(_status_row(o.host.name, o.data))
     print_table(out, cols, rows)
@@ -253,9 +256,20 @@ def print_rollback(result: HostsResult, *, dry_run: bool) -> None:
             continue
         out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: {verb} {len(items)} item(s)")
         for f in items:
-            action = str(f.get("action", verb)).replace("would_", "would ").replace("_", " ")
-            out.print(f"  {action}: {f.get('path')}")
+            out.print(f"  {rollback_action(str(f.get('action', verb)))}: {f.get('path')}")
     print_errors(result.outcomes)
+
+
+# The agent's past-tense actions, as a dry run says them ("would_removed" printed "would removed").
+_WOULD = {"restored": "restore", "removed": "remove", "already_original": "leave (already original)",
+          "already_removed": "leave (already removed)"}
+
+
+def rollback_action(action: str) -> str:
+    if action.startswith("would_"):
+        base = action[len("would_"):]
+        return "would " + _WOULD.get(base, base.replace("_", " "))
+    return action.replace("_", " ")
 
 
 # -- gpus -----------------------------------------------------------------------------------------------------
@@ -266,7 +280,7 @@ def print_gpus(result: HostsResult) -> None:
     for o in result.outcomes:
         if o.error is not None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
-            t.add_row(o.host.name, "-", f"[red]{what}[/red]", "", "", o.error.message[:60])
+            t.add_row(o.host.name, "-", f"[red]{what}[/red]", "", "", BELOW)
             continue
         if not o.data["available"]:
             t.add_row(o.host.name, "-", "no nvidia-smi", "", "", "")
@@ -292,7 +306,10 @@ def print_cancel(result: HostsResult) -> None:
         elif d.get("ended"):
             out.print(f"[green]✓[/green] [bold]{name}[/bold]: deploy {d['cancelled']} cancelled "
                       f"(it was at step {d.get('step') or '?'}); it ended {d.get('status') or 'without a record'}, "
-                      "its new server torn down")
+                      "its new server torn down", soft_wrap=False)
+            # The deploy had stopped the server that ran before: say how to bring that one back.
+            out.print(f"  to start the deploy that ran before it again: inv deploy --previous --host {name}  "
+                      "(`inv status` shows what runs now)", markup=False, soft_wrap=False)
         else:
             out.print(f"[yellow]{name}: asked deploy {d['cancelled']} to stop; it has not let go of the host yet"
                       "[/yellow] (it stops at its next step; `inv status` shows it)")

@@ -2,16 +2,50 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
 from fabfile.errors import SpecDeployError
 
-out = Console(highlight=False, soft_wrap=True)
+PIPE_CLOSED_EXIT = 141  # 128 + SIGPIPE: what a shell reports for `cat` when its reader went away
+
+
+def pipe_closed() -> NoReturn:
+    """stdout's reader has gone (``inv logs | head -1``): end the process at once and quietly, as ``cat`` does
+    when SIGPIPE kills it. Python ignores SIGPIPE, so every later write (from any thread, and the flush at exit)
+    raised BrokenPipeError: 636 lines of tracebacks. Nothing a command leaves on a host depends on this process
+    (a deploy goes on there, as after Ctrl-C)."""
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(PIPE_CLOSED_EXIT)
+
+
+class _Stdout:
+    """``sys.stdout`` as it is at each write (tests swap it), with a closed pipe ending the process quietly."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except BrokenPipeError:
+            pipe_closed()
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pipe_closed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stdout, name)
+
+
+out = Console(file=_Stdout(), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -25,8 +59,8 @@ def terminal_safe(text: str) -> str:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    sys.stdout.flush()
+    out.file.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    out.file.flush()
 
 
 def show(result: Any, for_people: Callable[[], object], *, as_json: bool) -> None:

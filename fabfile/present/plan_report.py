@@ -23,6 +23,12 @@ def describe(doc: dict[str, Any]) -> None:
     out.print(doc["launch_command"], markup=False, highlight=False)
     for path, text in doc["files"].items():
         out.print(f"[bold]file {path}[/bold]")
+        if not out.is_terminal:
+            # Piped or saved: the file byte for byte (rich cropped each line to 80 columns: the script shown ended
+            # at `--model-path /root/models/kim` while its header says it can be run by hand).
+            out.file.write(text if text.endswith("\n") else text + "\n")
+            continue
         lexer = "bash" if path.endswith(".sh") else "python" if (path.endswith(".py") or "inserted" in path) \
             else "text"
-        out.print(Syntax(text, lexer, theme="ansi_dark", word_wrap=True))
+        # In a terminal: highlighted, long lines wrapped to its width, never cut.
+        out.print(Syntax(text, lexer, theme="ansi_dark", word_wrap=True), soft_wrap=False)

@@ -3,6 +3,7 @@ the server's last log line while waiting. Progress goes to stderr so ``--json`` 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -17,6 +18,10 @@ STEP_TITLES = {
     "first_request": "first real request", "accept_gate": "accept-length gate", "verify_env": "verify env",
     "record": "record deploy",
 }
+
+
+# An HTTP server's access-log line (uvicorn's, as SGLang logs it): `127.0.0.1:51234 - "GET /ready HTTP/1.1" 503`.
+ACCESS_LINE = re.compile(r'"(?:GET|POST|HEAD) /\S* HTTP/[0-9.]+" \d{3}')
 
 
 class Reporter:
@@ -80,7 +85,8 @@ class Reporter:
             title = STEP_TITLES.get(name, name)
             extra = f"  [dim]{detail}[/dim]" if detail and ok else ""
             if not ok and message:
-                extra = f"  [red]{message}[/red]"
+                # The error itself is printed once, whole, with its hint, by the deploy's summary that follows.
+                extra = "  [red]failed[/red]"
             self.console.print(f"{mark} [bold]{self.host}[/bold] {title:<18} {elapsed:6.2f}s{extra}")
         self.current = None
 
@@ -104,7 +110,9 @@ class Reporter:
                 self.step_end(str(ev.get("name")), ev.get("status") == "ok", ev.get("elapsed"), ev.get("detail"),
                               ev.get("message"))
         elif kind == "log":
-            lines = ev.get("lines") or []
+            # SGLang's own progress (weights, KV cache, CUDA graph capture), not the access-log lines of the tool's
+            # own readiness probes (`"GET /ready HTTP/1.1" 503`, every half second while it loads).
+            lines = [x for x in ev.get("lines") or [] if not ACCESS_LINE.search(str(x))]
             if lines:
                 from fabfile.plan.deploy_plan import mask_secrets
                 from fabfile.present.output import terminal_safe
@@ -184,6 +192,7 @@ class SweepProgress:
     def __init__(self, host: str, total: int, *, enabled: bool = True, console: Console | None = None) -> None:
         self.host = host
         self.total = total
+        self.at_most = False  # total is an upper bound (--predict: predicted winners may still be measured)
         self.enabled = enabled
         self.console = console or Console(stderr=True, highlight=False)
         self.t0 = time.monotonic()
@@ -198,6 +207,11 @@ class SweepProgress:
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
+    @property
+    def of(self) -> str:
+        """The counter's total: ``≤4`` while predicted winners may still be measured."""
+        return f"≤{self.total}" if self.at_most else str(self.total)
+
     def remaining(self) -> float | None:
         if not self.finished:
             return None
@@ -207,7 +221,7 @@ class SweepProgress:
 
     def _text(self) -> Text:
         rem = self.remaining()
-        text = Text.assemble((f"{self.host} ", "bold"), f"sweep [{self.index}/{self.total}] ", (self.config, "bold"),
+        text = Text.assemble((f"{self.host} ", "bold"), f"sweep [{self.index}/{self.of}] ", (self.config, "bold"),
                              f" {self.phase} ", (f"{time.monotonic() - self.config_t0:5.1f}s", "cyan"),
                              f"  elapsed {self.elapsed():.0f}s")
         if rem is not None:
@@ -240,7 +254,7 @@ class SweepProgress:
         self.index, self.config, self.config_t0 = index, config, time.monotonic()
         self.set_phase("deploy")
         rem = self.remaining()
-        self._print(f"[bold]{self.host}[/bold] [{index}/{self.total}] [bold]{config}[/bold]: deploying "
+        self._print(f"[bold]{self.host}[/bold] [{index}/{self.of}] [bold]{config}[/bold]: deploying "
                     f"[dim](elapsed {self.elapsed():.1f}s" + (f", ~{rem:.0f}s left)" if rem is not None else ")")
                     + "[/dim]")
 
@@ -260,7 +274,7 @@ class SweepProgress:
         if counted:
             self.finished.append(took)
         mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-        where = f"[{self.index}/{self.total}] " if counted else ""
+        where = f"[{self.index}/{self.of}] " if counted else ""
         self._print(f"{mark} [bold]{self.host}[/bold] {where}[bold]{self.config}[/bold] "
                     f"{summary}  [dim]({took:.1f}s)[/dim]")
         self.config = ""

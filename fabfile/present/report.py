@@ -7,7 +7,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from fabfile.plan.analysis import BreakEven, analyze_sweep
 from fabfile.plan.sweep_plan import level_rows
@@ -42,8 +41,8 @@ def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool) -> str:
     text = f"{lv['tok_s']:.1f}"
     if measured and lv.get("tok_s_ci") is not None:
         text += f" ±{lv['tok_s_ci']:.1%}"
-    if measured and lv.get("predicted_tok_s") is not None:
-        text += f" (pred {lv['predicted_tok_s']:.1f})"
+    # One tok/s per row: measured rows show the measurement only (their prediction is a labelled line under the
+    # table: three figures for one configuration read as three measurements).
     return text + (" ★" if star else "")
 
 
@@ -137,6 +136,11 @@ def details(doc: dict[str, Any]) -> list[str]:
         lines.append(f"predicted from {pred['histogram_config']}'s accepted-drafts histogram "
                      f"({sum(pred['histogram'])} verify passes, from {pred.get('histogram_source')}) and the cycle "
                      "fit; predicted winner " + ", ".join(f"@{c}: {n}" for c, n in pred["winners"].items()))
+        checked = [(r["config"], r.get("predicted_tok_s"), r.get("tok_s")) for r in doc.get("rows") or []
+                   if r.get("measured", True) and r.get("ok") and r.get("predicted_tok_s") is not None]
+        if checked:
+            lines.append("prediction against measurement (tok/s, measured by the tool's benchmark): " + ", ".join(
+                f"{n} predicted {p:.1f}, measured {m:.1f}" for n, p, m in checked if m is not None))
         if doc.get("predicted_tok_s") is not None and doc.get("measured_tok_s"):
             err = doc["predicted_tok_s"] / doc["measured_tok_s"] - 1
             lines.append(f"{doc['winner']}: predicted {doc['predicted_tok_s']:.1f} tok/s, measured "
@@ -197,8 +201,12 @@ def _sweep_table(doc: dict[str, Any], c: Console) -> None:
     for line in details(doc) + phase_lines(doc):
         c.print(f"  {line}", markup=False)
     a = doc.get("analysis") or {}
+    if a.get("rows"):
+        # Its tok/s are derived (accept length ÷ the measured cycle), not a third measurement: said as such.
+        c.print("  break-even (derived from each configuration's measured cycle and accept length; its tok/s are "
+                "that model's, the table's are measured):", markup=False, soft_wrap=False)
     for r in a.get("rows") or []:
-        c.print(f"  {r['config']}: {r['sentence']}")
+        c.print(f"  {r['config']}: {r['sentence']}", markup=False, soft_wrap=False)
     if a.get("fit"):
         f = a["fit"]
         c.print(f"  cycle ≈ {f['base_ms']:.1f} ms + {f['per_step_ms']:.2f} ms × steps "
@@ -206,6 +214,8 @@ def _sweep_table(doc: dict[str, Any], c: Console) -> None:
     for key, label in (("report", "report"), ("plot", "plot"), ("json", "data")):
         if (doc.get("paths") or {}).get(key):
             c.print(f"  {label}: {doc['paths'][key]}", markup=False)
+    if doc.get("plot_missing"):
+        c.print(f"  plot: {doc['plot_missing']}", markup=False, soft_wrap=False)
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -318,6 +328,10 @@ def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
     png = out_dir / "sweep.png"
     if plot(doc, png):
         paths["plot"] = str(png)
+    else:
+        # Said, not silently missing: the plot needs matplotlib, the package's optional `plot` extra.
+        doc["plot_missing"] = ("no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]'); "
+                               "the table, report.md and sweep.json have every figure")
     doc["paths"] = paths
     md = out_dir / "report.md"
     paths["report"] = str(md)
@@ -342,15 +356,18 @@ def print_analysis(analysis: dict[str, Any]) -> None:
         out.print(analysis.get("note", "no baseline"))
         return
     out.print(f"baseline {analysis['baseline_ms']:.2f} ms/token ({1000 / analysis['baseline_ms']:.1f} tok/s)")
-    t = Table(header_style="bold")
-    for col in ("config", "cycle ms", "needs accept len", "max", "got", "tok/s predicted", "verdict"):
-        t.add_column(col, justify="left" if col in ("config", "verdict") else "right")
+    from fabfile.present.tables import Col, print_table
+
+    # Config names and figures are never cut (at 80 columns rich cut them to `eagl…`); the verdict wraps.
+    cols = [Col("config"), Col("cycle ms", justify="right"), Col("needs accept len", justify="right"),
+            Col("max", justify="right"), Col("got", justify="right"), Col("tok/s predicted", justify="right"),
+            Col("verdict", key=False)]
+    rows = [[escape(r["config"]), _f(r["cycle_ms"], "{:.1f}"), _f(r["needed_accept_len"]),
+             _f(r["max_accept_len"], "{:g}"), _f(r["accept_len"]), _f(r["predicted_tok_s"], "{:.1f}"),
+             escape(str(r["verdict"]))] for r in analysis["rows"]]
+    print_table(out, cols, rows)
     for r in analysis["rows"]:
-        t.add_row(r["config"], _f(r["cycle_ms"], "{:.1f}"), _f(r["needed_accept_len"]), _f(r["max_accept_len"], "{:g}"),
-                  _f(r["accept_len"]), _f(r["predicted_tok_s"], "{:.1f}"), r["verdict"])
-    out.print(t)
-    for r in analysis["rows"]:
-        out.print(f"  {r['config']}: {r['sentence']}")
+        out.print(f"  {r['config']}: {r['sentence']}", markup=False, soft_wrap=False)
 
 
 # -- measured phases (issue 26): per configuration, and the stacked bars of the PNG ---------------------------------

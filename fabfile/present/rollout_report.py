@@ -31,16 +31,16 @@ def rollout_notes(row: HostRollout) -> list[str]:
     elif d is not None and d.outcome_unknown:
         notes.append("link lost mid-deploy: whether it changed is unknown")
     if d is not None and d.error is not None and row.recheck is None:
-        notes.append(d.error.message[:70])
+        notes.append("error above")  # printed once, whole, before the table (deploy_summary)
     if row.rollback:
         notes.append(f"back to deploy {row.rollback.get('from_deploy_id')}" if row.rollback.get("action") ==
                      "redeployed" else f"stopped: {row.rollback.get('why')}")
     if row.rollback_error is not None:
-        notes.append(f"rollback failed: {row.rollback_error.message[:60]}")
+        notes.append("rollback failed (error above)")
     if row.observe_error:
         notes.append(f"not observed: {row.observe_error[:60]}")
     v = row.observed
-    if v is not None and v.get("problem"):
+    if v is not None and v.get("problem") and not (v.get("state") == "failed" and d is not None and d.error):
         notes.append(v["problem"][:80])
     if row.ok and d is not None and v is not None and v.get("config") != d.plan.config_name:
         notes.append(f"deployed {d.plan.config_name}, but the host now runs {v.get('config') or 'nothing'}")
@@ -64,7 +64,10 @@ def print_rollout(result: RolloutResult) -> None:
                   str(row.pid_now) if row.pid_now else "-", "; ".join(rollout_notes(row)))
     out.print(t)
     unknown = [r.host.name for r in result.hosts if r.config_now == "unknown"]
-    if result.stopped_after_batch is not None and result.strategy == "cluster":
+    if result.extra.get("preflight_failed"):
+        err.print(f"[red]deploy refused at preflight[/red] on {', '.join(result.extra['preflight_failed'])}: no "
+                  "host was touched (every host is checked before the first one changes); fix it and deploy again")
+    elif result.stopped_after_batch is not None and result.strategy == "cluster":
         err.print("[red]the cluster did not come up[/red]; every rank was torn down"
                   + (" and the nodes were put back to their previous deploys" if result.rolled_back else "")
                   + (f"; [red]rollback incomplete[/red] on {', '.join(result.rollback_incomplete)}"

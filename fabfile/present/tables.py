@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -33,11 +33,17 @@ def _plain(cell: Any) -> str:
 def print_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None,
                 min_free: int = 8) -> None:
     """Print ``rows`` (cells: markup strings or Text) under ``cols`` within ``console.width``."""
+    console.print(fit_table(console.width, cols, rows, title, min_free), soft_wrap=False)
+
+
+def fit_table(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None,
+              min_free: int = 8) -> RenderableType:
+    """The renderable :func:`print_table` prints (``inv watch`` redraws it in place): a table within ``width``, or
+    the list layout when its key columns do not fit side by side."""
     widths = [max([len(c.head), *(len(_plain(r[i])) for r in rows)]) for i, c in enumerate(cols)]
     need = sum(w if c.key else min(w, min_free) for c, w in zip(cols, widths, strict=True)) + 3 * len(cols) + 1
-    if need > console.width:
-        print_list(console, cols, rows, title)
-        return
+    if need > width:
+        return Group(*list_lines(width, cols, rows, title))
     t = Table(header_style="bold", title=title)
     for c, w in zip(cols, widths, strict=True):
         if c.key:
@@ -46,14 +52,19 @@ def print_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[A
             t.add_column(c.head, overflow="fold", justify=c.justify)  # type: ignore[arg-type]
     for r in rows:
         t.add_row(*r)
-    console.print(t)
+    return t
 
 
 def print_list(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
     """The narrow layout: per row, the first cell, then ``head: value`` pairs wrapped between pairs."""
-    if title:
-        console.print(f"[bold]{title}[/bold]")
-    width = max(console.width, 40)
+    for line in list_lines(console.width, cols, rows, title):
+        console.print(line, soft_wrap=True)
+
+
+def list_lines(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None) -> list[Text]:
+    """:func:`print_list`'s lines: per row, the first cell, then ``head: value`` pairs wrapped between pairs."""
+    lines: list[Text] = [Text.from_markup(f"[bold]{title}[/bold]")] if title else []
+    width = max(width, 40)
     for r in rows:
         first = Text.from_markup(r[0]) if isinstance(r[0], str) else r[0]
         line = Text()
@@ -66,11 +77,12 @@ def print_list(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[An
             pair = Text(f"{c.head}: ", style="dim")
             pair.append_text(value)
             if length + 2 + len(pair.plain) > width and length > 4:
-                console.print(line, soft_wrap=True)
+                lines.append(line)
                 line, length = Text("    "), 4
             else:
                 line.append("  ")
                 length += 2
             line.append_text(pair)
             length += len(pair.plain)
-        console.print(line, soft_wrap=True)
+        lines.append(line)
+    return lines

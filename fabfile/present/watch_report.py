@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from rich.markup import escape
+
 from fabfile.present.output import err, out
 
 
@@ -25,7 +27,8 @@ class WatchView:
 
     def sample(self, rows: list[dict[str, Any]], pending: dict[str, str], fired: dict[str, str]) -> None:
         if self.as_json:
-            print(json.dumps({"time": time.time(), "hosts": rows, "alarms": fired}), flush=True)
+            out.file.write(json.dumps({"time": time.time(), "hosts": rows, "alarms": fired}) + "\n")
+            out.file.flush()
         elif self.live is not None:
             self.live.update(_table(rows, pending), refresh=True)
         else:
@@ -47,17 +50,21 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]], alarms: dict[str, str]) -> Any:
-    from rich.table import Table
+    """The round's table within the terminal's width: host, config and the figures whole (at 80 columns rich cut
+    them to `conf…`, `heal…`, `eagl…`), the alarm text wrapped; narrower still, one block per host."""
+    from fabfile.present.tables import Col, fit_table
 
-    t = Table(header_style="bold", title=time.strftime("%H:%M:%S"))
-    for col in ("host", "config", "health", "tok/s", "accept len", "running", "queued", "source", "age", "alarm"):
-        t.add_column(col)
+    cols = [Col("host"), Col("config"), Col("health"), Col("tok/s", justify="right"),
+            Col("accept len", justify="right"), Col("running", justify="right"), Col("queued", justify="right"),
+            Col("source"), Col("age", justify="right"), Col("alarm", key=False)]
+    cells = []
     for r in rows:
         h = r.get("health") or {}
         health = "—" if not r.get("running") else (f"{h.get('status') or 'no answer'} "
                                                      f"{_fmt(h.get('latency_s'), '.2f')}s")
-        t.add_row(r["host"], str(r.get("config_name") or r.get("error") or "not running"), health,
-                  _fmt(r.get("tok_s"), ".1f"), _fmt(r.get("accept_len"), ".2f"), _fmt(r.get("running_req"), ".0f"),
-                  _fmt(r.get("queue_req"), ".0f"), str(r.get("source") or "—"),
-                  "—" if r.get("age_s") is None else f"{r['age_s']:.0f}s", alarms.get(r["host"], ""))
-    return t
+        cells.append([escape(r["host"]), escape(str(r.get("config_name") or r.get("error") or "not running")),
+                      health, _fmt(r.get("tok_s"), ".1f"), _fmt(r.get("accept_len"), ".2f"),
+                      _fmt(r.get("running_req"), ".0f"), _fmt(r.get("queue_req"), ".0f"),
+                      escape(str(r.get("source") or "—")), "—" if r.get("age_s") is None else f"{r['age_s']:.0f}s",
+                      escape(alarms.get(r["host"], ""))])
+    return fit_table(out.width, cols, cells, title=time.strftime("%H:%M:%S"))

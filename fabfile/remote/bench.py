@@ -268,7 +268,7 @@ def _measure(req: BenchRequest, rec: dict[str, Any], client: str, target: tuple[
 
 
 def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target: tuple[str, int], version: str,
-                   api_key: str | None, info_before: dict[str, Any]) -> dict[str, Any]:
+                   api_key: str | None, info_before: dict[str, Any], has_metrics: bool = True) -> dict[str, Any]:
     """Every other source of the speculative figures: the server's log since the start, its server info, its
     Prometheus metrics, the requests' meta_info (popped from ``measured``)."""
     host, port = target
@@ -278,7 +278,7 @@ def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target:
         lines = follower.read_lines()
     decode = metrics.summarize_decode_lines(lines)
     spec_info = metrics.spec_from_server_info(server_info(host, port, version, api_key)) or info_before
-    prom = prometheus(host, port, api_key)
+    prom = prometheus(host, port, api_key) if has_metrics else None
     meta = measured.pop("meta", {}) or {}
     sources: dict[str, float | None] = {
         "meta_info": meta.get("accept_len"),
@@ -341,6 +341,16 @@ def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict
     }
 
 
+def _no_deploy_in_progress(state_dir: str) -> None:
+    """Refuse while a deploy holds the host: the server it finds would be one being replaced (the old one
+    stopping, the new one loading), and its figures (2.1 tok/s over 121 s) would be nobody's."""
+    from .lock import DeployLock, describe
+
+    holder = DeployLock(state_dir).live_holder()
+    if holder is not None:
+        raise AgentError("lock_held", f"a deploy {describe(holder)} is in progress on this host; a benchmark now "
+                         "would measure a server that is being replaced, so none was started",
+                         "wait for the deploy to end (`inv status` follows it), then benchmark again")
 PHASES_HOWTO = ("deploy with measurement on (`inv deploy --measure` or `measure: true` in the inventory): "
                 "--enable-metrics and SGLANG_ENABLE_METRICS_DEVICE_TIMER=1")
 
@@ -387,7 +397,9 @@ def phases(before: str | None, after: str | None, result: dict[str, Any], measur
 
 def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
+    _no_deploy_in_progress(state_dir)
     rec = running_record(state_dir)
+    has_metrics = metrics.served(rec)  # /metrics only of a server started with --enable-metrics (else a 404 line)
     version = str(rec.get("sglang_version") or versions.NEWEST_SUPPORTED)
     target = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
     # The key is read from the running server's own command line, never sent: a request travels in the agent's
@@ -400,7 +412,8 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     bench_dir = os.path.join(state_dir, "bench")
     ensure_private_dir(bench_dir)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    metrics_before = http_get(*target, "/metrics", api_key)  # the device timer's counters before the load
+    # the device timer's counters before the load
+    metrics_before = http_get(*target, "/metrics", api_key) if has_metrics else None
     sink.emit("step", name="bench", status="start")
     t0 = time.monotonic()
     try:
@@ -416,8 +429,8 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
         raise _died_during(rec, req, measured.get("completed", "?"))
     sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
               detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
-    metrics_after = http_get(*target, "/metrics", api_key)
-    seen = _other_sources(measured, log_path, offset, target, version, api_key, info_before)
+    metrics_after = http_get(*target, "/metrics", api_key) if has_metrics else None
+    seen = _other_sources(measured, log_path, offset, target, version, api_key, info_before, has_metrics)
     result = _result(req, rec, version, measured, client_name, started_at, seen)
     result["phases"] = phases(metrics_before, metrics_after, result, measured, seen, version,
                               min(int(req["concurrency"]), int(req["num_prompts"])))

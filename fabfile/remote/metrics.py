@@ -99,6 +99,14 @@ _PROM = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\}
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
+def served(record: dict[str, Any] | None) -> bool:
+    """Whether the recorded server has ``/metrics``: SGLang serves it only with ``--enable-metrics``, and every GET
+    without it leaves a ``GET /metrics 404`` line in the server's log (``inv watch`` asked every 2 s). A record
+    without its launch line (an older one) is asked, as before."""
+    argv = ((record or {}).get("launch") or {}).get("argv")
+    return not isinstance(argv, list) or "--enable-metrics" in argv
+
+
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Prometheus exposition text → ``{metric: [(labels, value), ...]}`` (comments and bad lines skipped)."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}

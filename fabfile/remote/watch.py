@@ -53,7 +53,7 @@ def sample(state_dir: str, last_decode: Any) -> dict[str, Any]:
     timeout = server.probe_timeout_s(path, (request.get("summary") or {}).get("env"))
     code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
     out["health"] = {"path": path, "status": code, "latency_s": took}
-    text = _get_metrics(str(rec["listen"]), int(rec["port"]))
+    text = _get_metrics(str(rec["listen"]), int(rec["port"])) if metrics.served(rec) else None
     prom = metrics.spec_from_prometheus(text) if text else {}
     if prom:
         out.update(source="metrics", tok_s=prom.get("gen_throughput"), accept_len=prom.get("accept_len"),

@@ -31,7 +31,10 @@ class HostsResult:
     def as_dict(self) -> Any:
         docs = [{"host": o.host.name, "ok": o.ok, "data": o.data, "error": o.error.as_dict() if o.error else None}
                 for o in self.outcomes]
-        return docs[0] if len(docs) == 1 else {"ok": all(o.ok for o in self.outcomes), "hosts": docs}
+        # One shape for one host or many: `ok` and `hosts` always (a script reads doc["hosts"] either way); one
+        # host's document keeps its own keys at the top too, as before.
+        whole = {"ok": all(o.ok for o in self.outcomes), "hosts": docs}
+        return {**docs[0], **whole} if len(docs) == 1 else whole
 
 
 def exit_code(outcomes: list[HostOutcome], extra: int = 0) -> int:

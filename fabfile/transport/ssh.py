@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 from fabric import Config
+from fabric.runners import Remote
 from invoke.exceptions import CommandTimedOut
 from paramiko.ssh_exception import (
     AuthenticationException,
@@ -57,6 +58,17 @@ def _transient(e: BaseException) -> bool:
     return isinstance(e, (NoValidConnectionsError, socket.timeout, EOFError, SSHException, OSError))
 
 
+class _LettingGoRemote(Remote):  # type: ignore[misc]
+    """Fabric's remote runner, letting go of the command on Ctrl-C. Without a pty Fabric re-raises the interrupt,
+    but the runner then joins its stdout reader, which waits for the remote command to end: Ctrl-C during a deploy
+    did nothing until the deploy finished (minutes of model load). Closing the channel first ends the readers at
+    once; the agent on the host goes on without us (a deploy finishes or tears itself down; `inv cancel` stops it)."""
+
+    def send_interrupt(self, interrupt: KeyboardInterrupt) -> None:
+        channel = getattr(self, "channel", None)
+        if channel is not None:
+            channel.close()
+        raise interrupt
 def _close_failed_handshake(cxn: Any) -> None:
     """Close the socket of a handshake that failed, and reap its ProxyCommand.
 
@@ -122,6 +134,7 @@ class SSHTransport(Transport):
     def _build(self) -> Any:
         cfg = Config(runtime_ssh_path=str(self.ssh_config)) if self.ssh_config else Config()
         cfg.run.in_stream = False  # never mirror our stdin to remote commands
+        cfg.runners.remote = _LettingGoRemote
         t = self.timeouts
         cxn = _Connection(self.alias, config=cfg, connect_timeout=t.connect,
                          connect_kwargs={"transport_factory": _NudgingTransport,
