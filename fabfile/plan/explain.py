@@ -127,7 +127,9 @@ def step_like(baseline: Mapping[str, Any] | None, like: Mapping[str, Any] | None
     # A verdict never across clocks: the tool's wall-clock cycle over the timer's GPU decode forward counts the
     # scheduler's time on one side only, and on the H200 called a 1.6× win a 45 % loss.
     same = [v for v in found if _gpu(str(v.get("source", ""))) == gpu_like]
-    return (same or ([] if strict else found) or [None])[0]
+    if same:
+        return same[0]
+    return None if strict or not found else found[0]
 
 
 def _pct(x: float) -> str:
