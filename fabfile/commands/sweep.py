@@ -21,7 +21,14 @@ from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.errors import FlagError, SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.sla import Limits, broken
-from fabfile.plan.sweep_plan import Config, add_predictions, level_rows, measurement_order, predict_from_rows
+from fabfile.plan.sweep_plan import (
+    Config,
+    add_predictions,
+    level_rows,
+    measurement_order,
+    next_loads,
+    predict_from_rows,
+)
 from fabfile.present.progress import SweepProgress
 from fabfile.transport.session import HostSession
 
@@ -302,21 +309,36 @@ def _check_adaptive(inv: Inventory, host: Host, cfgs: list[Config]) -> None:
 
 
 def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
-    """After the measured configurations: predict the held-back ones and measure only those predicted to win."""
-    pred = predict_from_rows(run.rows, held_back, run.levels, run.params.output_len)
+    """After the measured configurations: predict the held-back ones and measure only those predicted to win.
+
+    Each load is a new measurement the next prediction uses (with measured phases the third load, the predicted
+    winner, gives the verify model its second point); the loop ends when every predicted winner was measured. The
+    prediction each configuration was loaded on is kept (``before_load``): what the report holds against its
+    measurement."""
+    pending = list(held_back)
+    before: dict[str, dict[str, float]] = {}
+    while True:
+        pred = predict_from_rows(run.rows, pending, run.levels, run.params.output_len)
+        confirm = next_loads(pred, pending, run.levels[0])
+        if pred.get("error") and not pred.get("need"):
+            run.doc["notes"].append(f"no prediction ({pred['error']}): the other configurations are measured")
+        elif pred.get("error"):
+            run.doc["notes"].append(f"{pred['error']}: measuring {pred['need']} too")
+        if not confirm:
+            break
+        for c in confirm:
+            got = {str(p["concurrency"]): float(p["tok_s"]) for p in pred.get("rows") or [] if p["config"] == c.name}
+            if got:
+                before[c.name] = got
+        if run.index >= 3 and not pred.get("error"):
+            run.doc["notes"].append("the prediction refit on the measured winner named "
+                                    f"{', '.join(c.name for c in confirm)}: measured too")
+        run.progress.total = run.index + len(confirm)
+        for cfg in confirm:
+            run.one(cfg)
+            pending.remove(cfg)
+    pred["before_load"] = before
     run.doc["prediction"] = pred
-    if pred.get("error"):
-        run.doc["notes"].append(f"no prediction ({pred['error']}): the other configurations are measured")
-        confirm = held_back
-    else:
-        names = [w for w in pred["winners"].values()]
-        confirm = [c for c in held_back if c.name in names]
-        # The first level's winner last, so that it is the one left running.
-        first = pred["winners"].get(str(run.levels[0]))
-        confirm.sort(key=lambda c: c.name == first)
-    run.progress.total = run.index + len(confirm)
-    for cfg in confirm:
-        run.one(cfg)
 
 
 def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | None = None) -> None:

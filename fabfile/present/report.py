@@ -134,9 +134,11 @@ def details(doc: dict[str, Any]) -> list[str]:
         lines.append("winner per concurrency: " + ", ".join(f"{c}: {winners.get(str(c)) or '-'}" for c in levels))
     pred = doc.get("prediction") or {}
     if pred.get("rows"):
+        methods = sorted(set((pred.get("methods") or {}).values())) or ["the cycle fit"]
         lines.append(f"predicted from {pred['histogram_config']}'s accepted-drafts histogram "
-                     f"({sum(pred['histogram'])} verify passes, from {pred.get('histogram_source')}) and the cycle "
-                     "fit; predicted winner " + ", ".join(f"@{c}: {n}" for c, n in pred["winners"].items()))
+                     f"({sum(pred['histogram'])} verify passes, from {pred.get('histogram_source')}) and "
+                     f"{'; '.join(methods)}; predicted winner "
+                     + ", ".join(f"@{c}: {n}" for c, n in pred["winners"].items()))
         if doc.get("predicted_tok_s") is not None and doc.get("measured_tok_s"):
             err = doc["predicted_tok_s"] / doc["measured_tok_s"] - 1
             lines.append(f"{doc['winner']}: predicted {doc['predicted_tok_s']:.1f} tok/s, measured "
