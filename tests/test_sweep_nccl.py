@@ -50,6 +50,24 @@ def test_a_candidate_replaces_the_hosts_tuning_values_and_keeps_its_logging(tmp_
     assert ll.expected["NCCL_PROTO"] == "Simple" and ll.expected["NCCL_BUFFSIZE"] == "16777216"
 
 
+
+def test_the_inventorys_own_presets_are_candidates(tmp_path: Path) -> None:
+    p = tmp_path / "inventory.yaml"
+    p.write_text("presets:\n  nccl:\n    simple8: {NCCL_PROTO: Simple, NCCL_MAX_CTAS: '8'}\n" + INV)
+    inv = inventory.load(p)
+    assert inv.nccl_presets["simple8"] == {"NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "8"}
+    assert "pcie" in inv.nccl_presets   # the built-in ones stay
+    cands = candidates("simple8,none", "NCCL_ALGO=Ring|-", inv.nccl_presets)
+    assert [c.name for c in cands] == ["simple8+ALGO=Ring", "simple8+ALGO=-", "none+ALGO=Ring", "none+ALGO=-"]
+    plan = build(apply(inv.hosts["h"], cands[0]), Options(steps=0))
+    assert plan.expected == {"NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "8", "NCCL_ALGO": "Ring"}
+    with pytest.raises(FlagError, match="unknown preset 'simple8'"):
+        candidates("simple8", None)   # without the inventory's table: the built-in presets only
+    # Through the CLI: accepted before anything starts (bad input elsewhere stops it: exit 2, nothing touched).
+    r = run_inv("sweep", "--steps", "0,1", "--nccl", "simple8,fast", "--out", str(tmp_path / "runs"), inventory=p)
+    assert r.returncode == 2 and "'fast'" in r.stderr and "simple8" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
 def test_every_configuration_is_crossed_with_every_candidate(tmp_path: Path) -> None:
     cfgs = configs(_host(tmp_path), Options(), [0, 2], None, None, candidates(None, "NCCL_PROTO=LL|Simple"))
     assert [(c.name, c.nccl) for c in cfgs] == [("baseline@PROTO=LL", "PROTO=LL"),
