@@ -15,7 +15,7 @@ from fabfile.inventory import hosts as inventory
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.sweep_nccl import apply, candidates
 from fabfile.plan.sweep_plan import configs
-from fabfile.present.report import nccl_lines
+from fabfile.present.report import nccl_lines, plot, plot_series
 from tests.invoke_cli import derived_inventory, inv_json, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -111,6 +111,21 @@ def test_the_report_names_each_configurations_best_candidate_and_each_ttft() -> 
     best, ttft = nccl_lines({"rows": rows})
     assert best.endswith("baseline → PROTO=LL (60.0), eagle3-s7-k1-d8 → PROTO=Simple (99.0)")
     assert "baseline@PROTO=LL 180 ms" in ttft and "eagle3-s7-k1-d8@PROTO=Simple 96 ms" in ttft
+
+
+
+def test_the_sweep_plot_has_a_line_per_nccl_candidate(tmp_path: Path) -> None:
+    rows = [{"config": f"eagle3-s{s}-k1-d{s + 1}@PROTO={p}", "nccl": f"PROTO={p}", "ok": True, "tok_s": 50.0 + s,
+             "steps": s, "topk": 1, "draft_tokens": s + 1} for p in ("Simple", "LL") for s in (3, 1, 2)]
+    series = plot_series(rows)
+    assert [label for label, _ in series] == ["topk 1, NCCL PROTO=LL", "topk 1, NCCL PROTO=Simple"]
+    assert [[r["steps"] for r in rs] for _, rs in series] == [[1, 2, 3], [1, 2, 3]]
+    assert all({r["nccl"] for r in rs} == {label.split("NCCL ")[1]} for label, rs in series)
+    base = [{"config": f"baseline@PROTO={p}", "nccl": f"PROTO={p}", "ok": True, "tok_s": 40.0, "steps": 0,
+             "topk": 1, "draft_tokens": None} for p in ("Simple", "LL")]
+    doc = {"host": "h", "sweep_id": "x", "rows": base + rows, "winners": {"1": rows[0]["config"]},
+           "params": {"concurrency": 1}}
+    assert plot(doc, tmp_path / "sweep.png") and (tmp_path / "sweep.png").stat().st_size > 0
 
 
 @pytest.mark.fleet
