@@ -558,9 +558,6 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
 
     cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env),
                        inv.nccl_presets)
-    if predict and len(cands) > 1:
-        raise FlagError("--predict: it predicts step counts for one NCCL setting; give one --nccl candidate or "
-                        "leave --predict out")
     if predict and adaptive:
         raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
                         "leave one of them out")

@@ -261,3 +261,40 @@ def test_the_verify_model_against_the_simulators_costs(generation: ModuleType) -
                 sim = _timer(generation, cfg, k, batch)["verify"]
                 assert two.verify_at(k + 1) == pytest.approx(sim, rel=1e-9), (name, batch, k)
                 assert anchored.verify_at(k + 1) == pytest.approx(sim - overhead * (8 - (k + 1)) / 7, abs=1e-9)
+
+
+def test_nccl_candidates_are_predicted_each_from_its_own_two_loads(generation: ModuleType) -> None:
+    """Two NCCL candidates whose costs differ the way the facts say (LL: decode's small all-reduces faster, the
+    verify's larger ones slower; Simple: the opposite): each measured at the baseline and 7 steps, predicted from
+    its own phases, and only the winner across both loaded to confirm: 5 loads for a 16-configuration grid."""
+    from dataclasses import replace as dc_replace
+
+    from fabfile.plan.sweep_plan import measurement_order, next_loads, predict_from_rows
+
+    cost = {"LL": {"decode_ms": 11.0, "verify_ms_base": 16.0},          # the baseline's best
+            "Simple": {"decode_ms": 12.5, "verify_ms_base": 13.0}}      # EAGLE-3's best
+    cfgs = [dc_replace(c, name=f"{c.name}@PROTO={n}", nccl=f"PROTO={n}") for c in _configs() for n in cost]
+    truth = {(n, k): _truth(generation, cost[n], k, 1) for n in cost for k in range(8)}
+    first, held, notes = measurement_order(cfgs, predict=True)
+    assert sorted((c.nccl, c.steps) for c in first) == [("PROTO=LL", 0), ("PROTO=LL", 7), ("PROTO=Simple", 0),
+                                                        ("PROTO=Simple", 7)]
+    assert any("2 NCCL candidates" in n for n in notes)
+
+    def row(c: Any) -> dict[str, Any]:
+        n = c.nccl.removeprefix("PROTO=")
+        r = _row(generation, cost[n], c.steps, 1, _histogram(generation, cost[n], 7) if c.steps == 7 else None)
+        return {**r, "config": c.name, "nccl": c.nccl}
+
+    rows = [row(c) for c in first]
+    while True:
+        pred = predict_from_rows(rows, held, [1], OUT_LEN)
+        loads = next_loads(pred, held, 1)
+        if not loads:
+            break
+        rows += [row(c) for c in loads]
+        held = [h for h in held if h not in loads]
+    (bn, bk) = max(truth, key=lambda x: truth[x])
+    assert bn == "Simple" and bk > 0
+    assert truth[("LL", 0)] > truth[("Simple", 0)]   # the baseline's best candidate is not EAGLE-3's
+    assert pred["winners"]["1"] == f"eagle3-s{bk}-k1-d{bk + 1}@PROTO={bn}"
+    assert len(rows) <= 5 and any(r["config"] == pred["winners"]["1"] for r in rows)

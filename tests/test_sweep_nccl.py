@@ -97,7 +97,7 @@ def test_bad_candidates_exit_2_before_anything_starts(tmp_path: Path) -> None:
     inv = tmp_path / "inventory.yaml"
     inv.write_text(INV)
     for args, words in ((("--nccl", "fast"), "--nccl"), (("--nccl-env", "NCCL_ALGO=Ring|Rung"), "--nccl-env"),
-                        (("--nccl", "pcie,none", "--predict"), "--predict")):
+                        (("--nccl", "pcie,fast", "--predict"), "--nccl")):
         r = run_inv("sweep", "--steps", "0,1,2", *args, "--out", str(tmp_path / "runs"), inventory=inv)
         assert r.returncode == 2 and words in r.stderr, r.stderr
     assert not (tmp_path / "runs").exists()

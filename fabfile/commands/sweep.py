@@ -224,6 +224,8 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     todo = [c for c in order if c.name not in kept]
     out_dir = _resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
     run = _Run(inv, host, params, runs, out_dir, levels, SweepProgress(host.name, len(todo)), doc)
+    for note in notes:  # what --predict measures and what it cannot save, said before the first load
+        run.progress.console.print(f"{host.name}: {note}", markup=False, highlight=False)
     try:
         for cfg in todo:
             run.one(cfg)

@@ -136,6 +136,11 @@ def measurement_order(cfgs: list[Config], predict: bool) -> tuple[list[Config], 
         notes.append(f"{len(chain)} chain configuration(s): measuring them all costs no more than predicting")
         return base + other + chain, [], notes
     hi = plan[1]
+    cands = sorted({c.nccl for c in cfgs})
+    if len(cands) > 1:
+        notes.append(f"{len(cands)} NCCL candidates: each measured at the baseline and at {hi} steps, its other step "
+                     "counts predicted from its own measured phases; only the predicted winner across candidates "
+                     "is loaded to confirm")
     return base + other + [c for c in chain if c.steps == hi], [c for c in chain if c.steps != hi], notes
 
 
@@ -174,7 +179,38 @@ def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], level
     """The prediction for the held-back chain configurations at each level, and the predicted winner per level
     (over measured rows and predictions). ``method`` names the cycle model (measured phases, or the derived
     cycle fit); ``error`` says why there is none, and ``need`` then names the held-back configuration to measure
-    first (the derived path's second step count)."""
+    first (the derived path's second step count).
+
+    With NCCL candidates each candidate is predicted from its own rows (NCCL's choice moves decode, draft and
+    verify alike: its device-timed phases hold it) and the winner per level is the best across candidates."""
+    cands = sorted({str(r.get("nccl") or "") for r in rows} | {h.nccl for h in held_back})
+    if len(cands) < 2:
+        return _predict_one(rows, held_back, levels, output_len)
+    parts = {n: _predict_one([r for r in rows if str(r.get("nccl") or "") == n],
+                             [h for h in held_back if h.nccl == n], levels, output_len) for n in cands}
+    bad = {n: p for n, p in parts.items() if p.get("error")}
+    if bad:
+        n, p = next(iter(bad.items()))
+        need = [str(q["need"]) for q in bad.values() if q.get("need")]
+        return {"error": f"NCCL candidate {n}: {p['error']}", "need": need[0] if need else None,
+                "needs": need}
+    first = parts[cands[0]]
+    out: dict[str, Any] = {"histogram": first["histogram"], "histogram_source": first["histogram_source"],
+                           "histogram_config": first["histogram_config"], "rows": [], "winners": {}, "fits": {},
+                           "methods": {}, "by_nccl": {n: {"winners": p["winners"], "histogram_config":
+                                                          p["histogram_config"]} for n, p in parts.items()}}
+    for n, p in parts.items():
+        out["rows"] += p["rows"]
+        out["methods"].update(p["methods"])
+        out["fits"].update({f"{c}@{n}": f for c, f in p["fits"].items()})
+    for c in levels:
+        best = [(float(p["winner_tok_s"][str(c)]), p["winners"][str(c)]) for p in parts.values()]
+        out["winners"][str(c)] = max(best)[1]
+    return out
+
+
+def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: list[int],
+                 output_len: int) -> dict[str, Any]:
     from fabfile.plan.analysis import fit_cycle
     from fabfile.plan.predict import Measured, blend, predict_level
     from fabfile.remote.metrics import add_histograms
@@ -240,8 +276,9 @@ def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], level
         best_measured = max(measured_tok_s.values(), default=0.0)
         floor = max([best_measured] + [f[2] for f in figures])
         can_win = [f for f in figures if f[1] >= floor]  # its optimistic figure beats every pessimistic one
-        out["winners"][str(c)] = max(can_win)[3] if can_win else \
-            max(measured_tok_s, key=lambda n: measured_tok_s[n])
+        win = max(can_win) if can_win else None
+        out["winners"][str(c)] = win[3] if win else max(measured_tok_s, key=lambda n: measured_tok_s[n])
+        out.setdefault("winner_tok_s", {})[str(c)] = win[0] if win else best_measured
     return out
 
 
@@ -250,8 +287,8 @@ def next_loads(pred: dict[str, Any], held_back: list[Config], first_level: int) 
     not measured yet (the first level's last, so that it is the one left running); none when every winner was
     measured. After an error without ``need``, every held-back configuration (nothing can be predicted)."""
     if pred.get("error"):
-        need = pred.get("need")
-        return [c for c in held_back if c.name == need] if need else list(held_back)
+        need = set(pred.get("needs") or ([pred["need"]] if pred.get("need") else []))
+        return [c for c in held_back if c.name in need] if need else list(held_back)
     names = set(pred["winners"].values())
     out = [c for c in held_back if c.name in names]
     out.sort(key=lambda c: c.name == pred["winners"].get(str(first_level)))
