@@ -319,6 +319,7 @@ def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
     measurement."""
     pending = list(held_back)
     before: dict[str, dict[str, float]] = {}
+    confirmed = False  # a round of predicted winners was loaded already: another one is the refit's
     while True:
         pred = predict_from_rows(run.rows, pending, run.levels, run.params.output_len)
         confirm = next_loads(pred, pending, run.levels[0])
@@ -332,9 +333,10 @@ def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
             got = {str(p["concurrency"]): float(p["tok_s"]) for p in pred.get("rows") or [] if p["config"] == c.name}
             if got:
                 before[c.name] = got
-        if run.index >= 3 and not pred.get("error"):
+        if confirmed and not pred.get("error"):
             run.doc["notes"].append("the prediction refit on the measured winner named "
                                     f"{', '.join(c.name for c in confirm)}: measured too")
+        confirmed = confirmed or not pred.get("error")
         run.progress.total = run.index + len(confirm)
         for cfg in confirm:
             run.one(cfg)
