@@ -150,3 +150,26 @@ def test_the_baselines_best_nccl_protocol_is_not_eagle3s_on_pcie(fleet: Fleet, s
     assert "baseline → PROTO=LL" in report and "eagle3-s7-k1-d8 → PROTO=Simple" in report
     assert "median TTFT per NCCL candidate" in report
     assert doc["model_loads"] == 4  # one server start per (configuration, candidate); the winner ran last
+
+
+@pytest.mark.fleet
+def test_predict_with_nccl_candidates_loads_only_the_winner_across_them(fleet: Fleet, sim_host: SimHost,
+                                                                        tmp_path: Path) -> None:
+    """The PCIe case above over steps 0..7 with --predict: each candidate measured at the baseline and 7 steps (with
+    the device timer; the derived path measures 1 step too), the others predicted per candidate, and only the
+    winner across candidates loaded: at most 4 (6 derived) of the grid's 16 loads."""
+    inv = derived_inventory(fleet, tmp_path, defaults={"gpus": 8, "tp": 8, "nccl_preset": "none"})
+    sim_host.set_sim_config(time_scale=0.5, load_seconds=0.1, gpus=8, nccl_allreduces_per_forward=122,
+                            accept_prob=[0.95] * 7)
+    code, doc, err = inv_json("sweep", "--steps", "0,1,2,3,4,5,6,7", "--nccl-env", "NCCL_PROTO=LL|Simple",
+                              "--predict", "--concurrency", "16", "--num-prompts", "32", "--input-len", "64",
+                              "--output-len", "256", "--out", str(tmp_path / "runs"), inventory=inv, timeout=600)
+    assert code == 0, err
+    assert "2 NCCL candidates" in err   # said before the first load
+    timed = all(m.startswith("measured phases") for m in doc["prediction"]["methods"].values())
+    measured = {r["config"] for r in doc["rows"] if r.get("measured")}
+    first = {f"{c}@PROTO={p}" for c in ("baseline", "eagle3-s7-k1-d8") for p in ("LL", "Simple")}
+    assert first <= measured and doc["grid_loads"] == 16
+    assert doc["model_loads"] <= (4 if timed else 6), measured
+    assert doc["prediction"]["winners"]["16"] == doc["winner"] == doc["running"]
+    assert doc["winner"].endswith("@PROTO=Simple")   # verify's larger all-reduces: Simple's bandwidth wins
