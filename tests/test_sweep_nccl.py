@@ -157,7 +157,7 @@ def test_predict_with_nccl_candidates_loads_only_the_winner_across_them(fleet: F
                                                                         tmp_path: Path) -> None:
     """The PCIe case above over steps 0..7 with --predict: each candidate measured at the baseline and 7 steps (with
     the device timer; the derived path measures 1 step too), the others predicted per candidate, and only the
-    winner across candidates loaded: at most 4 (6 derived) of the grid's 16 loads."""
+    winner across candidates loaded: at most 4 (8 derived) of the grid's 16 loads."""
     inv = derived_inventory(fleet, tmp_path, defaults={"gpus": 8, "tp": 8, "nccl_preset": "none"})
     sim_host.set_sim_config(time_scale=0.5, load_seconds=0.1, gpus=8, nccl_allreduces_per_forward=122,
                             accept_prob=[0.95] * 7)
@@ -170,6 +170,6 @@ def test_predict_with_nccl_candidates_loads_only_the_winner_across_them(fleet: F
     measured = {r["config"] for r in doc["rows"] if r.get("measured")}
     first = {f"{c}@PROTO={p}" for c in ("baseline", "eagle3-s7-k1-d8") for p in ("LL", "Simple")}
     assert first <= measured and doc["grid_loads"] == 16
-    assert doc["model_loads"] <= (4 if timed else 6), measured
+    assert doc["model_loads"] <= (4 if timed else 8), measured   # derived: + 1 step each, a confirm, a redeploy
     assert doc["prediction"]["winners"]["16"] == doc["winner"] == doc["running"]
     assert doc["winner"].endswith("@PROTO=Simple")   # verify's larger all-reduces: Simple's bandwidth wins
