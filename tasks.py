@@ -1,8 +1,8 @@
 """specdeploy command line: `inv deploy --host gpu1 --steps 3`, `inv check-env`, `inv rollback-patches`, ...
 
-This file is only the CLI: flags, their validation, and errors mapped to exit codes (0 ok, 1 failed, 2 bad input
-with nothing touched). Every flag is a flag, never a positional, so `inv deploy --help` cannot run a deploy.
-The work lives in the fabfile/ library.
+This file is only the CLI: flags (their values read by the one parser, fabfile/flags.py, within the ranges below),
+and errors mapped to exit codes (0 ok, 1 failed, 2 bad input with nothing touched). Every flag is a flag, never a
+positional, so `inv deploy --help` cannot run a deploy. The work lives in the fabfile/ library.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -19,6 +18,8 @@ from typing import Any, TypeVar
 from invoke.collection import Collection
 from invoke.exceptions import Exit
 from invoke.tasks import task as _task
+
+from fabfile import flags  # the one parser of flag values (imports only fabfile.errors: `inv --list` stays fast)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,49 +64,33 @@ def cli(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _int(flag: str, value: Any, minimum: int = 0) -> int | None:
-    from fabfile.errors import FlagError
-
-    if value is None:
-        return None
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        raise FlagError(f"{flag}: expected a whole number, got {value!r}") from None
-    if n < minimum:
-        raise FlagError(f"{flag}: must be {minimum} or more, got {n}")
-    return n
-
-
-def _float(flag: str, value: Any, what: str = "a number of seconds") -> float | None:
-    from fabfile.errors import FlagError
-
-    if value is None:
-        return None
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise FlagError(f"{flag}: expected {what}, got {value!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise FlagError(f"{flag}: must be positive, got {value}")
-    return x
+# The ranges of the numeric flags (fabfile/flags.py reads every one). Each maximum is far above any real use, so only
+# a typo (or a fuzzer) meets it; without one, a huge wait never ends and a huge count never finishes.
+MAX_STEPS = 64              # EAGLE draft steps: SGLang's own EAGLE tests run 5; an accept length is at most steps + 1
+MAX_TOPK = 64               # draft branches per step (the tree's size grows with its square)
+MAX_DRAFT_TOKENS = 4096     # tokens per verify pass (topk + (steps - 1)·topk² bounds it further, with the plan)
+MAX_ACCEPT = 64.0           # an accept length (--accept-gate, --min-accept, --accept-len): at most MAX_STEPS + 1
+MAX_CONCURRENCY = 4096      # requests in flight from one benchmark client (a server's batch is far smaller)
+MAX_TOKENS = 1048576        # prompt / output length: 1M tokens, beyond every model's context
+MAX_REQUESTS = 1000000      # requests in one benchmark (hours at any speed)
+MAX_LINES = 1000000         # log lines printed first (more is a file copy: use scp)
+MAX_MS = 60000.0            # a time per token or per pass: a minute is no GPU server
+MAX_TOK_S = 1e7             # a throughput alarm: no server generates ten million tok/s
+MAX_INTERVAL_S = 3600.0     # between two watch samples: an hour apart is no live view
+WEEK_S = 7 * 86400.0        # `logs --follow --timeout`: past a week, use a log shipper
+MONTH_S = 31 * 86400.0      # `watch --duration`: a month of samples (cron restarts it anyway)
 
 
-def _lock_wait(inv: Any, value: Any) -> Any:
+def _with_lock_wait(inv: Any, value: Any) -> Any:
     """``--lock-wait SECONDS`` (0 = fail at once when another deploy holds the host) over every host's
     ``timeouts.lock_wait``."""
     from dataclasses import replace
 
-    from fabfile.errors import FlagError
+    from fabfile import flags
 
-    if value is None:
+    x = flags.seconds("--lock-wait", value, zero=True)
+    if x is None:
         return inv
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise FlagError(f"--lock-wait: expected a number of seconds, got {value!r}") from None
-    if not math.isfinite(x) or x < 0 or x > 86400:
-        raise FlagError(f"--lock-wait: must be 0 to 86400 seconds, got {value}")
     return replace(inv, hosts={n: replace(h, timeouts=replace(h.timeouts, lock_wait=x)) for n, h in inv.hosts.items()})
 
 
@@ -122,32 +107,19 @@ def _inventory(path: str | None) -> Any:
     return inventory.load(chosen or "inventory.yaml", cache=True)
 
 
-def _accept_gate(value: Any) -> float | None:
-    from fabfile.errors import FlagError
-
-    if value is None:
-        return None
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise FlagError(f"--accept-gate: expected an accept length (e.g. 1.1, or 0 for no gate), got {value!r}") \
-            from None
-    if not 0 <= x < 64:
-        raise FlagError(f"--accept-gate: an accept length from 0 (no gate) to below 64, got {value}")
-    return x
-
-
 def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
              accept_gate: Any = None) -> Any:
-    from fabfile.errors import FlagError
+    from fabfile import flags
     from fabfile.inventory.hosts import PATCH_MODES
     from fabfile.plan.deploy_plan import Options
 
-    if patch_mode is not None and patch_mode not in PATCH_MODES:
-        raise FlagError(f"--patch-mode: unknown mode {patch_mode!r}; choose one of {', '.join(PATCH_MODES)}")
-    return Options(steps=_int("--steps", steps), topk=_int("--topk", topk, 1),
-                   draft_tokens=_int("--draft-tokens", draft_tokens, 1), patch_mode=patch_mode,
-                   timeout=_float("--timeout", timeout), verify=verify, accept_gate=_accept_gate(accept_gate))
+    return Options(steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS),
+                   topk=flags.whole("--topk", topk, minimum=1, maximum=MAX_TOPK),
+                   draft_tokens=flags.whole("--draft-tokens", draft_tokens, minimum=1, maximum=MAX_DRAFT_TOKENS),
+                   patch_mode=flags.choice("--patch-mode", patch_mode, PATCH_MODES, what="mode"),
+                   timeout=flags.seconds("--timeout", timeout), verify=verify,
+                   accept_gate=flags.number("--accept-gate", accept_gate, minimum=0.0, maximum=MAX_ACCEPT,
+                                            open_maximum=True, what="an accept length (e.g. 1.1, or 0 for no gate)"))
 
 
 DEPLOY_HELP = {
@@ -170,6 +142,10 @@ DEPLOY_HELP = {
                            "(default: hosts already deployed stay on the new version)",
     "lock_wait": "when another deploy holds a host, wait for it up to this many seconds, showing its step "
                  "(default: timeouts.lock_wait, 600; 0 = fail at once)",
+    "measure": "turn SGLang's per-phase GPU timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, "
+               "SGLang 0.5.11+): bench, sweep and explain then show measured phases (default: the inventory's "
+               "`measure`; unset, on only for a sweep's deploys)",
+    "no_measure": "turn the device timer off, whatever the inventory says",
 }
 LOCK_WAIT_HELP = DEPLOY_HELP["lock_wait"]
 
@@ -180,16 +156,15 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
-           lock_wait: Any = None) -> None:
+           lock_wait: Any = None, measure: bool = False, no_measure: bool = False) -> None:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
     from fabfile.errors import FlagError
 
-    inv = _lock_wait(_inventory(inventory), lock_wait)
+    inv = _with_lock_wait(_inventory(inventory), lock_wait)
     opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
-    if strategy is not None and strategy not in STRATEGIES:
-        raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
+    flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
     if batch is not None and strategy == "parallel":
         raise FlagError("--batch: only with --strategy rolling (parallel deploys every host at once)")
     if no_canary and strategy == "parallel":
@@ -208,6 +183,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
                                     "deploy of it alone would stop its rank and leave the cluster broken",
                                     f"deploy the whole cluster with --host {c_name}, or take {h.name} out of "
                                     "`clusters:` to run it on its own")
+    opts = _measuring(opts, measure, no_measure)
     if dry_run:
         _render(inv, hosts, opts, json)
         return
@@ -231,13 +207,15 @@ def _render(inv: Any, hosts: list[Any], opts: Any, as_json: bool) -> None:
 
 
 @task(help={k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
-                                        "inventory")})
+                                        "inventory", "measure", "no_measure")})
 @cli
 def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
-           patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None) -> None:
+           patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
+           measure: bool = False, no_measure: bool = False) -> None:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     inv = _inventory(inventory)
-    _render(inv, inv.select(host), _options(steps, topk, draft_tokens, patch_mode, timeout), json)
+    _render(inv, inv.select(host), _measuring(_options(steps, topk, draft_tokens, patch_mode, timeout), measure,
+                                              no_measure), json)
 
 
 @task(help={"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
@@ -251,8 +229,8 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
     from fabfile.commands.operations import stop_hosts
     from fabfile.errors import FlagError
 
-    inv = _lock_wait(_inventory(inventory), lock_wait)
-    bound = _float("--host-timeout", host_timeout)
+    inv = _with_lock_wait(_inventory(inventory), lock_wait)
+    bound = flags.seconds("--host-timeout", host_timeout)
     if router is not None:
         from fabfile.commands.router import pick, stop_router
 
@@ -272,7 +250,7 @@ def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
 
     inv = _inventory(inventory)
     raise_for(status_hosts(inv, inv.select(host), as_json=json,
-                           host_timeout=_float("--host-timeout", host_timeout)))
+                           host_timeout=flags.seconds("--host-timeout", host_timeout)))
 
 
 @task(help={"host": HOST_HELP, "follow": "keep printing new lines (Ctrl-C to stop)",
@@ -286,9 +264,9 @@ def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, time
     from fabfile.commands.operations import show_logs
 
     inv = _inventory(inventory)
-    raise_for(show_logs(inv, inv.select(host), lines=_int("--lines", lines, 1) or 50, follow=follow,
-                        follow_s=_float("--timeout", timeout) or 3600.0,
-                        host_timeout=_float("--host-timeout", host_timeout)))
+    raise_for(show_logs(inv, inv.select(host), lines=flags.whole("--lines", lines, minimum=1, maximum=MAX_LINES) or 50,
+                        follow=follow, follow_s=flags.seconds("--timeout", timeout, maximum=WEEK_S) or 3600.0,
+                        host_timeout=flags.seconds("--host-timeout", host_timeout)))
 
 
 @task(help={"host": HOST_HELP, "interval": "seconds between samples (default 2)",
@@ -308,22 +286,16 @@ def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, js
     from fabfile.commands.watch import watch as run_watch
     from fabfile.errors import FlagError
 
-    def number(flag: str, value: Any) -> float | None:
-        return _float(flag, value, "a positive number")
-
-    wait_for = None
-    if for_ is not None:
-        try:
-            wait_for = float(str(for_))
-        except ValueError:
-            raise FlagError(f"--for: expected a number of seconds, got {for_!r}") from None
-        if wait_for < 0:
-            raise FlagError(f"--for: must be 0 or more, got {for_}")
+    wait_for = flags.seconds("--for", for_, zero=True)
     if once and (wait_for or duration is not None):
         raise FlagError("--once: takes one sample; leave out --for and --duration")
-    opts = WatchOptions(interval=number("--interval", interval) or 2.0, once=once,
-                        min_accept=number("--min-accept", min_accept), min_tok_s=number("--min-tok-s", min_tok_s),
-                        for_s=wait_for or 0.0, duration=number("--duration", duration), as_json=json)
+    opts = WatchOptions(interval=flags.seconds("--interval", interval, maximum=MAX_INTERVAL_S) or 2.0, once=once,
+                        min_accept=flags.number("--min-accept", min_accept, minimum=0.0, open_minimum=True,
+                                                maximum=MAX_ACCEPT + 1, what="an accept length"),
+                        min_tok_s=flags.number("--min-tok-s", min_tok_s, minimum=0.0, open_minimum=True,
+                                               maximum=MAX_TOK_S, unit="tok/s", what="a throughput in tok/s"),
+                        for_s=wait_for or 0.0, duration=flags.seconds("--duration", duration, maximum=MONTH_S),
+                        as_json=json)
     inv = _inventory(inventory)
     code = run_watch(inv, inv.select(host), opts)
     if code:
@@ -342,7 +314,7 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
 
     inv = _inventory(inventory)
     raise_for(check_env_hosts(inv, inv.select(host), as_json=json,
-                              host_timeout=_float("--host-timeout", host_timeout), verbose=verbose))
+                              host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose))
 
 
 @task(name="rollback-patches", help={"host": HOST_HELP, "dry_run": "say what would be restored, change nothing",
@@ -353,7 +325,7 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
     """Restore every patched SGLang file byte for byte and remove plugin/sitecustomize installs."""
     from fabfile.commands.operations import rollback_hosts
 
-    inv = _lock_wait(_inventory(inventory), lock_wait)
+    inv = _with_lock_wait(_inventory(inventory), lock_wait)
     raise_for(rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json))
 
 
@@ -367,7 +339,7 @@ def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
     from fabfile.commands.operations import cancel_hosts
 
     inv = _inventory(inventory)
-    raise_for(cancel_hosts(inv, inv.select(host), as_json=json, wait_s=_float("--timeout", timeout)))
+    raise_for(cancel_hosts(inv, inv.select(host), as_json=json, wait_s=flags.seconds("--timeout", timeout)))
 
 
 @task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
@@ -377,7 +349,8 @@ def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, ho
     from fabfile.commands.operations import gpus_hosts
 
     inv = _inventory(inventory)
-    raise_for(gpus_hosts(inv, inv.select(host), as_json=json, host_timeout=_float("--host-timeout", host_timeout)))
+    raise_for(gpus_hosts(inv, inv.select(host), as_json=json,
+                         host_timeout=flags.seconds("--host-timeout", host_timeout)))
 
 
 BENCH_HELP = {
@@ -391,34 +364,24 @@ BENCH_HELP = {
     "out": "local directory for results: OUT/<host>/<id>.json (default ./runs)",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
+    "explain": "say where the cycle's time goes, in sentences from the measured figures (`inv explain --rules`)",
+    "baseline": "with --explain: a saved bench of the baseline to compare with (default: the newest in --out)",
 }
 
 
 def _bench_params(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any,
                   timeout: Any) -> Any:
+    from fabfile import flags
     from fabfile.commands.bench import CLIENTS, BenchParams
-    from fabfile.errors import FlagError
 
-    if client is not None and client not in CLIENTS:
-        raise FlagError(f"--client: unknown client {client!r}; choose one of {', '.join(CLIENTS)}")
+    flags.choice("--client", client, CLIENTS, what="client")
     d = BenchParams()
-    return BenchParams(concurrency=_int("--concurrency", concurrency, 1) or d.concurrency,
-                       input_len=_int("--input-len", input_len, 1) or d.input_len,
-                       output_len=_int("--output-len", output_len, 2) or d.output_len,
-                       num_prompts=_int("--num-prompts", num_prompts, 1) or d.num_prompts,
-                       client=client or d.client, timeout=_float("--timeout", timeout))
-
-
-def _local_path(flag: str, value: Any) -> str | None:
-    """A local file or folder named by a flag, refused up front when no file system can hold the name (a NUL byte):
-    otherwise a sweep ran its deploys and then failed, with a traceback, writing its results."""
-    from fabfile.errors import FlagError
-
-    if value is None:
-        return None
-    if "\0" in str(value):
-        raise FlagError(f"{flag}: a path cannot contain a NUL byte, got {str(value)!r}")
-    return str(value)
+    return BenchParams(
+        concurrency=flags.whole("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY) or d.concurrency,
+        input_len=flags.whole("--input-len", input_len, minimum=1, maximum=MAX_TOKENS) or d.input_len,
+        output_len=flags.whole("--output-len", output_len, minimum=2, maximum=MAX_TOKENS) or d.output_len,
+        num_prompts=flags.whole("--num-prompts", num_prompts, minimum=1, maximum=MAX_REQUESTS) or d.num_prompts,
+        client=client or d.client, timeout=flags.seconds("--timeout", timeout))
 
 
 def _one_host(inv: Any, host: Any, command: str) -> Any:
@@ -435,12 +398,13 @@ def _one_host(inv: Any, host: Any, command: str) -> Any:
 @cli
 def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
-          inventory: Any = None) -> None:
+          inventory: Any = None, explain: bool = False, baseline: Any = None) -> None:
     """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
-    out = _local_path("--out", out)
+    out = flags.path("--out", out)
     params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "bench")
+    baseline = _explain_baseline(explain, baseline)
     from fabfile.commands.bench import bench_host
     from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result
@@ -457,7 +421,70 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
         raise
     finally:
         progress.close()
-    show(result, lambda: print_result(result, console), as_json=json)
+    if not explain:
+        show(result, lambda: print_result(result, console), as_json=json)
+        return
+    from fabfile.commands.explain import for_bench
+    from fabfile.present.explain_report import document, print_explained
+
+    pairs = for_bench(result, out or "runs", baseline)
+    result["explain"] = document(pairs)
+
+    def for_people() -> None:
+        print_result(result, console)
+        print_explained(pairs, console)
+
+    show(result, for_people, as_json=json)
+
+
+PROFILE_HELP = {
+    **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "timeout", "json", "inventory")},
+    "host": "the host to profile (one host; default: the inventory's default host)",
+    "num_prompts": "requests of the load the phases are measured under (default 16)",
+    "trace": "also record SGLang's profiler trace (bounded: --trace-steps) and break each phase down by kernel",
+    "trace_steps": "scheduler steps the profiler records with --trace (default 12, at most 200)",
+    "out": "with --trace: fetch each rank's trace into DIR as <host>-<deploy id>-TP<rank>.trace.json.gz "
+           "(opens in Perfetto)",
+}
+
+
+@task(help=PROFILE_HELP)
+@cli
+def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+            num_prompts: Any = None, trace: bool = False, trace_steps: Any = None, out: Any = None,
+            timeout: Any = None, json: bool = False, inventory: Any = None) -> None:
+    """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
+    SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
+    from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
+    from fabfile.errors import FlagError
+    from fabfile.remote.protocol import MAX_TRACE_STEPS
+
+    out = flags.path("--out", out)
+    load = _bench_params(concurrency, input_len, output_len, num_prompts, None, timeout)
+    # Each profiled step grows every rank's trace: bounded by what the agent accepts.
+    steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
+    if (steps is not None or out is not None) and not trace:
+        raise FlagError(f"{'--trace-steps' if steps is not None else '--out'}: only with --trace")
+    params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
+    inv = _inventory(inventory)
+    h = _one_host(inv, host, "profile")
+    from fabfile.commands.profile import profile_host
+    from fabfile.present.output import out as console
+    from fabfile.present.output import print_error, show
+    from fabfile.present.profile_report import print_result
+    from fabfile.present.progress import BenchProgress
+
+    progress = BenchProgress(h.name, enabled=not json, prefix="profile ")
+    try:
+        result = profile_host(inv, h, params, on_event=progress.event)
+    finally:
+        progress.close()
+    error = result.outcomes[0].error
+    if error is not None:
+        show(result, lambda: print_error(error), as_json=json)
+    else:
+        show(result, lambda: print_result(result, console), as_json=json)
+    raise_for(result.exit_code)
 
 
 SWEEP_HELP = {
@@ -494,6 +521,9 @@ SWEEP_HELP = {
     "max_tpot_ms": "service limit: median time per output token at most this many ms (see --max-ttft-ms)",
     "min_tok_s": "service limit: output tok/s at least this (see --max-ttft-ms)",
     "client": BENCH_HELP["client"],
+    "measure": "turn SGLang's device timer on (default: on where the version has it, for a sweep measures)",
+    "no_measure": "deploy every configuration without the device timer (the derived cycle only)",
+    "explain": BENCH_HELP["explain"],
     "patch_mode": DEPLOY_HELP["patch_mode"],
     "timeout": "bound in seconds on each deploy's wait for readiness",
     "out": "local directory: OUT/<host>/sweep-<id>/ gets sweep.json, report.md, sweep.png (default ./runs)",
@@ -502,23 +532,10 @@ SWEEP_HELP = {
 }
 
 
-def _int_list(flag: str, value: Any, minimum: int) -> list[int] | None:
-    from fabfile.errors import FlagError
-
-    if value is None:
-        return None
-    items = [x.strip() for x in str(value).split(",") if x.strip()]
-    if not items:
-        raise FlagError(f"{flag}: expected a comma list of whole numbers, got {value!r}")
-    out = [n for n in (_int(flag, x, minimum) for x in items) if n is not None]
-    if len(set(out)) != len(out):
-        raise FlagError(f"{flag}: {value!r} lists a value twice")
-    return out
-
-
 @task(help=SWEEP_HELP)
 @cli
 def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
+          measure: bool = False, no_measure: bool = False, explain: bool = False,
           keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
@@ -531,16 +548,19 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     from fabfile.errors import FlagError
     from fabfile.plan.sla import Limits
 
-    # TODO(flags): switch to the shared flag parser (number(flag, value, minimum=, finite=True)) once it is on main
-    limits = Limits(max_ttft_ms=_positive("--max-ttft-ms", max_ttft_ms),
-                    max_tpot_ms=_positive("--max-tpot-ms", max_tpot_ms),
-                    min_tok_s=_positive("--min-tok-s", min_tok_s, "a number of tokens per second"))
+    def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float | None:
+        return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
 
-    out = _local_path("--out", out)
-    step_list = _int_list("--steps", steps, 0)
+    limits = Limits(max_ttft_ms=limit("--max-ttft-ms", max_ttft_ms, MAX_MS, "ms", "a number of milliseconds"),
+                    max_tpot_ms=limit("--max-tpot-ms", max_tpot_ms, MAX_MS, "ms", "a number of milliseconds"),
+                    min_tok_s=limit("--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s", "a number of tokens per second"))
+
+    out = flags.path("--out", out)
+    step_list = flags.int_list("--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
     if not step_list:
         raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
-    levels = _int_list("--concurrency", concurrency, 1) or [1]
+    # Each level is a benchmark of every configuration: 16 of them is already hours.
+    levels = flags.int_list("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY, max_items=16) or [1]
     params = _bench_params(levels[0], input_len, output_len, num_prompts, client, None)
     params = replace(params, **_adaptive(num_prompts, target_ci, min_requests, max_requests), need_histogram=predict)
     if predict and params.client == "sglang":
@@ -549,7 +569,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if params.target_ci is not None and params.client == "sglang":
         raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
                         "sglang.bench_serving")
-    base = _options(None, None, None, patch_mode, timeout)
+    # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
+    base = replace(_measuring(_options(None, None, None, patch_mode, timeout), measure, no_measure), measuring=True)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "sweep")
     from fabfile.commands.sweep import run_sweep
@@ -561,19 +582,20 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if predict and adaptive:
         raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
                         "leave one of them out")
-    cfgs = configs(h, base, step_list, _int_list("--topk", topk, 1), _int_list("--draft-tokens", draft_tokens, 2),
+    cfgs = configs(h, base, step_list, flags.int_list("--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK),
+                   flags.int_list("--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS, max_items=64),
                    cands, adaptive)
     if keep is not None and keep not in {x.name for x in cfgs}:
-        raise FlagError(f"--keep: {keep!r} is not one of this sweep's configurations: "
+        raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     raise_for(run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
-                        predict=predict, limits=limits, resume=_resume_path(resume)))
+                        predict=predict, limits=limits, resume=_resume_path(resume), explain=explain))
 
 
 def _resume_path(value: Any) -> Any:
     from pathlib import Path
 
-    path = _local_path("--resume", value)
+    path = flags.path("--resume", value)
     return None if path is None else Path(path).expanduser()
 
 
@@ -587,15 +609,14 @@ def _adaptive(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests:
         if adaptive_flags:
             raise FlagError(f"{adaptive_flags[0]}: an adaptive length and a fixed --num-prompts exclude each other")
         return {"target_ci": None}
-    pct = 2.0 if target_ci is None else _float("--target-ci", target_ci, "a percentage, e.g. 2")
-    assert pct is not None
-    if pct >= 50:
-        raise FlagError(f"--target-ci: a percentage below 50, got {target_ci}")
-    lo = _int("--min-requests", min_requests, 2) or 8
-    hi = _int("--max-requests", max_requests, 2) or 256
+    # ±50 % or more is no measurement at all.
+    pct = flags.number("--target-ci", target_ci, minimum=0.0, open_minimum=True, maximum=50.0, open_maximum=True,
+                       unit="%", what="a percentage, e.g. 2")
+    lo = flags.whole("--min-requests", min_requests, minimum=2, maximum=MAX_REQUESTS) or 8
+    hi = flags.whole("--max-requests", max_requests, minimum=2, maximum=MAX_REQUESTS) or 256
     if hi < lo:
         raise FlagError(f"--max-requests: {hi} is below --min-requests {lo}")
-    return {"target_ci": pct / 100.0, "min_requests": lo, "num_prompts": hi}
+    return {"target_ci": (2.0 if pct is None else pct) / 100.0, "min_requests": lo, "num_prompts": hi}
 
 
 ANALYZE_HELP = {
@@ -607,20 +628,6 @@ ANALYZE_HELP = {
     "accept_len": "the accept length measured (optional: without it, only the break-even is printed)",
     "json": JSON_HELP,
 }
-
-
-def _positive(flag: str, value: Any, what: str = "a number of milliseconds") -> float | None:
-    from fabfile.errors import FlagError
-
-    if value is None:
-        return None
-    try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise FlagError(f"{flag}: expected {what}, got {value!r}") from None
-    if not math.isfinite(x) or x < 0 or (x == 0 and flag != "--draft-ms"):
-        raise FlagError(f"{flag}: must be positive, got {value}")
-    return x
 
 
 @task(help=ANALYZE_HELP)
@@ -643,10 +650,87 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
     if missing:
         raise FlagError(f"{' and '.join(missing)}: required without --sweep "
                         "(e.g. inv analyze --baseline-ms 12.2 --verify-ms 29 --steps 2 --accept-len 1.75)")
-    analyze_numbers(baseline_ms=_positive("--baseline-ms", baseline_ms) or 0.0,
-                    verify_ms=_positive("--verify-ms", verify_ms) or 0.0,
-                    draft_ms=_positive("--draft-ms", draft_ms) or 0.0, steps=_int("--steps", steps, 1),
-                    accept_len=_positive("--accept-len", accept_len, "an accept length"), as_json=json)
+    def ms(flag: str, value: Any, zero: bool = False) -> float:
+        return flags.number(flag, value, minimum=0.0, open_minimum=not zero, maximum=MAX_MS, unit="ms",
+                            what="a number of milliseconds") or 0.0
+
+    analyze_numbers(baseline_ms=ms("--baseline-ms", baseline_ms), verify_ms=ms("--verify-ms", verify_ms),
+                    draft_ms=ms("--draft-ms", draft_ms, zero=True),
+                    steps=flags.whole("--steps", steps, minimum=1, maximum=MAX_STEPS),
+                    accept_len=flags.number("--accept-len", accept_len, minimum=0.0, open_minimum=True,
+                                            maximum=MAX_ACCEPT + 1, what="an accept length"), as_json=json)
+
+
+EXPLAIN_HELP = {
+    "from_": "a saved sweep.json, bench result (RUNS/<host>/<id>.json) or profile JSON to explain (default: profile "
+            "the running server(s) now, as `inv profile` does)",
+    "baseline": "a saved bench (or profile) of the baseline: the decode step the break-even needs (default: the "
+                "newest saved baseline bench of the host in ./runs)",
+    "rules": "print the rule table (id, threshold, what it points at) and stop",
+    "host": "without --from: the host(s) to profile and explain (default: the inventory's default host)",
+    "trace": "without --from: also take SGLang's profiler trace (kernels, all-reduces, CUDA graphs)",
+    "num_prompts": "without --from: requests of the profile's load (default 16)",
+    "concurrency": "without --from: requests in flight (default 1)",
+    "json": JSON_HELP,
+    "inventory": INVENTORY_HELP,
+}
+
+
+@task(help=EXPLAIN_HELP)
+@cli
+def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False,
+            host: Any = None, trace: bool = False, num_prompts: Any = None, concurrency: Any = None,
+            inventory: Any = None) -> None:
+    """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
+    and named by the rule that produced it."""
+    from fabfile.errors import FlagError
+    from fabfile.present.explain_report import document, print_explained, print_rules
+    from fabfile.present.output import out as console
+    from fabfile.present.output import show
+
+    if rules:
+        from fabfile.plan.explain import rules_table
+
+        show({"rules": rules_table()}, lambda: print_rules(console), as_json=json)
+        return
+    src, base = flags.path("--from", from_), flags.path("--baseline", baseline)
+    live = [f for f, v in (("--host", host), ("--trace", trace), ("--num-prompts", num_prompts),
+                           ("--concurrency", concurrency), ("--inventory", inventory)) if v]
+    if src is not None and live:
+        raise FlagError(f"{live[0]}: only without --from (it measures the running server)")
+    from fabfile.commands.explain import explained, load_document
+
+    if src is None:
+        from fabfile.commands.explain import explain_running
+        from fabfile.commands.profile import ProfileParams
+        from fabfile.present.progress import BenchProgress
+
+        params = ProfileParams(load=_bench_params(concurrency, None, None, num_prompts, None, None), trace=trace)
+        if base is not None:
+            load_document(base, "--baseline")  # bad input is refused before any host is reached
+        inv = _inventory(inventory)
+        hosts = inv.select(host)
+        progress = BenchProgress(",".join(h.name for h in hosts), enabled=not json, prefix="profile ")
+        try:
+            pairs, docs, code = explain_running(inv, hosts, params, base, "runs", on_event=progress.event)
+        finally:
+            progress.close()
+
+        def for_people() -> None:
+            for d in docs:
+                if not d["ok"]:
+                    console.print(f"{d['host']}: the profile failed: {(d['error'] or {}).get('message')}",
+                                  markup=False)
+            print_explained(pairs, console)
+
+        show({**document(pairs), "hosts": docs}, for_people, as_json=json)
+        raise_for(code)
+        return
+
+    doc = load_document(src)
+    pairs = explained(doc, load_document(base, "--baseline") if base else None,
+                      f"from {base}" if base else "")
+    show(document(pairs), lambda: print_explained(pairs, console), as_json=json)
 
 
 @task(name="deploy-router", help={
@@ -664,8 +748,8 @@ def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout:
     from fabfile.present.router_report import print_router
 
     inv = _inventory(inventory)
-    r = start_router(inv, pick(inv, router), ready_s=_float("--timeout", timeout) or 60.0,
-                     host_timeout=_float("--host-timeout", host_timeout))
+    r = start_router(inv, pick(inv, router), ready_s=flags.seconds("--timeout", timeout) or 60.0,
+                     host_timeout=flags.seconds("--host-timeout", host_timeout))
     show(r, lambda: print_router(r), as_json=json)
     if r.error is not None:
         raise Exit(code=r.error.exit_code)
@@ -735,7 +819,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
 
     if command is None and host is None:
         raise FlagError("--host or --command: say which server to adopt (a running one, or its launch line)")
-    write = _local_path("--write", write)
+    write = flags.path("--write", write)
     if write is not None and Path(write).exists():
         raise FlagError(f"--write: {write} already exists; adopt writes a new file (print the entry without "
                         "--write and paste it into your inventory)")
@@ -785,6 +869,7 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     from fabfile.commands import diff as differ
     from fabfile.errors import FlagError
 
+    step_flag = flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS)  # checked before any host is asked
     inv = _inventory(inventory)
     ha, ra = differ.parse_ref("--old", str(old if old is not None else "previous"))
     hb, rb = differ.parse_ref("--new", str(new if new is not None else "current"))
@@ -795,6 +880,8 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
                         f"{','.join(sorted(named))}`")
     if ra == differ.NOW:
         raise FlagError("--old: `now` goes on the new side (--new now); the old side is a recorded deploy")
+    if rb != differ.NOW and steps is not None:
+        raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
     h = _one_host(inv, next(iter(named), None), "diff")
     recs = differ.fetch(inv, h, [ra, rb])
     va = differ.view_of_record(recs[ra])
@@ -802,11 +889,9 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
         name = str(recs[ra].get("config_name") or "")
         rec_steps = int(name.split("-s", 1)[1].split("-", 1)[0]) if name.startswith("eagle") and "-s" in name \
             else (0 if name == "baseline" else None)
-        opts = _options(steps if steps is not None else rec_steps, None, None, None, None)
+        opts = _options(step_flag if step_flag is not None else rec_steps, None, None, None, None)
         vb = differ.view_of_plan(h, opts, recs[ra])
     else:
-        if steps is not None:
-            raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
         vb = differ.view_of_record(recs[rb])
     va["host"] = vb["host"] = h.name
     rows = differ.compare(va, vb)
@@ -816,10 +901,31 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     show({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows), as_json=json)
 
 
+def _explain_baseline(explain: bool, baseline: Any) -> str | None:
+    """``--baseline FILE`` of ``inv bench --explain``: only with --explain."""
+    from fabfile.errors import FlagError
+
+    if baseline is not None and not explain:
+        raise FlagError("--baseline: only with --explain")
+    return flags.path("--baseline", baseline)
+
+
+def _measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
+    """The options with ``--measure``/``--no-measure`` (neither: the inventory's ``measure`` decides)."""
+    from dataclasses import replace
+
+    from fabfile.errors import FlagError
+
+    if measure and no_measure:
+        raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
+    return replace(opts, measure=True if measure else False if no_measure else None)
+
+
 def raise_for(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt, diff, cancel)
+                deploy_router, trust_host, adopt, diff, cancel, profile)
+ns.add_task(explain)

@@ -9,7 +9,8 @@ inventory → plan → render → transport → agent → results → what the u
 the agent client), ``remote`` (the host-side agent, stdlib-only, shipped to the host), ``commands`` (each command:
 ``dispatch`` → ``cluster`` → ``rollout`` → ``deploy``, the ``fanout`` engine, and the rest, returning results),
 ``results`` (what the commands return), ``present`` (tables or JSON through one switch, progress). At the top:
-``errors`` (the one exception tree, imported by every room) and ``cli`` (the installed ``specdeploy`` command).
+``errors`` (the one exception tree, imported by every room), ``flags`` (the one parser of command-line flag values)
+and ``cli`` (the installed ``specdeploy`` command).
 """
 
 __version__ = "0.1.0"

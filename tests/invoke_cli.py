@@ -76,14 +76,21 @@ def sglang_pids(host: SimHost) -> list[tuple[int, str]]:
 
 
 def http_get(host: SimHost, path: str, port: int = 8000) -> tuple[int, str]:
-    code = ("import sys,urllib.request,urllib.error\n"
-            f"u='http://127.0.0.1:{port}{path}'\n"
-            "try:\n r=urllib.request.urlopen(u,timeout=5); print(r.status); print(r.read().decode())\n"
+    return http_in_host(host, path, port=port)
+
+
+def http_in_host(host: SimHost, path: str, body: Any = None, port: int = 8000, timeout: float = 5) -> tuple[int, str]:
+    """(status, body) of a GET, or with ``body`` a JSON POST, made from inside the host (0: no answer)."""
+    data = "None" if body is None else f"json.dumps({body!r}).encode()"
+    code = ("import sys,json,urllib.request,urllib.error\n"
+            f"req=urllib.request.Request('http://127.0.0.1:{port}{path}', data={data}, "
+            "headers={'Content-Type': 'application/json'})\n"
+            f"try:\n r=urllib.request.urlopen(req,timeout={timeout}); print(r.status); print(r.read().decode())\n"
             "except urllib.error.HTTPError as e: print(e.code)\n"
             "except Exception as e: print(0); print(e)\n")
     r = host.exec([host.python_in_host, "-c", code])
-    status, _, body = r.stdout.partition("\n")
-    return int(status or 0), body
+    status, _, text = r.stdout.partition("\n")
+    return int(status or 0), text
 
 
 def ssh_logins(host: SimHost) -> int:

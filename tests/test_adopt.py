@@ -30,7 +30,7 @@ SEED_SSH_LINE = (
     "--speculative-num-steps 3 > /data/eagle3/synth_100k/logs/sglang_eagle3_nccl_3step.log 2>&1 &' "
     "&& echo \"EAGLE3 3-step + NCCL starting...\"")
 TOOL_ENV = {"SPT_NOENV", "PYTHONUNBUFFERED", "PYTHONSAFEPATH", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS",
-            "SPECDEPLOY_DEPLOY_ID"}
+            "SPECDEPLOY_DEPLOY_ID", "SGLANG_TORCH_PROFILER_DIR"}  # the profiler's private directory (issue 26)
 
 
 def _same_server(seed: adopt.Launch, plan_argv: list[str], plan_env: dict[str, str]) -> None:

@@ -67,9 +67,30 @@ def test_committed_spec_facts_match_the_wheels(label: str, wheels: dict[str, Any
         {k: v for k, v in want.items() if k != "flags"}, f"{w.version}: run python -m tests.contract --write"
 
 
+def test_contract_holds_on_the_oldest_release_outside_the_matrix() -> None:
+    """CI stays on the matrix; ``python -m tests.contract --all`` checks every release. This one release outside the
+    matrix keeps the harness honest there: 0.4.5 crashed it (its spec-defaults function raises ValueError, which a
+    stubbed builtin turned into "exceptions must derive from BaseException"), and differs from 0.4.9 in flags,
+    scheduler titles and the Decode batch line."""
+    from tests.contract import OLDEST
+
+    try:
+        w = real.Wheel(fetch_wheel(OLDEST)["path"])
+    except (OSError, ValueError, LookupError) as e:
+        if os.environ.get("SPECDEPLOY_WHEELS_REQUIRED"):
+            raise
+        pytest.skip(f"sglang {OLDEST}: wheel unavailable ({e})")
+    assert OLDEST not in VERSIONS
+    rows = table.rows(w, table.real_facts(w), sim.facts(w.version))
+    bad = [f"{r.fact}\n    SGLang {w.version}: {r.sglang}\n    simulator:    {r.sim}" for r in rows if not r.match]
+    assert not bad, "the simulator differs from SGLang (fix tests/simhost/sim):\n" + "\n".join(bad)
+    assert table.lookups(w) == [], "run python -m tests.contract --all"
+
+
 def test_spec_v2_and_entry_point_by_release() -> None:
     """The facts the issue names, as the wheels give them (committed table): SGLANG_ENABLE_SPEC_V2 is read by
-    0.5.5 ... 0.5.20 and by no later release; `sglang serve` exists from 0.5.5; STANDALONE from 0.5.2."""
+    0.5.4.post1 ... 0.5.20 and by no later release (a post release between two matrix releases: the table keeps
+    the boundaries `--all` found); `sglang serve` exists from 0.5.5; STANDALONE from 0.5.2."""
     from fabfile.plan import versioncheck
 
     def f(v: str) -> dict[str, Any]:
@@ -77,16 +98,35 @@ def test_spec_v2_and_entry_point_by_release() -> None:
         assert found is not None
         return found[1]
 
-    assert [f(v)["spec_v2_env"] for v in ("0.5.4", "0.5.5", "0.5.20", "0.5.21", "0.5.23")] == \
-        [False, True, True, False, False]
+    assert [f(v)["spec_v2_env"] for v in ("0.5.4", "0.5.4.post1", "0.5.5", "0.5.20", "0.5.21", "0.5.23")] == \
+        [False, True, True, True, False, False]
     assert [f(v)["sglang_serve"] for v in ("0.5.4", "0.5.5", "0.5.23")] == [False, True, True]
     assert "STANDALONE" not in f("0.5.1")["speculative_algorithms"] and \
         "STANDALONE" in f("0.5.2")["speculative_algorithms"]
     assert f("0.5.12")["speculative_algorithms"] == "any"
 
 
+def test_device_timer_by_release() -> None:
+    """What ``inv deploy --measure`` needs, as the wheels give it (committed table): SGLANG_ENABLE_METRICS_DEVICE_TIMER
+    is read from 0.5.7, but it feeds the per-phase counter only from 0.5.11 (before: gpu_execution_seconds_total, one
+    category per batch), so measurement is refused below 0.5.11."""
+    from fabfile.plan import versioncheck
+
+    def f(v: str) -> dict[str, Any]:
+        found = versioncheck.facts_for(v)
+        assert found is not None
+        return found[1]
+
+    assert [f(v)["device_timer_env"] for v in ("0.5.6", "0.5.7", "0.5.23")] == [False, True, True]
+    assert [f(v)["device_timer_counter"] for v in ("0.5.6", "0.5.10", "0.5.11", "0.5.23")] == \
+        [None, "sglang:gpu_execution_seconds_total", versioncheck.PHASE_COUNTER, versioncheck.PHASE_COUNTER]
+    assert versioncheck.device_timer_releases() == "0.5.11–0.5.23"
+    assert [versioncheck.has_device_timer(v) for v in ("0.4.9", "0.5.10", "0.5.11", "0.5.16")] == \
+        [False, False, True, True]
+
+
 def test_committed_nccl_table_other_cached_releases() -> None:
-    """Releases read only for the NCCL table's boundaries: checked when their wheel is already cached."""
+    """Releases read only for the generated tables' boundaries: checked when their wheel is already cached."""
     from tests.contract import ENV_EXTRA
     from tests.test_patch_wheels import _cache_dir
 
@@ -96,6 +136,16 @@ def test_committed_nccl_table_other_cached_releases() -> None:
             continue
         w = real.Wheel(fetch_wheel(v)["path"])
         assert sglang_env_facts.NCCL_WRITES.get(v) == envfacts.version_facts(w), v
+        checked += 1
+    from fabfile.plan import versioncheck
+    from tests.contract import SPEC_EXTRA, specfacts
+
+    for v in SPEC_EXTRA:
+        if not (_cache_dir() / f"sglang-{v}.json").exists():
+            continue
+        w = real.Wheel(fetch_wheel(v)["path"])
+        found = versioncheck.facts_for(v)
+        assert found is not None and found[0] == v and sorted(found[2]) == specfacts.version_facts(w)["flags"], v
         checked += 1
     if not checked:
         pytest.skip("none of the extra releases is cached (python -m tests.contract --write fetches them)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,7 @@ def test_plan_launch_command_env_and_names(inv: inventory.Inventory) -> None:
     plan = build(inv.hosts["g1"], Options(steps=2))
     assert plan.config_name == "eagle3-s2-k1-d3"
     assert plan.argv[:3] == ("/opt/venv/bin/python3", "-m", "sglang.launch_server")
-    assert "--speculative-num-draft-tokens" in plan.argv and plan.argv[plan.argv.index(
-        "--speculative-num-draft-tokens") + 1] == "3"
+    assert "--speculative-num-draft-tokens=3" in plan.argv
     assert plan.env["SPT_NOENV"] == "1" and plan.env["NCCL_DEBUG"] == "INFO"
     assert plan.log_path == "/var/log/sg/sglang-eagle3-s2-k1-d3.log"
     baseline = build(inv.hosts["g1"], Options(steps=0))
@@ -88,8 +88,7 @@ def test_tree_drafts_follow_sglangs_only_limit(inv: inventory.Inventory) -> None
     its own EAGLE fixture (steps 5, topk 8, draft tokens 64) must plan (the old steps*topk+1 bound refused it)."""
     plan = build(inv.hosts["g1"], Options(steps=5, topk=8, draft_tokens=64))
     assert plan.config_name == "eagle3-s5-k8-d64"
-    i = plan.argv.index("--speculative-num-draft-tokens")
-    assert plan.argv[i + 1] == "64"
+    assert "--speculative-num-draft-tokens=64" in plan.argv
     assert build(inv.hosts["g1"], Options(steps=1, topk=2, draft_tokens=3)).config_name == "eagle3-s1-k2-d3"
     assert build(inv.hosts["g1"], Options(steps=2, topk=4, draft_tokens=21)).config_name == "eagle3-s2-k4-d21"
     with pytest.raises(FlagError, match="between 1 and 21, got 22"):
@@ -132,7 +131,7 @@ def test_launch_script_passes_hostile_values_exactly(tmp_path: Path) -> None:
     out = subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, cwd=tmp_path,
                          env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]}).stdout
     lines = out.splitlines()
-    assert f"ARG={hostile}" in lines
+    assert f"ARG=--served-model-name={hostile}" in lines  # the flag and its value, one word (plan/argv.py)
     assert f"ENV={hostile}" in lines
     assert not (tmp_path / "pwned").exists()
 
@@ -194,3 +193,112 @@ def test_a_users_sglang_plugins_lets_the_tools_plugin_load(tmp_path: Path, value
     else:
         (note,) = notes
         assert repr(value) in note and "specdeploy_nccl_env" in note and repr(launched) in note
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Values that start with '-' (issue 25): each reaches SGLang as its flag's value.
+
+SIM_SITE = Path(__file__).parent / "simhost" / "sim" / "site"
+# The simulator's server_args is SGLang's parser (stdlib argparse, the same flags), here at the newest release.
+_PARSE = ("import sys, types\n"
+          "m = types.ModuleType('sglang.version'); m.__version__ = '0.5.23'; sys.modules['sglang.version'] = m\n"
+          f"sys.path.insert(0, {str(SIM_SITE)!r})\n"
+          "from sglang.srt.server_args import prepare_server_args\n"
+          "a = prepare_server_args(sys.argv[1:])\n"
+          "print(repr((a.model_path, a.served_model_name, a.speculative_draft_model_path, a.api_key)))\n")
+
+
+def sglang_reads(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-I", "-c", _PARSE, *args], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, env={"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]})
+
+
+def _dash_inventory(tmp_path: Path, **fields: object) -> inventory.Inventory:
+    import yaml
+
+    p = tmp_path / "i.yaml"
+    p.write_text(yaml.safe_dump({"hosts": {"h": {"python": "/p", "model": "/m", "draft_model": "/d/eagle3",
+                                                 "served_model_name": "--warmups", **fields}}}))
+    return inventory.load(p)
+
+
+def test_values_that_start_with_a_dash_reach_sglang_as_values(tmp_path: Path) -> None:
+    """`served_model_name: "--warmups"` was rendered `--served-model-name --warmups`: SGLang's argparse read the
+    name as a flag and exited ("expected one argument") after the deploy had stopped the old server. Each value is
+    now in its flag's word, and the render shows exactly that argv."""
+    old = sglang_reads(["--model-path", "/m", "--served-model-name", "--warmups"])
+    assert old.returncode == 2 and "argument --served-model-name: expected one argument" in old.stderr, old.stderr
+    plan = build(_dash_inventory(tmp_path).hosts["h"], Options(steps=3))
+    assert {"--model-path=/m", "--served-model-name=--warmups", "--speculative-draft-model-path=/d/eagle3"} <= \
+        set(plan.argv)
+    r = sglang_reads(list(plan.argv[3:]))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == repr(("/m", "--warmups", "/d/eagle3", None))
+    # Model and draft paths are absolute on a host (the inventory refuses others), but are written the same way: a
+    # path that did start with '-' would be read as the value too.
+    assert sglang_reads(["--model-path=-m", "--speculative-draft-model-path=-d"]).stdout.strip() == \
+        repr(("-m", "-m", "-d", None))  # SGLang serves the model under its path when no name is given
+    from fabfile.commands.render_plan import plan_document
+
+    doc = plan_document(plan.host, Options(steps=3))
+    assert "--served-model-name=--warmups" in doc["argv"] and "--served-model-name=--warmups" in doc["launch_command"]
+
+
+def test_an_sglang_args_value_argparse_would_read_as_a_flag_is_refused(tmp_path: Path) -> None:
+    """In sglang_args the user's words pass as written; one argparse would take for a flag where a value is meant
+    (`--api-key -k3y`) is refused when the inventory is read, saying how to write it. Negative numbers are values
+    to argparse, and a value in its flag's word passes."""
+    with pytest.raises(InventoryError, match=r"-k3y starts with '-'.*value of --api-key; write the two as one "
+                                             r"word, --api-key=VALUE"):
+        _dash_inventory(tmp_path, sglang_args=["--api-key", "-k3y"])
+    host = _dash_inventory(tmp_path, sglang_args=["--random-seed", "-1", "--chat-template=-t"]).hosts["h"]
+    plan = build(host, Options(steps=0))
+    assert plan.argv[-3:] == ("--random-seed", "-1", "--chat-template=-t")
+
+
+def test_a_secret_value_sglang_cannot_read_from_its_config_file_is_refused(tmp_path: Path) -> None:
+    """SGLang turns its --config file back into `--api-key VALUE` words before its argparse reads them, so a key
+    that starts with '-' cannot reach it that way (and on the command line every account could read it): refused
+    before anything on the host changes."""
+    host = _dash_inventory(tmp_path, sglang_args=["--api-key=-k3y-s3cr3t"]).hosts["h"]
+    with pytest.raises(InventoryError, match="the value of --api-key starts with '-'") as e:
+        build(host, Options(steps=0))
+    assert "k3y" not in str(e.value.describe()) and e.value.exit_code == 2
+    assert sglang_reads(["--model-path", "/m", "--api-key", "-k3y"]).returncode == 2  # as SGLang's merger words it
+
+
+def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None:
+    """The tool now writes `--flag=value`; a server started by hand (or by an older specdeploy) may use
+    `--flag value`: the sweep, the version check, diff, adopt and check-env's reading of SGLang's flags take both."""
+    from fabfile.commands.adopt import split_flags
+    from fabfile.commands.diff import flag_map
+    from fabfile.plan.sweep_plan import configs
+    from fabfile.plan.versioncheck import check
+    from fabfile.remote.sglangnccl import _argv_flags
+
+    one_word = ["--tp-size=2", "--served-model-name=--warmups", "--speculative-algorithm=NOPE",
+                "--enable-symm-mem"]
+    two_words = ["--tp-size", "2", "--served-model-name", "kimi", "--speculative-algorithm", "NOPE",
+                 "--enable-symm-mem"]
+    for argv in (one_word, two_words):
+        assert flag_map(argv)["--tp-size"] == "2" and flag_map(argv)["--enable-symm-mem"] == ""
+        assert split_flags(argv)[0]["--tp-size"] == "2"
+        assert _argv_flags(argv)["tp_size"] == 2 and _argv_flags(argv)["symm_mem"] is True
+        with pytest.raises(FlagError, match="no speculative algorithm NOPE"):
+            check(argv, {}, "0.5.1", "h")
+    assert flag_map(one_word)["--served-model-name"] == "--warmups"
+    host = _dash_inventory(tmp_path).hosts["h"]
+    assert [(c.steps, c.topk, c.draft_tokens) for c in configs(host, Options(), [0, 2], [1, 2], [3])] == \
+        [(0, 1, None), (2, 1, 3), (2, 2, 3)]
+
+
+def test_a_value_flag_of_sglang_args_without_its_value_is_refused(tmp_path: Path) -> None:
+    """`sglang_args: [--api-key, --enable-metrics]` made the next flag the API key (moved into --config, where SGLang
+    reads it back as `--api-key --enable-metrics` and exits); `[..., --served-model-name]` at the end gives it none."""
+    for args, words in ((["--api-key", "--enable-metrics"], "--api-key takes a value, and --enable-metrics is the "
+                                                             "next flag; write the two as one word, --api-key=VALUE"),
+                        (["--enable-metrics", "--served-model-name"], "--served-model-name takes a value, and none "
+                                                                      "follows")):
+        with pytest.raises(InventoryError, match=words):
+            _dash_inventory(tmp_path, sglang_args=args)
+    assert _dash_inventory(tmp_path, sglang_args=["--api-key=--k3y"]).hosts["h"].sglang_args == ("--api-key=--k3y",)

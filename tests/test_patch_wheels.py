@@ -33,6 +33,7 @@ from fabfile.remote import patching
 from fabfile.remote.common import sha256_file
 from fabfile.remote.versions import NEWEST_SUPPORTED
 from fabfile.remote.versions import key as version_order
+from fabfile.remote.versions import valid as versions_valid
 from fabfile.render import patchset
 from tests.test_patching import tree as tree_hashes
 
@@ -121,6 +122,20 @@ def _release_files(version: str) -> tuple[list[dict[str, Any]], str]:
 def _latest_version() -> str:
     data, _ = _project_json()
     return str(data["info"]["version"])
+
+
+def releases_on_index(oldest: str) -> list[str]:
+    """Every release of sglang on the index from ``oldest`` to the newest, oldest first: final and post releases
+    with a wheel that is not yanked (pre-releases and development builds left out)."""
+    data, _ = _project_json()
+    out = []
+    for v, files in data.get("releases", {}).items():
+        if not versions_valid(v) or version_order(v) < version_order(oldest) or version_order(v)[1] != 3:
+            continue
+        if version_order(v)[4] == 0 or _pick_wheel(list(files or [])) is None:
+            continue
+        out.append(v)
+    return sorted(out, key=version_order)
 
 
 def fetch_wheel(version: str) -> dict[str, Any]:

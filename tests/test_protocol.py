@@ -143,6 +143,7 @@ def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path)
     from fabfile.commands.bench import BenchParams, run_bench
     from fabfile.commands.deploy import deploy_host
     from fabfile.commands.operations import check_env_request
+    from fabfile.commands.profile import ProfileParams, profile_host
     from fabfile.inventory import hosts as inventory
     from fabfile.plan.deploy_plan import Options
     from fabfile.present.progress import Reporter
@@ -154,13 +155,14 @@ def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path)
     host = inv.hosts["a"]
     fleet = FakeFleet({"a": {"facts": FACTS, "patch_apply": {}, "deploy": {"pid": 1, "deploy_id": "x"},
                              "stop": {"terminated": [], "killed": [], "survivors": []},
-                             "bench": {"bench_id": "b"}, "evidence": {}}})
+                             "bench": {"bench_id": "b"}, "evidence": {}, "profile": {"ranks": []}}})
     with connector(fleet):
         assert deploy_host(inv, host, Options(), Reporter("a", enabled=False)).ok
         with HostSession.open(inv, host) as s:
             s.stop()
             run_bench(s, BenchParams(target_ci=0.05))
             s.call("evidence", check_env_request(host))
+        assert profile_host(inv, host, ProfileParams(trace=True)).exit_code == 0
 
     required, optional = _keys(protocol.DeployRequest)
     deploy = fleet.requests("deploy")["a"]
@@ -170,7 +172,7 @@ def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path)
     assert set(deploy["summary"]) == _keys(protocol.LaunchSummary)[0]
     # the verbs whose state_dir HostSession.call fills in: every key the shape names, and no other
     for verb, shape in (("stop", protocol.StopRequest), ("bench", protocol.BenchRequest),
-                        ("evidence", protocol.CheckEnvRequest)):
+                        ("evidence", protocol.CheckEnvRequest), ("profile", protocol.ProfileRequest)):
         required, optional = _keys(shape)
         sent = set(fleet.requests(verb)["a"])
         assert required <= sent <= required | optional, (verb, sent ^ (required | optional))

@@ -129,7 +129,7 @@ def _untouched(host: SimHost) -> None:
 
 @pytest.mark.parametrize(("version", "over", "words"), [
     ("0.5.23", {"env": {"SGLANG_ENABLE_SPEC_V2": "1"}},
-     ["SGLang 0.5.23", "does not read SGLANG_ENABLE_SPEC_V2", "0.5.5–0.5.20"]),
+     ["SGLang 0.5.23", "does not read SGLANG_ENABLE_SPEC_V2", "0.5.4.post1–0.5.20"]),
     ("0.5.1", {"sglang_args": ["--enable-single-batch-overlap"]},
      ["SGLang 0.5.1", "no --enable-single-batch-overlap flag", "0.5.3–"]),
     ("0.5.1", {"speculative": {"algorithm": "STANDALONE"}},

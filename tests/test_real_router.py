@@ -27,6 +27,7 @@ import yaml
 from tests.invoke_cli import derived_inventory, inv_json
 from tests.simhost import realrouter
 from tests.simhost.fleet import Fleet, SimHost, up
+from tests.support import waiting
 
 pytestmark = [pytest.mark.fleet, pytest.mark.wheels]
 
@@ -98,6 +99,8 @@ def worker():
             with lock:
                 if good: ok[0] += 1
                 else: failed.append('bad answer')
+            if good and not os.path.exists('load.first'):
+                open('load.first', 'w').close()
         except Exception as e:
             with lock:
                 failed.append('%%s: %%s' %% (type(e).__name__, getattr(e, 'read', lambda: b'')()[:200] or e))
@@ -106,24 +109,27 @@ threads = [threading.Thread(target=worker) for _ in range(%d)]
 t0 = time.monotonic()
 [t.start() for t in threads]
 [t.join() for t in threads]
-json.dump({'ok': ok[0], 'failed': len(failed), 'errors': [str(x) for x in failed[:10]],
-           'seconds': time.monotonic() - t0}, open('load.json', 'w'))
+with open('load.json.tmp', 'w') as f:  # renamed when whole: the test reads it the moment it appears
+    json.dump({'ok': ok[0], 'failed': len(failed), 'errors': [str(x) for x in failed[:10]],
+               'seconds': time.monotonic() - t0}, f)
+os.rename('load.json.tmp', 'load.json')
 """
 
 
 def _start_load(host: SimHost, threads: int = 4) -> None:
+    """Start the load and return once it has been served once (a loaded machine may take seconds to start it)."""
     (host.home / "load.py").write_text(LOAD % (ROUTER_PORT, threads))
-    host.exec(["sh", "-c", f"cd && rm -f load.stop load.json && setsid {host.python_in_host} load.py "
+    host.exec(["sh", "-c", f"cd && rm -f load.stop load.json load.first && setsid {host.python_in_host} load.py "
                            "</dev/null >load.log 2>&1 &"])
+    waiting.wait_until(lambda: (host.home / "load.first").exists(), "the load's first answered request",
+                       poll_s=0.1, detail=lambda: (host.home / "load.log").read_text()[-2000:])
 
 
 def _stop_load(host: SimHost) -> dict[str, Any]:
     (host.home / "load.stop").write_text("")
-    for _ in range(300):
-        if (host.home / "load.json").exists():
-            return dict(json.loads((host.home / "load.json").read_text()))
-        time.sleep(0.1)
-    raise AssertionError("the load client did not finish: " + (host.home / "load.log").read_text()[-2000:])
+    waiting.wait_until(lambda: (host.home / "load.json").exists(), "the load client's end", poll_s=0.1,
+                       detail=lambda: (host.home / "load.log").read_text()[-2000:])
+    return dict(json.loads((host.home / "load.json").read_text()))
 
 
 def _deploy_replicas_and_router(inventory: Path) -> dict[str, Any]:

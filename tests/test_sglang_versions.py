@@ -100,7 +100,8 @@ def test_garbage_is_not_a_version(bad: str) -> None:
 
 
 @pytest.mark.parametrize(("version", "path"), [
-    ("0.4.9", "/health_generate"), ("0.5.1", "/health"), ("0.5.19", "/health"), ("0.5.20rc1", "/ready"),
+    ("0.4.9", "/health_generate"), ("0.4.10.post1", "/health_generate"), ("0.4.10.post2", "/health"),
+    ("0.5.1", "/health"), ("0.5.19", "/health"), ("0.5.20rc1", "/ready"),
     ("0.5.20", "/ready"), ("0.5.23", "/ready"),
 ])
 def test_readiness_path(version: str, path: str) -> None:
@@ -411,3 +412,33 @@ def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None
                          timeout=120, env=env, check=True)
     offered = json.loads(out.stdout)
     assert (bench.BENCH_DATASET in offered) == (bench.BENCH_DATASET in real)
+
+
+# ------------------------------------------------------------------------------------------- the device timer
+
+
+def _timer_facts(whl: Path) -> dict[str, bool]:
+    """What the release's source says about the device timer, the verify counter and the eager verify's category."""
+    timer = verify_calls = eager_verify = False
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            if not (name.startswith("sglang/srt/") and name.endswith(".py")):
+                continue
+            src = z.read(name).decode("utf-8", "replace")
+            timer = timer or "sglang:forward_execution_seconds_total" in src
+            verify_calls = verify_calls or "sglang:spec_verify_calls_total" in src
+            if "model_executor" in name and "device_timer" in src and re.search(
+                    r'"target_verify"\s*\n\s*if forward_batch\.forward_mode\.is_target_verify\(\)', src):
+                eager_verify = True
+    return {"timer": timer, "verify_calls": verify_calls, "eager_verify": eager_verify}
+
+
+@pytest.mark.wheels
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.16",
+                                     "0.5.23"])
+def test_device_timer_facts_follow_the_release(version: str) -> None:
+    """versions.DEVICE_TIMER / SPEC_VERIFY_CALLS / EAGER_VERIFY_CATEGORY, which devicetimer's reading rests on."""
+    f = _timer_facts(_wheel(version))
+    assert f["timer"] == versions.at_least(version, versions.DEVICE_TIMER)
+    assert f["verify_calls"] == versions.at_least(version, versions.SPEC_VERIFY_CALLS)
+    assert f["eager_verify"] == versions.at_least(version, versions.EAGER_VERIFY_CATEGORY)

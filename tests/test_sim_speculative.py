@@ -96,14 +96,19 @@ def test_each_verify_pass_streams_its_tokens_together(sim: Sim, version: str, hi
 
 
 def test_requests_in_flight_are_decoded_as_one_batch(sim: Sim) -> None:  # noqa: F811
-    sim.install("0.5.16", time_scale=0.2, decode_ms=10.0, decode_ms_per_seq=1.0)
+    # Each request decodes for about a second (80 steps of 10 ms), and the eight are sent at once (a barrier): they
+    # overlap however slowly a loaded machine starts the threads. At a fifth of that (time_scale 0.2) a request was
+    # sometimes done before the eighth thread had sent its own.
+    sim.install("0.5.16", time_scale=1.0, decode_ms=10.0, decode_ms_per_seq=1.0)
     launcher = sim.launch("--decode-log-interval", "5", tp=1)
     sim.wait_log("fired up", proc=launcher)
     done: list[int] = []
+    together = threading.Barrier(8)
 
     def one() -> None:
+        together.wait()
         code, body = http(sim.url("/generate"), {"input_ids": list(range(8)),
-                                                  "sampling_params": {"max_new_tokens": 40}}, timeout=60)
+                                                  "sampling_params": {"max_new_tokens": 80}}, timeout=120)
         done.append(json.loads(body)["meta_info"]["completion_tokens"] if code == 200 else -1)
 
     threads = [threading.Thread(target=one) for _ in range(8)]
@@ -111,7 +116,7 @@ def test_requests_in_flight_are_decoded_as_one_batch(sim: Sim) -> None:  # noqa:
         t.start()
     for t in threads:
         t.join()
-    assert done == [40] * 8
+    assert done == [80] * 8
     running = [int(m) for m in re.findall(r"Decode batch, #running-req: (\d+)", sim.text())]
     assert running and max(running) == 8
     # New requests that arrive together are admitted as one prefill batch too.

@@ -732,3 +732,42 @@ def test_acceptance_per_configuration_can_be_stuck_at_1(sim: Sim) -> None:
     _, body = _gen(sim, tokens=32, timeout=10)
     meta = json.loads(body)["meta_info"]
     assert meta["spec_verify_ct"] == 31 and meta["spec_num_correct_drafts"] == 0  # the prefill gave token 1
+
+
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.16"])
+def test_device_timer_and_profiler_follow_the_release(sim: Sim, version: str, tmp_path: Path) -> None:
+    """CUDA graphs off: 0.5.12 times an eager verify as `extend` and has no verify-call counter nor draft spans;
+    0.5.16 has `target_verify`, the counter and the `draft`/`draft_extend` spans. Timer and trace, read by the
+    tool's own parsers, agree on what both measure."""
+    from fabfile.remote import devicetimer, trace
+
+    sim.install(version, time_scale=0.5)
+    launcher = sim.launch("--enable-metrics", "--disable-cuda-graph", spec=True, tp=2,
+                          extra_env={"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"})
+    sim.wait_log("fired up", proc=launcher)
+    before = devicetimer.snapshot(http(sim.url("/metrics"))[1].decode())
+    out = tmp_path / "traces"
+    assert http(sim.url("/start_profile"), {"output_dir": str(out), "num_steps": 6})[0] == 200
+    code, _body = http(sim.url("/start_profile"), {"output_dir": str(out)})
+    assert code == 500 and "Profiling is already in progress" in sim.text()
+    meta = json.loads(http(sim.url("/generate"), {"text": "hello " * 20,
+                                                  "sampling_params": {"max_new_tokens": 40}})[1])["meta_info"]
+    after = devicetimer.snapshot(http(sim.url("/metrics"))[1].decode())
+    d = devicetimer.delta(before, after)
+    files = sorted(out.glob("*-TP-*.trace.json.gz"))
+    assert [f.name.split("-TP-")[1] for f in files] == ["0.trace.json.gz", "1.trace.json.gz"]
+    assert set(d["seconds"]) == {0, 1} and not d["graph_passes"]
+    t = devicetimer.anatomy(d, 0, version=version, cuda_graph=False, speculative=True, steps=3, draft_tokens=4,
+                            concurrency=1, meta_verify_ct=meta["spec_verify_ct"])
+    s = trace.summarize(trace.load(str(files[0])))
+    a = trace.anatomy(s, rank=0, steps=3, draft_tokens=4)
+    assert a["kernels"]["verify"]["launch"] == "eager" and a["kernels"]["verify"]["allreduce_calls"] == 4
+    assert a["draft_step"]["ms"] == pytest.approx(t["draft_step"]["ms"], rel=0.1)
+    if version == "0.5.12":
+        assert set(after["seconds"][0]) == {"decode", "extend"} and after["verify_calls"] is None
+        assert "verify" not in t and "draft" not in s["phases"]
+    else:
+        assert set(after["seconds"][0]) == {"decode", "extend", "target_verify"} and after["verify_calls"]
+        assert a["verify"]["ms"] == pytest.approx(t["verify"]["ms"], rel=0.1)
+        assert "draft" in s["phases"] and "draft_extend" in s["phases"]
+    assert http(sim.url("/stop_profile"), {})[0] == 500  # it stopped by itself after num_steps

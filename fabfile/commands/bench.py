@@ -76,9 +76,56 @@ def save_local(result: dict[str, Any], runs_dir: Path | str) -> Path:
     return path
 
 
+def saved(runs_dir: Path | str, host: str) -> list[tuple[dict[str, Any], str]]:
+    """Every bench result saved for ``host`` (``RUNS/<host>/*.json``) with its path, oldest first."""
+    d = Path(runs_dir) / host
+    out: list[tuple[dict[str, Any], str]] = []
+    for f in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(doc, dict) and "bench_id" in doc and "rows" not in doc:
+            out.append((doc, str(f)))
+    return sorted(out, key=lambda t: str(t[0].get("started_at") or ""))
+
+
+def _timed(doc: dict[str, Any]) -> bool | None:
+    """Whether the run had SGLang's device timer on (None: it does not say, or its version has no timer)."""
+    ph = doc.get("phases")
+    if not isinstance(ph, dict):
+        return None
+    if ph.get("ranks"):
+        return True
+    return False if "without the device timer" in str(ph.get("missing") or "") else None
+
+
+def timer_cost(result: dict[str, Any], runs_dir: Path | str) -> dict[str, Any] | None:
+    """The device timer's cost on served tok/s, measured by the tool: this run against the newest saved run of the
+    same configuration, SGLang version, client and load with the timer the other way (``inv bench`` after
+    ``inv deploy --measure`` and after ``inv deploy --no-measure``)."""
+    mine = _timed(result)
+    if mine is None or not result.get("output_tok_s"):
+        return None
+    same = ("config_name", "sglang_version", "client")
+    load = ("concurrency", "input_len", "output_len")
+    other = [(d, p) for d, p in saved(runs_dir, str(result.get("host") or ""))
+             if _timed(d) is (not mine) and d.get("output_tok_s") and all(d.get(k) == result.get(k) for k in same)
+             and all((d.get("params") or {}).get(k) == (result.get("params") or {}).get(k) for k in load)]
+    if not other:
+        return None
+    doc, path = other[-1]
+    on, off = (result, doc) if mine else (doc, result)
+    pct = (float(off["output_tok_s"]) - float(on["output_tok_s"])) / float(off["output_tok_s"]) * 100
+    return {"pct": round(pct, 2), "timer_on_tok_s": on["output_tok_s"], "timer_off_tok_s": off["output_tok_s"],
+            "against": path, "source": "the tool: this bench against the newest one of the same configuration and "
+                                       "load with the timer the other way"}
+
+
 def bench_host(inv: Inventory, host: Host, params: BenchParams, runs_dir: Path | str,
                on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     with HostSession.open(inv, host) as s:
         result = run_bench(s, params, on_event=on_event)
+    result["timer_cost"] = timer_cost(result, runs_dir)
     result["local_path"] = str(save_local(result, runs_dir))
     return result

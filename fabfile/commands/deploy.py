@@ -106,6 +106,7 @@ def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | Non
         # Ready means it answers: a real request (and the accept-length gate) after the readiness endpoint's 200.
         "gates": {"timeout": t.first_request, "accept_gate": plan.accept_gate} if "first_request" in plan.steps
         else None,
+        "profile_dir": session.resolve(plan.profile_dir), "measure": plan.measure,
     }
 
 

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from fabfile.errors import FlagError
+from fabfile.flags import quote
 
 _ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
 NOW = "now"
@@ -24,8 +25,8 @@ def parse_ref(flag: str, value: str) -> tuple[str | None, str]:
     if not sep:
         host, ref = "", value
     if not _ID.fullmatch(ref) or (host and not _ID.fullmatch(host.replace(".", ""))):
-        raise FlagError(f"{flag}: {value!r} is not a deploy id (like 20261130T192906-010698), HOST:ID, current, "
-                        "previous or now")
+        raise FlagError(f"{flag}: {quote(value, as_repr=True)} is not a deploy id (like 20261130T192906-010698), "
+                        "HOST:ID, current, previous or now")
     return host or None, ref
 
 

@@ -15,14 +15,14 @@ has an unknown outcome: it is reported as such; with ``rollback_on_failure`` it 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fabfile import flags
 from fabfile.commands.deploy import deploy_behind_routers
 from fabfile.commands.fanout import concurrent, reporter_for
-from fabfile.errors import FlagError, SpecDeployError, from_agent
+from fabfile.errors import SpecDeployError, from_agent
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, new_deploy_id
 from fabfile.present.progress import Reporter
@@ -46,24 +46,25 @@ class BatchSize:
         return str(self.count) if self.count is not None else f"{self.percent:g}%"
 
 
+# More hosts per batch than any fleet has is a typo; a count above the fleet is then capped to it (``size``).
+MAX_BATCH = 100000
+
+
 def parse_batch(value: Any) -> BatchSize:
     """``--batch``: a whole number of hosts (``2``) or a share of them (``25%``)."""
     text = str(value).strip()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)%", text)
-    if m:
-        pct = float(m.group(1))
-        if not 0 < pct <= 100:
-            raise FlagError(f"--batch: a percentage must be above 0 and at most 100, got {text}")
+    if text.endswith("%"):
+        pct = flags.number("--batch", text[:-1], minimum=0.0, open_minimum=True, maximum=100.0, unit="%",
+                           what="a percentage of the hosts (e.g. 25%)")
         return BatchSize(percent=pct)
-    if not text.isdigit() or int(text) < 1:
-        raise FlagError(f"--batch: expected a number of hosts (e.g. 2) or a percentage (e.g. 25%), got {value!r}")
-    return BatchSize(count=int(text))
+    return BatchSize(count=flags.whole("--batch", text, minimum=1, maximum=MAX_BATCH,
+                                       what="a number of hosts (e.g. 2) or a percentage (e.g. 25%)"))
 
 
 def make_batches(hosts: list[Host], strategy: str, batch: BatchSize, canary: bool) -> list[list[Host]]:
     """Parallel: one batch of every host. Rolling: the canary (first host) alone, then batches of ``batch``."""
     if strategy not in STRATEGIES:
-        raise FlagError(f"--strategy: unknown strategy {strategy!r}; choose {' or '.join(STRATEGIES)}")
+        flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
     if strategy == "parallel":
         return [list(hosts)]
     rest = list(hosts)

@@ -14,7 +14,9 @@ from typing import Any
 
 from fabfile.commands.fanout import for_each_host
 from fabfile.errors import FlagError, LaunchError, SpecDeployError
+from fabfile.flags import quote
 from fabfile.inventory.hosts import Host, Inventory, Router
+from fabfile.plan.argv import opt
 from fabfile.render.jinja import shell_path
 from fabfile.results.deploys import RouterResult
 from fabfile.results.hosts import HostOutcome
@@ -30,7 +32,8 @@ def pick(inv: Inventory, name: str | None) -> Router:
         raise FlagError(f"--router: the inventory defines {len(inv.routers)} routers; name one of "
                         f"{', '.join(sorted(inv.routers))}")
     if name not in inv.routers:
-        raise FlagError(f"--router: unknown router {name!r}; known: {', '.join(sorted(inv.routers))}")
+        raise FlagError(f"--router: unknown router {quote(name, as_repr=True)}; known: "
+                        f"{', '.join(sorted(inv.routers))}")
     return inv.routers[name]
 
 
@@ -95,8 +98,10 @@ def drain(inv: Inventory, h: Host, *, back: bool) -> list[str]:
 
 
 def router_argv(router: Router, workers: list[str]) -> list[str]:
-    return [router.python, "-m", "sglang_router.launch_router", "--worker-urls", *workers, "--host", router.listen,
-            "--port", str(router.port), "--policy", router.policy, *router.args]
+    # --worker-urls is nargs='+' (its URLs follow as words; the tool builds them as http://...); every other value
+    # in the same word as its flag, so argparse reads it as that value whatever it starts with (plan/argv.py).
+    return [router.python, "-m", "sglang_router.launch_router", "--worker-urls", *workers, opt("--host", router.listen),
+            opt("--port", router.port), opt("--policy", router.policy), *router.args]
 
 
 def launch_script(router: Router, argv: list[str], cwd: str) -> str:

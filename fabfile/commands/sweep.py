@@ -54,6 +54,7 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
     res = deploy_host(inv, host, cfg.opts, progress.deploy_reporter())
     row["deploy_s"] = round(time.monotonic() - t0, 2)
     row["deploy_id"] = res.plan.deploy_id
+    row["measure"] = res.plan.measure  # SGLang's device timer on (a sweep measures where the version has it)
     row["sglang_version"] = res.sglang_version
     if not res.ok:
         row["phase"] = "deploy"
@@ -88,6 +89,7 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
         "accept_rate": result.get("accept_rate"), "accept_rate_meaning": result.get("accept_rate_meaning"),
         "draft_acceptance": result.get("draft_acceptance"), "cycle_ms": result.get("cycle_ms"),
         "decode_ms_per_token": result.get("decode_ms_per_token"),
+        "phases": result.get("phases"), "cycle_ms_source": result.get("cycle_ms_source"),  # measured by SGLang
         "ms_per_token": 1000.0 / result["output_tok_s"] if result.get("output_tok_s") else None,
         "ttft_ms": (result.get("ttft_ms") or {}).get("median"), "tpot_ms": (result.get("tpot_ms") or {}).get("median"),
         "itl_ms": (result.get("itl_ms") or {}).get("median"), "failed_requests": result.get("failed"),
@@ -206,7 +208,7 @@ class _Run:
 
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,
               runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
-              limits: Limits | None = None, resume: Path | None = None) -> int:
+              limits: Limits | None = None, resume: Path | None = None, explain: bool = False) -> int:
     from fabfile.plan.analysis import analyze_sweep
     from fabfile.present.report import print_sweep, write_outputs
 
@@ -243,10 +245,17 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         raise
     doc["elapsed_s"] = run.elapsed()
     doc["bench_s"] = round(sum(float(r.get("bench_s") or 0) for r in run.rows), 2)
+    _timer_note(doc)
     doc["analysis"] = analyze_sweep(run.rows)
     doc["paths"] = write_outputs(run.out_dir, doc)
+    pairs = _explain(doc) if explain else None
     run.save()
     print_sweep(doc, as_json=as_json)
+    if pairs is not None and not as_json:
+        from fabfile.present.explain_report import print_explained
+        from fabfile.present.output import out
+
+        print_explained(pairs, out)
     failed = [r for r in run.rows if not r.get("ok")]
     unmet = bool((doc.get("sla") or {}).get("unmet_levels"))
     return 1 if failed or unmet or doc.get("running") is None else 0
@@ -308,6 +317,25 @@ def _check_adaptive(inv: Inventory, host: Host, cfgs: list[Config]) -> None:
     with HostSession.open(inv, host) as s:
         version = str(preflight(s, plan)["sglang"]["version"])
     check(list(plan.argv)[3:], dict(plan.env), version, host.name)
+
+
+def _timer_note(doc: dict[str, Any]) -> None:
+    kept = next((r for r in doc["rows"] if r["config"] == doc.get("running") and r.get("measure")), None)
+    if kept is not None:
+        doc["notes"].append(f"{kept['config']} is left running with SGLang's device timer on (the sweep measured "
+                            "with it; it costs a little of every forward): `inv deploy` it again without --measure "
+                            "to turn it off")
+
+
+def _explain(doc: dict[str, Any]) -> list[Any]:
+    """``--explain``: the rule table over every configuration against this sweep's own baseline (kept in the
+    document as ``explain``; the findings are returned to be printed under the table)."""
+    from fabfile.commands.explain import explained
+    from fabfile.present.explain_report import document
+
+    pairs = explained(doc)
+    doc["explain"] = document(pairs)
+    return pairs
 
 
 def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:

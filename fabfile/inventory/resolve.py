@@ -217,6 +217,7 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         source=source,
         address=m.get("address"),
         accept_gate=accept_gate,
+        measure=bool(m["measure"]) if m.get("measure") is not None else None,
     )
 
 

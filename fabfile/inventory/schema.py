@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from fabfile.errors import InventoryError
+from fabfile.flags import quote
 
 InvalidField = ValidationError  # what validate() raises (a ValueError): pydantic_message() words it
 
@@ -37,6 +38,31 @@ _SSH_FORBIDDEN = set("'`\"$\\;&<>|(){}")
 def valid_ssh_host(value: str) -> bool:
     return bool(value) and not value.startswith("-") and not any(
         c in _SSH_FORBIDDEN or c.isspace() or not c.isprintable() for c in value)
+
+
+# argparse's own test for a word that is a negative number, not a flag (``_negative_number_matcher``).
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+# Flags of sglang_args the tool itself reads a value from (the secret flags it moves into --config) or renders
+# from a field: each takes exactly one value in every release (``type=str``, read from the wheels).
+ONE_VALUE_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--served-model-name")
+
+
+def check_flag_words(items: list[str]) -> None:
+    """Refuse a word argparse would read as a flag that no SGLang (or router) flag is: one that starts with a single
+    ``-`` and is no negative number, meant as the value of the flag before it. argparse then says "expected one
+    argument" and the server exits after the old one was stopped; in one word, ``--flag=-value``, it is the
+    value (fabfile/plan/argv.py)."""
+    for i, item in enumerate(items):
+        following = items[i + 1] if i + 1 < len(items) else None
+        if item in ONE_VALUE_FLAGS and (following is None or following.startswith("--")):
+            raise ValueError(f"{item} takes a value, and " +
+                             (f"{quote(following)} is the next flag" if following else "none follows") +
+                             f"; write the two as one word, {item}=VALUE")
+        if item.startswith("-") and not item.startswith("--") and len(item) > 1 and " " not in item \
+                and not _NEGATIVE_NUMBER.fullmatch(item):
+            before = items[i - 1].split("=", 1)[0] if i and items[i - 1].startswith("--") else "--flag"
+            raise ValueError(f"{quote(item)} starts with '-', so SGLang's argparse reads it as a flag, not as the "
+                             f"value of {before}; write the two as one word, {before}=VALUE")
 
 
 def _env_value(v: Any) -> str:
@@ -115,6 +141,9 @@ class HostFields(_Strict):
     patch_mode: Literal["auto", "env", "engine", "scheduler", "plugin", "sitecustomize"] | None = None
     force_env: bool | None = None
     nccl_debug: bool | None = None
+    # SGLang's per-phase GPU timer (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1); unset: on only for the
+    # deploys of commands that measure (sweep), see fabfile/plan/measure.py
+    measure: bool | None = None
     min_free_disk_gb: float | None = None
     gpu_idle_mib: int | None = None
     # EAGLE accept length at or below which a deploy fails (measured after ready); 0 turns the gate off
@@ -166,6 +195,7 @@ class HostFields(_Strict):
             if flag in MANAGED_FLAGS:
                 raise ValueError(f"{flag} is set by the tool from `{MANAGED_FLAGS[flag]}`; remove it here")
             out.append(str(item))
+        check_flag_words(out)
         return out
 
     @field_validator("gpus", "tp")
@@ -230,6 +260,12 @@ class RouterFields(_Strict):
     args: list[str] = []
     # a rolling deploy takes a replica out of this router first; requests already sent there get this long to finish
     drain_s: float = 5.0
+
+    @field_validator("args")
+    @classmethod
+    def _check_args(cls, v: list[str]) -> list[str]:
+        check_flag_words(v)
+        return v
 
     @field_validator("port")
     @classmethod

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabfile.errors import InventoryError
+from fabfile.flags import quote
 
 PATCH_MODES = ("auto", "env", "engine", "scheduler", "plugin", "sitecustomize")
 
@@ -140,6 +141,7 @@ class Host:
     accept_gate: float = 1.1
     address: str | None = None
     node: NodeRole | None = None
+    measure: bool | None = None  # the inventory's `measure` (None: the tool's default, plan/measure.py)
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ class Inventory:
                 names = self.groups[token]
             else:
                 known = ", ".join(sorted([*self.hosts, *self.groups, *self.clusters]))
-                raise InventoryError(f"--host: unknown host or group {token!r} in {self.path}",
+                raise InventoryError(f"--host: unknown host or group {quote(token, as_repr=True)} in {self.path}",
                                      f"known names: {known}")
             for n in names:
                 h = self.hosts[n]

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabfile import __version__
-from fabfile.errors import FlagError
+from fabfile.errors import FlagError, InventoryError
 from fabfile.inventory.hosts import PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.plan.argv import opt
 from fabfile.remote import versions
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
@@ -104,6 +105,8 @@ class Options:
     timeout: float | None = None
     verify: bool = True
     accept_gate: float | None = None  # --accept-gate: overrides the inventory's (0 turns the gate off)
+    measure: bool | None = None  # --measure / --no-measure: overrides the inventory's `measure`
+    measuring: bool = False  # the deploy is measured (a sweep's): the device timer is on unless turned off
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,15 @@ class Plan:
     env_file: str = ""
     config_file: str = ""
     secret_config: dict[str, str] = field(default_factory=dict)
+    # Measurement (plan/measure.py): whether the device timer is on for the version, which of the launch's flags
+    # and notes that decision added (for_version decides again once the version is known), the profiler's directory.
+    measure: bool = False
+    measure_wanted: bool | None = None
+    measure_wanted_by: str = ""
+    measuring: bool = False
+    measure_added: tuple[str, ...] = ()
+    measure_notes: tuple[str, ...] = ()
+    profile_dir: str = ""
 
     @property
     def plan_hash(self) -> str:
@@ -190,7 +202,8 @@ class Plan:
                 "plan_hash": self.plan_hash, "url": self.url, "argv": self.masked_argv(), "env": self.masked_env(),
                 "patch_mode": self.patch_mode, "log_path": self.log_path, "script_path": self.script_path,
                 "steps": list(self.steps), "notes": list(self.notes), "nccl_expected": dict(self.expected),
-                "nccl_notes": list(self.nccl_notes), "accept_gate": self.accept_gate}
+                "nccl_notes": list(self.nccl_notes), "accept_gate": self.accept_gate, "measure": self.measure,
+                "profile_dir": self.profile_dir}
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -229,20 +242,22 @@ def _speculative(host: Host, opts: Options) -> Speculative:
 
 
 def launch_argv(host: Host, spec: Speculative) -> list[str]:
+    """The launch command. Every value follows its flag in the same word (``--model-path=/m``; ``plan.argv`` says
+    why): a served name ``--warmups`` or a model path ``-m`` is then that flag's value, not another flag."""
     tp = host.node.total_tp if host.node is not None else host.tp
-    argv = [host.python, "-m", "sglang.launch_server", "--model-path", host.model, "--tp-size", str(tp),
-            "--host", host.listen, "--port", str(host.port)]
+    argv = [host.python, "-m", "sglang.launch_server", opt("--model-path", host.model), opt("--tp-size", tp),
+            opt("--host", host.listen), opt("--port", host.port)]
     if host.node is not None:
-        argv += ["--nnodes", str(host.node.nnodes), "--node-rank", str(host.node.rank),
-                 "--dist-init-addr", host.node.dist_init_addr]
+        argv += [opt("--nnodes", host.node.nnodes), opt("--node-rank", host.node.rank),
+                 opt("--dist-init-addr", host.node.dist_init_addr)]
     if host.served_model_name:
-        argv += ["--served-model-name", host.served_model_name]
+        argv.append(opt("--served-model-name", host.served_model_name))
     if spec.steps > 0:
-        argv += ["--speculative-algorithm", spec.algorithm]
+        argv.append(opt("--speculative-algorithm", spec.algorithm))
         if host.draft_model:
-            argv += ["--speculative-draft-model-path", host.draft_model]
-        argv += ["--speculative-num-steps", str(spec.steps), "--speculative-eagle-topk", str(spec.topk),
-                 "--speculative-num-draft-tokens", str(spec.draft_tokens)]
+            argv.append(opt("--speculative-draft-model-path", host.draft_model))
+        argv += [opt("--speculative-num-steps", spec.steps), opt("--speculative-eagle-topk", spec.topk),
+                 opt("--speculative-num-draft-tokens", spec.draft_tokens)]
     return argv + list(host.sglang_args)
 
 
@@ -300,6 +315,10 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     env.update(nccl.logging)
     env.update({k: v for k, v in host.env.items() if k not in env or not k.startswith("NCCL_")})
     env[DEPLOY_ID_ENV] = deploy_id
+    from fabfile.plan import measure
+
+    profiles = measure.profile_dir(host.state_dir)
+    env.setdefault(measure.PROFILER_DIR_ENV, profiles)  # SGLang's default is /tmp, every account's
     patch_mode = opts.patch_mode or host.patch_mode
     notes = _plugin_allowlist(env, host, patch_mode)
     if host.listen not in LOOPBACK:
@@ -326,14 +345,18 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
                 script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
                 steps=tuple(s for s in STEPS if s not in skip), accept_gate=accept_gate, client=client,
                 expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
-                nccl_notes=nccl.notes)
+                nccl_notes=nccl.notes, profile_dir=profiles, measuring=opts.measuring,
+                measure_wanted=opts.measure if opts.measure is not None else host.measure,
+                measure_wanted_by=(("--measure" if opts.measure else "--no-measure") if opts.measure is not None
+                                   else f"measure: {str(host.measure).lower()} in the inventory"))
     return for_version(plan, sglang_version)
 
 
 def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None = None) -> Plan:
     """Decide how secrets reach the server and render the script: the inventory's ``env`` from a 0600 file the
     script sources; secret flags in SGLang's ``--config`` file where the version has it (None: assume it has),
-    else on the command line, with a note saying so."""
+    else on the command line, with a note saying so; the device timer on or off for the version (``_measured``)."""
+    plan = _measured(plan, sglang_version)
     deploys = f"{plan.host.state_dir.rstrip('/')}/deploys"
     rest, secret_cfg = split_secret_flags(list(plan.argv))
     launch = list(plan.argv)
@@ -345,6 +368,8 @@ def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None
     if secret_cfg:
         flags = ", ".join(f"--{k}" for k in sorted(secret_cfg))
         if versions.has_config_file(sglang_version):
+            _check_config_values(plan.host, secret_cfg)
+            # Two words: SGLang looks for the word --config itself (plan/argv.py).
             launch = [*rest, "--config", config_file]
         else:
             notes.append(f"SGLang {sglang_version} takes {flags} only on its command line (--config FILE came in "
@@ -355,6 +380,19 @@ def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None
                   env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,
                   secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)), nccl_advice=advice)
     return replace(out, script=render_launch_script(out))
+
+
+def _check_config_values(host: Host, values: dict[str, str]) -> None:
+    """SGLang turns its ``--config`` file back into ``--key value`` words (``ConfigArgumentMerger``, read from the
+    wheels) before its argparse reads them, so a value there that starts with ``-`` is read as a flag and the server
+    exits at once. The tool writes the secret flags into that file and cannot write them otherwise without showing
+    them to every account on the host: such a value is refused before anything on the host is changed."""
+    for key, value in values.items():
+        if value.startswith("-"):
+            raise InventoryError(f"sglang_args: the value of --{key} starts with '-'; SGLang passes "
+                                 "its --config file's values to its argparse as words, which reads such a value as "
+                                 "a flag and exits", f"choose a --{key} value that does not start with '-'",
+                                 host=host.name)
 
 
 def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[str]:
@@ -373,10 +411,29 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
             f"SGLANG_PLUGINS={env['SGLANG_PLUGINS']!r}"]
 
 
-def render_launch_script(plan: Plan) -> str:
-    from fabfile.render.jinja import render_shell  # Jinja2 only when a script is rendered
+def _measured(plan: Plan, sglang_version: str | None) -> Plan:
+    """The launch with the device timer on or off for this version (``measure.launch``: decided again once
+    preflight knows the version), and the plan's notes about measurement in place of the earlier ones."""
+    from fabfile.plan import measure
 
-    inline = {k: v for k, v in plan.env.items() if k not in plan.file_env}
+    m = measure.launch(list(plan.argv), dict(plan.env), plan.measure_added, plan.measure_wanted,
+                       plan.measure_wanted_by, plan.measuring, sglang_version)
+    host = plan.host
+    notes = m.notes + measure.profiler_notes(host.listen in LOOPBACK, host.listen, host.port, host.sglang_args,
+                                             plan.profile_dir)
+    kept = [n for n in plan.notes if n not in plan.measure_notes]
+    return replace(plan, argv=tuple(m.argv), env=m.env, measure=m.on, measure_added=m.added,
+                   measure_notes=tuple(notes), notes=tuple(kept + notes))
+
+
+def render_launch_script(plan: Plan) -> str:
+    from fabfile.plan.measure import PROFILER_DIR_ENV
+    from fabfile.render.jinja import render_shell, shell_path  # Jinja2 only when a script is rendered
+
+    inline: dict[str, str] = {k: v for k, v in plan.env.items() if k not in plan.file_env}
+    if inline.get(PROFILER_DIR_ENV, "").startswith("~/"):
+        # the tool's own path under the host's HOME: expanded by the shell, as the log directory is
+        inline[PROFILER_DIR_ENV] = shell_path(inline[PROFILER_DIR_ENV])
     return render_shell("launch.sh.j2", plan=plan, host=plan.host, env=inline, argv=plan.launch_argv or plan.argv,
                         env_file=plan.env_file,
                         tool_version=__version__, plan_hash=plan.plan_hash,

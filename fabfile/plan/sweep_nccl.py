@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from fabfile.errors import FlagError
+from fabfile.flags import quote
 from fabfile.inventory.hosts import BUILTIN_NCCL_PRESETS, Host
 from fabfile.remote import ncclenv
 
@@ -32,16 +33,17 @@ class NcclCandidate:
 def _check_value(var: str, value: str) -> None:
     kind = ncclenv.kind(var)
     if kind in ("unknown", "not_param"):
-        raise FlagError(f"--nccl-env: {var} is not a variable NCCL reads", "check the spelling (NCCL_PROTO, ...)")
+        raise FlagError(f"--nccl-env: {quote(var)} is not a variable NCCL reads",
+                        "check the spelling (NCCL_PROTO, ...)")
     if kind == "logging":
-        raise FlagError(f"--nccl-env: {var} is a logging setting, not a tuning value to compare")
+        raise FlagError(f"--nccl-env: {quote(var)} is a logging setting, not a tuning value to compare")
     if var in ncclenv.SELECTION_VARS:
         try:
             ncclenv.selection(var, value)
         except ncclenv.SelectionError as e:
             raise FlagError(f"--nccl-env: {e}", "NCCL would refuse it and the server would not start") from None
     elif ncclenv.reading(var, value)["value"] is None:
-        raise FlagError(f"--nccl-env: {var}={value!r}: {ncclenv.reading(var, value)['why']}")
+        raise FlagError(f"--nccl-env: {quote(var)}={quote(value, as_repr=True)}: {ncclenv.reading(var, value)['why']}")
 
 
 def _env_axes(spec: str) -> list[tuple[str, list[str | None]]]:
@@ -50,18 +52,20 @@ def _env_axes(spec: str) -> list[tuple[str, list[str | None]]]:
     for item in spec.split():
         var, sep, values = item.partition("=")
         if not sep or not var or not values:
-            raise FlagError(f"--nccl-env: expected VAR=V1|V2|- (space between variables), got {item!r}")
+            raise FlagError("--nccl-env: expected VAR=V1|V2|- (space between variables), got "
+                            f"{quote(item, as_repr=True)}")
         if any(v == var for v, _ in axes):
-            raise FlagError(f"--nccl-env: {var} is given twice")
+            raise FlagError(f"--nccl-env: {quote(var)} is given twice")
         vals: list[str | None] = []
         for v in values.split("|"):
             if v == "":
-                raise FlagError(f"--nccl-env: {var} has an empty value in {values!r} (write - for unset)")
+                raise FlagError(f"--nccl-env: {quote(var)} has an empty value in {quote(values, as_repr=True)} "
+                                "(write - for unset)")
             if v != "-":
                 _check_value(var, v)
             vals.append(None if v == "-" else v)
         if len(set(vals)) != len(vals):
-            raise FlagError(f"--nccl-env: {var} lists a value twice")
+            raise FlagError(f"--nccl-env: {quote(var)} lists a value twice")
         axes.append((var, vals))
     return axes
 
@@ -79,7 +83,7 @@ def candidates(nccl: str | None, nccl_env: str | None,
     known = [*sorted(table), HOST]
     for b in bases:
         if b not in known:
-            raise FlagError(f"--nccl: unknown preset {b!r}", f"choose from {', '.join(known)}")
+            raise FlagError(f"--nccl: unknown preset {quote(b, as_repr=True)}", f"choose from {', '.join(known)}")
     if len(set(bases)) != len(bases):
         raise FlagError("--nccl: a preset is listed twice")
     combos: list[dict[str, str | None]] = [{}]

@@ -9,6 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fabfile.inventory.hosts import Host
+from fabfile.plan.argv import value_of
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.sweep_nccl import NcclCandidate, apply
 
@@ -86,7 +87,8 @@ def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None
 
 def _spec_of(argv: tuple[str, ...]) -> tuple[int, int, int | None]:
     def flag(name: str) -> int | None:
-        return int(argv[argv.index(name) + 1]) if name in argv else None
+        value = value_of(argv, name)
+        return int(value) if value is not None else None
 
     steps = flag("--speculative-num-steps") or 0
     return steps, flag("--speculative-eagle-topk") or 1, flag("--speculative-num-draft-tokens")

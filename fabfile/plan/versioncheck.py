@@ -15,9 +15,15 @@ from functools import lru_cache
 from typing import Any
 
 from fabfile.errors import FlagError
+from fabfile.plan.argv import value_of
 from fabfile.remote import versions
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+# What ``measure`` (``inv deploy --measure``) turns on: SGLang's per-phase GPU timer. Only the counter by phase
+# (``sglang:forward_execution_seconds_total{category=target_verify|eagle_draft|...}``) says where a cycle's time
+# goes; the releases whose timer feeds ``gpu_execution_seconds_total`` (one category per batch) do not.
+DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
+PHASE_COUNTER = "sglang:forward_execution_seconds_total"
 
 
 def _key(v: str) -> tuple[int, int, int, int]:
@@ -55,7 +61,7 @@ def _releases_with(pred: Any) -> str:
     have = [v for v, facts, flags in _table() if pred(facts, flags)]
     if not have:
         return "no release read"
-    # contiguous runs, as "0.5.5–0.5.20"
+    # contiguous runs, as "0.5.4.post1–0.5.20"
     names = [v for v, _, _ in _table()]
     runs: list[list[str]] = []
     for v in have:
@@ -64,6 +70,24 @@ def _releases_with(pred: Any) -> str:
         else:
             runs.append([v])
     return ", ".join(r[0] if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
+
+
+def _has_phase_timer(facts: dict[str, Any], flags: frozenset[str]) -> bool:
+    return bool(facts.get("device_timer_env")) and facts.get("device_timer_counter") == PHASE_COUNTER and \
+        "--enable-metrics" in flags
+
+
+def device_timer_releases() -> str:
+    """The releases read whose wheels have the per-phase device timer, as contiguous runs ("A–B")."""
+    return _releases_with(_has_phase_timer)
+
+
+def has_device_timer(version: str | None) -> bool:
+    """Whether ``version``'s SGLang times each forward phase on the GPU (None, a version not known yet: judged as
+    the newest release, the way a plan is rendered before preflight; older than every release read, or not a
+    version: no)."""
+    found = facts_for(version) if version else _table()[-1]
+    return found is not None and _has_phase_timer(found[1], found[2])
 
 
 def _flag_names(argv: list[str]) -> list[str]:
@@ -89,15 +113,18 @@ def check(argv: list[str], env: dict[str, str], version: str, host: str) -> None
                             "remove it from sglang_args (or the speculative settings), or upgrade SGLang on the "
                             "host; nothing was changed there", host=host)
     algos = facts.get("speculative_algorithms")
-    if "--speculative-algorithm" in argv and isinstance(algos, list):
-        algo = argv[argv.index("--speculative-algorithm") + 1] if argv.index("--speculative-algorithm") + 1 < \
-            len(argv) else ""
-        if algo and algo not in algos:
-            raise FlagError(f"SGLang {version} on {host} has no speculative algorithm {algo}{same} (it knows "
-                            f"{', '.join(algos)})", "choose one of those in speculative.algorithm, or upgrade "
-                            "SGLang on the host; nothing was changed there", host=host)
+    algo = value_of(argv, "--speculative-algorithm")
+    if isinstance(algos, list) and algo and algo not in algos:
+        raise FlagError(f"SGLang {version} on {host} has no speculative algorithm {algo}{same} (it knows "
+                        f"{', '.join(algos)})", "choose one of those in speculative.algorithm, or upgrade "
+                        "SGLang on the host; nothing was changed there", host=host)
     if SPEC_V2_ENV in env and not facts.get("spec_v2_env"):
         raise FlagError(f"SGLang {version} on {host} does not read {SPEC_V2_ENV}{same}: setting it would change "
                         f"nothing (releases that read it: {_releases_with(lambda f, fl: f.get('spec_v2_env'))})",
                         f"remove {SPEC_V2_ENV} from the inventory's env for this host; nothing was changed there",
                         host=host)
+    if env.get(DEVICE_TIMER_ENV) and not _has_phase_timer(facts, flags):
+        raise FlagError(f"SGLang {version} on {host} has no per-phase device timer{same} (measure: true, or "
+                        f"--measure); releases that have it: {device_timer_releases()}",
+                        "deploy with --no-measure (or measure: false), or upgrade SGLang on the host; nothing was "
+                        "changed there", host=host)

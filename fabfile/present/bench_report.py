@@ -18,6 +18,22 @@ def _num(v: Any, fmt: str = "{:.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def print_phases(phases: dict[str, Any] | None, console: Console) -> None:
+    """The run's phases per rank, as SGLang's device timer measured them (each figure with its source), or why there
+    are none."""
+    from fabfile.present.explain_report import phase_line
+
+    if not phases:
+        return
+    if phases.get("missing"):
+        console.print(f"  phases: not measured ({phases['missing']})", markup=False)
+        return
+    graph = phases.get("cuda_graph")
+    how = "" if graph is None else " (CUDA graphs)" if graph else " (eager, no CUDA graphs)"
+    for a in phases.get("ranks") or []:
+        console.print(f"  phases rank {a.get('rank', 0)}{how}: {phase_line(a)}", markup=False)
+
+
 def print_result(r: dict[str, Any], console: Console) -> None:
     """A person's summary of one benchmark."""
     p = r.get("params") or {}
@@ -49,4 +65,10 @@ def print_result(r: dict[str, Any], console: Console) -> None:
                       f"draft+verify cycle {_num(r.get('cycle_ms'), '{:.1f} ms')}")
     else:
         console.print(f"  no speculation; decode {_num(r.get('decode_ms_per_token'), '{:.1f} ms')} per token")
+    print_phases(r.get("phases"), console)
+    cost = r.get("timer_cost")
+    if cost:
+        console.print(f"  device timer cost {cost['pct']:.1f} % of served tok/s ({cost['timer_on_tok_s']:.1f} with, "
+                      f"{cost['timer_off_tok_s']:.1f} without; measured by the tool against {cost['against']})",
+                      markup=False)
     console.print(f"  saved: {r.get('local_path')} (host: {r.get('host_path')})", markup=False)

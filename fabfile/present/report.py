@@ -196,7 +196,7 @@ def _sweep_table(doc: dict[str, Any], c: Console) -> None:
     print_table(c, cols, [[escape(x) for x in row] for row in table_rows(doc)],
                 title=f"{doc['host']} sweep {doc['sweep_id']}")
     c.print(f"[bold]{conclusion(doc)}[/bold]")
-    for line in details(doc):
+    for line in details(doc) + phase_lines(doc):
         c.print(f"  {line}", markup=False)
     a = doc.get("analysis") or {}
     for r in a.get("rows") or []:
@@ -219,7 +219,7 @@ def markdown(doc: dict[str, Any]) -> str:
              + (f"adaptive length (95 % interval within ±{p['target_ci']:.0%}, {p.get('min_requests')}–"
                 f"{p.get('num_prompts')} requests)" if p.get("target_ci") else f"{p.get('num_prompts')} prompts")
              + f", client {p.get('client')}; run from the host itself.", "",
-             f"**{conclusion(doc)}**", "", *[f"- {x}" for x in details(doc)], "",
+             f"**{conclusion(doc)}**", "", *[f"- {x}" for x in details(doc) + phase_lines(doc)], "",
              "| " + " | ".join(columns(doc)) + " |", "|" + "---|" * len(columns(doc))]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in table_rows(doc)]
     lines += ["", "`ms/token` is the baseline's decode step (TPOT) and, for speculative configurations, "
@@ -266,9 +266,12 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
         return False
     levels = _levels(doc) or [int((doc.get("params") or {}).get("concurrency") or 1)]
     winners = doc.get("winners") or {str(levels[0]): doc.get("winner")}
-    fig, axes = plt.subplots(1, len(levels), figsize=(7 * len(levels), 4.2), dpi=110, squeeze=False)
+    bars = has_phases(doc)
+    fig, axes = plt.subplots(1, len(levels) + bars, figsize=(7 * (len(levels) + bars), 4.2), dpi=110, squeeze=False)
     all_rows = doc.get("rows") or []
-    for ax, c in zip(axes[0], levels, strict=True):
+    if bars:
+        phase_bars(axes[0][-1], doc)
+    for ax, c in zip(axes[0][:len(levels)], levels, strict=True):
         at = level_rows(all_rows, c) if any(r.get("levels") for r in all_rows) else all_rows
         rows = [r for r in at if r.get("ok") and r.get("tok_s")]
         spec = [r for r in rows if r["steps"] > 0]
@@ -359,3 +362,70 @@ def print_analysis(analysis: dict[str, Any]) -> None:
     out.print(t)
     for r in analysis["rows"]:
         out.print(f"  {r['config']}: {r['sentence']}")
+
+
+# -- measured phases (issue 26): per configuration, and the stacked bars of the PNG ---------------------------------
+_BARS = (("draft", "draft", "#4c72b0"), ("verify", "verify", "#dd8452"), ("draft_extend", "draft-extend", "#55a868"),
+         ("other", "other", "#bbbbbb"))
+
+
+def _baseline_step(doc: dict[str, Any], like: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The baseline's decode step as the break-even compares it with a cycle (``like``; None: a wall-clock one, its
+    TPOT): GPU time against GPU time, wall clock against wall clock."""
+    from fabfile.plan.explain import baseline_of, step_like
+
+    fig = step_like(baseline_of(doc), like)
+    return dict(fig) if fig else None
+
+
+def phase_lines(doc: dict[str, Any]) -> list[str]:
+    """One sentence per speculative configuration: draft ms per step, verify ms, draft-extend ms (SGLang's device
+    timer, where the deploy measured), the cycle and the break-even accept length = cycle ÷ the baseline's decode
+    step; without measured phases the cycle is the derived one, and says so."""
+    from fabfile.plan.explain import fmt, row_anatomy
+
+    lines = []
+    for r in doc.get("rows") or []:
+        if not r.get("ok") or not r.get("steps") or not r.get("measured", True):
+            continue
+        a = row_anatomy(r)
+        parts = [f"{label} {fmt(a.get(k))}" for k, label in (("draft_step", "draft/step"), ("verify", "verify"),
+                                                               ("draft_extend", "draft-extend")) if a.get(k)]
+        cycle = a.get("cycle")
+        if not parts and not cycle:
+            continue
+        text = f"{r['config']}: " + (" · ".join(parts) if parts else "no measured phase")
+        if cycle:
+            text += f"; cycle {fmt(cycle)}"
+            base = _baseline_step(doc, cycle)
+            if base:
+                text += (f"; break-even accept length {float(cycle['ms']) / float(base['ms']):.2f} (cycle ÷ "
+                         f"baseline decode {fmt(base)})")
+        lines.append(text)
+    return lines
+
+
+def has_phases(doc: dict[str, Any]) -> bool:
+    return any(((r.get("phases") or {}).get("ranks")) for r in doc.get("rows") or [] if r.get("ok"))
+
+
+def phase_bars(ax: Any, doc: dict[str, Any]) -> None:
+    """One stacked bar per speculative configuration (draft / verify / draft-extend / other, ms per cycle, measured
+    by SGLang's device timer; other = the cycle − those), the baseline's decode step as a horizontal line."""
+    from fabfile.plan.explain import row_anatomy, tag
+
+    rows = [r for r in doc.get("rows") or [] if r.get("ok") and r.get("steps") and (r.get("phases") or {}).get("ranks")]
+    names = [r["config"] for r in rows]
+    bottoms = [0.0] * len(rows)
+    for key, label, color in _BARS:
+        heights = [float((row_anatomy(r).get(key) or {}).get("ms") or 0.0) for r in rows]
+        ax.bar(names, heights, bottom=bottoms, label=label, color=color)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    base = _baseline_step(doc)
+    if base:
+        ax.axhline(float(base["ms"]), color="black", linestyle="--",
+                   label=f"baseline decode {float(base['ms']):.2f} ms [{tag(str(base.get('source')))}]")
+    ax.set_ylabel("ms per cycle (phases: SGLang device timer; other: cycle − phases)")
+    ax.set_title("where a cycle's time goes")
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    ax.legend(fontsize=7, loc="best")

@@ -25,7 +25,7 @@ from .common import AgentError, EventSink, atomic_write, ensure_private_dir, exp
 from .protocol import BenchRequest
 
 
-def _http_get(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> str | None:
+def http_get(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> str | None:
     import http.client
 
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -43,7 +43,7 @@ def _http_get(host: str, port: int, path: str, api_key: str | None, timeout: flo
 
 def server_info(host: str, port: int, version: str, api_key: str | None) -> dict[str, Any]:
     for path in versions.server_info_paths(version):
-        body = _http_get(host, port, path, api_key)
+        body = http_get(host, port, path, api_key)
         if body:
             try:
                 doc = json.loads(body)
@@ -55,7 +55,7 @@ def server_info(host: str, port: int, version: str, api_key: str | None) -> dict
 
 
 def prometheus(host: str, port: int, api_key: str | None) -> dict[str, float] | None:
-    body = _http_get(host, port, "/metrics", api_key)
+    body = http_get(host, port, "/metrics", api_key)
     return metrics.spec_from_prometheus(body) if body else None
 
 
@@ -68,7 +68,7 @@ def has_bench_serving(sglang_root: str | None) -> bool:
 
 # The dataset the tool runs bench_serving with: synthetic token ids of exactly the requested lengths, no download.
 # SGLang 0.4.5's bench_serving lacks it (its choices: sharegpt, random, generated-shared-prefix; its "random" samples
-# ShareGPT, downloading it); every release from ``versions.BENCH_RANDOM_IDS`` (0.4.6) has it. The host's own
+# ShareGPT, downloading it); every release from ``versions.BENCH_RANDOM_IDS`` (0.4.5.post1) has it. The host's own
 # ``--help`` is asked before each run, so this is no gate.
 BENCH_DATASET = "random-ids"
 
@@ -98,11 +98,13 @@ def bench_serving_datasets(env: dict[str, str] | None = None) -> list[str] | Non
 def _run_bench_serving(req: BenchRequest, host: str, port: int, out_file: str, sink: EventSink,
                        api_key: str | None) -> dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang", "--host", target,
-            "--port", str(port), "--dataset-name", BENCH_DATASET,
-            "--random-input-len", str(req["input_len"]), "--random-output-len", str(req["output_len"]),
-            "--random-range-ratio", "1.0", "--num-prompts", str(req["num_prompts"]),
-            "--max-concurrency", str(req["concurrency"]), "--output-file", out_file, "--disable-tqdm"]
+    # Each value in the same word as its flag (all take one value): argparse then reads it as that value whatever it
+    # starts with (the inventory's listen address, the state directory in the output file's path).
+    argv = [sys.executable, "-m", "sglang.bench_serving", "--backend=sglang", f"--host={target}",
+            f"--port={port}", f"--dataset-name={BENCH_DATASET}",
+            f"--random-input-len={req['input_len']}", f"--random-output-len={req['output_len']}",
+            "--random-range-ratio=1.0", f"--num-prompts={req['num_prompts']}",
+            f"--max-concurrency={req['concurrency']}", f"--output-file={out_file}", "--disable-tqdm"]
     env = dict(os.environ)
     if api_key:
         env["OPENAI_API_KEY"] = api_key  # bench_serving's get_auth_headers(): never on its command line
@@ -167,7 +169,7 @@ def api_key_of(pid: int) -> str | None:
     return None
 
 
-def _died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
+def died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
     """Whether the recorded server is gone, given a few seconds to finish dying.
 
     When every request failed, the likeliest reason is that the server died: SGLang's launcher notices a dead
@@ -187,7 +189,7 @@ def _died_during(rec: dict[str, Any], req: BenchRequest, done: object) -> AgentE
                       "see `inv logs` for why it died, deploy again, then benchmark")
 
 
-def _running_record(state_dir: str) -> dict[str, Any]:
+def running_record(state_dir: str) -> dict[str, Any]:
     rec = records.current(state_dir)
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
@@ -320,6 +322,9 @@ def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict
                              else metrics.draft_acceptance(accept_len, draft_tokens)) if speculative else None,
         "decode_ms_per_token": tpot if not speculative else None,
         "cycle_ms": cycle if speculative else None,
+        # the tool's (E2E − TTFT) / spec_verify_ct per request, or TPOT × accept length
+        "cycle_ms_source": ("tool" if (measured.get("cycle_ms") or {}).get("mean") is not None else "derived")
+        if speculative and cycle is not None else None,
         "accept_histogram": hist,
         "accept_histogram_source": measured.pop("accept_histogram_source", None) if hist else None,
         "decode_log": {k: v for k, v in decode.items() if k != "last"},
@@ -328,9 +333,53 @@ def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict
     }
 
 
+PHASES_HOWTO = ("deploy with measurement on (`inv deploy --measure` or `measure: true` in the inventory): "
+                "--enable-metrics and SGLANG_ENABLE_METRICS_DEVICE_TIMER=1")
+
+
+def phases(before: str | None, after: str | None, result: dict[str, Any], measured: dict[str, Any],
+           seen: dict[str, Any], version: str, concurrency: int) -> dict[str, Any]:
+    """Where the benchmark's cycles went, per rank, from SGLang's device timer (the counters' deltas over the run,
+    warm-up included, as ``devicetimer`` reads them), with the run's cycle and accept length; ``missing`` says why
+    there are none (the server runs without the timer, or its version has none)."""
+    from . import devicetimer
+    from .protocol import SOURCE_DERIVED, SOURCE_META, SOURCE_TOOL, PhaseFigure
+
+    snap = devicetimer.snapshot(after or "")
+    if not devicetimer.has_timer(snap):
+        why = (f"SGLang {version} has no per-phase device timer (it came in {versions.DEVICE_TIMER})"
+               if not versions.at_least(version, versions.DEVICE_TIMER) else
+               f"the server runs without the device timer: {PHASES_HOWTO}")
+        return {"ranks": [], "cuda_graph": None, "missing": why}
+    d = devicetimer.delta(devicetimer.snapshot(before or ""), snap)
+    spec = result.get("speculative") or {}
+    speculative = bool(spec.get("algorithm"))
+    meta = seen.get("meta") or {}
+    n = int(meta.get("verify_ct") or result.get("completed") or 0)
+    accept_len, accept_src = result.get("accept_len"), result.get("accept_len_source")
+    accept: PhaseFigure | None = None
+    if speculative and accept_len:
+        accept = {"ms": float(accept_len), "count": n,
+                  "source": SOURCE_META if accept_src == "meta_info" else f"SGLang {accept_src}"}
+    tool_cycle = (measured.get("cycle_ms") or {}).get("mean")
+    cycle: PhaseFigure | None = None
+    if speculative and result.get("cycle_ms"):
+        cycle = {"ms": float(result["cycle_ms"]), "source": SOURCE_TOOL if tool_cycle else SOURCE_DERIVED,
+                 "count": n}
+    graph = devicetimer.cuda_graph(d, seen.get("decode") or {})
+    ranks = [devicetimer.complete(devicetimer.anatomy(
+        d, rank, version=version, cuda_graph=bool(graph), speculative=speculative,
+        steps=int(spec["steps"]) if spec.get("steps") else None,
+        draft_tokens=int(spec["draft_tokens"]) if spec.get("draft_tokens") else None, concurrency=concurrency,
+        meta_verify_ct=meta.get("verify_ct"), config=str(result.get("config_name") or ""),
+        tokens=measured.get("output_tokens")), cycle, accept)
+        for rank in sorted(d["seconds"])]
+    return {"ranks": ranks, "cuda_graph": graph, "missing": None}
+
+
 def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     state_dir = expand(req["state_dir"])
-    rec = _running_record(state_dir)
+    rec = running_record(state_dir)
     version = str(rec.get("sglang_version") or versions.NEWEST_SUPPORTED)
     target = str(rec.get("listen") or "127.0.0.1"), int(rec["port"])
     # The key is read from the running server's own command line, never sent: a request travels in the agent's
@@ -343,23 +392,27 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     bench_dir = os.path.join(state_dir, "bench")
     ensure_private_dir(bench_dir)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    metrics_before = http_get(*target, "/metrics", api_key)  # the device timer's counters before the load
     sink.emit("step", name="bench", status="start")
     t0 = time.monotonic()
     try:
         measured, client_name = _measure(req, rec, client, target, api_key, bench_dir, sink)
     except AgentError as e:
         # Either client failing outright is most often the server dying under it: say that, not "requests failed".
-        if e.kind == "bench_failed" and _died_meanwhile(rec):
+        if e.kind == "bench_failed" and died_meanwhile(rec):
             raise _died_during(rec, req, 0) from None
         raise
     # Figures from a run the server did not live through measure its death, not its speed. Failed requests make a
     # death likely, so then the server gets a moment to finish dying before it is called alive.
-    if _died_meanwhile(rec, grace=5.0 if measured.get("failed") else 0.0):
+    if died_meanwhile(rec, grace=5.0 if measured.get("failed") else 0.0):
         raise _died_during(rec, req, measured.get("completed", "?"))
     sink.emit("step", name="bench", status="ok", elapsed=round(time.monotonic() - t0, 3),
               detail=f"{measured.get('output_tok_s', 0):.1f} tok/s")
+    metrics_after = http_get(*target, "/metrics", api_key)
     seen = _other_sources(measured, log_path, offset, target, version, api_key, info_before)
     result = _result(req, rec, version, measured, client_name, started_at, seen)
+    result["phases"] = phases(metrics_before, metrics_after, result, measured, seen, version,
+                              min(int(req["concurrency"]), int(req["num_prompts"])))
     path = os.path.join(bench_dir, f"{req['bench_id']}.json")
     atomic_write(path, json.dumps(result, indent=2, sort_keys=True, default=str).encode(), 0o600)
     result["host_path"] = path

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from . import failpoints, gpus, procs, records, server, stop
+from . import failpoints, gpus, procs, profilestore, records, server, stop
 from .common import CONTEXT, AgentError, EventSink, expand, unexpected
 from .lock import DeployLock
 from .prefetch import Prefetch
@@ -77,7 +77,7 @@ def schedulers_of(pid: int) -> list[dict[str, Any]]:
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
          "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch",
-         "expected", "nccl_debug", "gates")
+         "expected", "nccl_debug", "gates", "profile_dir", "measure")
 
 
 def _previous(state_dir: str) -> dict[str, Any] | None:
@@ -117,6 +117,7 @@ def _new_record(req: DeployRequest) -> dict[str, Any]:
         "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
         "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
         "expected": expected_of(req),
+        "measure": bool(req.get("measure")), "profile_dir": req.get("profile_dir"),
         "request": {k: req.get(k) for k in _KEEP},
     }
 
@@ -203,6 +204,8 @@ class _Sequence:
                   f"started {_now()} ===")
 
         def start() -> dict[str, Any]:
+            if req.get("profile_dir"):
+                profilestore.ensure_dir(expand(str(req["profile_dir"])))
             self.started = started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header,
                                                   gated=True)
             record.update({"pid": started["pid"], "pgid": started["pgid"], "start_ticks": started["start_ticks"],

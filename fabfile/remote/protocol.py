@@ -24,7 +24,7 @@ from .versions import PLUGIN_SYSTEM
 VERBS: tuple[str, ...] = (
     "facts", "deploy", "attach", "stop", "status", "logs", "gpus", "stale", "adopt", "records", "redeploy", "cancel",
     "router_start", "router_stop", "router_worker", "watch", "bench", "evidence", "patch_apply", "patch_rollback",
-    "patch_status",
+    "patch_status", "profile",
 )
 
 # What the client makes of a kind. Categories name the client's exception classes (``fabfile/errors.py``):
@@ -79,6 +79,10 @@ ERROR_KINDS: dict[str, tuple[str, str]] = {
     "env_not_proven": ("env_not_proven", "see the table; the hint names the patch mode that fixes it"),
     "not_running": ("remote", "deploy first"),
     "bench_failed": ("bench", "see `inv logs` for the server's side"),
+    "profile_failed": ("bench", "see `inv logs` for the server's side; `inv profile` without --trace needs no "
+                                "profiler"),
+    "profile_running": ("bench", "wait for it to end, or stop it: curl -X POST http://HOST:PORT/stop_profile"),
+    "trace_too_big": ("bench", "profile fewer steps (--trace-steps) or a smaller load"),
     # fleet operations
     "no_record": ("remote", "deploy that configuration explicitly"),
     "script_changed": ("remote", "deploy that configuration explicitly"),
@@ -157,6 +161,8 @@ class _DeployRequired(TypedDict):
     ready_path: str | None  # None: the version's own readiness endpoint (``versions.readiness_path``)
     node: dict[str, Any] | None  # a multi-node rank (the inventory's ``node``), None on one node
     gates: GateSpec | None
+    profile_dir: str  # SGLANG_TORCH_PROFILER_DIR: created 0700 before the start, never through a symlink
+    measure: bool  # the launch has SGLang's device timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER)
 
 
 class DeployRequest(_DeployRequired, total=False):
@@ -222,3 +228,113 @@ class BenchRequest(_BenchRequired, total=False):
 
     state_dir: str
     request_timeout: float
+
+
+MAX_TRACE_STEPS = 200  # the most profiler steps one `profile` records (a trace per rank grows with each)
+
+
+class _ProfileRequired(TypedDict):
+    profile_id: str
+    concurrency: int
+    input_len: int
+    output_len: int
+    num_prompts: int
+    trace: bool
+    trace_steps: int  # the profiler's ``num_steps`` (bounded by the client: ``MAX_TRACE_STEPS``)
+
+
+class ProfileRequest(_ProfileRequired, total=False):
+    """``profile`` (built by ``commands.profile.profile_request``): a bounded load with the bench's own load
+    generator between two ``/metrics`` snapshots, and with ``trace`` one SGLang profiler run over it."""
+
+    state_dir: str
+    request_timeout: float
+    trace_cap_bytes: int  # the most one rank's trace file may weigh before it is refused (read or kept)
+    keep_bytes: int  # the profiles directory's bound: oldest traces removed first
+
+
+# --- what `profile` measures (the agent's answer; `inv explain`, bench and sweep read the same shapes) ------------
+# Every figure carries its source, so the client never prints a number without saying who measured it.
+SOURCE_TIMER = "SGLang device timer"
+SOURCE_TRACE = "SGLang profiler trace"
+SOURCE_DERIVED = "derived: TPOT × accept length"
+SOURCE_TOOL = "the tool: (E2E − TTFT) / spec_verify_ct per request"
+SOURCE_META = "SGLang meta_info: Σ completion_tokens / Σ spec_verify_ct"
+SOURCE_OTHER = "derived: the tool's cycle − the device timer's phases"
+
+
+class _PhaseFigureRequired(TypedDict):
+    ms: float  # per occurrence (one verify pass, one draft step, ...)
+    source: str  # one of the SOURCE_* above
+    count: int  # occurrences it is averaged over
+
+
+class PhaseFigure(_PhaseFigureRequired, total=False):
+    """One measured figure and where it came from."""
+
+    note: str  # how the count was reached where it is not counted by SGLang itself (e.g. calls ÷ concurrency)
+
+
+class KernelBreakdown(TypedDict):
+    """Inside one phase, per pass, from the trace (ms per occurrence of the phase)."""
+
+    classes_ms: dict[str, float]  # KERNEL_CLASSES below, plus "idle_gap": span time no kernel covers
+    passes: int  # occurrences of the phase the figures are averaged over
+    span_ms: float  # the phase's GPU span per pass
+    allreduce_calls: float  # all-reduce kernels per pass
+    allreduce_mean_us: float | None
+    launch: str  # "cuda graph" | "eager" | "unknown" (from the runtime events inside the CPU span)
+    kernel_launches: float  # per pass
+    graph_launches: float  # per pass
+    launch_gap_ms: float  # per pass: idle GPU time between the phase's kernels (the launch overhead eagerly)
+
+
+KERNEL_CLASSES: tuple[str, ...] = ("gemm", "attention", "norm_activation", "allreduce", "sampling_verify", "copy",
+                                   "other")
+
+
+class CycleAnatomy(TypedDict, total=False):
+    """One configuration on one rank: where one speculative cycle's time goes (or the baseline's decode step)."""
+
+    rank: int
+    config: str
+    steps: int
+    draft_tokens: int
+    draft_step: PhaseFigure  # one draft forward
+    draft: PhaseFigure  # every draft step of one cycle
+    verify: PhaseFigure
+    draft_extend: PhaseFigure
+    other: PhaseFigure  # scheduler/CPU between phases: cycle − Σ phases
+    cycle: PhaseFigure
+    accept_length: PhaseFigure  # tokens emitted per cycle (``ms`` holds the length, not milliseconds)
+    decode: PhaseFigure  # baseline: decode ms per forward pass (one token per sequence)
+    kernels: dict[str, KernelBreakdown]  # "verify", "decode", "draft", "draft_extend"
+
+
+class ProfileRank(TypedDict, total=False):
+    """One rank's measurements by source: the anatomy from the timer, and from the trace where one was taken."""
+
+    rank: int
+    timer: CycleAnatomy | None
+    trace: CycleAnatomy | None
+    difference_pct: dict[str, float]  # phase -> (trace − timer) / timer × 100 where both measured it
+    trace_file: str | None  # the host's path of the rank's trace
+    trace_bytes: int | None
+
+
+class ProfileResult(TypedDict, total=False):
+    """``profile``'s answer."""
+
+    profile_id: str
+    deploy_id: str | None
+    config_name: str | None
+    sglang_version: str
+    speculative: dict[str, Any]  # algorithm, steps, topk, draft_tokens
+    cuda_graph: bool | None  # what the server runs with (its launch flags), None when unknown
+    timer: bool  # whether the server has the device timer on (its /metrics carry the counters)
+    timer_missing: str | None  # why not, a sentence naming what turns it on
+    ranks: list[ProfileRank]
+    derived: CycleAnatomy | None  # the fallback: TPOT × accept length, when no timer
+    bench: dict[str, Any]  # the load generator's own figures (completed, duration_s, output_tok_s, tpot_ms, ...)
+    wall_s: float  # the verb's own time on the host
+    trace_dir: str | None

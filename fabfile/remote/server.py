@@ -57,11 +57,11 @@ def readiness_path(sglang_version: str) -> str:
 def probe_timeout_s(path: str, env: dict[str, str] | None = None) -> float:
     """How long one GET of ``path`` may take before the probe gives up on it.
 
-    ``/health`` (0.5.1 ... 0.5.19) and ``/health_generate`` run SGLang's health-generate handler: it sends a one-token
-    request, then ``await asyncio.sleep(1)`` before it first looks for an answer, and keeps looking each second up to
-    ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s unless the server's environment says otherwise), answering 503 then. So a
-    healthy server needs a little over a second, a loaded one a few; the probe waits for the server's own verdict
-    (plus a margin), never less. ``/ready`` and the 0.4.x ``/health`` answer at once.
+    ``/health`` (0.4.10.post2 ... 0.5.19) and ``/health_generate`` run SGLang's health-generate handler: it sends a
+    one-token request, then ``await asyncio.sleep(1)`` before it first looks for an answer, and keeps looking each
+    second up to ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s unless the server's environment says otherwise), answering 503
+    then. So a healthy server needs a little over a second, a loaded one a few; the probe waits for the server's own
+    verdict (plus a margin), never less. ``/ready`` and the older ``/health`` (to 0.4.10.post1) answer at once.
     """
     if path not in ("/health", "/health_generate"):
         return 5.0

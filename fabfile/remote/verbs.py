@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable, cast
 
 from .common import AgentError, EventSink, expand
-from .protocol import BenchRequest, CheckEnvRequest, DeployRequest, StopRequest
+from .protocol import BenchRequest, CheckEnvRequest, DeployRequest, ProfileRequest, StopRequest
 
 # Each verb imports what it needs: every agent call starts a fresh Python, and a status call should not pay for
 # the deploy machinery (measured: importing everything costs ~50 ms per call).
@@ -147,6 +147,11 @@ def _bench(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     return bench.run(req, sink)
 
 
+def _profile(req: ProfileRequest, sink: EventSink) -> dict[str, Any]:
+    from . import profile
+    return dict(profile.run(req, sink))
+
+
 def _records(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """The current deploy record and the one it replaced (what a rollback would put back)."""
     from . import records
@@ -280,6 +285,7 @@ TABLE: dict[str, Callable[[Any, EventSink], dict[str, Any]]] = {
     "router_worker": _router_worker,
     "watch": _watch,
     "bench": _bench,
+    "profile": _profile,
     "evidence": _evidence,
     "patch_apply": _patch("apply"),
     "patch_rollback": _patch("rollback"),

@@ -106,18 +106,19 @@ def at_least(version: str | None, minimum: str) -> bool:
 # the wheels (``wheels`` marker, ``$SPECDEPLOY_WHEEL_CACHE``) and fail when a release disagrees.
 
 # bench_serving's ``--dataset-name random-ids`` (bench_serving.py's choices; 0.4.5's "random" samples ShareGPT,
-# downloading it) [test_sglang_versions::test_bench_dataset_follows_the_release].
-BENCH_RANDOM_IDS = "0.4.6"
+# downloading it) [test_sglang_versions::test_bench_dataset_follows_the_release]. Post releases count: several facts
+# below start in one (``python -m tests.contract --all`` reads every release).
+BENCH_RANDOM_IDS = "0.4.5.post1"
 # ``/health`` waits for the scheduler (http_server.py ``health``); before, 0.4.x answers 200 as soon as uvicorn is up,
 # before warmup [test_sglang_versions::test_probe_fits_the_health_endpoint_of_the_release].
-HEALTH_WAITS_FOR_SCHEDULER = "0.5.1"
+HEALTH_WAITS_FOR_SCHEDULER = "0.4.10.post2"
 # ``--config FILE`` (server_args.py, a YAML file of flag names): secret flags can stay off the command line.
 CONFIG_FILE = "0.5.3"
 # The ``Decode batch`` line prints ``accept rate`` (scheduler_metrics_mixin.py), meaning accept_len / (steps + 1)
 # [test_sglang_versions::test_decode_line_notes_follow_the_release].
-ACCEPT_RATE_PRINTED = "0.5.4"
+ACCEPT_RATE_PRINTED = "0.5.3.post2"
 # ... meaning accept_len / draft_tokens from here.
-ACCEPT_RATE_PER_DRAFT_TOKEN = "0.5.6"
+ACCEPT_RATE_PER_DRAFT_TOKEN = "0.5.5.post3"
 # ``/server_info`` (http_server.py); ``/get_server_info`` stays as the older name.
 SERVER_INFO = "0.5.6"
 # Per-request ``meta_info.spec_accept_histogram`` (tokenizer_manager.py ``_calculate_spec_decoding_metrics``; until
@@ -128,6 +129,14 @@ ACCEPT_HISTOGRAM = "0.5.9"
 PLUGIN_SYSTEM = "0.5.11"
 # ... and ``accept rate`` means (accept_len - 1) / (draft_tokens - 1) from here.
 ACCEPT_RATE_PER_DRAFT = "0.5.11"
+# The device timer: ``SGLANG_ENABLE_METRICS_DEVICE_TIMER`` + ``--enable-metrics`` feed
+# ``sglang:forward_execution_seconds_total{category=...}`` (metrics_collector.py; eagerly ``decode``/``extend``/
+# ``idle`` from model_runner.py, CUDA graphs ``forward_mode.name.lower()``, ``eagle_draft``, ``eagle_draft_extend``).
+DEVICE_TIMER = "0.5.11"
+# ``sglang:spec_verify_calls_total`` (metrics_collector.py): before it, verify passes are Σ meta_info.spec_verify_ct.
+SPEC_VERIFY_CALLS = "0.5.13"
+# An eager verify forward is timed as ``target_verify`` (eager_runner.py / model_runner.py); before, as ``extend``.
+EAGER_VERIFY_CATEGORY = "0.5.15"
 # ``meta_info.spec_correct_drafts_histogram`` and ``spec_num_correct_drafts`` counters (tokenizer_manager.py).
 CORRECT_DRAFTS_HISTOGRAM = "0.5.12"
 # ``--speculative-adaptive`` (+ ``--speculative-adaptive-config``; server_args.py, speculative/adaptive_spec_params.py):

@@ -52,6 +52,14 @@ def shell_argv(items: Iterable[Any]) -> Raw:
     return Raw(" ".join(shell_path(str(x)) for x in items))
 
 
+def env_word(name: str, value: Any) -> Raw:
+    """``NAME=value`` as one shell word; a value already made shell-safe (:class:`Raw`, e.g. a ``~/`` path from
+    :func:`shell_path`) is kept as it is, so the shell expands it."""
+    if isinstance(value, Raw):
+        return Raw(shlex.quote(f"{name}=") + value)
+    return Raw(shlex.quote(f"{name}={value}"))
+
+
 def comment(value: Any) -> Raw:
     """Text for a ``#`` comment line: control characters escaped, so a newline in a name cannot start a command."""
     return Raw(str(value).encode("unicode_escape").decode("ascii"))
@@ -75,6 +83,7 @@ def _make(finalize: Any | None) -> Environment:
     env.filters["shpath"] = shell_path
     env.filters["shargv"] = shell_argv
     env.filters["comment"] = comment
+    env.filters["envword"] = env_word
     env.filters["pyrepr"] = repr
     env.filters["tojson_sorted"] = lambda v: json.dumps(v, sort_keys=True)
     return env

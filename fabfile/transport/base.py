@@ -34,6 +34,7 @@ class TransportStats:
     connections: int = 0
     commands: int = 0
     uploads: int = 0
+    downloads: int = 0
     reconnects: int = 0
     commands_log: list[str] = field(default_factory=list)
 
@@ -62,6 +63,12 @@ class Transport(ABC):
     @abstractmethod
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
         """Write ``data`` to ``path`` atomically (temporary file + rename), with ``mode``."""
+
+    def get(self, path: str, dest: Path, max_bytes: int) -> int:
+        """Copy the host's file ``path`` to the local ``dest`` (0600, through a temporary file), refusing one over
+        ``max_bytes``; the bytes copied. Transports that cannot read files back say so."""
+        raise RemoteError(f"cannot fetch {path} from {self.host_name}: this connection does not copy files back",
+                          host=self.host_name)
 
     @abstractmethod
     def close(self) -> None: ...
@@ -177,5 +184,28 @@ class LocalTransport(Transport):
             raise
         self.stats.uploads += 1
 
+    def get(self, path: str, dest: Path, max_bytes: int) -> int:
+        src = Path(os.path.expanduser(path))
+        size = src.stat().st_size
+        if size > max_bytes:
+            raise RemoteError(f"{path} weighs {size} bytes, over the bound of {max_bytes}: not fetched",
+                              host=self.host_name)
+        return write_local(dest, src.read_bytes())
+
     def close(self) -> None:
         pass
+
+
+def write_local(dest: Path, data: bytes) -> int:
+    """Write a fetched file locally: 0600, through a temporary file beside it, then renamed."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".specdeploy-", dir=str(dest.parent))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(data)

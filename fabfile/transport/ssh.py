@@ -328,6 +328,34 @@ class SSHTransport(Transport):
                               host=self.host_name) from None
         self.stats.uploads += 1
 
+    def get(self, path: str, dest: Path, max_bytes: int) -> int:
+        """SFTP: the host's file, bounded by its size (stat first, then at most ``max_bytes`` read)."""
+        from fabfile.transport.base import write_local
+
+        if not self._alive():
+            raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
+        rel = path[2:] if path.startswith("~/") else path
+        try:
+            sftp = self.cxn.sftp()
+            size = int(sftp.stat(rel).st_size or 0)
+            if size > max_bytes:
+                raise RemoteError(f"{path} weighs {size} bytes, over the bound of {max_bytes}: not fetched",
+                                  host=self.host_name)
+            with sftp.open(rel, "rb") as f:
+                f.prefetch(size)
+                data = f.read(max_bytes + 1)
+        except (OSError, SSHException) as e:
+            if not self._alive():
+                raise ConnectionLost(f"the SSH session to {self.alias} dropped while reading {path}",
+                                     host=self.host_name) from None
+            raise RemoteError(f"could not fetch {path} from the host over SFTP: {e}",
+                              "check that the host allows SFTP for the SSH user", host=self.host_name) from None
+        if len(data) > max_bytes:
+            raise RemoteError(f"{path} grew over the bound of {max_bytes} bytes while it was read: not fetched",
+                              host=self.host_name)
+        self.stats.downloads += 1
+        return write_local(dest, data)
+
     def _put_by_shell(self, data: bytes, path: str, mode: int) -> None:
         """``cat`` the bytes from stdin into a temporary file in the target directory, then rename: atomic, and the
         mode is set before any content lands. The bytes go straight onto the channel: Invoke's stdin pump is

@@ -115,6 +115,6 @@ def render(table: dict[str, list[dict[str, Any]]]) -> str:
         "<flags>``); ``other`` (conditions not judged from the launch flags).\n"
         '"""\n\n'
         "from __future__ import annotations\n\n"
-        "from typing import Any, Dict, List\n\n"
-        f"NCCL_WRITES: Dict[str, List[Dict[str, Any]]] = {body}\n"
+        "from typing import Any\n\n"
+        f"NCCL_WRITES: dict[str, list[dict[str, Any]]] = {body}\n"
     )

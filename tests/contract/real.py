@@ -311,7 +311,16 @@ def decode_batch(w: Wheel) -> dict[str, Any]:
     if found is None:
         return {}
     member, fn = found
-    pieces = _msg_templates(fn)
+    pieces = []
+    for p in _msg_templates(fn):
+        # Up to 0.4.5.post3 each branch builds the whole line in one f-string: split it where later releases do.
+        body = re.search(r"accept len|cuda graph|gen throughput", p) if p.startswith("Decode batch") else None
+        if body is None:
+            pieces.append(p)
+            continue
+        tail_at = re.search(r"cuda graph|gen throughput", p)
+        pieces += [p[: body.start()]] + ([p[body.start(): tail_at.start()]] if tail_at and tail_at.start() >
+                                         body.start() else []) + ([p[tail_at.start():]] if tail_at else [])
     head_piece = next((p for p in pieces if p.startswith("Decode batch")), "")
     m = re.match(r"Decode batch( \[\{\}\]|\{\})?([.,])", head_piece)
     head = "Decode batch" + ((m.group(1) if m and m.group(1) == " [{}]" else "") + m.group(2) if m else "?")
@@ -427,9 +436,26 @@ def titles(w: Wheel) -> dict[str, Any]:
                             if name:
                                 parts.append((name.group(1), on))
                 parts.sort(key=lambda p: 0)  # keep source order (ast.walk visits Ifs in order here)
+                if not parts:
+                    parts = _assigned_title_parts(fn)
             else:
                 literal.add(re.sub(r"\{[^{}]*\}", "{}", t))
     return {"scheduler_parts": [f"{n}:{on}" for n, on in parts], "other": sorted(literal)}
+
+
+def _assigned_title_parts(fn: ast.AST) -> list[tuple[str, str]]:
+    """Up to 0.4.6.post1 the prefix is assigned whole, ``prefix = f" TP{tp_rank}"`` or, with a DP rank,
+    ``f" DP{dp_rank} TP{tp_rank}"``: a part in every assignment is always there (``always``), the others come
+    with the DP rank."""
+    shapes = []
+    for st in ast.walk(fn):
+        if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id == "prefix"):
+            shapes.append(re.findall(r"([A-Z_]+)\{", _template(st.value) or ""))
+    if not shapes:
+        return []
+    longest = max(shapes, key=len)
+    return [(n, "always" if all(n in sh for sh in shapes) else "dp") for n in longest]
 
 
 def render_scheduler_title(parts: list[str], ctx: dict[str, Any]) -> str:
@@ -439,7 +465,7 @@ def render_scheduler_title(parts: list[str], ctx: dict[str, Any]) -> str:
     prefix = ""
     for p in parts:
         name, on = p.split(":", 1)
-        active = ctx.get("dp_rank") is not None if on == "dp" else int(ctx.get(on, 1)) > 1
+        active = (on == "always" or (ctx.get("dp_rank") is not None if on == "dp" else int(ctx.get(on, 1)) > 1))
         if active:
             prefix += f" {name}{ctx.get(ranks.get(name, ''), 0)}"
     return "sglang::scheduler" + prefix.replace(" ", "_")
@@ -694,7 +720,10 @@ SPEC_ARCHS = ["LlamaForCausalLM", "Qwen3ForCausalLM", "DeepseekV3ForCausalLM", "
 def spec_defaults(w: Wheel, arch: str, algorithm: str) -> tuple[int, int, int] | None:
     """(steps, topk, draft tokens) SGLang picks when ``--speculative-num-steps`` is not given: the wheel's own
     ``auto_choose_speculative_params`` compiled alone and run on a model of architecture ``arch``."""
+    import builtins
     import json
+    import os
+    import tempfile
     import types
 
     hf = types.SimpleNamespace(architectures=[arch])
@@ -710,15 +739,20 @@ def spec_defaults(w: Wheel, arch: str, algorithm: str) -> tuple[int, int, int] |
         fn = fns[0]
         fn.decorator_list = []
         names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
-        glb: dict[str, Any] = {name: _Stub() for name in names}
-        glb.update(json=json, get_config=lambda *a, **k: hf, resolving_view=lambda x: x)
+        # Builtins stay themselves: a stubbed ValueError cannot be raised (0.4.x raises one when the model has no
+        # config.json), a stubbed open() reads nothing.
+        glb: dict[str, Any] = {name: _Stub() for name in names if not hasattr(builtins, name)}
+        glb.update(json=json, os=os, get_config=lambda *a, **k: hf, resolving_view=lambda x: x)
         exec(compile(ast.Module(body=[fn], type_ignores=[]), f"<{w.version} {member}>", "exec"), glb)
-        args = _Args({"speculative_algorithm": algorithm, "model_path": "/m", "json_model_override_args": "{}",
-                      "trust_remote_code": False, "revision": None})
-        args.get_model_config = lambda: types.SimpleNamespace(hf_config=hf)  # type: ignore[attr-defined]
-        args.get_hf_config = lambda: hf  # type: ignore[attr-defined]
-        func = glb[fn.name]
-        got = func(args, arch) if len(fn.args.args) == 2 else func(args)
+        with tempfile.TemporaryDirectory(prefix="contract-model-") as model:
+            # Up to 0.4.x the function reads <model_path>/config.json itself.
+            Path(model, "config.json").write_text(json.dumps({"architectures": [arch]}))
+            args = _Args({"speculative_algorithm": algorithm, "model_path": model, "json_model_override_args": "{}",
+                          "trust_remote_code": False, "revision": None, "decrypted_config_file": None})
+            args.get_model_config = lambda: types.SimpleNamespace(hf_config=hf)  # type: ignore[attr-defined]
+            args.get_hf_config = lambda: hf  # type: ignore[attr-defined]
+            func = glb[fn.name]
+            got = func(args, arch) if len(fn.args.args) == 2 else func(args)
         return (int(got[0]), int(got[1]), int(got[2]))
     return None
 

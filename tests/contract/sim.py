@@ -213,7 +213,13 @@ class SimInstall:
                     continue
 
     def _observe(self, p: subprocess.Popen[bytes], log: Path, port: int, full: bool) -> dict[str, Any]:
+        # The launcher is ready once its schedulers are; the detokenizer (a spawned child, not waited for, as in
+        # SGLang) may still be importing on a loaded machine: give it time to set its title.
+        deadline = time.monotonic() + 30
         titles = sorted({_title(c) for c in _children(p.pid)} - {""})
+        while "sglang::detokenizer" not in titles and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+            titles = sorted({_title(c) for c in _children(p.pid)} - {""})
         base = f"http://127.0.0.1:{port}"
         routes: dict[str, str | None] = {}
         # Does /health run a generate? Its one-token request leaves a "Prefill batch" line in the log.
@@ -251,11 +257,12 @@ def facts(version: str, real_flags: dict[str, Any] | None = None) -> dict[str, A
         probed = inst.probe()
         extra = ["--ep-size", "2"] if "--ep-size" in probed["flags"] else []
         run = inst.launch(extra)
-        pp = inst.launch([*extra, "--pp-size", "2"], full=False)
-    return {"version": version, **probed, **run, "ep": bool(extra), "pp_titles": pp["titles"]}
+        # no pipeline parallelism before 0.4.6.post2
+        pp = inst.launch([*extra, "--pp-size", "2"], full=False) if "--pp-size" in probed["flags"] else None
+    return {"version": version, **probed, **run, "ep": bool(extra), "pp_titles": pp["titles"] if pp else None}
 
 
 def decode_template(line: str) -> str:
     """A logged ``Decode batch`` line with its values replaced by ``{}`` (the log prefix dropped)."""
     body = re.sub(r"^Decode batch \[\d+\]", "Decode batch [{}]", line[line.find("Decode batch"):])
-    return re.sub(r": (?:[-+]?\d+(?:\.\d+)?|True|False)", ": {}", body)
+    return re.sub(r": (?:\d{4}-\d\d-\d\dT[\d:.]+|[-+]?\d+(?:\.\d+)?|True|False)", ": {}", body)

@@ -250,6 +250,18 @@ class SimHost:
             stdin=subprocess.DEVNULL,
         )
 
+    def read_bytes(self, path: str, timeout: float = 30) -> bytes:
+        """A file inside the host, byte for byte (``exec`` decodes text, and its universal newlines turn a ``\r``
+        into ``\n``)."""
+        cmd = ["cat", "--", path]
+        if self.mode == "netns":
+            full = ["nsenter", "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-W", "/root", *cmd]
+            cwd = None
+        else:
+            full, cwd = cmd, str(self.home)
+        return subprocess.run(full, capture_output=True, timeout=timeout, env=self.host_env(), cwd=cwd,
+                              stdin=subprocess.DEVNULL, check=True).stdout
+
     def pids(self) -> list[int]:
         """Machine pids of every process of the host (init included)."""
         if self.mode == "netns":

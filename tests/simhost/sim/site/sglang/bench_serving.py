@@ -78,7 +78,7 @@ def _dataset_choices() -> list[str]:
 
     v = runtime.version()
     names = ["sharegpt", "random"]
-    if v >= (0, 4, 6):
+    if v >= (0, 4, 5, 1):
         names.append("random-ids")
     names.append("generated-shared-prefix")
     if v >= (0, 4, 7):

@@ -4,8 +4,9 @@ One engine thread runs the requests in flight as SGLang's scheduler does: new re
 batch (their first token comes from the prefill, as in SGLang), then every running request advances by one decode
 step per forward of the whole batch (continuous batching, at most ``--max-running-requests``).
 
-Speculative (EAGLE/EAGLE3) cycle for a batch of B requests: draft ``steps`` tokens
-(``(draft_ms_per_step + draft_ms_per_seq·(B-1))`` each), verify ``num_draft_tokens`` D per request at
+Speculative (EAGLE/EAGLE3) cycle for a batch of B requests: ``steps - 1`` draft forwards
+(``(draft_ms_per_step + draft_ms_per_seq·(B-1))`` each) and a draft-extend (``draft_extend_ms``, default one draft
+forward's cost: so ``steps`` draft costs in all), verify ``num_draft_tokens`` D per request at
 ``verify_ms_base + verify_ms_per_token·D + verify_ms_per_batch_token·D·(B-1)``. Per request, draft position i is
 accepted with ``accept_prob[i]`` (last value repeats) and the run stops at the first rejection, so the distribution
 of accepted drafts per verify pass (not only its mean) follows the per-position rates; the pass emits 1 + accepted
@@ -18,6 +19,7 @@ costs are the single-stream ones. The engine sleeps each cost times ``time_scale
 
 from __future__ import annotations
 
+import datetime
 import queue
 import random
 import threading
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sglang._sim import nccl, runtime
+from sglang._sim.profiler import Measurement
 
 _WORDS = [
     "the", "of", "and", "to", "in", "is", "that", "it", "for", "as", "with", "was", "on", "be",
@@ -164,17 +167,32 @@ class Generator:
         self.tp0_gpu = int(info0.get("gpu_id") or 0)
         self.tp0_nccl_env: dict[str, str] = dict(info0.get("nccl_env") or {})  # what TP0's NCCL read
         self.model_config = runtime.read_model_config(getattr(server_args, "model_path", None))
+        layers = int(self.model_config.get("num_hidden_layers") or 2)
+        self.measure = Measurement(server_args, self.ver, min(layers, 64), self.scheduler_pids)
 
     # -------------------------------------------------------------- costs (ms of simulated GPU time)
-    def cycle_ms(self, batch: int = 1) -> float:
-        """One draft+verify cycle of a batch of ``batch`` requests."""
+    def cycle_parts(self, batch: int = 1) -> dict[str, float]:
+        """One cycle's parts in ms: a draft forward (``steps - 1`` of them, as SGLang's draft_forward runs: the first
+        draft token comes out of the draft-extend), the verify, the draft-extend (``draft_extend_ms``, default one
+        draft step's cost, so the cycle costs ``steps`` draft steps + the verify)."""
         c = self.cfg
         extra = max(0, batch - 1)
         draft = float(c["draft_ms_per_step"]) + float(c.get("draft_ms_per_seq", 0.0)) * extra
         verify = float(c["verify_ms_base"]) + float(c["verify_ms_per_token"]) * self.num_draft + \
             float(c.get("verify_ms_per_batch_token", 0.0)) * self.num_draft * extra
-        comm = self._allreduce_ms(batch * self.num_draft) + self.steps * self._allreduce_ms(batch, draft=True)
-        return (draft * self.steps + verify) * self.comm_factor + comm
+        extend = c.get("draft_extend_ms")
+        draft_extend = draft if extend is None else float(extend) + float(c.get("draft_ms_per_seq", 0.0)) * extra
+        f = self.comm_factor
+        # The all-reduces by message size (opt-in, nccl_allreduces_per_forward): verify's carry every draft token
+        # of the batch, a draft forward's (and the draft-extend's) one token per request.
+        draft_comm = self._allreduce_ms(batch, draft=True)
+        return {"draft": draft * f + draft_comm, "verify": verify * f + self._allreduce_ms(batch * self.num_draft),
+                "draft_extend": draft_extend * f + draft_comm}
+
+    def cycle_ms(self, batch: int = 1) -> float:
+        """One draft+verify cycle of a batch of ``batch`` requests."""
+        p = self.cycle_parts(batch)
+        return p["draft"] * max(0, self.steps - 1) + p["verify"] + p["draft_extend"]
 
     def decode_ms(self, batch: int = 1) -> float:
         c = self.cfg
@@ -261,10 +279,11 @@ class Generator:
         now = time.perf_counter()
         gap = max(now - self.window_start, 1e-9)
         self.last_gen_throughput = self.window_tokens / gap
-        # "Decode batch." until 0.5.3, "Decode batch [<forward ct>]," in 0.5.4, "Decode batch," from 0.5.5
+        # "Decode batch." until 0.5.3.x, "Decode batch [<forward ct>]," in 0.5.4 (not its post releases),
+        # "Decode batch," from 0.5.4.post1
         if self.ver < (0, 5, 4):
             head = "Decode batch."
-        elif self.ver < (0, 5, 5):
+        elif self.ver < (0, 5, 4, 1):
             head = f"Decode batch [{self.forward_ct}],"
         else:
             head = "Decode batch,"
@@ -275,19 +294,21 @@ class Generator:
             self.last_accept_length = al
             if self.ver >= (0, 5, 11):
                 rate = (al - 1) / (self.num_draft - 1) if self.num_draft > 1 else 0.0
-            elif self.ver >= (0, 5, 6):
+            elif self.ver >= (0, 5, 5, 3):
                 rate = al / self.num_draft if self.num_draft else 0.0
-            else:  # 0.5.4-0.5.5 divide by steps + 1, whatever the draft-token count (topk > 1)
+            else:  # 0.5.3.post2-0.5.5.post2 divide by steps + 1, whatever the draft-token count (topk > 1)
                 rate = al / (self.steps + 1)
             self.last_accept_rate = rate
             msg += f"accept len: {al:.2f}, "
-            if self.ver >= (0, 5, 4):
+            if self.ver >= (0, 5, 3, 2):
                 msg += f"accept rate: {rate:.2f}, "
-        msg += (
-            f"cuda graph: {not self.sa.disable_cuda_graph}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
-        )
-        if (0, 5, 1) <= self.ver < (0, 5, 9):  # the trailing ", " of 0.5.1-0.5.8 (not 0.4.x, gone in 0.5.9)
+        if self.ver >= (0, 4, 6, 4):
+            msg += f"cuda graph: {not self.sa.disable_cuda_graph}, "
+        msg += f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
+        if (0, 4, 9, 1) <= self.ver < (0, 4, 9, 3):
+            msg += f", timestamp: {datetime.datetime.now().isoformat()}"
+        # the trailing ", " of 0.4.5.x and 0.4.9.post3-0.5.8 (gone in 0.5.9)
+        if self.ver < (0, 4, 6) or (0, 4, 9, 3) <= self.ver < (0, 5, 9):
             msg += ", "
         self.window_tokens = 0
         self.window_forward_ct = 0
@@ -328,8 +349,11 @@ class Generator:
                 # A prefill batch: its forward yields each new request's first token.
                 self._log(self._prefill_line(admit))
                 self._nccl_eager(sum(r.prompt_tokens for r in admit))
-                t = max(t, time.perf_counter()) + sum(self.prefill_ms(r.prompt_tokens) for r in admit) * scale / 1000
+                cost = sum(self.prefill_ms(r.prompt_tokens) for r in admit)
+                t = max(t, time.perf_counter()) + cost * scale / 1000
+                wall0 = time.time() + (t - time.perf_counter()) - cost * scale / 1000
                 _sleep_until(t)
+                self.measure.prefill(wall0, cost * scale, len(admit), sum(r.prompt_tokens for r in admit))
                 with self.stats_lock:
                     self.prompt_tokens_total += sum(r.prompt_tokens for r in admit if r.log_metrics)
                     self.generation_tokens_total += sum(1 for r in admit if r.log_metrics)
@@ -352,7 +376,13 @@ class Generator:
                 self._nccl_eager(b * (self.num_draft if self.spec else 1))
             cost = self.cycle_ms(b) if self.spec else self.decode_ms(b)
             t = max(t, time.perf_counter() - 0.05) + cost * scale / 1000
+            wall0 = time.time() + (t - time.perf_counter()) - cost * scale / 1000
             _sleep_until(t)
+            if self.spec:
+                parts = {k: v * scale for k, v in self.cycle_parts(b).items()}
+                self.measure.cycle(wall0, parts, max(0, self.steps - 1), b)
+            else:
+                self.measure.decode(wall0, cost * scale, b)
             emitted_total = 0
             accepted: list[int] = []
             for r in batch:
@@ -404,6 +434,8 @@ class Generator:
             "e2e_latency": time.perf_counter() - r.start,
         }
         if self.spec:
+            if r.log_metrics:
+                self.measure.finished(r.verify_ct)
             meta.update(spec_meta(self.ver, completion_tokens=n, verify_ct=r.verify_ct,
                                   correct_drafts=r.correct_drafts, steps=self.steps,
                                   num_draft_tokens=self.num_draft, histogram=r.histogram))

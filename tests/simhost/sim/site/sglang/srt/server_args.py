@@ -227,7 +227,8 @@ class ServerArgs:
         # Only flags SGLang defines in this version (tests/test_contract.py checks them against the wheels).
         ver = version()
         a = parser.add_argument
-        a("--model-path", "--model", type=str, required=True, help="The path of the model weights.")
+        a("--model-path", *(["--model"] if ver >= (0, 4, 8, 1) else []), type=str, required=True,
+          help="The path of the model weights.")
         a("--tokenizer-path", type=str, default=None)
         a("--tokenizer-mode", type=str, default="auto", choices=["auto", "slow"])
         a("--load-format", type=str, default="auto")
@@ -245,7 +246,8 @@ class ServerArgs:
         a("--host", type=str, default="127.0.0.1")
         a("--port", type=int, default=30000)
         a("--api-key", type=str, default=None)
-        a("--skip-server-warmup", action="store_true")
+        if ver >= (0, 4, 9):
+            a("--skip-server-warmup", action="store_true")
         a("--mem-fraction-static", type=float, default=None)
         a("--max-running-requests", type=int, default=None)
         a("--max-total-tokens", type=int, default=None)
@@ -257,7 +259,8 @@ class ServerArgs:
         a("--stream-interval", type=int, default=1)
         a("--num-continuous-decode-steps", type=int, default=1)
         a("--tensor-parallel-size", "--tp-size", type=int, default=1, dest="tp_size")
-        a("--pipeline-parallel-size", "--pp-size", type=int, default=1, dest="pp_size")
+        if ver >= (0, 4, 6, 2):
+            a("--pipeline-parallel-size", "--pp-size", type=int, default=1, dest="pp_size")
         a("--data-parallel-size", "--dp-size", type=int, default=1, dest="dp_size")
         ep_names = ["--expert-parallel-size", "--ep-size"] + (["--ep"] if ver >= (0, 5, 1) else [])
         a(*ep_names, type=int, default=1, dest="ep_size")
@@ -345,10 +348,10 @@ class PortArgs:
 # Architectures for which SGLang defaults to (3, 1, 4), with the release that added each (read from the wheels;
 # tests/test_contract.py checks the resulting defaults against each matrix release's own function).
 MTP_LIKE_SINCE = {
-    "DeepseekV3ForCausalLM": (0, 4, 0), "DeepseekV2ForCausalLM": (0, 4, 0), "GptOssForCausalLM": (0, 5, 1),
+    "DeepseekV3ForCausalLM": (0, 4, 7), "DeepseekV2ForCausalLM": (0, 4, 7), "GptOssForCausalLM": (0, 5, 1),
     "DeepseekV32ForCausalLM": (0, 5, 3), "BailingMoeForCausalLM": (0, 5, 3), "BailingMoeV2ForCausalLM": (0, 5, 3),
-    "Glm4MoeForCausalLM": (0, 5, 7), "MistralLarge3ForCausalLM": (0, 5, 7),
-    "PixtralForConditionalGeneration": (0, 5, 7), "MiMoV2FlashForCausalLM": (0, 5, 7),
+    "Glm4MoeForCausalLM": (0, 5, 6, 1), "MistralLarge3ForCausalLM": (0, 5, 6, 1),
+    "PixtralForConditionalGeneration": (0, 5, 6, 1), "MiMoV2FlashForCausalLM": (0, 5, 7),
     "Glm4MoeLiteForCausalLM": (0, 5, 8), "GlmMoeDsaForCausalLM": (0, 5, 9), "BailingMoeV2_5ForCausalLM": (0, 5, 9),
     "MiMoV2ForCausalLM": (0, 5, 11),
 }

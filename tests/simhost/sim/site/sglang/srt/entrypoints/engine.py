@@ -68,36 +68,33 @@ def launch_phase_sigquit_handler(signum: int, frame: Any) -> None:
 
 def _set_envs_and_config(server_args: ServerArgs):
     # Set global environments (each release's writes: docs/sglang-contract.md, checked against the wheels)
+    # Post releases move these too (0.4.10.post2, 0.5.4.post1-post3, 0.5.5.post3): `python -m tests.contract --all`.
     ver = runtime.version()
-    if ver < (0, 5, 6):
+    if ver < (0, 5, 5, 3):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    if ver >= (0, 5, 5):
-        if "NCCL_CUMEM_ENABLE" not in os.environ or server_args.enable_symm_mem:
-            os.environ["NCCL_CUMEM_ENABLE"] = str(int(server_args.enable_symm_mem))
-        if (
-            "NCCL_NVLS_ENABLE" not in os.environ
-            or server_args.enable_nccl_nvls
-            or server_args.enable_symm_mem
-        ):
-            os.environ["NCCL_NVLS_ENABLE"] = str(int(server_args.enable_nccl_nvls or server_args.enable_symm_mem))
+    symm, nvls = server_args.enable_symm_mem, server_args.enable_nccl_nvls
+    if ver >= (0, 5, 4, 3):
+        if "NCCL_CUMEM_ENABLE" not in os.environ or symm:
+            os.environ["NCCL_CUMEM_ENABLE"] = str(int(symm))
+        if "NCCL_NVLS_ENABLE" not in os.environ or nvls or symm:
+            os.environ["NCCL_NVLS_ENABLE"] = str(int(nvls or symm))
         if ver >= (0, 5, 15) and (
-            "NCCL_GRAPH_MIXING_SUPPORT" not in os.environ or server_args.enable_symm_mem
+            "NCCL_GRAPH_MIXING_SUPPORT" not in os.environ or symm
         ) and getattr(server_args, "dcp_size", 1) > 1:
             os.environ["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
-        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
-    elif ver >= (0, 5, 1):
-        os.environ["NCCL_CUMEM_ENABLE"] = str(int(server_args.enable_symm_mem))
-        if not server_args.enable_symm_mem:
-            os.environ["NCCL_NVLS_ENABLE"] = str(int(server_args.enable_nccl_nvls))
-        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "4"
     else:
-        os.environ["NCCL_CUMEM_ENABLE"] = "0"
-        os.environ["NCCL_NVLS_ENABLE"] = str(int(server_args.enable_nccl_nvls))
+        if ver < (0, 4, 10, 2):
+            os.environ["NCCL_CUMEM_ENABLE"] = "0"
+        elif ver < (0, 5, 4, 2) or "NCCL_CUMEM_ENABLE" not in os.environ:
+            os.environ["NCCL_CUMEM_ENABLE"] = str(int(symm))
+        if ver < (0, 4, 10, 2) or not symm:
+            os.environ["NCCL_NVLS_ENABLE"] = str(int(nvls))
+    if ver < (0, 5, 1):
         os.environ["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
-        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "4"
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8" if ver >= (0, 5, 4, 1) else "4"
     if ver < (0, 5, 19):
         os.environ["CUDA_MODULE_LOADING"] = "AUTO"
-    if ver >= (0, 5, 1) and os.environ.get("TRTLLM_ENABLE_PDL", "1") != "0":
+    if (ver >= (0, 5, 2) and os.environ.get("TRTLLM_ENABLE_PDL", "1") != "0") or (0, 5, 1) <= ver < (0, 5, 2):
         os.environ["TRTLLM_ENABLE_PDL"] = "1"
     if ver >= (0, 5, 3):
         if os.environ.get("CUTE_DSL_LOG_LEVEL") is None:

@@ -46,7 +46,7 @@ class ServerState:
         self.launched = launched
         infos = launched.scheduler_infos if launched else []
         self.scheduler_info = infos[0] if infos else {}
-        tp0_prefix = " TP0" if server_args.tp_size > 1 else ""
+        tp0_prefix = " TP0" if server_args.tp_size > 1 or self.ver < (0, 4, 6, 2) else ""  # see scheduler.py
         self.generator = Generator(server_args, cfg, infos, tp0_prefix)
         self.model_config = runtime.read_model_config(server_args.model_path)
         self.context_len = int(self.scheduler_info.get("context_len") or 131072)
@@ -65,10 +65,10 @@ class ServerState:
         while time.time() < tic + limit:
             time.sleep(1)
             if self.generator.last_receive_tstamp > tic:
-                if self.ver >= (0, 5, 1):
+                if self.ver >= (0, 4, 10, 2):
                     self.status = "Up"
                 return 200
-        if self.ver >= (0, 5, 1):
+        if self.ver >= (0, 4, 10, 2):
             self.status = "UnHealthy"
         return 503
 
@@ -162,6 +162,7 @@ class ServerState:
         ]
         for name, help_, value in counters:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name}{{{labels}}} {float(value)}"]
+        out += g.measure.metric_lines(labels)
         return "\n".join(out) + "\n"
 
 
@@ -239,7 +240,11 @@ class Handler(BaseHTTPRequestHandler):
             gets["/ready"] = lambda: self._send(200 if st.status == "Up" else 503, None)
         if st.sa.enable_metrics:
             gets["/metrics"] = lambda: self._send(200, st.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        gets["/start_profile"] = lambda: self._profile(start=True)
+        gets["/stop_profile"] = lambda: self._profile(start=False)
         posts = {
+            "/start_profile": lambda: self._profile(start=True),
+            "/stop_profile": lambda: self._profile(start=False),
             "/generate": self._generate,
             "/v1/completions": lambda: self._openai(chat=False),
             "/v1/chat/completions": lambda: self._openai(chat=True),
@@ -274,14 +279,14 @@ class Handler(BaseHTTPRequestHandler):
     def _health(self) -> None:
         """SGLang's ``/health`` and ``/health_generate`` as each release has them (http_server.py of the wheels).
 
-        0.4.x: ``/health`` is a bare 200; ``/health_generate`` runs the generate check below. 0.5.1+: both routes
-        are one handler: 503 while Starting; on 0.5.6+ ``/health`` is a bare 200 when
+        Up to 0.4.10.post1: ``/health`` is a bare 200; ``/health_generate`` runs the generate check below.
+        0.4.10.post2+: both routes are one handler: 503 while Starting; on 0.5.6+ ``/health`` is a bare 200 when
         SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is off (default on); on 0.5.19+ SGLANG_DIAG_BYPASS_HEALTH_GENERATE
         answers 200 at once; otherwise the generate check, so a healthy server answers after a little over a second.
         """
         st = self.state
         path = self.path.split("?", 1)[0]
-        if st.ver < (0, 5, 1):
+        if st.ver < (0, 4, 10, 2):
             if path == "/health":
                 self._send(200, None)
                 return
@@ -297,6 +302,38 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, None)
                 return
         self._send(st.health_generate(), None)
+
+    def _profile(self, start: bool) -> None:
+        """``/start_profile`` (body: ``ProfileReqInput`` to 0.5.15, ``ProfileReq`` from 0.5.16; ``detailed_annotations``
+        from 0.5.23) and ``/stop_profile``. SGLang's tokenizer manager raises RuntimeError(message) when the scheduler
+        refuses: FastAPI answers a bare 500 and uvicorn logs the traceback."""
+        m = self.state.generator.measure
+        if start:
+            try:
+                body = self._json_body() if self.command == "POST" else {}
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                self._send(422, {"detail": [{"type": "dict_type", "loc": ["body"], "msg": "Input should be a valid "
+                                             "dictionary or object to extract fields from"}]})
+                return
+            for key in ("num_steps", "start_step"):
+                if body.get(key) is not None and not isinstance(body.get(key), int):
+                    self._send(422, {"detail": [{"type": "int_parsing", "loc": ["body", key],
+                                                 "msg": "Input should be a valid integer"}]})
+                    return
+            if self.state.ver < (0, 5, 16):
+                body.pop("profile_id", None)  # ProfileReqInput has no profile_id: SGLang picks time.time()
+            error = m.start(body)
+        else:
+            error = m.stop()
+        if error:
+            uv_log("Exception in ASGI application", "ERROR")
+            runtime.write_all(2, f"Traceback (most recent call last):\nRuntimeError: {error}\n".encode())
+            self._send(500, "Internal Server Error", "text/plain; charset=utf-8")
+            return
+        self._send(200, "Start profiling.\n" if start else "Stop profiling. This will take some time.\n",
+                   "text/plain; charset=utf-8")
 
     def _generate(self) -> None:
         try:

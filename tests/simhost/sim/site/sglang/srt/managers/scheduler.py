@@ -111,18 +111,19 @@ def run_scheduler_process(
     prefix = ""
     if dp_rank is None and "SGLANG_DP_RANK" in os.environ:
         dp_rank = int(os.environ["SGLANG_DP_RANK"])
-    # The parts and their order changed: DP TP PP (0.4.x), DP TP EP PP (0.5.1-0.5.5), DP PP TP EP (0.5.6+;
-    # SGLang's ATTN_CP and MOE_DP parts between PP and TP are not simulated).
+    # The parts and their order changed: DP TP, TP always there (up to 0.4.6.post1), DP TP PP (0.4.6.post2-0.4.9.x),
+    # DP TP EP PP (0.4.10-0.5.5), DP PP TP EP (0.5.5.post1+; SGLang's ATTN_CP and MOE_DP parts between PP and TP are
+    # not simulated).
     ver = runtime.version()
     if dp_rank is not None:
         prefix += f" DP{dp_rank}"
-    if ver >= (0, 5, 6) and server_args.pp_size > 1:
+    if ver >= (0, 5, 5, 1) and server_args.pp_size > 1:
         prefix += f" PP{pp_rank}"
-    if server_args.tp_size > 1:
+    if server_args.tp_size > 1 or ver < (0, 4, 6, 2):
         prefix += f" TP{tp_rank}"
-    if ver >= (0, 5, 1) and server_args.ep_size > 1:
+    if ver >= (0, 4, 10) and server_args.ep_size > 1:
         prefix += f" EP{moe_ep_rank}"
-    if ver < (0, 5, 6) and server_args.pp_size > 1:
+    if ver < (0, 5, 5, 1) and server_args.pp_size > 1:
         prefix += f" PP{pp_rank}"
 
     # Config the process

@@ -1,0 +1,62 @@
+"""What ``inv explain`` (and ``--explain`` on bench and sweep) prints: per configuration and rank, the measured
+phases on one line, then each rule's sentence with the rule's id; ``--rules`` prints the rule table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from fabfile.plan.explain import Finding, Subject, fmt, rules_table
+
+_PHASES = (("draft", "draft"), ("draft_step", "per draft step"), ("verify", "verify"),
+           ("draft_extend", "draft-extend"), ("other", "other"), ("cycle", "cycle"), ("decode", "decode"))
+
+
+def phase_line(a: Mapping[str, Any]) -> str:
+    """``draft 1.20 ms [timer] · verify 5.2 ms [timer] · ... · accept length 2.37 [meta]``: every figure sourced."""
+    parts = [f"{label} {fmt(a.get(k))}" for k, label in _PHASES if isinstance(a.get(k), Mapping)]
+    if isinstance(a.get("accept_length"), Mapping):
+        parts.append(f"accept length {fmt(a.get('accept_length'), '')}")
+    return " · ".join(parts) if parts else "no phase measured"
+
+
+def document(pairs: list[tuple[Subject, list[Finding]]]) -> dict[str, Any]:
+    """The JSON form: per subject its anatomy and findings."""
+    return {"subjects": [{"config": s.config, "rank": s.rank, "anatomy": dict(s.anatomy),
+                          "baseline_decode": dict(s.decode() or {}) or None, "baseline_from": s.baseline_from or None,
+                          "findings": [{"rule": f.rule, "sentence": f.sentence, "figures": f.figures} for f in found]}
+                         for s, found in pairs],
+            "rules": [r["id"] for r in rules_table()]}
+
+
+def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console) -> None:
+    if not pairs:
+        console.print("nothing to explain: the document has no configuration with measured figures")
+        return
+    for s, found in pairs:
+        where = f" rank {s.rank}" if s.rank else ""
+        console.print(f"[bold]{escape(s.config)}[/bold]{where}: {escape(phase_line(s.anatomy))}", markup=True)
+        decode = s.decode()
+        if decode:
+            console.print(f"  baseline decode step {fmt(decode)}"
+                          + (f" ({s.baseline_from})" if s.baseline_from else ""), markup=False)
+        if not found:
+            console.print("  [dim]no rule fired (`inv explain --rules` lists them and their thresholds)[/dim]")
+        for f in found:
+            console.print(f"  [cyan]{f.rule}[/cyan]: {escape(f.sentence)}", markup=True)
+
+
+def print_rules(console: Console) -> None:
+    t = Table(header_style="bold", box=None, pad_edge=False)
+    for col in ("rule", "fires when", "points at"):
+        t.add_column(col)
+    for r in rules_table():
+        t.add_row(r["id"], r["fires_when"], r["says"])
+    console.print(t)
+    console.print(escape("Every figure in a sentence names its source: [timer] SGLang's device timer, [trace] its "
+                         "profiler trace, [tool] the tool's per-request arithmetic, [meta] SGLang's per-request "
+                         "counters, [derived] TPOT × accept length."))

@@ -1,0 +1,117 @@
+"""What ``inv profile`` prints for a person: per configuration and rank, the anatomy of one speculative cycle
+(draft ms per forward × forwards, verify, draft-extend, other, cycle, accept length) with each figure's source; the
+timer's and the trace's figures side by side with their difference; inside verify/decode/draft, the time by kernel
+class, the all-reduces and whether the phase ran in a CUDA graph. The result dict itself is the JSON form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from fabfile.present.output import terminal_safe
+from fabfile.remote.protocol import KERNEL_CLASSES
+from fabfile.results.hosts import HostsResult
+
+_ROWS = (("draft_step", "draft forward"), ("draft", "draft (all forwards)"), ("verify", "verify"),
+         ("draft_extend", "draft-extend"), ("other", "other (scheduler/CPU)"), ("cycle", "cycle"),
+         ("accept_length", "accept length (tokens/cycle)"), ("decode", "decode step"))
+
+
+def _cell(fig: Any, key: str) -> str:
+    if not isinstance(fig, dict):
+        return "-"
+    if key == "accept_length":
+        return f"{fig['ms']:.2f}"
+    return f"{fig['ms']:.3f} ms"
+
+
+def _anatomy_table(timer: Any, traced: Any, diff: dict[str, float]) -> Table:
+    t = Table(header_style="bold", box=None, pad_edge=False)
+    t.add_column("phase")
+    t.add_column("device timer", justify="right")
+    t.add_column("trace", justify="right")
+    t.add_column("trace − timer", justify="right")
+    t.add_column("source (count)", style="dim")
+    for key, label in _ROWS:
+        a = (timer or {}).get(key)
+        b = (traced or {}).get(key)
+        if a is None and b is None:
+            continue
+        if key == "draft" and isinstance(a or b, dict):
+            n = max(0, int((timer or traced or {}).get("steps") or 0) - 1)
+            label = f"draft ({n} forwards)" if n else label
+        said = [f"{f['source']} ({f['count']}{', ' + f['note'] if f.get('note') else ''})"
+                for f in (a, b) if isinstance(f, dict)]
+        srcs = "; ".join(dict.fromkeys(said))  # one source measured for both columns is named once
+        d = diff.get(key)
+        t.add_row(label, _cell(a, key), _cell(b, key), "-" if d is None else f"{d:+.1f} %", srcs)
+    return t
+
+
+def _kernels_table(kernels: dict[str, Any]) -> Table:
+    t = Table(header_style="bold", box=None, pad_edge=False, title="inside each phase, per pass (profiler trace)",
+              title_justify="left", title_style="dim")
+    t.add_column("phase")
+    t.add_column("span", justify="right")
+    for c in (*KERNEL_CLASSES, "idle_gap"):
+        t.add_column(c.replace("_", "/") if c != "idle_gap" else "idle", justify="right")
+    t.add_column("all-reduces", justify="right")
+    t.add_column("launch")
+    for phase in ("decode", "draft", "verify", "draft_extend", "between"):
+        k = kernels.get(phase)
+        if not k:
+            continue
+        cls = k["classes_ms"]
+        ar = "-" if not k["allreduce_calls"] else \
+            f"{k['allreduce_calls']:g} × {k['allreduce_mean_us']:.0f} µs"
+        launch = k["launch"] if phase != "between" else "-"
+        if launch == "eager":
+            launch += f" ({k['kernel_launches']:g} launches, {k['launch_gap_ms']:.2f} ms gaps)"
+        elif launch == "cuda graph":
+            launch += f" ({k['graph_launches']:g} graph launches)"
+        t.add_row(phase if phase != "between" else "between phases", f"{k['span_ms']:.3f}",
+                  *[f"{cls.get(c, 0.0):.3f}" for c in (*KERNEL_CLASSES, "idle_gap")], ar, launch)
+    return t
+
+
+def print_profile(r: dict[str, Any], console: Console) -> None:
+    spec = r.get("speculative") or {}
+    graph = r.get("cuda_graph")
+    b = r.get("bench") or {}
+    console.print(f"[bold]{r.get('host')}[/bold] config [bold]{terminal_safe(str(r.get('config_name')))}[/bold] "
+                  f"(SGLang {r.get('sglang_version')}, deploy {r.get('deploy_id')})  "
+                  + (f"{spec.get('algorithm')} steps {spec.get('steps')} topk {spec.get('topk')} draft tokens "
+                     f"{spec.get('draft_tokens')}" if spec.get("algorithm") else "baseline (no speculation)")
+                  + f"  CUDA graphs {'on' if graph else 'off' if graph is False else 'unknown'}")
+    if b:
+        console.print(f"  load: {b.get('completed')} requests, {b.get('output_tok_s') or 0:.1f} tok/s over "
+                      f"{b.get('duration_s') or 0:.2f} s [dim](the tool's load generator; the host's own profile "
+                      f"took {r.get('wall_s', 0):.2f} s)[/dim]")
+    if not r.get("timer"):
+        console.print(f"  [yellow]no device timer[/yellow]: {r.get('timer_missing')}")
+    for rank in r.get("ranks") or []:
+        timer, traced = rank.get("timer"), rank.get("trace")
+        if not timer and not traced:
+            continue
+        console.print(f"  [bold]rank {rank.get('rank')}[/bold]")
+        console.print(_anatomy_table(timer, traced, rank.get("difference_pct") or {}))
+        kernels = (traced or {}).get("kernels") or {}
+        if kernels:
+            console.print(_kernels_table(kernels))
+        if rank.get("local_file") or rank.get("trace_file"):
+            console.print(f"  [dim]trace: {rank.get('local_file') or rank.get('trace_file')} "
+                          f"({rank.get('trace_bytes') or 0} bytes; opens in Perfetto)[/dim]")
+    derived = r.get("derived")
+    if derived:
+        console.print("  [bold]derived[/bold] (no measured phases on this server):")
+        console.print(_anatomy_table(derived, None, {}))
+    console.print("  [dim]all-reduce kernel names say which implementation ran, never NCCL's algorithm or "
+                  "protocol (NCCL 2.19+ names every all-reduce kernel RING_LL)[/dim]")
+
+
+def print_result(result: HostsResult, console: Console) -> None:
+    for o in result.outcomes:
+        if o.ok:
+            print_profile(o.data, console)
