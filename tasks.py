@@ -620,10 +620,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     from fabfile.plan.sweep_nccl import candidates
     from fabfile.plan.sweep_plan import configs
 
-    cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env))
-    if predict and len(cands) > 1:
-        raise FlagError("--predict: it predicts step counts for one NCCL setting; give one --nccl candidate or "
-                        "leave --predict out")
+    cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env),
+                       inv.nccl_presets)
     if predict and adaptive:
         raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
                         "leave one of them out")

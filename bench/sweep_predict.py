@@ -4,9 +4,12 @@ On one simulated GPU host (a real sshd in its own namespaces, the SGLang simulat
 everything through the real CLI (`inv sweep ... --json`):
 
 1. Prediction, steps 0..7 at topk 1, for several cost models (the simulator's defaults, "speculation loses", a peak at
-   a middle step, the longest chain wins): `inv sweep --predict`. Figures: the predicted winner against the cost
-   model's true winner (computed exactly from its per-position acceptance and its costs), the model loads it took
-   (grid: 8), and the confirmed winner's predicted tok/s against its measured tok/s.
+   a middle step, the longest chain wins): `inv sweep --predict` with SGLang's device timer (measured phases: the
+   baseline and 7 steps predict, the predicted winner confirms) and with `--no-measure` (the derived cycle fit:
+   the baseline, 1 and 7 steps, then the winner). Figures: the predicted winner against the cost model's true
+   winner (computed exactly from its per-position acceptance and its costs), the model loads and benchmark time
+   each took (grid: 8), the confirmed winner's predicted tok/s (as predicted before its load) against its measured
+   tok/s, and with ``--grid`` every step count's two-load prediction against a full grid's measurement.
 2. Adaptive length, per cost model: the full grid (steps 0..7) with the adaptive length (95 % interval within ±2 %),
    then the same grid with a fixed count per configuration: the smallest fixed count that gives every configuration
    the same confidence (the most any configuration needed adaptively; a count chosen before the run would have to be
@@ -17,8 +20,9 @@ everything through the real CLI (`inv sweep ... --json`):
     .venv/bin/python -m bench.sweep_predict [--time-scale 0.25] [--output-len 128] [--parts predict,adaptive,load]
         [--adaptive-models "sim defaults,peak at a middle step,the longest chain wins"]
 
-Targets (issue 16): predicted winner = true winner in every model, at most 4 model loads, predicted tok/s of the
-confirmed winner within 5 % of measured; adaptive total benchmark time at least 30 % below the fixed count.
+Targets (issue 16, issue 27 point 6): predicted winner = true winner in every model, at most 3 model loads with
+measured phases (4 derived), predicted tok/s of the confirmed winner within 5 % of measured; adaptive total
+benchmark time at least 30 % below the fixed count.
 """
 
 from __future__ import annotations
@@ -103,6 +107,9 @@ def main() -> int:
     ap.add_argument("--parts", default="predict,adaptive,load")
     ap.add_argument("--adaptive-models", default="sim defaults,peak at a middle step,the longest chain wins")
     ap.add_argument("--json", help="also write every figure to this file")
+    ap.add_argument("--grid", action="store_true", help="also measure the full grid per cost model: every step "
+                    "count's prediction against its measurement")
+    ap.add_argument("--models", default=",".join(MODELS), help="cost models of the predict part")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     work = Path(tempfile.mkdtemp(prefix="specdeploy-sweepbench-"))
@@ -123,29 +130,61 @@ def main() -> int:
     ok = True
     try:
         if "predict" in parts:
-            print("\n## inv sweep --steps 0..7 --predict (adaptive length, ±2 %)", flush=True)
-            print(f"{'cost model':<24} {'true':>16} {'predicted':>16} {'measured':>16} {'loads':>6} "
-                  f"{'pred tok/s':>10} {'meas tok/s':>10} {'error':>7}")
             rows = []
-            for name, model in MODELS.items():
-                host.set_sim_config(**{**base_cfg, **SIM_DEFAULTS, **model})
-                t0 = time.monotonic()
-                doc = sweep(inventory, work / "runs", "--predict", *bench)
+            for name in args.models.split(","):
+                model = MODELS[name]
                 true = config_name(best(model, 1, args.input_len, args.output_len))
-                pw = (doc.get("prediction") or {}).get("winners", {}).get("1")
-                err = (doc["predicted_tok_s"] / doc["measured_tok_s"] - 1) if doc.get("predicted_tok_s") else None
-                row = {"model": name, "true_winner": true, "predicted_winner": pw, "measured_winner": doc["winner"],
-                       "model_loads": doc["model_loads"], "grid_loads": doc["grid_loads"],
-                       "predicted_tok_s": doc.get("predicted_tok_s"), "measured_tok_s": doc.get("measured_tok_s"),
-                       "error": err, "elapsed_s": round(time.monotonic() - t0, 1)}
-                rows.append(row)
-                ok &= pw == true and doc["winner"] == true and doc["model_loads"] <= 4 and \
-                    (err is None or abs(err) <= 0.05)
-                print(f"{name:<24} {true:>16} {pw or '-':>16} {doc['winner']:>16} "
-                      f"{doc['model_loads']:>3}/{doc['grid_loads']:<2} "
-                      + (f"{doc['predicted_tok_s']:>10.1f} {doc['measured_tok_s']:>10.1f} " if err is not None
-                         else f"{'-':>10} {'-':>10} ")
-                      + (f"{err:>+7.1%}" if err is not None else f"{'-':>7}"), flush=True)
+                for how, extra in (("measured phases", ["--measure"]), ("derived (no timer)", ["--no-measure"])):
+                    host.set_sim_config(**{**base_cfg, **SIM_DEFAULTS, **model})
+                    t0 = time.monotonic()
+                    doc = sweep(inventory, work / "runs", "--predict", *extra, *bench)
+                    pw = (doc.get("prediction") or {}).get("winners", {}).get("1")
+                    err = (doc["predicted_tok_s"] / doc["measured_tok_s"] - 1) if doc.get("predicted_tok_s") else None
+                    row = {"model": name, "how": how, "true_winner": true, "predicted_winner": pw,
+                           "measured_winner": doc["winner"], "model_loads": doc["model_loads"],
+                           "grid_loads": doc["grid_loads"], "bench_s": doc.get("bench_s"),
+                           "predicted_tok_s": doc.get("predicted_tok_s"), "measured_tok_s": doc.get("measured_tok_s"),
+                           "error": err, "elapsed_s": round(time.monotonic() - t0, 1),
+                           "methods": (doc.get("prediction") or {}).get("methods"),
+                           "predictions": {r["config"]: r for r in (doc.get("prediction") or {}).get("rows") or []},
+                           "measured": [r["config"] for r in doc["rows"] if r.get("measured")],
+                           "before_load": (doc.get("prediction") or {}).get("before_load") or {}}
+                    rows.append(row)
+                    limit = 3 if how == "measured phases" else 4
+                    ok &= pw == true and doc["winner"] == true and doc["model_loads"] <= limit and \
+                        (err is None or abs(err) <= 0.05)
+                if args.grid:
+                    host.set_sim_config(**{**base_cfg, **SIM_DEFAULTS, **model})
+                    full = sweep(inventory, work / "runs", "--measure", *bench)
+                    for r in rows[-2:]:
+                        r["grid"] = {x["config"]: x["tok_s"] for x in full["rows"] if x.get("ok")}
+                        r["grid_bench_s"] = full.get("bench_s")
+            print("\n## inv sweep --steps 0..7 --predict (adaptive length, ±2 %)", flush=True)
+            print(f"{'cost model':<24} {'cycle model':<19} {'true':>16} {'predicted':>16} {'measured':>16} "
+                  f"{'loads':>6} {'bench s':>8} {'pred tok/s':>10} {'meas tok/s':>10} {'error':>7}")
+            for r in rows:
+                err = r["error"]
+                print(f"{r['model']:<24} {r['how']:<19} {r['true_winner']:>16} {r['predicted_winner'] or '-':>16} "
+                      f"{r['measured_winner']:>16} {r['model_loads']:>3}/{r['grid_loads']:<2} "
+                      f"{r['bench_s'] or 0:>8.1f} "
+                      + (f"{r['predicted_tok_s']:>10.1f} {r['measured_tok_s']:>10.1f} {err:>+7.1%}" if err is not None
+                         else f"{'-':>10} {'-':>10} {'-':>7}"), flush=True)
+            for r in rows:
+                if not r.get("grid"):
+                    continue
+                print(f"\n### {r['model']}, {r['how']}: the sweep's prediction (a loaded one: as predicted before "
+                      "its load; range: the two-load bounds) against the full grid "
+                      f"(grid bench {r['grid_bench_s']:.1f} s)")
+                print(f"{'config':<18} {'predicted':>10} {'range':>17} {'measured':>9} {'error':>7}  in this sweep")
+                for cfg, meas in r["grid"].items():
+                    p = r["predictions"].get(cfg)
+                    if cfg in r["before_load"]:
+                        p = {"tok_s": r["before_load"][cfg]["1"]}
+                    rng = (f"{p['tok_s_low']:.1f}–{p['tok_s_high']:.1f}" if p and "tok_s_low" in p else "")
+                    pt = f"{p['tok_s']:>10.1f}" if p else f"{'-':>10}"
+                    e = f"{p['tok_s'] / meas - 1:>+7.1%}" if p and meas else f"{'-':>7}"
+                    print(f"{cfg:<18} {pt} {rng:>17} {meas:>9.1f} {e}  "
+                          f"{'measured' if cfg in r['measured'] else 'predicted'}")
             figures["predict"] = rows
         if "adaptive" in parts:
             print("\n## full grid, steps 0..7: adaptive length (±2 %) against a fixed count at the same confidence",

@@ -102,7 +102,7 @@ def test_prediction_names_the_cost_models_best_step_count(generation: ModuleType
                          ttft_ms=big.prefill_ms(PROMPT)) for k in (lo, hi)]
     fit = fit_cycle([(m.steps, m.cycle_ms) for m in measured])
     assert fit is not None
-    preds, _ = predict_level(hist, hi, fit, measured, STEPS, output_len=OUT_LEN, concurrency=batch)
+    preds, _ = predict_level(hist, hi, fit.at, measured, STEPS, output_len=OUT_LEN, concurrency=batch)
     truth = {k: _truth(generation, cfg, k, batch) for k in [0, *STEPS]}
     predicted = {p.steps: p.tok_s for p in preds} | {0: truth[0]}   # the baseline is always measured
     assert max(predicted, key=lambda k: predicted[k]) == max(truth, key=lambda k: truth[k]), (predicted, truth)
@@ -161,3 +161,140 @@ def test_throughput_interval_narrows_with_requests() -> None:
     assert 0.003 < narrow < 0.01    # ≈ 1.96 · 5 % / √400
     assert metrics.throughput_ci(tokens[:1], secs[:1]) is None
     assert metrics.throughput_ci([64.0, 64.0], [1.0, 1.0]) == 0.0
+
+
+# -- three loads: the baseline and the largest step count predict, the predicted winner confirms ----------------------
+def _timer(gen: ModuleType, cfg: dict[str, Any], k: int, batch: int) -> dict[str, float]:
+    """What SGLang's device timer reports for the simulator's configuration at k steps: ms per decode forward
+    (baseline), per draft forward and per verify pass (the simulator's cycle parts)."""
+    g = _generator(gen, cfg, k)
+    if k == 0:
+        return {"decode": g.decode_ms(batch)}
+    if hasattr(g, "cycle_parts"):
+        p = g.cycle_parts(batch)
+        return {"draft_step": p["draft"], "verify": p["verify"]}
+    c, extra = g.cfg, batch - 1   # before the simulator split its cycle into parts: the same formula, in one piece
+    draft = c["draft_ms_per_step"] + c["draft_ms_per_seq"] * extra
+    return {"draft_step": draft, "verify": g.cycle_ms(batch) - k * draft}
+
+
+def _row(gen: ModuleType, cfg: dict[str, Any], k: int, batch: int, hist: list[int] | None) -> dict[str, Any]:
+    """A sweep row as `inv sweep` records it on a server with the device timer on (bench's ``phases``)."""
+    g = _generator(gen, cfg, k)
+    ranks = [{key: {"ms": ms, "source": "SGLang device timer", "count": 100}
+              for key, ms in _timer(gen, cfg, k, batch).items()}]
+    lv = {"concurrency": batch, "tok_s": _truth(gen, cfg, k, batch), "ttft_ms": g.prefill_ms(PROMPT),
+          "cycle_ms": g.cycle_ms(batch) if k else None, "accept_histogram": hist,
+          "accept_histogram_source": "meta_info" if hist else None, "phases": {"ranks": ranks, "missing": None}}
+    name = "baseline" if k == 0 else f"eagle3-s{k}-k1-d{k + 1}"
+    return {"config": name, "steps": k, "topk": 1, "draft_tokens": k + 1 if k else None, "ok": True,
+            "measured": True, **{x: v for x, v in lv.items() if x != "concurrency"}, "levels": [lv]}
+
+
+def _histogram(gen: ModuleType, cfg: dict[str, Any], steps: int) -> list[int]:
+    big = _generator(gen, {**cfg, "seed": 7}, steps)
+    hist: list[int] = []
+    for _ in range(3000):   # what a few dozen requests at 7 steps report
+        hist = metrics.add_histograms(hist, [0] * big._accepted() + [1])
+    return hist
+
+
+def _configs() -> list[Any]:
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.plan.sweep_plan import Config
+
+    return [Config("baseline" if k == 0 else f"eagle3-s{k}-k1-d{k + 1}", k, 1, None, Options()) for k in range(8)]
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_three_loads_find_the_cost_models_best_step_count(generation: ModuleType, name: str, batch: int) -> None:
+    from fabfile.plan.sweep_plan import measurement_order, next_loads, predict_from_rows
+
+    cfg = MODELS[name]
+    truth = {k: _truth(generation, cfg, k, batch) for k in range(8)}
+    first, held, _ = measurement_order(_configs(), predict=True)
+    assert [c.steps for c in first] == [0, 7]   # the baseline and one EAGLE-3 load, the largest step count
+    rows = [_row(generation, cfg, c.steps, batch, _histogram(generation, cfg, 7) if c.steps else None)
+            for c in first]
+    before: dict[int, float] = {}
+    while True:
+        pred = predict_from_rows(rows, held, [batch], OUT_LEN)
+        assert "error" not in pred and pred["methods"][str(batch)].startswith("measured phases")
+        loads = next_loads(pred, held, batch)
+        if not loads:
+            break
+        for c in loads:
+            before[c.steps] = next(p["tok_s"] for p in pred["rows"] if p["config"] == c.name)
+            rows.append(_row(generation, cfg, c.steps, batch, None))
+            held.remove(c)
+    best = max(truth, key=lambda k: truth[k])
+    assert len(rows) <= 3, [r["config"] for r in rows]
+    assert pred["winners"][str(batch)] == ("baseline" if best == 0 else f"eagle3-s{best}-k1-d{best + 1}")
+    assert any(r["steps"] == best for r in rows)   # the winner was measured, not only predicted
+    # Every count left unmeasured is predicted within 3 % once the third load gave verify its second point.
+    final = {p["steps"]: p["tok_s"] for p in pred["rows"]}
+    if len(rows) == 3:
+        for c in held:
+            assert final[c.steps] == pytest.approx(truth[c.steps], rel=0.03), (c.steps, final[c.steps],
+                                                                               truth[c.steps])
+
+
+def test_the_verify_model_against_the_simulators_costs(generation: ModuleType) -> None:
+    """The stated model (verify linear in its tokens, one token costing a decode forward) against the simulator:
+    its error at d tokens is the simulator's verify overhead beyond a decode forward, shrinking linearly to 0 at
+    the measured count; through two measured counts the line is exact (the simulator's verify is linear)."""
+    from fabfile.plan.predict import PhaseCosts
+
+    for name, cfg in MODELS.items():
+        for batch in (1, 32):
+            dec = _timer(generation, cfg, 0, batch)["decode"]
+            top = _timer(generation, cfg, 7, batch)
+            anchored = PhaseCosts(decode_ms=dec, runs=((7, top["draft_step"], top["verify"], 0.0),))
+            mid = _timer(generation, cfg, 3, batch)
+            two = PhaseCosts(decode_ms=None, runs=((7, top["draft_step"], top["verify"], 0.0),
+                                                   (3, mid["draft_step"], mid["verify"], 0.0)))
+            one = _timer(generation, cfg, 1, batch)["verify"] - (_timer(generation, cfg, 2, batch)["verify"] -
+                                                                  _timer(generation, cfg, 1, batch)["verify"])
+            overhead = one - dec   # a verify pass of one token per sequence beyond the decode forward
+            for k in range(1, 8):
+                sim = _timer(generation, cfg, k, batch)["verify"]
+                assert two.verify_at(k + 1) == pytest.approx(sim, rel=1e-9), (name, batch, k)
+                assert anchored.verify_at(k + 1) == pytest.approx(sim - overhead * (8 - (k + 1)) / 7, abs=1e-9)
+
+
+def test_nccl_candidates_are_predicted_each_from_its_own_two_loads(generation: ModuleType) -> None:
+    """Two NCCL candidates whose costs differ the way the facts say (LL: decode's small all-reduces faster, the
+    verify's larger ones slower; Simple: the opposite): each measured at the baseline and 7 steps, predicted from
+    its own phases, and only the winner across both loaded to confirm: 5 loads for a 16-configuration grid."""
+    from dataclasses import replace as dc_replace
+
+    from fabfile.plan.sweep_plan import measurement_order, next_loads, predict_from_rows
+
+    cost = {"LL": {"decode_ms": 11.0, "verify_ms_base": 16.0},          # the baseline's best
+            "Simple": {"decode_ms": 12.5, "verify_ms_base": 13.0}}      # EAGLE-3's best
+    cfgs = [dc_replace(c, name=f"{c.name}@PROTO={n}", nccl=f"PROTO={n}") for c in _configs() for n in cost]
+    truth = {(n, k): _truth(generation, cost[n], k, 1) for n in cost for k in range(8)}
+    first, held, notes = measurement_order(cfgs, predict=True)
+    assert sorted((c.nccl, c.steps) for c in first) == [("PROTO=LL", 0), ("PROTO=LL", 7), ("PROTO=Simple", 0),
+                                                        ("PROTO=Simple", 7)]
+    assert any("2 NCCL candidates" in n for n in notes)
+
+    def row(c: Any) -> dict[str, Any]:
+        n = c.nccl.removeprefix("PROTO=")
+        r = _row(generation, cost[n], c.steps, 1, _histogram(generation, cost[n], 7) if c.steps == 7 else None)
+        return {**r, "config": c.name, "nccl": c.nccl}
+
+    rows = [row(c) for c in first]
+    while True:
+        pred = predict_from_rows(rows, held, [1], OUT_LEN)
+        loads = next_loads(pred, held, 1)
+        if not loads:
+            break
+        rows += [row(c) for c in loads]
+        held = [h for h in held if h not in loads]
+    (bn, bk) = max(truth, key=lambda x: truth[x])
+    assert bn == "Simple" and bk > 0
+    assert truth[("LL", 0)] > truth[("Simple", 0)]   # the baseline's best candidate is not EAGLE-3's
+    assert pred["winners"]["1"] == f"eagle3-s{bk}-k1-d{bk + 1}@PROTO={bn}"
+    assert len(rows) <= 5 and any(r["config"] == pred["winners"]["1"] for r in rows)

@@ -15,7 +15,7 @@ from fabfile.inventory import hosts as inventory
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.sweep_nccl import apply, candidates
 from fabfile.plan.sweep_plan import configs
-from fabfile.present.report import nccl_lines
+from fabfile.present.report import nccl_lines, plot, plot_series
 from tests.invoke_cli import derived_inventory, inv_json, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -50,6 +50,24 @@ def test_a_candidate_replaces_the_hosts_tuning_values_and_keeps_its_logging(tmp_
     assert ll.expected["NCCL_PROTO"] == "Simple" and ll.expected["NCCL_BUFFSIZE"] == "16777216"
 
 
+
+def test_the_inventorys_own_presets_are_candidates(tmp_path: Path) -> None:
+    p = tmp_path / "inventory.yaml"
+    p.write_text("presets:\n  nccl:\n    simple8: {NCCL_PROTO: Simple, NCCL_MAX_CTAS: '8'}\n" + INV)
+    inv = inventory.load(p)
+    assert inv.nccl_presets["simple8"] == {"NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "8"}
+    assert "pcie" in inv.nccl_presets   # the built-in ones stay
+    cands = candidates("simple8,none", "NCCL_ALGO=Ring|-", inv.nccl_presets)
+    assert [c.name for c in cands] == ["simple8+ALGO=Ring", "simple8+ALGO=-", "none+ALGO=Ring", "none+ALGO=-"]
+    plan = build(apply(inv.hosts["h"], cands[0]), Options(steps=0))
+    assert plan.expected == {"NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "8", "NCCL_ALGO": "Ring"}
+    with pytest.raises(FlagError, match="unknown preset 'simple8'"):
+        candidates("simple8", None)   # without the inventory's table: the built-in presets only
+    # Through the CLI: accepted before anything starts (bad input elsewhere stops it: exit 2, nothing touched).
+    r = run_inv("sweep", "--steps", "0,1", "--nccl", "simple8,fast", "--out", str(tmp_path / "runs"), inventory=p)
+    assert r.returncode == 2 and "'fast'" in r.stderr and "simple8" in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists()
+
 def test_every_configuration_is_crossed_with_every_candidate(tmp_path: Path) -> None:
     cfgs = configs(_host(tmp_path), Options(), [0, 2], None, None, candidates(None, "NCCL_PROTO=LL|Simple"))
     assert [(c.name, c.nccl) for c in cfgs] == [("baseline@PROTO=LL", "PROTO=LL"),
@@ -79,7 +97,7 @@ def test_bad_candidates_exit_2_before_anything_starts(tmp_path: Path) -> None:
     inv = tmp_path / "inventory.yaml"
     inv.write_text(INV)
     for args, words in ((("--nccl", "fast"), "--nccl"), (("--nccl-env", "NCCL_ALGO=Ring|Rung"), "--nccl-env"),
-                        (("--nccl", "pcie,none", "--predict"), "--predict")):
+                        (("--nccl", "pcie,fast", "--predict"), "--nccl")):
         r = run_inv("sweep", "--steps", "0,1,2", *args, "--out", str(tmp_path / "runs"), inventory=inv)
         assert r.returncode == 2 and words in r.stderr, r.stderr
     assert not (tmp_path / "runs").exists()
@@ -93,6 +111,21 @@ def test_the_report_names_each_configurations_best_candidate_and_each_ttft() -> 
     best, ttft = nccl_lines({"rows": rows})
     assert best.endswith("baseline → PROTO=LL (60.0), eagle3-s7-k1-d8 → PROTO=Simple (99.0)")
     assert "baseline@PROTO=LL 180 ms" in ttft and "eagle3-s7-k1-d8@PROTO=Simple 96 ms" in ttft
+
+
+
+def test_the_sweep_plot_has_a_line_per_nccl_candidate(tmp_path: Path) -> None:
+    rows = [{"config": f"eagle3-s{s}-k1-d{s + 1}@PROTO={p}", "nccl": f"PROTO={p}", "ok": True, "tok_s": 50.0 + s,
+             "steps": s, "topk": 1, "draft_tokens": s + 1} for p in ("Simple", "LL") for s in (3, 1, 2)]
+    series = plot_series(rows)
+    assert [label for label, _ in series] == ["topk 1, NCCL PROTO=LL", "topk 1, NCCL PROTO=Simple"]
+    assert [[r["steps"] for r in rs] for _, rs in series] == [[1, 2, 3], [1, 2, 3]]
+    assert all({r["nccl"] for r in rs} == {label.split("NCCL ")[1]} for label, rs in series)
+    base = [{"config": f"baseline@PROTO={p}", "nccl": f"PROTO={p}", "ok": True, "tok_s": 40.0, "steps": 0,
+             "topk": 1, "draft_tokens": None} for p in ("Simple", "LL")]
+    doc = {"host": "h", "sweep_id": "x", "rows": base + rows, "winners": {"1": rows[0]["config"]},
+           "params": {"concurrency": 1}}
+    assert plot(doc, tmp_path / "sweep.png") and (tmp_path / "sweep.png").stat().st_size > 0
 
 
 @pytest.mark.fleet
@@ -117,3 +150,26 @@ def test_the_baselines_best_nccl_protocol_is_not_eagle3s_on_pcie(fleet: Fleet, s
     assert "baseline → PROTO=LL" in report and "eagle3-s7-k1-d8 → PROTO=Simple" in report
     assert "median TTFT per NCCL candidate" in report
     assert doc["model_loads"] == 4  # one server start per (configuration, candidate); the winner ran last
+
+
+@pytest.mark.fleet
+def test_predict_with_nccl_candidates_loads_only_the_winner_across_them(fleet: Fleet, sim_host: SimHost,
+                                                                        tmp_path: Path) -> None:
+    """The PCIe case above over steps 0..7 with --predict: each candidate measured at the baseline and 7 steps (with
+    the device timer; the derived path measures 1 step too), the others predicted per candidate, and only the
+    winner across candidates loaded: at most 4 (8 derived) of the grid's 16 loads."""
+    inv = derived_inventory(fleet, tmp_path, defaults={"gpus": 8, "tp": 8, "nccl_preset": "none"})
+    sim_host.set_sim_config(time_scale=0.5, load_seconds=0.1, gpus=8, nccl_allreduces_per_forward=122,
+                            accept_prob=[0.95] * 7)
+    code, doc, err = inv_json("sweep", "--steps", "0,1,2,3,4,5,6,7", "--nccl-env", "NCCL_PROTO=LL|Simple",
+                              "--predict", "--concurrency", "16", "--num-prompts", "32", "--input-len", "64",
+                              "--output-len", "256", "--out", str(tmp_path / "runs"), inventory=inv, timeout=600)
+    assert code == 0, err
+    assert "2 NCCL candidates" in err   # said before the first load
+    timed = all(m.startswith("measured phases") for m in doc["prediction"]["methods"].values())
+    measured = {r["config"] for r in doc["rows"] if r.get("measured")}
+    first = {f"{c}@PROTO={p}" for c in ("baseline", "eagle3-s7-k1-d8") for p in ("LL", "Simple")}
+    assert first <= measured and doc["grid_loads"] == 16
+    assert doc["model_loads"] <= (4 if timed else 8), measured   # derived: + 1 step each, a confirm, a redeploy
+    assert doc["prediction"]["winners"]["16"] == doc["winner"] == doc["running"]
+    assert doc["winner"].endswith("@PROTO=Simple")   # verify's larger all-reduces: Simple's bandwidth wins

@@ -21,7 +21,14 @@ from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.errors import FlagError, SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.sla import Limits, broken
-from fabfile.plan.sweep_plan import Config, add_predictions, level_rows, measurement_order, predict_from_rows
+from fabfile.plan.sweep_plan import (
+    Config,
+    add_predictions,
+    level_rows,
+    measurement_order,
+    next_loads,
+    predict_from_rows,
+)
 from fabfile.present.progress import SweepProgress
 from fabfile.transport.session import HostSession
 
@@ -220,22 +227,25 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     out_dir = _resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
     if predict:
         # Said before the first load: how many loads prediction can save here (it reported "model loads: 4 (the
-        # full grid would have taken 4)" only at the end).
-        most = len(order) + min(len(held_back), len(levels))
+        # full grid would have taken 4)" only at the end). At most: the first loads, one predicted winner per level
+        # and one more if the refit on the measured winner names another.
+        most = len(order) + min(len(held_back), len(levels) + 1)
         up_front = (f"--predict: nothing to predict among these configurations: all {len(cfgs)} are measured, "
                     f"{len(cfgs)} model loads as without --predict" if not held_back else
                     f"--predict: {len(order)} configuration(s) measured first, {len(held_back)} predicted; a predicted "
                     f"winner among those is measured too: {len(order)} to {most} model loads (the full grid: "
                     f"{len(cfgs)})" + ("; here prediction may save none" if most >= len(cfgs) else ""))
         notes.insert(0, up_front)
-        if not as_json:
-            from fabfile.present.output import err
-
-            err.print(up_front, markup=False, soft_wrap=False)
-    progress = SweepProgress(host.name, len(todo) + min(len(held_back), len(levels)))
+    progress = SweepProgress(host.name, len(todo) + min(len(held_back), len(levels) + 1))
     # The counter counts up to the most loads this sweep can take ([3/≤4]), never past its total ([3/3] → [4/4]).
     progress.at_most = bool(held_back)
     run = _Run(inv, host, params, runs, out_dir, levels, progress, doc)
+    if not as_json:
+        from fabfile.present.output import err
+
+        for note in notes:  # what --predict measures and what it cannot save, said before the first load
+            err.print(note if note.startswith("--predict:") else f"{host.name}: {note}", markup=False,
+                      highlight=False, soft_wrap=False)
     try:
         for cfg in todo:
             run.one(cfg)
@@ -347,21 +357,39 @@ def _explain(doc: dict[str, Any]) -> list[Any]:
 
 
 def _measure_predicted_winners(run: _Run, held_back: list[Config]) -> None:
-    """After the measured configurations: predict the held-back ones and measure only those predicted to win."""
-    pred = predict_from_rows(run.rows, held_back, run.levels, run.params.output_len)
+    """After the measured configurations: predict the held-back ones and measure only those predicted to win.
+
+    Each load is a new measurement the next prediction uses (with measured phases the third load, the predicted
+    winner, gives the verify model its second point); the loop ends when every predicted winner was measured. The
+    prediction each configuration was loaded on is kept (``before_load``): what the report holds against its
+    measurement."""
+    pending = list(held_back)
+    before: dict[str, dict[str, float]] = {}
+    confirmed = False  # a round of predicted winners was loaded already: another one is the refit's
+    while True:
+        pred = predict_from_rows(run.rows, pending, run.levels, run.params.output_len)
+        confirm = next_loads(pred, pending, run.levels[0])
+        if pred.get("error") and not pred.get("need"):
+            run.doc["notes"].append(f"no prediction ({pred['error']}): the other configurations are measured")
+        elif pred.get("error"):
+            run.doc["notes"].append(f"{pred['error']}: measuring {pred['need']} too")
+        if not confirm:
+            break
+        for c in confirm:
+            got = {str(p["concurrency"]): float(p["tok_s"]) for p in pred.get("rows") or [] if p["config"] == c.name}
+            if got:
+                before[c.name] = got
+        if confirmed and not pred.get("error"):
+            run.doc["notes"].append("the prediction refit on the measured winner named "
+                                    f"{', '.join(c.name for c in confirm)}: measured too")
+        confirmed = confirmed or not pred.get("error")
+        run.progress.total = run.index + len(confirm)
+        for cfg in confirm:
+            run.one(cfg)
+            pending.remove(cfg)
+    run.progress.at_most = False
+    pred["before_load"] = before
     run.doc["prediction"] = pred
-    if pred.get("error"):
-        run.doc["notes"].append(f"no prediction ({pred['error']}): the other configurations are measured")
-        confirm = held_back
-    else:
-        names = [w for w in pred["winners"].values()]
-        confirm = [c for c in held_back if c.name in names]
-        # The first level's winner last, so that it is the one left running.
-        first = pred["winners"].get(str(run.levels[0]))
-        confirm.sort(key=lambda c: c.name == first)
-    run.progress.total, run.progress.at_most = run.index + len(confirm), False
-    for cfg in confirm:
-        run.one(cfg)
 
 
 def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | None = None) -> None:

@@ -134,7 +134,7 @@ def _to_doc(inv: Inventory) -> dict[str, Any]:
             "ssh_config": None if inv.ssh_config is None else str(inv.ssh_config),
             "known_hosts": None if inv.known_hosts is None else str(inv.known_hosts),
             "clusters": {n: asdict(c) for n, c in inv.clusters.items()},
-            "routers": {n: asdict(r) for n, r in inv.routers.items()}}
+            "routers": {n: asdict(r) for n, r in inv.routers.items()}, "nccl_presets": inv.nccl_presets}
 
 
 def _from_doc(d: Any) -> Inventory | None:
@@ -151,7 +151,8 @@ def _from_doc(d: Any) -> Inventory | None:
             known_hosts=None if d["known_hosts"] is None else Path(d["known_hosts"]),
             clusters={n: Cluster(**{**c, "hosts": tuple(c["hosts"])}) for n, c in d["clusters"].items()},
             routers={n: Router(**{**r, "members": tuple(r["members"]), "args": tuple(r["args"])})
-                     for n, r in d["routers"].items()})
+                     for n, r in d["routers"].items()},
+            nccl_presets={n: dict(v) for n, v in d["nccl_presets"].items()})
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 

@@ -101,7 +101,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     clusters = _clusters(inv, hosts, groups)
     routers = _routers(inv, hosts, groups, clusters)
     return Inventory(path=p, hosts=hosts, groups=groups, ssh_config=ssh_config, known_hosts=known_hosts,
-                     clusters=clusters, routers=routers)
+                     clusters=clusters, routers=routers, nccl_presets=presets)
 
 
 def _clusters(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]]) -> dict[str, Cluster]:

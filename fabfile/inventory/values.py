@@ -153,6 +153,8 @@ class Inventory:
     known_hosts: Path | None = None
     clusters: dict[str, Cluster] = field(default_factory=dict)
     routers: dict[str, Router] = field(default_factory=dict)
+    # every NCCL preset a host or `inv sweep --nccl` may name: the built-in ones with the file's `presets.nccl`
+    nccl_presets: dict[str, dict[str, str]] = field(default_factory=lambda: dict(BUILTIN_NCCL_PRESETS))
 
     def cluster_nodes(self, name: str) -> list[Host]:
         """The cluster's hosts in rank order, each with its per-node TP size and its NodeRole."""

@@ -13,6 +13,24 @@ brings the first token), and C requests in flight serve ``C·N / that`` tok/s. T
 step counts (prefill interleaving under load, client overhead) is taken out by one factor per concurrency, fitted on
 the measured speculative runs, so the prediction goes through what was measured and interpolates between.
 
+With SGLang's device timer on (measured phases, ``bench``'s ``phases``), two loads predict every step count: the
+baseline (the target's decode forward, ms per pass) and one EAGLE-3 load at the largest step count S (the histogram;
+ms per draft forward; ms per verify pass of D = S + 1 draft tokens). A cycle at k steps is the one at S less the
+draft forwards it does not run and less what verifying fewer tokens saves::
+
+    cycle(k) = cycle(S) − (S − k)·draft_step − (verify(D) − verify(k + 1))
+
+The verify model (``verify_at``), stated: a verify pass's cost is linear in the draft tokens it checks per sequence,
+and a pass of one token per sequence costs what the target's decode forward costs (the same forward over one token;
+the baseline measured it at the same concurrency): ``verify(d) = decode + (verify(D) − decode)·(d − 1)/(D − 1)``.
+Once a second step count is measured (the third load, the predicted winner), the line goes through the two measured
+verify passes instead and the decode anchor is no longer used. ``tests/test_predict.py`` holds the model against the
+simulator's cost models: where the simulator's verify carries a fixed overhead beyond a decode forward (its
+defaults: 14.2 ms + 1.5 ms per token against a 12.2 ms decode), the anchored line is too cheap at small counts. So the
+two-load prediction is a range, from that line to no saving at all (``blend`` weighs them for the point figure); a
+configuration whose optimistic figure cannot beat the best pessimistic one is out; the third load measures the point
+winner, and the refit line is exact wherever verify is linear in its tokens.
+
 Configurations this cannot predict are measured: topk > 1 (tree drafts: the accepted path depends on the tree), and
 draft-token counts other than steps + 1.
 """
@@ -20,10 +38,9 @@ draft-token counts other than steps + 1.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
-
-from fabfile.plan.analysis import CycleFit
 
 
 def correct_drafts_pmf(hist: list[int]) -> list[float]:
@@ -68,8 +85,8 @@ class Measured:
     ttft_ms: float
 
 
-def predict_level(hist: list[int], max_steps: int, fit: CycleFit, measured: list[Measured], steps: list[int], *,
-                  output_len: int, concurrency: int) -> tuple[list[Predicted], float]:
+def predict_level(hist: list[int], max_steps: int, cycle_at: Callable[[int], float], measured: list[Measured],
+                  steps: list[int], *, output_len: int, concurrency: int) -> tuple[list[Predicted], float]:
     """tok/s at each of ``steps`` (all ≤ ``max_steps``, the run the histogram came from) at one concurrency, and
     the calibration factor used (measured over formula at the measured step counts, geometric mean)."""
     if any(k > max_steps for k in steps):
@@ -79,14 +96,73 @@ def predict_level(hist: list[int], max_steps: int, fit: CycleFit, measured: list
     ttft = sum(m.ttft_ms for m in measured) / len(measured)
 
     def formula(k: int) -> float:
-        return request_tok_s(accept_len=accept_len_at(hist, k), cycle_ms=max(fit.at(k), 1e-6), ttft_ms=ttft,
+        return request_tok_s(accept_len=accept_len_at(hist, k), cycle_ms=max(cycle_at(k), 1e-6), ttft_ms=ttft,
                              output_len=output_len, concurrency=concurrency)
 
     logs = [math.log(m.tok_s / formula(m.steps)) for m in measured if m.tok_s > 0]
     calib = math.exp(sum(logs) / len(logs)) if logs else 1.0
-    out = [Predicted(steps=k, concurrency=concurrency, accept_len=accept_len_at(hist, k), cycle_ms=fit.at(k),
+    out = [Predicted(steps=k, concurrency=concurrency, accept_len=accept_len_at(hist, k), cycle_ms=cycle_at(k),
                      tok_s=formula(k) * calib) for k in steps]
     return out, calib
+
+
+@dataclass(frozen=True)
+class PhaseCosts:
+    """What the phase model needs at one concurrency, each measured by SGLang's device timer: the baseline's decode
+    forward, and per measured chain configuration (steps, ms per draft forward, ms per verify pass, the tool's
+    cycle)."""
+
+    decode_ms: float | None
+    runs: tuple[tuple[int, float, float, float], ...]  # (steps, draft_step_ms, verify_ms, cycle_ms)
+
+    @property
+    def two_counts(self) -> bool:
+        return len({s for s, *_ in self.runs}) >= 2
+
+    def verify_at(self, draft_tokens: int, pessimistic: bool = False) -> float:
+        """ms of a verify pass over ``draft_tokens`` per sequence: the line through the measured verify passes
+        (least squares over their draft-token counts), or with one measured count the line from the decode forward
+        at one token to it (the model in the module's docstring); ``pessimistic`` with one count: no saving at all
+        (a pass over fewer tokens costs what the measured one did), the other bound."""
+        pts = sorted({(s + 1, v) for s, _, v, _ in self.runs})
+        if not self.two_counts:
+            if self.decode_ms is None:
+                raise ValueError("one measured verify count and no baseline decode forward")
+            big_d, big_v = pts[-1]
+            if pessimistic:
+                return big_v
+            pts = [(1, self.decode_ms), (big_d, big_v)]
+        n = len(pts)
+        mx = sum(d for d, _ in pts) / n
+        my = sum(v for _, v in pts) / n
+        slope = sum((d - mx) * (v - my) for d, v in pts) / sum((d - mx) ** 2 for d, _ in pts)
+        return my + slope * (draft_tokens - mx)
+
+    def cycle_at(self, steps: int, pessimistic: bool = False) -> float:
+        """ms of one cycle at ``steps`` (draft tokens steps + 1): from the measured cycle of the nearest measured
+        step count, less (or plus) its draft forwards and the verify model's difference."""
+        s, _, _, cyc = min(self.runs, key=lambda r: (abs(r[0] - steps), -r[0]))
+        draft = sum(r[1] for r in self.runs) / len(self.runs)  # one draft forward costs the same at any count
+        return cyc - (s - steps) * draft - (self.verify_at(s + 1, pessimistic) -
+                                            self.verify_at(steps + 1, pessimistic))
+
+    @property
+    def model(self) -> str:
+        if self.two_counts:
+            return "verify line through the measured verify passes"
+        return ("verify between the line from the baseline's decode forward to the measured verify pass and no "
+                "saving at all")
+
+
+# With one measured count the prediction is a range (the anchored line: optimistic where a verify pass costs more
+# than a decode forward; no saving: pessimistic). The point figure, and so the third load, weighs them 3:1. The
+# weight is a choice made on the simulator's cost models (every one tested, 1..32 in flight, then finds its winner
+# in three loads; bench/sweep_predict.py): it picks which candidate to measure, never a figure left unmeasured.
+OPTIMISTIC_WEIGHT = 0.75
+
+
+def blend(optimistic: float, pessimistic: float) -> float:
+    return OPTIMISTIC_WEIGHT * optimistic + (1 - OPTIMISTIC_WEIGHT) * pessimistic
 
 
 def unpredictable_reason(steps: int, topk: int, draft_tokens: int | None) -> str | None:

@@ -11,6 +11,7 @@ algorithm list it refuses, a variable it does not read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from fabfile.errors import FlagError
@@ -26,6 +27,7 @@ class NcclCandidate:
     name: str
     base: str  # a preset name, "none" or "host"
     values: dict[str, str | None] = field(default_factory=dict)  # laid over the base; None: unset
+    preset: dict[str, str] = field(default_factory=dict)  # the preset's values (built in or the inventory's)
 
 
 def _check_value(var: str, value: str) -> None:
@@ -68,14 +70,17 @@ def _env_axes(spec: str) -> list[tuple[str, list[str | None]]]:
     return axes
 
 
-def candidates(nccl: str | None, nccl_env: str | None) -> list[NcclCandidate]:
-    """The candidates the two flags give (empty: neither was given, the sweep runs the host's settings)."""
+def candidates(nccl: str | None, nccl_env: str | None,
+               presets: Mapping[str, Mapping[str, str]] | None = None) -> list[NcclCandidate]:
+    """The candidates the two flags give (empty: neither was given, the sweep runs the host's settings).
+    ``presets``: the inventory's (``Inventory.nccl_presets``: the built-in ones and its ``presets.nccl``)."""
     if nccl is None and nccl_env is None:
         return []
     bases = [b.strip() for b in (nccl or HOST).split(",") if b.strip()]
     if not bases:
         raise FlagError("--nccl: give presets to try, e.g. --nccl pcie,none")
-    known = [*sorted(BUILTIN_NCCL_PRESETS), HOST]
+    table = dict(BUILTIN_NCCL_PRESETS if presets is None else presets)
+    known = [*sorted(table), HOST]
     for b in bases:
         if b not in known:
             raise FlagError(f"--nccl: unknown preset {quote(b, as_repr=True)}", f"choose from {', '.join(known)}")
@@ -89,7 +94,7 @@ def candidates(nccl: str | None, nccl_env: str | None) -> list[NcclCandidate]:
         for c in combos:
             over = "+".join(f"{k.removeprefix('NCCL_')}={'-' if v is None else v}" for k, v in c.items())
             name = over if b == HOST and over else (f"{b}+{over}" if over else b)
-            out.append(NcclCandidate(name=name, base=b, values=c))
+            out.append(NcclCandidate(name=name, base=b, values=c, preset=dict(table.get(b, {}))))
     return out
 
 
@@ -100,7 +105,7 @@ def apply(host: Host, cand: NcclCandidate) -> Host:
     preset = host.nccl_preset
     if cand.base != HOST:
         env = {k: v for k, v in env.items() if not k.startswith("NCCL_") or ncclenv.kind(k) in ("logging", "not_param")}
-        nccl_env = dict(BUILTIN_NCCL_PRESETS[cand.base])
+        nccl_env = dict(cand.preset)
         preset = cand.base
     for var, value in cand.values.items():
         env.pop(var, None)

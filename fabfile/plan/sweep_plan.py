@@ -3,13 +3,18 @@ prediction for the ones it holds back (``--predict``), from the rows measured so
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from fabfile.inventory.hosts import Host
 from fabfile.plan.argv import value_of
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.sweep_nccl import NcclCandidate, apply
+
+if TYPE_CHECKING:
+    from fabfile.plan.predict import PhaseCosts
 
 
 @dataclass(frozen=True)
@@ -107,8 +112,10 @@ def measurement_order(cfgs: list[Config], predict: bool) -> tuple[list[Config], 
     """What to deploy up front, what to hold back for the prediction, and notes for the output.
 
     Without ``predict``: every configuration in order. With it: the baseline, the configurations the model cannot
-    predict (each with why), then the smallest and the largest chain step count, the largest last so that, if it
-    wins, it is already running; the other chain configurations wait for the prediction."""
+    predict (each with why), then the largest chain step count (its histogram covers every count below it); the
+    other chain configurations wait for the prediction (``next_loads``): with measured phases it names the winner
+    to load (three loads in all); without them (no device timer) the smallest count is measured too, for the cycle
+    fit, and then the winner (four)."""
     from fabfile.plan.predict import plan_runs, unpredictable_reason
 
     if not predict:
@@ -130,25 +137,90 @@ def measurement_order(cfgs: list[Config], predict: bool) -> tuple[list[Config], 
     if plan is None:
         notes.append(f"{len(chain)} chain configuration(s): measuring them all costs no more than predicting")
         return base + other + chain, [], notes
-    lo, hi = plan
-    first = [c for c in chain if c.steps == lo]
-    last = [c for c in chain if c.steps == hi]
-    held = [c for c in chain if c.steps not in (lo, hi)]
-    return base + other + first + last, held, notes
+    hi = plan[1]
+    cands = sorted({c.nccl for c in cfgs})
+    if len(cands) > 1:
+        notes.append(f"{len(cands)} NCCL candidates: each measured at the baseline and at {hi} steps, its other step "
+                     "counts predicted from its own measured phases; only the predicted winner across candidates "
+                     "is loaded to confirm")
+    return base + other + [c for c in chain if c.steps == hi], [c for c in chain if c.steps != hi], notes
+
+
+def level_phases(level: dict[str, Any]) -> dict[str, float]:
+    """The device timer's ms per decode forward, draft forward and verify pass in one level's figures (``phases``
+    as bench reports them, averaged over the ranks); empty when the server ran without the timer."""
+    ranks = [r for r in ((level.get("phases") or {}).get("ranks") or []) if isinstance(r, dict)]
+    out: dict[str, float] = {}
+    for key in ("decode", "draft_step", "verify"):
+        vals = [float(r[key]["ms"]) for r in ranks if isinstance(r.get(key), dict) and r[key].get("ms")]
+        if vals:
+            out[key] = sum(vals) / len(vals)
+    return out
+
+
+def _phase_costs(at: list[dict[str, Any]], spec: list[dict[str, Any]]) -> PhaseCosts | None:
+    """PhaseCosts at one level when every measured chain row has its draft forward and verify pass timed and
+    either two step counts were measured or the baseline's decode forward was; None otherwise."""
+    from fabfile.plan.predict import PhaseCosts
+
+    runs = []
+    for r in spec:
+        ph = level_phases(r)
+        if "draft_step" not in ph or "verify" not in ph:
+            return None
+        runs.append((int(r["steps"]), ph["draft_step"], ph["verify"], float(r["cycle_ms"])))
+    base = next((r for r in at if r.get("ok") and r.get("steps") == 0), None)
+    decode = level_phases(base).get("decode") if base is not None else None
+    if not runs or (len({s for s, *_ in runs}) < 2 and decode is None):
+        return None
+    return PhaseCosts(decode_ms=decode, runs=tuple(runs))
 
 
 def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], levels: list[int],
                       output_len: int) -> dict[str, Any]:
     """The prediction for the held-back chain configurations at each level, and the predicted winner per level
-    (over measured rows and predictions). ``error`` says why there is none."""
+    (over measured rows and predictions). ``method`` names the cycle model (measured phases, or the derived
+    cycle fit); ``error`` says why there is none, and ``need`` then names the held-back configuration to measure
+    first (the derived path's second step count).
+
+    With NCCL candidates each candidate is predicted from its own rows (NCCL's choice moves decode, draft and
+    verify alike: its device-timed phases hold it) and the winner per level is the best across candidates."""
+    cands = sorted({str(r.get("nccl") or "") for r in rows} | {h.nccl for h in held_back})
+    if len(cands) < 2:
+        return _predict_one(rows, held_back, levels, output_len)
+    parts = {n: _predict_one([r for r in rows if str(r.get("nccl") or "") == n],
+                             [h for h in held_back if h.nccl == n], levels, output_len) for n in cands}
+    bad = {n: p for n, p in parts.items() if p.get("error")}
+    if bad:
+        n, p = next(iter(bad.items()))
+        need = [str(q["need"]) for q in bad.values() if q.get("need")]
+        return {"error": f"NCCL candidate {n}: {p['error']}", "need": need[0] if need else None,
+                "needs": need}
+    first = parts[cands[0]]
+    out: dict[str, Any] = {"histogram": first["histogram"], "histogram_source": first["histogram_source"],
+                           "histogram_config": first["histogram_config"], "rows": [], "winners": {}, "fits": {},
+                           "methods": {}, "by_nccl": {n: {"winners": p["winners"], "histogram_config":
+                                                          p["histogram_config"]} for n, p in parts.items()}}
+    for n, p in parts.items():
+        out["rows"] += p["rows"]
+        out["methods"].update(p["methods"])
+        out["fits"].update({f"{c}@{n}": f for c, f in p["fits"].items()})
+    for c in levels:
+        best = [(float(p["winner_tok_s"][str(c)]), p["winners"][str(c)]) for p in parts.values()]
+        out["winners"][str(c)] = max(best)[1]
+    return out
+
+
+def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: list[int],
+                 output_len: int) -> dict[str, Any]:
     from fabfile.plan.analysis import fit_cycle
-    from fabfile.plan.predict import Measured, predict_level
+    from fabfile.plan.predict import Measured, blend, predict_level
     from fabfile.remote.metrics import add_histograms
 
-    chain = [r for r in rows if r.get("ok") and r["steps"] > 0 and r.get("topk") == 1 and
-             (r.get("draft_tokens") in (None, r["steps"] + 1))]
-    if len(chain) < 2:
-        return {"error": "fewer than two chain configurations were measured"}
+    chain = [r for r in rows if r.get("ok") and r.get("measured", True) and r["steps"] > 0 and r.get("topk") == 1
+             and (r.get("draft_tokens") in (None, r["steps"] + 1))]
+    if not chain:
+        return {"error": "no chain configuration was measured"}
     top = max(chain, key=lambda r: r["steps"])
     hist: list[int] = []
     source = None
@@ -159,30 +231,69 @@ def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], level
     if not hist or sum(hist) == 0:
         return {"error": f"{top['config']} reported no accepted-drafts histogram (neither meta_info nor the stream)"}
     out: dict[str, Any] = {"histogram": hist, "histogram_source": source, "histogram_config": top["config"],
-                           "rows": [], "winners": {}, "fits": {}}
+                           "rows": [], "winners": {}, "fits": {}, "methods": {}}
+    names = {x["config"] for x in chain}
     for c in levels:
         at = level_rows(rows, c)
-        names = {x["config"] for x in chain}
         spec = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("cycle_ms") and r["config"] in names]
-        fit = fit_cycle([(int(r["steps"]), float(r["cycle_ms"])) for r in spec])
-        if fit is None:
-            return {"error": f"no cycle fit at concurrency {c}"}
+        costs = _phase_costs(at, spec)
+        cycle_at: Callable[[int], float]
+        if costs is not None:
+            cycle_at = costs.cycle_at
+            out["methods"][str(c)] = f"measured phases (SGLang device timer): {costs.model}"
+            out["fits"][str(c)] = {"decode_ms": costs.decode_ms, "runs": [list(r) for r in costs.runs]}
+        else:
+            fit = fit_cycle([(int(r["steps"]), float(r["cycle_ms"])) for r in spec])
+            if fit is None:
+                lo = min(held_back, key=lambda h: h.steps, default=None)
+                return {"error": f"no device-timer phases and one chain step count at concurrency {c}: the cycle "
+                                 "fit (derived) needs a second", "need": lo.name if lo is not None else None}
+            cycle_at = fit.at
+            out["methods"][str(c)] = "derived: cycle fit a + b·steps over the measured chain runs (no device timer)"
+            out["fits"][str(c)] = {"base_ms": fit.base_ms, "per_step_ms": fit.per_step_ms}
         measured = [Measured(steps=int(r["steps"]), tok_s=float(r["tok_s"]), cycle_ms=float(r["cycle_ms"]),
                              ttft_ms=float(r.get("ttft_ms") or 0.0)) for r in spec]
         want = sorted({h.steps for h in held_back} | {m.steps for m in measured})
-        preds, calib = predict_level(hist, int(top["steps"]), fit, measured, want, output_len=output_len,
+        preds, calib = predict_level(hist, int(top["steps"]), cycle_at, measured, want, output_len=output_len,
                                      concurrency=c)
-        out["fits"][str(c)] = {"base_ms": fit.base_ms, "per_step_ms": fit.per_step_ms, "calibration": calib}
+        low: dict[int, float] = {}
+        if costs is not None and not costs.two_counts:  # one measured count: a range, the point figure between
+            lows, _ = predict_level(hist, int(top["steps"]), partial(costs.cycle_at, pessimistic=True), measured,
+                                    want, output_len=output_len, concurrency=c)
+            low = {p.steps: p.tok_s for p in lows}
+        out["fits"][str(c)]["calibration"] = calib
         name_of = {h.steps: h.name for h in held_back} | {int(r["steps"]): r["config"] for r in spec}
-        candidates: list[tuple[float, str]] = []
+        held_names = {h.name for h in held_back}
+        measured_tok_s = {str(r["config"]): float(r["tok_s"]) for r in at if r.get("ok") and r.get("tok_s") and
+                          r.get("measured", True)}
+        figures: list[tuple[float, float, float, str]] = []  # (point, optimistic, pessimistic, name)
         for p in preds:
-            out["rows"].append({"config": name_of[p.steps], **p.as_dict()})
-            candidates.append((p.tok_s if name_of[p.steps] in {h.name for h in held_back} else
-                               next(float(r["tok_s"]) for r in spec if r["config"] == name_of[p.steps]),
-                               name_of[p.steps]))
-        candidates += [(float(r["tok_s"]), r["config"]) for r in at if r.get("ok") and r.get("tok_s") and
-                       all(r["config"] != n for _, n in candidates)]
-        out["winners"][str(c)] = max(candidates)[1]
+            name = name_of[p.steps]
+            row: dict[str, Any] = {"config": name, **p.as_dict()}
+            if p.steps in low:
+                row.update(tok_s_high=p.tok_s, tok_s_low=low[p.steps], tok_s=blend(p.tok_s, low[p.steps]))
+            out["rows"].append(row)
+            if name in held_names:
+                figures.append((row["tok_s"], p.tok_s, low.get(p.steps, p.tok_s), name))
+        best_measured = max(measured_tok_s.values(), default=0.0)
+        floor = max([best_measured] + [f[2] for f in figures])
+        can_win = [f for f in figures if f[1] >= floor]  # its optimistic figure beats every pessimistic one
+        win = max(can_win) if can_win else None
+        out["winners"][str(c)] = win[3] if win else max(measured_tok_s, key=lambda n: measured_tok_s[n])
+        out.setdefault("winner_tok_s", {})[str(c)] = win[0] if win else best_measured
+    return out
+
+
+def next_loads(pred: dict[str, Any], held_back: list[Config], first_level: int) -> list[Config]:
+    """The held-back configurations to load next: the derived path's second step count, or the predicted winners
+    not measured yet (the first level's last, so that it is the one left running); none when every winner was
+    measured. After an error without ``need``, every held-back configuration (nothing can be predicted)."""
+    if pred.get("error"):
+        need = set(pred.get("needs") or ([pred["need"]] if pred.get("need") else []))
+        return [c for c in held_back if c.name in need] if need else list(held_back)
+    names = set(pred["winners"].values())
+    out = [c for c in held_back if c.name in names]
+    out.sort(key=lambda c: c.name == pred["winners"].get(str(first_level)))
     return out
 
 
@@ -194,7 +305,13 @@ def add_predictions(doc: dict[str, Any], cfgs: list[Config]) -> None:
     levels = doc["concurrency_levels"]
     by = {(p["config"], p["concurrency"]): p for p in pred["rows"]}
     measured = {r["config"] for r in doc["rows"] if r.get("measured")}
+    before = pred.get("before_load") or {}  # a measured row's prediction as made before it was loaded
     for r in doc["rows"]:
+        if r["config"] in before:
+            r["predicted_tok_s"] = before[r["config"]].get(str(levels[0]))
+            for lv in r.get("levels") or []:
+                lv["predicted_tok_s"] = before[r["config"]].get(str(lv["concurrency"]))
+            continue
         p = by.get((r["config"], levels[0]))
         if p is not None:
             r["predicted_tok_s"] = p["tok_s"]

@@ -133,9 +133,11 @@ def details(doc: dict[str, Any]) -> list[str]:
         lines.append("winner per concurrency: " + ", ".join(f"{c}: {winners.get(str(c)) or '-'}" for c in levels))
     pred = doc.get("prediction") or {}
     if pred.get("rows"):
+        methods = sorted(set((pred.get("methods") or {}).values())) or ["the cycle fit"]
         lines.append(f"predicted from {pred['histogram_config']}'s accepted-drafts histogram "
-                     f"({sum(pred['histogram'])} verify passes, from {pred.get('histogram_source')}) and the cycle "
-                     "fit; predicted winner " + ", ".join(f"@{c}: {n}" for c, n in pred["winners"].items()))
+                     f"({sum(pred['histogram'])} verify passes, from {pred.get('histogram_source')}) and "
+                     f"{'; '.join(methods)}; predicted winner "
+                     + ", ".join(f"@{c}: {n}" for c, n in pred["winners"].items()))
         checked = [(r["config"], r.get("predicted_tok_s"), r.get("tok_s")) for r in doc.get("rows") or []
                    if r.get("measured", True) and r.get("ok") and r.get("predicted_tok_s") is not None]
         if checked:
@@ -283,14 +285,8 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
         at = level_rows(all_rows, c) if any(r.get("levels") for r in all_rows) else all_rows
         rows = [r for r in at if r.get("ok") and r.get("tok_s")]
         spec = [r for r in rows if r["steps"] > 0]
-        base = next((r for r in rows if r["steps"] == 0), None)
         ax2 = ax.twinx()
-        groups: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
-        for r in spec:
-            groups.setdefault((r["topk"], r["draft_tokens"] if r["topk"] > 1 else None), []).append(r)
-        for (k, d), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-            rs.sort(key=lambda r: r["steps"])
-            label = f"topk {k}" + (f", {d} draft tokens" if d else "")
+        for label, rs in plot_series(spec):
             line = ax.plot([r["steps"] for r in rs], [r["tok_s"] for r in rs], label=f"tok/s ({label})")[0]
             meas = [r for r in rs if r.get("measured", True)]
             pred = [r for r in rs if not r.get("measured", True)]
@@ -302,8 +298,9 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
             if al:
                 ax2.plot([x for x, _ in al], [y for _, y in al], marker="s", linestyle="--", alpha=0.5,
                          label=f"accept len ({label})")
-        if base is not None:
-            ax.axhline(base["tok_s"], color="grey", linestyle=":", label=f"baseline {base['tok_s']:.1f} tok/s")
+        for i, b in enumerate(r for r in rows if r["steps"] == 0):  # one per NCCL candidate
+            ax.axhline(b["tok_s"], color="grey", linestyle=(":", "-.", "--")[i % 3],
+                       label=f"baseline{' NCCL ' + b['nccl'] if b.get('nccl') else ''} {b['tok_s']:.1f} tok/s")
         w = next((r for r in rows if r["config"] == winners.get(str(c))), None)
         if w is not None:
             ax.scatter([w["steps"]], [w["tok_s"]], s=160, facecolors="none", edgecolors="red", zorder=5,
@@ -320,6 +317,20 @@ def plot(doc: dict[str, Any], path: Path) -> bool:
     fig.savefig(path)
     plt.close(fig)
     return True
+
+
+def plot_series(spec: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The sweep plot's lines: one per topk (and draft tokens above topk 1) and NCCL candidate, each a label and
+    its rows by step count."""
+    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+    for r in spec:
+        key = (int(r["topk"]), int(r["draft_tokens"] or 0) if r["topk"] > 1 else 0, str(r.get("nccl") or ""))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (k, d, nccl), rs in sorted(groups.items()):
+        label = f"topk {k}" + (f", {d} draft tokens" if d else "") + (f", NCCL {nccl}" if nccl else "")
+        out.append((label, sorted(rs, key=lambda r: r["steps"])))
+    return out
 
 
 def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
