@@ -220,7 +220,7 @@ def test_a_server_that_dies_during_the_profile_keeps_no_figures(inventory: Path,
 
 def test_bad_flags_exit_2_before_any_connection(inventory: Path) -> None:
     for args, words in ((["--trace-steps", "5"], "--trace-steps: only with --trace"),
-                        (["--trace", "--trace-steps", "999"], "--trace-steps: at most 200"),
-                        (["--concurrency", "0"], "--concurrency: must be 1 or more")):
+                        (["--trace", "--trace-steps", "999"], "--trace-steps: 999 is above the largest allowed, 200"),
+                        (["--concurrency", "0"], "--concurrency: 0 is below the smallest allowed, 1")):
         p = run_inv("profile", *args, inventory=inventory)
         assert p.returncode == 2 and words in p.stderr, (args, p.stderr)

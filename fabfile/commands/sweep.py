@@ -240,12 +240,9 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     # The counter counts up to the most loads this sweep can take ([3/≤4]), never past its total ([3/3] → [4/4]).
     progress.at_most = bool(held_back)
     run = _Run(inv, host, params, runs, out_dir, levels, progress, doc)
-    if not as_json:
-        from fabfile.present.output import err
-
-        for note in notes:  # what --predict measures and what it cannot save, said before the first load
-            err.print(note if note.startswith("--predict:") else f"{host.name}: {note}", markup=False,
-                      highlight=False, soft_wrap=False)
+    for note in notes:  # what --predict measures and what it cannot save, said before the first load (stderr)
+        run.progress.console.print(note if note.startswith("--predict:") else f"{host.name}: {note}", markup=False,
+                                   highlight=False, soft_wrap=False)
     try:
         for cfg in todo:
             run.one(cfg)

@@ -258,6 +258,7 @@ class _Sequence:
                 return v
 
             steps.run("verify_env", verify_step, _verify_detail)
+        _still_serving(started, req["log_path"])
         record["status"] = "running"
         record["ready_at"] = _now()
         record["timings"] = steps.timings
@@ -283,6 +284,19 @@ class _Sequence:
             records.write(self.state_dir, record)
         except OSError as we:  # a full disk: the failure itself still reaches the client
             self.sink.emit("info", message=f"could not record the failed deploy on the host ({we.strerror})")
+
+
+def _still_serving(started: dict[str, Any], log_path: str) -> None:
+    """The record is about to say "running": the server must still run. It can die after it was ready (its launcher
+    killed while the deploy verified its environment, seen in the fault tests once a failpoint held the deploy there),
+    and the evidence read a moment before can still show its schedulers. An exited main thread (a zombie) is dying,
+    whatever threads are left."""
+    info = procs.stat(int(started["pid"]))
+    moved = started.get("start_ticks") is not None and info is not None and info.start_ticks != started["start_ticks"]
+    if info is None or info.state in ("Z", "X") or moved:
+        raise AgentError("process_died", f"the server process {started['pid']} exited after it was ready, before "
+                         "the deploy was recorded", "see its log (`inv logs`); deploy again once the cause is fixed",
+                         log_path=log_path)
 
 
 def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], record: dict[str, Any],

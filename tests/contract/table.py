@@ -40,7 +40,8 @@ def tool_flags() -> list[str]:
     """Every ``--flag`` the tool puts on SGLang's command line (``fabfile/plan/deploy_plan.py::launch_argv``)."""
     tree = ast.parse((ROOT / "fabfile" / "plan" / "deploy_plan.py").read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "launch_argv")
-    return sorted({n.value for n in ast.walk(fn)
+    # The agent writes each value in its flag's word (`--host=...`, fabfile/plan/argv.py): the name is before `=`.
+    return sorted({n.value.split("=", 1)[0] for n in ast.walk(fn)
                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("--")})
 
 
@@ -48,7 +49,8 @@ def tool_bench_flags() -> list[str]:
     """Every ``--flag`` the agent passes to ``python -m sglang.bench_serving`` (``remote/bench.py``)."""
     tree = ast.parse((ROOT / "fabfile" / "remote" / "bench.py").read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_run_bench_serving")
-    return sorted({n.value for n in ast.walk(fn)
+    # The agent writes each value in its flag's word (`--host=...`, fabfile/plan/argv.py): the name is before `=`.
+    return sorted({n.value.split("=", 1)[0] for n in ast.walk(fn)
                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("--")})
 
 
