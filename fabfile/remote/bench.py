@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import metrics, procs, records, server, versions
 from .common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private
@@ -246,13 +246,7 @@ def _measure(req: BenchRequest, rec: dict[str, Any], client: str, target: tuple[
         return measured, "sglang.bench_serving"
     from . import loadgen
 
-    last = [0.0]
-
-    def progress(done: int, total: int, elapsed: float) -> bool:
-        if done == total or time.monotonic() - last[0] > 0.5:
-            last[0] = time.monotonic()
-            sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
-        return sink.stdout_ok
+    progress = progress_events(sink)
 
     ci = req.get("target_ci")
     measured = loadgen.run(host, port, concurrency=int(req["concurrency"]), input_len=int(req["input_len"]),
@@ -288,6 +282,20 @@ def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target:
         "server_info": spec_info.get("avg_spec_accept_length"),
     }
     return {"decode": decode, "spec_info": spec_info, "prom": prom, "meta": meta, "sources": sources}
+
+
+def progress_events(sink: EventSink) -> Callable[[int, int, float], bool]:
+    """The load generator's progress callback: a ``progress`` event at most every 0.5 s (and at the end); False once
+    the client's stdout is gone, so the load stops with it (bench and profile alike)."""
+    last = [0.0]
+
+    def progress(done: int, total: int, elapsed: float) -> bool:
+        if done == total or time.monotonic() - last[0] > 0.5:
+            last[0] = time.monotonic()
+            sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
+        return sink.stdout_ok
+
+    return progress
 
 
 def is_speculative(spec_info: dict[str, Any], sources: dict[str, Any]) -> bool:

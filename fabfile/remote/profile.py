@@ -211,13 +211,7 @@ def _start(ctx: _Run) -> None:
 def _load_and_trace(ctx: _Run, sink: EventSink) -> tuple[dict[str, Any], devicetimer.Snapshot, dict[int, str]]:
     """The load (and with ``trace`` the profile around it); the profiler is stopped on every way out."""
     req, rec = ctx.req, ctx.rec
-    last = [0.0]
-
-    def progress(done: int, total: int, elapsed: float) -> bool:
-        if done == total or time.monotonic() - last[0] > 0.5:
-            last[0] = time.monotonic()
-            sink.emit("progress", done=done, total=total, elapsed=round(elapsed, 2))
-        return sink.stdout_ok
+    progress = bench.progress_events(sink)
 
     sink.emit("step", name="profile", status="start")
     files: dict[int, str] = {}
