@@ -22,6 +22,7 @@ from rich.console import Console
 from fabfile.present import checkenv_report
 from fabfile.remote import evidence, markers, procs
 from fabfile.remote.common import EventSink
+from fabfile.results.hosts import evaluation_code, evaluation_document
 from tests.support import waiting
 
 # ----------------------------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ def test_all_proven_by_nccl_log() -> None:
     res = evidence.evaluate(ev(sched(10, 0, nccl_env=nccl), sched(11, 1, nccl_env=nccl)), EXP)
     assert res["ok"] is True and res["summary"]["proven"] == 4
     assert all(r["evidence"] == "nccl_log" for r in res["rows"])
-    assert checkenv_report.exit_code(res) == 0
+    assert evaluation_code(res) == 0
 
 
 def test_nccl_log_beats_weaker_sources_and_different_names_each_source() -> None:
@@ -321,7 +322,7 @@ def test_wiped_environ_and_nothing_else_is_unconfirmed_not_missing() -> None:
     assert {"environ_wiped", "no_nccl_debug"} <= codes(res)
     msg = next(h["message"] for h in res["hints"] if h["code"] == "environ_wiped")
     assert "SPT_NOENV=1" in msg and "cannot be seen" in msg
-    assert checkenv_report.exit_code(res) == 1
+    assert evaluation_code(res) == 1
 
 
 def test_launcher_only_means_the_launch_path_stripped_it() -> None:
@@ -438,9 +439,9 @@ def test_report_renders_and_serialises() -> None:
     out = buf.getvalue()
     assert "TP0" in out and "TP1" in out and "NCCL log" in out and "proven" in out and "unconfirmed" in out
     assert "NOT PROVEN" in out and "SPT_NOENV=1" in out and "TP 2 [pcie]" in out
-    js = checkenv_report.to_json(res, facts)
+    js = evaluation_document(res, facts)
     assert json.loads(json.dumps(js))["ok"] is False and len(js["rows"]) == 4
-    assert checkenv_report.exit_code(res) == 1
+    assert evaluation_code(res) == 1
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -62,6 +62,6 @@ def test_local_deploy_check_env_stop_rollback(local_host: tuple[Path, dict[str, 
         r = run_inv("stop", inventory=path)
     assert r.returncode == 0, r.stderr
     code, status, _ = inv_json("status", inventory=path)
-    assert status["data"]["running"] is False
+    assert status["hosts"][0]["data"]["running"] is False
     code, doc, _ = inv_json("rollback-patches", inventory=path)
-    assert code == 0 and doc["data"]["files"]
+    assert code == 0 and doc["hosts"][0]["data"]["files"]

@@ -18,7 +18,6 @@ from fabfile.present.deploy_report import deploy_summary
 from fabfile.present.output import show
 from fabfile.present.progress import Reporter
 from fabfile.present.rollout_report import print_cluster, print_rollout
-from fabfile.results.deploys import RolloutResult
 
 
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
@@ -32,7 +31,7 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
     if cluster is not None:
         cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
         show(cres, lambda: print_cluster(cres), as_json=as_json)
-        return 0 if cres.ok else refused_code(cres)
+        return cres.exit_code
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
         show(r, lambda: deploy_summary(r, inv.ssh_config), as_json=as_json)
@@ -42,20 +41,11 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
             from fabfile.present.output import print_error
 
             print_error(r.error)
-        return 0 if r.ok else (r.error.exit_code if r.error else 1)
+        return r.exit_code
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
     show(res, lambda: print_rollout(res), as_json=as_json)
-    return 0 if res.ok else refused_code(res)
-
-
-def refused_code(res: RolloutResult) -> int:
-    """1 for a failed run; a run refused at preflight for bad input (what a host's SGLang does not accept) alone
-    exits 2 like any bad input, nothing having been touched."""
-    errs = [r.deploy.error for r in res.hosts if r.deploy is not None and r.deploy.error is not None]
-    if res.extra.get("preflight_failed") and errs and all(e.exit_code == 2 for e in errs):
-        return 2
-    return 1
+    return res.exit_code
 
 
 def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:

@@ -16,7 +16,7 @@ from fabfile.inventory.hosts import Host, Inventory
 from fabfile.present import hosts_report as report
 from fabfile.present.output import show, terminal_safe
 from fabfile.remote.protocol import CheckEnvRequest
-from fabfile.results.hosts import HostsResult, exit_code
+from fabfile.results.hosts import CancelResult, CheckEnvResult, HostsResult, StatusResult, StopResult
 from fabfile.transport.session import HostSession
 
 
@@ -28,9 +28,7 @@ def stop(inv: Inventory, hosts: list[Host], *, dry_run: bool, host_timeout: floa
     # Every host at once, each bounded: a host whose sshd hangs is reported as timed out, the others still stop.
     bound = host_timeout if host_timeout is not None else \
         max(h.timeouts.host + 3 * h.timeouts.stop_grace + h.timeouts.lock_wait for h in hosts)
-    outcomes = for_each_host(inv, hosts, work, host_timeout=bound)
-    survived = any(o.ok and o.data.get("survivors") for o in outcomes)
-    return HostsResult(outcomes, exit_code(outcomes, 1 if survived else 0))
+    return StopResult(for_each_host(inv, hosts, work, host_timeout=bound))
 
 
 def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool,
@@ -98,8 +96,7 @@ def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = No
         if o.ok:
             o.data["state"] = server_view(o.data)
     # A server that runs but does not serve, or a record that disagrees with the host, is a problem: exit 1.
-    problem = 1 if any(o.ok and o.data["state"]["problem"] for o in outcomes) else 0
-    return HostsResult(outcomes, exit_code(outcomes, problem))
+    return StatusResult(outcomes)
 
 
 def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
@@ -148,7 +145,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
     if prefix and not follow:
         for h in hosts:
             report.print_log_lines(h.name, collected[h.name], prefix=True, width=width)
-    r = HostsResult(outcomes, exit_code(outcomes))
+    r = HostsResult(outcomes)
     report.print_logs_summary(r, prefix=prefix)
     return r.exit_code
 
@@ -164,18 +161,14 @@ def check_env_request(host: Host) -> CheckEnvRequest:
 
 def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's evidence and its evaluation; exit 1 when a value is not proven on some host."""
-    from fabfile.present.checkenv_report import exit_code as evaluation_code
-
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("evidence", check_env_request(s.host)),
-                             host_timeout=_bound(hosts, host_timeout))
-    codes = [evaluation_code(o.data["evaluation"]) for o in outcomes if o.ok]
-    return HostsResult(outcomes, max([exit_code(outcomes), *codes]))
+    return CheckEnvResult(for_each_host(inv, hosts, lambda s: s.call("evidence", check_env_request(s.host)),
+                                        host_timeout=_bound(hosts, host_timeout)))
 
 
 def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None,
                     verbose: bool = False) -> int:
     r = check_env(inv, hosts, host_timeout=host_timeout)
-    show(report.check_env_document(r), lambda: report.print_check_env(r, verbose=verbose), as_json=as_json)
+    show(r, lambda: report.print_check_env(r, verbose=verbose), as_json=as_json)
     return r.exit_code
 
 
@@ -186,8 +179,7 @@ def rollback(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> HostsResult
                                          "client": _client()},
                       timeout=s.host.timeouts.lock_wait + s.host.timeouts.command)
 
-    outcomes = for_each_host(inv, hosts, work, parallel=False)
-    return HostsResult(outcomes, exit_code(outcomes))
+    return HostsResult(for_each_host(inv, hosts, work, parallel=False))
 
 
 def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool) -> int:
@@ -199,7 +191,7 @@ def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json:
 # -- gpus -----------------------------------------------------------------------------------------------------
 def gpus(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     outcomes = for_each_host(inv, hosts, lambda s: s.call("gpus", {}), host_timeout=_bound(hosts, host_timeout))
-    return HostsResult(outcomes, exit_code(outcomes))
+    return HostsResult(outcomes)
 
 
 def gpus_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
@@ -217,9 +209,7 @@ def cancel(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> HostsR
         return s.call("cancel", {"reason": f"cancelled by {_client()} with `inv cancel`", "wait_s": wait},
                       timeout=wait + 30)
 
-    outcomes = for_each_host(inv, hosts, work)
-    late = any(o.ok and o.data.get("cancelled") is not None and not o.data.get("ended") for o in outcomes)
-    return HostsResult(outcomes, exit_code(outcomes, 1 if late else 0))
+    return CancelResult(for_each_host(inv, hosts, work))
 
 
 def cancel_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, wait_s: float | None) -> int:

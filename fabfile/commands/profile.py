@@ -19,7 +19,7 @@ from fabfile.commands.bench import BenchParams
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.remote.protocol import MAX_TRACE_STEPS, ProfileRequest
-from fabfile.results.hosts import HostOutcome, HostsResult, exit_code
+from fabfile.results.hosts import HostOutcome, HostsResult
 from fabfile.transport.session import HostSession
 
 DEFAULT_TRACE_STEPS = 12
@@ -80,6 +80,5 @@ def profile_host(inv: Inventory, host: Host, params: ProfileParams,
             if params.out and params.trace:
                 data["fetched"] = fetch_traces(s, data, Path(params.out))
     except SpecDeployError as e:
-        outcomes = [HostOutcome(host, error=e)]
-        return HostsResult(outcomes, exit_code(outcomes))
-    return HostsResult([HostOutcome(host, data=data)], 0)
+        return HostsResult([HostOutcome(host, error=e)])
+    return HostsResult([HostOutcome(host, data=data)])

@@ -1,4 +1,5 @@
-"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.evaluate`): a rich table, JSON.
+"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.evaluate`): the matrix, the table (its
+JSON form: ``fabfile.results.hosts.evaluation_document``).
 
 The evaluation and facts are the plain dicts the host-side agent and ``evaluate`` produce; this module only
 reads them, so it works the same on a live result and on a saved ``--json`` file. Text that came from the host
@@ -276,23 +277,3 @@ def one_per_cause(hints: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         m["vars"] += [v for v in h.get("vars") or [] if v not in m["vars"]]
         m["pids"] += [p for p in h.get("pids") or [] if p not in m["pids"]]
     return list(merged.values())
-
-
-def to_json(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
-    """The full evaluation plus facts, for ``--json`` (plain JSON types only)."""
-    return {
-        "ok": bool(evaluation.get("ok")),
-        "summary": dict(evaluation.get("summary") or {}),
-        "nranks": evaluation.get("nranks"),
-        "nranks_source": evaluation.get("nranks_source"),
-        "single_rank": evaluation.get("single_rank"),
-        "rows": [dict(r) for r in evaluation.get("rows") or []],
-        "hints": [dict(h) for h in evaluation.get("hints") or []],
-        "used": dict(evaluation.get("used") or {}),
-        "facts": dict(facts),
-    }
-
-
-def exit_code(evaluation: Mapping[str, Any]) -> int:
-    """0 when every expected variable is proven in every rank, 1 otherwise."""
-    return 0 if evaluation.get("ok") is True else 1

@@ -1,6 +1,6 @@
 """What the commands besides deploy print (stop, status, logs, check-env, rollback-patches, gpus, cancel): a table
-or a line per host, then each failed host's error. Their ``--json`` form is ``HostsResult.as_dict`` (check-env's:
-:func:`check_env_document`), chosen by :func:`fabfile.present.output.show`."""
+or a line per host, then each failed host's error. Their ``--json`` form is their result's ``as_dict``
+(``fabfile.results.hosts``), chosen by :func:`fabfile.present.output.show`."""
 
 from __future__ import annotations
 
@@ -198,19 +198,6 @@ def print_logs_summary(result: HostsResult, *, prefix: bool) -> None:
 
 
 # -- check-env ------------------------------------------------------------------------------------------------
-def check_env_document(result: HostsResult) -> Any:
-    """check-env's ``--json``: the evaluation and facts of each host (one host: its document alone)."""
-    from fabfile.present.checkenv_report import to_json
-
-    docs = []
-    for o in result.outcomes:
-        if o.error is not None:
-            docs.append({"host": o.host.name, "ok": False, "error": o.error.as_dict()})
-            continue
-        docs.append({"host": o.host.name, **to_json(o.data["evaluation"], o.data["evidence"].get("facts") or {})})
-    return docs[0] if len(docs) == 1 else {"hosts": docs}
-
-
 def print_check_env(result: HostsResult, *, verbose: bool) -> None:
     from fabfile.present.checkenv_report import render_matrix, render_table
 
