@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from fabfile.present import checkenv_report
-from fabfile.present.report import print_sweep, table_rows
+from fabfile.present.sweep_report import print_sweep, table_rows
 from tests.invoke_cli import derived_inventory, inv_json, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -219,7 +219,7 @@ def test_a_failed_deploy_shows_the_compact_matrix_and_one_hint_per_cause(monkeyp
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_analyze_never_cuts_a_config_name(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fabfile.present import report
+    from fabfile.present import sweep_report as report
 
     rows = [{"config": f"eagle3-s{s}-k8-d{8 * s}", "cycle_ms": 20.0 + s, "needed_accept_len": 1.5 + s / 10,
              "max_accept_len": s + 1, "accept_len": 2.2, "predicted_tok_s": 101.5 + s,
@@ -245,7 +245,7 @@ def test_a_sweep_without_matplotlib_says_why_there_is_no_plot(tmp_path: Path, mo
     """Without the plot extra, sweep.png was silently missing."""
     import sys
 
-    from fabfile.present import report
+    from fabfile.present import sweep_report as report
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     doc: dict[str, object] = {"sweep_id": "s1", "host": "sim1", "params": {}, "rows": [], "analysis": {}}

@@ -210,7 +210,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
               runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
               limits: Limits | None = None, resume: Path | None = None, explain: bool = False) -> int:
     from fabfile.plan.analysis import analyze_sweep
-    from fabfile.present.report import print_sweep, write_outputs
+    from fabfile.present.sweep_report import print_sweep, write_outputs
 
     levels = levels or [params.concurrency]
     saved = load_resume(resume, host, cfgs, params, levels, predict) if resume is not None else None
