@@ -219,7 +219,7 @@ def test_a_failed_deploy_shows_the_compact_matrix_and_one_hint_per_cause(monkeyp
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_analyze_never_cuts_a_config_name(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fabfile.present import sweep_report as report
+    from fabfile.present import analyze_report as report
 
     rows = [{"config": f"eagle3-s{s}-k8-d{8 * s}", "cycle_ms": 20.0 + s, "needed_accept_len": 1.5 + s / 10,
              "max_accept_len": s + 1, "accept_len": 2.2, "predicted_tok_s": 101.5 + s,
@@ -245,16 +245,37 @@ def test_a_sweep_without_matplotlib_says_why_there_is_no_plot(tmp_path: Path, mo
     """Without the plot extra, sweep.png was silently missing."""
     import sys
 
+    from fabfile.commands.sweep import write_outputs
     from fabfile.present import sweep_report as report
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     doc: dict[str, object] = {"sweep_id": "s1", "host": "sim1", "params": {}, "rows": [], "analysis": {}}
-    paths = report.write_outputs(tmp_path, doc)
+    paths = write_outputs(tmp_path, doc)
     assert "plot" not in paths and not (tmp_path / "sweep.png").exists()
     buf = io.StringIO()
     report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
     said = " ".join(buf.getvalue().split())
     assert "no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]')" in said, said
+
+
+def test_a_sweep_without_matplotlib_says_so_in_one_line_and_in_its_report(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sentence ran to 137 characters (two lines at 80 columns) and report.md did not mention the plot at all."""
+    import sys
+
+    from fabfile.commands.sweep import write_outputs
+    from fabfile.present import sweep_report as report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    doc: dict[str, object] = {"sweep_id": "s1", "host": "sim1", "params": {}, "rows": [], "analysis": {}}
+    write_outputs(tmp_path, doc)
+    buf = io.StringIO()
+    report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
+    said = [ln for ln in buf.getvalue().splitlines() if "sweep.png" in ln or "matplotlib" in ln or "plot]" in ln]
+    assert len(said) == 1 and len(said[0]) <= 80 and "pip install 'specdeploy[plot]'" in said[0], said
+    assert "no sweep.png: matplotlib is not installed" in (tmp_path / "report.md").read_text()
 
 
 def test_a_sweep_row_shows_one_tok_s_and_labels_the_others() -> None:

@@ -1,4 +1,6 @@
-"""What a sweep and a break-even analysis print and write: the table (rich), ``report.md``, ``sweep.png``."""
+"""What a sweep prints and what its ``report.md`` says: the table, the conclusion, the lines under it (winners per
+level, prediction against measurement, NCCL candidates, measured phases, break-even). The sweep document itself is
+the JSON form; ``plot`` draws ``sweep.png``; the sweep command writes the files."""
 
 from __future__ import annotations
 
@@ -8,28 +10,21 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from fabfile.plan.analysis import BreakEven, analyze_sweep
-from fabfile.plan.sweep_plan import level_rows
+from fabfile.plan.analysis import analyze_sweep
 from fabfile.present.output import out, show
+from fabfile.present.tables import DASH, Col, cell, print_table
 
 COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted", "ms/token", "cycle ms",
            "needs accept len", "verdict")
 
 
-
-
-
-def _f(v: Any, fmt: str = "{:.2f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-def _levels(doc: dict[str, Any]) -> list[int]:
+def concurrency_levels(doc: dict[str, Any]) -> list[int]:
     return [int(c) for c in doc.get("concurrency_levels") or []]
 
 
 def columns(doc: dict[str, Any]) -> list[str]:
     """The table's columns: with several concurrency levels, one tok/s column per level."""
-    levels = _levels(doc)
+    levels = concurrency_levels(doc)
     if len(levels) <= 1:
         return list(COLUMNS)
     return ["config", "how", *[f"tok/s @{c}" for c in levels], *COLUMNS[3:]]
@@ -37,7 +32,7 @@ def columns(doc: dict[str, Any]) -> list[str]:
 
 def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool) -> str:
     if not lv or lv.get("tok_s") is None:
-        return "-"
+        return DASH
     text = f"{lv['tok_s']:.1f}"
     if measured and lv.get("tok_s_ci") is not None:
         text += f" ±{lv['tok_s_ci']:.1%}"
@@ -51,7 +46,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     whether it was measured or predicted; ★ marks the (measured) winner, per level with several levels."""
     analysis = doc.get("analysis") or analyze_sweep(doc.get("rows") or [])
     by_config = {r["config"]: r for r in analysis.get("rows") or []}
-    levels = _levels(doc)
+    levels = concurrency_levels(doc)
     winners = doc.get("winners") or {}
     rows = []
     base = next((r for r in doc.get("rows") or [] if r.get("steps") == 0 and r.get("ok")), None)
@@ -61,10 +56,10 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
         n_tok = max(1, len(levels))
         if not r.get("ok"):
             msg = (r.get("error") or {}).get("message", "")
-            rows.append([r["config"], "measured", f"{r.get('phase', '')} failed", *["-"] * (n_tok - 1),
-                         "-", "-", "-", "-", "-", "-", msg[:60]])
+            rows.append([r["config"], "measured", f"{r.get('phase', '')} failed", *[DASH] * (n_tok - 1),
+                         DASH, DASH, DASH, DASH, DASH, DASH, msg[:60]])
             continue
-        verdict = "baseline" if r["steps"] == 0 else be.get("verdict", "-")
+        verdict = "baseline" if r["steps"] == 0 else be.get("verdict", DASH)
         if not measured:
             verdict = "predicted"
         verdict += sla_mark(r, levels)
@@ -77,10 +72,10 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
         if speedup is None and base and r.get("tok_s"):
             speedup = r["tok_s"] / base["tok_s"]
         rows.append([
-            r["config"], "measured" if measured else "predicted", *tok, _f(speedup, "×{:.2f}"),
-            _f(r.get("accept_len")), _f(r.get("draft_acceptance"), "{:.0%}"),
-            _f(r.get("decode_ms_per_token") if r["steps"] == 0 else r.get("ms_per_token"), "{:.1f}"),
-            _f(r.get("cycle_ms"), "{:.1f}"), _f(be.get("needed_accept_len")), verdict,
+            r["config"], "measured" if measured else "predicted", *tok, cell(speedup, "×{:.2f}"),
+            cell(r.get("accept_len"), "{:.2f}"), cell(r.get("draft_acceptance"), "{:.0%}"),
+            cell(r.get("decode_ms_per_token") if r["steps"] == 0 else r.get("ms_per_token"), "{:.1f}"),
+            cell(r.get("cycle_ms"), "{:.1f}"), cell(be.get("needed_accept_len"), "{:.2f}"), verdict,
         ])
     return rows
 
@@ -127,7 +122,7 @@ def conclusion(doc: dict[str, Any]) -> str:
 def details(doc: dict[str, Any]) -> list[str]:
     """Sentences under the table: winners per level, the prediction against the measurement, model loads."""
     lines: list[str] = []
-    levels = _levels(doc)
+    levels = concurrency_levels(doc)
     winners = doc.get("winners") or {}
     if len(levels) > 1:
         lines.append("winner per concurrency: " + ", ".join(f"{c}: {winners.get(str(c)) or '-'}" for c in levels))
@@ -162,7 +157,7 @@ def adaptive_lines(doc: dict[str, Any]) -> list[str]:
     for r in doc.get("rows") or []:
         if not (r.get("adaptive") and r.get("ok")):
             continue
-        settled = ", ".join(f"@{lv['concurrency']}: {_f(lv.get('spec_num_steps'), '{:.0f}')}"
+        settled = ", ".join(f"@{lv['concurrency']}: {cell(lv.get('spec_num_steps'), '{:.0f}')}"
                             for lv in r.get("levels") or [])
         out.append(f"{r['config']} started at steps {r['steps']} and settled on steps {settled} "
                    "(sglang:spec_num_steps, measured by SGLang; - where this release has no such gauge)")
@@ -183,7 +178,7 @@ def nccl_lines(doc: dict[str, Any]) -> list[str]:
     out = ["best NCCL candidate per configuration (tok/s measured by the benchmark): " + ", ".join(
         f"{spec} → {r['nccl']} ({r['tok_s']:.1f})" for spec, r in best.items())]
     out.append("median TTFT per NCCL candidate (measured by the benchmark): " + ", ".join(
-        f"{r['config']} {_f(r.get('ttft_ms'), '{:.0f}')} ms" for r in rows))
+        f"{r['config']} {cell(r.get('ttft_ms'), '{:.0f}')} ms" for r in rows))
     return out
 
 
@@ -192,8 +187,6 @@ def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None =
 
 
 def _sweep_table(doc: dict[str, Any], c: Console) -> None:
-    from fabfile.present.tables import Col, print_table
-
     # Every cell but the free-text "how" is a key value: never cut (a list layout when they do not fit).
     cols = [Col(col, key=col != "how", justify="left" if col in ("config", "how", "verdict") else "right")
             for col in columns(doc)]
@@ -217,15 +210,15 @@ def _sweep_table(doc: dict[str, Any], c: Console) -> None:
         if (doc.get("paths") or {}).get(key):
             c.print(f"  {label}: {doc['paths'][key]}", markup=False)
     if doc.get("plot_missing"):
-        c.print(f"  plot: {doc['plot_missing']}", markup=False, soft_wrap=False)
+        c.print(f"  {doc['plot_missing']}", markup=False, soft_wrap=False)  # one line within 80 columns
 
 
 def markdown(doc: dict[str, Any]) -> str:
     p = doc.get("params") or {}
     lines = [f"# Sweep {doc['sweep_id']} on {doc['host']}", "",
              f"Started {doc.get('started_at')}, took {doc.get('elapsed_s', 0):.1f} s. Benchmark: concurrency "
-             f"{', '.join(str(c) for c in _levels(doc)) or p.get('concurrency')}, input {p.get('input_len')} "
-             f"tokens, output {p.get('output_len')} tokens, "
+             f"{', '.join(str(c) for c in concurrency_levels(doc)) or p.get('concurrency')}, input "
+             f"{p.get('input_len')} tokens, output {p.get('output_len')} tokens, "
              + (f"adaptive length (95 % interval within ±{p['target_ci']:.0%}, {p.get('min_requests')}–"
                 f"{p.get('num_prompts')} requests)" if p.get("target_ci") else f"{p.get('num_prompts')} prompts")
              + f", client {p.get('client')}; run from the host itself.", "",
@@ -259,134 +252,15 @@ def markdown(doc: dict[str, Any]) -> str:
                          (f" — {e.get('hint')}" if e.get("hint") else ""))
     if (doc.get("paths") or {}).get("plot"):
         lines += ["", "![tok/s and accept length against steps](sweep.png)"]
+    elif doc.get("plot_missing"):
+        lines += ["", f"_{doc['plot_missing']}_"]
     lines += ["", "Per-configuration benchmark files: " +
               ", ".join(f"`{Path(r['bench_path']).name}`" for r in doc.get("rows") or [] if r.get("bench_path")), ""]
     return "\n".join(lines)
 
 
-def plot(doc: dict[str, Any], path: Path) -> bool:
-    """One panel per concurrency level: tok/s (left axis) and accept length (right axis) against steps, one line per
-    topk; measured points filled, predicted ones hollow; the baseline horizontal; the level's winner circled."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    levels = _levels(doc) or [int((doc.get("params") or {}).get("concurrency") or 1)]
-    winners = doc.get("winners") or {str(levels[0]): doc.get("winner")}
-    bars = has_phases(doc)
-    fig, axes = plt.subplots(1, len(levels) + bars, figsize=(7 * (len(levels) + bars), 4.2), dpi=110, squeeze=False)
-    all_rows = doc.get("rows") or []
-    if bars:
-        phase_bars(axes[0][-1], doc)
-    for ax, c in zip(axes[0][:len(levels)], levels, strict=True):
-        at = level_rows(all_rows, c) if any(r.get("levels") for r in all_rows) else all_rows
-        rows = [r for r in at if r.get("ok") and r.get("tok_s")]
-        spec = [r for r in rows if r["steps"] > 0]
-        ax2 = ax.twinx()
-        for label, rs in plot_series(spec):
-            line = ax.plot([r["steps"] for r in rs], [r["tok_s"] for r in rs], label=f"tok/s ({label})")[0]
-            meas = [r for r in rs if r.get("measured", True)]
-            pred = [r for r in rs if not r.get("measured", True)]
-            ax.scatter([r["steps"] for r in meas], [r["tok_s"] for r in meas], color=line.get_color(), zorder=4)
-            if pred:
-                ax.scatter([r["steps"] for r in pred], [r["tok_s"] for r in pred], facecolors="white",
-                           edgecolors=line.get_color(), zorder=4, label=f"predicted ({label})")
-            al = [(r["steps"], r["accept_len"]) for r in rs if r.get("accept_len") is not None]
-            if al:
-                ax2.plot([x for x, _ in al], [y for _, y in al], marker="s", linestyle="--", alpha=0.5,
-                         label=f"accept len ({label})")
-        for i, b in enumerate(r for r in rows if r["steps"] == 0):  # one per NCCL candidate
-            ax.axhline(b["tok_s"], color="grey", linestyle=(":", "-.", "--")[i % 3],
-                       label=f"baseline{' NCCL ' + b['nccl'] if b.get('nccl') else ''} {b['tok_s']:.1f} tok/s")
-        w = next((r for r in rows if r["config"] == winners.get(str(c))), None)
-        if w is not None:
-            ax.scatter([w["steps"]], [w["tok_s"]], s=160, facecolors="none", edgecolors="red", zorder=5,
-                       label=f"winner {w['config']}")
-        ax.set_xlabel("speculative steps")
-        ax.set_ylabel("output tok/s")
-        ax2.set_ylabel("accept length")
-        ax.set_xticks(sorted({r["steps"] for r in rows} | {0}))
-        ax.set_title(f"{doc['host']} sweep {doc['sweep_id']}, concurrency {c}")
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
-
-
-def plot_series(spec: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The sweep plot's lines: one per topk (and draft tokens above topk 1) and NCCL candidate, each a label and
-    its rows by step count."""
-    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
-    for r in spec:
-        key = (int(r["topk"]), int(r["draft_tokens"] or 0) if r["topk"] > 1 else 0, str(r.get("nccl") or ""))
-        groups.setdefault(key, []).append(r)
-    out = []
-    for (k, d, nccl), rs in sorted(groups.items()):
-        label = f"topk {k}" + (f", {d} draft tokens" if d else "") + (f", NCCL {nccl}" if nccl else "")
-        out.append((label, sorted(rs, key=lambda r: r["steps"])))
-    return out
-
-
-def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": str(out_dir / "sweep.json")}
-    png = out_dir / "sweep.png"
-    if plot(doc, png):
-        paths["plot"] = str(png)
-    else:
-        # Said, not silently missing: the plot needs matplotlib, the package's optional `plot` extra.
-        doc["plot_missing"] = ("no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]'); "
-                               "the table, report.md and sweep.json have every figure")
-    doc["paths"] = paths
-    md = out_dir / "report.md"
-    paths["report"] = str(md)
-    md.write_text(markdown(doc))
-    return paths
-
-
-# -- inv analyze ----------------------------------------------------------------------------------------------------
-def print_break_even(be: BreakEven, *, baseline_ms: float, verify_ms: float, draft_ms: float,
-                     steps: int | None) -> None:
-    """``inv analyze`` from numbers: the baseline, the cycle, the break-even accept length and the verdict."""
-    cyc = f"{steps} × {draft_ms:g} ms draft + {verify_ms:g} ms verify = " if steps and draft_ms else ""
-    out.print(f"baseline {baseline_ms:g} ms/token ({be.baseline_tok_s:.1f} tok/s); cycle {cyc}{be.cycle_ms:.1f} ms")
-    out.print(f"break-even accept length: [bold]{be.needed_accept_len:.2f}[/bold]"
-              + (f" (at most {be.max_accept_len:g} with {steps} steps)" if be.max_accept_len else ""))
-    out.print(be.sentence())
-
-
-def print_analysis(analysis: dict[str, Any]) -> None:
-    """``inv analyze --sweep``: each configuration's break-even against what it got."""
-    if not analysis.get("baseline_ms"):
-        out.print(analysis.get("note", "no baseline"))
-        return
-    out.print(f"baseline {analysis['baseline_ms']:.2f} ms/token ({1000 / analysis['baseline_ms']:.1f} tok/s)")
-    from fabfile.present.tables import Col, print_table
-
-    # Config names and figures are never cut (at 80 columns rich cut them to `eagl…`); the verdict wraps.
-    cols = [Col("config"), Col("cycle ms", justify="right"), Col("needs accept len", justify="right"),
-            Col("max", justify="right"), Col("got", justify="right"), Col("tok/s predicted", justify="right"),
-            Col("verdict", key=False)]
-    rows = [[escape(r["config"]), _f(r["cycle_ms"], "{:.1f}"), _f(r["needed_accept_len"]),
-             _f(r["max_accept_len"], "{:g}"), _f(r["accept_len"]), _f(r["predicted_tok_s"], "{:.1f}"),
-             escape(str(r["verdict"]))] for r in analysis["rows"]]
-    print_table(out, cols, rows)
-    for r in analysis["rows"]:
-        out.print(f"  {r['config']}: {r['sentence']}", markup=False, soft_wrap=False)
-
-
-# -- measured phases (issue 26): per configuration, and the stacked bars of the PNG ---------------------------------
-_BARS = (("draft", "draft", "#4c72b0"), ("verify", "verify", "#dd8452"), ("draft_extend", "draft-extend", "#55a868"),
-         ("other", "other", "#bbbbbb"))
-
-
-def _baseline_step(doc: dict[str, Any], like: dict[str, Any] | None = None) -> dict[str, Any] | None:
+# -- measured phases (issue 26): per configuration (the stacked bars of the PNG: ``plot.phase_bars``) -----------------
+def baseline_step(doc: dict[str, Any], like: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The baseline's decode step as the break-even compares it with a cycle (``like``; None: a wall-clock one, its
     TPOT): GPU time against GPU time, wall clock against wall clock."""
     from fabfile.plan.explain import baseline_of, step_like
@@ -414,7 +288,7 @@ def phase_lines(doc: dict[str, Any]) -> list[str]:
         text = f"{r['config']}: " + (" · ".join(parts) if parts else "no measured phase")
         if cycle:
             text += f"; cycle {fmt(cycle)}"
-            base = _baseline_step(doc, cycle)
+            base = baseline_step(doc, cycle)
             if base:
                 text += (f"; break-even accept length {float(cycle['ms']) / float(base['ms']):.2f} (cycle ÷ "
                          f"baseline decode {fmt(base)})")
@@ -422,27 +296,3 @@ def phase_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def has_phases(doc: dict[str, Any]) -> bool:
-    return any(((r.get("phases") or {}).get("ranks")) for r in doc.get("rows") or [] if r.get("ok"))
-
-
-def phase_bars(ax: Any, doc: dict[str, Any]) -> None:
-    """One stacked bar per speculative configuration (draft / verify / draft-extend / other, ms per cycle, measured
-    by SGLang's device timer; other = the cycle − those), the baseline's decode step as a horizontal line."""
-    from fabfile.plan.explain import row_anatomy, tag
-
-    rows = [r for r in doc.get("rows") or [] if r.get("ok") and r.get("steps") and (r.get("phases") or {}).get("ranks")]
-    names = [r["config"] for r in rows]
-    bottoms = [0.0] * len(rows)
-    for key, label, color in _BARS:
-        heights = [float((row_anatomy(r).get(key) or {}).get("ms") or 0.0) for r in rows]
-        ax.bar(names, heights, bottom=bottoms, label=label, color=color)
-        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    base = _baseline_step(doc)
-    if base:
-        ax.axhline(float(base["ms"]), color="black", linestyle="--",
-                   label=f"baseline decode {float(base['ms']):.2f} ms [{tag(str(base.get('source')))}]")
-    ax.set_ylabel("ms per cycle (phases: SGLang device timer; other: cycle − phases)")
-    ax.set_title("where a cycle's time goes")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
-    ax.legend(fontsize=7, loc="best")
