@@ -300,3 +300,54 @@ def test_the_tunnel_line_goes_through_the_inventorys_own_ssh_config() -> None:
     host = result.plan.host  # type: ignore[attr-defined]
     assert tunnel_line(host) == ("from this machine: ssh -N -L 8000:127.0.0.1:8000 gpu1  then http://127.0.0.1:8000")
     assert "ssh -F '/srv/fleet/ssh config' -N -L 8000" in str(tunnel_line(host, Path("/srv/fleet/ssh config")))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_check_env_verbose_table_cuts_no_value(width: int) -> None:
+    """`check-env --verbose` at 80 columns cut the expected buffer size to `167772…` and its heads to `expect…`."""
+    text = _render(checkenv_report.render_table, width, _evaluation(bad_rank=5), {})
+    _whole(text, ["16777216", "NCCL_MAX_NCHANNELS", "expected", "different", "start environ"])
+    assert all(len(ln) <= width for ln in text.splitlines())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_status_routers_table_cuts_no_url_and_says_a_missing_pid_with_the_one_dash(
+        width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routers table cut the router's URL to `http://gpu1:3…` at 80 columns and printed a missing pid as None."""
+    from fabfile.commands.operations import server_view
+    from fabfile.inventory import hosts as inventory
+    from fabfile.present import hosts_report
+    from fabfile.results.hosts import HostOutcome, HostsResult
+
+    host = inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"]
+    up: dict[str, object] = {
+        "running": True, "record": {"deploy_id": "d-1", "config_name": "eagle3-s3-k1-d4", "pid": 7},
+        "health": {"status": 200, "path": "/health_generate"},
+        "routers": [{"name": "front", "running": True, "pid": None, "listen": "0.0.0.0", "port": 30000,
+                     "health": 200, "workers": [{"url": "http://10.0.0.1:8000", "health": 200}]}]}
+    up["state"] = server_view(up)
+    buf = io.StringIO()
+    monkeypatch.setattr(hosts_report, "out", Console(file=buf, width=width, color_system=None))
+    hosts_report.print_status(HostsResult([HostOutcome(host, data=up)]))
+    text = buf.getvalue()
+    _whole(text, [f"http://{host.ssh_host}:30000", "eagle3-s3-k1-d4"])
+    assert "None" not in text, text
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_watch_prints_a_missing_figure_with_the_same_dash_as_every_table(
+        width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four helpers printed `-` for a missing value and watch's printed `—`."""
+    from fabfile.present import watch_report
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None)
+    monkeypatch.setattr(watch_report, "out", console)
+    row = {"host": "gpu1", "config_name": "eagle3-s3-k1-d4", "running": True, "health": {"status": 200},
+           "tok_s": None, "accept_len": 2.1, "running_req": 1, "queue_req": None, "source": None, "age_s": None}
+    watch_report.WatchView(as_json=False, once=True).sample([row], {}, {})
+    text = buf.getvalue()
+    assert "—" not in text and "eagle3-s3-k1-d4" in text, text
+    if width == 200:
+        cells = [c.strip() for c in next(ln for ln in text.splitlines() if "gpu1" in ln).split("│")]
+        assert cells[4] == "-" and cells[7] == "-", cells  # tok/s, queued

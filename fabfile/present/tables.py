@@ -52,7 +52,7 @@ def fit_table(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], ti
     the list layout when its key columns do not fit side by side. ``boxed=False``: no lines around or between the
     cells (a figures block under a heading line); ``title_style``: a dim title on the left, as a caption."""
     widths = [max([len(c.head), *(len(_plain(r[i])) for r in rows)]) for i, c in enumerate(cols)]
-    gaps = 3 * len(cols) + 1 if boxed else len(cols) - 1
+    gaps = 3 * len(cols) + 1 if boxed else 2 * (len(cols) - 1)  # borders and padding, or two spaces between
     need = sum(w if c.key else min(w, min_free) for c, w in zip(cols, widths, strict=True)) + gaps
     if need > width:
         return Group(*list_lines(width, cols, rows, title))
@@ -65,7 +65,9 @@ def fit_table(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], ti
             t.add_column(c.head, no_wrap=True, min_width=w, justify=c.justify,  # type: ignore[arg-type]
                          style=c.style)
         else:
-            t.add_column(c.head, overflow="fold", justify=c.justify, style=c.style)  # type: ignore[arg-type]
+            # A free column wraps, but never below the width the fit was reckoned with (a head cut to `eviden`).
+            t.add_column(c.head, overflow="fold", justify=c.justify, style=c.style,  # type: ignore[arg-type]
+                         min_width=min(w, min_free))
     for r in rows:
         t.add_row(*r)
     return t
