@@ -111,3 +111,16 @@ def test_deploys_rollouts_and_routers_carry_their_exit_code() -> None:
                          policy="round_robin", python="python3", args=())
     assert RouterResult(r).exit_code == 0
     assert RouterResult(r, error=FlagError("--router: no such router")).exit_code == 2
+
+
+def test_deploy_previous_json_has_the_same_shape_for_one_host(inv: inventory.Inventory,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`deploy --previous --json` was the host's document alone for one host, {"ok", "hosts"} for several."""
+    from fabfile.commands.dispatch import deploy_previous
+
+    fleet = FakeFleet({"a": {"records": {"current": {"deploy_id": "d-2"}, "previous": None}}})
+    with connector(fleet):
+        code = deploy_previous(inv, inv.select("a"), as_json=True)
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and set(doc) == {"ok", "hosts"} and doc["ok"] is False
+    assert doc["hosts"][0]["host"] == "a" and "nothing to go back to" in doc["hosts"][0]["error"]["message"]

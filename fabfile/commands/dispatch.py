@@ -82,7 +82,8 @@ def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
             if not as_json:
                 print_error(e)
     if as_json:
-        show(docs[0] if len(docs) == 1 else {"ok": code == 0, "hosts": docs}, lambda: None, as_json=True)
+        # One shape for one host or many, as every host command's document.
+        show({"ok": code == 0, "hosts": docs}, lambda: None, as_json=True)
     elif code:
         err.print(f"[red]--previous failed on {sum(1 for d in docs if not d['ok'])} of {len(docs)} host(s)[/red]")
     return code
