@@ -30,6 +30,7 @@ from fabfile.plan.sweep_plan import (
     predict_from_rows,
 )
 from fabfile.present.progress import SweepProgress
+from fabfile.results.documents import SweepResult
 from fabfile.transport.session import HostSession
 
 
@@ -271,9 +272,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         from fabfile.present.output import out
 
         print_explained(pairs, out)
-    failed = [r for r in run.rows if not r.get("ok")]
-    unmet = bool((doc.get("sla") or {}).get("unmet_levels"))
-    return 1 if failed or unmet or doc.get("running") is None else 0
+    return SweepResult(doc).exit_code
 
 
 def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
