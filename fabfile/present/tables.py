@@ -73,14 +73,8 @@ def fit_table(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], ti
     return t
 
 
-def print_list(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-    """The narrow layout: per row, the first cell, then ``head: value`` pairs wrapped between pairs."""
-    for line in list_lines(console.width, cols, rows, title):
-        console.print(line, soft_wrap=True)
-
-
 def list_lines(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None) -> list[Text]:
-    """:func:`print_list`'s lines: per row, the first cell, then ``head: value`` pairs wrapped between pairs."""
+    """The narrow layout: per row, the first cell, then ``head: value`` pairs wrapped between pairs."""
     lines: list[Text] = [Text.from_markup(f"[bold]{title}[/bold]")] if title else []
     width = max(width, 40)
     for r in rows:
