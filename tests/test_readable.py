@@ -351,3 +351,26 @@ def test_watch_prints_a_missing_figure_with_the_same_dash_as_every_table(
     if width == 200:
         cells = [c.strip() for c in next(ln for ln in text.splitlines() if "gpu1" in ln).split("│")]
         assert cells[4] == "-" and cells[7] == "-", cells  # tok/s, queued
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_rollout_table_never_cuts_the_configuration_running_now(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a long note, the rollout table at 80 columns cut what runs on the host to `eagle3-s10-k8-…`."""
+    from fabfile.inventory import hosts as inventory
+    from fabfile.plan.deploy_plan import Options, build
+    from fabfile.present import rollout_report
+    from fabfile.results.deploys import DeployResult, HostRollout, RolloutResult
+
+    host = inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"]
+    plan = build(host, Options(steps=10, topk=8, draft_tokens=80))
+    row = HostRollout(host, 1, DeployResult(host="gpu1", ok=True, plan=plan), outcome="deployed",
+                      config_now=plan.config_name, pid_now=41229,
+                      observe_error="the host answered status but its record disagrees with the running server",
+                      observed={"state": "running", "config": plan.config_name, "problem": None})
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None)
+    monkeypatch.setattr(rollout_report, "out", console)
+    monkeypatch.setattr(rollout_report, "err", console)
+    later = HostRollout(host, 2, outcome="not started (rollout stopped)")
+    rollout_report.print_rollout(RolloutResult("rolling", [["gpu1"], ["gpu1"]], [row, later], stopped_after_batch=1))
+    _whole(buf.getvalue(), ["eagle3-s10-k8-d80", "41229", "deployed"])

@@ -56,8 +56,8 @@ def print_rollout(result: RolloutResult) -> None:
         if row.rollback_error is not None:
             print_error(row.rollback_error)
     title = f"{result.strategy} deploy, batches: " + " | ".join(",".join(b) for b in result.batches)
-    # Host, outcome and the configuration running now are never cut (at 80 columns the rows print as a list).
-    cols = [Col("host"), Col("batch", justify="right"), Col("outcome"), Col("running now"),
+    # Host and the configuration running now are never cut (the outcome and the notes wrap between words).
+    cols = [Col("host"), Col("batch", justify="right"), Col("outcome", key=False), Col("running now"),
             Col("pid", justify="right"), Col("note", key=False)]
     rows = []
     for row in result.hosts:
