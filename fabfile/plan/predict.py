@@ -27,7 +27,8 @@ from the target's decode forward at one token (the baseline measured it at the s
 general: a verify pass carries a fixed cost of its own beyond a decode forward (the simulator's defaults: 14.2 ms +
 1.5 ms per token against a 12.2 ms decode, so the line is too cheap at small counts), and on the H200 (real SGLang
 0.5.16, CUDA graphs on) it is below the decode forward (0.540 ms at 4 tokens, 0.524 at 3, decode 0.592: the line
-would rise as tokens fall, so it is flat there, 3 % above the 3-token pass). So the two-load prediction is a range
+would rise as tokens fall, so it is flat there, 3 % above the 3-token pass; over the whole grid later, 0.50–0.54 ms
+from 2 to 8 tokens against a 0.66 ms decode: "no saving" is the true end there). So the two-load prediction is a range
 (``blend`` weighs its ends for the point figure: a prior, not a measurement); the third load measures the point
 winner, and then the line goes through the two measured verify passes, exact wherever verify is linear in its
 tokens, and the decode anchor is no longer used. ``tests/test_predict.py`` holds the model against the simulator's
@@ -35,7 +36,7 @@ cost models and the H200's two counts.
 
 Which configuration the third load measures (``sweep_plan``): the best point figure over the measured rows and the
 predicted ones. When that is a measured row (the baseline, when every step count loses), nothing more is loaded
-(today's two loads, and the baseline deployed again to be left running), unless a held-back figure is within the
+(two loads, and the baseline deployed again to be left running: three), unless a held-back figure is within the
 best measured row's own interval (its tok/s ± CI: prediction cannot tell them apart). A held-back configuration
 whose optimistic figure cannot beat every pessimistic one is never loaded.
 
