@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from fabfile.remote import server
+from fabfile.remote.serve import server
 from tests.test_simulator import Sim
 
 CASES = [

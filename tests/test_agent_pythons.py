@@ -40,7 +40,9 @@ def test_every_agent_module_imports_under_each_python(python: Path, tmp_path: Pa
     # expression 3.9 cannot evaluate (``int | None`` in a type alias): import every module of the shipped bundle.
     agent = tmp_path / "agent"
     zipfile.ZipFile(io.BytesIO(agent_bundle()[0])).extractall(agent)
-    names = sorted(p.stem for p in (agent / "specdeploy_agent").glob("*.py") if p.stem != "__main__")
+    names = sorted(".".join(p.relative_to(agent / "specdeploy_agent").with_suffix("").parts).removesuffix(".__init__")
+                   for p in (agent / "specdeploy_agent").rglob("*.py") if p.parent.name != "__pycache__")
+    names = [n for n in names if n not in ("__main__", "__init__")]
     code = ("import importlib, sys\nsys.path.insert(0, sys.argv[1])\n"
             "for n in sys.argv[2:]: importlib.import_module('specdeploy_agent.' + n)\nprint('ok')")
     r = subprocess.run([str(python), "-I", "-c", code, str(agent), *names], capture_output=True, text=True,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import sglang_env_facts
+from fabfile.remote.evidence import sglang_env_facts
 from tests.contract import envfacts, real, sim, table
 from tests.test_patch_wheels import VERSIONS, fetch_wheel, wheels  # noqa: F401 - the session fixture
 

@@ -20,8 +20,10 @@ import pytest
 from rich.console import Console
 
 from fabfile.present import checkenv_report
-from fabfile.remote import evidence, markers, procs
+from fabfile.remote import procs
 from fabfile.remote.common import EventSink
+from fabfile.remote.evidence import judge as evidence
+from fabfile.remote.patch import markers
 from tests.support import waiting
 
 # ----------------------------------------------------------------------------------------------------

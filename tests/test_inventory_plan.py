@@ -317,7 +317,7 @@ def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None
     from fabfile.commands.diff import flag_map
     from fabfile.plan.sweep_plan import configs
     from fabfile.plan.versioncheck import check
-    from fabfile.remote.sglangnccl import _argv_flags
+    from fabfile.remote.evidence.sglangnccl import _argv_flags
 
     one_word = ["--tp-size=2", "--served-model-name=--warmups", "--speculative-algorithm=NOPE",
                 "--enable-symm-mem"]

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import patching
+from fabfile.remote import patch as patching
 from fabfile.remote.common import sha256_file
 from fabfile.remote.versions import NEWEST_SUPPORTED
 from fabfile.remote.versions import key as version_order

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import patching, patchstore
+from fabfile.remote import patch as patching
 from fabfile.remote.common import AgentError, sha256_file
+from fabfile.remote.patch import store as patchstore
 from fabfile.render import patchset
 
 VALUES = {

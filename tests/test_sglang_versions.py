@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import bench, facts, metrics, patching, server, versions
+from fabfile.remote import facts, versions
+from fabfile.remote import patch as patching
+from fabfile.remote.measure import bench, metrics
+from fabfile.remote.serve import server
 from tests.simhost.sim.install import install_simulator
 from tests.test_patch_wheels import fetch_wheel
 
@@ -406,7 +409,7 @@ def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None
     install_simulator(tmp_path / "venv", tmp_path / "bin", version, sys.executable)
     site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote import bench; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote.measure import bench; "
             "print(json.dumps(bench.bench_serving_datasets({'PYTHONPATH': sys.argv[2]})))")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(site)], capture_output=True, text=True,
                          timeout=120, env=env, check=True)

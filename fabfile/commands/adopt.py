@@ -207,7 +207,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The inventory entry (a plain mapping, YAML-ready) that renders ``launch``."""
     from fabfile.inventory.hosts import BUILTIN_NCCL_PRESETS
-    from fabfile.remote import ncclenv
+    from fabfile.remote.evidence import ncclenv
 
     managed, rest = split_flags(launch.args)
     fields: dict[str, Any] = {}

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fabfile.remote import ncclenv
-from fabfile.remote.sglangnccl import argv_flags, sglang_nccl_rules
+from fabfile.remote.evidence import ncclenv
+from fabfile.remote.evidence.sglangnccl import argv_flags, sglang_nccl_rules
 
 DEPRECATED = {"NCCL_MAX_NCHANNELS": "NCCL_MAX_CTAS", "NCCL_MIN_NCHANNELS": "NCCL_MIN_CTAS"}
 

@@ -23,7 +23,7 @@ import difflib
 import re
 from collections.abc import Mapping
 
-from fabfile.remote import ncclenv
+from fabfile.remote.evidence import ncclenv
 
 # Read by NCCL with getenv rather than NCCL_PARAM (so not in ncclenv's tables), or by PyTorch's NCCL process
 # group: real names, never taken for typos.

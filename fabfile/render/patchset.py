@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fabfile.remote import common, patching, versions
+from fabfile.remote import common, versions
+from fabfile.remote import patch as patching
 from fabfile.render.jinja import render_text
 
 MODES: tuple[str, ...] = patching.ALL_MODES

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
             if v not in SPEC_EXTRA:
                 env[v] = envfacts.version_facts(w)
             spec[v] = specfacts.version_facts(w)
-        (table.ROOT / "fabfile" / "remote" / "sglang_env_facts.py").write_text(envfacts.render(env))
+        (table.ROOT / "fabfile" / "remote" / "evidence" / "sglang_env_facts.py").write_text(envfacts.render(env))
         (table.ROOT / "fabfile" / "plan" / "sglang_spec_facts.py").write_text(specfacts.render(spec))
     versions = releases_on_index(OLDEST) if args.all else (args.versions or matrix())
     infos = _fetch_all(versions)

@@ -47,7 +47,7 @@ def tool_flags() -> list[str]:
 
 def tool_bench_flags() -> list[str]:
     """Every ``--flag`` the agent passes to ``python -m sglang.bench_serving`` (``remote/bench.py``)."""
-    tree = ast.parse((ROOT / "fabfile" / "remote" / "bench.py").read_text())
+    tree = ast.parse((ROOT / "fabfile" / "remote" / "measure" / "bench.py").read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_run_bench_serving")
     # The agent writes each value in its flag's word (`--host=...`, fabfile/plan/argv.py): the name is before `=`.
     return sorted({n.value.split("=", 1)[0] for n in ast.walk(fn)
@@ -250,7 +250,7 @@ def every_section(doc: str) -> str:
 def lookups(w: real.Wheel) -> list[str]:
     """Where the committed tables, looked up for this release as the tool does, differ from its own wheel."""
     from fabfile.plan import versioncheck
-    from fabfile.remote.sglangnccl import sglang_env_facts_for
+    from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
 
     bad = []
     env_from, env = sglang_env_facts_for(w.version)
