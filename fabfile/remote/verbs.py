@@ -63,10 +63,10 @@ def _evidence(req: CheckEnvRequest, sink: EventSink) -> dict[str, Any]:
     """check-env: judge the running server by what its deploy asked for (the record), with evidence that belongs
     to it (its launcher's pid and start time, its part of the log, its deploy id). A server that is not the
     recorded deploy is reported as such and judged only by its own processes."""
-    from . import patch as patching
     from . import procs
     from .evidence import judge as evidence
     from .evidence import ncclenv
+    from .patch.modes import explain_unloaded_plugin
     from .serve import deploy, records
 
     state_dir = expand(req["state_dir"])
@@ -103,14 +103,14 @@ def _evidence(req: CheckEnvRequest, sink: EventSink) -> dict[str, Any]:
     evaluation = evidence.evaluate(ev, expected)
     if running:
         request = rec.get("request") or {}
-        patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
-                                         ev_req["launcher_pid"], (request.get("summary") or {}).get("env"))
+        explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
+                                ev_req["launcher_pid"], (request.get("summary") or {}).get("env"))
     return {"evidence": ev, "evaluation": evaluation, "record": rec or None}
 
 
 def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]]:
     def verb(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-        from . import patch as patching
+        from .patch import apply, rollback
         from .serve.lock import DeployLock
 
         req = dict(req)
@@ -122,7 +122,8 @@ def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]
             lock.acquire({"deploy_id": "rollback-patches", "client": req.get("client")},
                          float(req.get("lock_wait", 0)))
         try:
-            result: dict[str, Any] = getattr(patching, fn_name)(req)
+            engine = {"apply": apply.apply, "rollback": rollback.rollback, "status": rollback.status}[fn_name]
+            result: dict[str, Any] = engine(req)
         finally:
             if lock is not None:
                 lock.release()

@@ -1,10 +1,10 @@
-"""Host side of the NCCL-env patch engine: edit SGLang sources, or install a tiny plugin / sitecustomize.
+"""The NCCL-env patch engine, host side: edit SGLang sources, or install a tiny plugin / sitecustomize.
 
-Stdlib only, Python 3.9+. The client renders every piece of code (``fabfile.patchset``) and sends it in the
-request; the engine only finds anchors (``patchanchors``), applies (``patchapply``), records (``patchstore``) and
-undoes (``patchrollback``); its modes and fixed facts live in ``patchmodes``. This module is the one door: callers
-import ``patching`` and find it all. Public verbs: :func:`apply`, :func:`rollback`, :func:`status`; helpers
-:func:`supported_modes`, :func:`auto_mode`, :func:`parse_marker`.
+Stdlib only, Python 3.9+. The client renders every piece of code (``fabfile.render.patchset``) and sends it in
+the request; the engine only finds anchors (``anchors``), applies (``apply.apply``), records (``store``) and undoes
+(``rollback.rollback``, ``rollback.status``); its modes and fixed facts live in ``modes``, and the marker line each
+patched process prints in ``markers`` (check-env reads it too). Callers import the module that holds what they
+use; this package imports nothing.
 
 Guarantees:
 
@@ -16,74 +16,4 @@ Guarantees:
 * Python bytecode caches of every written/restored module are deleted so no stale ``.pyc`` is ever served.
 """
 
-
 from __future__ import annotations
-
-from .anchors import find_engine_anchor, find_scheduler_anchor, has_block, insert_block, strip_blocks
-from .apply import apply
-
-# The marker line format and its parser live in fabfile.remote.markers (check-env reads them too).
-from .markers import MARKER_PREFIX, parse_marker
-from .modes import (
-                         ALL_MODES,
-                         ENGINE_ANCHOR_LINE,
-                         ENGINE_DEF_RE,
-                         ENGINE_REL,
-                         MANIFEST_VERSION,
-                         PLUGIN_GROUP,
-                         PLUGIN_MIN_VERSION,
-                         PLUGIN_NAME,
-                         SCHED_DEF_RE,
-                         SCHEDULER_REL,
-                         SENTINEL_BEGIN,
-                         SENTINEL_END,
-                         SIG_END_RE,
-                         SITECUSTOMIZE_REL,
-                         auto_mode,
-                         check_mode,
-                         explain_unloaded_plugin,
-                         parse_version,
-                         plugin_allowlist,
-                         plugin_excluded_by,
-                         supported_modes,
-                         with_plugin_allowed,
-)
-from .rollback import rollback, status
-from .store import drop_pycache, load_manifest
-
-__all__ = [
-                         "ALL_MODES",
-                         "ENGINE_ANCHOR_LINE",
-                         "ENGINE_DEF_RE",
-                         "ENGINE_REL",
-                         "MANIFEST_VERSION",
-                         "MARKER_PREFIX",
-                         "PLUGIN_GROUP",
-                         "PLUGIN_MIN_VERSION",
-                         "PLUGIN_NAME",
-                         "SCHEDULER_REL",
-                         "SCHED_DEF_RE",
-                         "SENTINEL_BEGIN",
-                         "SENTINEL_END",
-                         "SIG_END_RE",
-                         "SITECUSTOMIZE_REL",
-                         "apply",
-                         "auto_mode",
-                         "check_mode",
-                         "drop_pycache",
-                         "explain_unloaded_plugin",
-                         "find_engine_anchor",
-                         "find_scheduler_anchor",
-                         "has_block",
-                         "insert_block",
-                         "load_manifest",
-                         "parse_marker",
-                         "parse_version",
-                         "plugin_allowlist",
-                         "plugin_excluded_by",
-                         "rollback",
-                         "status",
-                         "strip_blocks",
-                         "supported_modes",
-                         "with_plugin_allowed",
-]

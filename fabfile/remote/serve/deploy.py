@@ -186,9 +186,9 @@ class _Sequence:
         req, record, steps, state_dir, t = self.req, self.record, self.steps, self.state_dir, self.req["timeouts"]
         patch_req = req.get("patch")
         if patch_req:
-            from .. import patch as patching
+            from ..patch.apply import apply
 
-            record["patch"] = steps.run("patch", lambda: patching.apply(patch_req), _patch_detail)
+            record["patch"] = steps.run("patch", lambda: apply(patch_req), _patch_detail)
         stopped = steps.run("stop", lambda: stop.stop_servers(state_dir, req["target_gpus"], float(t["stop_grace"])),
                             _stop_detail)
         if stopped["survivors"]:
@@ -373,8 +373,8 @@ def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path:
 
 def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any],
             gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
-    from .. import patch as patching
     from ..evidence import judge as evidence
+    from ..patch.modes import explain_unloaded_plugin
 
     ev_req = evidence_request(req, deploy_id=req["deploy_id"], log_path=req["log_path"],
                               log_offset=started["log_offset"], pid=started["pid"],
@@ -384,8 +384,8 @@ def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any],
     while True:
         ev = evidence.gather(ev_req, _NullSink(), gpu_facts)
         ev_eval = evidence.evaluate(ev, verify["expected"])
-        patching.explain_unloaded_plugin(ev_eval, (req.get("patch") or {}).get("mode"), started["pid"],
-                                         (req.get("summary") or {}).get("env"))
+        explain_unloaded_plugin(ev_eval, (req.get("patch") or {}).get("mode"), started["pid"],
+                                (req.get("summary") or {}).get("env"))
         if ev_eval["ok"] or time.monotonic() >= deadline:
             return {"evidence": ev, "evaluation": ev_eval}
         time.sleep(0.2)

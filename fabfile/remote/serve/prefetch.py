@@ -25,9 +25,9 @@ class Prefetch:
     def _run(self) -> None:
         try:
             # Imported for the steps after ready (unused here: only warms sys.modules).
-            from .. import patch  # noqa: F401
             from ..evidence import interconnect, judge  # noqa: F401
             from ..measure import bench  # noqa: F401
+            from ..patch import modes  # noqa: F401
             from . import gates  # noqa: F401
 
             if self._want_gpu_facts:
