@@ -19,8 +19,8 @@ from .. import procs
 from ..common import AgentError, EventSink
 from ..protocol import GatherRequest
 from . import interconnect, ncclused
-from .nccllog import _own_markers, _PidEvidence, _Scan
-from .sglangnccl import _argv_flags, _custom_ar, sglang_nccl_rules
+from .nccllog import PidEvidence, Scan, own_markers
+from .sglangnccl import argv_flags, custom_ar, sglang_nccl_rules
 
 SCHEMA = 1
 LOG_CAP_BYTES = 64 << 20
@@ -201,7 +201,7 @@ def _debug_file_paths(pattern: str, pid: int) -> list[str]:
 # the verb
 
 
-def _read_debug_files(scan: _Scan, scheds: list[procs.ProcInfo], pattern: str) -> list[dict[str, Any]]:
+def _read_debug_files(scan: Scan, scheds: list[procs.ProcInfo], pattern: str) -> list[dict[str, Any]]:
     """Feed each scheduler's NCCL_DEBUG_FILE files to the scan; a file older than its process is listed as stale."""
     debug_files: list[dict[str, Any]] = []
     for p in scheds:
@@ -224,13 +224,13 @@ def _read_debug_files(scan: _Scan, scheds: list[procs.ProcInfo], pattern: str) -
     return debug_files
 
 
-def _scheduler_rows(scheds: list[procs.ProcInfo], scan: _Scan, names: list[str]) -> list[dict[str, Any]]:
+def _scheduler_rows(scheds: list[procs.ProcInfo], scan: Scan, names: list[str]) -> list[dict[str, Any]]:
     """One evidence record per scheduler process: its environment, its NCCL lines and its own markers."""
     schedulers: list[dict[str, Any]] = []
     for p in scheds:
         st, vals, diag = _environ_view(p.pid, names)
-        ev = scan.by_pid.get(p.pid) or _PidEvidence()
-        own_markers = _own_markers(ev.markers, p.start_ticks, scan)
+        ev = scan.by_pid.get(p.pid) or PidEvidence()
+        mine = own_markers(ev.markers, p.start_ticks, scan)
         schedulers.append(
             {
                 "pid": p.pid,
@@ -243,7 +243,7 @@ def _scheduler_rows(scheds: list[procs.ProcInfo], scan: _Scan, names: list[str])
                 "environ": vals,
                 "environ_diag": diag,
                 "nccl": ev.nccl_dict(),
-                "markers": own_markers,
+                "markers": mine,
             }
         )
     return schedulers
@@ -263,7 +263,7 @@ def _model_config(argv: list[str] | None) -> dict[str, Any]:
 
 
 def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
-           schedulers: list[dict[str, Any]], scan: _Scan, expected: dict[str, str],
+           schedulers: list[dict[str, Any]], scan: Scan, expected: dict[str, str],
            gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
     """What the judgement needs besides the processes: launch flags, GPUs, InfiniBand, what SGLang sets itself."""
     argv = req.get("launch_argv")
@@ -271,7 +271,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
     if not argv and launcher.get("identity") == "found_by_scan" and launcher.get("cmdline"):
         # not the recorded deploy: its own command line, never the stale record's
         argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
-    flags = _argv_flags(argv)
+    flags = argv_flags(argv)
     gpus = gpu_facts if gpu_facts is not None else interconnect.gpu_facts()
     nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
     world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
@@ -288,7 +288,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         "gpus": gpus,
         "tp_size": flags["tp_size"],
         "launch_flags": {k: v for k, v in flags.items() if k != "tp_size"},
-        "custom_all_reduce": _custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
+        "custom_all_reduce": custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
         "sglang_sets": rules,
         "model_shape": ncclused.model_shape(argv, _model_config(argv)),
         "flagged_expected_vars": flagged,
@@ -322,7 +322,7 @@ def _launcher_and_schedulers(req: GatherRequest, names: list[str]) -> dict[str, 
     return found
 
 
-def _scan_log(req: GatherRequest, scan: _Scan) -> dict[str, Any]:
+def _scan_log(req: GatherRequest, scan: Scan) -> dict[str, Any]:
     """Feed the deploy's part of the server log to the scan; what was read."""
     log_path = req.get("log_path")
     log_offset = int(req.get("log_offset") or 0)
@@ -336,12 +336,12 @@ def _scan_log(req: GatherRequest, scan: _Scan) -> dict[str, Any]:
     return log_info
 
 
-def _attribute(scan: _Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo], log_info: dict[str, Any]) -> None:
+def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo], log_info: dict[str, Any]) -> None:
     """The launcher's own NCCL lines and markers; the log's counts, with lines of pids that are neither."""
     sched_pids = {p.pid for p in scheds}
     lev = scan.by_pid.get(launcher["pid"]) if launcher["pid"] is not None else None
-    launcher["nccl"] = (lev or _PidEvidence()).nccl_dict()
-    launcher["markers"] = _own_markers(lev.markers, launcher.get("start_ticks"), scan) if lev else []
+    launcher["nccl"] = (lev or PidEvidence()).nccl_dict()
+    launcher["markers"] = own_markers(lev.markers, launcher.get("start_ticks"), scan) if lev else []
     unattributed = {
         str(pid): ev.lines + len(ev.markers)
         for pid, ev in scan.by_pid.items()
@@ -372,7 +372,7 @@ def gather(req: GatherRequest, sink: EventSink, gpu_facts: dict[str, Any] | None
     launcher = found["launcher"]
 
     sink.emit("progress", step="log")
-    scan = _Scan(req.get("deploy_id"))
+    scan = Scan(req.get("deploy_id"))
     log_info = _scan_log(req, scan)
 
     debug_pattern = req.get("nccl_debug_file") or launcher.get("environ_diag", {}).get("NCCL_DEBUG_FILE")

@@ -1,7 +1,7 @@
 """The hints check-env gives beside its rows: what most likely went wrong and what to do, one sentence each.
 
 Split from ``evidence`` (the judgement of each row) so that module reads as the rules of proof and this one as the
-advice: the per-row judgement calls ``_hint`` with a code, the run-level hints (no server, no NCCL lines, a capped
+advice: the per-row judgement calls ``hint`` with a code, the run-level hints (no server, no NCCL lines, a capped
 log, a changed inventory, custom all-reduce) and the blame for a different value are written here. Pure; stdlib
 only.
 """
@@ -16,7 +16,7 @@ from .. import versions
 IN_PROCESS_MODES = ("scheduler", "plugin", "sitecustomize")
 
 
-def _hint(
+def hint(
     hints: dict[str, dict[str, Any]],
     code: str,
     message: str,
@@ -33,7 +33,7 @@ def _hint(
         h["pids"].append(pid)
 
 
-def _mode_advice(mode: str | None) -> str:
+def mode_advice(mode: str | None) -> str:
     """How to get values into the workers, never the patch mode already in use."""
     if mode in IN_PROCESS_MODES:
         return (
@@ -91,7 +91,7 @@ def _no_nccl_debug_message(evidence: dict[str, Any]) -> str:
     )
 
 
-def _blind_message(evidence: dict[str, Any], env_status: str | None) -> tuple[str, str]:
+def blind_message(evidence: dict[str, Any], env_status: str | None) -> tuple[str, str]:
     """(code, message) for workers whose start environment cannot be read."""
     if env_status == "unreadable":
         return (
@@ -114,7 +114,7 @@ def _blind_message(evidence: dict[str, Any], env_status: str | None) -> tuple[st
     )
 
 
-def _server_hints(hints: dict[str, dict[str, Any]], schedulers: list[dict[str, Any]], launcher: dict[str, Any],
+def server_hints(hints: dict[str, dict[str, Any]], schedulers: list[dict[str, Any]], launcher: dict[str, Any],
                   server: dict[str, Any]) -> bool:
     """Hints about which server was judged (none running; not the recorded deploy). True: it is not the recorded
     deploy, so its verdict cannot stand for the deploy."""
@@ -126,10 +126,10 @@ def _server_hints(hints: dict[str, dict[str, Any]], schedulers: list[dict[str, A
             )
         elif launcher.get("alive"):
             why += f" (launcher pid {launcher['pid']} runs but has no sglang::scheduler children yet)"
-        _hint(hints, "no_server", why + ": deploy, or wait for the server to come up, then check again")
+        hint(hints, "no_server", why + ": deploy, or wait for the server to come up, then check again")
     not_recorded = bool(schedulers) and server.get("is_recorded_deploy") is False
     if not_recorded:
-        _hint(
+        hint(
             hints,
             "not_recorded_deploy",
             f"the running server is not the recorded deploy {server.get('recorded_deploy') or ''}"
@@ -140,23 +140,23 @@ def _server_hints(hints: dict[str, dict[str, Any]], schedulers: list[dict[str, A
     return not_recorded
 
 
-def _run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts: dict[str, Any],
+def run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts: dict[str, Any],
                expected: dict[str, str], rows: list[dict[str, Any]], no_nccl_lines: bool) -> None:
     """Hints about the whole run rather than one row: no NCCL_DEBUG lines, a capped or rotated log, variables SGLang
     itself touches, an inventory changed since the deploy, custom all-reduce, nothing expected."""
     if no_nccl_lines:
         sev = "info" if all(r["status"] == "proven" for r in rows) else "warning"
-        _hint(hints, "no_nccl_debug", _no_nccl_debug_message(evidence), severity=sev)
+        hint(hints, "no_nccl_debug", _no_nccl_debug_message(evidence), severity=sev)
     log = evidence.get("log") or {}
     if log.get("capped"):
-        _hint(
+        hint(
             hints,
             "log_capped",
             f"only the first {log.get('cap_bytes')} bytes of the log after the deploy offset were read",
             severity="info",
         )
     if log.get("rotated"):
-        _hint(
+        hint(
             hints,
             "log_rotated",
             "the log is shorter than the deploy's offset (rotated or truncated): read from its start",
@@ -164,7 +164,7 @@ def _run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts
         )
     for var in facts.get("flagged_expected_vars") or []:
         if var in expected:
-            _hint(
+            hint(
                 hints,
                 f"sglang_touches_{var}",
                 f"SGLang {facts.get('sglang_version') or '(unknown version)'} "
@@ -175,7 +175,7 @@ def _run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts
     changed = evidence.get("inventory_differs") or {}
     if changed:
         parts = [f"{k}: {v.get('record')!s} → {v.get('inventory')!s}" for k, v in sorted(changed.items())]
-        _hint(
+        hint(
             hints,
             "inventory_changed",
             "the inventory now asks for other values than the running deploy was started with ("
@@ -185,7 +185,7 @@ def _run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts
         )
     car = facts.get("custom_all_reduce") or {}
     if car.get("enabled"):
-        _hint(
+        hint(
             hints,
             "custom_all_reduce_on",
             "custom all-reduce is on: most small decode all-reduces bypass NCCL, "
@@ -194,12 +194,12 @@ def _run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts
         )
 
     if not expected:
-        _hint(
+        hint(
             hints, "nothing_expected", "no expected NCCL variables were given, so there is nothing to prove"
         )
 
 
-def _blame(
+def blame(
     hints: dict[str, dict[str, Any]], rules: list[dict[str, Any]], var: str, pid: Any, facts: dict[str, Any]
 ) -> None:
     """The likeliest cause of a different value: SGLang's own env writes (only those known to apply are
@@ -233,9 +233,9 @@ def _blame(
                 "told; other causes: the launch environment, ~/.nccl.conf, /etc/nccl.conf"
             )
         code = f"sglang_{'overrides' if action == 'overrides' else 'default'}_{var}" + ("" if applies else "_maybe")
-        _hint(hints, code, msg, var=var, pid=pid)
+        hint(hints, code, msg, var=var, pid=pid)
         return
-    _hint(
+    hint(
         hints,
         "overridden",
         "something overrides it: the launch environment, ~/.nccl.conf, /etc/nccl.conf or NCCL_CONF_FILE, or an "

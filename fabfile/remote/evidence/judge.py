@@ -26,12 +26,12 @@ from typing import Any
 
 from . import ncclenv, ncclused
 from .gather import DRAFT_WORKER_NOTE, SCHEMA, gather
-from .hints import IN_PROCESS_MODES, _blame, _blind_message, _hint, _mode_advice, _run_hints, _server_hints
+from .hints import IN_PROCESS_MODES, blame, blind_message, hint, mode_advice, run_hints, server_hints
 from .interconnect import parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
-from .sglangnccl import _argv_flags, _custom_ar, sglang_env_facts_for, sglang_nccl_rules
+from .sglangnccl import argv_flags, custom_ar, sglang_env_facts_for, sglang_nccl_rules
 
-__all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "_argv_flags", "_custom_ar", "evaluate", "gather",
+__all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "custom_ar", "evaluate", "gather",
            "parse_nccl_line", "parse_nccl_records", "parse_topology", "sglang_env_facts_for", "sglang_nccl_rules"]
 
 
@@ -186,7 +186,7 @@ def _judge_weaker(run: _Run, proc: _Proc, r: _Row) -> None:
     elif r.exp_read["value"] is None:
         r.status = "unconfirmed"
         r.notes.append(f"NCCL ignores this value: {r.exp_read['why']}")
-        _hint(
+        hint(
             hints,
             "nccl_ignores_value",
             f"NCCL ignores the value asked for {var}: {r.exp_read['why']}; fix it in the inventory",
@@ -198,7 +198,7 @@ def _judge_weaker(run: _Run, proc: _Proc, r: _Row) -> None:
     elif r.when == "unknown":
         r.status = "unconfirmed"
         r.notes.append(str(r.condition))
-        _hint(
+        hint(
             hints,
             "not_an_nccl_variable",
             "NCCL 2.28 reads no variable by this name, so nothing can show it took effect: "
@@ -222,7 +222,7 @@ def _nccl_silent(run: _Run, proc: _Proc, r: _Row) -> None:
     if r.strongest == "marker" and run.mode not in IN_PROCESS_MODES:
         why = (
             "they were set after NCCL had read its environment (patch too late): "
-            + _mode_advice(run.mode)
+            + mode_advice(run.mode)
         )
     else:
         why = (
@@ -230,7 +230,7 @@ def _nccl_silent(run: _Run, proc: _Proc, r: _Row) -> None:
             "something removed or reset them inside the process before NCCL initialised "
             "(see facts.sglang_sets)"
         )
-    _hint(run.hints, "nccl_silent", "NCCL logged its environment but not these variables: " + why,
+    hint(run.hints, "nccl_silent", "NCCL logged its environment but not these variables: " + why,
           var=var, pid=proc.pid)
 
 
@@ -248,7 +248,7 @@ def _weaker_proves(run: _Run, proc: _Proc, r: _Row) -> None:
         r.notes.append("NCCL_P2P_DISABLE=1 wins over NCCL_P2P_LEVEL, which NCCL then never reads")
     if var.startswith("NCCL_IB_") and run.facts.get("infiniband") == []:
         r.notes.append("this host has no InfiniBand device: NCCL never reads it here")
-        _hint(
+        hint(
             run.hints,
             "ib_without_infiniband",
             "these variables only matter over InfiniBand, and this host has no InfiniBand "
@@ -267,15 +267,15 @@ def _judge_unseen(run: _Run, proc: _Proc, r: _Row) -> None:
         if r.would_echo:
             r.notes.append(f"NCCL logged its environment in this process without {var}")
         if r.status == "launcher_only":
-            _hint(
+            hint(
                 hints,
                 "env_stripped",
-                "the launch path strips the environment before the workers start: " + _mode_advice(mode),
+                "the launch path strips the environment before the workers start: " + mode_advice(mode),
                 var=var,
                 pid=pid,
             )
         else:
-            _hint(
+            hint(
                 hints,
                 "never_set",
                 "the variable reached neither the launcher nor the workers: check the host's "
@@ -297,8 +297,8 @@ def _judge_unseen(run: _Run, proc: _Proc, r: _Row) -> None:
         r.notes.append("NCCL did not echo its environment in this process")
     if r.launcher_val is not None:
         r.notes.append(f"the launcher has {r.launcher_val}; nothing shows whether the worker does")
-    code, message = _blind_message(run.evidence, env_status)
-    _hint(hints, code, message, var=var, pid=pid)
+    code, message = blind_message(run.evidence, env_status)
+    hint(hints, code, message, var=var, pid=pid)
 
 
 def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
@@ -314,7 +314,7 @@ def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
         if var in proc.invalid:
             pass
         elif r.mk_how == "kept" and r.mk_val is not None and ncclenv.same(var, r.mk_val, r.observed):
-            _hint(
+            hint(
                 run.hints,
                 "operator_value_kept",
                 "an operator value was kept (patch without force): remove it from the launch "
@@ -323,7 +323,7 @@ def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
                 pid=pid,
             )
         else:
-            _blame(run.hints, run.rules, var, pid, run.facts)
+            blame(run.hints, run.rules, var, pid, run.facts)
 
 
 def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
@@ -344,7 +344,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
     run = _Run(evidence=evidence, facts=facts, mode=facts.get("patch_mode"),
                rules=list(facts.get("sglang_sets") or []), nranks=nranks, launcher=evidence.get("launcher") or {})
     any_nccl = any((s.get("nccl") or {}).get("lines") for s in schedulers)
-    not_recorded = _server_hints(run.hints, schedulers, run.launcher, facts.get("server") or {})
+    not_recorded = server_hints(run.hints, schedulers, run.launcher, facts.get("server") or {})
     rows: list[dict[str, Any]] = []
     for s in schedulers:
         proc = _Proc.of(s)
@@ -358,7 +358,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, An
                          "environ_status": proc.env_status, "note": "; ".join(r.notes)})
     used = ncclused.used(evidence, expected, nranks)
     _overridden(run.hints, rows, used)
-    _run_hints(run.hints, evidence, facts, expected, rows, bool(schedulers) and not any_nccl)
+    run_hints(run.hints, evidence, facts, expected, rows, bool(schedulers) and not any_nccl)
     summary = {st: sum(1 for r in rows if r["status"] == st) for st in STATUSES}
     ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded
     order = {"error": 0, "warning": 1, "info": 2}
@@ -385,6 +385,6 @@ def _overridden(hints: dict[str, dict[str, Any]], rows: list[dict[str, Any]], us
             if r["var"] == var and r["status"] == "proven":
                 r["status"] = "overridden"
                 r["note"] = "; ".join(x for x in (r["note"], "NCCL took it, but used " + ", ".join(where)) if x)
-        _hint(hints, "tuner_overrode", f"NCCL read {var} but its TUNING lines show it used something else for "
+        hint(hints, "tuner_overrode", f"NCCL read {var} but its TUNING lines show it used something else for "
               f"{', '.join(where)}: a tuner plugin, a symmetric-memory kernel or SGLang's own path went around "
               "it; see the 'used' rows", var=var)

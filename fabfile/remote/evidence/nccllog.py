@@ -155,7 +155,7 @@ def parse_nccl_line(line: str) -> dict[str, Any] | None:
 TUNING_SIZES_MAX = 512
 
 
-class _PidEvidence:
+class PidEvidence:
     """NCCL records and markers collected for one pid across the log and the NCCL_DEBUG_FILE files."""
 
     def __init__(self) -> None:
@@ -227,9 +227,9 @@ class _PidEvidence:
         }
 
 
-class _Scan:
+class Scan:
     def __init__(self, deploy_id: str | None) -> None:
-        self.by_pid: dict[int, _PidEvidence] = {}
+        self.by_pid: dict[int, PidEvidence] = {}
         self.deploy_id = deploy_id
         self.nccl_lines = 0
         self.marker_lines = 0
@@ -237,10 +237,10 @@ class _Scan:
         self.other_process_markers = 0
         self.custom_ar_disabled_line: str | None = None
 
-    def pid(self, pid: int) -> _PidEvidence:
+    def pid(self, pid: int) -> PidEvidence:
         ev = self.by_pid.get(pid)
         if ev is None:
-            ev = self.by_pid[pid] = _PidEvidence()
+            ev = self.by_pid[pid] = PidEvidence()
         return ev
 
     def feed(self, line: str, source: str) -> None:
@@ -260,7 +260,7 @@ class _Scan:
             self.custom_ar_disabled_line = line.strip()[:300]
 
 
-def _own_markers(markers: list[dict[str, Any]], start_ticks: int | None, scan: _Scan) -> list[dict[str, Any]]:
+def own_markers(markers: list[dict[str, Any]], start_ticks: int | None, scan: Scan) -> list[dict[str, Any]]:
     """The markers printed by this very process: same pid (already) and, where the marker says, same start time."""
     if start_ticks is None:
         return list(markers)

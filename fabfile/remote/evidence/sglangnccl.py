@@ -12,7 +12,8 @@ from .. import versions
 from . import sglang_env_facts
 
 
-def _argv_flags(argv: list[str] | None) -> dict[str, Any]:
+def argv_flags(argv: list[str] | None) -> dict[str, Any]:
+    """The launch flags that decide SGLang's own NCCL writes."""
     argv = list(argv or [])
     flags: dict[str, Any] = {"known": bool(argv), "tp_size": None}
 
@@ -36,11 +37,6 @@ def _argv_flags(argv: list[str] | None) -> dict[str, Any]:
             if val is not None and val.isdigit():
                 flags["tp_size"] = int(val)
     return flags
-
-
-def argv_flags(argv: list[str] | None) -> dict[str, Any]:
-    """The launch flags that decide SGLang's own NCCL writes (the public name of ``_argv_flags``)."""
-    return _argv_flags(argv)
 
 
 def _facts_version_key(version: str) -> tuple[int, int, int, int]:
@@ -135,7 +131,7 @@ def sglang_nccl_rules(version: str | None, flags: dict[str, Any]) -> list[dict[s
     return rules
 
 
-def _custom_ar(
+def custom_ar(
     flags: dict[str, Any], gpus: dict[str, Any], world: int | None, log_line: str | None
 ) -> dict[str, Any]:
     reasons: list[str] = []

@@ -1,6 +1,6 @@
 """``patch_apply``: put one mode's code into SGLang (edited sources, a plugin, or a sitecustomize), all or nothing.
 
-Every new content is computed before the first write; the writes go through ``patchstore._execute``.
+Every new content is computed before the first write; the writes go through ``patchstore.execute``.
 """
 
 from __future__ import annotations
@@ -17,22 +17,22 @@ from ..common import AgentError, sha256_bytes
 from .anchors import has_block, insert_block, strip_blocks
 from .modes import ENGINE_REL, MANIFEST_VERSION, SCHEDULER_REL, SITECUSTOMIZE_REL, check_mode
 from .store import (
-    _backup_bytes,
-    _backup_dir,
-    _changed_error,
-    _current_state,
-    _execute,
-    _is_ours,
-    _locked,
-    _manifest_path,
-    _now,
-    _Op,
-    _read,
-    _remove_empty_dirs,
-    _require,
-    _save_manifest,
-    _store_backup,
+    Op,
+    backup_bytes,
+    backup_dir,
+    changed_error,
+    current_state,
+    execute,
+    is_ours,
     load_manifest,
+    locked,
+    manifest_path,
+    now,
+    read_bytes,
+    remove_empty_dirs,
+    require,
+    save_manifest,
+    store_backup,
 )
 
 
@@ -44,7 +44,7 @@ def _check_installed_version(site: str, version: str) -> None:
     infos = glob.glob(os.path.join(glob.escape(site), "sglang-*.dist-info", "METADATA"))
     if len(infos) != 1:
         return
-    data = _read(infos[0]) or b""
+    data = read_bytes(infos[0]) or b""
     m = re.search(r"^Version:\s*(\S+)\s*$", data.decode("utf-8", "replace"), re.M)
     if m and m.group(1) != version:
         raise AgentError(
@@ -104,10 +104,10 @@ def apply(req: dict[str, Any]) -> dict[str, Any]:
     ``sitecustomize`` (text). Result: ``{"mode", "changed", "files": [{"path", "role", "kind", "action"}],
     "manifest", "warnings"}`` with action patched | unchanged | repatched | installed | restored | removed.
     """
-    state_dir = _require(req, "state_dir")
-    site = _require(req, "site_packages")
-    version = str(_require(req, "sglang_version"))
-    mode = _require(req, "mode")
+    state_dir = require(req, "state_dir")
+    site = require(req, "site_packages")
+    version = str(require(req, "sglang_version"))
+    mode = require(req, "mode")
     tool_version = str(req.get("tool_version", ""))
     check_mode(mode, version)
     if not os.path.isdir(site):
@@ -124,7 +124,7 @@ def apply(req: dict[str, Any]) -> dict[str, Any]:
             "so patch mode 'plugin' cannot work.",
             hint="Use patch mode 'scheduler'.",
         )
-    with _locked(state_dir):
+    with locked(state_dir):
         return _apply_locked(req, state_dir, site, version, mode, tool_version)
 
 
@@ -134,12 +134,12 @@ def _unchanged_currents(old_entries: dict[str, dict[str, Any]]) -> dict[str, byt
     currents: dict[str, bytes | None] = {}
     changed = []
     for path, e in old_entries.items():
-        currents[path] = _read(path)
-        st = _current_state(e, currents[path])
+        currents[path] = read_bytes(path)
+        st = current_state(e, currents[path])
         if st == "changed" or (st == "missing" and e["kind"] == "source"):
             changed.append(e)
     if changed:
-        raise _changed_error("file_changed", changed, "patch")
+        raise changed_error("file_changed", changed, "patch")
     return currents
 
 
@@ -155,7 +155,7 @@ def _new_source(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None
             file=w["path"],
         )
     if old is not None:
-        original = _backup_bytes(state_dir, old) if _current_state(old, cur) == "patched" else cur
+        original = backup_bytes(state_dir, old) if current_state(old, cur) == "patched" else cur
     else:
         text = cur.decode("utf-8")
         original = strip_blocks(text).encode("utf-8") if has_block(text) else cur
@@ -167,7 +167,7 @@ def _new_source(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None
 
 def _new_file(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None) -> bytes:
     """The bytes of a file the engine owns (plugin, sitecustomize); refuses to overwrite one it did not write."""
-    if cur is not None and old is None and not _is_ours(cur):
+    if cur is not None and old is None and not is_ours(cur):
         raise AgentError(
             "foreign_file",
             f"{w['path']} already exists and was not written by specdeploy; refusing to overwrite it.",
@@ -179,20 +179,20 @@ def _new_file(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None) 
 
 
 def _undo_unwanted(old_entries: dict[str, dict[str, Any]], wanted_paths: set[str],
-                   currents: dict[str, bytes | None], state_dir: str, ops: list[_Op],
+                   currents: dict[str, bytes | None], state_dir: str, ops: list[Op],
                    results: list[dict[str, Any]]) -> None:
     """Files of a previous mode or request that this one does not want: restore (a source) or remove (ours)."""
     for path, e in old_entries.items():
         if path in wanted_paths:
             continue
         cur = currents[path]
-        st = _current_state(e, cur)
+        st = current_state(e, cur)
         if st == "patched":
             if e["kind"] == "source":
-                ops.append(_Op(path, _backup_bytes(state_dir, e), cur))
+                ops.append(Op(path, backup_bytes(state_dir, e), cur))
                 results.append({"path": path, "role": e["role"], "kind": e["kind"], "action": "restored"})
             else:
-                ops.append(_Op(path, None, cur))
+                ops.append(Op(path, None, cur))
                 results.append({"path": path, "role": e["role"], "kind": e["kind"], "action": "removed"})
 
 
@@ -210,7 +210,7 @@ class _Target:
 
 
 def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
-              tg: _Target) -> tuple[_Op | None, dict[str, Any], dict[str, Any], tuple[bytes, str] | None]:
+              tg: _Target) -> tuple[Op | None, dict[str, Any], dict[str, Any], tuple[bytes, str] | None]:
     """One wanted file: (the write it needs or None, its result row, its manifest entry, the original to back up)."""
     path = w["path"]
     backup: tuple[bytes, str] | None = None
@@ -228,7 +228,7 @@ def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
         action = "installed" if w["kind"] != "source" else "patched"
     else:
         action = "repatched"
-    op = _Op(path, new, cur) if action != "unchanged" else None
+    op = Op(path, new, cur) if action != "unchanged" else None
     # sha256: what the file holds after this deploy (`inv diff` compares it between deploys)
     result = {"path": path, "role": w["role"], "kind": w["kind"], "action": action, "sha256": after_hash}
     entry = {
@@ -241,7 +241,7 @@ def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
         "sha256_after": after_hash,
         "backup": None
         if before_hash is None
-        else os.path.join(_backup_dir(tg.state_dir), before_hash + ".orig"),
+        else os.path.join(backup_dir(tg.state_dir), before_hash + ".orig"),
         "time": tg.now if action != "unchanged" or old is None else old.get("time", tg.now),
         "tool_version": tg.tool_version if action != "unchanged" or old is None else old.get("tool_version"),
         "values_hash": tg.values_hash,
@@ -262,14 +262,14 @@ def _apply_locked(
     currents = _unchanged_currents(old_entries)
 
     # 2. compute every new content (no writes yet)
-    ops: list[_Op] = []
+    ops: list[Op] = []
     results: list[dict[str, Any]] = []
     new_entries: list[dict[str, Any]] = []
     backups: list[tuple[bytes, str]] = []
-    tg = _Target(state_dir, site, version, mode, tool_version, req.get("values_hash"), _now())
+    tg = _Target(state_dir, site, version, mode, tool_version, req.get("values_hash"), now())
     for w in wanted:
         path = w["path"]
-        cur = currents[path] if path in currents else _read(path)
+        cur = currents[path] if path in currents else read_bytes(path)
         op, result, entry, backup = _plan_one(w, cur, old_entries.get(path), tg)
         if backup is not None:
             backups.append(backup)
@@ -307,23 +307,23 @@ def _apply_locked(
         "sglang_version": version,
         "changed": changed_any,
         "files": results,
-        "manifest": _manifest_path(state_dir),
+        "manifest": manifest_path(state_dir),
         "warnings": warnings,
     }
 
 
 def _commit(state_dir: str, manifest: dict[str, Any], new_manifest: dict[str, Any], backups: list[tuple[bytes, str]],
-            ops: list[_Op], created_dirs: list[str]) -> None:
+            ops: list[Op], created_dirs: list[str]) -> None:
     """4. backups first (content-addressed, harmless), then the files, then the manifest."""
     for data, _h in backups:
-        _store_backup(state_dir, data)
+        store_backup(state_dir, data)
     if (
         bool(ops)
         or new_manifest["entries"] != manifest["entries"]
-        or not os.path.exists(_manifest_path(state_dir))
+        or not os.path.exists(manifest_path(state_dir))
     ):
-        _execute(ops, after_all=lambda: _save_manifest(state_dir, new_manifest))
-        _remove_empty_dirs([d for d in manifest.get("dirs", []) if d not in created_dirs])
+        execute(ops, after_all=lambda: save_manifest(state_dir, new_manifest))
+        remove_empty_dirs([d for d in manifest.get("dirs", []) if d not in created_dirs])
 
 
 def _check_sitecustomize_wins(python: str, ours: str) -> list[str]:

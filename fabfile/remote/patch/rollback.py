@@ -11,38 +11,38 @@ from typing import Any
 from ..common import AgentError, sha256_file
 from .modes import ENGINE_REL, MANIFEST_VERSION, SCHEDULER_REL, SITECUSTOMIZE_REL
 from .store import (
-    _backup_bytes,
-    _changed_error,
-    _current_state,
-    _execute,
-    _is_ours,
-    _locked,
-    _manifest_path,
-    _now,
-    _Op,
-    _read,
-    _remove_empty_dirs,
-    _require,
-    _save_manifest,
+    Op,
+    backup_bytes,
+    changed_error,
+    current_state,
+    execute,
+    is_ours,
     load_manifest,
+    locked,
+    manifest_path,
+    now,
+    read_bytes,
+    remove_empty_dirs,
+    require,
+    save_manifest,
 )
 
 
 def _undo_ops(state_dir: str, entries: list[dict[str, Any]], currents: dict[str, bytes | None],
-              dry: bool) -> tuple[list[_Op], list[dict[str, Any]]]:
+              dry: bool) -> tuple[list[Op], list[dict[str, Any]]]:
     """The writes that put each manifest entry back (a source's backup bytes, or removing a file the engine added)
     and the per-file result rows; an entry already back as it was needs no write."""
-    ops: list[_Op] = []
+    ops: list[Op] = []
     results = []
     for e in entries:
         cur = currents[e["path"]]
-        st = _current_state(e, cur)
+        st = current_state(e, cur)
         if st == "patched":
             if e["kind"] == "source":
-                ops.append(_Op(e["path"], _backup_bytes(state_dir, e), cur))
+                ops.append(Op(e["path"], backup_bytes(state_dir, e), cur))
                 action = "restored"
             else:
-                ops.append(_Op(e["path"], None, cur))
+                ops.append(Op(e["path"], None, cur))
                 action = "removed"
         else:
             action = "already_original" if e["kind"] == "source" else "already_removed"
@@ -60,9 +60,9 @@ def rollback(req: dict[str, Any]) -> dict[str, Any]:
     Result: ``{"dry_run", "nothing_to_do", "files": [{"path", "kind", "action"}], "forgotten": [...]}`` with
     action restored | removed | already_original | already_removed (with ``would_`` prefix on dry runs).
     """
-    state_dir = _require(req, "state_dir")
+    state_dir = require(req, "state_dir")
     dry = bool(req.get("dry_run"))
-    with _locked(state_dir):
+    with locked(state_dir):
         manifest = load_manifest(state_dir)
         entries = manifest["entries"]
         if not entries:
@@ -73,15 +73,15 @@ def rollback(req: dict[str, Any]) -> dict[str, Any]:
                 "files": [],
                 "forgotten": [],
             }
-        currents = {e["path"]: _read(e["path"]) for e in entries}
-        changed = [e for e in entries if _current_state(e, currents[e["path"]]) == "changed"]
+        currents = {e["path"]: read_bytes(e["path"]) for e in entries}
+        changed = [e for e in entries if current_state(e, currents[e["path"]]) == "changed"]
         changed += [e for e in entries if e["kind"] == "source" and currents[e["path"]] is None]
         forgotten: list[str] = []
         if changed and req.get("forget_changed"):
             forgotten = [e["path"] for e in changed]
             entries = [e for e in entries if e["path"] not in forgotten]
         elif changed:
-            raise _changed_error("rollback_refused", changed, "roll back")
+            raise changed_error("rollback_refused", changed, "roll back")
         ops, results = _undo_ops(state_dir, entries, currents, dry)
         if dry:
             return {"dry_run": True, "nothing_to_do": not ops, "files": results, "forgotten": forgotten}
@@ -89,16 +89,16 @@ def rollback(req: dict[str, Any]) -> dict[str, Any]:
             "version": MANIFEST_VERSION,
             "entries": [],
             "dirs": [],
-            "updated": _now(),
-            "last_rollback": _now(),
+            "updated": now(),
+            "last_rollback": now(),
         }
-        _execute(ops, after_all=lambda: _save_manifest(state_dir, cleared))
-        _remove_empty_dirs(manifest.get("dirs", []))
+        execute(ops, after_all=lambda: save_manifest(state_dir, cleared))
+        remove_empty_dirs(manifest.get("dirs", []))
         bad = [
             e["path"]
             for e in entries
             if e["kind"] == "source"
-            and (_read(e["path"]) is None or sha256_file(e["path"]) != e["sha256_before"])
+            and (read_bytes(e["path"]) is None or sha256_file(e["path"]) != e["sha256_before"])
         ]
         if bad:  # pragma: no cover - only on a racing writer
             raise AgentError("rollback_verify_failed", f"After rollback {bad} do not match their originals.")
@@ -111,11 +111,11 @@ def status(req: dict[str, Any]) -> dict[str, Any]:
     Request ``{"state_dir", "site_packages"?}``; with site_packages, also lists ``unmanaged``: files that
     carry a specdeploy sentinel but are not in the manifest.
     """
-    state_dir = _require(req, "state_dir")
+    state_dir = require(req, "state_dir")
     manifest = load_manifest(state_dir)
     files = []
     for e in manifest["entries"]:
-        st = _current_state(e, _read(e["path"]))
+        st = current_state(e, read_bytes(e["path"]))
         files.append(dict(e, state=st))
     unmanaged = []
     site = req.get("site_packages")
@@ -123,8 +123,8 @@ def status(req: dict[str, Any]) -> dict[str, Any]:
         known = {e["path"] for e in manifest["entries"]}
         for rel in (ENGINE_REL, SCHEDULER_REL, SITECUSTOMIZE_REL):
             p = os.path.join(site, rel)
-            data = _read(p)
-            if data is not None and p not in known and _is_ours(data):
+            data = read_bytes(p)
+            if data is not None and p not in known and is_ours(data):
                 unmanaged.append(p)
     return {
         "mode": manifest.get("mode") if manifest["entries"] else None,
@@ -133,5 +133,5 @@ def status(req: dict[str, Any]) -> dict[str, Any]:
         "clean": not files and not unmanaged,
         "files": files,
         "unmanaged": unmanaged,
-        "manifest": _manifest_path(state_dir),
+        "manifest": manifest_path(state_dir),
     }

@@ -2,7 +2,7 @@
 transactional writer that apply and rollback share.
 
 Every source file's original bytes are kept under ``STATE/patches/backups/`` (named by their hash) and recorded in
-``STATE/patches/manifest.json``; writes go through ``_execute``, which restores what it already wrote when a later
+``STATE/patches/manifest.json``; writes go through ``execute``, which restores what it already wrote when a later
 write fails, and drops the written modules' bytecode caches.
 """
 
@@ -25,12 +25,12 @@ def _patches_dir(state_dir: str) -> str:
     return os.path.join(state_dir, "patches")
 
 
-def _manifest_path(state_dir: str) -> str:
+def manifest_path(state_dir: str) -> str:
     return os.path.join(_patches_dir(state_dir), "manifest.json")
 
 
 def load_manifest(state_dir: str) -> dict[str, Any]:
-    path = _manifest_path(state_dir)
+    path = manifest_path(state_dir)
     try:
         with open(path, encoding="utf-8") as f:
             data: dict[str, Any] = json.load(f)
@@ -40,26 +40,26 @@ def load_manifest(state_dir: str) -> dict[str, Any]:
         raise AgentError(
             "manifest_corrupt",
             f"The patch manifest {path} is not valid JSON: {e}.",
-            hint=f"Inspect it by hand; backups of original files are under {_backup_dir(state_dir)}.",
+            hint=f"Inspect it by hand; backups of original files are under {backup_dir(state_dir)}.",
         ) from None
     data.setdefault("entries", [])
     data.setdefault("dirs", [])
     return data
 
 
-def _save_manifest(state_dir: str, data: dict[str, Any]) -> None:
+def save_manifest(state_dir: str, data: dict[str, Any]) -> None:
     ensure_private_dir(_patches_dir(state_dir))
     atomic_write(
-        _manifest_path(state_dir), (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), 0o600
+        manifest_path(state_dir), (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), 0o600
     )
 
 
-def _backup_dir(state_dir: str) -> str:
+def backup_dir(state_dir: str) -> str:
     return os.path.join(_patches_dir(state_dir), "backups")
 
 
-def _store_backup(state_dir: str, data: bytes) -> str:
-    d = _backup_dir(state_dir)
+def store_backup(state_dir: str, data: bytes) -> str:
+    d = backup_dir(state_dir)
     ensure_private_dir(d)
     digest = sha256_bytes(data)
     path = os.path.join(d, digest + ".orig")
@@ -69,7 +69,7 @@ def _store_backup(state_dir: str, data: bytes) -> str:
 
 
 @contextlib.contextmanager
-def _locked(state_dir: str) -> Iterator[None]:
+def locked(state_dir: str) -> Iterator[None]:
     ensure_private_dir(_patches_dir(state_dir))
     fd = os.open(os.path.join(_patches_dir(state_dir), ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -86,7 +86,7 @@ def _locked(state_dir: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _read(path: str) -> bytes | None:
+def read_bytes(path: str) -> bytes | None:
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -106,11 +106,11 @@ def drop_pycache(path: str) -> list[str]:
     return removed
 
 
-def _now() -> str:
+def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class _Op:
+class Op:
     __slots__ = ("after", "path", "prior")
 
     def __init__(self, path: str, after: bytes | None, prior: bytes | None) -> None:
@@ -130,9 +130,9 @@ def _write_one(path: str, data: bytes | None) -> None:
         drop_pycache(path)
 
 
-def _execute(ops: list[_Op], after_all: Any | None = None) -> None:
+def execute(ops: list[Op], after_all: Any | None = None) -> None:
     """Perform ``ops`` in order; on any failure put back the prior bytes of every op already done."""
-    done: list[_Op] = []
+    done: list[Op] = []
     try:
         for op in ops:
             done.append(op)
@@ -163,13 +163,13 @@ def _execute(ops: list[_Op], after_all: Any | None = None) -> None:
         raise
 
 
-def _require(req: dict[str, Any], key: str) -> Any:
+def require(req: dict[str, Any], key: str) -> Any:
     if key not in req:
         raise AgentError("bad_request", f"Patch request lacks {key!r}.")
     return req[key]
 
 
-def _current_state(entry: dict[str, Any], cur: bytes | None) -> str:
+def current_state(entry: dict[str, Any], cur: bytes | None) -> str:
     h = None if cur is None else sha256_bytes(cur)
     if h is not None and h == entry.get("sha256_after"):
         return "patched"
@@ -178,7 +178,7 @@ def _current_state(entry: dict[str, Any], cur: bytes | None) -> str:
     return "changed" if cur is not None else "missing"
 
 
-def _changed_error(kind: str, entries: list[dict[str, Any]], action: str) -> AgentError:
+def changed_error(kind: str, entries: list[dict[str, Any]], action: str) -> AgentError:
     names = ", ".join(e["path"] for e in entries)
     return AgentError(
         kind,
@@ -190,9 +190,9 @@ def _changed_error(kind: str, entries: list[dict[str, Any]], action: str) -> Age
     )
 
 
-def _backup_bytes(state_dir: str, entry: dict[str, Any]) -> bytes:
-    path = entry.get("backup") or os.path.join(_backup_dir(state_dir), str(entry["sha256_before"]) + ".orig")
-    data = _read(path)
+def backup_bytes(state_dir: str, entry: dict[str, Any]) -> bytes:
+    path = entry.get("backup") or os.path.join(backup_dir(state_dir), str(entry["sha256_before"]) + ".orig")
+    data = read_bytes(path)
     if data is None or sha256_bytes(data) != entry["sha256_before"]:
         raise AgentError(
             "backup_corrupt",
@@ -206,11 +206,11 @@ def _backup_bytes(state_dir: str, entry: dict[str, Any]) -> bytes:
     return data
 
 
-def _is_ours(data: bytes) -> bool:
+def is_ours(data: bytes) -> bool:
     return b"specdeploy nccl-env" in data[:4096] or SENTINEL_BEGIN.encode() in data
 
 
-def _remove_empty_dirs(dirs: list[str]) -> None:
+def remove_empty_dirs(dirs: list[str]) -> None:
     for d in sorted(dirs, key=len, reverse=True):
         pyc = os.path.join(d, "__pycache__")
         if os.path.isdir(pyc):
