@@ -267,7 +267,7 @@ def validate_entry(name: str, entry: dict[str, Any]) -> Any:
     from fabfile.inventory import schema as inventory_schema
 
     try:
-        return resolve._build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
+        return resolve.build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
     except inventory_schema.InvalidField as e:
         raise FlagError(f"--command: the adopted entry is not valid: {inventory_schema.pydantic_message(e, '')}") \
             from None
