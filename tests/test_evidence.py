@@ -667,7 +667,7 @@ def test_wiped_environ_but_nccl_echo_shows_the_var_absent() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# issue 21: NCCL's own parsing and reading rules (fabfile/remote/ncclenv.py, learnt from NCCL 2.28's source)
+# issue 21: NCCL's own parsing and reading rules (fabfile/remote/evidence/ncclenv.py, learnt from NCCL 2.28's source)
 
 NCCL_OTHERS = {"NCCL_PROTO": ["LL"], "NCCL_ALGO": ["Ring"], "NCCL_MAX_NCHANNELS": ["16"],
                "NCCL_BUFFSIZE": ["16777216"], "NCCL_NTHREADS": ["512"], "NCCL_CUMEM_ENABLE": ["0"],

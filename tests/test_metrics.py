@@ -1,4 +1,4 @@
-"""The metric parsers of the host-side agent (fabfile/remote/metrics.py) on SGLang's real formats."""
+"""The metric parsers of the host-side agent (fabfile/remote/measure/metrics.py) on SGLang's real formats."""
 
 from __future__ import annotations
 

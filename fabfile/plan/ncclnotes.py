@@ -4,7 +4,7 @@ Pure: from the NCCL values a plan asks for, its launch flags and the SGLang (and
 note says what the setting does and what to do instead; the plan never changes what the operator wrote. Sources:
 NCCL's ``src/graph/tuning.cc`` (protocol selection, parseList), its docs (``NCCL_PROTO`` is discouraged,
 ``NCCL_MAX_NCHANNELS`` deprecated since 2.17 for ``NCCL_MAX_CTAS``), and SGLang's own NCCL writes read from the
-release wheels (``remote/sglang_env_facts.py``, applied by ``remote/sglangnccl.sglang_nccl_rules``).
+release wheels (``remote/evidence/sglang_env_facts.py``, applied by ``remote/evidence/sglangnccl.sglang_nccl_rules``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``python -m tests.contract [--write] [--all | VERSION ...]``: derive the contract from the wheels and compare.
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
-regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and
+regenerates ``docs/sglang-contract.md``, ``fabfile/remote/evidence/sglang_env_facts.py`` and
 ``fabfile/plan/sglang_spec_facts.py`` (all matrix versions; the tables also read ``ENV_EXTRA`` and
 ``SPEC_EXTRA``, the releases where facts change between them). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or
 the index.

@@ -27,7 +27,7 @@ LOG_CAP_BYTES = 64 << 20
 DEBUG_FILE_CAP_BYTES = 16 << 20
 DEBUG_FILES_MAX = 256
 
-# Which variables NCCL reads when, and how it parses and echoes them: fabfile/remote/ncclenv.py.
+# Which variables NCCL reads when, and how it parses and echoes them: fabfile/remote/evidence/ncclenv.py.
 # Environment values we report from /proc (besides the expected ones); never the whole environment (secrets).
 DIAG_VARS = ("SPT_NOENV", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SGLANG_RUN_ID")
 
