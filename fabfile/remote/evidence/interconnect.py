@@ -1,5 +1,5 @@
 """What links this host's GPUs, for check-env's facts: the GPUs and their interconnect as ``nvidia-smi`` reports it
-(NVLink, PCIe, one GPU), and the InfiniBand devices. Moved out of ``gathering`` (processes and files) as its own
+(NVLink, PCIe, one GPU), and the InfiniBand devices. Moved out of ``gather`` (processes and files) as its own
 job; read once per ``gather``.
 """
 

@@ -13,10 +13,10 @@ Runs on the GPU host (stdlib only). Three kinds of evidence, strongest first:
 Launcher evidence is collected and reported separately and is never proof for a worker: the launch path
 may strip the environment between the launcher and its spawned schedulers.
 
-``gather`` is the agent verb (reads /proc, the log, nvidia-smi: ``gathering``, with the line parsing in
+``gather`` is the agent verb (reads /proc, the log, nvidia-smi: module ``gather``, with the line parsing in
 ``nccllog`` and SGLang's own NCCL writes in ``sglangnccl``); ``evaluate``, here, is pure: the rules that decide
-each row's status, with the hints it gives (the advice) in ``evidencehints``. This module is the one door: callers
-import ``evidence`` and find both.
+each row's status, with the hints it gives (the advice) in ``hints``. This module is the room's door: callers
+import ``evidence.judge`` and find both.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading a server log line by line: NCCL's own lines and the specdeploy markers, gathered per pid.
 
-Part of ``check-env``'s evidence (see ``evidence``): this module only parses text; ``gathering`` reads the files.
+Part of ``check-env``'s evidence (see ``judge``): this module only parses text; ``gather`` reads the files.
 """
 
 from __future__ import annotations

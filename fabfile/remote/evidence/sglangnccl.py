@@ -1,7 +1,7 @@
 """What SGLang itself does to NCCL for one launch: the variables its version sets (from the table read off the
 release wheels), the launch flags that decide them, and whether its custom all-reduce bypasses NCCL.
 
-Pure functions of the version, the launch line and the GPU facts; ``gathering`` calls them for ``check-env``.
+Pure functions of the version, the launch line and the GPU facts; ``gather`` calls them for ``check-env``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``patch_apply``: put one mode's code into SGLang (edited sources, a plugin, or a sitecustomize), all or nothing.
 
-Every new content is computed before the first write; the writes go through ``patchstore.execute``.
+Every new content is computed before the first write; the writes go through ``store.execute``.
 """
 
 from __future__ import annotations
