@@ -1,5 +1,5 @@
-"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.evaluate`): the matrix, the table (its
-JSON form: ``fabfile.results.hosts.evaluation_document``).
+"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.judge.evaluate`): the matrix, the table
+(its JSON form: ``fabfile.results.hosts.evaluation_document``).
 
 The evaluation and facts are the plain dicts the host-side agent and ``evaluate`` produce; this module only
 reads them, so it works the same on a live result and on a saved ``--json`` file. Text that came from the host

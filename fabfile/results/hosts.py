@@ -91,8 +91,8 @@ class CheckEnvResult(HostsResult):
 
 
 def evaluation_document(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
-    """A check-env evaluation (:func:`fabfile.remote.evidence.evaluate`) plus the host's facts, as plain JSON types:
-    a host's part of ``check-env --json``."""
+    """A check-env evaluation (:func:`fabfile.remote.evidence.judge.evaluate`) plus the host's facts, as plain JSON
+    types: a host's part of ``check-env --json``."""
     return {
         "ok": bool(evaluation.get("ok")),
         "summary": dict(evaluation.get("summary") or {}),
