@@ -192,7 +192,7 @@ def test_concurrent_installs_race_on_the_rename(fleet: Fleet, sim_host: SimHost)
         try:
             gate.wait()
             s.agent.ship()
-            s.call("gpus", {})
+            s.gpus()
         except BaseException as e:  # reported below
             errors.append(e)
 

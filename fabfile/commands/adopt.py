@@ -17,9 +17,12 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import FlagError
+
+if TYPE_CHECKING:
+    from fabfile.remote.protocol import AdoptAnswer
 
 # Words that only change how the command runs, not what runs; the server is the same without them.
 _WRAPPERS = {"nohup", "setsid", "exec", "command", "builtin", "time"}
@@ -299,12 +302,12 @@ def entry_yaml(name: str, entry: dict[str, Any], source: str, settings: dict[str
     return head + body
 
 
-def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, dict[str, Any]]:
+def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, AdoptAnswer]:
     """Read the server running on ``host`` (agent verb ``adopt``, which also records it as adopted there)."""
     from fabfile.transport.session import HostSession
 
     with HostSession.open(inv, host) as s:
-        data = s.call("adopt", {"state_dir": host.state_dir, "port": host.port})
+        data = s.adopt(host.port)
     argv = list(data.get("argv") or [])
     launch = _parse_segment(argv, shlex.join(argv)) if argv else None
     if launch is None:

@@ -156,15 +156,16 @@ def fetch(inv: Any, host: Any, refs: list[str]) -> dict[str, dict[str, Any]]:
 
     ids = [r for r in refs if r not in ("current", "previous", NOW)]
     with HostSession.open(inv, host) as s:
-        data = s.call("records", {"state_dir": host.state_dir, "ids": ids})
+        data = s.records(ids)
     found: dict[str, dict[str, Any]] = {}
     for r in refs:
         if r == NOW:
             continue
-        rec = data.get(r) if r in ("current", "previous") else (data.get("loaded") or {}).get(r)
+        rec = (data["current"] if r == "current" else data["previous"] if r == "previous"
+               else (data.get("loaded") or {}).get(r))
         if not rec:
             what = f"no {r} deploy" if r in ("current", "previous") else f"no record of deploy {r}"
             raise FlagError(f"--old/--new: {host.name} has {what}",
                             "`inv status` shows the current deploy id; ids are kept under STATE/deploys/")
-        found[r] = rec
+        found[r] = dict(rec)
     return found

@@ -18,11 +18,11 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from . import metrics, procs, records, server, versions
 from .common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private
-from .protocol import BenchRequest
+from .protocol import BenchAnswer, BenchRequest
 
 
 def http_get(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> str | None:
@@ -403,7 +403,7 @@ def phases(before: str | None, after: str | None, result: dict[str, Any], measur
     return {"ranks": ranks, "cuda_graph": graph, "missing": None}
 
 
-def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
+def run(req: BenchRequest, sink: EventSink) -> BenchAnswer:
     state_dir = expand(req["state_dir"])
     _no_deploy_in_progress(state_dir)
     rec = running_record(state_dir)
@@ -445,4 +445,4 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     path = os.path.join(bench_dir, f"{req['bench_id']}.json")
     atomic_write(path, json.dumps(result, indent=2, sort_keys=True, default=str).encode(), 0o600)
     result["host_path"] = path
-    return result
+    return cast(BenchAnswer, result)  # ``_result``'s document with the load generator's figures spread in

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from . import failpoints, gpus, procs, profilestore, records, server, stop
 from .common import CONTEXT, AgentError, EventSink, expand, unexpected
 from .lock import DeployLock
 from .prefetch import Prefetch
-from .protocol import DeployRequest, GateSpec, GatherRequest, VerifySpec
+from .protocol import DeployRecord, DeployRequest, GateSpec, GatherRequest, RedeployRequest, VerifySpec
 
 
 class Steps:
@@ -122,7 +122,7 @@ def _new_record(req: DeployRequest) -> dict[str, Any]:
     }
 
 
-def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
+def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
     state_dir = expand(req["state_dir"])
     t = req["timeouts"]
     cancel_file = records.cancel_path(state_dir, req["deploy_id"])
@@ -160,7 +160,7 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
         deploy.prepare()
         deploy.launch()
         deploy.finish()
-        return record
+        return cast(DeployRecord, record)  # built step by step as a plain dict; its keys: ``DeployRecord``
     except AgentError as e:
         deploy.fail(e)
         raise
@@ -415,3 +415,28 @@ def _verify_detail(r: dict[str, Any]) -> str:
     rows = r["evaluation"].get("rows") or []
     proven = sum(1 for x in rows if x.get("status") == "proven")
     return f"{proven}/{len(rows)} values proven across {len(r['evidence'].get('schedulers') or [])} scheduler(s)"
+
+
+def redeploy(req: RedeployRequest, sink: EventSink) -> DeployRecord:
+    """The ``redeploy`` verb (rollback): start a recorded deploy again from its own copy of the launch script, with
+    its own patch state (the patch engine reconciles the host to that deploy's mode and values)."""
+    from .common import sha256_file
+
+    state_dir = expand(req["state_dir"])
+    old = records.load(state_dir, req["from_deploy_id"])
+    if not old or not old.get("request") or not old.get("script_copy"):
+        raise AgentError("no_record", f"deploy {req['from_deploy_id']} has no redeployable record on this host",
+                         "it predates rollback support or was removed; deploy that configuration explicitly")
+    try:
+        sha = sha256_file(old["script_copy"])
+    except OSError:
+        sha = None
+    if sha != old.get("script_sha256"):
+        raise AgentError("script_changed", f"the saved launch script of deploy {old['deploy_id']} is missing or "
+                         "changed since it ran", "deploy that configuration explicitly")
+    new = dict(old["request"])
+    new.update(deploy_id=req["deploy_id"], client=req.get("client"), journal=req.get("journal"),
+               script=old["script_copy"], patch=old["request"].get("patch"), rollback_of=old["deploy_id"],
+               state_dir=req["state_dir"])
+    # The record's request was a DeployRequest when that deploy ran (its ``_KEEP`` keys), plus the one-off keys.
+    return run(cast(DeployRequest, new), sink)

@@ -22,16 +22,19 @@ import ``evidence`` and find both.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from . import ncclenv, ncclused
+from .common import EventSink, expand
 from .evidencehints import IN_PROCESS_MODES, _blame, _blind_message, _hint, _mode_advice, _run_hints, _server_hints
 from .gathering import DRAFT_WORKER_NOTE, SCHEMA, gather
 from .interconnect import parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
+from .protocol import CheckEnvAnswer, CheckEnvRequest, DeployRecord, Evaluation, GatherRequest
 from .sglangnccl import _argv_flags, _custom_ar, sglang_env_facts_for, sglang_nccl_rules
 
-__all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "_argv_flags", "_custom_ar", "evaluate", "gather",
+__all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "_argv_flags", "_custom_ar", "check_env", "evaluate",
+           "gather",
            "parse_nccl_line", "parse_nccl_records", "parse_topology", "sglang_env_facts_for", "sglang_nccl_rules"]
 
 
@@ -388,3 +391,55 @@ def _overridden(hints: dict[str, dict[str, Any]], rows: list[dict[str, Any]], us
         _hint(hints, "tuner_overrode", f"NCCL read {var} but its TUNING lines show it used something else for "
               f"{', '.join(where)}: a tuner plugin, a symmetric-memory kernel or SGLang's own path went around "
               "it; see the 'used' rows", var=var)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the `evidence` verb (`inv check-env`): which server to judge, by what
+
+def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
+    """Judge the running server by what its deploy asked for (the record), with evidence that belongs to it (its
+    launcher's pid and start time, its part of the log, its deploy id). A server that is not the recorded deploy is
+    reported as such and judged only by its own processes."""
+    from . import deploy, patching, procs, records
+
+    state_dir = expand(req["state_dir"])
+    rec = records.current(state_dir) or {}
+    asked = {str(k): str(v) for k, v in (req.get("expected") or {}).items()}
+    running = bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
+    ev_req: GatherRequest
+    if running:
+        recorded = deploy.expected_of(rec) or deploy.expected_of(rec.get("request") or {})
+        expected = asked if recorded is None else recorded
+        ev_req = deploy.evidence_request(
+            {**(rec.get("request") or {}), **rec}, deploy_id=str(rec.get("deploy_id")),
+            log_path=str(rec.get("log_path")), log_offset=int(rec.get("log_offset") or 0), pid=int(rec["pid"]),
+            start_ticks=rec.get("start_ticks"), expected=expected)
+        ev_req["nccl_debug_file"] = req.get("nccl_debug_file") or ev_req.get("nccl_debug_file")
+        differs = {} if recorded is None else {
+            k: {"record": recorded.get(k), "inventory": asked.get(k)}
+            for k in sorted(set(recorded) | set(asked))
+            if not (recorded.get(k) == asked.get(k) or ncclenv.same(k, recorded.get(k), asked.get(k)))}
+    else:
+        expected, differs = asked, {}
+        why = None
+        if rec:
+            why = (f"its launcher pid {rec.get('pid')} is gone" if rec.get("pid") else "it never started") + \
+                f"; the record says {rec.get('status')}"
+        # Nothing recorded runs: the log, deploy id, version and launch flags of the record say nothing about
+        # whatever runs now; only the processes themselves are read.
+        ev_req = {"log_path": None, "launcher_pid": None, "expected": expected,
+                  "nccl_debug_file": req.get("nccl_debug_file"),
+                  "server": {"recorded_deploy": rec.get("deploy_id"), "record_status": rec.get("status"),
+                             "is_recorded_deploy": False if rec else None, "why": why}}
+    ev = gather(ev_req, sink)
+    ev["expected_source"] = "record" if running and expected is not asked else "inventory"
+    ev["inventory_differs"] = differs
+    evaluation = evaluate(ev, expected)
+    if running:
+        request = rec.get("request") or {}
+        patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
+                                         ev_req.get("launcher_pid"), (request.get("summary") or {}).get("env"))
+    # The record and the evaluation are the dicts ``records`` and ``evaluate`` build; their shapes are checked
+    # against these types by tests/test_protocol.py.
+    return {"evidence": ev, "evaluation": cast(Evaluation, evaluation),
+            "record": cast(DeployRecord, rec) if rec else None}

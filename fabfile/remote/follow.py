@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 from .common import AgentError, EventSink, expand
+from .protocol import AttachAnswer, AttachRequest, LogsAnswer, LogsRequest
 
 
-def logs(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def logs(req: LogsRequest, sink: EventSink) -> LogsAnswer:
     from . import records, server
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
@@ -67,7 +68,7 @@ def _current_log(state_dir: str) -> tuple[str, int] | None:
     return None
 
 
-def attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def attach(req: AttachRequest, sink: EventSink) -> AttachAnswer:
     """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
     from . import records
     from .lock import DeployLock

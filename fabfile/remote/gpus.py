@@ -5,10 +5,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from typing import Any
+from typing import Any, cast
 
 from . import procs
-from .common import AgentError
+from .common import AgentError, EventSink
+from .protocol import GpusAnswer, GpusRequest
 
 GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
@@ -161,3 +162,11 @@ def wait_clean(targets: list[int], idle_mib: int, timeout: float, samples: int =
                      f"above the idle limit of {idle_mib} MiB, after {timeout:.0f} s",
                      "a process in another container may hold it; raise gpu_idle_mib if this is the idle level",
                      gpus=last["gpus"])
+
+
+def report(req: GpusRequest, sink: EventSink) -> GpusAnswer:
+    """The ``gpus`` verb: the GPUs and their holders, with ``topology`` the links between them."""
+    snap = cast(GpusAnswer, snapshot())
+    if req.get("topology"):
+        snap["topology"] = topology()
+    return snap

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 from .common import EventSink, expand
+from .protocol import StateRequest, StatusAnswer
 
 
-def status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
     """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
     figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
     from . import deploy, procs, records, server
@@ -63,7 +64,7 @@ def status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
         routers = router.status(state_dir)
         if routers:
             out["routers"] = routers
-    return out
+    return cast(StatusAnswer, out)  # built key by key; tests/test_protocol.py checks the shape
 
 
 def _journal_tail(path: str, n: int = 12, window: int = 256 * 1024) -> list[str]:

@@ -3,7 +3,9 @@
 Stdlib only, Python 3.9+. The client renders every piece of code (``fabfile.patchset``) and sends it in the
 request; the engine only finds anchors (``patchanchors``), applies (``patchapply``), records (``patchstore``) and
 undoes (``patchrollback``); its modes and fixed facts live in ``patchmodes``. This module is the one door: callers
-import ``patching`` and find it all. Public verbs: :func:`apply`, :func:`rollback`, :func:`status`; helpers
+import ``patching`` and find it all. Public verbs: :func:`apply`, :func:`rollback`, :func:`status` (the agent's
+verbs, with the request's ``state_dir`` and the host's lock: :func:`apply_verb`, :func:`rollback_verb`,
+:func:`status_verb`); helpers
 :func:`supported_modes`, :func:`auto_mode`, :func:`parse_marker`.
 
 Guarantees:
@@ -18,6 +20,10 @@ Guarantees:
 
 
 from __future__ import annotations
+
+from typing import cast
+
+from .common import EventSink, expand
 
 # The marker line format and its parser live in fabfile.remote.markers (check-env reads them too).
 from .markers import MARKER_PREFIX, parse_marker
@@ -49,6 +55,14 @@ from .patchmodes import (
 )
 from .patchrollback import rollback, status
 from .patchstore import drop_pycache, load_manifest
+from .protocol import (
+    PatchApplyAnswer,
+    PatchApplyRequest,
+    PatchRollbackAnswer,
+    PatchRollbackRequest,
+    PatchStatusAnswer,
+    PatchStatusRequest,
+)
 
 __all__ = [
                          "ALL_MODES",
@@ -67,6 +81,7 @@ __all__ = [
                          "SIG_END_RE",
                          "SITECUSTOMIZE_REL",
                          "apply",
+                         "apply_verb",
                          "auto_mode",
                          "check_mode",
                          "drop_pycache",
@@ -81,8 +96,36 @@ __all__ = [
                          "plugin_allowlist",
                          "plugin_excluded_by",
                          "rollback",
+                         "rollback_verb",
                          "status",
+                         "status_verb",
                          "strip_blocks",
                          "supported_modes",
                          "with_plugin_allowed",
 ]
+
+
+# The answers are the dicts ``patchapply``/``patchrollback`` build; tests/test_protocol.py checks their shapes.
+def apply_verb(req: PatchApplyRequest, sink: EventSink) -> PatchApplyAnswer:
+    return cast(PatchApplyAnswer, apply({**req, "state_dir": expand(req["state_dir"])}))
+
+
+def rollback_verb(req: PatchRollbackRequest, sink: EventSink) -> PatchRollbackAnswer:
+    """Undo every patch; not under a running deploy's feet (it patched these files for the server it starts), so
+    a real rollback waits for the host's deploy lock."""
+    from .lock import DeployLock
+
+    state_dir = expand(req["state_dir"])
+    lock = None
+    if not req.get("dry_run"):
+        lock = DeployLock(state_dir)
+        lock.acquire({"deploy_id": "rollback-patches", "client": req.get("client")}, float(req.get("lock_wait", 0)))
+    try:
+        return cast(PatchRollbackAnswer, rollback({**req, "state_dir": state_dir}))
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def status_verb(req: PatchStatusRequest, sink: EventSink) -> PatchStatusAnswer:
+    return cast(PatchStatusAnswer, status({**req, "state_dir": expand(req["state_dir"])}))

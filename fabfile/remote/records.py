@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Optional, cast
 
-from .common import atomic_write, ensure_private_dir
+from .common import EventSink, atomic_write, ensure_private_dir, expand
+from .protocol import CancelAnswer, CancelRequest, DeployRecord, RecordsAnswer, RecordsRequest
 
 
 def _dir(state_dir: str) -> str:
@@ -66,3 +67,51 @@ def history(state_dir: str, limit: int = 20) -> list[dict[str, Any]]:
 
 def journal_path(state_dir: str, deploy_id: str) -> str:
     return os.path.join(_dir(state_dir), f"{deploy_id}.events")
+
+
+def read(req: RecordsRequest, sink: EventSink) -> RecordsAnswer:
+    """The ``records`` verb: the current deploy record and the one it replaced (what a rollback would put back);
+    with ``ids`` (`inv diff`), those records too (None for an id this host has no record of)."""
+    state_dir = expand(req["state_dir"])
+    cur = current(state_dir)
+    prev = (cur or {}).get("previous") or None
+    full_prev = load(state_dir, prev["deploy_id"]) if prev and prev.get("deploy_id") else None
+    # A record is the dict a deploy wrote (``deploy.run``): its shape is ``DeployRecord``.
+    out: RecordsAnswer = {"current": cast(Optional[DeployRecord], cur),
+                          "previous": cast(Optional[DeployRecord], full_prev)}
+    if req.get("ids"):
+        out["loaded"] = {str(i): cast(Optional[DeployRecord], load(state_dir, str(i)))
+                         if str(i).replace("-", "").isalnum() else None for i in req["ids"]}
+    return out
+
+
+def cancel(req: CancelRequest, sink: EventSink) -> CancelAnswer:
+    """The ``cancel`` verb: ask a running deploy to give up and tear its new server down (`inv cancel`, or another
+    cluster rank failed).
+
+    ``deploy_id`` omitted: the deploy holding the host's lock now. With ``wait_s``, wait (bounded) until that deploy
+    has let go of the host and report how it ended, from its record.
+    """
+    import time
+
+    from .lock import DeployLock
+
+    state_dir = expand(req["state_dir"])
+    deploy_id = req.get("deploy_id")
+    holder = DeployLock(state_dir).live_holder() if os.path.isdir(state_dir) else None
+    if not deploy_id:
+        if holder is None or not holder.get("journal"):
+            return {"cancelled": None, "holder": holder}  # no deploy in progress (maybe a stop): nothing to cancel
+        deploy_id = str(holder["deploy_id"])
+    atomic_write(cancel_path(state_dir, deploy_id), str(req.get("reason", "")).encode(), 0o600)
+    out: CancelAnswer = {"cancelled": deploy_id, "step": (holder or {}).get("step")}
+    until = time.monotonic() + float(req.get("wait_s") or 0)
+    while time.monotonic() < until:
+        now = DeployLock(state_dir).live_holder()
+        if now is None or now.get("deploy_id") != deploy_id:
+            rec = load(state_dir, deploy_id) or {}
+            out["ended"], out["status"], out["error"] = True, rec.get("status"), rec.get("error")
+            return out
+        time.sleep(0.1)
+    out["ended"] = False
+    return out

@@ -10,10 +10,18 @@ import json
 import os
 import re
 import time
-from typing import Any
+from typing import Any, cast
 
 from . import procs, server
-from .common import AgentError, atomic_write, ensure_private_dir
+from .common import AgentError, EventSink, atomic_write, ensure_private_dir, expand
+from .protocol import (
+    RouterStartAnswer,
+    RouterStartRequest,
+    RouterStopAnswer,
+    RouterStopRequest,
+    RouterWorkerAnswer,
+    RouterWorkerRequest,
+)
 
 
 def _dir(state_dir: str) -> str:
@@ -341,3 +349,26 @@ def add_worker(state_dir: str, name: str, url: str, wait_s: float = 30.0) -> dic
         time.sleep(0.2)
     raise AgentError("router_failed", f"router {name} did not take worker {url} back within {wait_s:g} s",
                      "the replica may not answer the router's checks (/health, /server_info); see the router's log")
+
+
+# --- the verbs ------------------------------------------------------------------------------------------------
+def start_verb(req: RouterStartRequest, sink: EventSink) -> RouterStartAnswer:
+    """``router_start``: (re)start a router from its script, ready once it answers and lists its workers."""
+    full: dict[str, Any] = {**req, "cwd": expand(req["cwd"]), "script": expand(req["script"]),
+                            "log_path": expand(req["log_path"])}
+    return cast(RouterStartAnswer, start(expand(req["state_dir"]), full))
+
+
+def stop_verb(req: RouterStopRequest, sink: EventSink) -> RouterStopAnswer:
+    return cast(RouterStopAnswer, stop(expand(req["state_dir"]), req["name"], float(req.get("grace", 5))))
+
+
+def worker_verb(req: RouterWorkerRequest, sink: EventSink) -> RouterWorkerAnswer:
+    """``router_worker``: take a replica out of a router before its server restarts, or put it back once it
+    answers again."""
+    state_dir = expand(req["state_dir"])
+    if req.get("action") == "remove":
+        out = remove_worker(state_dir, req["name"], req["url"], float(req.get("drain_s", 5)))
+    else:
+        out = add_worker(state_dir, req["name"], req["url"], float(req.get("wait_s", 30)))
+    return cast(RouterWorkerAnswer, out)

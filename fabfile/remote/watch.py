@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import http.client
 import time
-from typing import Any
+from typing import Any, cast
 
 from . import metrics, procs, records, server
+from .common import EventSink, expand
+from .protocol import StateRequest, WatchAnswer
 
 
 def _get_metrics(listen: str, port: int, timeout: float = 3.0) -> str | None:
@@ -67,3 +69,10 @@ def sample(state_dir: str, last_decode: Any) -> dict[str, Any]:
         out.update(source="log (no Decode batch line yet)", tok_s=None, accept_len=None, running_req=None,
                    queue_req=None, age_s=None)
     return out
+
+
+def watch(req: StateRequest, sink: EventSink) -> WatchAnswer:
+    """The ``watch`` verb: one sample, reading the log's Decode lines the way ``status`` does."""
+    from . import hoststatus
+
+    return cast(WatchAnswer, sample(expand(req["state_dir"]), hoststatus.last_decode))
