@@ -466,7 +466,7 @@ class DeployRecord(_DeployRecordRequired, total=False):
     start_ticks: int | None
     log_offset: int
     patch: PatchApplyAnswer
-    stopped: StopAnswer
+    stopped: Stopped
     ready: dict[str, Any]  # ready_path, ready_after_s, probe_latency_s, ...
     schedulers: list[dict[str, Any]]
     first_request: dict[str, Any]
@@ -476,6 +476,14 @@ class DeployRecord(_DeployRecordRequired, total=False):
     timings: dict[str, float]
     error: dict[str, Any]
     stopped_at: str
+
+
+class Stopped(TypedDict):
+    """What a stop did (``procs.terminate``): on SIGTERM, on SIGKILL, and what survived even that."""
+
+    terminated: list[Proc]
+    killed: list[Proc]
+    survivors: list[Proc]
 
 
 class _StopAnswerRequired(TypedDict):
@@ -710,7 +718,7 @@ class BenchAnswer(TypedDict, total=False):
     accept_histogram: Any
     accept_histogram_source: str | None
     decode_log: dict[str, Any]
-    prometheus: dict[str, Any]
+    prometheus: dict[str, Any] | None  # None: the server serves no /metrics
     server_info: dict[str, Any]
     phases: dict[str, Any] | None
     host_path: str
