@@ -40,6 +40,7 @@ from .patchstore import (
     _store_backup,
     load_manifest,
 )
+from .protocol import PatchApplyAnswer
 
 
 def _check_installed_version(site: str, version: str) -> None:
@@ -101,7 +102,7 @@ def _plan_files(req: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def apply(req: dict[str, Any]) -> dict[str, Any]:
+def apply(req: dict[str, Any]) -> PatchApplyAnswer:
     """Make the host match the request: the files of ``mode`` patched/installed, anything else we did undone.
 
     Request: ``{"state_dir", "site_packages", "sglang_version", "mode", "force", "tool_version",
@@ -258,7 +259,7 @@ def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
 
 def _apply_locked(
     req: dict[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
-) -> dict[str, Any]:
+) -> PatchApplyAnswer:
     manifest = load_manifest(state_dir)
     old_entries = {e["path"]: e for e in manifest["entries"]}
     wanted = _plan_files(req)

@@ -21,8 +21,6 @@ Guarantees:
 
 from __future__ import annotations
 
-from typing import cast
-
 from .common import EventSink, expand
 
 # The marker line format and its parser live in fabfile.remote.markers (check-env reads them too).
@@ -105,9 +103,8 @@ __all__ = [
 ]
 
 
-# The answers are the dicts ``patchapply``/``patchrollback`` build; tests/test_protocol.py checks their shapes.
 def apply_verb(req: PatchApplyRequest, sink: EventSink) -> PatchApplyAnswer:
-    return cast(PatchApplyAnswer, apply({**req, "state_dir": expand(req["state_dir"])}))
+    return apply({**req, "state_dir": expand(req["state_dir"])})
 
 
 def rollback_verb(req: PatchRollbackRequest, sink: EventSink) -> PatchRollbackAnswer:
@@ -121,11 +118,11 @@ def rollback_verb(req: PatchRollbackRequest, sink: EventSink) -> PatchRollbackAn
         lock = DeployLock(state_dir)
         lock.acquire({"deploy_id": "rollback-patches", "client": req.get("client")}, float(req.get("lock_wait", 0)))
     try:
-        return cast(PatchRollbackAnswer, rollback({**req, "state_dir": state_dir}))
+        return rollback({**req, "state_dir": state_dir})
     finally:
         if lock is not None:
             lock.release()
 
 
 def status_verb(req: PatchStatusRequest, sink: EventSink) -> PatchStatusAnswer:
-    return cast(PatchStatusAnswer, status({**req, "state_dir": expand(req["state_dir"])}))
+    return status({**req, "state_dir": expand(req["state_dir"])})

@@ -6,6 +6,7 @@ Rollback refuses a file that changed behind the engine's back (its hash is not t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from .common import AgentError, sha256_file
@@ -31,6 +32,7 @@ from .patchstore import (
     _save_manifest,
     load_manifest,
 )
+from .protocol import PatchRollbackAnswer, PatchStatusAnswer
 
 
 def _undo_ops(state_dir: str, entries: list[dict[str, Any]], currents: dict[str, bytes | None],
@@ -57,7 +59,7 @@ def _undo_ops(state_dir: str, entries: list[dict[str, Any]], currents: dict[str,
     return ops, results
 
 
-def rollback(req: dict[str, Any]) -> dict[str, Any]:
+def rollback(req: Mapping[str, Any]) -> PatchRollbackAnswer:
     """Undo everything in the manifest, byte for byte.
 
     Request ``{"state_dir", "dry_run"?, "forget_changed"?}``.
@@ -110,7 +112,7 @@ def rollback(req: dict[str, Any]) -> dict[str, Any]:
         return {"dry_run": False, "nothing_to_do": not ops, "files": results, "forgotten": forgotten}
 
 
-def status(req: dict[str, Any]) -> dict[str, Any]:
+def status(req: Mapping[str, Any]) -> PatchStatusAnswer:
     """Manifest plus, per file, ``state``: patched | original | changed | missing.
 
     Request ``{"state_dir", "site_packages"?}``; with site_packages, also lists ``unmanaged``: files that

@@ -7,6 +7,9 @@ import re
 import signal
 import time
 from collections.abc import Iterable
+from typing import Any
+
+from .protocol import Stopped
 
 PROC = "/proc"
 
@@ -22,7 +25,7 @@ class ProcInfo:
         self.start_ticks = start_ticks
         self.cmdline = cmdline
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "state": self.state,
                 "start_ticks": self.start_ticks, "cmdline": self.cmdline}
 
@@ -272,7 +275,7 @@ def send_term(targets: list[ProcInfo], protected: set[int] | None = None) -> set
 
 
 def terminate(targets: list[ProcInfo], grace: float, termed: set[int] | frozenset[int] = frozenset()
-              ) -> dict[str, list[dict[str, object]]]:
+              ) -> Stopped:
     """SIGTERM every target (its whole group when it leads one), wait ``grace``, SIGKILL the rest, confirm gone.
 
     ``termed``: pids the caller has already sent SIGTERM (:func:`send_term`, while it did other work); they are not

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from . import gpus, procs, records
 from .common import EventSink, expand
-from .protocol import Proc, StaleAnswer, StaleRequest, StopAnswer, StopRequest
+from .protocol import GpuApp, Proc, StaleAnswer, StaleRequest, StopAnswer, Stopped, StopRequest
 
 ROUTER_TITLE = "sglang::router"
 
@@ -82,7 +82,7 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
                 add(d, "child of an SGLang launcher")
     if before_gpu_read is not None:
         before_gpu_read(found)
-    holders: list[dict[str, Any]] = []
+    holders: list[GpuApp] = []
     if include_gpu_holders and gpu_queries is not None:
         snap = gpus.read_snapshot(gpu_queries)
         for app in snap["apps"]:
@@ -94,7 +94,7 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
     return {"targets": found, "gpu_holders": holders}
 
 
-def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> dict[str, Any]:
+def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> Stopped:
     """Stop every stale server. The GPU snapshot (tens of ms per nvidia-smi run on a real host) runs while /proc is
     read and while the servers found there already shut down; holders it adds get their SIGTERM after."""
     termed: set[int] = set()
