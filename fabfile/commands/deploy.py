@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Any, cast
+from typing import cast
 
 from fabfile import __version__
 from fabfile.errors import (
@@ -34,7 +34,7 @@ from fabfile.plan.deploy_plan import (
     secret_values,
 )
 from fabfile.present.progress import Reporter
-from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer
+from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer, PatchApplyRequest
 from fabfile.results.deploys import DeployResult
 from fabfile.transport.base import ConnectionLost
 from fabfile.transport.session import HostSession
@@ -56,7 +56,7 @@ def preflight(session: HostSession, plan: Plan) -> FactsAnswer:
     return facts
 
 
-def checked_on_host(session: HostSession, plan: Plan) -> tuple[FactsAnswer, str, str, dict[str, Any] | None,
+def checked_on_host(session: HostSession, plan: Plan) -> tuple[FactsAnswer, str, str, PatchApplyRequest | None,
                                                                  Plan]:
     """Preflight and every check that needs the host's answers (its SGLang version: the patch mode, what the launch
     line may say): read-only on the host. Returns the facts, the version, the patch mode and request, and the plan
@@ -88,7 +88,7 @@ def preflight_only(inv: Inventory, host: Host, plan: Plan) -> SpecDeployError | 
     return None
 
 
-def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, dict[str, Any] | None]:
+def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, PatchApplyRequest | None]:
     from fabfile.render.patchset import PatchModeError, build_patch_request, resolve_mode
 
     try:
@@ -110,7 +110,8 @@ def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, 
     return mode, req
 
 
-def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | None, version: str) -> DeployRequest:
+def deploy_request(session: HostSession, plan: Plan, patch: PatchApplyRequest | None,
+                   version: str) -> DeployRequest:
     """The ``deploy`` request: the one place it is built (its shape is ``protocol.DeployRequest``, read by
     ``fabfile.remote.deploy.run``)."""
     h = plan.host

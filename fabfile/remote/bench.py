@@ -194,7 +194,7 @@ def running_record(state_dir: str) -> dict[str, Any]:
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
                          "deploy one first (`inv deploy`), then benchmark it")
-    return rec
+    return dict(rec)
 
 
 def _pick_client(req: BenchRequest, version: str, sink: EventSink) -> str:

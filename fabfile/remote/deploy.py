@@ -114,7 +114,7 @@ def _new_record(req: DeployRequest) -> dict[str, Any]:
         "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
         "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
         "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
-        "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
+        "launch": req.get("summary", {}), "patch_mode": _patch_mode(req) or "env",
         "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
         "expected": expected_of(req),
         "measure": bool(req.get("measure")), "profile_dir": req.get("profile_dir"),
@@ -326,6 +326,11 @@ def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], reco
               lambda r: f"accept length {r['accept_length']:.2f} over {r['requests']} requests (gate {r['gate']:g})")
 
 
+def _patch_mode(req: DeployRequest) -> str | None:
+    patch = req.get("patch")
+    return patch["mode"] if patch else None
+
+
 def expected_of(req: Mapping[str, Any]) -> dict[str, str] | None:
     """The NCCL values a deploy request asked for (older requests carried them only when verifying)."""
     exp = req.get("expected")
@@ -381,7 +386,7 @@ def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any],
     while True:
         ev = evidence.gather(ev_req, _NullSink(), gpu_facts)
         ev_eval = evidence.evaluate(ev, verify["expected"])
-        patching.explain_unloaded_plugin(ev_eval, (req.get("patch") or {}).get("mode"), started["pid"],
+        patching.explain_unloaded_plugin(ev_eval, _patch_mode(req), started["pid"],
                                          (req.get("summary") or {}).get("env"))
         if ev_eval["ok"] or time.monotonic() >= deadline:
             return {"evidence": ev, "evaluation": ev_eval}

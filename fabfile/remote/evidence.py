@@ -21,6 +21,7 @@ import ``evidence`` and find both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -30,7 +31,7 @@ from .evidencehints import IN_PROCESS_MODES, _blame, _blind_message, _hint, _mod
 from .gathering import DRAFT_WORKER_NOTE, SCHEMA, gather
 from .interconnect import parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
-from .protocol import CheckEnvAnswer, CheckEnvRequest, DeployRecord, Evaluation, GatherRequest
+from .protocol import CheckEnvAnswer, CheckEnvRequest, Evaluation, GatherRequest
 from .sglangnccl import _argv_flags, _custom_ar, sglang_env_facts_for, sglang_nccl_rules
 
 __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "_argv_flags", "_custom_ar", "check_env", "evaluate",
@@ -403,7 +404,8 @@ def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
     from . import deploy, patching, procs, records
 
     state_dir = expand(req["state_dir"])
-    rec = records.current(state_dir) or {}
+    record = records.current(state_dir)
+    rec: Mapping[str, Any] = record or {}
     asked = {str(k): str(v) for k, v in (req.get("expected") or {}).items()}
     running = bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
     ev_req: GatherRequest
@@ -439,7 +441,5 @@ def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
         request = rec.get("request") or {}
         patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
                                          ev_req.get("launcher_pid"), (request.get("summary") or {}).get("env"))
-    # The record and the evaluation are the dicts ``records`` and ``evaluate`` build; their shapes are checked
-    # against these types by tests/test_protocol.py.
-    return {"evidence": ev, "evaluation": cast(Evaluation, evaluation),
-            "record": cast(DeployRecord, rec) if rec else None}
+    # The evaluation is the dict ``evaluate`` builds; tests/test_local.py checks its shape against ``Evaluation``.
+    return {"evidence": ev, "evaluation": cast(Evaluation, evaluation), "record": record}

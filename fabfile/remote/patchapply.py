@@ -9,6 +9,7 @@ import glob
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ def _check_installed_version(site: str, version: str) -> None:
         )
 
 
-def _plan_files(req: dict[str, Any]) -> list[dict[str, Any]]:
+def _plan_files(req: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What the request wants on disk: [{"path", "rel", "role", "kind", "block" | "content"}]."""
     mode = req["mode"]
     site = req["site_packages"]
@@ -102,7 +103,7 @@ def _plan_files(req: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def apply(req: dict[str, Any]) -> PatchApplyAnswer:
+def apply(req: Mapping[str, Any]) -> PatchApplyAnswer:
     """Make the host match the request: the files of ``mode`` patched/installed, anything else we did undone.
 
     Request: ``{"state_dir", "site_packages", "sglang_version", "mode", "force", "tool_version",
@@ -258,7 +259,7 @@ def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
 
 
 def _apply_locked(
-    req: dict[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
+    req: Mapping[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
 ) -> PatchApplyAnswer:
     manifest = load_manifest(state_dir)
     old_entries = {e["path"]: e for e in manifest["entries"]}

@@ -147,7 +147,7 @@ class _DeployRequired(TypedDict):
     target_gpus: list[int]
     gpu_idle_mib: int
     timeouts: Timeouts
-    patch: dict[str, Any] | None  # a ``patch_apply`` request (``render.patchset.build_patch_request``)
+    patch: PatchApplyRequest | None  # built by ``render.patchset.build_patch_request``
     expected: dict[str, str]
     nccl_debug: bool
     verify: VerifySpec | None

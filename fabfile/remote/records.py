@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional, cast
+from collections.abc import Mapping
+from typing import Any
 
 from .common import EventSink, atomic_write, ensure_private_dir, expand
 from .protocol import CancelAnswer, CancelRequest, DeployRecord, RecordsAnswer, RecordsRequest
@@ -16,7 +17,7 @@ def _dir(state_dir: str) -> str:
     return d
 
 
-def write(state_dir: str, record: dict[str, Any], make_current: bool = True) -> str:
+def write(state_dir: str, record: Mapping[str, Any], make_current: bool = True) -> str:
     path = os.path.join(_dir(state_dir), f"{record['deploy_id']}.json")
     data = json.dumps(record, indent=2, sort_keys=True).encode()
     atomic_write(path, data, 0o600)
@@ -25,19 +26,19 @@ def write(state_dir: str, record: dict[str, Any], make_current: bool = True) -> 
     return path
 
 
-def current(state_dir: str) -> dict[str, Any] | None:
+def current(state_dir: str) -> DeployRecord | None:
     try:
         with open(os.path.join(state_dir, "current.json"), encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
+            data: DeployRecord = json.load(f)  # what ``write`` wrote: a deploy's record
             return data
     except (OSError, ValueError):
         return None
 
 
-def load(state_dir: str, deploy_id: str) -> dict[str, Any] | None:
+def load(state_dir: str, deploy_id: str) -> DeployRecord | None:
     try:
         with open(os.path.join(state_dir, "deploys", f"{deploy_id}.json"), encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
+            data: DeployRecord = json.load(f)
             return data
     except (OSError, ValueError):
         return None
@@ -74,14 +75,13 @@ def read(req: RecordsRequest, sink: EventSink) -> RecordsAnswer:
     with ``ids`` (`inv diff`), those records too (None for an id this host has no record of)."""
     state_dir = expand(req["state_dir"])
     cur = current(state_dir)
-    prev = (cur or {}).get("previous") or None
-    full_prev = load(state_dir, prev["deploy_id"]) if prev and prev.get("deploy_id") else None
-    # A record is the dict a deploy wrote (``deploy.run``): its shape is ``DeployRecord``.
-    out: RecordsAnswer = {"current": cast(Optional[DeployRecord], cur),
-                          "previous": cast(Optional[DeployRecord], full_prev)}
+    prev = cur.get("previous") if cur else None
+    prev_id = prev.get("deploy_id") if prev else None
+    full_prev = load(state_dir, prev_id) if prev_id else None
+    out: RecordsAnswer = {"current": cur, "previous": full_prev}
     if req.get("ids"):
-        out["loaded"] = {str(i): cast(Optional[DeployRecord], load(state_dir, str(i)))
-                         if str(i).replace("-", "").isalnum() else None for i in req["ids"]}
+        out["loaded"] = {str(i): load(state_dir, str(i)) if str(i).replace("-", "").isalnum() else None
+                         for i in req["ids"]}
     return out
 
 
@@ -109,8 +109,9 @@ def cancel(req: CancelRequest, sink: EventSink) -> CancelAnswer:
     while time.monotonic() < until:
         now = DeployLock(state_dir).live_holder()
         if now is None or now.get("deploy_id") != deploy_id:
-            rec = load(state_dir, deploy_id) or {}
-            out["ended"], out["status"], out["error"] = True, rec.get("status"), rec.get("error")
+            rec = load(state_dir, deploy_id)
+            out["ended"] = True
+            out["status"], out["error"] = (rec.get("status"), rec.get("error")) if rec else (None, None)
             return out
         time.sleep(0.1)
     out["ended"] = False

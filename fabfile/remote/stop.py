@@ -51,7 +51,7 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
             return
         found.setdefault(p.pid, {"proc": p, "why": why})
 
-    rec: dict[str, Any] | None = records.current(state_dir)
+    rec = records.current(state_dir)
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         leader_info = by_pid.get(int(rec["pid"]))
         if leader_info is not None:

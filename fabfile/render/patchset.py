@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabfile.remote import common, patching, versions
+from fabfile.remote.protocol import PatchApplyRequest
 from fabfile.render.jinja import render_text
 
 MODES: tuple[str, ...] = patching.ALL_MODES
@@ -151,15 +152,15 @@ def build_patch_request(
     site_packages: str,
     tool_version: str,
     python: str | None = None,
-) -> dict[str, Any]:
-    """The JSON request for the host verb ``patch-apply`` (``patching.apply``). ``mode`` may be ``auto``.
+) -> PatchApplyRequest:
+    """The JSON request for the host verb ``patch_apply`` (``patching.apply``). ``mode`` may be ``auto``.
 
     ``python`` (the venv interpreter on the host), when given, lets the host check that a sitecustomize it
     writes is the one that interpreter really imports.
     """
     resolved = resolve_mode(mode, sglang_version)
     vals = normalize_values(values) if resolved != "env" else {k: str(v) for k, v in sorted(values.items())}
-    req: dict[str, Any] = {
+    req: PatchApplyRequest = {
         "state_dir": state_dir,
         "site_packages": site_packages,
         "sglang_version": sglang_version,
