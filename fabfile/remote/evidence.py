@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from . import ncclenv, ncclused
 from .common import EventSink, expand
@@ -330,7 +330,7 @@ def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
             _blame(run.hints, run.rules, var, pid, run.facts)
 
 
-def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
     """One row per (scheduler process, expected variable); overall ``ok``; hints naming the likely cause.
 
     Row: ``{"pid", "rank", "label", "title", "var", "expected", "observed", "evidence", "status", "sources",
@@ -441,5 +441,4 @@ def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
         request = rec.get("request") or {}
         patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
                                          ev_req.get("launcher_pid"), (request.get("summary") or {}).get("env"))
-    # The evaluation is the dict ``evaluate`` builds; tests/test_local.py checks its shape against ``Evaluation``.
-    return {"evidence": ev, "evaluation": cast(Evaluation, evaluation), "record": record}
+    return {"evidence": ev, "evaluation": evaluation, "record": record}

@@ -64,7 +64,7 @@ def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
         routers = router.status(state_dir)
         if routers:
             out["routers"] = routers
-    return cast(StatusAnswer, out)  # built key by key; tests/test_protocol.py checks the shape
+    return cast(StatusAnswer, out)  # built key by key; tests/test_local.py checks it against the shape
 
 
 def _journal_tail(path: str, n: int = 12, window: int = 256 * 1024) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from . import versions
 from .common import AgentError
+from .protocol import Evaluation
 
 MANIFEST_VERSION = 1
 SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"
@@ -56,7 +57,7 @@ def with_plugin_allowed(value: str) -> str:
     return value + ("" if value.rstrip().endswith(",") else ",") + PLUGIN_NAME
 
 
-def explain_unloaded_plugin(evaluation: dict[str, Any], mode: str | None, launcher_pid: int | None,
+def explain_unloaded_plugin(evaluation: Evaluation, mode: str | None, launcher_pid: int | None,
                             planned_env: dict[str, Any] | None) -> None:
     """When a plugin-mode server did not prove its values and its ``SGLANG_PLUGINS`` leaves the plugin out, say so
     first among check-env's hints (the generic hints would send the user to the plugin mode they already use)."""
