@@ -12,7 +12,7 @@ import shutil
 import socket
 import sys
 import sysconfig
-from typing import Any, cast
+from typing import Any
 
 from . import gpus, versions
 from .boot import unsafe_reason
@@ -130,7 +130,8 @@ def disk_free_gb(path: str) -> float | None:
         return None
 
 
-def collect(req: FactsRequest) -> dict[str, Any]:
+def collect(req: FactsRequest) -> FactsAnswer:
+    """What the host has; ``problems`` is left empty for :func:`problems` to fill from it."""
     # nvidia-smi first: it runs (tens of ms on a real host) while the rest is read.
     smi = gpus.start_snapshot(with_apps=False) if req.get("gpus", True) else None
     state_dir = expand(req.get("state_dir", "~/.specdeploy"))
@@ -160,6 +161,7 @@ def collect(req: FactsRequest) -> dict[str, Any]:
                                unsafe_reason(expand(req["log_dir"]), "log_dir") if req.get("log_dir") else None,
                                _unsafe_file(expand(req["log_path"])) if req.get("log_path") else None)
                    if r],
+        "problems": [],
     }
 
 
@@ -178,7 +180,7 @@ def _unsafe_file(path: str) -> str | None:
     return None
 
 
-def problems(facts: dict[str, Any], req: FactsRequest) -> list[str]:
+def problems(facts: FactsAnswer, req: FactsRequest) -> list[str]:
     """Everything that would make a deploy fail, as sentences; empty when the host is ready."""
     out: list[str] = []
     sg = facts["sglang"]
@@ -219,4 +221,4 @@ def report(req: FactsRequest, sink: EventSink) -> FactsAnswer:
     """The ``facts`` verb (the preflight): what the host has, and the problems a deploy cannot live with."""
     data = collect(req)
     data["problems"] = problems(data, req)
-    return cast(FactsAnswer, data)  # ``collect``'s literal has FactsAnswer's keys but ``problems``
+    return data
