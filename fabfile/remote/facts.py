@@ -17,8 +17,8 @@ from typing import Any
 from . import gpus, versions
 from .boot import unsafe_reason
 from .common import EventSink, expand
-from .lock import DeployLock
 from .protocol import FactsAnswer, FactsRequest
+from .serve.lock import DeployLock
 
 LAYOUT = {
     "engine": "srt/entrypoints/engine.py",

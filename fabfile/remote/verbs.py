@@ -1,6 +1,6 @@
 """The agent's verbs, one table: name → its request and answer shapes (``protocol``) and the function in its room.
 
-Each row names where its function lives (``"module:function"``, relative to this package) and the function is
+Each row names where its function lives (``"room.module:function"``, relative to this package) and the function is
 imported only when its verb is called: every agent call starts a fresh Python, and a status call should not pay for
 the deploy machinery (measured: importing everything costs ~50 ms per call). The client imports this table too
 (``transport/session.py``: ``HostSession``'s one method per verb sends ``verbs.STOP`` and gets a ``StopAnswer``
@@ -45,24 +45,25 @@ class Verb(Generic[Req, Ans]):
 TABLE: dict[str, Verb[Any, Any]] = {}
 
 FACTS = Verb("facts", p.FactsRequest, p.FactsAnswer, "facts:report")
-DEPLOY = Verb("deploy", p.DeployRequest, p.DeployRecord, "deploy:run")
-ATTACH = Verb("attach", p.AttachRequest, p.AttachAnswer, "follow:attach")
-STOP = Verb("stop", p.StopRequest, p.StopAnswer, "stop:run")
-STATUS = Verb("status", p.StateRequest, p.StatusAnswer, "hoststatus:status")
-LOGS = Verb("logs", p.LogsRequest, p.LogsAnswer, "follow:logs")
+DEPLOY = Verb("deploy", p.DeployRequest, p.DeployRecord, "serve.deploy:run")
+ATTACH = Verb("attach", p.AttachRequest, p.AttachAnswer, "serve.follow:attach")
+STOP = Verb("stop", p.StopRequest, p.StopAnswer, "serve.stop:run")
+STATUS = Verb("status", p.StateRequest, p.StatusAnswer, "serve.hoststatus:status")
+LOGS = Verb("logs", p.LogsRequest, p.LogsAnswer, "serve.follow:logs")
 GPUS = Verb("gpus", p.GpusRequest, p.GpusAnswer, "gpus:report")
-STALE = Verb("stale", p.StaleRequest, p.StaleAnswer, "stop:stale")
-ADOPT = Verb("adopt", p.AdoptRequest, p.AdoptAnswer, "adoption:adopt")
-RECORDS = Verb("records", p.RecordsRequest, p.RecordsAnswer, "records:read")
-REDEPLOY = Verb("redeploy", p.RedeployRequest, p.DeployRecord, "deploy:redeploy")
-CANCEL = Verb("cancel", p.CancelRequest, p.CancelAnswer, "records:cancel")
-ROUTER_START = Verb("router_start", p.RouterStartRequest, p.RouterStartAnswer, "router:start_verb")
-ROUTER_STOP = Verb("router_stop", p.RouterStopRequest, p.RouterStopAnswer, "router:stop_verb")
-ROUTER_WORKER = Verb("router_worker", p.RouterWorkerRequest, p.RouterWorkerAnswer, "router:worker_verb")
-WATCH = Verb("watch", p.StateRequest, p.WatchAnswer, "watch:watch")
-BENCH = Verb("bench", p.BenchRequest, p.BenchAnswer, "bench:run")
-PROFILE = Verb("profile", p.ProfileRequest, p.ProfileResult, "profile:run")
-EVIDENCE = Verb("evidence", p.CheckEnvRequest, p.CheckEnvAnswer, "evidence:check_env")
-PATCH_APPLY = Verb("patch_apply", p.PatchApplyRequest, p.PatchApplyAnswer, "patching:apply_verb")
-PATCH_ROLLBACK = Verb("patch_rollback", p.PatchRollbackRequest, p.PatchRollbackAnswer, "patching:rollback_verb")
-PATCH_STATUS = Verb("patch_status", p.PatchStatusRequest, p.PatchStatusAnswer, "patching:status_verb")
+STALE = Verb("stale", p.StaleRequest, p.StaleAnswer, "serve.stop:stale")
+ADOPT = Verb("adopt", p.AdoptRequest, p.AdoptAnswer, "serve.adoption:adopt")
+RECORDS = Verb("records", p.RecordsRequest, p.RecordsAnswer, "serve.records:read")
+REDEPLOY = Verb("redeploy", p.RedeployRequest, p.DeployRecord, "serve.deploy:redeploy")
+CANCEL = Verb("cancel", p.CancelRequest, p.CancelAnswer, "serve.records:cancel")
+ROUTER_START = Verb("router_start", p.RouterStartRequest, p.RouterStartAnswer, "serve.router:start_verb")
+ROUTER_STOP = Verb("router_stop", p.RouterStopRequest, p.RouterStopAnswer, "serve.router:stop_verb")
+ROUTER_WORKER = Verb("router_worker", p.RouterWorkerRequest, p.RouterWorkerAnswer, "serve.router:worker_verb")
+WATCH = Verb("watch", p.StateRequest, p.WatchAnswer, "measure.watch:watch")
+BENCH = Verb("bench", p.BenchRequest, p.BenchAnswer, "measure.bench:run")
+PROFILE = Verb("profile", p.ProfileRequest, p.ProfileResult, "measure.profile:run")
+EVIDENCE = Verb("evidence", p.CheckEnvRequest, p.CheckEnvAnswer, "evidence.judge:check_env")
+PATCH_APPLY = Verb("patch_apply", p.PatchApplyRequest, p.PatchApplyAnswer, "patch.apply:apply_verb")
+PATCH_ROLLBACK = Verb("patch_rollback", p.PatchRollbackRequest, p.PatchRollbackAnswer,
+                      "patch.rollback:rollback_verb")
+PATCH_STATUS = Verb("patch_status", p.PatchStatusRequest, p.PatchStatusAnswer, "patch.rollback:status_verb")
