@@ -90,11 +90,6 @@ def bench_serving_help(env: dict[str, str] | None = None) -> tuple[list[str] | N
     return [name.strip() for name in m.group(1).split(",") if name.strip()], None
 
 
-def bench_serving_datasets(env: dict[str, str] | None = None) -> list[str] | None:
-    """The choices alone (None when it cannot say)."""
-    return bench_serving_help(env)[0]
-
-
 def _run_bench_serving(req: BenchRequest, host: str, port: int, out_file: str, sink: EventSink,
                        api_key: str | None) -> dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host

@@ -3,7 +3,7 @@
 Stdlib only, Python 3.9+. The client renders every piece of code (``fabfile.patchset``) and sends it in the
 request; the engine only finds anchors (``patchanchors``), applies (``patchapply``), records (``patchstore``) and
 undoes (``patchrollback``); its modes and fixed facts live in ``patchmodes``. This module is the one door: callers
-import ``patching`` and find it all. Public verbs: :func:`apply`, :func:`rollback`, :func:`status`; helpers
+import ``patching`` and find it all. Public verbs: :func:`apply`, :func:`rollback`; helpers
 :func:`supported_modes`, :func:`auto_mode`, :func:`parse_marker`.
 
 Guarantees:
@@ -47,7 +47,7 @@ from .patchmodes import (
                          supported_modes,
                          with_plugin_allowed,
 )
-from .patchrollback import rollback, status
+from .patchrollback import rollback
 from .patchstore import drop_pycache, load_manifest
 
 __all__ = [
@@ -81,7 +81,6 @@ __all__ = [
                          "plugin_allowlist",
                          "plugin_excluded_by",
                          "rollback",
-                         "status",
                          "strip_blocks",
                          "supported_modes",
                          "with_plugin_allowed",

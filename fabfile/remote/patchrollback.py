@@ -1,28 +1,20 @@
-"""``patch_rollback`` and ``patch_status``: put SGLang's files back byte for byte, and say what is patched now.
+"""``patch_rollback``: put SGLang's files back byte for byte.
 
 Rollback refuses a file that changed behind the engine's back (its hash is not the one it wrote).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .common import AgentError, sha256_file
-from .patchmodes import (
-    ENGINE_REL,
-    MANIFEST_VERSION,
-    SCHEDULER_REL,
-    SITECUSTOMIZE_REL,
-)
+from .patchmodes import MANIFEST_VERSION
 from .patchstore import (
     _backup_bytes,
     _changed_error,
     _current_state,
     _execute,
-    _is_ours,
     _locked,
-    _manifest_path,
     _now,
     _Op,
     _read,
@@ -109,34 +101,3 @@ def rollback(req: dict[str, Any]) -> dict[str, Any]:
             raise AgentError("rollback_verify_failed", f"After rollback {bad} do not match their originals.")
         return {"dry_run": False, "nothing_to_do": not ops, "files": results, "forgotten": forgotten}
 
-
-def status(req: dict[str, Any]) -> dict[str, Any]:
-    """Manifest plus, per file, ``state``: patched | original | changed | missing.
-
-    Request ``{"state_dir", "site_packages"?}``; with site_packages, also lists ``unmanaged``: files that
-    carry a specdeploy sentinel but are not in the manifest.
-    """
-    state_dir = _require(req, "state_dir")
-    manifest = load_manifest(state_dir)
-    files = []
-    for e in manifest["entries"]:
-        st = _current_state(e, _read(e["path"]))
-        files.append(dict(e, state=st))
-    unmanaged = []
-    site = req.get("site_packages")
-    if site:
-        known = {e["path"] for e in manifest["entries"]}
-        for rel in (ENGINE_REL, SCHEDULER_REL, SITECUSTOMIZE_REL):
-            p = os.path.join(site, rel)
-            data = _read(p)
-            if data is not None and p not in known and _is_ours(data):
-                unmanaged.append(p)
-    return {
-        "mode": manifest.get("mode") if manifest["entries"] else None,
-        "values_hash": manifest.get("values_hash") if manifest["entries"] else None,
-        "patched": bool(files) and all(f["state"] == "patched" for f in files),
-        "clean": not files and not unmanaged,
-        "files": files,
-        "unmanaged": unmanaged,
-        "manifest": _manifest_path(state_dir),
-    }

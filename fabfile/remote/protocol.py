@@ -22,9 +22,9 @@ from .versions import PLUGIN_SYSTEM
 
 # Every verb the agent answers (``fabfile/remote/verbs.py``'s TABLE has exactly these keys).
 VERBS: tuple[str, ...] = (
-    "facts", "deploy", "attach", "stop", "status", "logs", "gpus", "stale", "adopt", "records", "redeploy", "cancel",
+    "facts", "deploy", "attach", "stop", "status", "logs", "gpus", "adopt", "records", "redeploy", "cancel",
     "router_start", "router_stop", "router_worker", "watch", "bench", "evidence", "patch_apply", "patch_rollback",
-    "patch_status", "profile",
+    "profile",
 )
 
 # What the client makes of a kind. Categories name the client's exception classes (``fabfile/errors.py``):

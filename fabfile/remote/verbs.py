@@ -275,7 +275,6 @@ TABLE: dict[str, Callable[[Any, EventSink], dict[str, Any]]] = {
     "status": _status,
     "logs": _logs,
     "gpus": _gpus,
-    "stale": _stale,
     "adopt": _adopt,
     "records": _records,
     "redeploy": _redeploy,
@@ -289,5 +288,4 @@ TABLE: dict[str, Callable[[Any, EventSink], dict[str, Any]]] = {
     "evidence": _evidence,
     "patch_apply": _patch("apply"),
     "patch_rollback": _patch("rollback"),
-    "patch_status": _patch("status"),
 }

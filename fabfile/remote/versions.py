@@ -53,15 +53,6 @@ def release(version: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2]
 
 
-def release_or_none(version: str | None) -> tuple[int, int, int] | None:
-    if not version:
-        return None
-    try:
-        return release(version)
-    except ValueError:
-        return None
-
-
 def key(version: str) -> tuple[tuple[int, ...], int, int, int, int, int]:
     """A sort key with PEP 440's order: dev < pre < final < post, and a dev release of a post before that post."""
     m = _VERSION_RE.match(str(version))

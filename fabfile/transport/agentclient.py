@@ -78,12 +78,6 @@ def bundle() -> Bundle:
     return Bundle(files)
 
 
-def agent_bundle() -> tuple[bytes, str]:
-    """The agent archive (zip) and the hash that names the directory it unpacks into (its first 16 hex digits)."""
-    b = bundle()
-    return b.data, b.manifest_sha256
-
-
 class AgentClient:
     def __init__(self, transport: Transport, python: str, state_dir: str) -> None:
         self.transport = transport
