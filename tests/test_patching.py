@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fabfile.errors import PatchModeError
 from fabfile.remote import patching, patchstore
 from fabfile.remote.common import AgentError, sha256_file
 from fabfile.render import patchset
@@ -554,7 +555,7 @@ def test_sitecustomize_shadow_check(tmp_path: Path) -> None:
 
 
 def test_plugin_refused_before_0_5_11(tmp_path: Path) -> None:
-    with pytest.raises(patchset.PatchModeError) as ei:
+    with pytest.raises(PatchModeError) as ei:
         patchset.resolve_mode("plugin", "0.5.10.post1")
     assert "0.5.10.post1" in str(ei.value) and "scheduler" in str(ei.value)
     site = make_site(tmp_path, plugins=False)
@@ -586,13 +587,13 @@ def test_resolve_mode(requested: str, version: str, expected: str) -> None:
 
 
 def test_resolve_mode_errors() -> None:
-    with pytest.raises(patchset.PatchModeError, match="unknown patch mode"):
+    with pytest.raises(PatchModeError, match="unknown patch mode"):
         patchset.resolve_mode("magic", "0.5.12")
-    with pytest.raises(patchset.PatchModeError):
+    with pytest.raises(PatchModeError):
         patchset.resolve_mode("auto", "not-a-version")
-    with pytest.raises(patchset.PatchModeError):
+    with pytest.raises(PatchModeError):
         patchset.normalize_values({"NCCL PROTO": "LL"})
-    with pytest.raises(patchset.PatchModeError):
+    with pytest.raises(PatchModeError):
         patchset.normalize_values({"NCCL_PROTO": "L\nL"})
 
 

@@ -13,16 +13,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fabfile.errors import PatchModeError
 from fabfile.remote import common, patching, versions
 from fabfile.render.jinja import render_text
 
 MODES: tuple[str, ...] = patching.ALL_MODES
 PLUGIN_DIST = patching.PLUGIN_NAME
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class PatchModeError(ValueError):
-    """A patch mode or patch values the client refuses before anything is sent to a host."""
 
 
 def supported_modes(sglang_version: str) -> list[str]:
