@@ -29,6 +29,12 @@ _SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
 # /proc/PID/cmdline).
 
 
+def client_name() -> str:
+    """``user@machine`` of this client: recorded with each deploy, and who holds a host's lock or cancelled its
+    deploy, as `inv status` and a waiting deploy say."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
 def secret_names(host: Host) -> set[str]:
     """Environment variables whose values are secret: by name (TOKEN, PASSWORD, API_KEY, ...) or marked in the
     inventory with ``secret_env`` (a DATABASE_URL carries a password under an innocent name)."""
@@ -343,7 +349,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     argv = launch_argv(host, spec)
     log_path = f"{host.log_dir.rstrip('/')}/sglang-{name}.log"
     script_path = f"{host.state_dir.rstrip('/')}/launch-{name}.sh"
-    client = f"{getpass.getuser()}@{socket.gethostname()}"
+    client = client_name()
     gate = host.accept_gate if opts.accept_gate is None else opts.accept_gate
     # Only node rank 0 of a cluster serves the API (the others answer SGLang's stub health server): it is the one
     # that takes the real request. The accept gate is for speculative configurations with a gate above 0.
