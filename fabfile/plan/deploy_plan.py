@@ -16,7 +16,7 @@ from typing import Any
 
 from fabfile import __version__
 from fabfile.errors import FlagError, InventoryError
-from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, Host, Speculative, check_speculative
 from fabfile.plan.argv import opt
 from fabfile.remote import versions
 
@@ -320,8 +320,6 @@ def nccl_settings(host: Host) -> NcclSettings:
 
 def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_version: str | None = None) -> Plan:
     """The plan for ``host``; ``sglang_version`` (known after preflight) decides how secret flags reach SGLang."""
-    if opts.patch_mode is not None and opts.patch_mode not in PATCH_MODES:
-        raise FlagError(f"--patch-mode: unknown mode {opts.patch_mode!r}", f"choose one of {', '.join(PATCH_MODES)}")
     if opts.timeout is not None and opts.timeout <= 0:
         raise FlagError("--timeout: must be a positive number of seconds")
     spec = _speculative(host, opts)

@@ -19,7 +19,10 @@ PLUGIN_GROUP = "sglang.srt.plugins"
 PLUGIN_NAME = "specdeploy_nccl_env"
 PLUGIN_MIN_VERSION = versions.release(versions.PLUGIN_SYSTEM)  # (0, 5, 11): the plugin system
 
-ALL_MODES = ("env", "scheduler", "engine", "plugin", "sitecustomize")
+# The one list of patch modes (the agent's); ``auto`` picks one of them per version (:func:`auto_mode`). The
+# client's --patch-mode and the inventory's patch_mode take ``PATCH_MODES``.
+ALL_MODES = ("env", "engine", "scheduler", "plugin", "sitecustomize")
+PATCH_MODES = ("auto", *ALL_MODES)
 
 ENGINE_REL = "sglang/srt/entrypoints/engine.py"
 SCHEDULER_REL = "sglang/srt/managers/scheduler.py"
@@ -99,11 +102,8 @@ def parse_version(version: str) -> tuple[int, int, int]:
 
 def supported_modes(version: str) -> list[str]:
     """Modes that can work with this SGLang version (``plugin`` needs the 0.5.11+ plugin system)."""
-    modes = ["env", "scheduler", "engine"]
-    if parse_version(version) >= PLUGIN_MIN_VERSION:
-        modes.append("plugin")
-    modes.append("sitecustomize")
-    return modes
+    plugins = parse_version(version) >= PLUGIN_MIN_VERSION
+    return [m for m in ALL_MODES if m != "plugin" or plugins]
 
 
 def auto_mode(version: str) -> str:
@@ -112,18 +112,19 @@ def auto_mode(version: str) -> str:
 
 
 def check_mode(mode: str, version: str) -> None:
+    """The one check of a patch mode (``auto`` resolved) against the list and the version: the agent's before it
+    patches, the client's (``render.patchset.resolve_mode``) before anything is sent."""
     if mode not in ALL_MODES:
         raise AgentError(
             "bad_mode",
-            f"Unknown patch mode {mode!r}.",
-            hint="Use one of: {}.".format(", ".join(ALL_MODES)),
+            f"unknown patch mode {mode!r}; choose one of: {', '.join(PATCH_MODES)}",
         )
     if mode not in supported_modes(version):
         raise AgentError(
             "mode_unsupported",
-            f"Patch mode {mode!r} is not available on SGLang {version}: "
-            f"SGLang has no plugin system before {versions.PLUGIN_SYSTEM}.",
-            hint="Use patch mode 'scheduler' (a source patch at the top of run_scheduler_process).",
+            f"patch mode {mode!r} needs SGLang >= {versions.PLUGIN_SYSTEM} (the plugin system), but the host "
+            f"has SGLang {version}; use patch_mode 'scheduler' (or 'auto', which picks it for this version)",
+            hint="Patch mode 'scheduler' is a source patch at the top of run_scheduler_process.",
             mode=mode,
             sglang_version=version,
         )

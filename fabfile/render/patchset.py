@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from fabfile.errors import PatchModeError
-from fabfile.remote import common, patching, versions
+from fabfile.remote import common, patching
 from fabfile.render.jinja import render_text
 
-MODES: tuple[str, ...] = patching.ALL_MODES
 PLUGIN_DIST = patching.PLUGIN_NAME
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -32,16 +31,13 @@ def supported_modes(sglang_version: str) -> list[str]:
 
 def resolve_mode(requested: str, sglang_version: str) -> str:
     """``auto`` -> plugin (0.5.11+) or scheduler; any other mode is checked against the version."""
-    modes = supported_modes(sglang_version)
+    supported_modes(sglang_version)  # a version that is none: refused first
     if requested == "auto":
         return patching.auto_mode(sglang_version)
-    if requested not in MODES:
-        raise PatchModeError(f"unknown patch mode {requested!r}; choose one of: auto, {', '.join(MODES)}")
-    if requested not in modes:
-        raise PatchModeError(
-            f"patch mode {requested!r} needs SGLang >= {versions.PLUGIN_SYSTEM} (the plugin system), but the host "
-            f"has SGLang {sglang_version}; use patch_mode 'scheduler' (or 'auto', which picks it for this version)"
-        )
+    try:
+        patching.check_mode(requested, sglang_version)  # the agent checks the same before it patches
+    except common.AgentError as e:
+        raise PatchModeError(e.message) from None
     return requested
 
 
