@@ -79,7 +79,8 @@ def _run_version_py(site: Path) -> str:
     ("0.5.21.dev12+g1a2b3c4", (0, 5, 21)), ("0.4.3.post4", (0, 4, 3)), ("0.5", (0, 5, 0)), ("1.0.0a2", (1, 0, 0)),
 ])
 def test_release_numbers(text: str, release: tuple[int, int, int]) -> None:
-    assert versions.release(text) == release
+    numbers = versions.key(text)[0]  # the release numbers, trailing zeros dropped
+    assert numbers + (0,) * (3 - len(numbers)) == release
 
 
 def test_total_order() -> None:
@@ -90,11 +91,25 @@ def test_total_order() -> None:
     assert versions.key("0.5.7.0") == versions.key("0.5.7")
 
 
+def test_gates_and_tables_use_the_same_order() -> None:
+    # A build counts as the release whose code it carries, placed in key()'s order; a table read from the wheels
+    # gives a host the facts of the newest release read that is not newer.
+    assert versions.feature_key("0.5.20rc1") == versions.key("0.5.20") == versions.feature_key("0.5.20.dev3")
+    assert versions.feature_key("0.5.20.post1.dev2") == versions.key("0.5.20.post1")
+    known = ["0.5.16", "0.5.9", "0.5.15.post1", "0.5.12"]
+    assert versions.newest_not_newer("0.5.15", known) == "0.5.12"
+    assert versions.newest_not_newer("0.5.15.post1", known) == "0.5.15.post1"
+    assert versions.newest_not_newer("0.5.16rc1", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.99", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.8", known) is None
+    assert versions.newest_not_newer("garbage", known) is None and versions.newest_not_newer(None, known) is None
+
+
 @pytest.mark.parametrize("bad", ["", "latest", "0.5.x", "five", "0..5"])
 def test_garbage_is_not_a_version(bad: str) -> None:
     assert not versions.valid(bad)
     with pytest.raises(ValueError):
-        versions.release(bad)
+        versions.key(bad)
     assert not versions.at_least(bad, "0.0.1")
 
 

@@ -26,13 +26,6 @@ DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 PHASE_COUNTER = "sglang:forward_execution_seconds_total"
 
 
-def _key(v: str) -> tuple[int, int, int, int]:
-    try:
-        return versions.feature_key(v)
-    except ValueError:
-        return (-1, 0, 0, 0)
-
-
 @lru_cache(maxsize=1)
 def _table() -> list[tuple[str, dict[str, Any], frozenset[str]]]:
     """(release, its facts, its full flag set), oldest first."""
@@ -46,15 +39,12 @@ def _table() -> list[tuple[str, dict[str, Any], frozenset[str]]]:
         else:
             flags = (flags | set(facts.get("flags_added") or ())) - set(facts.get("flags_removed") or ())
         out.append((v, facts, frozenset(flags)))
-    return sorted(out, key=lambda t: _key(t[0]))
+    return sorted(out, key=lambda t: versions.key(t[0]))
 
 
 def facts_for(version: str) -> tuple[str, dict[str, Any], frozenset[str]] | None:
-    want = _key(version)
-    if want[0] < 0:
-        return None
-    below = [t for t in _table() if _key(t[0]) <= want]
-    return below[-1] if below else None
+    read = versions.newest_not_newer(version, (t[0] for t in _table()))
+    return next((t for t in _table() if t[0] == read), None)
 
 
 def _releases_with(pred: Any) -> str:

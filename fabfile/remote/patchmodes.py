@@ -17,7 +17,7 @@ SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"
 SENTINEL_END = "# <<< specdeploy nccl-env end"
 PLUGIN_GROUP = "sglang.srt.plugins"
 PLUGIN_NAME = "specdeploy_nccl_env"
-PLUGIN_MIN_VERSION = versions.release(versions.PLUGIN_SYSTEM)  # (0, 5, 11): the plugin system
+PLUGIN_MIN_VERSION = versions.feature_key(versions.PLUGIN_SYSTEM)  # 0.5.11: the plugin system
 
 # The one list of patch modes (the agent's); ``auto`` picks one of them per version (:func:`auto_mode`). The
 # client's --patch-mode and the inventory's patch_mode take ``PATCH_MODES``.
@@ -87,11 +87,11 @@ def explain_unloaded_plugin(evaluation: dict[str, Any], mode: str | None, launch
     evaluation["hints"] = [hint] + [h for h in evaluation.get("hints") or [] if h.get("code") != hint["code"]]
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
-    """``"0.5.10.post1"`` -> (0, 5, 10); ``"0.5.12rc1"`` -> (0, 5, 12) (the agent's one parser,
-    :mod:`versions`). Raises AgentError on garbage."""
+def parse_version(version: str) -> versions.Key:
+    """The release whose code ``version`` carries (:func:`versions.feature_key`: "0.5.12rc1" counts as 0.5.12), as
+    the agent's error when it is no version."""
     try:
-        return versions.release(str(version))
+        return versions.feature_key(str(version))
     except ValueError:
         raise AgentError(
             "bad_version",
