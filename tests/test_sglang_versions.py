@@ -456,3 +456,23 @@ def test_device_timer_facts_follow_the_release(version: str) -> None:
     assert f["timer"] == versions.at_least(version, versions.DEVICE_TIMER)
     assert f["verify_calls"] == versions.at_least(version, versions.SPEC_VERIFY_CALLS)
     assert f["eager_verify"] == versions.at_least(version, versions.EAGER_VERIFY_CATEGORY)
+
+
+def test_the_nccl_table_stores_changes_only_and_each_release_reads_its_own_writes() -> None:
+    """The generated table (``python -m tests.contract --write``) keeps a release's NCCL writes only where they
+    differ from the release before it; looked up, every release read still gets its own (the wheels tier checks
+    them against each wheel: tests/test_contract.py)."""
+    from fabfile.remote import sglang_env_facts
+    from fabfile.remote.sglangnccl import sglang_env_facts_for
+
+    table = sglang_env_facts.NCCL_WRITES
+    order = sorted(table, key=versions.key)
+    assert list(table) == order and table[order[0]] is not None
+    effective: list[dict[str, Any]] = []
+    for v in order:
+        stored = table[v]
+        assert stored != effective, f"{v} repeats the writes of the release before it"
+        effective = effective if stored is None else stored
+        assert sglang_env_facts_for(v) == (v, effective)
+        if "post" not in v:
+            assert sglang_env_facts_for(v + "rc1") == (v, effective)  # a pre-release counts as its release
