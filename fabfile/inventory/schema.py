@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from fabfile.errors import InventoryError
 from fabfile.flags import quote
+from fabfile.remote.procs import SECRET_FLAGS
 
 InvalidField = ValidationError  # what validate() raises (a ValueError): pydantic_message() words it
 
@@ -44,7 +45,7 @@ def valid_ssh_host(value: str) -> bool:
 _NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
 # Flags of sglang_args the tool itself reads a value from (the secret flags it moves into --config) or renders
 # from a field: each takes exactly one value in every release (``type=str``, read from the wheels).
-ONE_VALUE_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--served-model-name")
+ONE_VALUE_FLAGS = (*SECRET_FLAGS, "--served-model-name")
 
 
 def check_flag_words(items: list[str]) -> None:

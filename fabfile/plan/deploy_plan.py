@@ -19,11 +19,12 @@ from fabfile.errors import FlagError, InventoryError
 from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, Host, Speculative, check_speculative
 from fabfile.plan.argv import opt
 from fabfile.remote import versions
+from fabfile.remote.common import split_argv
+from fabfile.remote.procs import SECRET_FLAGS, redact_argv
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 _SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
-_SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
 # SGLang reads `--config FILE` (YAML; each key a flag name) since `versions.CONFIG_FILE` (0.5.3): the one way to give
 # it the API key without putting the key in its command line, which every account on the host can read (ps,
 # /proc/PID/cmdline).
@@ -41,26 +42,15 @@ def secret_names(host: Host) -> set[str]:
     return {k for k in host.env if _SECRET_NAME.search(k)} | set(host.secret_env)
 
 
-def _secret_flag(arg: str) -> tuple[str, bool]:
-    flag, eq, _ = arg.partition("=")
-    return (flag, bool(eq)) if flag in _SECRET_FLAGS else ("", False)
-
-
 def split_secret_flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """``args`` without the secret flags (``--api-key V`` / ``--api-key=V``), and those as a config mapping."""
     rest: list[str] = []
     found: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        flag, one_word = _secret_flag(args[i])
-        if not flag:
-            rest.append(args[i])
-        elif one_word:
-            found[flag[2:]] = args[i].split("=", 1)[1]
-        elif i + 1 < len(args):
-            found[flag[2:]] = args[i + 1]
-            i += 1
-        i += 1
+    for f in split_argv(args, values=SECRET_FLAGS):
+        if f.name not in SECRET_FLAGS:
+            rest.extend(f.words)
+        elif f.value is not None:  # a secret flag without a value (the last word) is dropped
+            found[f.name[2:]] = f.value
     return rest, found
 
 
@@ -172,23 +162,7 @@ class Plan:
         return {k: ("***" if k in names or _SECRET_NAME.search(k) else v) for k, v in self.env.items()}
 
     def masked_argv(self) -> list[str]:
-        out: list[str] = []
-        hide_next = False
-        for a in self.argv:
-            if hide_next:
-                out.append("***")
-                hide_next = False
-                continue
-            flag, eq, _ = a.partition("=")
-            if flag in _SECRET_FLAGS:
-                if eq:
-                    out.append(f"{flag}=***")
-                else:
-                    out.append(a)
-                    hide_next = True
-            else:
-                out.append(a)
-        return out
+        return redact_argv(list(self.argv))
 
     def masked_script(self) -> str:
         return mask_secrets(self.script, secret_values(self.host))

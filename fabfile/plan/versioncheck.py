@@ -17,6 +17,7 @@ from typing import Any
 from fabfile.errors import FlagError
 from fabfile.plan.argv import value_of
 from fabfile.remote import versions
+from fabfile.remote.common import split_argv
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 # What ``measure`` (``inv deploy --measure``) turns on: SGLang's per-phase GPU timer. Only the counter by phase
@@ -81,10 +82,13 @@ def has_device_timer(version: str | None) -> bool:
 
 
 def _flag_names(argv: list[str]) -> list[str]:
+    """The ``--`` flags ``argv`` names, and any stray word that looks like one (``--foo bar`` in one word: argparse
+    takes it for an argument SGLang does not have)."""
     out = []
-    for a in argv:
-        if a.startswith("--") and len(a) > 2:
-            out.append(a.split("=", 1)[0])
+    for f in split_argv(argv):
+        word = f.words[0]
+        if f.name.startswith("--") or (not f.name and word.startswith("--") and len(word) > 2):
+            out.append(f.name or word.split("=", 1)[0])
     return out
 
 

@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from . import metrics, procs, records, server, versions
-from .common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private
+from .common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private, split_argv
 from .protocol import BenchRequest
 
 
@@ -143,11 +143,9 @@ def api_key_of(pid: int) -> str | None:
             args = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")]
     except OSError:
         return None
-    for i, a in enumerate(args):
-        if a == "--api-key" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--api-key="):
-            return a.split("=", 1)[1]
+    given = [w.value for w in split_argv(args, values=("--api-key",)) if w.name == "--api-key" and w.value is not None]
+    if given:
+        return given[-1]  # argparse keeps the last
     if "--config" in args and args.index("--config") + 1 < len(args):
         path = args[args.index("--config") + 1]
         try:

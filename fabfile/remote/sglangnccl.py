@@ -9,31 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from . import sglang_env_facts, versions
+from .common import split_argv
 
 
 def _argv_flags(argv: list[str] | None) -> dict[str, Any]:
-    argv = list(argv or [])
-    flags: dict[str, Any] = {"known": bool(argv), "tp_size": None}
-
-    def has(name: str) -> bool:
-        return any(a == name or a.startswith(name + "=") for a in argv)
-
+    items = split_argv(list(argv or []))
+    names = {f.name for f in items}
+    flags: dict[str, Any] = {"known": bool(items), "tp_size": None}
     for key, name in (
         ("disable_custom_all_reduce", "--disable-custom-all-reduce"),
         ("deterministic", "--enable-deterministic-inference"),
         ("symm_mem", "--enable-symm-mem"),
         ("nccl_nvls", "--enable-nccl-nvls"),
     ):
-        flags[key] = has(name)
-    for i, a in enumerate(argv):
-        for name in ("--tp-size", "--tp", "--tensor-parallel-size"):
-            val = None
-            if a == name and i + 1 < len(argv):
-                val = argv[i + 1]
-            elif a.startswith(name + "="):
-                val = a.split("=", 1)[1]
-            if val is not None and val.isdigit():
-                flags["tp_size"] = int(val)
+        flags[key] = name in names
+    for f in items:
+        if f.name in ("--tp-size", "--tp", "--tensor-parallel-size") and f.value is not None and f.value.isdigit():
+            flags["tp_size"] = int(f.value)
     return flags
 
 
