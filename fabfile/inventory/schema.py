@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from fabfile.errors import InventoryError
 from fabfile.flags import quote
+from fabfile.remote.common import is_flag_word
 from fabfile.remote.procs import SECRET_FLAGS
 
 InvalidField = ValidationError  # what validate() raises (a ValueError): pydantic_message() words it
@@ -41,8 +42,6 @@ def valid_ssh_host(value: str) -> bool:
         c in _SSH_FORBIDDEN or c.isspace() or not c.isprintable() for c in value)
 
 
-# argparse's own test for a word that is a negative number, not a flag (``_negative_number_matcher``).
-_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
 # Flags of sglang_args the tool itself reads a value from (the secret flags it moves into --config) or renders
 # from a field: each takes exactly one value in every release (``type=str``, read from the wheels).
 ONE_VALUE_FLAGS = (*SECRET_FLAGS, "--served-model-name")
@@ -59,8 +58,7 @@ def check_flag_words(items: list[str]) -> None:
             raise ValueError(f"{item} takes a value, and " +
                              (f"{quote(following)} is the next flag" if following else "none follows") +
                              f"; write the two as one word, {item}=VALUE")
-        if item.startswith("-") and not item.startswith("--") and len(item) > 1 and " " not in item \
-                and not _NEGATIVE_NUMBER.fullmatch(item):
+        if is_flag_word(item) and not item.startswith("--") and " " not in item:
             before = items[i - 1].split("=", 1)[0] if i and items[i - 1].startswith("--") else "--flag"
             raise ValueError(f"{quote(item)} starts with '-', so SGLang's argparse reads it as a flag, not as the "
                              f"value of {before}; write the two as one word, {before}=VALUE")
