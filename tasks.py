@@ -127,7 +127,7 @@ def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout:
              accept_gate: Any = None) -> Any:
     from fabfile import flags
     from fabfile.plan.deploy_plan import Options
-    from fabfile.remote.patchmodes import PATCH_MODES
+    from fabfile.remote.patch.modes import PATCH_MODES
 
     return Options(steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS),
                    topk=flags.whole("--topk", topk, minimum=1, maximum=MAX_TOPK),

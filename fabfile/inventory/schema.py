@@ -137,7 +137,7 @@ class HostFields(_Strict):
     secret_env: list[str] | None = None  # env names whose values are secret (besides *TOKEN*, *PASSWORD*, ...)
     sglang_args: list[str] | None = None
     speculative: SpeculativeFields | None = None
-    patch_mode: str | None = None  # one of remote.patchmodes.PATCH_MODES (``_patch_mode``)
+    patch_mode: str | None = None  # one of remote.patch.modes.PATCH_MODES (``_patch_mode``)
     force_env: bool | None = None
     nccl_debug: bool | None = None
     # SGLang's per-phase GPU timer (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1); unset: on only for the
@@ -161,7 +161,7 @@ class HostFields(_Strict):
     @field_validator("patch_mode", mode="before")
     @classmethod
     def _patch_mode(cls, v: Any) -> Any:
-        from fabfile.remote.patchmodes import PATCH_MODES
+        from fabfile.remote.patch.modes import PATCH_MODES
 
         if v is not None and v not in PATCH_MODES:
             raise ValueError("Input should be " + ", ".join(repr(m) for m in PATCH_MODES[:-1])

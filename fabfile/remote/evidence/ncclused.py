@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..common import flag_value
 from . import ncclenv
-from .common import flag_value
 
 DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "half": 2, "fp16": 2, "float32": 4, "float": 4, "fp32": 4}
 USED_STATUSES = ("proven", "overridden", "observed", "unseen")
