@@ -183,26 +183,20 @@ def _parse_segment(seg: list[str], text: str) -> Launch:
 
 def split_flags(args: list[str]) -> tuple[dict[str, str], list[str]]:
     """The flags the tool renders from fields (flag -> value) and the rest, verbatim and in order."""
+    from fabfile.remote.common import split_argv
+
     managed: dict[str, str] = {}
     rest: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        flag, eq, inline = a.partition("=")
-        if a.startswith("--") and flag in _FIELD_OF:
-            if eq:
-                value = inline
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                i += 1
-                value = args[i]
-            else:
-                raise FlagError(f"--command: {flag} has no value")
-            if flag in managed or any(_FIELD_OF[f] == _FIELD_OF[flag] for f in managed):
-                raise FlagError(f"--command: {flag} is given twice; SGLang would take the last, keep one")
-            managed[flag] = value
-        else:
-            rest.append(a)
-        i += 1
+    for item in split_argv(args):
+        flag = item.name
+        if flag not in _FIELD_OF:
+            rest.extend(item.words)
+            continue
+        if item.value is None:
+            raise FlagError(f"--command: {flag} has no value")
+        if flag in managed or any(_FIELD_OF[f] == _FIELD_OF[flag] for f in managed):
+            raise FlagError(f"--command: {flag} is given twice; SGLang would take the last, keep one")
+        managed[flag] = item.value
     return managed, rest
 
 

@@ -14,6 +14,7 @@ from typing import cast
 from fabfile import __version__
 from fabfile.errors import (
     ConnectError,
+    ConnectionLost,
     FlagError,
     Interrupted,
     PreflightError,
@@ -36,7 +37,6 @@ from fabfile.plan.deploy_plan import (
 from fabfile.present.progress import Reporter
 from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer, PatchApplyRequest
 from fabfile.results.deploys import DeployResult
-from fabfile.transport.base import ConnectionLost
 from fabfile.transport.session import HostSession
 
 
@@ -89,7 +89,8 @@ def preflight_only(inv: Inventory, host: Host, plan: Plan) -> SpecDeployError | 
 
 
 def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, PatchApplyRequest | None]:
-    from fabfile.render.patchset import PatchModeError, build_patch_request, resolve_mode
+    from fabfile.errors import PatchModeError
+    from fabfile.render.patchset import build_patch_request, resolve_mode
 
     try:
         mode = resolve_mode(plan.patch_mode, version)

@@ -225,7 +225,6 @@ def cancel_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, wait_s: fl
 
 
 def _client() -> str:
-    import getpass
-    import socket
+    from fabfile.plan.deploy_plan import client_name  # only when a request names its client
 
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+    return client_name()

@@ -11,6 +11,8 @@ from typing import Any
 
 from .protocol import Stopped
 
+from .common import split_argv
+
 PROC = "/proc"
 
 
@@ -47,20 +49,15 @@ SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token")
 
 
 def redact_argv(args: list[str]) -> list[str]:
+    """``args`` with each secret flag's value as ``***`` (``--api-key=***``, or ``--api-key ***``)."""
     out: list[str] = []
-    hide = False
-    for a in args:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        flag = a.split("=", 1)[0]
-        if flag in SECRET_FLAGS:
-            if "=" in a:
-                a = flag + "=***"
-            else:
-                hide = True
-        out.append(a)
+    for f in split_argv(args, values=SECRET_FLAGS):
+        if f.name not in SECRET_FLAGS or f.value is None:
+            out.extend(f.words)
+        elif len(f.words) == 1:
+            out.append(f"{f.name}=***")
+        else:
+            out.extend((f.name, "***"))
     return out
 
 

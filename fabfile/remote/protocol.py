@@ -545,16 +545,6 @@ class LogsAnswer(TypedDict):
     offset: int
 
 
-class StaleRequest(TypedDict, total=False):
-    state_dir: str
-    target_gpus: list[int]
-
-
-class StaleAnswer(TypedDict):
-    processes: list[Proc]
-    gpu_holders: list[GpuApp]
-
-
 class AdoptRequest(TypedDict, total=False):
     state_dir: str
     port: int | None  # which server, when several run
@@ -796,16 +786,3 @@ class PatchRollbackAnswer(_PatchRollbackRequired, total=False):
     message: str
 
 
-class PatchStatusRequest(TypedDict, total=False):
-    state_dir: str
-    site_packages: str
-
-
-class PatchStatusAnswer(TypedDict):
-    mode: str | None
-    values_hash: str | None
-    patched: bool
-    clean: bool
-    files: list[dict[str, Any]]  # a manifest entry with its ``state``: patched | original | changed | missing
-    unmanaged: list[str]
-    manifest: str

@@ -51,7 +51,6 @@ STOP = Verb("stop", p.StopRequest, p.StopAnswer, "serve.stop:run")
 STATUS = Verb("status", p.StateRequest, p.StatusAnswer, "serve.hoststatus:status")
 LOGS = Verb("logs", p.LogsRequest, p.LogsAnswer, "serve.follow:logs")
 GPUS = Verb("gpus", p.GpusRequest, p.GpusAnswer, "gpus:report")
-STALE = Verb("stale", p.StaleRequest, p.StaleAnswer, "serve.stop:stale")
 ADOPT = Verb("adopt", p.AdoptRequest, p.AdoptAnswer, "serve.adoption:adopt")
 RECORDS = Verb("records", p.RecordsRequest, p.RecordsAnswer, "serve.records:read")
 REDEPLOY = Verb("redeploy", p.RedeployRequest, p.DeployRecord, "serve.deploy:redeploy")
@@ -66,4 +65,3 @@ EVIDENCE = Verb("evidence", p.CheckEnvRequest, p.CheckEnvAnswer, "evidence.judge
 PATCH_APPLY = Verb("patch_apply", p.PatchApplyRequest, p.PatchApplyAnswer, "patch.apply:apply_verb")
 PATCH_ROLLBACK = Verb("patch_rollback", p.PatchRollbackRequest, p.PatchRollbackAnswer,
                       "patch.rollback:rollback_verb")
-PATCH_STATUS = Verb("patch_status", p.PatchStatusRequest, p.PatchStatusAnswer, "patch.rollback:status_verb")

@@ -221,8 +221,6 @@ class HostSession:
 
 
 def _client() -> str:
-    """``user@machine`` of this client: who holds a host's lock, as `inv status` and a waiting deploy say."""
-    import getpass
-    import socket
+    from fabfile.plan.deploy_plan import client_name  # only when a request names its client
 
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+    return client_name()

@@ -52,20 +52,6 @@ def script_copy_path(state_dir: str, deploy_id: str) -> str:
     return os.path.join(_dir(state_dir), f"{deploy_id}.sh")
 
 
-def history(state_dir: str, limit: int = 20) -> list[dict[str, Any]]:
-    d = _dir(state_dir)
-    out = []
-    for name in sorted(os.listdir(d), reverse=True):
-        if name.endswith(".json"):
-            try:
-                with open(os.path.join(d, name), encoding="utf-8") as f:
-                    out.append(json.load(f))
-            except (OSError, ValueError):
-                continue
-    out.sort(key=lambda r: r.get("started_at", ""), reverse=True)
-    return out[:limit]
-
-
 def journal_path(state_dir: str, deploy_id: str) -> str:
     return os.path.join(_dir(state_dir), f"{deploy_id}.events")
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from .. import gpus, procs
 from ..common import EventSink, expand
-from ..protocol import GpuApp, Proc, StaleAnswer, StaleRequest, StopAnswer, Stopped, StopRequest
+from ..protocol import GpuApp, Proc, StopAnswer, Stopped, StopRequest
 from . import records
 
 ROUTER_TITLE = "sglang::router"
@@ -144,9 +144,3 @@ def run(req: StopRequest, sink: EventSink) -> StopAnswer:
     finally:
         lock.release()
 
-
-def stale(req: StaleRequest, sink: EventSink) -> StaleAnswer:
-    """The ``stale`` verb: what a deploy's stop step would stop, and what holds the target GPUs; nothing is
-    touched."""
-    found = find_stale(expand(req["state_dir"]), list(req.get("target_gpus") or []))
-    return {"processes": _listed(found), "gpu_holders": found["gpu_holders"]}
