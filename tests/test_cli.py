@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 
-import tasks
+from fabfile.cli import tasks
 from tests.invoke_cli import run_inv
 
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-import tasks
+from fabfile.cli import tasks
 from fabfile.errors import InventoryError, SpecDeployError
 from fabfile.inventory import hosts as inventory
 from fabfile.inventory import schema as inventory_schema

@@ -13,7 +13,7 @@ from fabfile import __version__
 
 
 def main() -> None:
-    from tasks import ns  # tasks.py imports only Invoke and fabfile.flags at the top; each task the rest it needs
+    from fabfile.cli.tasks import ns  # imports only Invoke and fabfile.flags at the top; each task the rest it needs
 
     Program(namespace=ns, version=__version__, name="specdeploy", binary="specdeploy",
             binary_names=["specdeploy"]).run()

@@ -1,0 +1,1 @@
+"""The command line: the task collection (``tasks``), and the installed ``specdeploy`` command (``main``)."""
