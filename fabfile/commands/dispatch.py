@@ -21,6 +21,29 @@ from fabfile.present.rollout_report import print_cluster, print_rollout
 from fabfile.results.deploys import RolloutResult
 
 
+def deploy_targets(inv: Inventory, host: str | None, *, rollout_flags: bool) -> tuple[list[Host], Any]:
+    """The hosts a deploy of ``--host`` covers and its cluster (None unless it names one). A cluster's nodes always
+    start together, so the rollout flags are refused for one, and a node of a cluster is refused on its own: its
+    deploy alone would stop its rank and leave the cluster broken."""
+    from fabfile.errors import FlagError
+
+    cluster = inv.cluster_named(host)
+    if cluster is not None:
+        if rollout_flags:
+            raise FlagError("--strategy/--batch/--no-canary: a cluster's nodes always start together (one model "
+                            "across nodes); leave these flags out")
+        return inv.cluster_nodes(cluster.name), cluster
+    hosts = inv.select(host)
+    for h in hosts:
+        for c_name, c_def in inv.clusters.items():
+            if h.name in c_def.hosts:
+                raise FlagError(f"--host: {h.name} is node {c_def.hosts.index(h.name)} of cluster {c_name}; a "
+                                "deploy of it alone would stop its rank and leave the cluster broken",
+                                f"deploy the whole cluster with --host {c_name}, or take {h.name} out of "
+                                "`clusters:` to run it on its own")
+    return hosts, None
+
+
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
                    batch: BatchSize, canary: bool, rollback_on_failure: bool, as_json: bool) -> int:
     """`inv deploy` after its flags are checked: one host, a rollout over several, or a multi-node cluster.
