@@ -165,3 +165,15 @@ def test_the_library_never_imports_the_porch() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             assert "tasks" not in names, f"{path.relative_to(ROOT)} imports tasks.py"
+
+
+def test_a_long_mistyped_word_is_quoted_only_in_part() -> None:
+    for args in (("x" * 10_000,), ("deploy", "--" + "y" * 10_000), ("--help", "z" * 10_000)):
+        r = run_cli(*args)
+        assert r.returncode == 2 and len(r.stderr) < 300 and " characters)" in r.stderr, (args[-1][:5], r.stderr[:300])
+
+
+def test_help_is_the_same_every_time_it_is_asked() -> None:
+    """Invoke pops each help text as it parses: a second parse in one process lost them all."""
+    first, second = run_cli("--help", "deploy"), run_cli("--help", "deploy")
+    assert first.stdout == second.stdout and "speculative steps" in second.stdout, second.stdout

@@ -28,6 +28,8 @@ from invoke.parser.argument import Argument
 from invoke.program import Program
 from invoke.util import helpline
 
+from fabfile.flags import quote
+
 # The core options kept: everything else of Invoke's is about running local shell commands.
 CORE = ("help", "list", "list-format", "list-depth", "version", "complete", "print-completion-script")
 
@@ -65,6 +67,8 @@ def summary(obj: Any) -> str | None:
 def _suggest(word: str, names: list[str]) -> str:
     import difflib
 
+    if len(word) > 64:  # a name is short: nothing is near this (and difflib's time grows with the length)
+        return ""
     near = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
     return f"; did you mean {near[0]}?" if near else ""
 
@@ -100,7 +104,7 @@ class SpecProgram(Program):
         halp = self.args.help.value
         if isinstance(halp, str) and halp not in self.parser.contexts:
             me = self.binary.split("[", 1)[0]
-            self._refuse_words(f"--help: no command {halp!r}" + _suggest(halp, self._task_names()),
+            self._refuse_words(f"--help: no command {quote(halp, as_repr=True)}" + _suggest(halp, self._task_names()),
                                f"`{me} --list` shows the commands")
         if self.args.complete.value:
             self._complete_host()
@@ -162,10 +166,11 @@ class SpecProgram(Program):
         if unknown:
             word = unknown[1]
             if word.startswith("-"):
-                self._refuse_words(f"{word.split('=', 1)[0]}: {command} has no such flag" + _suggest(word, flags),
+                flag = word.split("=", 1)[0]
+                self._refuse_words(f"{quote(flag)}: {command} has no such flag" + _suggest(flag, flags),
                                    f"`{me} --help {ctx.name}` lists its flags" if ctx is not None and ctx.name
                                    else f"`{me} --help` lists the options")
-            self._refuse_words(f"{word}: no such command" + _suggest(word, self._task_names()),
+            self._refuse_words(f"{quote(word)}: no such command" + _suggest(word, self._task_names()),
                                f"`{me} --list` shows the commands")
         no_value = _NO_VALUE.search(text)
         if no_value:

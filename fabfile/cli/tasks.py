@@ -12,6 +12,8 @@ import functools
 from typing import Any
 
 from invoke.collection import Collection
+from invoke.parser.argument import Argument
+from invoke.tasks import Task as _Task
 from invoke.tasks import task as _task
 
 from fabfile import flags  # the one parser of flag values (imports only fabfile.errors: `inv --list` stays fast)
@@ -48,9 +50,22 @@ from fabfile.flags import (
     WEEK_S,
 )
 
+
+class Task(_Task[Any]):
+    """Invoke's task, parsed as often as asked: Invoke's own pops each help text as it builds a flag, so a second
+    parse in one process (the in-process test runner, --complete's second parser) had flags without help."""
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        texts = dict(self.help)
+        try:
+            return super().get_arguments(ignore_unknown_help)
+        finally:
+            self.help = texts
+
+
 # No automatic one-letter flags: Invoke derives them from each task's parameter names, so `-i` meant --timeout for
 # deploy and --inventory for status, and `--no-canary` got the "short" flag `--`. Long flags only, the same everywhere.
-task = functools.partial(_task, auto_shortflags=False)
+task = functools.partial(_task, auto_shortflags=False, klass=Task)
 
 
 def _inventory(path: str | None, lock_wait: Any = None) -> Any:
