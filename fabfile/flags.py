@@ -171,3 +171,26 @@ MAX_TOK_S = 1e7             # a throughput alarm: no server generates ten millio
 MAX_INTERVAL_S = 3600.0     # between two watch samples: an hour apart is no live view
 WEEK_S = 7 * 86400.0        # `logs --follow --timeout`: past a week, use a log shipper
 MONTH_S = 31 * 86400.0      # `watch --duration`: a month of samples (cron restarts it anyway)
+
+
+# Flags that go together, or not: the same two sentences for every command.
+
+def given(*pairs: tuple[str, Any]) -> list[str]:
+    """The flags among ``(flag, value)`` pairs that were given: a value other than None, a switch that is on."""
+    return [f for f, v in pairs if v is not None and v is not False]
+
+
+def excludes(flag: str, on: Any, why: str, *others: tuple[str, Any]) -> None:
+    """``flag``, when given (``on``), excludes ``others``: "--previous: starts a recorded deploy as it ran; drop
+    --steps, --topk" names those given."""
+    extra = given(*others)
+    if on and extra:
+        raise FlagError(f"{flag}: {why}; drop {', '.join(extra)}")
+
+
+def only_with(needed: Any, why: str, *pairs: tuple[str, Any]) -> None:
+    """Flags that mean something only with another (``needed``): the first one given is refused, "--baseline: only
+    with --explain"."""
+    extra = given(*pairs)
+    if extra and not needed:
+        raise FlagError(f"{extra[0]}: {why}")

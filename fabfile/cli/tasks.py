@@ -102,25 +102,21 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
-    from fabfile.errors import FlagError
 
     inv = _inventory(inventory, lock_wait)
+    flags.excludes("--previous", previous, "starts a recorded deploy as it ran", ("--steps", steps),
+                   ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
+                   ("--dry-run", dry_run), ("--strategy", strategy), ("--batch", batch), ("--measure", measure),
+                   ("--no-measure", no_measure))
     if previous:
-        given = [f for f, v in (("--steps", steps), ("--topk", topk), ("--draft-tokens", draft_tokens),
-                                ("--patch-mode", patch_mode), ("--dry-run", dry_run or None), ("--strategy", strategy),
-                                ("--batch", batch), ("--measure", measure or None),
-                                ("--no-measure", no_measure or None)) if v is not None]
-        if given:
-            raise FlagError(f"--previous: starts a recorded deploy as it ran; drop {', '.join(given)}")
         from fabfile.commands.dispatch import deploy_previous
 
         return deploy_previous(inv, inv.select(host), as_json=json)
     opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
-    if batch is not None and strategy == "parallel":
-        raise FlagError("--batch: only with --strategy rolling (parallel deploys every host at once)")
-    if no_canary and strategy == "parallel":
-        raise FlagError("--no-canary: only with --strategy rolling")
+    flags.only_with(strategy != "parallel", "only with --strategy rolling (parallel deploys every host at once)",
+                    ("--batch", batch))
+    flags.only_with(strategy != "parallel", "only with --strategy rolling", ("--no-canary", no_canary))
     batch_size = parse_batch(batch if batch is not None else "25%")
     from fabfile.commands.dispatch import deploy_command, deploy_targets
 
@@ -371,15 +367,13 @@ def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = 
     """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
     SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
     from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
-    from fabfile.errors import FlagError
     from fabfile.remote.protocol import MAX_TRACE_STEPS
 
     out = flags.path("--out", out)
     load = _bench_params(concurrency, input_len, output_len, num_prompts, None, timeout)
     # Each profiled step grows every rank's trace: bounded by what the agent accepts.
     steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
-    if (steps is not None or out is not None) and not trace:
-        raise FlagError(f"{'--trace-steps' if steps is not None else '--out'}: only with --trace")
+    flags.only_with(trace, "only with --trace", ("--trace-steps", steps), ("--out", out))
     params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
     inv = _inventory(inventory)
     h = _one_host(inv, host, "profile")
@@ -474,11 +468,9 @@ def _adaptive(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests:
     """Sweep length: a fixed --num-prompts, or adaptive (default) to ±--target-ci % between the request bounds."""
     from fabfile.errors import FlagError
 
-    adaptive_flags = [f for f, v in (("--target-ci", target_ci), ("--min-requests", min_requests),
-                                     ("--max-requests", max_requests)) if v is not None]
+    flags.only_with(num_prompts is None, "an adaptive length and a fixed --num-prompts exclude each other",
+                    ("--target-ci", target_ci), ("--min-requests", min_requests), ("--max-requests", max_requests))
     if num_prompts is not None:
-        if adaptive_flags:
-            raise FlagError(f"{adaptive_flags[0]}: an adaptive length and a fixed --num-prompts exclude each other")
         return {"target_ci": None}
     # ±50 % or more is no measurement at all.
     pct = flags.number("--target-ci", target_ci, minimum=0.0, open_minimum=True, maximum=50.0, open_maximum=True,
@@ -502,10 +494,8 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
 
     numbers = {"--baseline-ms": baseline_ms, "--verify-ms": verify_ms, "--draft-ms": draft_ms, "--steps": steps,
                "--accept-len": accept_len}
-    given = [k for k, v in numbers.items() if v is not None]
+    flags.excludes("--sweep", sweep is not None, "reads the numbers from the file", *numbers.items())
     if sweep is not None:
-        if given:
-            raise FlagError(f"--sweep: reads the numbers from the file; drop {', '.join(given)}")
         analyze_file(sweep, as_json=json)
         return
     missing = [k for k in ("--baseline-ms", "--verify-ms") if numbers[k] is None]
@@ -533,7 +523,6 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
     """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
     and named by the rule that produced it."""
     from fabfile.commands.result import CommandResult
-    from fabfile.errors import FlagError
     from fabfile.present.explain_report import document, print_explained, print_rules
     from fabfile.present.output import out as console
 
@@ -542,10 +531,9 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
 
         return CommandResult({"rules": rules_table()}, lambda: print_rules(console))
     src, base = flags.path("--from", from_), flags.path("--baseline", baseline)
-    live = [f for f, v in (("--host", host), ("--trace", trace), ("--num-prompts", num_prompts),
-                           ("--concurrency", concurrency), ("--inventory", inventory)) if v]
-    if src is not None and live:
-        raise FlagError(f"{live[0]}: only without --from (it measures the running server)")
+    flags.only_with(src is None, "only without --from (it measures the running server)", ("--host", host),
+                    ("--trace", trace), ("--num-prompts", num_prompts), ("--concurrency", concurrency),
+                    ("--inventory", inventory))
     from fabfile.commands.explain import explained, load_document
 
     if src is None:
@@ -644,10 +632,7 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
 
 def _explain_baseline(explain: bool, baseline: Any) -> str | None:
     """``--baseline FILE`` of ``inv bench --explain``: only with --explain."""
-    from fabfile.errors import FlagError
-
-    if baseline is not None and not explain:
-        raise FlagError("--baseline: only with --explain")
+    flags.only_with(explain, "only with --explain", ("--baseline", baseline))
     return flags.path("--baseline", baseline)
 
 
