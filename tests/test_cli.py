@@ -177,3 +177,25 @@ def test_help_is_the_same_every_time_it_is_asked() -> None:
     """Invoke pops each help text as it parses: a second parse in one process lost them all."""
     first, second = run_cli("--help", "deploy"), run_cli("--help", "deploy")
     assert first.stdout == second.stdout and "speculative steps" in second.stdout, second.stdout
+
+
+def test_a_clusters_node_is_deployed_only_with_its_cluster(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The refusal moved from the task into commands/dispatch.deploy_targets: still before any host is reached."""
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("defaults: {python: /opt/venv/bin/python3, model: /models/m, draft_model: /models/d}\n"
+                   "hosts: {n1: {ssh_host: no-such-alias.invalid, gpus: 2, address: 10.0.0.1},\n"
+                   "        n2: {ssh_host: no-such-alias.invalid, gpus: 2}}\n"
+                   "clusters: {duo: {hosts: [n1, n2], tp: 4, dist_init_port: 29555}}\n")
+    r = run_cli("deploy", "--host", "n2", "--steps", "1", inventory=inv)
+    assert r.returncode == 2 and "--host: n2 is node 1 of cluster duo" in r.stderr, r.stderr
+    r = run_cli("deploy", "--host", "duo", "--strategy", "parallel", inventory=inv)
+    assert r.returncode == 2 and "--strategy/--batch/--no-canary: a cluster's nodes always start together" in r.stderr
+    r = run_cli("deploy", "--host", "duo", "--steps", "1", "--dry-run", "--json", inventory=inv)
+    assert r.returncode == 0 and [d["host"] for d in json.loads(r.stdout)["hosts"]] == ["n1", "n2"], r.stderr
+
+
+def test_steps_are_read_back_from_a_config_name() -> None:
+    from fabfile.plan.deploy_plan import steps_of
+
+    assert [steps_of(n) for n in ("eagle3-s2-k1-d3", "baseline", "eagle3-s12-k4-d8", "custom", "")] == [2, 0, 12, None,
+                                                                                                         None]
