@@ -126,8 +126,8 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
         from fabfile.commands.render_plan import render_hosts
 
         return render_hosts(hosts, opts)
-    return (deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
-                             canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json))
+    return deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
+                          canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json)
 
 
 @task(help={k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
@@ -164,7 +164,7 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
             raise FlagError("--router: stops the router on the host the inventory names; leave out --host and "
                             "--dry-run")
         return stop_router(inv, pick(inv, router), as_json=json)
-    return (stop_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json, host_timeout=bound))
+    return stop_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json, host_timeout=bound)
 
 
 @task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
@@ -174,8 +174,8 @@ def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
     from fabfile.commands.operations import status_hosts
 
     inv = _inventory(inventory)
-    return (status_hosts(inv, inv.select(host), as_json=json,
-                           host_timeout=flags.seconds("--host-timeout", host_timeout)))
+    return status_hosts(inv, inv.select(host), as_json=json,
+                        host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
 @task(help={"host": HOST_HELP, "follow": "keep printing new lines (Ctrl-C to stop)",
@@ -189,9 +189,9 @@ def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, time
     from fabfile.commands.operations import show_logs
 
     inv = _inventory(inventory)
-    return (show_logs(inv, inv.select(host), lines=flags.whole("--lines", lines, minimum=1, maximum=MAX_LINES) or 50,
-                        follow=follow, follow_s=flags.seconds("--timeout", timeout, maximum=WEEK_S) or 3600.0,
-                        host_timeout=flags.seconds("--host-timeout", host_timeout)))
+    return show_logs(inv, inv.select(host), lines=flags.whole("--lines", lines, minimum=1, maximum=MAX_LINES) or 50,
+                     follow=follow, follow_s=flags.seconds("--timeout", timeout, maximum=WEEK_S) or 3600.0,
+                     host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
 @task(help={"host": HOST_HELP, "interval": "seconds between samples (default 2)",
@@ -236,8 +236,8 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
     from fabfile.commands.operations import check_env_hosts
 
     inv = _inventory(inventory)
-    return (check_env_hosts(inv, inv.select(host), as_json=json,
-                              host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose))
+    return check_env_hosts(inv, inv.select(host), as_json=json,
+                           host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
 
 
 @task(name="rollback-patches", help={"host": HOST_HELP, "dry_run": "say what would be restored, change nothing",
@@ -253,7 +253,7 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
     from fabfile.commands.operations import rollback_hosts
 
     inv = _inventory(inventory, lock_wait)
-    return (rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json))
+    return rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json)
 
 
 @task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP,
@@ -266,7 +266,7 @@ def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
     from fabfile.commands.operations import cancel_hosts
 
     inv = _inventory(inventory)
-    return (cancel_hosts(inv, inv.select(host), as_json=json, wait_s=flags.seconds("--timeout", timeout)))
+    return cancel_hosts(inv, inv.select(host), as_json=json, wait_s=flags.seconds("--timeout", timeout))
 
 
 @task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
@@ -276,8 +276,8 @@ def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, ho
     from fabfile.commands.operations import gpus_hosts
 
     inv = _inventory(inventory)
-    return (gpus_hosts(inv, inv.select(host), as_json=json,
-                         host_timeout=flags.seconds("--host-timeout", host_timeout)))
+    return gpus_hosts(inv, inv.select(host), as_json=json,
+                      host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
 
@@ -298,13 +298,9 @@ def _bench_params(concurrency: Any, input_len: Any, output_len: Any, num_prompts
 
 
 def _one_host(inv: Any, host: Any, command: str) -> Any:
-    from fabfile.errors import FlagError
+    from fabfile.inventory.hosts import one_host
 
-    hosts = inv.select(host)
-    if len(hosts) != 1:
-        raise FlagError(f"--host: {command} works on one host at a time, got {len(hosts)} "
-                        f"({', '.join(h.name for h in hosts)})")
-    return hosts[0]
+    return one_host(inv, host, command)
 
 
 @task(help=BENCH_HELP)
@@ -324,7 +320,7 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
 
         if explain:
             raise FlagError("--explain: explains one host's benchmark at a time; name one --host")
-        return (bench_hosts(inv, hosts, params, out or "runs", as_json=json))
+        return bench_hosts(inv, hosts, params, out or "runs", as_json=json)
         return
     h = hosts[0]
     from fabfile.commands.bench import bench_host
@@ -453,8 +449,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
-    return (run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
-                        predict=predict, limits=limits, resume=_resume_path(resume), explain=explain))
+    return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
+                     predict=predict, limits=limits, resume=_resume_path(resume), explain=explain)
 
 
 def _resume_path(value: Any) -> Any:

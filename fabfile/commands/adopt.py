@@ -344,11 +344,9 @@ def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
         source = "a pasted launch line"
     else:
         inv = inventory()
-        hosts = inv.select(opts.host)
-        if len(hosts) != 1:
-            raise FlagError(f"--host: adopt works on one host at a time, got {len(hosts)} "
-                            f"({', '.join(h.name for h in hosts)})")
-        entry, source, _ = from_host(inv, hosts[0])
+        from fabfile.inventory.hosts import one_host
+
+        entry, source, _ = from_host(inv, one_host(inv, opts.host, "adopt"))
         settings = connection_settings(inv)
     validate_entry(entry_name, entry)
     text = entry_yaml(entry_name, entry, source, settings)

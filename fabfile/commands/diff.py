@@ -198,11 +198,9 @@ def diff_command(inv: Any, opts: DiffOptions) -> Any:
         raise FlagError("--old: `now` goes on the new side (--new now); the old side is a recorded deploy")
     if rb != NOW and opts.steps is not None:
         raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
-    hosts = inv.select(next(iter(named), None))
-    if len(hosts) != 1:
-        raise FlagError(f"--host: diff works on one host at a time, got {len(hosts)} "
-                        f"({', '.join(h.name for h in hosts)})")
-    h = hosts[0]
+    from fabfile.inventory.hosts import one_host
+
+    h = one_host(inv, next(iter(named), None), "diff")
     recs = fetch(inv, h, [ra, rb])
     va = view_of_record(recs[ra])
     if rb == NOW:

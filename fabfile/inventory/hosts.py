@@ -37,7 +37,7 @@ from fabfile.inventory.values import (
 __all__ = ["BUILTIN_NCCL_PRESETS", "DEFAULT_ACCEPT_GATE", "DEFAULT_LOG_DIR", "MAX_DRAFT_TOKENS", "MAX_INVENTORY_BYTES",
            "PATCH_MODES",
            "Cluster", "Host", "Inventory", "NodeRole", "Router", "Speculative", "Timeouts", "check_speculative",
-           "find", "load", "with_lock_wait"]
+           "find", "load", "one_host", "with_lock_wait"]
 
 
 def load(path: str | Path, *, cache: bool = False) -> Inventory:
@@ -179,3 +179,14 @@ def with_lock_wait(inv: Inventory, seconds: float | None) -> Inventory:
         return inv
     return replace(inv, hosts={n: replace(h, timeouts=replace(h.timeouts, lock_wait=seconds))
                                for n, h in inv.hosts.items()})
+
+
+def one_host(inv: Inventory, name: str | None, command: str) -> Host:
+    """The one host ``--host`` names, for a command that works on one host at a time (a FlagError otherwise)."""
+    from fabfile.errors import FlagError
+
+    hosts = inv.select(name)
+    if len(hosts) != 1:
+        raise FlagError(f"--host: {command} works on one host at a time, got {len(hosts)} "
+                        f"({', '.join(h.name for h in hosts)})")
+    return hosts[0]
