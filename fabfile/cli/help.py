@@ -153,3 +153,45 @@ DIFF_HELP = {
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
 }
+
+RENDER_HELP = {k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
+                                           "inventory", "measure", "no_measure")}
+
+STOP_HELP = {"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
+             "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP, "lock_wait": LOCK_WAIT_HELP,
+             "router": "stop this router of the inventory's `routers:` instead of servers (on the host it runs on)"}
+
+STATUS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP}
+
+LOGS_HELP = {"host": HOST_HELP, "follow": "keep printing new lines (Ctrl-C to stop)",
+             "lines": "how many lines of the end to show first (default 50)",
+             "timeout": "with --follow, stop after this many seconds (default 3600)", "inventory": INVENTORY_HELP,
+             "host_timeout": HOST_TIMEOUT_HELP}
+
+WATCH_HELP = {"host": HOST_HELP, "interval": "seconds between samples (default 2)",
+              "once": "one sample, then exit (thresholds judged on it)", "json": "one JSON line per sample",
+              "min_accept": "alarm when a server's accept length stays below this",
+              "min_tok_s": "alarm when a server's generation throughput (tok/s) stays below this",
+              "for_": "how long (seconds) a figure must stay below its threshold before the alarm (default 0)",
+              "duration": "stop after this many seconds (exit 0 unless an alarm fired; default: until Ctrl-C)",
+              "inventory": INVENTORY_HELP}
+
+CHECK_ENV_HELP = {"host": HOST_HELP + "; a cluster name covers the ranks on every node",
+                  "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
+                  "verbose": "one row per rank and variable with expected, observed and evidence "
+                             "(default: a compact ranks × variables matrix)"}
+
+ROLLBACK_PATCHES_HELP = {"host": HOST_HELP, "dry_run": "say what would be restored, change nothing",
+                         "json": JSON_HELP, "inventory": INVENTORY_HELP, "lock_wait": LOCK_WAIT_HELP}
+
+CANCEL_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP,
+               "timeout": "seconds to wait for the cancelled deploy to let go of the host (default: 3 x "
+                          "timeouts.stop_grace + 30)"}
+
+GPUS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP}
+
+DEPLOY_ROUTER_HELP = {
+    "router": "which router of the inventory's `routers:` (default: the only one)",
+    "timeout": "seconds the router has to answer /health (default 60)",
+    "host_timeout": HOST_TIMEOUT_HELP + "; applies to judging the replicas",
+    "json": JSON_HELP, "inventory": INVENTORY_HELP}

@@ -17,21 +17,27 @@ from invoke.tasks import Task as _Task
 from invoke.tasks import task as _task
 
 from fabfile import flags  # the one parser of flag values (imports only fabfile.errors: `inv --list` stays fast)
+from fabfile.cli import options
 from fabfile.cli.help import (
     ADOPT_HELP,
     ANALYZE_HELP,
     BENCH_HELP,
+    CANCEL_HELP,
+    CHECK_ENV_HELP,
     DEPLOY_HELP,
+    DEPLOY_ROUTER_HELP,
     DIFF_HELP,
     EXPLAIN_HELP,
-    HOST_HELP,
-    HOST_TIMEOUT_HELP,
-    INVENTORY_HELP,
-    JSON_HELP,
-    LOCK_WAIT_HELP,
+    GPUS_HELP,
+    LOGS_HELP,
     PROFILE_HELP,
+    RENDER_HELP,
+    ROLLBACK_PATCHES_HELP,
+    STATUS_HELP,
+    STOP_HELP,
     SWEEP_HELP,
     TRUST_HELP,
+    WATCH_HELP,
 )
 from fabfile.cli.run import cli
 from fabfile.flags import (
@@ -41,10 +47,8 @@ from fabfile.flags import (
     MAX_INTERVAL_S,
     MAX_LINES,
     MAX_MS,
-    MAX_REQUESTS,
     MAX_STEPS,
     MAX_TOK_S,
-    MAX_TOKENS,
     MAX_TOPK,
     MONTH_S,
     WEEK_S,
@@ -68,29 +72,6 @@ class Task(_Task[Any]):
 task = functools.partial(_task, auto_shortflags=False, klass=Task)
 
 
-def _inventory(path: str | None, lock_wait: Any = None) -> Any:
-    from fabfile.inventory.hosts import find, with_lock_wait
-
-    return with_lock_wait(find(path), flags.seconds("--lock-wait", lock_wait, zero=True))
-
-
-def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
-             accept_gate: Any = None) -> Any:
-    from fabfile import flags
-    from fabfile.inventory.hosts import PATCH_MODES
-    from fabfile.plan.deploy_plan import Options
-
-    return Options(steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS),
-                   topk=flags.whole("--topk", topk, minimum=1, maximum=MAX_TOPK),
-                   draft_tokens=flags.whole("--draft-tokens", draft_tokens, minimum=1, maximum=MAX_DRAFT_TOKENS),
-                   patch_mode=flags.choice("--patch-mode", patch_mode, PATCH_MODES, what="mode"),
-                   timeout=flags.seconds("--timeout", timeout), verify=verify,
-                   accept_gate=flags.number("--accept-gate", accept_gate, minimum=0.0, maximum=MAX_ACCEPT,
-                                            open_maximum=True, what="an accept length (e.g. 1.1, or 0 for no gate)"))
-
-
-
-
 @task(help=DEPLOY_HELP)
 @cli
 def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
@@ -103,7 +84,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
 
-    inv = _inventory(inventory, lock_wait)
+    inv = options.inventory(inventory, lock_wait)
     flags.excludes("--previous", previous, "starts a recorded deploy as it ran", ("--steps", steps),
                    ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
                    ("--dry-run", dry_run), ("--strategy", strategy), ("--batch", batch), ("--measure", measure),
@@ -112,7 +93,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
         from fabfile.commands.dispatch import deploy_previous
 
         return deploy_previous(inv, inv.select(host), as_json=json)
-    opts = _options(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
+    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
     flags.only_with(strategy != "parallel", "only with --strategy rolling (parallel deploys every host at once)",
                     ("--batch", batch))
@@ -121,7 +102,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     from fabfile.commands.dispatch import deploy_command, deploy_targets
 
     hosts, cluster = deploy_targets(inv, host, rollout_flags=strategy is not None or batch is not None or no_canary)
-    opts = _measuring(opts, measure, no_measure)
+    opts = options.measuring(opts, measure, no_measure)
     if dry_run:
         from fabfile.commands.render_plan import render_hosts
 
@@ -130,8 +111,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
                           canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json)
 
 
-@task(help={k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
-                                        "inventory", "measure", "no_measure")})
+@task(help=RENDER_HELP)
 @cli
 def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
@@ -139,14 +119,12 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     from fabfile.commands.render_plan import render_hosts
 
-    inv = _inventory(inventory)
-    return render_hosts(inv.select(host), _measuring(_options(steps, topk, draft_tokens, patch_mode, timeout),
-                                                     measure, no_measure))
+    inv = options.inventory(inventory)
+    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout)
+    return render_hosts(inv.select(host), options.measuring(opts, measure, no_measure))
 
 
-@task(help={"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
-            "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP, "lock_wait": LOCK_WAIT_HELP,
-            "router": "stop this router of the inventory's `routers:` instead of servers (on the host it runs on)"})
+@task(help=STOP_HELP)
 @cli
 def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, inventory: Any = None,
          host_timeout: Any = None, router: Any = None, lock_wait: Any = None) -> Any:
@@ -155,7 +133,7 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
     from fabfile.commands.operations import stop_hosts
     from fabfile.errors import FlagError
 
-    inv = _inventory(inventory, lock_wait)
+    inv = options.inventory(inventory, lock_wait)
     bound = flags.seconds("--host-timeout", host_timeout)
     if router is not None:
         from fabfile.commands.router import pick, stop_router
@@ -167,40 +145,31 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
     return stop_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json, host_timeout=bound)
 
 
-@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
+@task(help=STATUS_HELP)
 @cli
 def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
     """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
     from fabfile.commands.operations import status_hosts
 
-    inv = _inventory(inventory)
+    inv = options.inventory(inventory)
     return status_hosts(inv, inv.select(host), as_json=json,
                         host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
-@task(help={"host": HOST_HELP, "follow": "keep printing new lines (Ctrl-C to stop)",
-            "lines": "how many lines of the end to show first (default 50)",
-            "timeout": "with --follow, stop after this many seconds (default 3600)", "inventory": INVENTORY_HELP,
-            "host_timeout": HOST_TIMEOUT_HELP})
+@task(help=LOGS_HELP)
 @cli
 def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, timeout: Any = None,
          inventory: Any = None, host_timeout: Any = None) -> Any:
     """Print the server log of host(s) (the current deploy's log file); several hosts: lines prefixed by host."""
     from fabfile.commands.operations import show_logs
 
-    inv = _inventory(inventory)
+    inv = options.inventory(inventory)
     return show_logs(inv, inv.select(host), lines=flags.whole("--lines", lines, minimum=1, maximum=MAX_LINES) or 50,
                      follow=follow, follow_s=flags.seconds("--timeout", timeout, maximum=WEEK_S) or 3600.0,
                      host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
-@task(help={"host": HOST_HELP, "interval": "seconds between samples (default 2)",
-            "once": "one sample, then exit (thresholds judged on it)", "json": "one JSON line per sample",
-            "min_accept": "alarm when a server's accept length stays below this",
-            "min_tok_s": "alarm when a server's generation throughput (tok/s) stays below this",
-            "for_": "how long (seconds) a figure must stay below its threshold before the alarm (default 0)",
-            "duration": "stop after this many seconds (exit 0 unless an alarm fired; default: until Ctrl-C)",
-            "inventory": INVENTORY_HELP})
+@task(help=WATCH_HELP)
 @cli
 def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, json: bool = False,
           min_accept: Any = None, min_tok_s: Any = None, for_: Any = None, duration: Any = None,
@@ -221,27 +190,23 @@ def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, js
                                                maximum=MAX_TOK_S, unit="tok/s", what="a throughput in tok/s"),
                         for_s=wait_for or 0.0, duration=flags.seconds("--duration", duration, maximum=MONTH_S),
                         as_json=json)
-    inv = _inventory(inventory)
+    inv = options.inventory(inventory)
     return run_watch(inv, inv.select(host), opts)
 
 
-@task(name="check-env", help={"host": HOST_HELP + "; a cluster name covers the ranks on every node",
-                              "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
-                              "verbose": "one row per rank and variable with expected, observed and evidence "
-                                         "(default: a compact ranks × variables matrix)"})
+@task(name="check-env", help=CHECK_ENV_HELP)
 @cli
 def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
               verbose: bool = False) -> Any:
     """Prove, per scheduler rank, that every expected NCCL variable reached the worker (exit 1 if not)."""
     from fabfile.commands.operations import check_env_hosts
 
-    inv = _inventory(inventory)
+    inv = options.inventory(inventory)
     return check_env_hosts(inv, inv.select(host), as_json=json,
                            host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
 
 
-@task(name="rollback-patches", help={"host": HOST_HELP, "dry_run": "say what would be restored, change nothing",
-                                     "json": JSON_HELP, "inventory": INVENTORY_HELP, "lock_wait": LOCK_WAIT_HELP})
+@task(name="rollback-patches", help=ROLLBACK_PATCHES_HELP)
 @cli
 def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
                      inventory: Any = None, lock_wait: Any = None) -> Any:
@@ -252,55 +217,32 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
     the latest one again."""
     from fabfile.commands.operations import rollback_hosts
 
-    inv = _inventory(inventory, lock_wait)
+    inv = options.inventory(inventory, lock_wait)
     return rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json)
 
 
-@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP,
-            "timeout": "seconds to wait for the cancelled deploy to let go of the host (default: 3 x "
-                       "timeouts.stop_grace + 30)"})
+@task(help=CANCEL_HELP)
 @cli
 def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, timeout: Any = None) -> Any:
     """Cancel the deploy in progress on host(s) (one whose client went away, say): it stops at its next step or
     during its wait for ready, tears its new server down and lets go of the host."""
     from fabfile.commands.operations import cancel_hosts
 
-    inv = _inventory(inventory)
+    inv = options.inventory(inventory)
     return cancel_hosts(inv, inv.select(host), as_json=json, wait_s=flags.seconds("--timeout", timeout))
 
 
-@task(help={"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP})
+@task(help=GPUS_HELP)
 @cli
 def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
     """Show GPUs and the processes holding them on host(s)."""
     from fabfile.commands.operations import gpus_hosts
 
-    inv = _inventory(inventory)
+    inv = options.inventory(inventory)
     return gpus_hosts(inv, inv.select(host), as_json=json,
                       host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
-
-
-def _bench_params(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any,
-                  timeout: Any) -> Any:
-    from fabfile import flags
-    from fabfile.commands.bench import CLIENTS, BenchParams
-
-    flags.choice("--client", client, CLIENTS, what="client")
-    d = BenchParams()
-    return BenchParams(
-        concurrency=flags.whole("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY) or d.concurrency,
-        input_len=flags.whole("--input-len", input_len, minimum=1, maximum=MAX_TOKENS) or d.input_len,
-        output_len=flags.whole("--output-len", output_len, minimum=2, maximum=MAX_TOKENS) or d.output_len,
-        num_prompts=flags.whole("--num-prompts", num_prompts, minimum=1, maximum=MAX_REQUESTS) or d.num_prompts,
-        client=client or d.client, timeout=flags.seconds("--timeout", timeout))
-
-
-def _one_host(inv: Any, host: Any, command: str) -> Any:
-    from fabfile.inventory.hosts import one_host
-
-    return one_host(inv, host, command)
 
 
 @task(help=BENCH_HELP)
@@ -310,9 +252,9 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
           inventory: Any = None, explain: bool = False, baseline: Any = None) -> Any:
     """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
     out = flags.path("--out", out)
-    params = _bench_params(concurrency, input_len, output_len, num_prompts, client, timeout)
-    inv = _inventory(inventory)
-    baseline = _explain_baseline(explain, baseline)
+    params = options.bench(concurrency, input_len, output_len, num_prompts, client, timeout)
+    inv = options.inventory(inventory)
+    baseline = options.explain_baseline(explain, baseline)
     hosts = inv.select(host)
     if len(hosts) > 1:
         from fabfile.commands.bench import bench_hosts
@@ -366,13 +308,15 @@ def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = 
     from fabfile.remote.protocol import MAX_TRACE_STEPS
 
     out = flags.path("--out", out)
-    load = _bench_params(concurrency, input_len, output_len, num_prompts, None, timeout)
+    load = options.bench(concurrency, input_len, output_len, num_prompts, None, timeout)
     # Each profiled step grows every rank's trace: bounded by what the agent accepts.
     steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
     flags.only_with(trace, "only with --trace", ("--trace-steps", steps), ("--out", out))
     params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
-    inv = _inventory(inventory)
-    h = _one_host(inv, host, "profile")
+    inv = options.inventory(inventory)
+    from fabfile.inventory.hosts import one_host
+
+    h = one_host(inv, host, "profile")
     from fabfile.commands.profile import profile_host
     from fabfile.commands.result import CommandResult
     from fabfile.present.output import out as console
@@ -422,8 +366,9 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
     # Each level is a benchmark of every configuration: 16 of them is already hours.
     levels = flags.int_list("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY, max_items=16) or [1]
-    params = _bench_params(levels[0], input_len, output_len, num_prompts, client, None)
-    params = replace(params, **_adaptive(num_prompts, target_ci, min_requests, max_requests), need_histogram=predict)
+    params = options.bench(levels[0], input_len, output_len, num_prompts, client, None)
+    params = replace(params, **options.sweep_length(num_prompts, target_ci, min_requests, max_requests),
+                     need_histogram=predict)
     if predict and params.client == "sglang":
         raise FlagError("--client: --predict needs each request's meta_info and stream, which sglang.bench_serving "
                         "does not keep; use --client builtin or auto")
@@ -431,9 +376,12 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
                         "sglang.bench_serving")
     # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
-    base = replace(_measuring(_options(None, None, None, patch_mode, timeout), measure, no_measure), measuring=True)
-    inv = _inventory(inventory)
-    h = _one_host(inv, host, "sweep")
+    base = replace(options.measuring(options.deploy(None, None, None, patch_mode, timeout), measure, no_measure),
+                   measuring=True)
+    inv = options.inventory(inventory)
+    from fabfile.inventory.hosts import one_host
+
+    h = one_host(inv, host, "sweep")
     from fabfile.commands.sweep import run_sweep
     from fabfile.plan.sweep_nccl import candidates
     from fabfile.plan.sweep_plan import configs
@@ -450,34 +398,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
-                     predict=predict, limits=limits, resume=_resume_path(resume), explain=explain)
-
-
-def _resume_path(value: Any) -> Any:
-    from pathlib import Path
-
-    path = flags.path("--resume", value)
-    return None if path is None else Path(path).expanduser()
-
-
-def _adaptive(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:
-    """Sweep length: a fixed --num-prompts, or adaptive (default) to ±--target-ci % between the request bounds."""
-    from fabfile.errors import FlagError
-
-    flags.only_with(num_prompts is None, "an adaptive length and a fixed --num-prompts exclude each other",
-                    ("--target-ci", target_ci), ("--min-requests", min_requests), ("--max-requests", max_requests))
-    if num_prompts is not None:
-        return {"target_ci": None}
-    # ±50 % or more is no measurement at all.
-    pct = flags.number("--target-ci", target_ci, minimum=0.0, open_minimum=True, maximum=50.0, open_maximum=True,
-                       unit="%", what="a percentage, e.g. 2")
-    lo = flags.whole("--min-requests", min_requests, minimum=2, maximum=MAX_REQUESTS) or 8
-    hi = flags.whole("--max-requests", max_requests, minimum=2, maximum=MAX_REQUESTS) or 256
-    if hi < lo:
-        raise FlagError(f"--max-requests: {hi} is below --min-requests {lo}")
-    return {"target_ci": (2.0 if pct is None else pct) / 100.0, "min_requests": lo, "num_prompts": hi}
-
-
+                     predict=predict, limits=limits, resume=options.resume_path(resume), explain=explain)
 
 
 @task(help=ANALYZE_HELP)
@@ -537,10 +458,10 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
         from fabfile.commands.profile import ProfileParams
         from fabfile.present.progress import BenchProgress
 
-        params = ProfileParams(load=_bench_params(concurrency, None, None, num_prompts, None, None), trace=trace)
+        params = ProfileParams(load=options.bench(concurrency, None, None, num_prompts, None, None), trace=trace)
         if base is not None:
             load_document(base, "--baseline")  # bad input is refused before any host is reached
-        inv = _inventory(inventory)
+        inv = options.inventory(inventory)
         hosts = inv.select(host)
         progress = BenchProgress(",".join(h.name for h in hosts), enabled=not json, prefix="profile ")
         try:
@@ -563,11 +484,7 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
     return CommandResult(document(pairs), lambda: print_explained(pairs, console))
 
 
-@task(name="deploy-router", help={
-    "router": "which router of the inventory's `routers:` (default: the only one)",
-    "timeout": "seconds the router has to answer /health (default 60)",
-    "host_timeout": HOST_TIMEOUT_HELP + "; applies to judging the replicas",
-    "json": JSON_HELP, "inventory": INVENTORY_HELP})
+@task(name="deploy-router", help=DEPLOY_ROUTER_HELP)
 @cli
 def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout: Any = None, json: bool = False,
                   inventory: Any = None) -> Any:
@@ -577,7 +494,7 @@ def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout:
     from fabfile.commands.router import pick
     from fabfile.present.router_report import print_router
 
-    inv = _inventory(inventory)
+    inv = options.inventory(inventory)
     r = start_router(inv, pick(inv, router), ready_s=flags.seconds("--timeout", timeout) or 60.0,
                      host_timeout=flags.seconds("--host-timeout", host_timeout))
     return CommandResult(r, lambda: print_router(r), r.error.exit_code if r.error is not None else 0)
@@ -598,7 +515,7 @@ def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any
             return False
         return input("Did you verify this fingerprint out of band? Type yes to trust it: ").strip().lower() == "yes"
 
-    return trust_one(_inventory(inventory), host, fingerprint, ask)
+    return trust_one(options.inventory(inventory), host, fingerprint, ask)
 
 
 @task(help=ADOPT_HELP)
@@ -610,7 +527,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
 
     opts = AdoptOptions(host=host, command=None if command is None else str(command), name=name,
                         write=flags.path("--write", write))
-    return adopt_command(opts, lambda: _inventory(inventory))
+    return adopt_command(opts, lambda: options.inventory(inventory))
 
 
 @task(help=DIFF_HELP)
@@ -623,24 +540,7 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
 
     opts = DiffOptions(host=host, old=None if old is None else str(old), new=None if new is None else str(new),
                        steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS))  # before any host is asked
-    return diff_command(_inventory(inventory), opts)
-
-
-def _explain_baseline(explain: bool, baseline: Any) -> str | None:
-    """``--baseline FILE`` of ``inv bench --explain``: only with --explain."""
-    flags.only_with(explain, "only with --explain", ("--baseline", baseline))
-    return flags.path("--baseline", baseline)
-
-
-def _measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
-    """The options with ``--measure``/``--no-measure`` (neither: the inventory's ``measure`` decides)."""
-    from dataclasses import replace
-
-    from fabfile.errors import FlagError
-
-    if measure and no_measure:
-        raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
-    return replace(opts, measure=True if measure else False if no_measure else None)
+    return diff_command(options.inventory(inventory), opts)
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
