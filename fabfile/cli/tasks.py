@@ -141,8 +141,8 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
         if host is not None or dry_run:
             raise FlagError("--router: stops the router on the host the inventory names; leave out --host and "
                             "--dry-run")
-        return stop_router(inv, pick(inv, router), as_json=json)
-    return stop_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json, host_timeout=bound)
+        return stop_router(inv, pick(inv, router))
+    return stop_hosts(inv, inv.select(host), dry_run=dry_run, host_timeout=bound)
 
 
 @task(help=STATUS_HELP)
@@ -152,7 +152,7 @@ def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
     from fabfile.commands.operations import status_hosts
 
     inv = options.inventory(inventory)
-    return status_hosts(inv, inv.select(host), as_json=json,
+    return status_hosts(inv, inv.select(host),
                         host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
@@ -202,7 +202,7 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
     from fabfile.commands.operations import check_env_hosts
 
     inv = options.inventory(inventory)
-    return check_env_hosts(inv, inv.select(host), as_json=json,
+    return check_env_hosts(inv, inv.select(host),
                            host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
 
 
@@ -218,7 +218,7 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
     from fabfile.commands.operations import rollback_hosts
 
     inv = options.inventory(inventory, lock_wait)
-    return rollback_hosts(inv, inv.select(host), dry_run=dry_run, as_json=json)
+    return rollback_hosts(inv, inv.select(host), dry_run=dry_run)
 
 
 @task(help=CANCEL_HELP)
@@ -229,7 +229,7 @@ def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
     from fabfile.commands.operations import cancel_hosts
 
     inv = options.inventory(inventory)
-    return cancel_hosts(inv, inv.select(host), as_json=json, wait_s=flags.seconds("--timeout", timeout))
+    return cancel_hosts(inv, inv.select(host), wait_s=flags.seconds("--timeout", timeout))
 
 
 @task(help=GPUS_HELP)
@@ -239,7 +239,7 @@ def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, ho
     from fabfile.commands.operations import gpus_hosts
 
     inv = options.inventory(inventory)
-    return gpus_hosts(inv, inv.select(host), as_json=json,
+    return gpus_hosts(inv, inv.select(host),
                       host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
@@ -262,7 +262,7 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
 
         if explain:
             raise FlagError("--explain: explains one host's benchmark at a time; name one --host")
-        return bench_hosts(inv, hosts, params, out or "runs", as_json=json)
+        return bench_hosts(inv, hosts, params, out or "runs")
         return
     h = hosts[0]
     from fabfile.commands.bench import bench_host
@@ -413,8 +413,7 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
                "--accept-len": accept_len}
     flags.excludes("--sweep", sweep is not None, "reads the numbers from the file", *numbers.items())
     if sweep is not None:
-        analyze_file(sweep, as_json=json)
-        return
+        return analyze_file(sweep)
     missing = [k for k in ("--baseline-ms", "--verify-ms") if numbers[k] is None]
     if missing:
         raise FlagError(f"{' and '.join(missing)}: required without --sweep "
@@ -423,11 +422,11 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
         return flags.number(flag, value, minimum=0.0, open_minimum=not zero, maximum=MAX_MS, unit="ms",
                             what="a number of milliseconds") or 0.0
 
-    analyze_numbers(baseline_ms=ms("--baseline-ms", baseline_ms), verify_ms=ms("--verify-ms", verify_ms),
-                    draft_ms=ms("--draft-ms", draft_ms, zero=True),
-                    steps=flags.whole("--steps", steps, minimum=1, maximum=MAX_STEPS),
-                    accept_len=flags.number("--accept-len", accept_len, minimum=0.0, open_minimum=True,
-                                            maximum=MAX_ACCEPT + 1, what="an accept length"), as_json=json)
+    return analyze_numbers(baseline_ms=ms("--baseline-ms", baseline_ms), verify_ms=ms("--verify-ms", verify_ms),
+                           draft_ms=ms("--draft-ms", draft_ms, zero=True),
+                           steps=flags.whole("--steps", steps, minimum=1, maximum=MAX_STEPS),
+                           accept_len=flags.number("--accept-len", accept_len, minimum=0.0, open_minimum=True,
+                                                   maximum=MAX_ACCEPT + 1, what="an accept length"))
 
 
 

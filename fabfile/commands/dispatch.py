@@ -11,11 +11,11 @@ from typing import Any
 
 from fabfile.commands.cluster import deploy_cluster
 from fabfile.commands.deploy import deploy_behind_routers
+from fabfile.commands.result import CommandResult
 from fabfile.commands.rollout import BatchSize, redeploy, run_rollout
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.present.deploy_report import deploy_summary
-from fabfile.present.output import show
 from fabfile.present.progress import Reporter
 from fabfile.present.rollout_report import print_cluster, print_rollout
 from fabfile.results.deploys import RolloutResult
@@ -45,31 +45,30 @@ def deploy_targets(inv: Inventory, host: str | None, *, rollout_flags: bool) -> 
 
 
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
-                   batch: BatchSize, canary: bool, rollback_on_failure: bool, as_json: bool) -> int:
+                   batch: BatchSize, canary: bool, rollback_on_failure: bool, as_json: bool) -> CommandResult:
     """`inv deploy` after its flags are checked: one host, a rollout over several, or a multi-node cluster.
 
-    Every host's plan is built (and so validated) before the first host is touched. Returns the exit code.
+    Every host's plan is built (and so validated) before the first host is touched. ``as_json`` keeps the step
+    lines off the terminal (the JSON document is the whole answer).
     """
     for h in hosts:
         build(h, opts)
     if cluster is not None:
         cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
-        show(cres, lambda: print_cluster(cres), as_json=as_json)
-        return 0 if cres.ok else refused_code(cres)
+        return CommandResult(cres, lambda: print_cluster(cres), 0 if cres.ok else refused_code(cres))
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
-        show(r, lambda: deploy_summary(r, inv.ssh_config), as_json=as_json)
         if as_json and r.error is not None:
             # The step line says only "failed"; with --json the summary (which prints the error) is the document,
             # so the sentence goes to stderr once here, as for people.
             from fabfile.present.output import print_error
 
             print_error(r.error)
-        return 0 if r.ok else (r.error.exit_code if r.error else 1)
+        return CommandResult(r, lambda: deploy_summary(r, inv.ssh_config),
+                             0 if r.ok else (r.error.exit_code if r.error else 1))
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
-    show(res, lambda: print_rollout(res), as_json=as_json)
-    return 0 if res.ok else refused_code(res)
+    return CommandResult(res, lambda: print_rollout(res), 0 if res.ok else refused_code(res))
 
 
 def refused_code(res: RolloutResult) -> int:
@@ -81,7 +80,7 @@ def refused_code(res: RolloutResult) -> int:
     return 1
 
 
-def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
+def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> CommandResult:
     """``inv deploy --previous``: start again, on each host, the deploy recorded before its latest one (after an
     ``inv cancel``, or a deploy that failed, the one that ran before it), from that deploy's own launch script and
     patch state (the ``redeploy`` verb a rollback uses). Hosts one after another; the exit code of the worst."""
@@ -114,8 +113,8 @@ def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
             docs.append({"host": h.name, "ok": False, "error": e.as_dict()})
             if not as_json:
                 print_error(e)
-    if as_json:
-        show(docs[0] if len(docs) == 1 else {"ok": code == 0, "hosts": docs}, lambda: None, as_json=True)
-    elif code:
-        err.print(f"[red]--previous failed on {sum(1 for d in docs if not d['ok'])} of {len(docs)} host(s)[/red]")
-    return code
+    def for_people() -> None:  # each host's line was printed as it finished
+        if code:
+            err.print(f"[red]--previous failed on {sum(1 for d in docs if not d['ok'])} of {len(docs)} host(s)[/red]")
+
+    return CommandResult(docs[0] if len(docs) == 1 else {"ok": code == 0, "hosts": docs}, for_people, code)
