@@ -47,10 +47,25 @@ METAVARS = {
     "max-ttft-ms": "MS", "max-tpot-ms": "MS", "baseline-ms": "MS", "verify-ms": "MS", "draft-ms": "MS",
     "nccl": "CANDIDATES", "nccl-env": "'VAR=A|B'", "router": "ROUTER", "fingerprint": "SHA256:…",
     "command": "'LAUNCH LINE'", "name": "NAME", "old": "REF", "new": "REF",
+    # the core options
+    "help": "COMMAND", "list": "NAMESPACE", "list-format": "FORMAT", "list-depth": "N",
+    "print-completion-script": "SHELL", "collection": "NAME", "search-root": "DIR",
 }
-_VALUE = re.compile(r"(--([\w-]+))(\[?=)STRING")
+_LONG = re.compile(r"--([\w-]+)")
+_KIND = re.compile(r"\b(?:STRING|INT)\b")
 _UNKNOWN = re.compile(r"No idea what '(.*)' is!")
 _NO_VALUE = re.compile(r"Flag <Argument: ([^\s>(]+)")
+
+
+def named(tuples: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """Help's flag specs with what each takes (``-F FORMAT, --list-format=FORMAT``), where
+    Invoke shows every value as STRING or INT."""
+    out = []
+    for spec, text in tuples:
+        long = _LONG.search(spec)
+        name = long[1] if long else ""
+        out.append((_KIND.sub(METAVARS.get(name, name.upper()), spec), text))
+    return out
 
 
 def flag_name(param: str) -> str:
@@ -158,15 +173,19 @@ class SpecProgram(Program):
         ctx = self.parser.contexts[name]
         original = ctx.help_tuples
 
-        def named() -> list[tuple[str, str | None]]:
-            return [(_VALUE.sub(lambda m: f"{m[1]}{m[3]}{METAVARS.get(m[2], m[2].upper())}", spec), text)
-                    for spec, text in original()]
-
-        ctx.help_tuples = named
+        ctx.help_tuples = lambda: named(original())
         try:
             super().print_task_help(name)
         finally:
             del ctx.help_tuples
+
+    def print_help(self) -> None:
+        # What takes a value says what (Invoke: STRING); `inv` with no command (tasks.py loaded) lists the commands.
+        print(f"Usage: {self.binary.split('[', 1)[0]} [--core-opts] <command> [--command-opts] ...\n")
+        print("Core options:\n")
+        self.print_columns(named(self.initial_context.help_tuples()))
+        if getattr(self, "collection", None) is not None:
+            self.list_tasks()
 
     def _task_names(self) -> list[str]:
         return sorted(self.collection.task_names) if self.collection is not None else []
