@@ -134,6 +134,8 @@ def test_host_names_tab_complete_from_the_inventory(tmp_path) -> None:  # type: 
     assert r.returncode == 0 and r.stdout.split() == ["all", "alpha", "beta", "pair"], (r.stdout, r.stderr)
     r = run_cli("--complete", "--", "inv", "status", "--inventory", str(inv), "--host", "al")
     assert r.stdout.split() == ["all", "alpha", "beta", "pair"], (r.stdout, r.stderr)
+    r = run_cli("--complete", "--", "inv", "status", "--host", "alpha,b", cwd=tmp_path)  # a comma list goes on
+    assert r.stdout.split() == ["alpha,all", "alpha,alpha", "alpha,beta", "alpha,pair"], r.stdout
     r = run_cli("--complete", "--", "inv", "stat")  # not a --host value: Invoke's own completion, the commands
     assert "status" in r.stdout.split() and "alpha" not in r.stdout, r.stdout
 

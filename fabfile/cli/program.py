@@ -239,8 +239,11 @@ class SpecProgram(Program):
             inv = inventory.load(path, cache=True)
         except (SpecDeployError, OSError):
             raise Exit from None
+        # A comma list: what is typed so far stays, each name is offered after it (`--host sim1,<TAB>`).
+        typed = tokens[-1] if tokens[-1] != "--host" else ""
+        before = typed.rpartition(",")[0] + "," if "," in typed else ""
         for name in sorted({*inv.hosts, *inv.groups, *inv.clusters, "all"}):
-            print(name)
+            print(before + name)
         raise Exit
 
 
