@@ -132,8 +132,9 @@ def test_host_names_tab_complete_from_the_inventory(tmp_path) -> None:  # type: 
                    "hosts: {alpha: {}, beta: {}}\ngroups: {pair: [alpha, beta]}\n")
     r = run_cli("--complete", "--", "inv", "status", "--host", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.split() == ["all", "alpha", "beta", "pair"], (r.stdout, r.stderr)
-    r = run_cli("--complete", "--", "inv", "status", "--inventory", str(inv), "--host", "al")
-    assert r.stdout.split() == ["all", "alpha", "beta", "pair"], (r.stdout, r.stderr)
+    for given in (["--inventory", str(inv)], [f"--inventory={inv}"]):
+        r = run_cli("--complete", "--", "inv", "status", *given, "--host", "al")
+        assert r.stdout.split() == ["all", "alpha", "beta", "pair"], (r.stdout, r.stderr)
     r = run_cli("--complete", "--", "inv", "status", "--host", "alpha,b", cwd=tmp_path)  # a comma list goes on
     assert r.stdout.split() == ["alpha,all", "alpha,alpha", "alpha,beta", "alpha,pair"], r.stdout
     r = run_cli("--complete", "--", "inv", "stat")  # not a --host value: Invoke's own completion, the commands

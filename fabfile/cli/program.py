@@ -230,7 +230,8 @@ class SpecProgram(Program):
         if not tokens or not (tokens[-1] == "--host" or (len(tokens) > 1 and tokens[-2] == "--host"
                                                          and not tokens[-1].startswith("-"))):
             return
-        path = next((tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--inventory"), None)
+        path = next((tokens[i + 1] if t == "--inventory" else t.partition("=")[2]
+                     for i, t in enumerate(tokens[:-1]) if t == "--inventory" or t.startswith("--inventory=")), None)
         path = path or os.environ.get("SPECDEPLOY_INVENTORY") or "inventory.yaml"
         from fabfile.errors import SpecDeployError
         from fabfile.inventory import hosts as inventory
