@@ -1,7 +1,8 @@
 """The one parser of command-line flag values: numbers, comma lists of whole numbers, local paths, choices.
 
-Every command of ``tasks.py`` reads its flags through here, so they all refuse the same bad input the same way: a
-:class:`~fabfile.errors.FlagError` (exit 2, nothing touched on any host) whose one sentence names the flag, says
+Every command of the command line (``fabfile/cli``) reads its flags through here, so they all refuse the same bad
+input the same way: a :class:`~fabfile.errors.FlagError` (exit 2, nothing touched on any host) whose one sentence
+names the flag, says
 what is wrong ("is not a finite number", "is above the largest allowed, 86400 s") and quotes at most
 :data:`QUOTE_CHARS` characters of the value. Numbers are read as people write them in ASCII (``12``, ``-1``,
 ``0.5``, ``2e3``): no hex, no ``1_000``, no other scripts' digits, no ``nan``/``inf``, and a value too long to be a
