@@ -2,9 +2,8 @@
 
 Every command of the command line (``fabfile/cli``) reads its flags through here, so they all refuse the same bad
 input the same way: a :class:`~fabfile.errors.FlagError` (exit 2, nothing touched on any host) whose one sentence
-names the flag, says
-what is wrong ("is not a finite number", "is above the largest allowed, 86400 s") and quotes at most
-:data:`QUOTE_CHARS` characters of the value. Numbers are read as people write them in ASCII (``12``, ``-1``,
+names the flag, says what is wrong ("is not a finite number", "is above the largest allowed, 86400 s") and quotes
+at most :data:`QUOTE_CHARS` characters of the value. Numbers are read as people write them in ASCII (``12``, ``-1``,
 ``0.5``, ``2e3``): no hex, no ``1_000``, no other scripts' digits, no ``nan``/``inf``, and a value too long to be a
 sane number is refused by its length before Python is asked to convert it (``int()`` of 10,000 digits raises
 "Exceeds the limit (4300 digits)"). Every numeric flag has a maximum: a value above any sane one is a typo, and
