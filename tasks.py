@@ -1,4 +1,4 @@
-"""The porch: `inv` in the project folder reads this file; the task collection lives in the package
+"""specdeploy's commands for `inv` in the project folder: this file only exposes the package's collection
 (fabfile/cli/tasks.py), the same one the installed `specdeploy` command runs."""
 
 import sys
