@@ -317,7 +317,7 @@ def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None
     from fabfile.commands.diff import flag_map
     from fabfile.plan.sweep_plan import configs
     from fabfile.plan.versioncheck import check
-    from fabfile.remote.sglangnccl import _argv_flags
+    from fabfile.remote.evidence.sglangnccl import argv_flags
 
     one_word = ["--tp-size=2", "--served-model-name=--warmups", "--speculative-algorithm=NOPE",
                 "--enable-symm-mem"]
@@ -326,7 +326,7 @@ def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None
     for argv in (one_word, two_words):
         assert flag_map(argv)["--tp-size"] == "2" and flag_map(argv)["--enable-symm-mem"] == ""
         assert split_flags(argv)[0]["--tp-size"] == "2"
-        assert _argv_flags(argv)["tp_size"] == 2 and _argv_flags(argv)["symm_mem"] is True
+        assert argv_flags(argv)["tp_size"] == 2 and argv_flags(argv)["symm_mem"] is True
         with pytest.raises(FlagError, match="no speculative algorithm NOPE"):
             check(argv, {}, "0.5.1", "h")
     assert flag_map(one_word)["--served-model-name"] == "--warmups"

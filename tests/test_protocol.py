@@ -34,7 +34,7 @@ def raised_kinds() -> dict[str, list[str]]:
     A helper is a function whose first parameter is ``kind`` and that passes it on as AgentError's first argument;
     its callers' literal kinds count. Any other non-literal kind is a failure: the scan could not see it.
     """
-    trees = {p.name: ast.parse(p.read_text(), str(p)) for p in sorted(REMOTE.glob("*.py"))}
+    trees = {str(p.relative_to(REMOTE)): ast.parse(p.read_text(), str(p)) for p in sorted(REMOTE.rglob("*.py"))}
     helpers = {"AgentError"}
     for tree in trees.values():
         for fn in ast.walk(tree):

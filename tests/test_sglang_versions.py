@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import bench, facts, metrics, patching, server, versions
+from fabfile.remote import facts, versions
+from fabfile.remote.measure import bench, metrics
+from fabfile.remote.patch import modes as patch_modes
+from fabfile.remote.serve import server
 from tests.simhost.sim.install import install_simulator
 from tests.test_patch_wheels import fetch_wheel
 
@@ -304,11 +307,11 @@ def test_plugin_allowlist_is_parsed_as_the_release_parses_it(version: str) -> No
     assert re.search(r'allowed_str = envs\.SGLANG_PLUGINS\.get\(\)\s*\n\s*if allowed_str:\s*\n\s*'
                      r'allowed_set = \{x\.strip\(\) for x in allowed_str\.split\(","\) if x\.strip\(\)\}', src)
     assert "if allowed_set is not None and ep.name not in allowed_set:" in src
-    assert patching.plugin_allowlist("") is None and patching.plugin_allowlist(None) is None
-    assert patching.plugin_allowlist(" a , b,,") == ["a", "b"]
-    assert patching.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
-    assert patching.plugin_excluded_by(" , ") and patching.plugin_excluded_by("other")
-    assert not patching.plugin_excluded_by("other, specdeploy_nccl_env ")
+    assert patch_modes.plugin_allowlist("") is None and patch_modes.plugin_allowlist(None) is None
+    assert patch_modes.plugin_allowlist(" a , b,,") == ["a", "b"]
+    assert patch_modes.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
+    assert patch_modes.plugin_excluded_by(" , ") and patch_modes.plugin_excluded_by("other")
+    assert not patch_modes.plugin_excluded_by("other, specdeploy_nccl_env ")
 
 
 def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path) -> None:
@@ -322,7 +325,7 @@ def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path)
         generic = {"code": "env_stripped", "severity": "error", "message": "use --patch-mode plugin", "vars": [],
                    "pids": []}
         evaluation: dict[str, Any] = {"ok": False, "hints": [dict(generic)]}
-        patching.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
+        patch_modes.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
         first = evaluation["hints"][0]
         assert first["code"] == "plugin_not_allowed" and first["pids"] == [proc.pid]
         assert "SGLANG_PLUGINS='other'" in first["message"] and "specdeploy_nccl_env" in first["message"]
@@ -331,11 +334,11 @@ def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path)
         for ok, mode, value in ((True, "plugin", "other"), (False, "scheduler", "other"),
                                 (False, "plugin", "other,specdeploy_nccl_env")):
             ev: dict[str, Any] = {"ok": ok, "hints": []}
-            patching.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
+            patch_modes.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
             assert ev["hints"] == []
         # no readable process: the launch environment of the deploy record says it
         ev = {"ok": False, "hints": []}
-        patching.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
+        patch_modes.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
         assert "SGLANG_PLUGINS='a,b' in the launch environment" in ev["hints"][0]["message"]
     finally:
         proc.kill()
@@ -406,7 +409,7 @@ def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None
     install_simulator(tmp_path / "venv", tmp_path / "bin", version, sys.executable)
     site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote import bench; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote.measure import bench; "
             "print(json.dumps(bench.bench_serving_datasets({'PYTHONPATH': sys.argv[2]})))")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(site)], capture_output=True, text=True,
                          timeout=120, env=env, check=True)

@@ -207,7 +207,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The inventory entry (a plain mapping, YAML-ready) that renders ``launch``."""
     from fabfile.inventory.hosts import BUILTIN_NCCL_PRESETS
-    from fabfile.remote import ncclenv
+    from fabfile.remote.evidence import ncclenv
 
     managed, rest = split_flags(launch.args)
     fields: dict[str, Any] = {}
@@ -267,7 +267,7 @@ def validate_entry(name: str, entry: dict[str, Any]) -> Any:
     from fabfile.inventory import schema as inventory_schema
 
     try:
-        return resolve._build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
+        return resolve.build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
     except inventory_schema.InvalidField as e:
         raise FlagError(f"--command: the adopted entry is not valid: {inventory_schema.pydantic_message(e, '')}") \
             from None

@@ -3,7 +3,7 @@ the result on the host (``STATE/bench/<id>.json``) and locally (``RUNS/<host>/<i
 
 The load comes from the host, not from this machine, so the numbers are the server's and not the SSH link's: SGLang's
 own ``sglang.bench_serving`` (``--dataset-name random-ids``, no download) when the host's SGLang has it, else the
-agent's stdlib load generator (``fabfile/remote/loadgen.py``).
+agent's stdlib load generator (``fabfile/remote/measure/loadgen.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The client side of ``inv deploy``: plan → connect → preflight → ship → the host-side sequence → summary.
 
 The host-side sequence (lock, patch, stop, GPU gate, start, wait, verify, record) runs in one agent call
-(``fabfile.remote.deploy``); this module decides what to ask for, renders events as progress, survives a dropped
+(``fabfile.remote.serve.deploy``); this module decides what to ask for, renders events as progress, survives a dropped
 SSH session by re-attaching to the deploy's journal, and turns the outcome into a result and an exit code.
 """
 
@@ -113,7 +113,7 @@ def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, 
 
 def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | None, version: str) -> DeployRequest:
     """The ``deploy`` request: the one place it is built (its shape is ``protocol.DeployRequest``, read by
-    ``fabfile.remote.deploy.run``)."""
+    ``fabfile.remote.serve.deploy.run``)."""
     h = plan.host
     t = h.timeouts
     return {

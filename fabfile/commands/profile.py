@@ -1,7 +1,7 @@
 """The client side of ``inv profile``: where one speculative cycle's time goes on the running server, measured by
 SGLang itself (its device timer; with ``--trace`` its profiler), under the bench's own bounded load.
 
-The host does the work (``fabfile/remote/profile.py``); this builds the one request, bounds the call, and with
+The host does the work (``fabfile/remote/measure/profile.py``); this builds the one request, bounds the call, and with
 ``--out DIR`` fetches each rank's trace over SFTP as ``<host>-<deploy id>-TP<rank>.trace.json.gz`` (Perfetto opens
 them as they are).
 """

@@ -2,7 +2,7 @@
 thresholds that print an alarm line and exit non-zero when crossed (for cron and CI).
 
 Each round asks every selected host for one bounded sample (the ``watch`` agent verb: ``/metrics`` when enabled,
-else SGLang's last ``Decode batch`` line; fabfile/remote/watch.py), all hosts at once, each bounded by its
+else SGLang's last ``Decode batch`` line; fabfile/remote/measure/watch.py), all hosts at once, each bounded by its
 ``timeouts.host``. A threshold is crossed when a host's figure stays below it for ``--for`` seconds (0: at once);
 a server that is not running or not healthy is an alarm too. Figures older than ``stale_s`` (SGLang prints Decode
 lines only while it decodes) count as idle, not as a breach.

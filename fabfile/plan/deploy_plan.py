@@ -292,7 +292,7 @@ class NcclSettings:
 
 def nccl_settings(host: Host) -> NcclSettings:
     from fabfile.plan.ncclrefusals import refusal, unknown_names
-    from fabfile.remote import ncclenv
+    from fabfile.remote.evidence import ncclenv
 
     tuning: dict[str, str] = {}
     logging: dict[str, str] = dict(NCCL_DEBUG_ENV) if host.nccl_debug else {}
@@ -422,15 +422,16 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
     """A user's SGLANG_PLUGINS would keep SGLang 0.5.11+ from loading specdeploy's plugin (only the named plugins
     load), so the plugin mode would silently do nothing: the plugin is added to the list, and the plan says so.
     (``auto`` may pick the plugin mode; on versions or modes without the plugin the extra name is inert.)"""
-    from fabfile.remote import patching  # imported here: status and friends use plan's helpers, not the patcher
+    # Imported here: status and friends use plan's helpers, not the patch engine.
+    from fabfile.remote.patch import modes as patch_modes
 
     value = env.get("SGLANG_PLUGINS")
     if value is None or patch_mode not in ("auto", "plugin") or not host.nccl_env or \
-            not patching.plugin_excluded_by(value):
+            not patch_modes.plugin_excluded_by(value):
         return []
-    env["SGLANG_PLUGINS"] = patching.with_plugin_allowed(value)
+    env["SGLANG_PLUGINS"] = patch_modes.with_plugin_allowed(value)
     return [f"SGLANG_PLUGINS from the inventory env ({value!r}) lets SGLang load only the plugins it names; "
-            f"specdeploy's plugin {patching.PLUGIN_NAME} is added to it, so the launch has "
+            f"specdeploy's plugin {patch_modes.PLUGIN_NAME} is added to it, so the launch has "
             f"SGLANG_PLUGINS={env['SGLANG_PLUGINS']!r}"]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from . import gpus, versions
 from .boot import unsafe_reason
 from .common import expand
-from .lock import DeployLock
+from .serve.lock import DeployLock
 
 LAYOUT = {
     "engine": "srt/entrypoints/engine.py",

@@ -191,8 +191,8 @@ class CheckEnvRequest(TypedDict, total=False):
 
 
 class GatherRequest(TypedDict, total=False):
-    """What ``gathering.gather`` reads (built on the host, by ``deploy.evidence_request`` for a recorded deploy, or
-    with only the processes to go on when nothing recorded runs)."""
+    """What ``evidence.gather.gather`` reads (built on the host, by ``serve.deploy.evidence_request`` for a recorded
+    deploy, or with only the processes to go on when nothing recorded runs)."""
 
     log_path: str | None
     log_offset: int

@@ -21,19 +21,19 @@ def _facts(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 
 
 def _deploy(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
-    from . import deploy
+    from .serve import deploy
     return deploy.run(req, sink)
 
 
 def _stop(req: StopRequest, sink: EventSink) -> dict[str, Any]:
-    from . import records, stop
+    from .serve import records, stop
     state_dir = expand(req["state_dir"])
-    from .lock import DeployLock
+    from .serve.lock import DeployLock
 
     lock = DeployLock(state_dir)
     lock.acquire({"deploy_id": "stop", "client": req.get("client"), "step": "stop"}, float(req.get("lock_wait", 0)))
     try:
-        from . import router
+        from .serve import router
         routers = [r["name"] for r in router.all_records(state_dir) if router.is_running(r)]
         if req.get("dry_run"):
             found = stop.find_stale(state_dir, list(req.get("target_gpus") or []))
@@ -63,7 +63,11 @@ def _evidence(req: CheckEnvRequest, sink: EventSink) -> dict[str, Any]:
     """check-env: judge the running server by what its deploy asked for (the record), with evidence that belongs
     to it (its launcher's pid and start time, its part of the log, its deploy id). A server that is not the
     recorded deploy is reported as such and judged only by its own processes."""
-    from . import deploy, evidence, ncclenv, patching, procs, records
+    from . import procs
+    from .evidence import judge as evidence
+    from .evidence import ncclenv
+    from .patch.modes import explain_unloaded_plugin
+    from .serve import deploy, records
 
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir) or {}
@@ -99,15 +103,15 @@ def _evidence(req: CheckEnvRequest, sink: EventSink) -> dict[str, Any]:
     evaluation = evidence.evaluate(ev, expected)
     if running:
         request = rec.get("request") or {}
-        patching.explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
-                                         ev_req["launcher_pid"], (request.get("summary") or {}).get("env"))
+        explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
+                                ev_req["launcher_pid"], (request.get("summary") or {}).get("env"))
     return {"evidence": ev, "evaluation": evaluation, "record": rec or None}
 
 
 def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]]:
     def verb(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-        from . import patching
-        from .lock import DeployLock
+        from .patch import apply, rollback
+        from .serve.lock import DeployLock
 
         req = dict(req)
         req["state_dir"] = expand(req["state_dir"])
@@ -118,7 +122,8 @@ def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]
             lock.acquire({"deploy_id": "rollback-patches", "client": req.get("client")},
                          float(req.get("lock_wait", 0)))
         try:
-            result: dict[str, Any] = getattr(patching, fn_name)(req)
+            engine = {"apply": apply.apply, "rollback": rollback.rollback, "status": rollback.status}[fn_name]
+            result: dict[str, Any] = engine(req)
         finally:
             if lock is not None:
                 lock.release()
@@ -128,33 +133,33 @@ def _patch(fn_name: str) -> Callable[[dict[str, Any], EventSink], dict[str, Any]
 
 
 def _status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import hoststatus
+    from .serve import hoststatus
     return hoststatus.status(req, sink)
 
 
 def _logs(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import follow
+    from .serve import follow
     return follow.logs(req, sink)
 
 
 def _attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import follow
+    from .serve import follow
     return follow.attach(req, sink)
 
 
 def _bench(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
-    from . import bench
+    from .measure import bench
     return bench.run(req, sink)
 
 
 def _profile(req: ProfileRequest, sink: EventSink) -> dict[str, Any]:
-    from . import profile
+    from .measure import profile
     return dict(profile.run(req, sink))
 
 
 def _records(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """The current deploy record and the one it replaced (what a rollback would put back)."""
-    from . import records
+    from .serve import records
     state_dir = expand(req["state_dir"])
     cur = records.current(state_dir)
     prev = (cur or {}).get("previous") or None
@@ -169,8 +174,8 @@ def _records(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 def _redeploy(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Start a recorded deploy again from its own copy of the launch script (rollback), with its own patch state:
     the patch engine reconciles the host to that deploy's mode and values."""
-    from . import deploy, records
     from .common import sha256_file
+    from .serve import deploy, records
     state_dir = expand(req["state_dir"])
     old = records.load(state_dir, req["from_deploy_id"])
     if not old or not old.get("request") or not old.get("script_copy"):
@@ -197,9 +202,9 @@ def _cancel(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     ``deploy_id`` omitted: the deploy holding the host's lock now. With ``wait_s``, wait (bounded) until that deploy
     has let go of the host and report how it ended, from its record.
     """
-    from . import records
     from .common import atomic_write
-    from .lock import DeployLock
+    from .serve import records
+    from .serve.lock import DeployLock
     state_dir = expand(req["state_dir"])
     deploy_id = req.get("deploy_id")
     holder = DeployLock(state_dir).live_holder() if os.path.isdir(state_dir) else None
@@ -222,7 +227,7 @@ def _cancel(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 
 
 def _router_start(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import router
+    from .serve import router
     req = dict(req)
     for key in ("cwd", "script", "log_path"):
         req[key] = expand(req[key])
@@ -230,13 +235,13 @@ def _router_start(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 
 
 def _router_stop(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import router
+    from .serve import router
     return router.stop(expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
 
 
 def _router_worker(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Take a replica out of a router before its server restarts, or put it back once it answers again."""
-    from . import router
+    from .serve import router
     state_dir = expand(req["state_dir"])
     if req.get("action") == "remove":
         return router.remove_worker(state_dir, req["name"], req["url"], float(req.get("drain_s", 5)))
@@ -244,12 +249,13 @@ def _router_worker(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 
 
 def _watch(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import hoststatus, watch
+    from .measure import watch
+    from .serve import hoststatus
     return watch.sample(expand(req["state_dir"]), hoststatus.last_decode)
 
 
 def _stale(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
-    from . import stop
+    from .serve import stop
     found = stop.find_stale(expand(req["state_dir"]), list(req.get("target_gpus") or []))
     items: list[dict[str, Any]] = [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
     return {"processes": items, "gpu_holders": found["gpu_holders"]}
@@ -258,7 +264,8 @@ def _stale(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
 def _adopt(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
     """Read the hand-started server (argv, the variables it was given, its log) and record it as adopted, so the
     next deploy stops exactly it."""
-    from . import adoption, facts
+    from . import facts
+    from .serve import adoption
     state_dir = expand(req["state_dir"])
     server = adoption.read_server(state_dir, req.get("port"))
     server["record"] = adoption.write_record(state_dir, server)

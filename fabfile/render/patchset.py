@@ -1,6 +1,6 @@
 """Client side of the NCCL-env patch engine: choose the patch mode and render what gets shipped to the host.
 
-The host side (:mod:`fabfile.remote.patching`) only finds anchors, writes, records and undoes; every line of
+The host side (:mod:`fabfile.remote.patch`) only finds anchors, writes, records and undoes; every line of
 code that ends up on the host is rendered here from ``templates/patch/*.j2``.
 """
 
@@ -13,11 +13,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fabfile.remote import common, patching, versions
+from fabfile.remote import common, versions
+from fabfile.remote.patch import markers
+from fabfile.remote.patch import modes as patch_modes
 from fabfile.render.jinja import render_text
 
-MODES: tuple[str, ...] = patching.ALL_MODES
-PLUGIN_DIST = patching.PLUGIN_NAME
+MODES: tuple[str, ...] = patch_modes.ALL_MODES
+PLUGIN_DIST = patch_modes.PLUGIN_NAME
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -28,7 +30,7 @@ class PatchModeError(ValueError):
 def supported_modes(sglang_version: str) -> list[str]:
     """Modes available for this SGLang version (``plugin`` only from 0.5.11, which has the plugin system)."""
     try:
-        return patching.supported_modes(sglang_version)
+        return patch_modes.supported_modes(sglang_version)
     except common.AgentError as e:
         raise PatchModeError(e.message) from None
 
@@ -37,7 +39,7 @@ def resolve_mode(requested: str, sglang_version: str) -> str:
     """``auto`` -> plugin (0.5.11+) or scheduler; any other mode is checked against the version."""
     modes = supported_modes(sglang_version)
     if requested == "auto":
-        return patching.auto_mode(sglang_version)
+        return patch_modes.auto_mode(sglang_version)
     if requested not in MODES:
         raise PatchModeError(f"unknown patch mode {requested!r}; choose one of: auto, {', '.join(MODES)}")
     if requested not in modes:
@@ -80,10 +82,10 @@ def _ctx(mode: str, values: dict[str, str], force: bool, tool_version: str) -> d
         "force": bool(force),
         "values_hash": values_hash(values, force),
         "tool_version": tool_version,
-        "marker_prefix": patching.MARKER_PREFIX,
-        "sentinel_begin": patching.SENTINEL_BEGIN,
-        "sentinel_end": patching.SENTINEL_END,
-        "plugin_group": patching.PLUGIN_GROUP,
+        "marker_prefix": markers.MARKER_PREFIX,
+        "sentinel_begin": patch_modes.SENTINEL_BEGIN,
+        "sentinel_end": patch_modes.SENTINEL_END,
+        "plugin_group": patch_modes.PLUGIN_GROUP,
     }
 
 
@@ -128,7 +130,7 @@ def _dist_version(tool_version: str) -> str:
 
 
 def render_files(mode: str, values: Mapping[str, Any], force: bool, tool_version: str) -> dict[str, Any]:
-    """Rendered pieces by role, as the host's ``patching.apply`` expects them in ``request["files"]``."""
+    """Rendered pieces by role, as the host's ``patch.apply.apply`` expects them in ``request["files"]``."""
     if mode == "env":
         return {}
     vals = normalize_values(values)
@@ -152,7 +154,7 @@ def build_patch_request(
     tool_version: str,
     python: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON request for the host verb ``patch-apply`` (``patching.apply``). ``mode`` may be ``auto``.
+    """The JSON request for the host verb ``patch-apply`` (``patch.apply.apply``). ``mode`` may be ``auto``.
 
     ``python`` (the venv interpreter on the host), when given, lets the host check that a sitecustomize it
     writes is the one that interpreter really imports.

@@ -74,7 +74,8 @@ class Bundle:
 def bundle() -> Bundle:
     """The agent: its entry point and the ``fabfile/remote`` modules, under the package name it has on the host."""
     files = [("__main__.py", _MAIN.encode())]
-    files += [(f"{AGENT_PACKAGE}/{p.name}", p.read_bytes()) for p in sorted(REMOTE_SRC.glob("*.py"))]
+    files += [(f"{AGENT_PACKAGE}/{p.relative_to(REMOTE_SRC).as_posix()}", p.read_bytes())
+              for p in sorted(REMOTE_SRC.rglob("*.py"))]
     return Bundle(files)
 
 

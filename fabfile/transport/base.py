@@ -93,7 +93,7 @@ class Transport(ABC):
         self.close()
 
 
-class _LineBuffer:
+class LineBuffer:
     """Turns arbitrary chunks into whole lines (a chunk may end mid-line or mid-UTF-8 sequence)."""
 
     def __init__(self, on_line: Callable[[str], None]) -> None:

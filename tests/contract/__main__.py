@@ -1,7 +1,7 @@
 """``python -m tests.contract [--write] [--all | VERSION ...]``: derive the contract from the wheels and compare.
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
-regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and
+regenerates ``docs/sglang-contract.md``, ``fabfile/remote/evidence/sglang_env_facts.py`` and
 ``fabfile/plan/sglang_spec_facts.py`` (all matrix versions; the tables also read ``ENV_EXTRA`` and
 ``SPEC_EXTRA``, the releases where facts change between them). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or
 the index.
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
             if v not in SPEC_EXTRA:
                 env[v] = envfacts.version_facts(w)
             spec[v] = specfacts.version_facts(w)
-        (table.ROOT / "fabfile" / "remote" / "sglang_env_facts.py").write_text(envfacts.render(env))
+        (table.ROOT / "fabfile" / "remote" / "evidence" / "sglang_env_facts.py").write_text(envfacts.render(env))
         (table.ROOT / "fabfile" / "plan" / "sglang_spec_facts.py").write_text(specfacts.render(spec))
     versions = releases_on_index(OLDEST) if args.all else (args.versions or matrix())
     infos = _fetch_all(versions)

@@ -1,4 +1,5 @@
-"""``fabfile/remote/sglang_env_facts.py``: the NCCL variables each SGLang version writes, derived from the wheels.
+"""``fabfile/remote/evidence/sglang_env_facts.py``: the NCCL variables each SGLang version writes, derived from the
+wheels.
 
 Each write is classified here (not in the host agent, which stays a plain table lookup): the guard texts of
 the source become ``requires`` (launch flags that must hold: ``symm_mem``, ``nccl_nvls``, ``deterministic``,
