@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from fabfile.remote.evidence import sglang_env_facts
+from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
 from tests.contract import envfacts, real, sim, table
 from tests.test_patch_wheels import VERSIONS, fetch_wheel, wheels  # noqa: F401 - the session fixture
 
@@ -44,7 +45,7 @@ def test_committed_tables_match_the_wheels(label: str, wheels: dict[str, Any]) -
     assert w.version in sglang_env_facts.NCCL_WRITES, (
         f"fabfile/remote/evidence/sglang_env_facts.py has no entry for SGLang {w.version}: run python -m "
         "tests.contract --write")
-    assert sglang_env_facts.NCCL_WRITES[w.version] == envfacts.version_facts(w), (
+    assert sglang_env_facts_for(w.version) == (w.version, envfacts.version_facts(w)), (
         f"fabfile/remote/evidence/sglang_env_facts.py drifted from the {w.version} wheel: run python -m tests.contract "
         "--write")
     doc = (table.ROOT / "docs" / "sglang-contract.md").read_text()
@@ -136,7 +137,7 @@ def test_committed_nccl_table_other_cached_releases() -> None:
         if not (_cache_dir() / f"sglang-{v}.json").exists():
             continue
         w = real.Wheel(fetch_wheel(v)["path"])
-        assert sglang_env_facts.NCCL_WRITES.get(v) == envfacts.version_facts(w), v
+        assert sglang_env_facts_for(v) == (v, envfacts.version_facts(w)), v
         checked += 1
     from fabfile.plan import versioncheck
     from tests.contract import SPEC_EXTRA, specfacts

@@ -82,7 +82,8 @@ def _run_version_py(site: Path) -> str:
     ("0.5.21.dev12+g1a2b3c4", (0, 5, 21)), ("0.4.3.post4", (0, 4, 3)), ("0.5", (0, 5, 0)), ("1.0.0a2", (1, 0, 0)),
 ])
 def test_release_numbers(text: str, release: tuple[int, int, int]) -> None:
-    assert versions.release(text) == release
+    numbers = versions.key(text)[0]  # the release numbers, trailing zeros dropped
+    assert numbers + (0,) * (3 - len(numbers)) == release
 
 
 def test_total_order() -> None:
@@ -93,12 +94,25 @@ def test_total_order() -> None:
     assert versions.key("0.5.7.0") == versions.key("0.5.7")
 
 
+def test_gates_and_tables_use_the_same_order() -> None:
+    # A build counts as the release whose code it carries, placed in key()'s order; a table read from the wheels
+    # gives a host the facts of the newest release read that is not newer.
+    assert versions.feature_key("0.5.20rc1") == versions.key("0.5.20") == versions.feature_key("0.5.20.dev3")
+    assert versions.feature_key("0.5.20.post1.dev2") == versions.key("0.5.20.post1")
+    known = ["0.5.16", "0.5.9", "0.5.15.post1", "0.5.12"]
+    assert versions.newest_not_newer("0.5.15", known) == "0.5.12"
+    assert versions.newest_not_newer("0.5.15.post1", known) == "0.5.15.post1"
+    assert versions.newest_not_newer("0.5.16rc1", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.99", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.8", known) is None
+    assert versions.newest_not_newer("garbage", known) is None and versions.newest_not_newer(None, known) is None
+
+
 @pytest.mark.parametrize("bad", ["", "latest", "0.5.x", "five", "0..5"])
 def test_garbage_is_not_a_version(bad: str) -> None:
     assert not versions.valid(bad)
     with pytest.raises(ValueError):
-        versions.release(bad)
-    assert versions.release_or_none(bad) is None
+        versions.key(bad)
     assert not versions.at_least(bad, "0.0.1")
 
 
@@ -410,7 +424,7 @@ def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None
     site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote.measure import bench; "
-            "print(json.dumps(bench.bench_serving_datasets({'PYTHONPATH': sys.argv[2]})))")
+            "print(json.dumps(bench.bench_serving_help({'PYTHONPATH': sys.argv[2]})[0]))")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(site)], capture_output=True, text=True,
                          timeout=120, env=env, check=True)
     offered = json.loads(out.stdout)
@@ -445,3 +459,23 @@ def test_device_timer_facts_follow_the_release(version: str) -> None:
     assert f["timer"] == versions.at_least(version, versions.DEVICE_TIMER)
     assert f["verify_calls"] == versions.at_least(version, versions.SPEC_VERIFY_CALLS)
     assert f["eager_verify"] == versions.at_least(version, versions.EAGER_VERIFY_CATEGORY)
+
+
+def test_the_nccl_table_stores_changes_only_and_each_release_reads_its_own_writes() -> None:
+    """The generated table (``python -m tests.contract --write``) keeps a release's NCCL writes only where they
+    differ from the release before it; looked up, every release read still gets its own (the wheels tier checks
+    them against each wheel: tests/test_contract.py)."""
+    from fabfile.remote.evidence import sglang_env_facts
+    from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
+
+    table = sglang_env_facts.NCCL_WRITES
+    order = sorted(table, key=versions.key)
+    assert list(table) == order and table[order[0]] is not None
+    effective: list[dict[str, Any]] = []
+    for v in order:
+        stored = table[v]
+        assert stored != effective, f"{v} repeats the writes of the release before it"
+        effective = effective if stored is None else stored
+        assert sglang_env_facts_for(v) == (v, effective)
+        if "post" not in v:
+            assert sglang_env_facts_for(v + "rc1") == (v, effective)  # a pre-release counts as its release

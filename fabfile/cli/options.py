@@ -20,8 +20,8 @@ def inventory(path: str | None, lock_wait: Any = None) -> Any:
 def deploy(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
            accept_gate: Any = None) -> Any:
     """A deploy's (and render's, a sweep's base) ``Options`` from its flags."""
-    from fabfile.inventory.hosts import PATCH_MODES
     from fabfile.plan.deploy_plan import Options
+    from fabfile.remote.patch.modes import PATCH_MODES
 
     return Options(steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS),
                    topk=flags.whole("--topk", topk, minimum=1, maximum=MAX_TOPK),

@@ -61,10 +61,9 @@ def run_bench(session: HostSession, params: BenchParams, *, bench_id: str | None
               on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """One ``bench`` agent call on an open session; the result document (with ``host`` and ``params``)."""
     bid = bench_id or new_bench_id()
-    data = session.call("bench", bench_request(session.host, params, bid), timeout=params.bound(), on_event=on_event)
-    data["host"] = session.host.name
-    data["requested"] = asdict(params)
-    return data
+    data = session.bench(bench_request(session.host, params, bid), timeout=params.bound(), on_event=on_event)
+    # The result document: the host's answer, with where it ran and what was asked.
+    return {**data, "host": session.host.name, "requested": asdict(params)}
 
 
 def save_local(result: dict[str, Any], runs_dir: Path | str) -> Path:

@@ -74,9 +74,10 @@ def profile_host(inv: Inventory, host: Host, params: ProfileParams,
     pid = new_profile_id()
     try:
         with HostSession.open(inv, host) as s:
-            data = s.call("profile", profile_request(params, pid), timeout=params.bound(), on_event=on_event)
-            data["host"] = host.name
-            data["requested"] = {**asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}
+            answer = s.profile(profile_request(params, pid), timeout=params.bound(), on_event=on_event)
+            # The result document: the host's answer, with where it ran and what was asked.
+            data: dict[str, Any] = {**answer, "host": host.name, "requested": {
+                **asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}}
             if params.out and params.trace:
                 data["fetched"] = fetch_traces(s, data, Path(params.out))
     except SpecDeployError as e:

@@ -23,7 +23,6 @@ from fabfile.inventory.values import (
     DEFAULT_LOG_DIR,
     MAX_DRAFT_TOKENS,
     MAX_INVENTORY_BYTES,
-    PATCH_MODES,
     Cluster,
     Host,
     Inventory,
@@ -35,7 +34,6 @@ from fabfile.inventory.values import (
 )
 
 __all__ = ["BUILTIN_NCCL_PRESETS", "DEFAULT_ACCEPT_GATE", "DEFAULT_LOG_DIR", "MAX_DRAFT_TOKENS", "MAX_INVENTORY_BYTES",
-           "PATCH_MODES",
            "Cluster", "Host", "Inventory", "NodeRole", "Router", "Speculative", "Timeouts", "check_speculative",
            "find", "load", "one_host", "with_lock_wait"]
 

@@ -13,8 +13,6 @@ from pathlib import Path
 from fabfile.errors import InventoryError
 from fabfile.flags import quote
 
-PATCH_MODES = ("auto", "env", "engine", "scheduler", "plugin", "sitecustomize")
-
 # The seed host's PCIe tuning (8 GPUs, no NVLink): what the manual hour converged on.
 BUILTIN_NCCL_PRESETS: dict[str, dict[str, str]] = {
     "pcie": {

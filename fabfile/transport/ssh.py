@@ -32,9 +32,9 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
-from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
+from fabfile.errors import AuthError, ConnectError, ConnectionLost, HostKeyError, RemoteError
 from fabfile.inventory.hosts import Timeouts
-from fabfile.transport.base import CommandResult, ConnectionLost, LineBuffer, Transport
+from fabfile.transport.base import CommandResult, LineBuffer, Transport
 from fabfile.transport.proxy import HopConnection, hops
 
 if TYPE_CHECKING:  # tenacity is imported where a connection is retried: a CLI start should not pay for it

@@ -8,8 +8,6 @@ simulator / match) and ``fabfile/remote/evidence/sglang_env_facts.py`` (the NCCL
 
 from __future__ import annotations
 
-from typing import Any
-
 # The oldest release `python -m tests.contract --all` checks (the newest is the index's).
 OLDEST = "0.4.5"
 # Releases read only for the generated tables, besides the matrix: the boundaries where a release's facts differ
@@ -32,9 +30,3 @@ def matrix() -> list[str]:
     return list(tpw.VERSIONS)
 
 
-def version_key(v: str) -> tuple[Any, ...]:
-    import re
-
-    nums = [int(x) for x in re.findall(r"\d+", v.split("post")[0].split("rc")[0])[:3]]
-    post = re.search(r"post(\d+)", v)
-    return (*nums, int(post.group(1)) if post else 0)

@@ -22,7 +22,8 @@ import sys
 import time
 from typing import Any
 
-from tests.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table, version_key
+from fabfile.remote.versions import key as version_order
+from tests.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table
 
 
 def _fetch_all(versions: list[str]) -> dict[str, dict[str, Any]]:
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
         # First, so that the --all lookups below read the tables as they are committed.
         env = {}
         spec = {}
-        for v in sorted(set(matrix()) | set(ENV_EXTRA) | set(SPEC_EXTRA), key=version_key):
+        for v in sorted(set(matrix()) | set(ENV_EXTRA) | set(SPEC_EXTRA), key=version_order):
             w = real.Wheel(fetch_wheel(v)["path"])
             if v not in SPEC_EXTRA:
                 env[v] = envfacts.version_facts(w)

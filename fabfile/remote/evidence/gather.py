@@ -12,7 +12,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .. import procs
@@ -399,3 +399,23 @@ def gather(req: GatherRequest, sink: EventSink, gpu_facts: dict[str, Any] | None
         "nccl_debug_files": {"pattern": debug_pattern, "files": debug_files},
         "facts": facts,
     }
+
+
+LAUNCH_DIAG = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SPT_NOENV")
+
+
+def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
+                     start_ticks: int | None, expected: dict[str, str]) -> GatherRequest:
+    """What evidence.gather needs to judge the server of one deploy: its own log region, its launcher (pid and
+    start time), its deploy id for the markers, and what it was launched with."""
+    summary = rec_or_req.get("summary") or rec_or_req.get("launch") or {}
+    env = summary.get("env") or {}
+    patch = rec_or_req.get("patch") or {}
+    return {"log_path": log_path, "log_offset": log_offset, "launcher_pid": pid, "launcher_start_ticks": start_ticks,
+            "deploy_id": deploy_id, "expected": expected,
+            "nccl_debug_file": (rec_or_req.get("verify") or {}).get("nccl_debug_file"),
+            "sglang_version": rec_or_req.get("sglang_version"), "launch_argv": summary.get("argv"),
+            "patch_mode": rec_or_req.get("patch_mode") or patch.get("mode") or "env",
+            "nccl_debug": rec_or_req.get("nccl_debug"),
+            "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
+            "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}

@@ -21,17 +21,21 @@ import ``evidence.judge`` and find both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common import EventSink, expand
+from ..protocol import CheckEnvAnswer, CheckEnvRequest, Evaluation, GatherRequest
 from . import ncclenv, ncclused
-from .gather import DRAFT_WORKER_NOTE, SCHEMA, gather
+from .gather import DRAFT_WORKER_NOTE, SCHEMA, evidence_request, gather
 from .hints import IN_PROCESS_MODES, blame, blind_message, hint, mode_advice, run_hints, server_hints
 from .interconnect import parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
 from .sglangnccl import argv_flags, custom_ar, sglang_env_facts_for, sglang_nccl_rules
 
-__all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "custom_ar", "evaluate", "gather",
+__all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "check_env", "custom_ar", "evaluate",
+           "gather",
            "parse_nccl_line", "parse_nccl_records", "parse_topology", "sglang_env_facts_for", "sglang_nccl_rules"]
 
 
@@ -326,7 +330,7 @@ def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
             blame(run.hints, run.rules, var, pid, run.facts)
 
 
-def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
     """One row per (scheduler process, expected variable); overall ``ok``; hints naming the likely cause.
 
     Row: ``{"pid", "rank", "label", "title", "var", "expected", "observed", "evidence", "status", "sources",
@@ -388,3 +392,55 @@ def _overridden(hints: dict[str, dict[str, Any]], rows: list[dict[str, Any]], us
         hint(hints, "tuner_overrode", f"NCCL read {var} but its TUNING lines show it used something else for "
               f"{', '.join(where)}: a tuner plugin, a symmetric-memory kernel or SGLang's own path went around "
               "it; see the 'used' rows", var=var)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the `evidence` verb (`inv check-env`): which server to judge, by what
+
+def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
+    """Judge the running server by what its deploy asked for (the record), with evidence that belongs to it (its
+    launcher's pid and start time, its part of the log, its deploy id). A server that is not the recorded deploy is
+    reported as such and judged only by its own processes."""
+    from .. import procs
+    from ..patch.modes import explain_unloaded_plugin
+    from ..serve import records
+
+    state_dir = expand(req["state_dir"])
+    record = records.current(state_dir)
+    rec: Mapping[str, Any] = record or {}
+    asked = {str(k): str(v) for k, v in (req.get("expected") or {}).items()}
+    running = bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
+    ev_req: GatherRequest
+    if running:
+        recorded = records.expected_of(rec) or records.expected_of(rec.get("request") or {})
+        expected = asked if recorded is None else recorded
+        ev_req = evidence_request(
+            {**(rec.get("request") or {}), **rec}, deploy_id=str(rec.get("deploy_id")),
+            log_path=str(rec.get("log_path")), log_offset=int(rec.get("log_offset") or 0), pid=int(rec["pid"]),
+            start_ticks=rec.get("start_ticks"), expected=expected)
+        ev_req["nccl_debug_file"] = req.get("nccl_debug_file") or ev_req.get("nccl_debug_file")
+        differs = {} if recorded is None else {
+            k: {"record": recorded.get(k), "inventory": asked.get(k)}
+            for k in sorted(set(recorded) | set(asked))
+            if not (recorded.get(k) == asked.get(k) or ncclenv.same(k, recorded.get(k), asked.get(k)))}
+    else:
+        expected, differs = asked, {}
+        why = None
+        if rec:
+            why = (f"its launcher pid {rec.get('pid')} is gone" if rec.get("pid") else "it never started") + \
+                f"; the record says {rec.get('status')}"
+        # Nothing recorded runs: the log, deploy id, version and launch flags of the record say nothing about
+        # whatever runs now; only the processes themselves are read.
+        ev_req = {"log_path": None, "launcher_pid": None, "expected": expected,
+                  "nccl_debug_file": req.get("nccl_debug_file"),
+                  "server": {"recorded_deploy": rec.get("deploy_id"), "record_status": rec.get("status"),
+                             "is_recorded_deploy": False if rec else None, "why": why}}
+    ev = gather(ev_req, sink)
+    ev["expected_source"] = "record" if running and expected is not asked else "inventory"
+    ev["inventory_differs"] = differs
+    evaluation = evaluate(ev, expected)
+    if running:
+        request = rec.get("request") or {}
+        explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
+                                ev_req.get("launcher_pid"), (request.get("summary") or {}).get("env"))
+    return {"evidence": ev, "evaluation": evaluation, "record": record}

@@ -23,20 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..common import flag_value
 from . import ncclenv
 
 DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "half": 2, "fp16": 2, "float32": 4, "float": 4, "fp32": 4}
 USED_STATUSES = ("proven", "overridden", "observed", "unseen")
-
-
-def _flag(argv: list[str], *names: str) -> str | None:
-    for i, a in enumerate(argv):
-        for name in names:
-            if a == name and i + 1 < len(argv):
-                return argv[i + 1]
-            if a.startswith(name + "="):
-                return a.split("=", 1)[1]
-    return None
 
 
 def _int(text: str | None) -> int | None:
@@ -45,7 +36,7 @@ def _int(text: str | None) -> int | None:
 
 def model_path(argv: list[str] | None) -> str | None:
     """The target model's directory from the launch flags (``--model-path``, ``--model``)."""
-    return _flag(list(argv or []), "--model-path", "--model")
+    return flag_value(list(argv or []), "--model-path", "--model")
 
 
 def model_shape(argv: list[str] | None, config: dict[str, Any]) -> dict[str, Any]:
@@ -56,20 +47,20 @@ def model_shape(argv: list[str] | None, config: dict[str, Any]) -> dict[str, Any
     argv = list(argv or [])
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     hidden = config.get("hidden_size") or (text or {}).get("hidden_size")
-    dtype = _flag(argv, "--dtype") or "auto"
+    dtype = flag_value(argv, "--dtype") or "auto"
     if dtype == "auto":
         dtype = str(config.get("torch_dtype") or (text or {}).get("torch_dtype") or "bfloat16")
-    spec = _flag(argv, "--speculative-algorithm", "--speculative-algo")
-    draft = _int(_flag(argv, "--speculative-num-draft-tokens"))
+    spec = flag_value(argv, "--speculative-algorithm", "--speculative-algo")
+    draft = _int(flag_value(argv, "--speculative-num-draft-tokens"))
     if spec and draft is None:
-        steps = _int(_flag(argv, "--speculative-num-steps"))
+        steps = _int(flag_value(argv, "--speculative-num-steps"))
         draft = steps + 1 if steps is not None else None
     shape: dict[str, Any] = {
         "hidden_size": int(hidden) if isinstance(hidden, int) and hidden > 0 else None,
         "dtype": dtype,
         "dtype_bytes": DTYPE_BYTES.get(dtype.replace("torch.", "").lower()),
         "draft_tokens": draft if spec else None,
-        "prefill_tokens": _int(_flag(argv, "--chunked-prefill-size")),
+        "prefill_tokens": _int(flag_value(argv, "--chunked-prefill-size")),
         "why": None,
     }
     if shape["hidden_size"] is None:

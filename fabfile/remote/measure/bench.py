@@ -18,11 +18,11 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .. import procs, versions
-from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private
-from ..protocol import BenchRequest
+from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private, split_argv
+from ..protocol import BenchAnswer, BenchRequest
 from ..serve import records, server
 from . import metrics
 
@@ -92,11 +92,6 @@ def bench_serving_help(env: dict[str, str] | None = None) -> tuple[list[str] | N
     return [name.strip() for name in m.group(1).split(",") if name.strip()], None
 
 
-def bench_serving_datasets(env: dict[str, str] | None = None) -> list[str] | None:
-    """The choices alone (None when it cannot say)."""
-    return bench_serving_help(env)[0]
-
-
 def _run_bench_serving(req: BenchRequest, host: str, port: int, out_file: str, sink: EventSink,
                        api_key: str | None) -> dict[str, Any]:
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -150,11 +145,9 @@ def api_key_of(pid: int) -> str | None:
             args = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")]
     except OSError:
         return None
-    for i, a in enumerate(args):
-        if a == "--api-key" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--api-key="):
-            return a.split("=", 1)[1]
+    given = [w.value for w in split_argv(args, values=("--api-key",)) if w.name == "--api-key" and w.value is not None]
+    if given:
+        return given[-1]  # argparse keeps the last
     if "--config" in args and args.index("--config") + 1 < len(args):
         path = args[args.index("--config") + 1]
         try:
@@ -196,7 +189,7 @@ def running_record(state_dir: str) -> dict[str, Any]:
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
                          "deploy one first (`inv deploy`), then benchmark it")
-    return rec
+    return dict(rec)
 
 
 def _pick_client(req: BenchRequest, version: str, sink: EventSink) -> str:
@@ -405,7 +398,7 @@ def phases(before: str | None, after: str | None, result: dict[str, Any], measur
     return {"ranks": ranks, "cuda_graph": graph, "missing": None}
 
 
-def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
+def run(req: BenchRequest, sink: EventSink) -> BenchAnswer:
     state_dir = expand(req["state_dir"])
     _no_deploy_in_progress(state_dir)
     rec = running_record(state_dir)
@@ -447,4 +440,4 @@ def run(req: BenchRequest, sink: EventSink) -> dict[str, Any]:
     path = os.path.join(bench_dir, f"{req['bench_id']}.json")
     atomic_write(path, json.dumps(result, indent=2, sort_keys=True, default=str).encode(), 0o600)
     result["host_path"] = path
-    return result
+    return cast(BenchAnswer, result)  # ``_result``'s document with the load generator's figures spread in

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import versions
@@ -99,7 +99,7 @@ _PROM = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\}
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def served(record: dict[str, Any] | None) -> bool:
+def served(record: Mapping[str, Any] | None) -> bool:
     """Whether the recorded server has ``/metrics``: SGLang serves it only with ``--enable-metrics``, and every GET
     without it leaves a ``GET /metrics 404`` line in the server's log (``inv watch`` asked every 2 s). A record
     without its launch line (an older one) is asked, as before."""

@@ -105,7 +105,6 @@ def kernel_class(name: str, cat: str = "kernel") -> str:
 _GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
 _KERNEL_LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                   "cudaLaunchCooperativeKernel")
-PHASE_NAMES = ("draft", "verify", "draft_extend", "decode", "extend")
 
 
 def _label_kind(name: str) -> str | None:

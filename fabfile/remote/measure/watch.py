@@ -14,6 +14,8 @@ import time
 from typing import Any
 
 from .. import procs
+from ..common import EventSink, expand
+from ..protocol import StateRequest, WatchAnswer
 from ..serve import records, server
 from . import metrics
 
@@ -41,15 +43,15 @@ def _queue_from(text: str) -> float | None:
     return None
 
 
-def sample(state_dir: str, last_decode: Any) -> dict[str, Any]:
+def sample(state_dir: str, last_decode: Any) -> WatchAnswer:
     """``last_decode(log_path, offset)`` is the status verb's reader of the last Decode line (shared, so both
     read the log the same bounded way)."""
     rec = records.current(state_dir)
-    out: dict[str, Any] = {"time": time.time(), "running": False}
+    out: WatchAnswer = {"time": time.time(), "running": False}
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         return out
-    out.update(running=True, config_name=rec.get("config_name"), deploy_id=rec.get("deploy_id"),
-               sglang_version=rec.get("sglang_version"))
+    out.update({"running": True, "config_name": rec.get("config_name"), "deploy_id": rec.get("deploy_id"),
+                "sglang_version": rec.get("sglang_version")})
     request = rec.get("request") or {}
     path = request.get("ready_path") or server.readiness_path(rec.get("sglang_version") or "")
     timeout = server.probe_timeout_s(path, (request.get("summary") or {}).get("env"))
@@ -58,14 +60,22 @@ def sample(state_dir: str, last_decode: Any) -> dict[str, Any]:
     text = _get_metrics(str(rec["listen"]), int(rec["port"])) if metrics.served(rec) else None
     prom = metrics.spec_from_prometheus(text) if text else {}
     if prom:
-        out.update(source="metrics", tok_s=prom.get("gen_throughput"), accept_len=prom.get("accept_len"),
-                   running_req=prom.get("running_req"), queue_req=_queue_from(text or ""), age_s=0.0)
+        out.update({"source": "metrics", "tok_s": prom.get("gen_throughput"), "accept_len": prom.get("accept_len"),
+                    "running_req": prom.get("running_req"), "queue_req": _queue_from(text or ""), "age_s": 0.0})
         return out
     dec = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
     if dec:
-        out.update(source="log", tok_s=dec.get("gen_throughput"), accept_len=dec.get("accept_len"),
-                   running_req=dec.get("running_req"), queue_req=dec.get("queue_req"), age_s=dec.get("age_s"))
+        out.update({"source": "log", "tok_s": dec.get("gen_throughput"), "accept_len": dec.get("accept_len"),
+                    "running_req": dec.get("running_req"), "queue_req": dec.get("queue_req"),
+                    "age_s": dec.get("age_s")})
     else:
-        out.update(source="log (no Decode batch line yet)", tok_s=None, accept_len=None, running_req=None,
-                   queue_req=None, age_s=None)
+        out.update({"source": "log (no Decode batch line yet)", "tok_s": None, "accept_len": None,
+                    "running_req": None, "queue_req": None, "age_s": None})
     return out
+
+
+def watch(req: StateRequest, sink: EventSink) -> WatchAnswer:
+    """The ``watch`` verb: one sample, reading the log's Decode lines the way ``status`` does."""
+    from ..serve import hoststatus
+
+    return sample(expand(req["state_dir"]), hoststatus.last_decode)

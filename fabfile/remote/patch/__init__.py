@@ -2,7 +2,7 @@
 
 Stdlib only, Python 3.9+. The client renders every piece of code (``fabfile.render.patchset``) and sends it in
 the request; the engine only finds anchors (``anchors``), applies (``apply.apply``), records (``store``) and undoes
-(``rollback.rollback``, ``rollback.status``); its modes and fixed facts live in ``modes``, and the marker line each
+(``rollback.rollback``); its modes and fixed facts live in ``modes``, and the marker line each
 patched process prints in ``markers`` (check-env reads it too). Callers import the module that holds what they
 use; this package imports nothing.
 

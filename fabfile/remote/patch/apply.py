@@ -9,11 +9,13 @@ import glob
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import versions
-from ..common import AgentError, sha256_bytes
+from ..common import AgentError, EventSink, expand, sha256_bytes
+from ..protocol import PatchApplyAnswer, PatchApplyRequest
 from .anchors import has_block, insert_block, strip_blocks
 from .modes import ENGINE_REL, MANIFEST_VERSION, SCHEDULER_REL, SITECUSTOMIZE_REL, check_mode
 from .store import (
@@ -56,7 +58,7 @@ def _check_installed_version(site: str, version: str) -> None:
         )
 
 
-def _plan_files(req: dict[str, Any]) -> list[dict[str, Any]]:
+def _plan_files(req: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What the request wants on disk: [{"path", "rel", "role", "kind", "block" | "content"}]."""
     mode = req["mode"]
     site = req["site_packages"]
@@ -95,7 +97,7 @@ def _plan_files(req: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def apply(req: dict[str, Any]) -> dict[str, Any]:
+def apply(req: Mapping[str, Any]) -> PatchApplyAnswer:
     """Make the host match the request: the files of ``mode`` patched/installed, anything else we did undone.
 
     Request: ``{"state_dir", "site_packages", "sglang_version", "mode", "force", "tool_version",
@@ -251,8 +253,8 @@ def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
 
 
 def _apply_locked(
-    req: dict[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
-) -> dict[str, Any]:
+    req: Mapping[str, Any], state_dir: str, site: str, version: str, mode: str, tool_version: str
+) -> PatchApplyAnswer:
     manifest = load_manifest(state_dir)
     old_entries = {e["path"]: e for e in manifest["entries"]}
     wanted = _plan_files(req)
@@ -350,3 +352,8 @@ def _check_sitecustomize_wins(python: str, ours: str) -> list[str]:
             )
         ]
     return []
+
+
+def apply_verb(req: PatchApplyRequest, sink: EventSink) -> PatchApplyAnswer:
+    """The ``patch_apply`` verb: :func:`apply` in the request's own state directory."""
+    return apply({**req, "state_dir": expand(req["state_dir"])})

@@ -11,15 +11,19 @@ from typing import Any
 
 from .. import versions
 from ..common import AgentError
+from ..protocol import Evaluation
 
 MANIFEST_VERSION = 1
 SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"
 SENTINEL_END = "# <<< specdeploy nccl-env end"
 PLUGIN_GROUP = "sglang.srt.plugins"
 PLUGIN_NAME = "specdeploy_nccl_env"
-PLUGIN_MIN_VERSION = versions.release(versions.PLUGIN_SYSTEM)  # (0, 5, 11): the plugin system
+PLUGIN_MIN_VERSION = versions.feature_key(versions.PLUGIN_SYSTEM)  # 0.5.11: the plugin system
 
-ALL_MODES = ("env", "scheduler", "engine", "plugin", "sitecustomize")
+# The one list of patch modes (the agent's); ``auto`` picks one of them per version (:func:`auto_mode`). The
+# client's --patch-mode and the inventory's patch_mode take ``PATCH_MODES``.
+ALL_MODES = ("env", "engine", "scheduler", "plugin", "sitecustomize")
+PATCH_MODES = ("auto", *ALL_MODES)
 
 ENGINE_REL = "sglang/srt/entrypoints/engine.py"
 SCHEDULER_REL = "sglang/srt/managers/scheduler.py"
@@ -56,7 +60,7 @@ def with_plugin_allowed(value: str) -> str:
     return value + ("" if value.rstrip().endswith(",") else ",") + PLUGIN_NAME
 
 
-def explain_unloaded_plugin(evaluation: dict[str, Any], mode: str | None, launcher_pid: int | None,
+def explain_unloaded_plugin(evaluation: Evaluation, mode: str | None, launcher_pid: int | None,
                             planned_env: dict[str, Any] | None) -> None:
     """When a plugin-mode server did not prove its values and its ``SGLANG_PLUGINS`` leaves the plugin out, say so
     first among check-env's hints (the generic hints would send the user to the plugin mode they already use)."""
@@ -84,11 +88,11 @@ def explain_unloaded_plugin(evaluation: dict[str, Any], mode: str | None, launch
     evaluation["hints"] = [hint] + [h for h in evaluation.get("hints") or [] if h.get("code") != hint["code"]]
 
 
-def parse_version(version: str) -> tuple[int, int, int]:
-    """``"0.5.10.post1"`` -> (0, 5, 10); ``"0.5.12rc1"`` -> (0, 5, 12) (the agent's one parser,
-    :mod:`versions`). Raises AgentError on garbage."""
+def parse_version(version: str) -> versions.Key:
+    """The release whose code ``version`` carries (:func:`versions.feature_key`: "0.5.12rc1" counts as 0.5.12), as
+    the agent's error when it is no version."""
     try:
-        return versions.release(str(version))
+        return versions.feature_key(str(version))
     except ValueError:
         raise AgentError(
             "bad_version",
@@ -99,11 +103,8 @@ def parse_version(version: str) -> tuple[int, int, int]:
 
 def supported_modes(version: str) -> list[str]:
     """Modes that can work with this SGLang version (``plugin`` needs the 0.5.11+ plugin system)."""
-    modes = ["env", "scheduler", "engine"]
-    if parse_version(version) >= PLUGIN_MIN_VERSION:
-        modes.append("plugin")
-    modes.append("sitecustomize")
-    return modes
+    plugins = parse_version(version) >= PLUGIN_MIN_VERSION
+    return [m for m in ALL_MODES if m != "plugin" or plugins]
 
 
 def auto_mode(version: str) -> str:
@@ -112,18 +113,19 @@ def auto_mode(version: str) -> str:
 
 
 def check_mode(mode: str, version: str) -> None:
+    """The one check of a patch mode (``auto`` resolved) against the list and the version: the agent's before it
+    patches, the client's (``render.patchset.resolve_mode``) before anything is sent."""
     if mode not in ALL_MODES:
         raise AgentError(
             "bad_mode",
-            f"Unknown patch mode {mode!r}.",
-            hint="Use one of: {}.".format(", ".join(ALL_MODES)),
+            f"unknown patch mode {mode!r}; choose one of: {', '.join(PATCH_MODES)}",
         )
     if mode not in supported_modes(version):
         raise AgentError(
             "mode_unsupported",
-            f"Patch mode {mode!r} is not available on SGLang {version}: "
-            f"SGLang has no plugin system before {versions.PLUGIN_SYSTEM}.",
-            hint="Use patch mode 'scheduler' (a source patch at the top of run_scheduler_process).",
+            f"patch mode {mode!r} needs SGLang >= {versions.PLUGIN_SYSTEM} (the plugin system), but the host "
+            f"has SGLang {version}; use patch_mode 'scheduler' (or 'auto', which picks it for this version)",
+            hint="Patch mode 'scheduler' is a source patch at the top of run_scheduler_process.",
             mode=mode,
             sglang_version=version,
         )

@@ -1,4 +1,4 @@
-"""``patch_rollback`` and ``patch_status``: put SGLang's files back byte for byte, and say what is patched now.
+"""``patch_rollback``: put SGLang's files back byte for byte.
 
 Rollback refuses a file that changed behind the engine's back (its hash is not the one it wrote).
 """
@@ -6,9 +6,11 @@ Rollback refuses a file that changed behind the engine's back (its hash is not t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from ..common import AgentError, sha256_file
+from ..common import AgentError, EventSink, expand, sha256_file
+from ..protocol import PatchRollbackAnswer, PatchRollbackRequest
 from .modes import ENGINE_REL, MANIFEST_VERSION, SCHEDULER_REL, SITECUSTOMIZE_REL
 from .store import (
     Op,
@@ -16,10 +18,8 @@ from .store import (
     changed_error,
     current_state,
     execute,
-    is_ours,
     load_manifest,
     locked,
-    manifest_path,
     now,
     read_bytes,
     remove_empty_dirs,
@@ -52,7 +52,7 @@ def _undo_ops(state_dir: str, entries: list[dict[str, Any]], currents: dict[str,
     return ops, results
 
 
-def rollback(req: dict[str, Any]) -> dict[str, Any]:
+def rollback(req: Mapping[str, Any]) -> PatchRollbackAnswer:
     """Undo everything in the manifest, byte for byte.
 
     Request ``{"state_dir", "dry_run"?, "forget_changed"?}``.
@@ -105,33 +105,18 @@ def rollback(req: dict[str, Any]) -> dict[str, Any]:
         return {"dry_run": False, "nothing_to_do": not ops, "files": results, "forgotten": forgotten}
 
 
-def status(req: dict[str, Any]) -> dict[str, Any]:
-    """Manifest plus, per file, ``state``: patched | original | changed | missing.
+def rollback_verb(req: PatchRollbackRequest, sink: EventSink) -> PatchRollbackAnswer:
+    """The ``patch_rollback`` verb: :func:`rollback`, not under a running deploy's feet (it patched these files for
+    the server it starts), so a real rollback waits for the host's deploy lock."""
+    from ..serve.lock import DeployLock
 
-    Request ``{"state_dir", "site_packages"?}``; with site_packages, also lists ``unmanaged``: files that
-    carry a specdeploy sentinel but are not in the manifest.
-    """
-    state_dir = require(req, "state_dir")
-    manifest = load_manifest(state_dir)
-    files = []
-    for e in manifest["entries"]:
-        st = current_state(e, read_bytes(e["path"]))
-        files.append(dict(e, state=st))
-    unmanaged = []
-    site = req.get("site_packages")
-    if site:
-        known = {e["path"] for e in manifest["entries"]}
-        for rel in (ENGINE_REL, SCHEDULER_REL, SITECUSTOMIZE_REL):
-            p = os.path.join(site, rel)
-            data = read_bytes(p)
-            if data is not None and p not in known and is_ours(data):
-                unmanaged.append(p)
-    return {
-        "mode": manifest.get("mode") if manifest["entries"] else None,
-        "values_hash": manifest.get("values_hash") if manifest["entries"] else None,
-        "patched": bool(files) and all(f["state"] == "patched" for f in files),
-        "clean": not files and not unmanaged,
-        "files": files,
-        "unmanaged": unmanaged,
-        "manifest": manifest_path(state_dir),
-    }
+    state_dir = expand(req["state_dir"])
+    lock = None
+    if not req.get("dry_run"):
+        lock = DeployLock(state_dir)
+        lock.acquire({"deploy_id": "rollback-patches", "client": req.get("client")}, float(req.get("lock_wait", 0)))
+    try:
+        return rollback({**req, "state_dir": state_dir})
+    finally:
+        if lock is not None:
+            lock.release()

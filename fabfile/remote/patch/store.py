@@ -14,7 +14,7 @@ import glob
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..common import AgentError, atomic_write, ensure_private_dir, sha256_bytes, sha256_file
@@ -163,7 +163,7 @@ def execute(ops: list[Op], after_all: Any | None = None) -> None:
         raise
 
 
-def require(req: dict[str, Any], key: str) -> Any:
+def require(req: Mapping[str, Any], key: str) -> Any:
     if key not in req:
         raise AgentError("bad_request", f"Patch request lacks {key!r}.")
     return req[key]

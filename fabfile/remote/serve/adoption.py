@@ -8,7 +8,8 @@ import os
 from typing import Any
 
 from .. import procs
-from ..common import AgentError, atomic_write
+from ..common import AgentError, EventSink, atomic_write, expand
+from ..protocol import AdoptAnswer, AdoptRequest
 
 # Variables a login session sets by itself: not something the operator chose for the server.
 _SESSION_NOISE = {"_", "OLDPWD", "PWD", "SHLVL", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TERM", "MAIL",
@@ -86,3 +87,15 @@ def adopted(state_dir: str) -> dict[str, Any] | None:
     if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
         return None
     return data if procs.alive(int(data["pid"]), data.get("start_ticks")) else None
+
+
+def adopt(req: AdoptRequest, sink: EventSink) -> AdoptAnswer:
+    """The ``adopt`` verb: read the hand-started server (argv, the variables it was given, its log) and record it as
+    adopted, so the next deploy stops exactly it."""
+    from .. import facts
+
+    state_dir = expand(req["state_dir"])
+    s = read_server(state_dir, req.get("port"))
+    return {"pid": s["pid"], "start_ticks": s["start_ticks"], "argv": s["argv"], "env": s["env"],
+            "env_readable": s["env_readable"], "log_path": s["log_path"], "cwd": s["cwd"],
+            "record": write_record(state_dir, s), "sglang": facts.sglang_info().get("version")}

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .. import failpoints, gpus, procs
 from ..common import CONTEXT, AgentError, EventSink, expand, unexpected
 from ..measure import profilestore
-from ..protocol import DeployRequest, GateSpec, GatherRequest, VerifySpec
+from ..protocol import DeployRecord, DeployRequest, GateSpec, RedeployRequest, VerifySpec
 from . import records, server, stop
 from .lock import DeployLock
 from .prefetch import Prefetch
@@ -116,15 +115,15 @@ def _new_record(req: DeployRequest) -> dict[str, Any]:
         "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
         "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
         "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
-        "launch": req.get("summary", {}), "patch_mode": (req.get("patch") or {}).get("mode", "env"),
+        "launch": req.get("summary", {}), "patch_mode": _patch_mode(req) or "env",
         "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
-        "expected": expected_of(req),
+        "expected": records.expected_of(req),
         "measure": bool(req.get("measure")), "profile_dir": req.get("profile_dir"),
         "request": {k: req.get(k) for k in _KEEP},
     }
 
 
-def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
+def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
     state_dir = expand(req["state_dir"])
     t = req["timeouts"]
     cancel_file = records.cancel_path(state_dir, req["deploy_id"])
@@ -162,7 +161,7 @@ def run(req: DeployRequest, sink: EventSink) -> dict[str, Any]:
         deploy.prepare()
         deploy.launch()
         deploy.finish()
-        return record
+        return cast(DeployRecord, record)  # built step by step as a plain dict; its keys: ``DeployRecord``
     except AgentError as e:
         deploy.fail(e)
         raise
@@ -328,12 +327,9 @@ def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], reco
               lambda r: f"accept length {r['accept_length']:.2f} over {r['requests']} requests (gate {r['gate']:g})")
 
 
-def expected_of(req: Mapping[str, Any]) -> dict[str, str] | None:
-    """The NCCL values a deploy request asked for (older requests carried them only when verifying)."""
-    exp = req.get("expected")
-    if exp is None:
-        exp = (req.get("verify") or {}).get("expected")
-    return dict(exp) if isinstance(exp, dict) else None
+def _patch_mode(req: DeployRequest) -> str | None:
+    patch = req.get("patch")
+    return patch["mode"] if patch else None
 
 
 def _lock_waiter(sink: EventSink) -> Callable[[dict[str, Any] | None, float], None]:
@@ -351,29 +347,10 @@ def _lock_waiter(sink: EventSink) -> Callable[[dict[str, Any] | None, float], No
     return on_wait
 
 
-LAUNCH_DIAG = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SPT_NOENV")
-
-
-def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
-                     start_ticks: int | None, expected: dict[str, str]) -> GatherRequest:
-    """What evidence.gather needs to judge the server of one deploy: its own log region, its launcher (pid and
-    start time), its deploy id for the markers, and what it was launched with."""
-    summary = rec_or_req.get("summary") or rec_or_req.get("launch") or {}
-    env = summary.get("env") or {}
-    patch = rec_or_req.get("patch") or {}
-    return {"log_path": log_path, "log_offset": log_offset, "launcher_pid": pid, "launcher_start_ticks": start_ticks,
-            "deploy_id": deploy_id, "expected": expected,
-            "nccl_debug_file": (rec_or_req.get("verify") or {}).get("nccl_debug_file"),
-            "sglang_version": rec_or_req.get("sglang_version"), "launch_argv": summary.get("argv"),
-            "patch_mode": rec_or_req.get("patch_mode") or patch.get("mode") or "env",
-            "nccl_debug": rec_or_req.get("nccl_debug"),
-            "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
-            "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}
-
-
 def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any],
             gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
     from ..evidence import judge as evidence
+    from ..evidence.gather import evidence_request
     from ..patch.modes import explain_unloaded_plugin
 
     ev_req = evidence_request(req, deploy_id=req["deploy_id"], log_path=req["log_path"],
@@ -384,8 +361,7 @@ def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any],
     while True:
         ev = evidence.gather(ev_req, _NullSink(), gpu_facts)
         ev_eval = evidence.evaluate(ev, verify["expected"])
-        explain_unloaded_plugin(ev_eval, (req.get("patch") or {}).get("mode"), started["pid"],
-                                (req.get("summary") or {}).get("env"))
+        explain_unloaded_plugin(ev_eval, _patch_mode(req), started["pid"], (req.get("summary") or {}).get("env"))
         if ev_eval["ok"] or time.monotonic() >= deadline:
             return {"evidence": ev, "evaluation": ev_eval}
         time.sleep(0.2)
@@ -418,3 +394,28 @@ def _verify_detail(r: dict[str, Any]) -> str:
     rows = r["evaluation"].get("rows") or []
     proven = sum(1 for x in rows if x.get("status") == "proven")
     return f"{proven}/{len(rows)} values proven across {len(r['evidence'].get('schedulers') or [])} scheduler(s)"
+
+
+def redeploy(req: RedeployRequest, sink: EventSink) -> DeployRecord:
+    """The ``redeploy`` verb (rollback): start a recorded deploy again from its own copy of the launch script, with
+    its own patch state (the patch engine reconciles the host to that deploy's mode and values)."""
+    from ..common import sha256_file
+
+    state_dir = expand(req["state_dir"])
+    old = records.load(state_dir, req["from_deploy_id"])
+    if not old or not old.get("request") or not old.get("script_copy"):
+        raise AgentError("no_record", f"deploy {req['from_deploy_id']} has no redeployable record on this host",
+                         "it predates rollback support or was removed; deploy that configuration explicitly")
+    try:
+        sha = sha256_file(old["script_copy"])
+    except OSError:
+        sha = None
+    if sha != old.get("script_sha256"):
+        raise AgentError("script_changed", f"the saved launch script of deploy {old['deploy_id']} is missing or "
+                         "changed since it ran", "deploy that configuration explicitly")
+    new = dict(old["request"])
+    new.update(deploy_id=req["deploy_id"], client=req.get("client"), journal=req.get("journal"),
+               script=old["script_copy"], patch=old["request"].get("patch"), rollback_of=old["deploy_id"],
+               state_dir=req["state_dir"])
+    # The record's request was a DeployRequest when that deploy ran (its ``_KEEP`` keys), plus the one-off keys.
+    return run(cast(DeployRequest, new), sink)

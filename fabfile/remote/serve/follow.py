@@ -9,13 +9,14 @@ import time
 from typing import Any
 
 from ..common import AgentError, EventSink, expand
+from ..protocol import AttachAnswer, AttachRequest, LogsAnswer, LogsRequest
 
 
-def logs(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def logs(req: LogsRequest, sink: EventSink) -> LogsAnswer:
     from . import records, server
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
-    path = req.get("log_path") or (rec or {}).get("log_path")
+    path = req.get("log_path") or (rec.get("log_path") if rec else None)
     if not path or not os.path.exists(path):
         raise AgentError("not_running", "no server log found on this host (no deploy recorded here yet)",
                          "deploy first, or pass the log path")
@@ -61,13 +62,13 @@ def _current_log(state_dir: str) -> tuple[str, int] | None:
     holder = DeployLock(state_dir).holder() or {}
     if holder.get("log_path"):
         return str(holder["log_path"]), int(holder.get("log_offset") or 0)
-    rec = records.current(state_dir) or {}
-    if rec.get("log_path"):
+    rec = records.current(state_dir)
+    if rec and rec.get("log_path"):
         return str(rec["log_path"]), int(rec.get("log_offset") or 0)
     return None
 
 
-def attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def attach(req: AttachRequest, sink: EventSink) -> AttachAnswer:
     """Replay a deploy's journal from event ``skip`` and follow it until its result (after a dropped connection)."""
     from . import records
     from .lock import DeployLock
@@ -101,11 +102,13 @@ def attach(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
                 # Proof of life for the client's silence watchdog; not counted (the client never counts them).
                 sink.emit("heartbeat")
                 continue
+            if event.get("event") == "result":
+                # Whatever ``skip`` says: the result is what the caller follows the journal for (a skip past it,
+                # as a rollout's re-check asks, used to miss it and report the finished deploy as lost).
+                return {"replayed": True, "result": event}
             seen += 1
             if seen <= skip:
                 continue
-            if event.get("event") == "result":
-                return {"replayed": True, "result": event}
             sink.emit("replay", original=event)
         if not data:
             from .. import procs

@@ -10,16 +10,17 @@ import time
 from typing import Any
 
 from ..common import EventSink, expand
+from ..protocol import StateRequest, StatusAnswer
 
 
-def status(req: dict[str, Any], sink: EventSink) -> dict[str, Any]:
+def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
     """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
     figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
     from .. import procs
     from . import deploy, records, server
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
-    out: dict[str, Any] = {"record": rec, "running": False}
+    out: StatusAnswer = {"record": rec, "running": False, "deploy_in_progress": None, "other_sglang_processes": []}
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         pid = int(rec["pid"])
         out["running"] = True

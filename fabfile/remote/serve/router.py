@@ -13,7 +13,15 @@ import time
 from typing import Any
 
 from .. import procs
-from ..common import AgentError, atomic_write, ensure_private_dir
+from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand
+from ..protocol import (
+    RouterStartAnswer,
+    RouterStartRequest,
+    RouterStopAnswer,
+    RouterStopRequest,
+    RouterWorkerAnswer,
+    RouterWorkerRequest,
+)
 from . import server
 
 
@@ -58,7 +66,7 @@ def is_running(rec: dict[str, Any]) -> bool:
 _running = is_running
 
 
-def stop(state_dir: str, name: str, grace: float) -> dict[str, Any]:
+def stop(state_dir: str, name: str, grace: float) -> RouterStopAnswer:
     rec = load(state_dir, name)
     if not rec or not _running(rec):
         return {"stopped": []}
@@ -73,7 +81,7 @@ def stop(state_dir: str, name: str, grace: float) -> dict[str, Any]:
     return {"stopped": [d["pid"] for k in ("terminated", "killed") for d in down[k]]}
 
 
-def start(state_dir: str, req: dict[str, Any]) -> dict[str, Any]:
+def start(state_dir: str, req: dict[str, Any]) -> RouterStartAnswer:
     name = req["name"]
     # Refuse an unsafe log or working directory before the running router is touched (server.start checks again).
     ensure_private_dir(os.path.dirname(req["log_path"]), "log_dir")
@@ -252,7 +260,8 @@ def _running_router(state_dir: str, name: str) -> dict[str, Any]:
     return rec
 
 
-def remove_worker(state_dir: str, name: str, url: str, drain_s: float, wait_s: float = 15.0) -> dict[str, Any]:
+def remove_worker(state_dir: str, name: str, url: str, drain_s: float,
+                  wait_s: float = 15.0) -> RouterWorkerAnswer:
     """Take ``url`` out of the router, wait (bounded) until the router no longer lists it, then give the requests
     it already sent there ``drain_s`` to finish (ending early when the replica reports nothing running)."""
     rec = _running_router(state_dir, name)
@@ -319,7 +328,7 @@ def _idle(host: str, port: int) -> bool:
     return seen > 0
 
 
-def add_worker(state_dir: str, name: str, url: str, wait_s: float = 30.0) -> dict[str, Any]:
+def add_worker(state_dir: str, name: str, url: str, wait_s: float = 30.0) -> RouterWorkerAnswer:
     """Put ``url`` back into the router and wait (bounded) until the router lists it healthy."""
     rec = _running_router(state_dir, name)
     listen, port = str(rec["listen"]), int(rec["port"])
@@ -342,3 +351,24 @@ def add_worker(state_dir: str, name: str, url: str, wait_s: float = 30.0) -> dic
         time.sleep(0.2)
     raise AgentError("router_failed", f"router {name} did not take worker {url} back within {wait_s:g} s",
                      "the replica may not answer the router's checks (/health, /server_info); see the router's log")
+
+
+# --- the verbs ------------------------------------------------------------------------------------------------
+def start_verb(req: RouterStartRequest, sink: EventSink) -> RouterStartAnswer:
+    """``router_start``: (re)start a router from its script, ready once it answers and lists its workers."""
+    full: dict[str, Any] = {**req, "cwd": expand(req["cwd"]), "script": expand(req["script"]),
+                            "log_path": expand(req["log_path"])}
+    return start(expand(req["state_dir"]), full)
+
+
+def stop_verb(req: RouterStopRequest, sink: EventSink) -> RouterStopAnswer:
+    return stop(expand(req["state_dir"]), req["name"], float(req.get("grace", 5)))
+
+
+def worker_verb(req: RouterWorkerRequest, sink: EventSink) -> RouterWorkerAnswer:
+    """``router_worker``: take a replica out of a router before its server restarts, or put it back once it
+    answers again."""
+    state_dir = expand(req["state_dir"])
+    if req.get("action") == "remove":
+        return remove_worker(state_dir, req["name"], req["url"], float(req.get("drain_s", 5)))
+    return add_worker(state_dir, req["name"], req["url"], float(req.get("wait_s", 30)))

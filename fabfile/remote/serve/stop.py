@@ -3,9 +3,12 @@ or holds one of the GPUs the new server needs. TERM, grace, KILL, and confirmati
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from .. import gpus, procs
+from ..common import EventSink, expand
+from ..protocol import GpuApp, Proc, StopAnswer, Stopped, StopRequest
 from . import records
 
 ROUTER_TITLE = "sglang::router"
@@ -49,7 +52,7 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
             return
         found.setdefault(p.pid, {"proc": p, "why": why})
 
-    rec: dict[str, Any] | None = records.current(state_dir)
+    rec = records.current(state_dir)
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         leader_info = by_pid.get(int(rec["pid"]))
         if leader_info is not None:
@@ -80,7 +83,7 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
                 add(d, "child of an SGLang launcher")
     if before_gpu_read is not None:
         before_gpu_read(found)
-    holders: list[dict[str, Any]] = []
+    holders: list[GpuApp] = []
     if include_gpu_holders and gpu_queries is not None:
         snap = gpus.read_snapshot(gpu_queries)
         for app in snap["apps"]:
@@ -92,7 +95,7 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
     return {"targets": found, "gpu_holders": holders}
 
 
-def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> dict[str, Any]:
+def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> Stopped:
     """Stop every stale server. The GPU snapshot (tens of ms per nvidia-smi run on a real host) runs while /proc is
     read and while the servers found there already shut down; holders it adds get their SIGTERM after."""
     termed: set[int] = set()
@@ -108,3 +111,36 @@ def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> dict[s
         for item in result[key]:
             item["why"] = why.get(int(str(item["pid"])), "")
     return result
+
+
+def _listed(found: dict[str, Any]) -> list[Proc]:
+    """The stale processes ``find_stale`` found, each with why it counts as one."""
+    return [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
+
+
+def run(req: StopRequest, sink: EventSink) -> StopAnswer:
+    """The ``stop`` verb: under the deploy lock (never under a deploy's feet), stop the servers on the target GPUs
+    (or, ``dry_run``, say which would stop) and mark the recorded deploy stopped. Routers stay up: named only."""
+    from . import router
+    from .lock import DeployLock
+
+    state_dir = expand(req["state_dir"])
+    targets = list(req.get("target_gpus") or [])
+    lock = DeployLock(state_dir)
+    lock.acquire({"deploy_id": "stop", "client": req.get("client"), "step": "stop"}, float(req.get("lock_wait", 0)))
+    try:
+        routers = [r["name"] for r in router.all_records(state_dir) if router.is_running(r)]
+        if req.get("dry_run"):
+            return {"dry_run": True, "would_stop": _listed(find_stale(state_dir, targets)),
+                    "routers_running": routers}
+        result = stop_servers(state_dir, targets, float(req.get("grace", 15)))
+        rec = records.current(state_dir)
+        if rec and rec.get("status") in ("running", "starting"):
+            rec["status"] = "stopped"
+            rec["stopped_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            records.write(state_dir, rec)
+        return {"terminated": result["terminated"], "killed": result["killed"], "survivors": result["survivors"],
+                "routers_running": routers}
+    finally:
+        lock.release()
+
