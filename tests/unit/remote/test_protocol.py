@@ -1,0 +1,178 @@
+"""The agent and the client share one table of verbs and error kinds (fabfile/remote/protocol.py). These tests read
+the agent's source, so a kind raised on the host that the client does not know (it would lose its category, exit
+code and hint) fails here, and so does a kind in the table that nothing raises any more."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from fabfile import errors
+from fabfile.remote import protocol
+from fabfile.remote.verbs import TABLE
+
+REMOTE = Path(protocol.__file__).resolve().parent
+
+
+def _str_constants(node: ast.AST) -> set[str]:
+    """String literals a kind argument can evaluate to: a constant, or either branch of ``a if c else b``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.IfExp):
+        return _str_constants(node.body) | _str_constants(node.orelse)
+    return set()
+
+
+def _func_name(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def raised_kinds() -> dict[str, list[str]]:
+    """kind -> ["file:line", ...] for every ``AgentError(kind, ...)`` in the agent, through kind-forwarding helpers.
+
+    A helper is a function whose first parameter is ``kind`` and that passes it on as AgentError's first argument;
+    its callers' literal kinds count. Any other non-literal kind is a failure: the scan could not see it.
+    """
+    trees = {p.name: ast.parse(p.read_text(), str(p)) for p in sorted(REMOTE.glob("*.py"))}
+    helpers = {"AgentError"}
+    for tree in trees.values():
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and fn.args.args and fn.args.args[0].arg == "kind":
+                helpers.add(fn.name)
+    found: dict[str, list[str]] = {}
+    opaque: list[str] = []
+
+    class Scan(ast.NodeVisitor):
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.stack: list[str] = []
+
+        def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+            self.stack.append(node.name)
+            self.generic_visit(node)
+            self.stack.pop()
+
+        def visit_Call(self, call: ast.Call) -> None:
+            self.generic_visit(call)
+            fname = _func_name(call)
+            if fname not in helpers:
+                return
+            arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "kind"), None)
+            if arg is None:
+                return
+            kinds = _str_constants(arg)
+            for k in kinds:
+                found.setdefault(k, []).append(f"{self.name}:{call.lineno}")
+            forwarded = isinstance(arg, ast.Name) and arg.id == "kind" and bool(self.stack) and \
+                self.stack[-1] in helpers
+            if not kinds and not forwarded:
+                opaque.append(f"{self.name}:{call.lineno}")
+
+    for name, tree in trees.items():
+        Scan(name).visit(tree)
+    assert not opaque, f"AgentError kinds the scan cannot read (use a literal or a `kind` helper): {opaque}"
+    return found
+
+
+def test_every_raised_kind_is_in_the_shared_table() -> None:
+    raised = raised_kinds()
+    missing = {k: where for k, where in raised.items() if k not in protocol.ERROR_KINDS}
+    assert not missing, f"kinds the agent raises but the shared table lacks (add them to protocol.py): {missing}"
+
+
+def test_every_kind_in_the_table_is_raised_somewhere() -> None:
+    raised = raised_kinds()
+    unused = sorted(set(protocol.ERROR_KINDS) - set(raised))
+    assert not unused, f"kinds in protocol.ERROR_KINDS that nothing raises any more: {unused}"
+
+
+def test_the_scan_sees_the_kinds_it_must() -> None:
+    """The scanner itself: kinds raised through helpers and conditional expressions are found (the ones issue 13
+    named as lost included)."""
+    raised = raised_kinds()
+    for kind in ("mode_unsupported", "patch_busy", "write_failed", "anchor_ambiguous", "rollback_refused",
+                 "lock_held", "internal_error", "disk_full"):
+        assert kind in raised, kind
+
+
+def test_every_category_is_an_exception_class_and_hints_are_sentences() -> None:
+    for kind, (category, hint) in protocol.ERROR_KINDS.items():
+        assert category in protocol.CATEGORIES, kind
+        assert hint.strip(), kind
+        cls = errors.class_of_kind(kind)
+        # Exit 1 (a step failed), except bad input (a host path refused as unsafe, no server to adopt): exit 2.
+        bad_input = category in ("unsafe_path", "usage")
+        assert issubclass(cls, errors.SpecDeployError) and cls.exit_code == (2 if bad_input else 1)
+
+
+def test_the_client_keeps_the_specific_class_and_hint() -> None:
+    e = errors.from_agent({"kind": "patch_busy", "message": "Another specdeploy patch operation holds X."}, "h1")
+    assert isinstance(e, errors.LockHeldError) and e.hint == protocol.ERROR_KINDS["patch_busy"][1]
+    e = errors.from_agent({"kind": "write_failed", "message": "m", "hint": "the agent's own hint"}, "h1")
+    assert isinstance(e, errors.PatchError) and e.hint == "the agent's own hint"
+    e = errors.from_agent({"kind": "a_kind_from_a_newer_agent", "message": "m"}, "h1")
+    assert type(e) is errors.RemoteError
+
+
+def test_verb_table_matches_the_protocol() -> None:
+    assert sorted(TABLE) == sorted(protocol.VERBS)
+
+
+# --- request shapes: what the client sends is exactly what protocol.py says (the agent is typed against it) -------
+
+SHAPE_INV = """
+defaults:
+  python: /opt/venv/bin/python3
+  model: /models/m
+  draft_model: /models/d
+  port: 9000
+hosts:
+  a: {ssh_host: gpu-a, gpus: 2, tp: 2}
+"""
+FACTS = {"problems": [], "unsafe": [], "home": "/home/u",
+         "sglang": {"version": "0.5.5", "site_packages": "/opt/venv/lib/python3.11/site-packages"},
+         "gpu": {"gpus": [{"index": 0}, {"index": 1}]}}
+
+
+def _keys(shape: type) -> tuple[frozenset[str], frozenset[str]]:
+    return shape.__required_keys__, shape.__optional_keys__  # type: ignore[attr-defined]
+
+
+def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path) -> None:
+    from fabfile.commands.bench import BenchParams, run_bench
+    from fabfile.commands.deploy import deploy_host
+    from fabfile.commands.operations import check_env_request
+    from fabfile.commands.profile import ProfileParams, profile_host
+    from fabfile.inventory import hosts as inventory
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.present.progress import Reporter
+    from fabfile.transport.session import HostSession, connector
+    from tests.support.fakehost import FakeFleet
+
+    (tmp_path / "inventory.yaml").write_text(SHAPE_INV)
+    inv = inventory.load(tmp_path / "inventory.yaml")
+    host = inv.hosts["a"]
+    fleet = FakeFleet({"a": {"facts": FACTS, "patch_apply": {}, "deploy": {"pid": 1, "deploy_id": "x"},
+                             "stop": {"terminated": [], "killed": [], "survivors": []},
+                             "bench": {"bench_id": "b"}, "evidence": {}, "profile": {"ranks": []}}})
+    with connector(fleet):
+        assert deploy_host(inv, host, Options(), Reporter("a", enabled=False)).ok
+        with HostSession.open(inv, host) as s:
+            s.stop()
+            run_bench(s, BenchParams(target_ci=0.05))
+            s.call("evidence", check_env_request(host))
+        assert profile_host(inv, host, ProfileParams(trace=True)).exit_code == 0
+
+    required, optional = _keys(protocol.DeployRequest)
+    deploy = fleet.requests("deploy")["a"]
+    assert set(deploy) == required and optional == {"rollback_of"}  # rollback_of: only a redeploy sets it
+    assert deploy["journal"] == f"{deploy['state_dir']}/deploys/{deploy['deploy_id']}.events"
+    assert set(deploy["timeouts"]) == _keys(protocol.Timeouts)[0]
+    assert set(deploy["summary"]) == _keys(protocol.LaunchSummary)[0]
+    # the verbs whose state_dir HostSession.call fills in: every key the shape names, and no other
+    for verb, shape in (("stop", protocol.StopRequest), ("bench", protocol.BenchRequest),
+                        ("evidence", protocol.CheckEnvRequest), ("profile", protocol.ProfileRequest)):
+        required, optional = _keys(shape)
+        sent = set(fleet.requests(verb)["a"])
+        assert required <= sent <= required | optional, (verb, sent ^ (required | optional))
