@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from fabfile.remote import sglang_env_facts
-from tests.contract import envfacts, real, sim, table
 from tests.wheels.test_patch_wheels import VERSIONS, fetch_wheel, wheels  # noqa: F401 - the session fixture
+from tools.contract import envfacts, real, sim, table
 
 pytestmark = pytest.mark.wheels
 
@@ -54,7 +54,7 @@ def test_committed_tables_match_the_wheels(label: str, wheels: dict[str, Any]) -
 def test_committed_spec_facts_match_the_wheels(label: str, wheels: dict[str, Any]) -> None:  # noqa: F811
     """What the tool refuses per version (fabfile/plan/versioncheck.py) is read from this release's wheel."""
     from fabfile.plan import versioncheck
-    from tests.contract import specfacts
+    from tools.contract import specfacts
 
     w = _wheel(label, wheels)
     found = versioncheck.facts_for(w.version)
@@ -72,7 +72,7 @@ def test_contract_holds_on_the_oldest_release_outside_the_matrix() -> None:
     matrix keeps the harness honest there: 0.4.5 crashed it (its spec-defaults function raises ValueError, which a
     stubbed builtin turned into "exceptions must derive from BaseException"), and differs from 0.4.9 in flags,
     scheduler titles and the Decode batch line."""
-    from tests.contract import OLDEST
+    from tools.contract import OLDEST
 
     try:
         w = real.Wheel(fetch_wheel(OLDEST)["path"])
@@ -127,8 +127,8 @@ def test_device_timer_by_release() -> None:
 
 def test_committed_nccl_table_other_cached_releases() -> None:
     """Releases read only for the generated tables' boundaries: checked when their wheel is already cached."""
-    from tests.contract import ENV_EXTRA
     from tests.wheels.test_patch_wheels import _cache_dir
+    from tools.contract import ENV_EXTRA
 
     checked = 0
     for v in ENV_EXTRA:
@@ -138,7 +138,7 @@ def test_committed_nccl_table_other_cached_releases() -> None:
         assert sglang_env_facts.NCCL_WRITES.get(v) == envfacts.version_facts(w), v
         checked += 1
     from fabfile.plan import versioncheck
-    from tests.contract import SPEC_EXTRA, specfacts
+    from tools.contract import SPEC_EXTRA, specfacts
 
     for v in SPEC_EXTRA:
         if not (_cache_dir() / f"sglang-{v}.json").exists():

@@ -16,7 +16,7 @@ import pprint
 import re
 from typing import Any
 
-from tests.contract import real
+from tools.contract import real
 
 SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
 DEVICE_TIMER = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"

@@ -661,7 +661,7 @@ def run_env_function(w: Wheel, env: dict[str, str], args: dict[str, Any]) -> dic
     import time
     import types
 
-    from tests.contract.probe import DEFAULTS, _diff
+    from tools.contract.probe import DEFAULTS, _diff
 
     src = w.text("sglang/srt/entrypoints/engine.py") or ""
     tree = ast.parse(src)

@@ -24,8 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.contract.real import ROUTES, SPEC_ARCHS
 from tests.simhost.sim.install import create_venv, install_simulator
+from tools.contract.real import ROUTES, SPEC_ARCHS
 
 PY_VER = f"python{sys.version_info.major}.{sys.version_info.minor}"
 PROBE = Path(__file__).with_name("probe.py")

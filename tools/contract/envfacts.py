@@ -13,7 +13,7 @@ import pprint
 import re
 from typing import Any
 
-from tests.contract import real
+from tools.contract import real
 
 _FLAG_ATOMS = (
     (re.compile(r"^\w+\.enable_symm_mem$"), "symm_mem"),

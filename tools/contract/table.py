@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.contract import envfacts, real, specfacts
-from tests.contract.sim import ENV_SCENARIOS, decode_template
+from tools.contract import envfacts, real, specfacts
+from tools.contract.sim import ENV_SCENARIOS, decode_template
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from tests.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table, version_key
+from tools.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table, version_key
 
 
 def _fetch_all(versions: list[str]) -> dict[str, dict[str, Any]]:
