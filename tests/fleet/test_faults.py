@@ -28,7 +28,7 @@ import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
-from tests.support.invoke_cli import INV, ROOT, derived_inventory, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids, start_inv
 from tests.support.waiting import HANG_GUARD_S
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fault matrix needs netns mode (root)")
@@ -244,13 +244,6 @@ class Watch:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
-
-
-def start_inv(*args: str, inventory: Path) -> subprocess.Popen[str]:
-    """`inv ...` in its own process group (so the test can kill the client and its ssh ProxyCommand together)."""
-    return subprocess.Popen([*INV, *args, "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
 
 
 def host_kill(host: SimHost, sig: str, pid: int) -> None:

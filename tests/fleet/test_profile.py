@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.test_faults import start_inv
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, http_in_host, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import derived_inventory, http_in_host, inv_json, run_inv, sglang_pids, start_inv
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]

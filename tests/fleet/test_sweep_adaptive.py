@@ -11,14 +11,14 @@ import pytest
 
 from fabfile.plan.versioncheck import _releases_with
 from fabfile.remote import versions
-from tests.sim.test_simulator import Sim, http, sim  # noqa: F401 (the fixture)
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support.invoke_cli import derived_inventory, inv_json, run_inv
+from tests.support.sim import Sim, http, sim  # noqa: F401 (the fixture)
 
 
 @pytest.mark.wheels
 def test_the_boundaries_match_the_wheels() -> None:
-    from tests.wheels.test_patch_wheels import fetch_wheel
+    from tools.wheels import fetch_wheel
 
     assert _releases_with(lambda f, fl: "--speculative-adaptive" in fl).startswith(versions.SPECULATIVE_ADAPTIVE)
     for release, has in (("0.5.10", False), ("0.5.11", True)):

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.sim.test_simulator import Sim, http, sim  # noqa: F401  (the fixture)
-from tests.unit.plan.test_predict import sim_module
+from tests.support.sim import Sim, http, sim, sim_module  # noqa: F401  (the fixture)
 
 WHEEL_VERSIONS = ["0.4.9", "0.5.3", "0.5.7", "0.5.9", "0.5.12", "0.5.16", "0.5.20", "0.5.23"]
 # Set only with SGLang features the simulator does not run (ragged verify caps, block accept).
@@ -46,7 +45,7 @@ def _sim_fields(version: str) -> set[str]:
 @pytest.mark.wheels
 @pytest.mark.parametrize("version", WHEEL_VERSIONS)
 def test_meta_info_fields_are_the_real_versions(version: str) -> None:
-    from tests.wheels.test_patch_wheels import fetch_wheel
+    from tools.wheels import fetch_wheel
 
     try:
         info = fetch_wheel(version)

@@ -97,3 +97,10 @@ def ssh_logins(host: SimHost) -> int:
     """How many SSH logins the host's sshd has accepted so far (proof that a command did not connect)."""
     log = host.directory / "sshd.log"
     return log.read_text(errors="replace").count("Accepted publickey") if log.exists() else 0
+
+
+def start_inv(*args: str, inventory: Path) -> subprocess.Popen[str]:
+    """`inv ...` in its own process group (so the test can kill the client and its ssh ProxyCommand together)."""
+    return subprocess.Popen([*INV, *args, "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})

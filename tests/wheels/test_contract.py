@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from fabfile.remote import sglang_env_facts
-from tests.wheels.test_patch_wheels import VERSIONS, fetch_wheel, wheels  # noqa: F401 - the session fixture
+from tests.support.wheels import wheels  # noqa: F401 - the session fixture
 from tools.contract import envfacts, real, sim, table
+from tools.wheels import VERSIONS, fetch_wheel
 
 pytestmark = pytest.mark.wheels
 
@@ -127,12 +128,12 @@ def test_device_timer_by_release() -> None:
 
 def test_committed_nccl_table_other_cached_releases() -> None:
     """Releases read only for the generated tables' boundaries: checked when their wheel is already cached."""
-    from tests.wheels.test_patch_wheels import _cache_dir
     from tools.contract import ENV_EXTRA
+    from tools.wheels import cache_dir
 
     checked = 0
     for v in ENV_EXTRA:
-        if not (_cache_dir() / f"sglang-{v}.json").exists():
+        if not (cache_dir() / f"sglang-{v}.json").exists():
             continue
         w = real.Wheel(fetch_wheel(v)["path"])
         assert sglang_env_facts.NCCL_WRITES.get(v) == envfacts.version_facts(w), v
@@ -141,7 +142,7 @@ def test_committed_nccl_table_other_cached_releases() -> None:
     from tools.contract import SPEC_EXTRA, specfacts
 
     for v in SPEC_EXTRA:
-        if not (_cache_dir() / f"sglang-{v}.json").exists():
+        if not (cache_dir() / f"sglang-{v}.json").exists():
             continue
         w = real.Wheel(fetch_wheel(v)["path"])
         found = versioncheck.facts_for(v)

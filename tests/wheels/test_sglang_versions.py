@@ -20,7 +20,7 @@ import pytest
 
 from fabfile.remote import bench, facts, metrics, patching, server, versions
 from tests.simhost.sim.install import install_simulator
-from tests.wheels.test_patch_wheels import fetch_wheel
+from tools.wheels import fetch_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every shape of the version files: the literal (<= 0.5.6), the 0.5.7 import, the 0.5.8+ import with the metadata
@@ -252,7 +252,7 @@ def test_probe_fits_the_health_endpoint_of_the_release(version: str) -> None:
 def test_simulator_health_endpoints_follow_the_release(version: str, tmp_path: Path) -> None:
     """The simulator's /health and /health_generate do what the release's source does: a generate check (a
     one-token prefill in the log, the answer after SGLang's one-second sleep) or a bare 200."""
-    from tests.sim.test_simulator import Sim, http
+    from tests.support.sim import Sim, http
 
     c = _health_contract(_wheel(version))
     sim = Sim(tmp_path)

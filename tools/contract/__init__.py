@@ -26,10 +26,10 @@ SPEC_EXTRA = ["0.4.5.post1", "0.4.5.post2", "0.4.5.post3", "0.4.6", "0.4.6.post2
 
 
 def matrix() -> list[str]:
-    """The real-wheel matrix (tests/test_patch_wheels.py: pinned, newest = the tool's NEWEST_SUPPORTED)."""
-    from tests.wheels import test_patch_wheels as tpw
+    """The real-wheel matrix (tools/wheels.py: pinned, newest = the tool's NEWEST_SUPPORTED)."""
+    from tools.wheels import VERSIONS
 
-    return list(tpw.VERSIONS)
+    return list(VERSIONS)
 
 
 def version_key(v: str) -> tuple[Any, ...]:

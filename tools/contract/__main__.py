@@ -27,7 +27,7 @@ from tools.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real
 
 def _fetch_all(versions: list[str]) -> dict[str, dict[str, Any]]:
     """The wheels, four downloads at a time (each is fetched once per cache; most are a few MB)."""
-    from tests.wheels.test_patch_wheels import fetch_wheel
+    from tools.wheels import fetch_wheel
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         return dict(zip(versions, pool.map(fetch_wheel, versions), strict=True))
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
                     help=f"every release on the index from {OLDEST} to the newest (not the matrix; minutes)")
     ap.add_argument("versions", nargs="*", help="versions to check (default: the matrix)")
     args = ap.parse_args(argv)
-    from tests.wheels.test_patch_wheels import fetch_wheel, releases_on_index
+    from tools.wheels import fetch_wheel, releases_on_index
 
     if args.all and args.versions:
         ap.error("--all checks every release: give no versions")

@@ -10,12 +10,9 @@ the throughput interval the adaptive length stops on.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import random
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -24,26 +21,10 @@ import pytest
 from fabfile.plan.analysis import fit_cycle
 from fabfile.plan.predict import Measured, accept_len_at, plan_runs, predict_level, request_tok_s, unpredictable_reason
 from fabfile.remote import metrics
+from tests.support.sim import sim_module
 
-SITE = Path(__file__).resolve().parents[2] / "simhost" / "sim" / "site"
 STEPS = list(range(1, 8))
 OUT_LEN, PROMPT = 128, 256
-
-
-@contextlib.contextmanager
-def sim_module(name: str, version: str = "0.5.16") -> Iterator[ModuleType]:
-    """A module of the simulator imported from its site dir in this process, as ``version`` (the installer writes
-    ``sglang/version.py``; here a stand-in module says it); removed from sys.modules afterwards."""
-    stub = ModuleType("sglang.version")
-    stub.__dict__["__version__"] = version
-    sys.modules["sglang.version"] = stub
-    sys.path.insert(0, str(SITE))
-    try:
-        yield importlib.import_module(name)
-    finally:
-        sys.path.remove(str(SITE))
-        for mod in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
-            del sys.modules[mod]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from fabfile.present import checkenv_report
 from fabfile.remote import evidence, markers, procs
 from fabfile.remote.common import EventSink
 from tests.support import waiting
+from tests.support.evidence_docs import ev, marker, sched
 
 # ----------------------------------------------------------------------------------------------------
 # parser: lines exactly as the H200 printed them (shared/reference/gpu-host-facts.md, section 2)
@@ -220,46 +221,6 @@ def test_custom_all_reduce_rules() -> None:
 
 # ----------------------------------------------------------------------------------------------------
 # evaluate(): pure dicts
-
-
-def sched(
-    pid: int,
-    tp: int,
-    *,
-    env_status: str = "ok",
-    environ: dict[str, Any] | None = None,
-    nccl_env: dict[str, list[str]] | None = None,
-    nranks: int | None = 2,
-    markers: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    inits = [{"rank": tp, "nranks": nranks, "phase": "COMPLETE"}] if nranks and nccl_env is not None else []
-    return {
-        "pid": pid,
-        "rank": tp,
-        "label": f"TP{tp}",
-        "title": f"sglang::scheduler_TP{tp}",
-        "environ_status": env_status,
-        "environ": environ or {},
-        "nccl": {"env": nccl_env or {}, "inits": inits, "lines": len(nccl_env or {}) + len(inits)},
-        "markers": markers or [],
-    }
-
-
-def ev(
-    *scheds: dict[str, Any], launcher: dict[str, Any] | None = None, facts: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    return {
-        "schedulers": list(scheds),
-        "launcher": launcher or {"pid": 1, "alive": True, "environ": {}, "markers": [], "nccl": {"env": {}}},
-        "facts": facts or {},
-        "log": {},
-    }
-
-
-def marker(
-    pid: int, set_: dict[str, str] | None = None, kept: dict[str, str] | None = None, mode: str = "scheduler"
-) -> dict[str, Any]:
-    return {"mode": mode, "pid": pid, "set": set_ or {}, "kept": kept or {}}
 
 
 def row(result: dict[str, Any], pid: int, var: str) -> dict[str, Any]:

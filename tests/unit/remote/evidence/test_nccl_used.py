@@ -13,8 +13,8 @@ from fabfile.present import checkenv_report
 from fabfile.remote import evidence, ncclenv, ncclused
 from fabfile.remote.common import EventSink
 from fabfile.remote.nccllog import parse_nccl_records
-from tests.sim.test_simulator import Sim, http, sim  # noqa: F401 (the fixture)
-from tests.unit.remote.evidence.test_evidence import ev, sched
+from tests.support.evidence_docs import ev, sched
+from tests.support.sim import Sim, http, sim  # noqa: F401 (the fixture)
 
 H = 7168  # Kimi K2.5's hidden size: one bf16 token is 14336 bytes
 

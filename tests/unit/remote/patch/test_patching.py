@@ -19,6 +19,7 @@ import pytest
 from fabfile.remote import patching, patchstore
 from fabfile.remote.common import AgentError, sha256_file
 from fabfile.render import patchset
+from tests.support.trees import tree
 
 VALUES = {
     "NCCL_PROTO": "LL",
@@ -128,14 +129,6 @@ def make_site(tmp_path: Path, engine: str = ENGINE, scheduler: str = SCHEDULER, 
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("")
     return site
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): sha256_file(str(p))
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
 
 
 def req(
