@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 import yaml
 
-from fabfile.errors import InventoryError
-from fabfile.inventory import hosts as inventory_mod
 from tests.simhost.fleet import Fleet, SimHost, up
 from tests.support.invoke_cli import derived_inventory, http_get, inv_json, run_inv, sglang_pids
 
@@ -271,26 +269,6 @@ def test_router_fronts_the_healthy_replicas(fleet: Fleet, sim_hosts: dict[str, S
     routers = st["data"]["routers"]
     assert routers[0]["name"] == "front" and routers[0]["running"] and routers[0]["health"] == 200
     assert "front" in run_inv("status", "--host", "sim1", inventory=inventory).stdout
-
-
-# -- inventory and test bed -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("extra, field, words", [
-    ({"clusters": {"c": {"hosts": ["sim1", "sim2"], "tp": 3}}}, "clusters.c.tp", "divide"),
-    ({"clusters": {"c": {"hosts": ["sim1", "simX"], "tp": 2}}}, "clusters.c.hosts", "unknown host"),
-    ({"clusters": {"c": {"hosts": ["sim1"], "tp": 2}}}, "clusters.c.hosts", "at least 2"),
-    ({"clusters": {"c": {"hosts": ["sim1", "sim2"], "tp": 32}}}, "clusters.c.tp", "GPUs per node"),
-    ({"routers": {"r": {"host": "sim1", "group": "nope"}}}, "routers.r.group", "unknown"),
-    ({"routers": {"r": {"host": "simX", "group": "sim2"}}}, "routers.r.host", "unknown host"),
-])
-def test_bad_cluster_and_router_inventories(tmp_path: Path, extra: dict[str, Any], field: str, words: str) -> None:
-    data = {"defaults": {"python": "/p", "model": "/m", "gpus": 8}, "hosts": {
-        "sim1": {"address": "10.0.0.1"}, "sim2": {"address": "10.0.0.2"}}, **extra}
-    path = tmp_path / "inv.yaml"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(InventoryError) as e:
-        inventory_mod.load(path)
-    msg = str(e.value)
-    assert "\n" not in msg and str(path) in msg and field in msg and words in msg, msg
 
 
 def test_fleet_hosts_reach_each_other_and_down_leaves_nothing(tmp_path: Path) -> None:

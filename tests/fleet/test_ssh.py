@@ -8,23 +8,9 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from paramiko.ssh_exception import AuthenticationException, BadHostKeyException, NoValidConnectionsError, SSHException
 
-from fabfile.transport.ssh import _transient
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support.invoke_cli import INV, ROOT, derived_inventory, run_inv
-
-
-def test_only_transient_failures_are_retried() -> None:
-    key = paramiko.Ed25519Key.generate() if hasattr(paramiko.Ed25519Key, "generate") else None
-    assert _transient(NoValidConnectionsError({("127.0.0.1", 22): OSError("refused")}))
-    assert _transient(TimeoutError())
-    assert _transient(EOFError())
-    assert _transient(SSHException("Error reading SSH protocol banner"))
-    assert not _transient(AuthenticationException("nope"))
-    assert not _transient(SSHException("Server 'gpu1' not found in known_hosts"))
-    if key is not None:
-        assert not _transient(BadHostKeyException("gpu1", key, key))
 
 
 def test_refused_key_is_an_auth_error_not_retried(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:

@@ -4,30 +4,13 @@ wheels), measured like any other configuration, with the step count SGLang settl
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from fabfile.plan.versioncheck import _releases_with
-from fabfile.remote import versions
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support.invoke_cli import derived_inventory, inv_json, run_inv
 from tests.support.sim import Sim, http, sim  # noqa: F401 (the fixture)
-
-
-@pytest.mark.wheels
-def test_the_boundaries_match_the_wheels() -> None:
-    from tools.wheels import fetch_wheel
-
-    assert _releases_with(lambda f, fl: "--speculative-adaptive" in fl).startswith(versions.SPECULATIVE_ADAPTIVE)
-    for release, has in (("0.5.10", False), ("0.5.11", True)):
-        with zipfile.ZipFile(fetch_wheel(release)["path"]) as z:
-            assert ("sglang/srt/speculative/adaptive_spec_params.py" in z.namelist()) is has, release
-    for release, has in (("0.5.12", False), ("0.5.13", True)):
-        with zipfile.ZipFile(fetch_wheel(release)["path"]) as z:
-            text = z.read("sglang/srt/observability/metrics_collector.py").decode()
-            assert ('name="sglang:spec_num_steps"' in text) is has, release
 
 
 @pytest.mark.fleet
@@ -62,24 +45,3 @@ def test_adaptive_on_a_release_without_it_is_refused_before_anything_starts(flee
     assert "no --speculative-adaptive flag" in r.stderr and "0.5.11–0.5.23" in r.stderr, r.stderr
     assert not (tmp_path / "runs").exists()
     assert sim_host.exec("ls /root/.specdeploy/current.json 2>/dev/null || echo none").stdout.strip() == "none"
-
-
-def test_adaptive_and_predict_exclude_each_other(tmp_path: Path) -> None:
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text("defaults: {python: /v/bin/python3, model: /m, draft_model: /d}\nhosts:\n  h: {ssh_host: x}\n")
-    r = run_inv("sweep", "--steps", "0,1,2,3", "--adaptive", "--predict", inventory=inv)
-    assert r.returncode == 2 and "--adaptive" in r.stderr
-
-
-@pytest.mark.sim
-def test_the_simulated_adaptive_mode_moves_its_steps_like_sglangs(sim: Sim) -> None:  # noqa: F811
-    sim.install("0.5.16", time_scale=0.05, accept_prob=[0.95] * 7)
-    launcher = sim.launch("--speculative-adaptive", "--enable-metrics", tp=1, spec=True)
-    sim.wait_log("fired up", proc=launcher)
-    assert http(sim.url("/generate"), {"input_ids": list(range(16)), "sampling_params": {"max_new_tokens": 300}})[0] \
-        == 200
-    text = sim.wait_log(r"Adaptive spec params updated: steps 3 -> 7")
-    assert "Adaptive spec params updated: steps 3 -> 7 (ema_accept_len=" in text
-    metrics = http(sim.url("/metrics"))[1].decode()
-    assert 'sglang:spec_num_steps{' in metrics and metrics.split("sglang:spec_num_steps{", 1)[1].split("} ")[1] \
-        .startswith("7.0")

@@ -49,11 +49,3 @@ def test_a_resumed_sweep_measures_only_what_it_lacks_and_refuses_another_plan(fl
     loads = doc["model_loads"] - first["model_loads"]
     assert loads == (1 if doc["running"] == "eagle3-s2-k1-d3" else 2)  # the one lacking, and the winner's redeploy
     assert json.loads((out / "sweep.json").read_text())["resumed"]["kept"] == ["baseline", "eagle3-s1-k1-d2"]
-
-
-def test_resume_of_something_that_is_no_sweep_exits_2(tmp_path: Path) -> None:
-    inv = tmp_path / "inventory.yaml"
-    inv.write_text("defaults: {python: /v/bin/python3, model: /m, draft_model: /d}\nhosts:\n  h: {ssh_host: x}\n")
-    (tmp_path / "empty").mkdir()
-    r = run_inv("sweep", "--steps", "0,1", "--resume", str(tmp_path / "empty"), inventory=inv)
-    assert r.returncode == 2 and "--resume: cannot read" in r.stderr, r.stderr

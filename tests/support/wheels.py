@@ -6,8 +6,12 @@ Without network and without a cached wheel, a version is kept as its error, and 
 
 from __future__ import annotations
 
+import os
+import re
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,3 +63,25 @@ def wheels(request: pytest.FixtureRequest) -> dict[str, Any]:
     (cache_dir() / "last-run.txt").write_text(summary + "\n")
     return out
 
+
+def wheel_path(version: str) -> Path:
+    try:
+        return Path(fetch_wheel(version)["path"])
+    except (OSError, ValueError, LookupError) as e:
+        if os.environ.get("SPECDEPLOY_WHEELS_REQUIRED"):
+            raise
+        pytest.skip(f"SGLang {version} wheel unavailable: {e}")
+
+
+def health_contract(whl: Path) -> dict[str, bool]:
+    """What the release's http_server.py does on /health, read from its source."""
+    with zipfile.ZipFile(whl) as z:
+        src = z.read("sglang/srt/entrypoints/http_server.py").decode()
+    return {
+        "ready_route": '@app.get("/ready")' in src,
+        # /health stacked on the health-generate handler (0.5.1+) rather than a bare 200 (0.4.x)
+        "health_generates": bool(re.search(r'@app\.get\("/health"\)\s*\n@app\.get\("/health_generate"\)', src)),
+        "generation_switch": "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION" in src,
+        "sleeps_a_second": "await asyncio.sleep(1)" in src,
+        "timeout_20": 'HEALTH_CHECK_TIMEOUT = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20))' in src,
+    }

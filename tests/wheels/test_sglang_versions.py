@@ -11,31 +11,21 @@ import os
 import re
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from fabfile.remote import bench, facts, metrics, patching, server, versions
 from tests.simhost.sim.install import install_simulator
-from tools.wheels import fetch_wheel
+from tests.support.agent import sglang_info_in
+from tests.support.wheels import health_contract, wheel_path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every shape of the version files: the literal (<= 0.5.6), the 0.5.7 import, the 0.5.8+ import with the metadata
 # fallback, setuptools-scm (0.5.7-0.5.9) and vcs-versioning (0.5.10+) _version.py, a post release, a /ready release.
 WHEEL_VERSIONS = ["0.4.9", "0.5.3", "0.5.7", "0.5.9", "0.5.12", "0.5.15.post1", "0.5.16", "0.5.18", "0.5.20",
                   "0.5.23"]
-
-
-def _wheel(version: str) -> Path:
-    try:
-        return Path(fetch_wheel(version)["path"])
-    except (OSError, ValueError, LookupError) as e:
-        if os.environ.get("SPECDEPLOY_WHEELS_REQUIRED"):
-            raise
-        pytest.skip(f"SGLang {version} wheel unavailable: {e}")
 
 
 def _extract_version_files(whl: Path, site: Path) -> None:
@@ -52,16 +42,6 @@ def _extract_version_files(whl: Path, site: Path) -> None:
     (site / "sglang" / "__init__.py").write_text("")
 
 
-def _sglang_info_in(site: Path) -> dict[str, Any]:
-    """facts.sglang_info() as the agent runs it on a host whose site-packages is ``site``."""
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote import facts; "
-            "print(json.dumps(facts.sglang_info()))")
-    out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, check=True)
-    info: dict[str, Any] = json.loads(out.stdout)
-    return info
-
-
 def _run_version_py(site: Path) -> str:
     """``sglang.version.__version__`` as Python sees it with ``site`` first on sys.path (an empty package
     ``__init__``, so nothing but the version files runs)."""
@@ -74,67 +54,7 @@ def _run_version_py(site: Path) -> str:
 # ---------------------------------------------------------------------------------------------------- the parser
 
 
-@pytest.mark.parametrize(("text", "release"), [
-    ("0.5.12", (0, 5, 12)), ("v0.5.12", (0, 5, 12)), ("0.5.20rc1", (0, 5, 20)), ("0.5.15.post1", (0, 5, 15)),
-    ("0.5.21.dev12+g1a2b3c4", (0, 5, 21)), ("0.4.3.post4", (0, 4, 3)), ("0.5", (0, 5, 0)), ("1.0.0a2", (1, 0, 0)),
-])
-def test_release_numbers(text: str, release: tuple[int, int, int]) -> None:
-    assert versions.release(text) == release
-
-
-def test_total_order() -> None:
-    order = ["0.5.19", "0.5.20.dev3", "0.5.20a1", "0.5.20rc1", "0.5.20", "0.5.20.post1.dev2", "0.5.20.post1",
-             "0.5.21"]
-    assert sorted(order, key=versions.key) == order
-    assert versions.key("0.5.15.post1") > versions.key("0.5.15")
-    assert versions.key("0.5.7.0") == versions.key("0.5.7")
-
-
-@pytest.mark.parametrize("bad", ["", "latest", "0.5.x", "five", "0..5"])
-def test_garbage_is_not_a_version(bad: str) -> None:
-    assert not versions.valid(bad)
-    with pytest.raises(ValueError):
-        versions.release(bad)
-    assert versions.release_or_none(bad) is None
-    assert not versions.at_least(bad, "0.0.1")
-
-
-@pytest.mark.parametrize(("version", "path"), [
-    ("0.4.9", "/health_generate"), ("0.4.10.post1", "/health_generate"), ("0.4.10.post2", "/health"),
-    ("0.5.1", "/health"), ("0.5.19", "/health"), ("0.5.20rc1", "/ready"),
-    ("0.5.20", "/ready"), ("0.5.23", "/ready"),
-])
-def test_readiness_path(version: str, path: str) -> None:
-    # server.version_tuple turned "0.5.20rc1" into (0, 5): the wrong endpoint for a release candidate
-    assert server.readiness_path(version) == path
-
-
 # ------------------------------------------------------------------------------------- version read from the host
-
-
-def test_every_version_gate_asks_versions_py() -> None:
-    """What changed in which release is written once, in fabfile/remote/versions.py: no other module compares a
-    version with a literal release, parses versions its own way, or writes the newest supported release."""
-    import ast
-
-    generated = {"sglang_env_facts.py", "sglang_spec_facts.py"}
-    found = []
-    for path in sorted((ROOT / "fabfile").rglob("*.py")):
-        if path.name in generated or path == Path(versions.__file__).resolve():
-            continue
-        text = path.read_text()
-        where = path.relative_to(ROOT)
-        if versions.NEWEST_SUPPORTED in text:
-            found.append(f"{where}: writes {versions.NEWEST_SUPPORTED}")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "at_least" \
-                    and any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args[1:]):
-                found.append(f"{where}:{node.lineno}: at_least with a literal release")
-            if isinstance(node, ast.Tuple) and len(node.elts) == 3 and all(
-                    isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts) \
-                    and node.elts[0].value == 0:
-                found.append(f"{where}:{node.lineno}: a release written as a tuple")
-    assert not found, found
 
 
 @pytest.mark.wheels
@@ -143,9 +63,9 @@ def test_facts_read_the_version_a_real_wheel_installs(version: str, tmp_path: Pa
     """From 0.5.7 ``sglang/version.py`` holds only the "0.0.0.dev0" fallback; the release is in the generated
     ``_version.py`` and the METADATA. The agent must read what Python would see, without importing SGLang."""
     site = tmp_path / "site-packages"
-    _extract_version_files(_wheel(version), site)
+    _extract_version_files(wheel_path(version), site)
     assert _run_version_py(site) == version  # what `import sglang; sglang.__version__` would say
-    info = _sglang_info_in(site)
+    info = sglang_info_in(site)
     assert info["version"] == version, info
     assert "version_conflict" not in info
     assert set(info["version_sources"].values()) == {version}
@@ -158,7 +78,7 @@ def test_simulator_installs_the_version_files_of_the_release(version: str, tmp_p
     """The simulator's package has the release's version files: the same names, the same behaviour of
     ``version.py`` with and without ``_version.py`` and the metadata, and the same generated ``_version.py``."""
     real, sim = tmp_path / "real", tmp_path / "sim"
-    _extract_version_files(_wheel(version), real)
+    _extract_version_files(wheel_path(version), real)
     install_simulator(sim, tmp_path / "bin", version, sys.executable)
     sim_site = next(sim.glob("lib/python*/site-packages"))
 
@@ -188,48 +108,7 @@ def test_simulator_installs_the_version_files_of_the_release(version: str, tmp_p
     assert _run_version_py(real) in (version, versions.DEV_FALLBACK)
 
 
-def test_a_mixed_install_is_refused_with_a_sentence(tmp_path: Path) -> None:
-    install_simulator(tmp_path / "venv", tmp_path / "bin", "0.5.16", sys.executable)
-    site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
-    meta = site / "sglang-0.5.16.dist-info" / "METADATA"
-    meta.write_text(meta.read_text().replace("Version: 0.5.16", "Version: 0.5.12"))
-    info = _sglang_info_in(site)
-    assert info["version_conflict"] == {"sglang/_version.py": "0.5.16", "sglang-0.5.16.dist-info": "0.5.12"}
-    host = {"sglang": info, "paths": {}, "gpu": {"available": False, "gpus": []}, "disk_free_gb": None,
-            "python": {"executable": sys.executable}}
-    (problem,) = facts.problems(host, {})
-    assert "mixed install" in problem and "_version.py says 0.5.16" in problem and "0.5.12" in problem
-
-
-def test_only_the_development_fallback_is_no_version(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    (site / "sglang").mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    (site / "sglang" / "version.py").write_text(
-        "try:\n    from sglang._version import __version__\nexcept ImportError:\n    __version__ = '0.0.0.dev0'\n")
-    info = _sglang_info_in(site)
-    assert info["version"] is None
-    host = {"sglang": {**info, "layout": {"engine": True, "scheduler": True, "launch_server": True}}, "paths": {},
-            "gpu": {"available": False, "gpus": []}, "disk_free_gb": None, "python": {"executable": sys.executable}}
-    (problem,) = facts.problems(host, {})
-    assert problem.startswith("cannot tell the SGLang version")
-
-
 # ------------------------------------------------------------------------------------------- health endpoints
-
-
-def _health_contract(whl: Path) -> dict[str, bool]:
-    """What the release's http_server.py does on /health, read from its source."""
-    with zipfile.ZipFile(whl) as z:
-        src = z.read("sglang/srt/entrypoints/http_server.py").decode()
-    return {
-        "ready_route": '@app.get("/ready")' in src,
-        # /health stacked on the health-generate handler (0.5.1+) rather than a bare 200 (0.4.x)
-        "health_generates": bool(re.search(r'@app\.get\("/health"\)\s*\n@app\.get\("/health_generate"\)', src)),
-        "generation_switch": "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION" in src,
-        "sleeps_a_second": "await asyncio.sleep(1)" in src,
-        "timeout_20": 'HEALTH_CHECK_TIMEOUT = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20))' in src,
-    }
 
 
 @pytest.mark.wheels
@@ -237,7 +116,7 @@ def _health_contract(whl: Path) -> dict[str, bool]:
 def test_probe_fits_the_health_endpoint_of_the_release(version: str) -> None:
     """The readiness endpoint the tool picks exists in that release, and the probe waits longer than its handler
     can take: one second at least, SGLANG_HEALTH_CHECK_TIMEOUT at most (then SGLang itself says 503)."""
-    c = _health_contract(_wheel(version))
+    c = health_contract(wheel_path(version))
     path = server.readiness_path(version)
     assert (path == "/ready") == c["ready_route"]
     assert c["sleeps_a_second"] and c["timeout_20"]
@@ -245,44 +124,6 @@ def test_probe_fits_the_health_endpoint_of_the_release(version: str) -> None:
         assert path == "/health_generate" or c["health_generates"]
         assert server.probe_timeout_s(path, {}) > versions.HEALTH_CHECK_TIMEOUT_S
         assert server.probe_timeout_s(path, {"SGLANG_HEALTH_CHECK_TIMEOUT": "40"}) > 40
-
-
-@pytest.mark.wheels
-@pytest.mark.parametrize("version", ["0.4.9", "0.5.3", "0.5.7", "0.5.20"])
-def test_simulator_health_endpoints_follow_the_release(version: str, tmp_path: Path) -> None:
-    """The simulator's /health and /health_generate do what the release's source does: a generate check (a
-    one-token prefill in the log, the answer after SGLang's one-second sleep) or a bare 200."""
-    from tests.support.sim import Sim, http
-
-    c = _health_contract(_wheel(version))
-    sim = Sim(tmp_path)
-    try:
-        sim.install(version)
-        launcher = sim.launch(tp=1)
-        sim.wait_log("fired up", proc=launcher)
-
-        def check(path: str, env_off: bool = False) -> tuple[int, bool, float]:
-            before = sim.text().count("#new-token: 1,")
-            t0 = time.monotonic()
-            code = http(sim.url(path), timeout=30)[0]
-            took = time.monotonic() - t0
-            return code, sim.text().count("#new-token: 1,") > before, took
-
-        code, generated, took = check("/health_generate")
-        assert code == 200 and generated and took >= 1.0  # asyncio.sleep(1) comes before the first look
-        code, generated, took = check("/health")
-        assert code == 200 and generated == c["health_generates"]
-        if generated:
-            assert took >= 1.0
-        if c["generation_switch"]:
-            sim.kill_all()
-            launcher = sim.launch(tp=1, extra_env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"})
-            sim.wait_log("fired up", proc=launcher)
-            code, generated, _ = check("/health")
-            assert code == 200 and not generated
-            assert check("/health_generate")[:2] == (200, True)
-    finally:
-        sim.kill_all()
 
 
 # ------------------------------------------------------------------------------------------- SGLANG_PLUGINS
@@ -293,7 +134,7 @@ def test_simulator_health_endpoints_follow_the_release(version: str, tmp_path: P
 def test_plugin_allowlist_is_parsed_as_the_release_parses_it(version: str) -> None:
     """The tool's reading of SGLANG_PLUGINS is SGLang's: no plugin system before 0.5.11; from then a non-empty
     value is split on commas, names stripped, and entry points not named there are skipped."""
-    with zipfile.ZipFile(_wheel(version)) as z:
+    with zipfile.ZipFile(wheel_path(version)) as z:
         names = set(z.namelist())
         src = z.read("sglang/srt/plugins/__init__.py").decode() if "sglang/srt/plugins/__init__.py" in names \
             else None
@@ -309,37 +150,6 @@ def test_plugin_allowlist_is_parsed_as_the_release_parses_it(version: str) -> No
     assert patching.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
     assert patching.plugin_excluded_by(" , ") and patching.plugin_excluded_by("other")
     assert not patching.plugin_excluded_by("other, specdeploy_nccl_env ")
-
-
-def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path) -> None:
-    """When the plugin mode did not prove its values and the server's environment has an SGLANG_PLUGINS without the
-    plugin, the first hint says that (read from the real process's /proc/PID/environ)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SGLANG_PLUGINS": "other"}
-    proc = subprocess.Popen(["sleep", "60"], env=env)
-    try:
-        while b"SGLANG_PLUGINS" not in Path(f"/proc/{proc.pid}/environ").read_bytes():  # exec has completed
-            time.sleep(0.01)
-        generic = {"code": "env_stripped", "severity": "error", "message": "use --patch-mode plugin", "vars": [],
-                   "pids": []}
-        evaluation: dict[str, Any] = {"ok": False, "hints": [dict(generic)]}
-        patching.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
-        first = evaluation["hints"][0]
-        assert first["code"] == "plugin_not_allowed" and first["pids"] == [proc.pid]
-        assert "SGLANG_PLUGINS='other'" in first["message"] and "specdeploy_nccl_env" in first["message"]
-        assert evaluation["hints"][1] == generic
-        # proven, another mode, or a list naming the plugin: nothing to explain
-        for ok, mode, value in ((True, "plugin", "other"), (False, "scheduler", "other"),
-                                (False, "plugin", "other,specdeploy_nccl_env")):
-            ev: dict[str, Any] = {"ok": ok, "hints": []}
-            patching.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
-            assert ev["hints"] == []
-        # no readable process: the launch environment of the deploy record says it
-        ev = {"ok": False, "hints": []}
-        patching.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
-        assert "SGLANG_PLUGINS='a,b' in the launch environment" in ev["hints"][0]["message"]
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 # ------------------------------------------------------------------------------------------- Decode batch lines
@@ -363,7 +173,7 @@ def _decode_log_source(whl: Path) -> str:
 def test_decode_line_notes_follow_the_release(version: str) -> None:
     """metrics' reading of the ``Decode batch`` line is the release's: what ``accept rate`` divides, and whether
     the line ends with ", " (0.5.1-0.5.8)."""
-    src = _decode_log_source(_wheel(version))
+    src = _decode_log_source(wheel_path(version))
     meaning = metrics.accept_rate_meaning(version)
     if "accept rate" not in src:
         assert meaning.startswith("not printed")
@@ -401,7 +211,7 @@ def _dataset_choices_in(whl: Path) -> list[str]:
 def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None:
     """The tool runs bench_serving with random-ids only where the release has it (0.4.6+), and the simulator's
     bench_serving offers it exactly there; the agent reads the choices from the module's own --help."""
-    real = _dataset_choices_in(_wheel(version))
+    real = _dataset_choices_in(wheel_path(version))
     assert (bench.BENCH_DATASET in real) == versions.at_least(version, "0.4.6"), real
     install_simulator(tmp_path / "venv", tmp_path / "bin", version, sys.executable)
     site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
@@ -438,7 +248,7 @@ def _timer_facts(whl: Path) -> dict[str, bool]:
                                      "0.5.23"])
 def test_device_timer_facts_follow_the_release(version: str) -> None:
     """versions.DEVICE_TIMER / SPEC_VERIFY_CALLS / EAGER_VERIFY_CATEGORY, which devicetimer's reading rests on."""
-    f = _timer_facts(_wheel(version))
+    f = _timer_facts(wheel_path(version))
     assert f["timer"] == versions.at_least(version, versions.DEVICE_TIMER)
     assert f["verify_calls"] == versions.at_least(version, versions.SPEC_VERIFY_CALLS)
     assert f["eager_verify"] == versions.at_least(version, versions.EAGER_VERIFY_CATEGORY)

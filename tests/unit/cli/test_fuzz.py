@@ -13,7 +13,6 @@ import inspect
 import io
 import json
 import math
-import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invoke.context import Context
 from invoke.exceptions import Exit
@@ -31,8 +30,7 @@ import tasks
 from fabfile.errors import InventoryError, SpecDeployError
 from fabfile.inventory import hosts as inventory
 from fabfile.inventory import schema as inventory_schema
-from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, http_get, inv_json
+from tests.support.fuzzing import SHELLISH
 
 # The profile (tests/conftest.py) decides whether the examples are the fixed ones (CI) or new ones (`./dev fuzz`);
 # an exploring run draws at least as many as the profile asks.
@@ -66,8 +64,6 @@ PATHS: list[tuple[str, ...]] = (
        ("hosts", "bad host!"), ("hosts",), ("presets",), ("ssh_config",), ("clusters",), ("nonsense",)]
 )
 
-SHELLISH = st.sampled_from(["$(touch /tmp/pwned)", "`id`", "; rm -rf /", "a'b\"c", "$HOME", "\\", "%s%n",
-                            "-- --help", "--steps=9", "\t\n", " ", "", "null", "~", "*", "{{ 7*7 }}"])
 TEXT = st.one_of(st.text(max_size=40), SHELLISH,
                  st.builds(lambda a, b: a + b, SHELLISH, st.text(st.characters(min_codepoint=0x80), max_size=8)))
 NUMBER = st.one_of(st.integers(min_value=-(10**30), max_value=10**30), st.integers(-3, 70000),
@@ -426,32 +422,6 @@ def test_a_huge_batch_or_timeout_says_what_is_wrong(fuzz_inventory: Path, no_ssh
 
 # ---------------------------------------------------------------------------------------------------------------
 # A sample of valid values taken to a real host: they arrive in a scheduler's environment byte for byte.
-
-ENV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1,
-                   max_size=30).filter(lambda s: not re.fullmatch(r"\s*(true|false|null|~|yes|no|on|off)?\s*", s,
-                                                                   re.I))
-
-
-@settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(note=st.one_of(ENV_TEXT, SHELLISH.filter(bool)), served=ENV_TEXT)
-# Found by this test (issue 25): a served name that starts with '-' reached SGLang as a flag (`--served-model-name
-# --warmups`: argparse exits "expected one argument"); and a `\r`, delivered byte for byte, read back as `\n`
-# through a text-mode pipe.
-@example(note="0\r", served="--warmups")
-def test_valid_values_reach_a_scheduler_verbatim(note: str, served: str, fleet: Fleet, sim_host: SimHost,
-                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
-    inventory_path = derived_inventory(fleet, tmp_path_factory.mktemp("fuzz"),
-                                       hosts={"sim1": {"env": {"OPERATOR_NOTE": note}, "served_model_name": served}})
-    code, doc, err = inv_json("deploy", "--steps", "1", "--no-verify", inventory=inventory_path)
-    assert code == 0, err
-    sched = [s["pid"] for s in doc["schedulers"] if s["title"].startswith("sglang::scheduler")]
-    assert sched
-    raw = sim_host.read_bytes(f"/proc/{sched[0]}/environ")
-    assert f"OPERATOR_NOTE={note}".encode() in raw.split(b"\0"), (note, raw)
-    assert doc["launch_argv"].count(f"--served-model-name={served}") == 1, doc["launch_argv"]
-    status, body = http_get(sim_host, "/v1/models")  # SGLang serves the model under exactly that name
-    assert status == 200 and json.loads(body)["data"][0]["id"] == served, body
-    assert sim_host.exec(["test", "-e", "/tmp/pwned"]).returncode != 0
 
 
 def test_deeply_nested_yaml_is_one_line() -> None:

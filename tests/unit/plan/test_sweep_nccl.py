@@ -16,8 +16,7 @@ from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.sweep_nccl import apply, candidates
 from fabfile.plan.sweep_plan import configs
 from fabfile.present.report import nccl_lines, plot, plot_series
-from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv
+from tests.support.invoke_cli import run_inv
 
 INV = ("defaults: {python: /v/bin/python3, model: /m, draft_model: /d, gpus: 8, tp: 8}\n"
        "hosts:\n  h: {ssh_host: 192.0.2.1, nccl_preset: pcie, env: {NCCL_PROTO: Simple, NCCL_DEBUG: WARN}}\n")
@@ -48,7 +47,6 @@ def test_a_candidate_replaces_the_hosts_tuning_values_and_keeps_its_logging(tmp_
     assert "NCCL_PROTO" not in unset.env and unset.env["NCCL_ALGO"] == "Ring"  # the rest of the host's values
     ll = build(apply(host, candidates("pcie", "NCCL_PROTO=Simple")[0]), Options(steps=0))
     assert ll.expected["NCCL_PROTO"] == "Simple" and ll.expected["NCCL_BUFFSIZE"] == "16777216"
-
 
 
 def test_the_inventorys_own_presets_are_candidates(tmp_path: Path) -> None:
@@ -113,7 +111,6 @@ def test_the_report_names_each_configurations_best_candidate_and_each_ttft() -> 
     assert "baseline@PROTO=LL 180 ms" in ttft and "eagle3-s7-k1-d8@PROTO=Simple 96 ms" in ttft
 
 
-
 def test_the_sweep_plot_has_a_line_per_nccl_candidate(tmp_path: Path) -> None:
     rows = [{"config": f"eagle3-s{s}-k1-d{s + 1}@PROTO={p}", "nccl": f"PROTO={p}", "ok": True, "tok_s": 50.0 + s,
              "steps": s, "topk": 1, "draft_tokens": s + 1} for p in ("Simple", "LL") for s in (3, 1, 2)]
@@ -126,50 +123,3 @@ def test_the_sweep_plot_has_a_line_per_nccl_candidate(tmp_path: Path) -> None:
     doc = {"host": "h", "sweep_id": "x", "rows": base + rows, "winners": {"1": rows[0]["config"]},
            "params": {"concurrency": 1}}
     assert plot(doc, tmp_path / "sweep.png") and (tmp_path / "sweep.png").stat().st_size > 0
-
-
-@pytest.mark.fleet
-def test_the_baselines_best_nccl_protocol_is_not_eagle3s_on_pcie(fleet: Fleet, sim_host: SimHost,
-                                                                 tmp_path: Path) -> None:
-    """TP 8 over PCIe, 16 requests in flight: the baseline's all-reduces carry 16 tokens (229 KB: LL's latency
-    wins), EAGLE-3's verify 16 x 8 = 128 tokens (1.8 MB: Simple's bandwidth wins) — 122 all-reduces per forward, as
-    a 61-layer model's two per layer."""
-    inv = derived_inventory(fleet, tmp_path, defaults={"gpus": 8, "tp": 8, "nccl_preset": "none"})
-    sim_host.set_sim_config(time_scale=0.5, load_seconds=0.1, gpus=8, nccl_allreduces_per_forward=122,
-                            accept_prob=[0.95] * 7)
-    code, doc, err = inv_json("sweep", "--steps", "0,7", "--nccl-env", "NCCL_PROTO=LL|Simple", "--concurrency", "16",
-                              "--num-prompts", "32", "--input-len", "64", "--output-len", "256", "--out",
-                              str(tmp_path / "runs"), inventory=inv, timeout=400)
-    assert code == 0, err
-    tok = {r["config"]: r["tok_s"] for r in doc["rows"]}
-    print("tok/s and median TTFT ms per candidate:", {r["config"]: (r["tok_s"], r["ttft_ms"]) for r in doc["rows"]})
-    assert tok["baseline@PROTO=LL"] > 1.1 * tok["baseline@PROTO=Simple"], tok
-    assert tok["eagle3-s7-k1-d8@PROTO=Simple"] > 1.05 * tok["eagle3-s7-k1-d8@PROTO=LL"], tok
-    assert doc["winner"] == "eagle3-s7-k1-d8@PROTO=Simple" == doc["running"]
-    report = Path(doc["paths"]["report"]).read_text()
-    assert "baseline → PROTO=LL" in report and "eagle3-s7-k1-d8 → PROTO=Simple" in report
-    assert "median TTFT per NCCL candidate" in report
-    assert doc["model_loads"] == 4  # one server start per (configuration, candidate); the winner ran last
-
-
-@pytest.mark.fleet
-def test_predict_with_nccl_candidates_loads_only_the_winner_across_them(fleet: Fleet, sim_host: SimHost,
-                                                                        tmp_path: Path) -> None:
-    """The PCIe case above over steps 0..7 with --predict: each candidate measured at the baseline and 7 steps (with
-    the device timer; the derived path measures 1 step too), the others predicted per candidate, and only the
-    winner across candidates loaded: at most 4 (8 derived) of the grid's 16 loads."""
-    inv = derived_inventory(fleet, tmp_path, defaults={"gpus": 8, "tp": 8, "nccl_preset": "none"})
-    sim_host.set_sim_config(time_scale=0.5, load_seconds=0.1, gpus=8, nccl_allreduces_per_forward=122,
-                            accept_prob=[0.95] * 7)
-    code, doc, err = inv_json("sweep", "--steps", "0,1,2,3,4,5,6,7", "--nccl-env", "NCCL_PROTO=LL|Simple",
-                              "--predict", "--concurrency", "16", "--num-prompts", "32", "--input-len", "64",
-                              "--output-len", "256", "--out", str(tmp_path / "runs"), inventory=inv, timeout=600)
-    assert code == 0, err
-    assert "2 NCCL candidates" in err   # said before the first load
-    timed = all(m.startswith("measured phases") for m in doc["prediction"]["methods"].values())
-    measured = {r["config"] for r in doc["rows"] if r.get("measured")}
-    first = {f"{c}@PROTO={p}" for c in ("baseline", "eagle3-s7-k1-d8") for p in ("LL", "Simple")}
-    assert first <= measured and doc["grid_loads"] == 16
-    assert doc["model_loads"] <= (4 if timed else 8), measured   # derived: + 1 step each, a confirm, a redeploy
-    assert doc["prediction"]["winners"]["16"] == doc["winner"] == doc["running"]
-    assert doc["winner"].endswith("@PROTO=Simple")   # verify's larger all-reduces: Simple's bandwidth wins

@@ -13,10 +13,9 @@ from rich.console import Console
 
 from fabfile.present import checkenv_report
 from fabfile.present.report import print_sweep, table_rows
-from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv
+from tests.support.invoke_cli import run_inv
+from tests.support.terminal import WIDTHS, closed_pipe_run, whole
 
-WIDTHS = (80, 200)
 VARS = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
         "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
 
@@ -39,12 +38,6 @@ def _render(fn: object, width: int, *args: object) -> str:
     return buf.getvalue()
 
 
-def _whole(text: str, values: list[str]) -> None:
-    assert "…" not in text, text
-    for v in values:
-        assert v in text, (v, text)
-
-
 @pytest.mark.parametrize("width", WIDTHS)
 def test_check_env_default_is_a_compact_matrix_with_details_only_for_unproven_cells(width: int) -> None:
     text = _render(checkenv_report.render_matrix, width, _evaluation(bad_rank=5), {"sglang_version": "0.5.23"})
@@ -52,8 +45,8 @@ def test_check_env_default_is_a_compact_matrix_with_details_only_for_unproven_ce
     matrix = [ln for ln in lines if ln.strip().startswith("TP")]
     assert len(matrix) == 8 + 1  # one line per rank, plus the one detail line of the unproven cell
     assert max(len(ln) for ln in lines[:10]) <= width
-    _whole(text, [f"TP{r}" for r in range(8)] + [str(41230 + r) for r in range(8)] + ["DIFF", "NOT PROVEN"])
-    _whole(text, [f"{k}={v}" for k, v in VARS.items()])  # the expected values, once
+    whole(text, [f"TP{r}" for r in range(8)] + [str(41230 + r) for r in range(8)] + ["DIFF", "NOT PROVEN"])
+    whole(text, [f"{k}={v}" for k, v in VARS.items()])  # the expected values, once
     assert "TP5 pid 41235 NCCL_ALGO: different, expected Ring, observed Tree (start environ)" not in text
     assert "TP5 pid 41235 NCCL_ALGO: different, expected Ring, observed Tree (NCCL log)" in text
     assert "L NCCL log" in text and "E start environ" in text and "--verbose" in text
@@ -71,58 +64,6 @@ def test_check_env_matrix_numbers_its_columns_when_the_variables_do_not_fit() ->
     assert all(len(ln) <= 80 for ln in text.splitlines() if ln.strip().startswith("TP"))
 
 
-def test_status_and_check_env_at_80_and_200_columns_cut_no_key_value(fleet: Fleet, sim_host: SimHost,
-                                                                      tmp_path: Path) -> None:
-    inv = derived_inventory(fleet, tmp_path, hosts={"sim1": {"tp": 8, "gpus": 8}})  # 8 ranks x 6 variables
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
-    assert code == 0, err
-    for width in WIDTHS:
-        r = run_inv("status", inventory=inv, env={"COLUMNS": str(width)})
-        assert r.returncode == 0, r.stderr
-        _whole(r.stdout, ["sim1", "running", "eagle3-s3-k1-d4", doc["deploy_id"], str(doc["pid"])])
-        r = run_inv("check-env", inventory=inv, env={"COLUMNS": str(width)})
-        assert r.returncode == 0, r.stderr
-        _whole(r.stdout, ["OK", "NCCL_PROTO=LL", "NCCL_BUFFSIZE=16777216"])
-        assert sum(1 for ln in r.stdout.splitlines() if ln.strip().startswith("TP")) == 8  # not 48 rows
-        verbose = run_inv("check-env", "--verbose", inventory=inv, env={"COLUMNS": str(width)})
-        assert verbose.returncode == 0 and "NCCL environment per scheduler process" in verbose.stdout
-    run_inv("stop", inventory=inv)
-
-
-def test_sweep_table_at_80_and_200_columns_cuts_no_key_value(fleet: Fleet, sim_host: SimHost,
-                                                             tmp_path: Path) -> None:
-    inv = derived_inventory(fleet, tmp_path)
-    code, doc, err = inv_json("sweep", "--steps", "0,1", "--num-prompts", "3", "--output-len", "32",
-                              "--input-len", "32", "--out", str(tmp_path / "runs"), inventory=inv, timeout=180)
-    assert code == 0, err
-    saved = json.loads(Path(doc["paths"]["json"]).read_text())
-    keys = [cell for row in table_rows(saved) for i, cell in enumerate(row) if i != 1 and cell not in ("", "-")]
-    assert any(k.startswith("eagle3-") for k in keys) and any(k.startswith("baseline") for k in keys)
-    for width in WIDTHS:
-        buf = io.StringIO()
-        print_sweep(saved, as_json=False, console=Console(file=buf, width=width, color_system=None))
-        _whole(buf.getvalue(), [*keys, saved["sweep_id"]])
-    run_inv("stop", inventory=inv)
-
-
-def _closed_pipe_run(*args: str, inventory: Path | None = None) -> tuple[int, str]:
-    """`inv ARGS | head -0`: stdout is a pipe whose reader is already gone, so the very first write fails."""
-    import os
-    import subprocess
-
-    from tests.support.invoke_cli import INV, ROOT
-
-    read, write = os.pipe()
-    os.close(read)
-    argv = [*INV, *args, *(["--inventory", str(inventory)] if inventory else [])]
-    try:
-        p = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT,
-                           stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
-    finally:
-        os.close(write)
-    return p.returncode, p.stderr
-
-
 def test_render_piped_shows_every_file_whole_and_a_closed_pipe_ends_quietly() -> None:
     """`inv render | less` showed the launch script cropped at 80 columns (`--model-path /root/models/kim`) while
     its header says it can be run by hand; `inv render | head -1` must end as `cat` does, without a traceback."""
@@ -136,26 +77,8 @@ def test_render_piped_shows_every_file_whole_and_a_closed_pipe_ends_quietly() ->
             assert line in r.stdout, (path, line)
     assert max(len(ln) for t in doc["files"].values() for ln in t.splitlines()) > 80  # the case that was cut
     for args in (("render",), ("render", "--json"), ("analyze", "--baseline-ms", "12", "--verify-ms", "20")):
-        code, err = _closed_pipe_run(*args)
+        code, err = closed_pipe_run(*args)
         assert code in (0, 141) and err == "", (args, code, err)
-
-
-def test_watch_at_80_columns_and_logs_into_a_closed_pipe(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
-    inv = derived_inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--steps", "3", inventory=inv)
-    assert code == 0, err
-    for width in WIDTHS:
-        r = run_inv("watch", "--once", inventory=inv, env={"COLUMNS": str(width)})
-        assert r.returncode == 0, r.stderr
-        _whole(r.stdout, ["sim1", "eagle3-s3-k1-d4", "config", "health", "accept len", "queued", "source"])
-        assert all(len(ln) <= width for ln in r.stdout.splitlines()), r.stdout
-    # the server has no --enable-metrics: watch does not ask /metrics (each ask left `GET /metrics 404` in its log)
-    log = run_inv("logs", "--lines", "300", inventory=inv)
-    assert log.returncode == 0 and "GET /metrics" not in log.stdout, log.stdout
-    # `inv logs --lines 300 | head -1` wrote 636 lines of BrokenPipeError tracebacks
-    code, err = _closed_pipe_run("logs", "--lines", "300", inventory=inv)
-    assert code in (0, 141) and "Traceback" not in err and "BrokenPipe" not in err, (code, err)
-    run_inv("stop", inventory=inv)
 
 
 def _deploy_result(ok: bool) -> object:
@@ -227,7 +150,7 @@ def test_analyze_never_cuts_a_config_name(width: int, monkeypatch: pytest.Monkey
     buf = io.StringIO()
     monkeypatch.setattr(report, "out", Console(file=buf, width=width, color_system=None))
     report.print_analysis({"baseline_ms": 12.2, "rows": rows})
-    _whole(buf.getvalue(), ["eagle3-s3-k8-d24", "eagle3-s10-k8-d80", "104.5", "111.5"])
+    whole(buf.getvalue(), ["eagle3-s3-k8-d24", "eagle3-s10-k8-d80", "104.5", "111.5"])
 
 
 def test_progress_shows_sglangs_loading_lines_not_the_tools_own_probes() -> None:
