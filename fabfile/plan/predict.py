@@ -24,8 +24,8 @@ The verify model (``verify_at``), stated: a verify pass's cost is linear in the 
 and a pass of one token per sequence costs what the target's decode forward costs (the same forward over one token;
 the baseline measured it at the same concurrency): ``verify(d) = decode + (verify(D) − decode)·(d − 1)/(D − 1)``.
 Once a second step count is measured (the third load, the predicted winner), the line goes through the two measured
-verify passes instead and the decode anchor is no longer used. ``tests/test_predict.py`` holds the model against the
-simulator's cost models: where the simulator's verify carries a fixed overhead beyond a decode forward (its
+verify passes instead and the decode anchor is no longer used. ``tests/unit/plan/test_predict.py`` holds the model
+against the simulator's cost models: where the simulator's verify carries a fixed overhead beyond a decode forward (its
 defaults: 14.2 ms + 1.5 ms per token against a 12.2 ms decode), the anchored line is too cheap at small counts. So the
 two-load prediction is a range, from that line to no saving at all (``blend`` weighs them for the point figure); a
 configuration whose optimistic figure cannot beat the best pessimistic one is out; the third load measures the point

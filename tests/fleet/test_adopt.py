@@ -1,6 +1,6 @@
-"""Issue 17: from the seed's hand-typed launch line to the tool. The shipped inventory renders the seed's server,
-`inv adopt` turns a pasted line or a running server into an entry that renders the same command, and the first
-deploy after an adopt replaces the hand-started server (found through the adoption record)."""
+"""`inv adopt --host` on a simulated host: it reads a hand-started server from /proc into an entry, and the first
+deploy after it replaces that server (found through the adoption record); with no server it exits 2 and writes
+nothing."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""check-env never says "proven" for a value a worker does not have (issue 21), end to end on a simulated TP 2
-host running SGLang 0.5.23 whose NCCL lines are printed the way NCCL 2.28 prints them.
+"""check-env never says "proven" for a value a worker does not have, end to end on a simulated TP 2 host running
+SGLang 0.5.23 whose NCCL lines are printed the way NCCL 2.28 prints them.
 
-Each test is one case from the issue and fails on the code before it: evidence that belongs to another process,
-a precedence rule that differed between the launch and check-env, values NCCL reformats, values NCCL ignores,
-variables NCCL reads only under conditions, and hints that named the wrong cause.
-"""
+Each test is one way a value could be called proven wrongly, and fails on the code before its fix: evidence that
+belongs to another process, a precedence rule that differed between the launch and check-env, values NCCL
+reformats, values NCCL ignores, variables NCCL reads only under conditions, and hints that named the wrong cause."""
 
 from __future__ import annotations
 
@@ -140,8 +139,8 @@ def test_values_nccl_reformats_are_compared_as_nccl_parses_them(fleet: Fleet, ho
 def test_a_value_nccl_ignores_is_refused_before_the_host_is_touched(fleet: Fleet, host: SimHost,
                                                                     tmp_path: Path) -> None:
     """NCCL ignores `sys` without a word (level names are case-sensitive): check-env could only find that after the
-    model loaded (`evidence` still judges such a value unconfirmed, tests/test_evidence.py); the deploy refuses it
-    first, naming NCCL's spelling, and starts nothing."""
+    model loaded (`evidence` still judges such a value unconfirmed, tests/unit/remote/evidence/test_evidence.py); the
+    deploy refuses it first, naming NCCL's spelling, and starts nothing."""
     inventory = _inventory(fleet, tmp_path, nccl_env={"NCCL_P2P_LEVEL": "sys"})
     r = run_inv("deploy", "--steps", "2", inventory=inventory)
     assert r.returncode == 2, r.stderr

@@ -1,4 +1,4 @@
-"""Issue 17 point 3: `inv diff` answers "what changed since it was fast?" between two deploys of a host, or a
+"""`inv diff` answers "what changed since it was fast?" between two deploys of a host, or a
 deploy and what render would run now; records of different hosts are refused (exit 2, nothing touched)."""
 
 from __future__ import annotations

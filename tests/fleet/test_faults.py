@@ -1,4 +1,4 @@
-"""The fault matrix: what the tool survives with nothing lost (issue 13).
+"""The fault matrix: what the tool survives with nothing lost.
 
 Each case injects one fault into a real deploy on the simulated fleet (real sshd, real processes and signals), then
 asserts what the user saw (the sentence, the exit code, never a traceback) and the host afterwards

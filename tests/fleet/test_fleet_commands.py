@@ -238,7 +238,7 @@ def test_cluster_rank_failure_tears_down_every_rank(fleet: Fleet, sim_hosts: dic
 def test_router_fronts_the_healthy_replicas(fleet: Fleet, sim_hosts: dict[str, SimHost], tmp_path: Path) -> None:
     """The simulator's stand-in `sglang_router.launch_router` (it speaks the router's protocol: --worker-urls, /health,
     /list_workers and /generate forwarded round-robin): this test runs without network; the real router (pip,
-    `sglang-router`) is tested in tests/test_real_router.py."""
+    `sglang-router`) is tested in tests/fleet/test_real_router.py."""
     inventory = _inventory(fleet, tmp_path, groups={"replicas": ["sim2", "sim3"]},
                            routers={"front": {"host": "sim1", "group": "replicas", "port": 30000,
                                               "policy": "round_robin"}},

@@ -1,11 +1,5 @@
-"""Property-based fuzzing (hypothesis) of the inventory loader and of every task's flags (issue 13).
-
-Whatever a user writes, the tool answers with exit 0, or with exit 2 and a one-line message naming the field or
-flag, never a traceback. The loader and the CLI's validation run in-process (fast enough for well over a thousand
-cases per run): a flag value that passes validation reaches :class:`Reached`, which stands where the tool would
-open its first SSH session, so nothing here connects anywhere. Valid values are then taken to a real host for a
-sample: they arrive in a scheduler's environment byte for byte.
-"""
+"""Valid inventory values, drawn by hypothesis, taken to a simulated host: each arrives in a scheduler's environment
+and command line byte for byte (the in-process fuzzing of the loader and the flags: tests/unit/cli/test_fuzz.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ ENV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charact
 
 @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(note=st.one_of(ENV_TEXT, SHELLISH.filter(bool)), served=ENV_TEXT)
-# Found by this test (issue 25): a served name that starts with '-' reached SGLang as a flag (`--served-model-name
+# Found by this test: a served name that starts with '-' reached SGLang as a flag (`--served-model-name
 # --warmups`: argparse exits "expected one argument"); and a `\r`, delivered byte for byte, read back as `\n`
 # through a text-mode pipe.
 @example(note="0\r", served="--warmups")

@@ -1,6 +1,5 @@
-"""Measurement on a deploy (issue 26, point 3): the inventory's ``measure`` and ``--measure/--no-measure`` turn
-SGLang's per-phase device timer on where the release has it, the profiler writes into a private directory under the
-state dir, and the plan says what that costs and who can reach ``/start_profile``."""
+"""Measurement on a deploy to a simulated host: ``--measure`` reaches every scheduler, a release without the timer is
+refused with nothing touched, and bench, sweep and explain show the phases SGLang measured and what the timer costs."""
 
 from __future__ import annotations
 

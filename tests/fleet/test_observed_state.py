@@ -1,4 +1,4 @@
-"""What the tool says runs is what runs (issue 19): every state in a rollout's table and in `inv status` is observed
+"""What the tool says runs is what runs: every state in a rollout's table and in `inv status` is observed
 on the host at that moment; the record only says what was intended, and a disagreement is shown as one.
 
 Each test drives the real CLI over real SSH against the simulated fleet (sim1..sim3), with real signals: a frozen
@@ -467,7 +467,7 @@ def test_flags_are_unambiguous_and_stop_runs_hosts_at_once(fleet: Fleet, sim_hos
     assert by["sim1"]["ok"] and sglang_pids(sim_hosts["sim1"]) == []
 
 
-# -- issue 30 point 4: Ctrl-C and overlapping commands ----------------------------------------------------------
+# -- Ctrl-C and overlapping commands -----------------------------------------------------------------------------
 def _interruptible(*args: str, inventory: Path) -> subprocess.Popen[str]:
     """`inv ARGS` as typed in a terminal: SIGINT at its default (a suite started in the background ignores it)."""
     return subprocess.Popen([*INV, *args, "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,

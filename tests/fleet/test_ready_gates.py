@@ -1,4 +1,4 @@
-"""Ready means it answers (issue 15, points 1 and 2): after the readiness endpoint's 200 the deploy sends a real
+"""Ready means it answers: after the readiness endpoint's 200 the deploy sends a real
 generation request and, for a speculative configuration, measures the accept length with a short burst. A server
 whose readiness passes but whose generation fails or hangs, or whose speculation is stuck at accept length 1, is a
 failed deploy: torn down, and rolled back with --rollback-on-failure."""

@@ -1,4 +1,4 @@
-"""The real SGLang router in front of simulated replicas (issue 15, point 5).
+"""The real SGLang router in front of simulated replicas.
 
 `sglang-router` 0.3.2 (the Rust gateway SGLang ships, `smg` inside) is installed from the package index with pip
 (tests/simhost/realrouter.py; cached in $SPECDEPLOY_WHEEL_CACHE) into the hosts' Python in place of the

@@ -1,9 +1,8 @@
-"""Another local user on a GPU host gets neither code execution nor secrets through the tool (issue #18).
+"""Another local user on a GPU host gets neither code execution nor secrets through the tool.
 
 Each test plays that user on a simulated host: an unprivileged account (``nobody``, through ``setpriv`` inside the
 host's namespaces) plants files in the log and state directories, polls ``/proc/*/cmdline`` during a deploy and
-reads what it can, while the operator (root on the host, over real SSH) runs the tool as usual.
-"""
+reads what it can, while the operator (root on the host, over real SSH) runs the tool as usual."""
 
 from __future__ import annotations
 

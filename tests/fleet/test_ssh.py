@@ -1,4 +1,5 @@
-"""SSH connection policy: which failures are retried, and what the user reads when connecting fails."""
+"""SSH connection policy on simulated hosts: which failures are retried, and what the user reads when connecting
+fails."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""NCCL candidates in the sweep (``--nccl``, ``--nccl-env``; fabfile/plan/sweep_nccl.py): crossed with the
-speculative configurations, each its own server start, checked with NCCL's own parsing rules before anything
-starts; on the simulator (whose all-reduce cost follows NCCL's protocol by message size) the baseline's best NCCL
-setting is not EAGLE-3's."""
+"""NCCL candidates in a sweep on the simulated host, whose all-reduce cost follows NCCL's protocol by message size:
+the baseline's best NCCL setting is not EAGLE-3's, and --predict loads only the winner across the candidates."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`inv watch` (issue 15, point 3): a live view of each server's tok/s, accept length, running and queued requests
+"""`inv watch`: a live view of each server's tok/s, accept length, running and queued requests
 and health, from /metrics when enabled and SGLang's Decode batch lines otherwise; thresholds that print an alarm
 line and exit non-zero; --once and --json for scripts."""
 

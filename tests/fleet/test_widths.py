@@ -1,6 +1,5 @@
-"""Issue 17 point 4: status, sweep and check-env read well at 80 and at 200 columns, in a terminal or piped to a
-file: no key value (host, config, deploy id, verdict, numbers) is ever cut to `eagle…`; check-env's default is a
-compact ranks × variables matrix, with the long table under --verbose."""
+"""status, check-env, sweep and watch on a simulated host at 80 and at 200 columns: no key value (host, config,
+deploy id, verdict, numbers) is ever cut to `eagle…`, and watch logging into a closed pipe ends quietly."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What NCCL really chose (check-env's "used" proof): NCCL's TUNING lines parsed, the all-reduce sizes of decode,
-verify and prefill derived from the model, and the choice held against NCCL_PROTO/NCCL_ALGO, with NCCL's
-per-collective parsing rules; against the simulator's NCCL-2.28-shaped TUNING lines end to end."""
+"""check-env's "used" proof against the simulator's NCCL-2.28-shaped TUNING lines end to end: rank 0 logs the
+choices, LL holds for every phase, and a tuner plugin that goes around NCCL_PROTO for prefill is caught."""
 
 from __future__ import annotations
 

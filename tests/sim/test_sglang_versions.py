@@ -1,8 +1,5 @@
-"""The SGLang facts the tool relies on, checked against the real release wheels (read with zipfile, never installed),
-and the simulator checked against the same wheels: version files and health endpoints per release.
-
-Wheels come from ``tests/test_patch_wheels.fetch_wheel`` (cached in ``$SPECDEPLOY_WHEEL_CACHE``).
-"""
+"""The simulator's health endpoints at each matrix release, served by a running simulator, follow what the release's
+own http_server.py does (read from the real wheel)."""
 
 from __future__ import annotations
 

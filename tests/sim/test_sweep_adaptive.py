@@ -1,6 +1,4 @@
-"""SGLang's adaptive speculation as a sweep configuration (``inv sweep --adaptive``): refused before anything
-starts on releases without ``--speculative-adaptive`` (naming those that have it, from the table read off the
-wheels), measured like any other configuration, with the step count SGLang settled on (``sglang:spec_num_steps``)."""
+"""The simulator's adaptive speculation moves its step count the way SGLang's does (``sglang:spec_num_steps``)."""
 
 from __future__ import annotations
 

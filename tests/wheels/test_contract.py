@@ -1,10 +1,10 @@
-"""The simulator's contract with SGLang (issue 12, part A), asserted for every real-wheel matrix version.
+"""The simulator's contract with SGLang, asserted for every real-wheel matrix version.
 
-For each version of tests/test_patch_wheels.py's matrix, the facts derived from the real wheel's source
-(tests/contract/real.py) must equal what the simulator set to that version shows (tests/contract/sim.py):
+For each version of tests/wheels/test_patch_wheels.py's matrix, the facts derived from the real wheel's source
+(tools/contract/real.py) must equal what the simulator set to that version shows (tools/contract/sim.py):
 flags and choices, routes, log lines, process titles, load_plugins sites, environment writes. The committed
 docs/sglang-contract.md and fabfile/remote/sglang_env_facts.py must be what the wheels give today
-(regenerate both with ``python -m tests.contract --write``).
+(regenerate both with ``python -m tools.contract --write``).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ def test_simulator_matches_sglang(label: str, wheels: dict[str, Any]) -> None:  
 def test_committed_tables_match_the_wheels(label: str, wheels: dict[str, Any]) -> None:  # noqa: F811
     w = _wheel(label, wheels)
     assert w.version in sglang_env_facts.NCCL_WRITES, (
-        f"fabfile/remote/sglang_env_facts.py has no entry for SGLang {w.version}: run python -m tests.contract "
+        f"fabfile/remote/sglang_env_facts.py has no entry for SGLang {w.version}: run python -m tools.contract "
         "--write")
     assert sglang_env_facts.NCCL_WRITES[w.version] == envfacts.version_facts(w), (
-        f"fabfile/remote/sglang_env_facts.py drifted from the {w.version} wheel: run python -m tests.contract --write")
+        f"fabfile/remote/sglang_env_facts.py drifted from the {w.version} wheel: run python -m tools.contract --write")
     doc = (table.ROOT / "docs" / "sglang-contract.md").read_text()
     assert f"## SGLang {w.version} (" in doc, f"docs/sglang-contract.md lacks {w.version}: regenerate it"
 
@@ -60,16 +60,16 @@ def test_committed_spec_facts_match_the_wheels(label: str, wheels: dict[str, Any
     w = _wheel(label, wheels)
     found = versioncheck.facts_for(w.version)
     assert found is not None and found[0] == w.version, (
-        f"fabfile/plan/sglang_spec_facts.py has no entry for SGLang {w.version}: run python -m tests.contract --write")
+        f"fabfile/plan/sglang_spec_facts.py has no entry for SGLang {w.version}: run python -m tools.contract --write")
     _, facts, flags = found
     want = specfacts.version_facts(w)
     assert sorted(flags) == want["flags"], f"{w.version}: the launch flags drifted from the wheel"
     assert {k: v for k, v in facts.items() if not k.startswith("flags")} == \
-        {k: v for k, v in want.items() if k != "flags"}, f"{w.version}: run python -m tests.contract --write"
+        {k: v for k, v in want.items() if k != "flags"}, f"{w.version}: run python -m tools.contract --write"
 
 
 def test_contract_holds_on_the_oldest_release_outside_the_matrix() -> None:
-    """CI stays on the matrix; ``python -m tests.contract --all`` checks every release. This one release outside the
+    """CI stays on the matrix; ``python -m tools.contract --all`` checks every release. This one release outside the
     matrix keeps the harness honest there: 0.4.5 crashed it (its spec-defaults function raises ValueError, which a
     stubbed builtin turned into "exceptions must derive from BaseException"), and differs from 0.4.9 in flags,
     scheduler titles and the Decode batch line."""
@@ -85,11 +85,11 @@ def test_contract_holds_on_the_oldest_release_outside_the_matrix() -> None:
     rows = table.rows(w, table.real_facts(w), sim.facts(w.version))
     bad = [f"{r.fact}\n    SGLang {w.version}: {r.sglang}\n    simulator:    {r.sim}" for r in rows if not r.match]
     assert not bad, "the simulator differs from SGLang (fix tests/simhost/sim):\n" + "\n".join(bad)
-    assert table.lookups(w) == [], "run python -m tests.contract --all"
+    assert table.lookups(w) == [], "run python -m tools.contract --all"
 
 
 def test_spec_v2_and_entry_point_by_release() -> None:
-    """The facts the issue names, as the wheels give them (committed table): SGLANG_ENABLE_SPEC_V2 is read by
+    """The spec facts the tool gates on, as the wheels give them (committed table): SGLANG_ENABLE_SPEC_V2 is read by
     0.5.4.post1 ... 0.5.20 and by no later release (a post release between two matrix releases: the table keeps
     the boundaries `--all` found); `sglang serve` exists from 0.5.5; STANDALONE from 0.5.2."""
     from fabfile.plan import versioncheck
@@ -149,4 +149,4 @@ def test_committed_nccl_table_other_cached_releases() -> None:
         assert found is not None and found[0] == v and sorted(found[2]) == specfacts.version_facts(w)["flags"], v
         checked += 1
     if not checked:
-        pytest.skip("none of the extra releases is cached (python -m tests.contract --write fetches them)")
+        pytest.skip("none of the extra releases is cached (python -m tools.contract --write fetches them)")

@@ -1,8 +1,8 @@
-"""The SGLang facts the tool relies on, checked against the real release wheels (read with zipfile, never installed),
-and the simulator checked against the same wheels: version files and health endpoints per release.
+"""The SGLang facts the tool relies on, checked against the real release wheels (read with zipfile, never
+installed), and the simulator's install checked against the same wheels: version files, health endpoints, plugin
+allowlists, decode lines, bench datasets and the device timer per release.
 
-Wheels come from ``tests/test_patch_wheels.fetch_wheel`` (cached in ``$SPECDEPLOY_WHEEL_CACHE``).
-"""
+Wheels come from ``tools/wheels.fetch_wheel`` (cached in ``$SPECDEPLOY_WHEEL_CACHE``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The simulator's speculative decoding as SGLang serves it: which ``meta_info`` fields each version returns (checked
-against the real wheels' ``tokenizer_manager.py``), each verify pass's tokens streamed together, and requests in
-flight decoded as one batch whose cost grows with its size."""
+"""The simulator's speculative ``meta_info``: the fields each version returns, checked against the real wheels'
+``tokenizer_manager.py``."""
 
 from __future__ import annotations
 

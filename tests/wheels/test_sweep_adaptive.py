@@ -1,6 +1,5 @@
-"""SGLang's adaptive speculation as a sweep configuration (``inv sweep --adaptive``): refused before anything
-starts on releases without ``--speculative-adaptive`` (naming those that have it, from the table read off the
-wheels), measured like any other configuration, with the step count SGLang settled on (``sglang:spec_num_steps``)."""
+"""The releases that have SGLang's adaptive speculation (``--speculative-adaptive``), as the tool's table says, match
+the real wheels."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The simulator's contract with SGLang, derived from the real release wheels (issue 12, part A).
+"""The simulator's contract with SGLang, derived from the real release wheels.
 
-``python -m tests.contract --write`` regenerates ``docs/sglang-contract.md`` (version × fact: SGLang /
+``python -m tools.contract --write`` regenerates ``docs/sglang-contract.md`` (version × fact: SGLang /
 simulator / match) and ``fabfile/remote/sglang_env_facts.py`` (the NCCL variables each release writes);
-``tests/test_contract.py`` asserts both. Modules: ``real`` (facts from a wheel's source), ``sim`` and
+``tests/wheels/test_contract.py`` asserts both. Modules: ``real`` (facts from a wheel's source), ``sim`` and
 ``probe`` (the same facts observed on the simulator), ``table`` (the comparison), ``envfacts``.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# The oldest release `python -m tests.contract --all` checks (the newest is the index's).
+# The oldest release `python -m tools.contract --all` checks (the newest is the index's).
 OLDEST = "0.4.5"
 # Releases read only for the generated tables, besides the matrix: the boundaries where a release's facts differ
 # from the release before it (post releases included). A host's version is looked up as the nearest release read that

@@ -1,4 +1,4 @@
-"""``python -m tests.contract [--write] [--all | VERSION ...]``: derive the contract from the wheels and compare.
+"""``python -m tools.contract [--write] [--all | VERSION ...]``: derive the contract from the wheels and compare.
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
 regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and
@@ -34,7 +34,7 @@ def _fetch_all(versions: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.contract")
+    ap = argparse.ArgumentParser(prog="python -m tools.contract")
     ap.add_argument("--write", action="store_true", help="regenerate the committed doc and NCCL table")
     ap.add_argument("--all", action="store_true",
                     help=f"every release on the index from {OLDEST} to the newest (not the matrix; minutes)")

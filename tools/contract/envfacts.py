@@ -105,8 +105,8 @@ def render(table: dict[str, list[dict[str, Any]]]) -> str:
     body = pprint.pformat(table, width=116, sort_dicts=False)
     return (
         '"""The NCCL variables each SGLang release itself writes (generated; do not edit).\n\n'
-        "Regenerate with ``python -m tests.contract --write``: read from the real release wheels by\n"
-        "``tests/contract/envfacts.py`` (``tests/test_contract.py`` fails when this table drifts from them).\n"
+        "Regenerate with ``python -m tools.contract --write``: read from the real release wheels by\n"
+        "``tools/contract/envfacts.py`` (``tests/wheels/test_contract.py`` fails when this table drifts from them).\n"
         "Keys are the releases read; a host version between two keys has the facts of the lower one\n"
         "(``sglang_env_facts_for``). Each write: ``var``; ``action`` (``overrides``: replaces any value,\n"
         "``sets_if_unset``: setdefault); ``value`` (None when it depends on the flags: see ``value_flags`` or\n"

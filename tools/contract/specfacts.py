@@ -66,8 +66,8 @@ def render(table: dict[str, dict[str, Any]]) -> str:
     body = pprint.pformat(compact(table), width=116, sort_dicts=False)
     return (
         '"""What each SGLang release understands on its launch command (generated; do not edit).\n\n'
-        "Regenerate with ``python -m tests.contract --write``: read from the real release wheels by\n"
-        "``tests/contract/specfacts.py`` (``tests/test_contract.py`` fails when this table drifts from them).\n"
+        "Regenerate with ``python -m tools.contract --write``: read from the real release wheels by\n"
+        "``tools/contract/specfacts.py`` (``tests/wheels/test_contract.py`` fails when this table drifts from them).\n"
         "Keys are the releases read, oldest first; a host version between two keys has the facts of the lower one\n"
         "(``fabfile.plan.versioncheck``). Per release: ``speculative_algorithms`` (``any``: checked after parsing),\n"
         "``spec_v2_env`` (a server module reads SGLANG_ENABLE_SPEC_V2; ``spec_v2_read_in`` names them),\n"

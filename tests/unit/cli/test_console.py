@@ -1,4 +1,4 @@
-"""Issue 17 point 6: the installed `specdeploy` console command runs the same tasks as `inv`, from any folder,
+"""The installed `specdeploy` console command runs the same tasks as `inv`, from any folder,
 finding the inventory by --inventory, $SPECDEPLOY_INVENTORY or the current folder."""
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""Property-based fuzzing (hypothesis) of the inventory loader and of every task's flags (issue 13).
+"""Property-based fuzzing (hypothesis) of the inventory loader and of every task's flags.
 
 Whatever a user writes, the tool answers with exit 0, or with exit 2 and a one-line message naming the field or
 flag, never a traceback. The loader and the CLI's validation run in-process (fast enough for well over a thousand
 cases per run): a flag value that passes validation reaches :class:`Reached`, which stands where the tool would
-open its first SSH session, so nothing here connects anywhere. Valid values are then taken to a real host for a
-sample: they arrive in a scheduler's environment byte for byte.
-"""
+open its first SSH session, so nothing here connects anywhere (valid values taken to a real host:
+tests/fleet/test_fuzz.py)."""
 
 from __future__ import annotations
 
@@ -323,7 +322,7 @@ def test_fuzzing_covers_every_task_and_flag() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Every numeric flag of every command: finite, bounded, refused in one short line (issue 25)
+# Every numeric flag of every command: finite, bounded, refused in one short line
 
 BAD_NUMBERS = ["nan", "NaN", "inf", "-inf", "1e309", "0x10", "", "-1", "9" * 10_000]
 # What a command needs besides the fuzzed flag to reach that flag's validation. No `--once` for watch: it refuses

@@ -1,6 +1,6 @@
-"""Issue 17: from the seed's hand-typed launch line to the tool. The shipped inventory renders the seed's server,
-`inv adopt` turns a pasted line or a running server into an entry that renders the same command, and the first
-deploy after an adopt replaces the hand-started server (found through the adoption record)."""
+"""From a hand-typed launch line to the tool: the shipped inventory renders the seed's server, and `inv adopt`
+turns a pasted line into an entry that renders the same command (unknown flags kept verbatim, bad lines refused in
+one sentence, no file overwritten)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ SEED_SSH_LINE = (
     "--speculative-num-steps 3 > /data/eagle3/synth_100k/logs/sglang_eagle3_nccl_3step.log 2>&1 &' "
     "&& echo \"EAGLE3 3-step + NCCL starting...\"")
 TOOL_ENV = {"SPT_NOENV", "PYTHONUNBUFFERED", "PYTHONSAFEPATH", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS",
-            "SPECDEPLOY_DEPLOY_ID", "SGLANG_TORCH_PROFILER_DIR"}  # the profiler's private directory (issue 26)
+            "SPECDEPLOY_DEPLOY_ID", "SGLANG_TORCH_PROFILER_DIR"}  # the profiler's private directory
 
 
 def _same_server(seed: adopt.Launch, plan_argv: list[str], plan_env: dict[str, str]) -> None:

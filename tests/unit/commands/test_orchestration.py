@@ -1,4 +1,4 @@
-"""Orchestration in-process against scripted hosts (``tests/fakehost.py``): the fan-out engine, the multi-host
+"""Orchestration in-process against scripted hosts (``tests/support/fakehost.py``): the fan-out engine, the multi-host
 commands and a rollout's final observation run their real code with no SSH and no subprocess."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A rolling rollout in-process against scripted hosts (``tests/fakehost.py``): the real ``run_rollout`` →
+"""A rolling rollout in-process against scripted hosts (``tests/support/fakehost.py``): the real ``run_rollout`` →
 ``deploy_host`` → preflight / upload / deploy, with no SSH and no subprocess. What a user relies on: a failed batch
 stops the rollout before the next batch is touched, and ``--rollback-on-failure`` puts back exactly the hosts this
 run changed (the previous deploy started again where there was one, the server stopped and the files restored

@@ -1,6 +1,4 @@
-"""``inv sweep --resume DIR``: a sweep that stopped (a failed configuration, Ctrl-C, a lost client or host) goes on
-from what it saved, measuring again nothing it measured on the same deploy plan; a sweep of another plan is
-refused before anything starts."""
+"""``inv sweep --resume DIR`` of a folder that holds no sweep: exit 2, nothing started."""
 
 from __future__ import annotations
 

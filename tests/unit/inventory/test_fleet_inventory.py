@@ -1,5 +1,4 @@
-"""Fleet commands over real SSH on the simulated fleet: a hung host, parallel and rolling deploys with rollback,
-a multi-node cluster (real TCP rendezvous between the hosts' network namespaces), and the router."""
+"""Cluster and router entries of an inventory: each malformed one is refused in one sentence naming the field."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Another local user on a GPU host gets neither code execution nor secrets through the tool (issue #18).
-
-Each test plays that user on a simulated host: an unprivileged account (``nobody``, through ``setpriv`` inside the
-host's namespaces) plants files in the log and state directories, polls ``/proc/*/cmdline`` during a deploy and
-reads what it can, while the operator (root on the host, over real SSH) runs the tool as usual.
-"""
+"""An inventory value with shell syntax, a name that is not a plain string, a newline in a router group, or a
+file nested too deeply or too large: refused in one sentence, or kept inert, with nothing run on the client."""
 
 from __future__ import annotations
 

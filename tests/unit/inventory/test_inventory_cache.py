@@ -1,4 +1,4 @@
-"""The CLI's cache of validated inventories (issue 17, a quick CLI): same result, same errors, private, and only
+"""The CLI's cache of validated inventories (for a quick start): same result, same errors, private, and only
 for exactly the bytes it validated."""
 
 from __future__ import annotations

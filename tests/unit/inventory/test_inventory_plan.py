@@ -239,7 +239,7 @@ def test_nccl_values_and_names_nccl_refuses_stop_the_deploy_before_any_host_is_t
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Values that start with '-' (issue 25): each reaches SGLang as its flag's value.
+# Values that start with '-': each reaches SGLang as its flag's value.
 
 SIM_SITE = Path(__file__).parents[2] / "simhost" / "sim" / "site"
 # The simulator's server_args is SGLang's parser (stdlib argparse, the same flags), here at the newest release.

@@ -1,4 +1,4 @@
-"""``inv explain`` (issue 26, point 5): each rule fires on the figures it names and stays silent otherwise; every
+"""``inv explain``: each rule fires on the figures it names and stays silent otherwise; every
 figure in a sentence carries its source; the subjects of saved profile, bench and sweep documents."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Measurement on a deploy (issue 26, point 3): the inventory's ``measure`` and ``--measure/--no-measure`` turn
-SGLang's per-phase device timer on where the release has it, the profiler writes into a private directory under the
-state dir, and the plan says what that costs and who can reach ``/start_profile``."""
+"""Measurement in a deploy's plan: the inventory's ``measure`` and ``--measure/--no-measure`` turn SGLang's per-phase
+device timer on where the release has it, the profiler writes into a private directory under the state dir, and the
+plan says what that costs and who can reach ``/start_profile``; bench and explain read the phases SGLang measured."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""SGLang's adaptive speculation as a sweep configuration (``inv sweep --adaptive``): refused before anything
-starts on releases without ``--speculative-adaptive`` (naming those that have it, from the table read off the
-wheels), measured like any other configuration, with the step count SGLang settled on (``sglang:spec_num_steps``)."""
+"""``inv sweep --adaptive`` and ``--predict`` exclude each other (adaptive speculation picks its own step count)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 17 point 4: status, sweep and check-env read well at 80 and at 200 columns, in a terminal or piped to a
-file: no key value (host, config, deploy id, verdict, numbers) is ever cut to `eagle…`; check-env's default is a
-compact ranks × variables matrix, with the long table under --verbose."""
+"""Output read well at 80 and at 200 columns, in a terminal or piped to a file: no key value (host, config, deploy
+id, verdict, numbers) is ever cut to `eagle…`; check-env's default is a compact ranks × variables matrix, with the
+long table under --verbose; a closed pipe ends quietly."""
 
 from __future__ import annotations
 

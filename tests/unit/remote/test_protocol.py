@@ -88,8 +88,8 @@ def test_every_kind_in_the_table_is_raised_somewhere() -> None:
 
 
 def test_the_scan_sees_the_kinds_it_must() -> None:
-    """The scanner itself: kinds raised through helpers and conditional expressions are found (the ones issue 13
-    named as lost included)."""
+    """The scanner itself: kinds raised through helpers and conditional expressions are found (the kinds that once
+    lost their category included)."""
     raised = raised_kinds()
     for kind in ("mode_unsupported", "patch_busy", "write_failed", "anchor_ambiguous", "rollback_refused",
                  "lock_held", "internal_error", "disk_full"):

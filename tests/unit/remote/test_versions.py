@@ -1,8 +1,5 @@
-"""The SGLang facts the tool relies on, checked against the real release wheels (read with zipfile, never installed),
-and the simulator checked against the same wheels: version files and health endpoints per release.
-
-Wheels come from ``tests/test_patch_wheels.fetch_wheel`` (cached in ``$SPECDEPLOY_WHEEL_CACHE``).
-"""
+"""SGLang release numbers as the tool reads them: parsed, ordered, garbage refused, every version gate asking
+``versions.py``, a mixed install refused in a sentence, and the readiness path per release."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SSH connection policy: which failures are retried, and what the user reads when connecting fails."""
+"""SSH connection policy: only transient failures are retried."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""check-env never says "proven" for a value a worker does not have (issue 21), end to end on a simulated TP 2
-host running SGLang 0.5.23 whose NCCL lines are printed the way NCCL 2.28 prints them.
-
-Each test is one case from the issue and fails on the code before it: evidence that belongs to another process,
-a precedence rule that differed between the launch and check-env, values NCCL reformats, values NCCL ignores,
-variables NCCL reads only under conditions, and hints that named the wrong cause.
-"""
+"""check-env names only the causes it knows: an SGLang condition the judge has no rule for is never stated as the
+cause of an unproven value."""
 
 from __future__ import annotations
 

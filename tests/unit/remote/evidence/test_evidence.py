@@ -176,7 +176,7 @@ def test_sglang_rules_per_version() -> None:
 
 
 def test_sglang_rules_boundaries_from_the_wheels() -> None:
-    """Issue 11 point 5: the version boundaries come from the table derived from the wheels (each of these
+    """The version boundaries come from the table derived from the wheels (each of these
     was wrong when the rules were written by hand)."""
     det = evidence._argv_flags(["--tp", "2", "--enable-deterministic-inference"])
 
@@ -276,7 +276,7 @@ def test_marker_and_environ_are_evidence_without_nccl_debug() -> None:
 
 
 def test_wiped_environ_and_nothing_else_is_unconfirmed_not_missing() -> None:
-    """Nothing can show the value either way: the values may be there (issue 21, point 6), so not "missing"."""
+    """Nothing can show the value either way: the values may be there, so not "missing"."""
     res = evidence.evaluate(ev(sched(10, 0, env_status="wiped", nccl_env=None)), EXP)
     assert {r["status"] for r in res["rows"]} == {"unconfirmed"}
     assert {"environ_wiped", "no_nccl_debug"} <= codes(res)
@@ -626,7 +626,7 @@ def test_wiped_environ_but_nccl_echo_shows_the_var_absent() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# issue 21: NCCL's own parsing and reading rules (fabfile/remote/ncclenv.py, learnt from NCCL 2.28's source)
+# NCCL's own parsing and reading rules (fabfile/remote/ncclenv.py, learnt from NCCL 2.28's source)
 
 NCCL_OTHERS = {"NCCL_PROTO": ["LL"], "NCCL_ALGO": ["Ring"], "NCCL_MAX_NCHANNELS": ["16"],
                "NCCL_BUFFSIZE": ["16777216"], "NCCL_NTHREADS": ["512"], "NCCL_CUMEM_ENABLE": ["0"],

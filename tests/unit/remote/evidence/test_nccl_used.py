@@ -1,6 +1,6 @@
 """What NCCL really chose (check-env's "used" proof): NCCL's TUNING lines parsed, the all-reduce sizes of decode,
 verify and prefill derived from the model, and the choice held against NCCL_PROTO/NCCL_ALGO, with NCCL's
-per-collective parsing rules; against the simulator's NCCL-2.28-shaped TUNING lines end to end."""
+per-collective parsing rules."""
 
 from __future__ import annotations
 
