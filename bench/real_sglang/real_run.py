@@ -541,6 +541,30 @@ def phase_profileb(python: str, models: Path, site: Path, before: dict[str, str]
     stop_and_rollback(site, before, 1)
 
 
+def step_sweep_grid(predict: bool) -> None:
+    """Steps 0..7 on one GPU: with --predict (two loads to predict, one to confirm) or the whole grid, each bench
+    at the same fixed load, so the two runs' per-configuration figures can be set side by side."""
+    label = "--predict" if predict else "full grid"
+    code, doc, _err, wall = inv("sweep", "--steps", "0,1,2,3,4,5,6,7", "--client", "builtin", *PROFILE_LOAD,
+                                *(["--predict"] if predict else []), "--explain", "--json",
+                                "--out", str(WORK / ("runs-predict" if predict else "runs-grid")),
+                                timeout=max(60, time_left() - 60))
+    record(f"sweep --steps 0..7 {label} (measured phases, CUDA graphs on)", code in (0, 1),
+           f"{wall:.0f} s; " + json.dumps(doc, default=str)[:3000], doc=doc, wall_s=round(wall, 1))
+
+
+def phase_three(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True)
+    run_steps([("sweep --predict", 240, lambda: step_sweep_grid(True))], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
+def phase_threeb(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True)
+    run_steps([("sweep full grid", 420, lambda: step_sweep_grid(False))], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
 SEED = {"extra_args": ["--disable-custom-all-reduce", "--num-continuous-decode-steps", "4"],
         "env": {"EAGLE3_PROFILE": "1", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}}
 
@@ -567,7 +591,8 @@ def phase_tp8(python: str, models: Path, site: Path, before: dict[str, str]) -> 
 def main() -> int:
     global OUT, DEADLINE
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8", "profile", "profileb"),
+    ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8", "profile", "profileb",
+                                       "three", "threeb"),
                     required=True)
     ap.add_argument("--budget-s", type=float, default=560.0, help="seconds this run may take in all")
     ap.add_argument("--python", required=True, help="the venv python that has the real SGLang")
@@ -594,7 +619,8 @@ def main() -> int:
     before = tree_manifest(site)
     print(f"hashed {len(before)} files under {site}")
     phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp2b": phase_tp2b,
-              "tp8": phase_tp8, "profile": phase_profile, "profileb": phase_profileb}
+              "tp8": phase_tp8, "profile": phase_profile, "profileb": phase_profileb,
+              "three": phase_three, "threeb": phase_threeb}
     phases[a.phase](a.python, models, site, before)
     print("\n| check | result | detail |\n|---|---|---|")
     for r in results:

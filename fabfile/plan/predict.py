@@ -20,16 +20,25 @@ draft forwards it does not run and less what verifying fewer tokens saves::
 
     cycle(k) = cycle(S) − (S − k)·draft_step − (verify(D) − verify(k + 1))
 
-The verify model (``verify_at``), stated: a verify pass's cost is linear in the draft tokens it checks per sequence,
-and a pass of one token per sequence costs what the target's decode forward costs (the same forward over one token;
-the baseline measured it at the same concurrency): ``verify(d) = decode + (verify(D) − decode)·(d − 1)/(D − 1)``.
-Once a second step count is measured (the third load, the predicted winner), the line goes through the two measured
-verify passes instead and the decode anchor is no longer used. ``tests/unit/plan/test_predict.py`` holds the model
-against the simulator's cost models: where the simulator's verify carries a fixed overhead beyond a decode forward (its
-defaults: 14.2 ms + 1.5 ms per token against a 12.2 ms decode), the anchored line is too cheap at small counts. So the
-two-load prediction is a range, from that line to no saving at all (``blend`` weighs them for the point figure); a
-configuration whose optimistic figure cannot beat the best pessimistic one is out; the third load measures the point
-winner, and the refit line is exact wherever verify is linear in its tokens.
+The verify model (``verify_at``), stated: a verify pass's cost is linear in the draft tokens it checks per sequence
+and never grows as they fall. With one measured count D the slope is not measured, only bounded: at most the line
+from the target's decode forward at one token (the baseline measured it at the same concurrency) to verify(D),
+``verify(d) = decode + (verify(D) − decode)·(d − 1)/(D − 1)``, at least no saving at all. Neither end is the truth in
+general: a verify pass carries a fixed cost of its own beyond a decode forward (the simulator's defaults: 14.2 ms +
+1.5 ms per token against a 12.2 ms decode, so the line is too cheap at small counts), and on the H200 (real SGLang
+0.5.16, CUDA graphs on) it is below the decode forward (0.540 ms at 4 tokens, 0.524 at 3, decode 0.592: the line
+would rise as tokens fall, so it is flat there, 3 % above the 3-token pass; over the whole grid later, 0.50–0.54 ms
+from 2 to 8 tokens against a 0.66 ms decode: "no saving" is the true end there). So the two-load prediction is a range
+(``blend`` weighs its ends for the point figure: a prior, not a measurement); the third load measures the point
+winner, and then the line goes through the two measured verify passes, exact wherever verify is linear in its
+tokens, and the decode anchor is no longer used. ``tests/unit/plan/test_predict.py`` holds the model against the
+simulator's cost models and the H200's two counts.
+
+Which configuration the third load measures (``sweep_plan``): the best point figure over the measured rows and the
+predicted ones. When that is a measured row (the baseline, when every step count loses), nothing more is loaded
+(two loads, and the baseline deployed again to be left running: three), unless a held-back figure is within the
+best measured row's own interval (its tok/s ± CI: prediction cannot tell them apart). A held-back configuration
+whose optimistic figure cannot beat every pessimistic one is never loaded.
 
 Configurations this cannot predict are measured: topk > 1 (tree drafts: the accepted path depends on the tree), and
 draft-token counts other than steps + 1.
@@ -129,7 +138,10 @@ class PhaseCosts:
             if self.decode_ms is None:
                 raise ValueError("one measured verify count and no baseline decode forward")
             big_d, big_v = pts[-1]
-            if pessimistic:
+            if pessimistic or self.decode_ms >= big_v:
+                # A verify over fewer tokens never costs more: where the decode forward costs more than the
+                # measured verify pass (the H200, CUDA graphs on: decode 0.59 ms, 4-token verify 0.540 ms), the
+                # anchored line would rise as tokens fall; it is flat instead (0.540 against 0.524 measured at 3).
                 return big_v
             pts = [(1, self.decode_ms), (big_d, big_v)]
         n = len(pts)

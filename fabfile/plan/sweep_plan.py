@@ -277,11 +277,30 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
                 figures.append((row["tok_s"], p.tok_s, low.get(p.steps, p.tok_s), name))
         best_measured = max(measured_tok_s.values(), default=0.0)
         floor = max([best_measured] + [f[2] for f in figures])
-        can_win = [f for f in figures if f[1] >= floor]  # its optimistic figure beats every pessimistic one
+        # The predicted winner is the best point figure over the measured rows and the held-back ones: "every step
+        # count loses to the baseline" is a prediction too, and then nothing more is loaded. A held-back figure
+        # within the best measured row's own interval (its tok/s ± CI, measured by the tool) cannot be told from
+        # it by prediction: it counts as a candidate. A candidate must also be able to win at all (its optimistic
+        # figure beats every pessimistic one).
+        tie = best_measured * (1.0 - _measured_ci(at, measured_tok_s))
+        can_win = [f for f in figures if f[1] >= floor and f[0] >= tie]
         win = max(can_win) if can_win else None
         out["winners"][str(c)] = win[3] if win else max(measured_tok_s, key=lambda n: measured_tok_s[n])
         out.setdefault("winner_tok_s", {})[str(c)] = win[0] if win else best_measured
     return out
+
+
+# The interval taken for a measured row that reports none (a fixed --num-prompts): the adaptive length's default.
+DEFAULT_CI = 0.02
+
+
+def _measured_ci(at: list[dict[str, Any]], measured_tok_s: dict[str, float]) -> float:
+    """The relative 95 % interval of the best measured row's tok/s (``tok_s_ci``, the tool's), else DEFAULT_CI."""
+    if not measured_tok_s:
+        return 0.0
+    best = max(measured_tok_s, key=lambda n: measured_tok_s[n])
+    ci = next((r.get("tok_s_ci") for r in at if r.get("config") == best), None)
+    return float(ci) if isinstance(ci, (int, float)) and 0 <= ci < 1 else DEFAULT_CI
 
 
 def next_loads(pred: dict[str, Any], held_back: list[Config], first_level: int) -> list[Config]:
