@@ -72,11 +72,11 @@ def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
     for h in hosts:
         try:
             with HostSession.open(inv, h) as s:
-                recs = s.call("records", {})
-                cur, prev = recs.get("current") or {}, recs.get("previous") or {}
-                if not prev.get("deploy_id"):
+                recs = s.records()
+                cur, prev = recs["current"], recs["previous"]
+                if prev is None or not prev.get("deploy_id"):
                     raise FlagError(f"--previous: {h.name} has no deploy recorded before "
-                                    f"{cur.get('deploy_id') or 'its latest'}; nothing to go back to",
+                                    f"{cur['deploy_id'] if cur else 'its latest'}; nothing to go back to",
                                     f"deploy a configuration explicitly: inv deploy --host {h.name} --steps N",
                                     host=h.name)
                 data = redeploy(s, str(prev["deploy_id"]), reporter_for(h, quiet=as_json, shared_console=False))

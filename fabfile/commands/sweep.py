@@ -457,13 +457,12 @@ def interrupted_state(inv: Inventory, host: Host, progress: SweepProgress,
         with HostSession.open(inv, host) as s:
             end = time.monotonic() + limit
             while True:
-                st = s.call("status", {}, timeout=30)
-                state = {"known": True, "running": bool(st.get("running")),
-                         "config": (st.get("record") or {}).get("config_name"),
-                         "pid": (st.get("record") or {}).get("pid"),
-                         "deploy_id": (st.get("record") or {}).get("deploy_id"),
-                         "status": (st.get("record") or {}).get("status"),
-                         "deploy_in_progress": st.get("deploy_in_progress")}
+                st = s.status(timeout=30)
+                rec = st["record"]
+                state = {"known": True, "running": bool(st["running"]),
+                         "config": rec["config_name"] if rec else None, "pid": rec.get("pid") if rec else None,
+                         "deploy_id": rec["deploy_id"] if rec else None, "status": rec["status"] if rec else None,
+                         "deploy_in_progress": st["deploy_in_progress"]}
                 if not st.get("deploy_in_progress") or time.monotonic() > end:
                     break
                 time.sleep(0.5)

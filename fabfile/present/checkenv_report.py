@@ -1,4 +1,4 @@
-"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.evaluate`): a rich table, JSON.
+"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.judge.evaluate`): a rich table, JSON.
 
 The evaluation and facts are the plain dicts the host-side agent and ``evaluate`` produce; this module only
 reads them, so it works the same on a live result and on a saved ``--json`` file. Text that came from the host

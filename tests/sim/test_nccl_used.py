@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import evidence
 from fabfile.remote.common import EventSink
+from fabfile.remote.evidence import judge as evidence
 from tests.support.sim import Sim, http, sim  # noqa: F401 (the fixture)
 
 H = 7168  # Kimi K2.5's hidden size: one bf16 token is 14336 bytes

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fabfile.remote import bench, facts, metrics, patching, server, versions
+from fabfile.remote import facts, versions
+from fabfile.remote.measure import bench, metrics
+from fabfile.remote.patch import modes as patch_modes
+from fabfile.remote.serve import server
 from tests.simhost.sim.install import install_simulator
 from tests.support.agent import sglang_info_in
 from tests.support.wheels import health_contract, wheel_path
@@ -145,11 +148,11 @@ def test_plugin_allowlist_is_parsed_as_the_release_parses_it(version: str) -> No
     assert re.search(r'allowed_str = envs\.SGLANG_PLUGINS\.get\(\)\s*\n\s*if allowed_str:\s*\n\s*'
                      r'allowed_set = \{x\.strip\(\) for x in allowed_str\.split\(","\) if x\.strip\(\)\}', src)
     assert "if allowed_set is not None and ep.name not in allowed_set:" in src
-    assert patching.plugin_allowlist("") is None and patching.plugin_allowlist(None) is None
-    assert patching.plugin_allowlist(" a , b,,") == ["a", "b"]
-    assert patching.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
-    assert patching.plugin_excluded_by(" , ") and patching.plugin_excluded_by("other")
-    assert not patching.plugin_excluded_by("other, specdeploy_nccl_env ")
+    assert patch_modes.plugin_allowlist("") is None and patch_modes.plugin_allowlist(None) is None
+    assert patch_modes.plugin_allowlist(" a , b,,") == ["a", "b"]
+    assert patch_modes.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
+    assert patch_modes.plugin_excluded_by(" , ") and patch_modes.plugin_excluded_by("other")
+    assert not patch_modes.plugin_excluded_by("other, specdeploy_nccl_env ")
 
 
 # ------------------------------------------------------------------------------------------- Decode batch lines
@@ -216,8 +219,8 @@ def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None
     install_simulator(tmp_path / "venv", tmp_path / "bin", version, sys.executable)
     site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote import bench; "
-            "print(json.dumps(bench.bench_serving_datasets({'PYTHONPATH': sys.argv[2]})))")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote.measure import bench; "
+            "print(json.dumps(bench.bench_serving_help({'PYTHONPATH': sys.argv[2]})[0]))")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(site)], capture_output=True, text=True,
                          timeout=120, env=env, check=True)
     offered = json.loads(out.stdout)
@@ -252,3 +255,5 @@ def test_device_timer_facts_follow_the_release(version: str) -> None:
     assert f["timer"] == versions.at_least(version, versions.DEVICE_TIMER)
     assert f["verify_calls"] == versions.at_least(version, versions.SPEC_VERIFY_CALLS)
     assert f["eager_verify"] == versions.at_least(version, versions.EAGER_VERIFY_CATEGORY)
+
+

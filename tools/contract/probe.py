@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
 RANDOM = ("SGLANG_RUN_ID", "PROMETHEUS_MULTIPROC_DIR")
 
 
-def _diff(before: dict[str, str], after: dict[str, str]) -> dict[str, str | None]:
+def diff(before: dict[str, str], after: dict[str, str]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for k in set(before) | set(after):
         if before.get(k) != after.get(k):
@@ -65,14 +65,14 @@ def main() -> None:
         os.environ.update(sc["env"])
         args = types.SimpleNamespace(**{**DEFAULTS, **sc["args"]})
         engine._set_envs_and_config(args)  # type: ignore[arg-type]
-        env_out.append(_diff(sc["env"], dict(os.environ)))
+        env_out.append(diff(sc["env"], dict(os.environ)))
 
     os.environ.clear()
     model = tempfile.mkdtemp()
     with open(os.path.join(model, "config.json"), "w") as f:
         json.dump({"architectures": ["LlamaForCausalLM"]}, f)
     ServerArgs(model_path=model, tp_size=2, enable_deterministic_inference=True)
-    deterministic = _diff({}, dict(os.environ))
+    deterministic = diff({}, dict(os.environ))
     spec: dict[str, Any] = {}
     algos = [a for a in ("EAGLE3", "STANDALONE") if a in (flags_choices(parser) or [a])]
     for arch in json.loads(sys.argv[2]):

@@ -661,7 +661,7 @@ def run_env_function(w: Wheel, env: dict[str, str], args: dict[str, Any]) -> dic
     import time
     import types
 
-    from tools.contract.probe import DEFAULTS, _diff
+    from tools.contract.probe import DEFAULTS, diff
 
     src = w.text("sglang/srt/entrypoints/engine.py") or ""
     tree = ast.parse(src)
@@ -685,7 +685,7 @@ def run_env_function(w: Wheel, env: dict[str, str], args: dict[str, Any]) -> dic
     )
     exec(compile(mod, f"<{w.version} engine.py>", "exec"), glb)
     glb["_set_envs_and_config"](_Args({**DEFAULTS, **args}))
-    return _diff(env, environ)
+    return diff(env, environ)
 
 
 def _env_default(w: Wheel, name: str) -> str | None:

@@ -56,7 +56,7 @@ def test_a_hung_host_times_out_alone_and_its_session_is_closed(inv: inventory.In
 
     fleet = FakeFleet({"a": {"gpus": {"n": 1}}, "b": {"gpus": hang}, "c": {"gpus": {"n": 3}}})
     with connector(fleet):
-        outcomes = for_each_host(inv, _hosts(inv, "a", "b", "c"), lambda s: s.call("gpus", {}), host_timeout=2)
+        outcomes = for_each_host(inv, _hosts(inv, "a", "b", "c"), lambda s: s.gpus(), host_timeout=2)
     by = {o.host.name: o for o in outcomes}
     assert [o.host.name for o in outcomes] == ["a", "b", "c"]  # in the order asked, not the order answered
     assert by["a"].data == {"n": 1} and by["c"].data == {"n": 3}
@@ -68,7 +68,7 @@ def test_a_hung_host_times_out_alone_and_its_session_is_closed(inv: inventory.In
 def test_an_unreachable_host_is_one_failed_row(inv: inventory.Inventory) -> None:
     fleet = FakeFleet({"a": {"gpus": {"n": 1}}}, unreachable=("b",))
     with connector(fleet):
-        outcomes = for_each_host(inv, _hosts(inv, "a", "b"), lambda s: s.call("gpus", {}))
+        outcomes = for_each_host(inv, _hosts(inv, "a", "b"), lambda s: s.gpus())
     assert outcomes[0].ok and isinstance(outcomes[1].error, ConnectError) and outcomes[1].error.host == "b"
 
 

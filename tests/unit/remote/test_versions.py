@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import facts, patching, server, versions
+from fabfile.remote import facts, versions
+from fabfile.remote.patch import modes as patch_modes
+from fabfile.remote.serve import server
 from tests.simhost.sim.install import install_simulator
 from tests.support.agent import sglang_info_in
 
@@ -24,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[3]
     ("0.5.21.dev12+g1a2b3c4", (0, 5, 21)), ("0.4.3.post4", (0, 4, 3)), ("0.5", (0, 5, 0)), ("1.0.0a2", (1, 0, 0)),
 ])
 def test_release_numbers(text: str, release: tuple[int, int, int]) -> None:
-    assert versions.release(text) == release
+    numbers = versions.key(text)[0]  # the release numbers, trailing zeros dropped
+    assert numbers + (0,) * (3 - len(numbers)) == release
 
 
 def test_total_order() -> None:
@@ -39,8 +42,7 @@ def test_total_order() -> None:
 def test_garbage_is_not_a_version(bad: str) -> None:
     assert not versions.valid(bad)
     with pytest.raises(ValueError):
-        versions.release(bad)
-    assert versions.release_or_none(bad) is None
+        versions.key(bad)
     assert not versions.at_least(bad, "0.0.1")
 
 
@@ -117,7 +119,7 @@ def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path)
         generic = {"code": "env_stripped", "severity": "error", "message": "use --patch-mode plugin", "vars": [],
                    "pids": []}
         evaluation: dict[str, Any] = {"ok": False, "hints": [dict(generic)]}
-        patching.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
+        patch_modes.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
         first = evaluation["hints"][0]
         assert first["code"] == "plugin_not_allowed" and first["pids"] == [proc.pid]
         assert "SGLANG_PLUGINS='other'" in first["message"] and "specdeploy_nccl_env" in first["message"]
@@ -126,12 +128,46 @@ def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path)
         for ok, mode, value in ((True, "plugin", "other"), (False, "scheduler", "other"),
                                 (False, "plugin", "other,specdeploy_nccl_env")):
             ev: dict[str, Any] = {"ok": ok, "hints": []}
-            patching.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
+            patch_modes.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
             assert ev["hints"] == []
         # no readable process: the launch environment of the deploy record says it
         ev = {"ok": False, "hints": []}
-        patching.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
+        patch_modes.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
         assert "SGLANG_PLUGINS='a,b' in the launch environment" in ev["hints"][0]["message"]
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_gates_and_tables_use_the_same_order() -> None:
+    # A build counts as the release whose code it carries, placed in key()'s order; a table read from the wheels
+    # gives a host the facts of the newest release read that is not newer.
+    assert versions.feature_key("0.5.20rc1") == versions.key("0.5.20") == versions.feature_key("0.5.20.dev3")
+    assert versions.feature_key("0.5.20.post1.dev2") == versions.key("0.5.20.post1")
+    known = ["0.5.16", "0.5.9", "0.5.15.post1", "0.5.12"]
+    assert versions.newest_not_newer("0.5.15", known) == "0.5.12"
+    assert versions.newest_not_newer("0.5.15.post1", known) == "0.5.15.post1"
+    assert versions.newest_not_newer("0.5.16rc1", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.99", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.8", known) is None
+    assert versions.newest_not_newer("garbage", known) is None and versions.newest_not_newer(None, known) is None
+
+
+def test_the_nccl_table_stores_changes_only_and_each_release_reads_its_own_writes() -> None:
+    """The generated table (``python -m tools.contract --write``) keeps a release's NCCL writes only where they
+    differ from the release before it; looked up, every release read still gets its own (the wheels tier checks
+    them against each wheel: tests/wheels/test_contract.py)."""
+    from fabfile.remote.evidence import sglang_env_facts
+    from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
+
+    table = sglang_env_facts.NCCL_WRITES
+    order = sorted(table, key=versions.key)
+    assert list(table) == order and table[order[0]] is not None
+    effective: list[dict[str, Any]] = []
+    for v in order:
+        stored = table[v]
+        assert stored != effective, f"{v} repeats the writes of the release before it"
+        effective = effective if stored is None else stored
+        assert sglang_env_facts_for(v) == (v, effective)
+        if "post" not in v:
+            assert sglang_env_facts_for(v + "rc1") == (v, effective)  # a pre-release counts as its release

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 
 def test_an_unknown_sglang_condition_is_not_stated_as_the_cause() -> None:
-    from fabfile.remote import evidence
+    from fabfile.remote.evidence import judge as evidence
 
-    flags = evidence._argv_flags([])  # launch flags unknown: whether --enable-deterministic-inference was on
+    flags = evidence.argv_flags([])  # launch flags unknown: whether --enable-deterministic-inference was on
     facts = {"sglang_version": "0.5.23", "sglang_sets": evidence.sglang_nccl_rules("0.5.23", flags)}
     sched = {"pid": 10, "rank": 0, "label": "TP0", "title": "sglang::scheduler_TP0", "environ_status": "ok",
              "environ": {}, "markers": [],

@@ -20,8 +20,10 @@ import pytest
 from rich.console import Console
 
 from fabfile.present import checkenv_report
-from fabfile.remote import evidence, markers, procs
+from fabfile.remote import procs
 from fabfile.remote.common import EventSink
+from fabfile.remote.evidence import judge as evidence
+from fabfile.remote.patch import markers
 from tests.support import waiting
 from tests.support.evidence_docs import ev, marker, sched
 
@@ -159,7 +161,7 @@ def test_topology_parse() -> None:
 
 def test_sglang_rules_per_version() -> None:
     def overriding(version: str | None, argv: list[str]) -> set[str]:
-        flags = evidence._argv_flags(argv)
+        flags = evidence.argv_flags(argv)
         return {
             r["var"]
             for r in evidence.sglang_nccl_rules(version, flags)
@@ -178,10 +180,10 @@ def test_sglang_rules_per_version() -> None:
 def test_sglang_rules_boundaries_from_the_wheels() -> None:
     """The version boundaries come from the table derived from the wheels (each of these
     was wrong when the rules were written by hand)."""
-    det = evidence._argv_flags(["--tp", "2", "--enable-deterministic-inference"])
+    det = evidence.argv_flags(["--tp", "2", "--enable-deterministic-inference"])
 
     def rules(version: str, flags: dict[str, object] | None = None) -> list[dict[str, object]]:
-        return evidence.sglang_nccl_rules(version, flags or evidence._argv_flags(["--tp", "2"]))
+        return evidence.sglang_nccl_rules(version, flags or evidence.argv_flags(["--tp", "2"]))
 
     def variables(version: str, flags: dict[str, object] | None = None) -> set[object]:
         return {r["var"] for r in rules(version, flags)}
@@ -207,16 +209,16 @@ def test_sglang_rules_boundaries_from_the_wheels() -> None:
 
 def test_custom_all_reduce_rules() -> None:
     pcie = {"interconnect": "pcie"}
-    f = evidence._argv_flags
-    assert evidence._custom_ar(f(["--tp", "8"]), pcie, 8, None)["enabled"] is False
-    assert evidence._custom_ar(f(["--tp", "2"]), pcie, 2, None)["enabled"] is True
+    f = evidence.argv_flags
+    assert evidence.custom_ar(f(["--tp", "8"]), pcie, 8, None)["enabled"] is False
+    assert evidence.custom_ar(f(["--tp", "2"]), pcie, 2, None)["enabled"] is True
     assert (
-        evidence._custom_ar(f(["--tp", "2", "--disable-custom-all-reduce"]), pcie, 2, None)["enabled"]
+        evidence.custom_ar(f(["--tp", "2", "--disable-custom-all-reduce"]), pcie, 2, None)["enabled"]
         is False
     )
     log = "CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs."
-    assert evidence._custom_ar(f([]), {"interconnect": "unknown"}, None, log)["enabled"] is False
-    assert evidence._custom_ar(f([]), {"interconnect": "unknown"}, None, None)["enabled"] is None
+    assert evidence.custom_ar(f([]), {"interconnect": "unknown"}, None, log)["enabled"] is False
+    assert evidence.custom_ar(f([]), {"interconnect": "unknown"}, None, None)["enabled"] is None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -363,7 +365,7 @@ def test_operator_value_kept() -> None:
 
 
 def test_sglang_override_is_named() -> None:
-    flags = evidence._argv_flags(["--tp", "8"])
+    flags = evidence.argv_flags(["--tp", "8"])
     facts = {
         "sglang_version": "0.5.3",
         "sglang_sets": evidence.sglang_nccl_rules("0.5.3", flags),
@@ -626,7 +628,7 @@ def test_wiped_environ_but_nccl_echo_shows_the_var_absent() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# NCCL's own parsing and reading rules (fabfile/remote/ncclenv.py, learnt from NCCL 2.28's source)
+# NCCL's own parsing and reading rules (fabfile/remote/evidence/ncclenv.py, learnt from NCCL 2.28's source)
 
 NCCL_OTHERS = {"NCCL_PROTO": ["LL"], "NCCL_ALGO": ["Ring"], "NCCL_MAX_NCHANNELS": ["16"],
                "NCCL_BUFFSIZE": ["16777216"], "NCCL_NTHREADS": ["512"], "NCCL_CUMEM_ENABLE": ["0"],

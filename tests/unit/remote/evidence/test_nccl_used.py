@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from fabfile.present import checkenv_report
-from fabfile.remote import evidence, ncclenv, ncclused
-from fabfile.remote.nccllog import parse_nccl_records
+from fabfile.remote.evidence import judge as evidence
+from fabfile.remote.evidence import ncclenv, ncclused
+from fabfile.remote.evidence.nccllog import parse_nccl_records
 from tests.support.evidence_docs import ev, sched
 from tests.support.sim import Sim, http, sim  # noqa: F401 (the fixture)
 
