@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from fabfile.remote.serve import server
-from tests.test_simulator import Sim
+from tests.support.sim import Sim
 
 CASES = [
     ("0.4.9", None, {}),

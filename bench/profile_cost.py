@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from tests.invoke_cli import INV, ROOT
 from tests.simhost import fleet as simfleet
+from tests.support.invoke_cli import INV, ROOT
 
 LOAD = ["--num-prompts", "8", "--output-len", "64", "--input-len", "64"]
 

@@ -53,7 +53,7 @@ COST_KEYS = ("decode_ms", "verify_ms_base", "verify_ms_per_token", "draft_ms_per
 
 def _sim_defaults() -> dict[str, Any]:
     """The simulator's own cost defaults (one source: its runtime module)."""
-    from tests.test_predict import sim_module
+    from tests.support.sim import sim_module
 
     with sim_module("sglang._sim.runtime") as rt:
         return {k: rt.DEFAULTS[k] for k in COST_KEYS}
@@ -90,7 +90,7 @@ def config_name(k: int) -> str:
 
 
 def sweep(inventory: Path, out: Path, *args: str) -> dict[str, Any]:
-    from tests.invoke_cli import inv_json
+    from tests.support.invoke_cli import inv_json
 
     code, doc, err = inv_json("sweep", "--steps", ",".join(map(str, STEPS)), *args, "--out", str(out),
                               inventory=inventory, timeout=3600)
@@ -115,8 +115,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="specdeploy-sweepbench-"))
     os.environ["HOME"] = str(work / "home")   # nothing reads or writes the real ~/.ssh
     (work / "home").mkdir()
-    from tests.invoke_cli import derived_inventory
     from tests.simhost import fleet as simfleet
+    from tests.support.invoke_cli import derived_inventory
 
     fl = simfleet.up(1, work / "fleet", gpus=8, tp=2)
     host = fl.host("sim1")

@@ -24,9 +24,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("SPECDEPLOY_HYPOTHESIS", "deterministic"))
 
+# Tiers by folder: tests/unit (no sshd, no simulated server), tests/sim (simulated SGLang servers as local
+# processes, seconds each), tests/wheels (real SGLang release wheels, read never installed), tests/fleet (the
+# simulated sshd fleet). A test of one tier that needs another's equipment carries that marker itself (a fleet test
+# of the real router is also `wheels`).
+TIERS = {"fleet": pytest.mark.fleet, "sim": pytest.mark.sim, "wheels": pytest.mark.wheels}
+TESTS = Path(__file__).resolve().parent
 FLEET_FIXTURES = {"fleet", "sim_host", "sim_hosts"}
-# Modules whose tests start simulated SGLang servers as local processes (seconds each): not the unit tier.
-SIM_MODULES = {"test_simulator.py", "test_local.py"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -42,10 +46,12 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if FLEET_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.fleet)
-        if item.path.name in SIM_MODULES:
-            item.add_marker(pytest.mark.sim)
+        tier = item.path.resolve().relative_to(TESTS).parts[0]
+        if FLEET_FIXTURES & set(getattr(item, "fixturenames", ())) and tier != "fleet":
+            raise pytest.UsageError(f"{item.nodeid} uses the simulated fleet: it belongs under tests/fleet/")
+        if tier in TIERS:
+            item.add_marker(TIERS[tier])
+        if tier == "sim":
             # These start SGLang-titled processes in the runner's own PID namespace, and a `local` deploy's stop
             # step stops every such process it finds there: on two workers at once, one module's deploy would stop
             # the other's servers. One worker runs them all (`--dist loadgroup`).

@@ -31,8 +31,8 @@ would rise as tokens fall, so it is flat there, 3 % above the 3-token pass; over
 from 2 to 8 tokens against a 0.66 ms decode: "no saving" is the true end there). So the two-load prediction is a range
 (``blend`` weighs its ends for the point figure: a prior, not a measurement); the third load measures the point
 winner, and then the line goes through the two measured verify passes, exact wherever verify is linear in its
-tokens, and the decode anchor is no longer used. ``tests/test_predict.py`` holds the model against the simulator's
-cost models and the H200's two counts.
+tokens, and the decode anchor is no longer used. ``tests/unit/plan/test_predict.py`` holds the model against the
+simulator's cost models and the H200's two counts.
 
 Which configuration the third load measures (``sweep_plan``): the best point figure over the measured rows and the
 predicted ones. When that is a measured row (the baseline, when every step count loses), nothing more is loaded

@@ -1,7 +1,7 @@
 """What each SGLang release understands on its launch command (generated; do not edit).
 
-Regenerate with ``python -m tests.contract --write``: read from the real release wheels by
-``tests/contract/specfacts.py`` (``tests/test_contract.py`` fails when this table drifts from them).
+Regenerate with ``python -m tools.contract --write``: read from the real release wheels by
+``tools/contract/specfacts.py`` (``tests/wheels/test_contract.py`` fails when this table drifts from them).
 Keys are the releases read, oldest first; a host version between two keys has the facts of the lower one
 (``fabfile.plan.versioncheck``). Per release: ``speculative_algorithms`` (``any``: checked after parsing),
 ``spec_v2_env`` (a server module reads SGLANG_ENABLE_SPEC_V2; ``spec_v2_read_in`` names them),

@@ -3,17 +3,17 @@ the host agent and the client (the verbs themselves, each with its two shapes, a
 
 One table, so the two sides cannot drift: the agent raises ``AgentError(kind, ...)`` with a kind listed here, and the
 client turns the kind's ``category`` into its exception class (and exit code) and falls back on the kind's ``hint``
-when the agent sent none. ``tests/test_protocol.py`` reads the agent's source and fails when a raised kind is
-missing here, or a kind here is raised nowhere. Stdlib only, Python 3.9+ (it runs on the host too).
+when the agent sent none. ``tests/unit/remote/test_protocol.py`` reads the agent's source and fails when a raised kind
+is missing here, or a kind here is raised nowhere. Stdlib only, Python 3.9+ (it runs on the host too).
 
 The request and answer shapes (``TypedDict``: plain dicts at run time, so the wire format is whatever JSON the dict
 makes) are annotated on the client where a request is built and an answer read (``transport/session.py``'s
 ``HostSession`` methods) and on the agent's verb function, so mypy checks that both sides name the same keys with
-the same types; ``tests/test_protocol.py`` runs each verb for real and checks its answer against its shape. The
-agent cannot trust the wire to match (an older client, a record written by an older agent): it still reads
+the same types; ``tests/unit/remote/test_protocol.py`` runs each verb for real and checks its answer against its shape.
+The agent cannot trust the wire to match (an older client, a record written by an older agent): it still reads
 optional keys with ``.get``. Under the future import a TypedDict body's
 annotations stay strings (Python 3.9 wraps them in ``ForwardRef`` and only compiles them), so ``int | None`` is
-safe there; ``tests/test_agent_pythons.py`` imports this module under 3.9 to keep it so.
+safe there; ``tests/unit/remote/test_agent_pythons.py`` imports this module under 3.9 to keep it so.
 """
 
 from __future__ import annotations

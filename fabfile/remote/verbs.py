@@ -4,8 +4,9 @@ Each row names where its function lives (``"room.module:function"``, relative to
 imported only when its verb is called: every agent call starts a fresh Python, and a status call should not pay for
 the deploy machinery (measured: importing everything costs ~50 ms per call). The client imports this table too
 (``transport/session.py``: ``HostSession``'s one method per verb sends ``verbs.STOP`` and gets a ``StopAnswer``
-back), so the verb's name and its two shapes are written here once, for both sides; ``tests/test_protocol.py``
-checks that each function is annotated with its row's shapes and that its real answer has the answer's shape.
+back), so the verb's name and its two shapes are written here once, for both sides;
+``tests/unit/remote/test_protocol.py`` checks that each function is annotated with its row's shapes and that its real
+answer has the answer's shape.
 """
 
 from __future__ import annotations

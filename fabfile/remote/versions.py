@@ -103,7 +103,7 @@ def at_least(version: str | None, minimum: str) -> bool:
 
 # bench_serving's ``--dataset-name random-ids`` (bench_serving.py's choices; 0.4.5's "random" samples ShareGPT,
 # downloading it) [test_sglang_versions::test_bench_dataset_follows_the_release]. Post releases count: several facts
-# below start in one (``python -m tests.contract --all`` reads every release).
+# below start in one (``python -m tools.contract --all`` reads every release).
 BENCH_RANDOM_IDS = "0.4.5.post1"
 # ``/health`` waits for the scheduler (http_server.py ``health``); before, 0.4.x answers 200 as soon as uvicorn is up,
 # before warmup [test_sglang_versions::test_probe_fits_the_health_endpoint_of_the_release].

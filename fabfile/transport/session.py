@@ -38,7 +38,7 @@ _connector: Connector | None = None
 
 @contextmanager
 def connector(fn: Connector) -> Iterator[None]:
-    """Open every ``HostSession`` through ``fn`` inside the block (test equipment: ``tests/fakehost.py``)."""
+    """Open every ``HostSession`` through ``fn`` inside the block (test equipment: ``tests/support/fakehost.py``)."""
     global _connector
     before, _connector = _connector, fn
     try:

@@ -1,7 +1,7 @@
 """The NCCL variables each SGLang release itself writes (generated; do not edit).
 
-Regenerate with ``python -m tests.contract --write``: read from the real release wheels by
-``tests/contract/envfacts.py`` (``tests/test_contract.py`` fails when this table drifts from them).
+Regenerate with ``python -m tools.contract --write``: read from the real release wheels by
+``tools/contract/envfacts.py`` (``tests/wheels/test_contract.py`` fails when this table drifts from them).
 Keys are the releases read, oldest first; None: the same writes as the release before it. A host version
 between two keys has the facts of the lower one (``sglang_env_facts_for``). Each write: ``var``;
 ``action`` (``overrides``: replaces any value, ``sets_if_unset``: setdefault); ``value`` (None when it

@@ -63,7 +63,7 @@ def parse_decode_line(line: str) -> dict[str, Any] | None:
 
 def accept_rate_meaning(version: str) -> str:
     """What the ``accept rate`` of this version's ``Decode batch`` line divides (checked against the wheels by
-    tests/test_sglang_versions.py)."""
+    tests/wheels/test_sglang_versions.py)."""
     if versions.at_least(version, versions.ACCEPT_RATE_PER_DRAFT):
         return "(accept_len - 1) / (draft_tokens - 1): share of drafted tokens accepted"
     if versions.at_least(version, versions.ACCEPT_RATE_PER_DRAFT_TOKEN):

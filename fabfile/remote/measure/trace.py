@@ -1,6 +1,7 @@
 """One rank's SGLang profiler trace (Kineto JSON, ``*.trace.json.gz``) → where each phase's time goes.
 
-The ground truth of the format is a real trace of SGLang 0.5.16 on an H200 (``tests/test_trace.py`` reads it):
+The ground truth of the format is a real trace of SGLang 0.5.16 on an H200
+(``tests/unit/remote/measure/test_measure.py`` reads it):
 
 - phases are ``gpu_user_annotation`` spans on the GPU timeline (and the same names, with the same ``External id``,
   as CPU ``user_annotation`` spans): ``draft`` (holding ``steps - 1`` ``step[DECODE bs=N]`` forwards),

@@ -1,7 +1,7 @@
 """Simulated ``python -m sglang_router.launch_router`` (TEST EQUIPMENT, not the real sglang-router).
 
 Why a stand-in remains: the real router (the ``sglang-router`` wheel, a Rust gateway) is installed with pip from the
-package index, and tests/test_real_router.py does that and runs it; the tests that only need a router process on a
+package index, and tests/fleet/test_real_router.py does that and runs it; the tests that only need a router process on a
 host (test_multihost, test_fleet_state, and a machine without network) use this one. It does not take workers in and
 out at run time (``POST /workers``, ``DELETE /workers/{id}``), so rolling deploys behind a router are tested against
 the real one only. This speaks the part of its protocol that specdeploy and an

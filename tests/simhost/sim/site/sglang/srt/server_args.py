@@ -224,7 +224,7 @@ class ServerArgs:
     # ------------------------------------------------------------------ CLI
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        # Only flags SGLang defines in this version (tests/test_contract.py checks them against the wheels).
+        # Only flags SGLang defines in this version (tests/wheels/test_contract.py checks them against the wheels).
         ver = version()
         a = parser.add_argument
         a("--model-path", *(["--model"] if ver >= (0, 4, 8, 1) else []), type=str, required=True,
@@ -346,7 +346,7 @@ class PortArgs:
 
 
 # Architectures for which SGLang defaults to (3, 1, 4), with the release that added each (read from the wheels;
-# tests/test_contract.py checks the resulting defaults against each matrix release's own function).
+# tests/wheels/test_contract.py checks the resulting defaults against each matrix release's own function).
 MTP_LIKE_SINCE = {
     "DeepseekV3ForCausalLM": (0, 4, 7), "DeepseekV2ForCausalLM": (0, 4, 7), "GptOssForCausalLM": (0, 5, 1),
     "DeepseekV32ForCausalLM": (0, 5, 3), "BailingMoeForCausalLM": (0, 5, 3), "BailingMoeV2ForCausalLM": (0, 5, 3),

@@ -68,7 +68,7 @@ def launch_phase_sigquit_handler(signum: int, frame: Any) -> None:
 
 def _set_envs_and_config(server_args: ServerArgs):
     # Set global environments (each release's writes: docs/sglang-contract.md, checked against the wheels)
-    # Post releases move these too (0.4.10.post2, 0.5.4.post1-post3, 0.5.5.post3): `python -m tests.contract --all`.
+    # Post releases move these too (0.4.10.post2, 0.5.4.post1-post3, 0.5.5.post3): `python -m tools.contract --all`.
     ver = runtime.version()
     if ver < (0, 5, 5, 3):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"

@@ -1,0 +1,1 @@
+"""Developer tools that write product files (run from the project root: ``python -m tools.<name>``)."""
