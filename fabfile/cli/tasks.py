@@ -263,7 +263,6 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
         if explain:
             raise FlagError("--explain: explains one host's benchmark at a time; name one --host")
         return bench_hosts(inv, hosts, params, out or "runs")
-        return
     h = hosts[0]
     from fabfile.commands.bench import bench_host
     from fabfile.commands.result import CommandResult
@@ -397,7 +396,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
-    return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
+    return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", levels=levels,
                      predict=predict, limits=limits, resume=options.resume_path(resume), explain=explain)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fabfile.commands.bench import BenchParams, run_bench, save_local
+from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError, SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.sla import Limits, broken
@@ -208,8 +209,8 @@ class _Run:
 
 
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,
-              runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
-              limits: Limits | None = None, resume: Path | None = None, explain: bool = False) -> int:
+              runs_dir: Path | str, levels: list[int] | None = None, predict: bool = False,
+              limits: Limits | None = None, resume: Path | None = None, explain: bool = False) -> CommandResult:
     from fabfile.plan.analysis import analyze_sweep
     from fabfile.present.sweep_report import print_sweep
 
@@ -266,13 +267,16 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     doc["paths"] = write_outputs(run.out_dir, doc)
     pairs = _explain(doc) if explain else None
     run.save()
-    print_sweep(doc, as_json=as_json)
-    if pairs is not None and not as_json:
-        from fabfile.present.explain_report import print_explained
-        from fabfile.present.output import out
 
-        print_explained(pairs, out)
-    return SweepResult(doc).exit_code
+    def for_people() -> None:
+        print_sweep(doc)
+        if pairs is not None:
+            from fabfile.present.explain_report import print_explained
+            from fabfile.present.output import out
+
+            print_explained(pairs, out)
+
+    return CommandResult(doc, for_people, SweepResult(doc).exit_code)
 
 
 def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fabfile.plan.analysis import analyze_sweep
-from fabfile.present.output import out, show
+from fabfile.present.output import out
 from fabfile.present.tables import DASH, Col, cell, print_table
 
 COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted", "ms/token", "cycle ms",
@@ -182,8 +182,10 @@ def nccl_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def print_sweep(doc: dict[str, Any], *, as_json: bool, console: Console | None = None) -> None:
-    show(doc, lambda: _sweep_table(doc, console or out), as_json=as_json)
+def print_sweep(doc: dict[str, Any], *, console: Console | None = None) -> None:
+    """The sweep's table and its conclusion, for people (``--json`` prints the document instead: the command line's
+    one output switch)."""
+    _sweep_table(doc, console or out)
 
 
 def _sweep_table(doc: dict[str, Any], c: Console) -> None:

@@ -208,7 +208,6 @@ def test_sweep_finds_the_cost_models_best_configuration(inventory: Path, sim_hos
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "sweep.json").read_text())["winner"] == "eagle3-s2-k1-d3"
     assert all(Path(r["bench_path"]).exists() for r in doc["rows"])
-    assert took < 40
 
 
 def test_sweep_says_when_speculation_loses_and_keeps_the_baseline(inventory: Path, sim_host: SimHost,

@@ -44,7 +44,7 @@ def test_sweep_table_at_80_and_200_columns_cuts_no_key_value(fleet: Fleet, sim_h
     assert any(k.startswith("eagle3-") for k in keys) and any(k.startswith("baseline") for k in keys)
     for width in WIDTHS:
         buf = io.StringIO()
-        print_sweep(saved, as_json=False, console=Console(file=buf, width=width, color_system=None))
+        print_sweep(saved, console=Console(file=buf, width=width, color_system=None))
         whole(buf.getvalue(), [*keys, saved["sweep_id"]])
     run_inv("stop", inventory=inv)
 

@@ -222,7 +222,7 @@ def test_sweep_predict_says_up_front_when_prediction_cannot_save_a_load(inv: inv
     for steps, says in (([0, 1, 2, 3], "here prediction may save none"), ([0, 1, 2], "nothing to predict")):
         with connector(fleet), pytest.raises(SweepError):
             run_sweep(inv, h, configs(h, Options(), steps, None, None), BenchParams(), keep=None,
-                      runs_dir=tmp_path, as_json=False, predict=True)
+                      runs_dir=tmp_path, predict=True)
         flat = " ".join(capsys.readouterr().err.split())
         assert flat.startswith("--predict:") and says in flat.split(" ✗ ")[0], flat
         # the counter never passes its total ([3/3] then [4/4]): an upper bound while winners may still be measured

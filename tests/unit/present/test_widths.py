@@ -177,7 +177,7 @@ def test_a_sweep_without_matplotlib_says_why_there_is_no_plot(tmp_path: Path, mo
     paths = write_outputs(tmp_path, doc)
     assert "plot" not in paths and not (tmp_path / "sweep.png").exists()
     buf = io.StringIO()
-    report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
+    report.print_sweep(doc, console=Console(file=buf, width=80, color_system=None))
     said = " ".join(buf.getvalue().split())
     assert "no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]')" in said, said
 
@@ -195,7 +195,7 @@ def test_a_sweep_without_matplotlib_says_so_in_one_line_and_in_its_report(tmp_pa
     doc: dict[str, object] = {"sweep_id": "s1", "host": "sim1", "params": {}, "rows": [], "analysis": {}}
     write_outputs(tmp_path, doc)
     buf = io.StringIO()
-    report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
+    report.print_sweep(doc, console=Console(file=buf, width=80, color_system=None))
     said = [ln for ln in buf.getvalue().splitlines() if "sweep.png" in ln or "matplotlib" in ln or "plot]" in ln]
     assert len(said) == 1 and len(said[0]) <= 80 and "pip install 'specdeploy[plot]'" in said[0], said
     assert "no sweep.png: matplotlib is not installed" in (tmp_path / "report.md").read_text()
@@ -212,7 +212,7 @@ def test_a_sweep_row_shows_one_tok_s_and_labels_the_others() -> None:
     cell = table_rows(doc)[1][2]
     assert "102.1" in cell and "103.9" not in cell, cell
     buf = io.StringIO()
-    print_sweep(doc, as_json=False, console=Console(file=buf, width=200, color_system=None))
+    print_sweep(doc, console=Console(file=buf, width=200, color_system=None))
     assert "eagle3-s2-k1-d3 predicted 103.9, measured 102.1" in buf.getvalue(), buf.getvalue()
 
 
