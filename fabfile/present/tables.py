@@ -31,6 +31,7 @@ class Col:
     key: bool = True            # never cut or wrapped
     justify: str = "left"
     style: str = ""             # the column's style (a source column printed dim)
+    always: bool = False        # the narrow layout shows it even without a value (a monitor keeps its shape)
 
 
 def _plain(cell: Any) -> str:
@@ -84,7 +85,7 @@ def list_lines(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], t
         length = len(line.plain)
         for c, cell in zip(cols[1:], r[1:], strict=True):
             value = Text.from_markup(cell) if isinstance(cell, str) else cell
-            if not value.plain or value.plain == DASH:
+            if not value.plain or (value.plain == DASH and not c.always):
                 continue
             pair = Text(f"{c.head}: ", style="dim")
             pair.append_text(value)

@@ -49,9 +49,12 @@ class WatchView:
 def _table(rows: list[dict[str, Any]], alarms: dict[str, str]) -> Any:
     """The round's table within the terminal's width: host, config and the figures whole (at 80 columns rich cut
     them to `conf…`, `heal…`, `eagl…`), the alarm text wrapped; narrower still, one block per host."""
-    cols = [Col("host"), Col("config"), Col("health"), Col("tok/s", justify="right"),
-            Col("accept len", justify="right"), Col("running", justify="right"), Col("queued", justify="right"),
-            Col("source"), Col("age", justify="right"), Col("alarm", key=False)]
+    # The figures stay in the narrow layout without a value ("accept len: -"): a row that changes its shape from one
+    # round to the next is hard to follow.
+    cols = [Col("host"), Col("config"), Col("health", always=True), Col("tok/s", justify="right", always=True),
+            Col("accept len", justify="right", always=True), Col("running", justify="right", always=True),
+            Col("queued", justify="right", always=True), Col("source"), Col("age", justify="right"),
+            Col("alarm", key=False)]
     cells = []
     for r in rows:
         h = r.get("health") or {}

@@ -37,12 +37,18 @@ def _record(host: SimHost) -> dict[str, Any]:
     return dict(json.loads(host.exec("cat ~/.specdeploy/current.json").stdout))
 
 
+def _one(report: dict[str, Any]) -> dict[str, Any]:
+    """The host's evaluation: `check-env --json` lists hosts (one shape for one host or many); a deploy's document
+    carries its own host's evaluation under ``check_env``."""
+    return dict(report["hosts"][0]) if "hosts" in report else report
+
+
 def _rows(report: dict[str, Any], var: str | None = None) -> list[dict[str, Any]]:
-    return [r for r in report["hosts"][0]["rows"] if var is None or r["var"] == var]
+    return [r for r in _one(report)["rows"] if var is None or r["var"] == var]
 
 
 def _hints(report: dict[str, Any]) -> dict[str, str]:
-    return {h["code"]: h["message"] for h in report["hosts"][0]["hints"]}
+    return {h["code"]: h["message"] for h in _one(report)["hints"]}
 
 
 def _schedulers(host: SimHost, exclude: set[int] = frozenset()) -> dict[str, int]:  # type: ignore[assignment]

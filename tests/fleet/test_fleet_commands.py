@@ -153,10 +153,12 @@ def test_rolling_failure_with_rollback_puts_every_changed_host_back(fleet: Fleet
     code, before, err = inv_json("deploy", "--host", ALL, "--strategy", "parallel", "--steps", "2",
                                  "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
-    # sim3 is slow to load: the new deploy's 2 s bound fails there; the rollback uses the old deploy's own bounds.
-    sim_hosts["sim3"].set_sim_config(fail="slow_load", load_seconds=4)
+    # sim3 is slow to load: the new deploy's 6 s bound fails there; the rollback uses the old deploy's own bounds.
+    # (The bound leaves sim1 and sim2, which load in about a second, a wide margin on a loaded machine: with 2 s,
+    # sim1 itself timed out there once and the rollout stopped before sim2.)
+    sim_hosts["sim3"].set_sim_config(fail="slow_load", load_seconds=12)
     code, doc, err = inv_json("deploy", "--host", ALL, "--strategy", "rolling", "--batch", "50%", "--steps", "3",
-                              "--patch-mode", "plugin", "--timeout", "2", "--rollback-on-failure", inventory=inventory,
+                              "--patch-mode", "plugin", "--timeout", "6", "--rollback-on-failure", inventory=inventory,
                               timeout=180)
     assert code == 1, err
     assert doc["batches"] == [["sim1"], ["sim2", "sim3"]]

@@ -242,7 +242,7 @@ def test_status_routers_table_cuts_no_url_and_says_a_missing_pid_with_the_one_da
     from fabfile.present import hosts_report
     from fabfile.results.hosts import HostOutcome, HostsResult
 
-    host = inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"]
+    host = inventory.load(Path(__file__).parents[3] / "inventory.yaml").hosts["gpu1"]
     up: dict[str, object] = {
         "running": True, "record": {"deploy_id": "d-1", "config_name": "eagle3-s3-k1-d4", "pid": 7},
         "health": {"status": 200, "path": "/health_generate"},
@@ -284,7 +284,7 @@ def test_a_rollout_table_never_cuts_the_configuration_running_now(width: int, mo
     from fabfile.present import rollout_report
     from fabfile.results.deploys import DeployResult, HostRollout, RolloutResult
 
-    host = inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"]
+    host = inventory.load(Path(__file__).parents[3] / "inventory.yaml").hosts["gpu1"]
     plan = build(host, Options(steps=10, topk=8, draft_tokens=80))
     row = HostRollout(host, 1, DeployResult(host="gpu1", ok=True, plan=plan), outcome="deployed",
                       config_now=plan.config_name, pid_now=41229,

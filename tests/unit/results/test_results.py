@@ -12,6 +12,7 @@ import pytest
 from fabfile.commands.operations import check_env, check_env_hosts, gpus, status
 from fabfile.errors import FlagError
 from fabfile.inventory import hosts as inventory
+from fabfile.present.output import show
 from fabfile.transport.session import connector
 from tests.support.fakehost import FakeFleet
 
@@ -70,7 +71,9 @@ def test_check_env_json_is_the_results_document_and_its_exit_code_comes_from_the
     fleet = FakeFleet({"a": {"evidence": _evidence(False)}, "b": {"evidence": _evidence(True)}})
     with connector(fleet):
         r = check_env(inv, inv.select("a"))
-        code = check_env_hosts(inv, inv.select("a"), as_json=True)
+        res = check_env_hosts(inv, inv.select("a"))
+        show(res.document, res.for_people, as_json=True)
+        code = res.exit_code
         both = check_env(inv, inv.select("b,a"))
         proven = check_env(inv, inv.select("b"))
     doc = json.loads(capsys.readouterr().out)
@@ -85,7 +88,7 @@ def test_check_env_json_is_the_results_document_and_its_exit_code_comes_from_the
 def _plan() -> Any:
     from fabfile.plan.deploy_plan import Options, build
 
-    return build(inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"], Options(steps=3))
+    return build(inventory.load(Path(__file__).parents[3] / "inventory.yaml").hosts["gpu1"], Options(steps=3))
 
 
 def test_deploys_rollouts_and_routers_carry_their_exit_code() -> None:
@@ -120,7 +123,9 @@ def test_deploy_previous_json_has_the_same_shape_for_one_host(inv: inventory.Inv
 
     fleet = FakeFleet({"a": {"records": {"current": {"deploy_id": "d-2"}, "previous": None}}})
     with connector(fleet):
-        code = deploy_previous(inv, inv.select("a"), as_json=True)
+        res = deploy_previous(inv, inv.select("a"), as_json=True)
+        show(res.document, res.for_people, as_json=True)
+        code = res.exit_code
     doc = json.loads(capsys.readouterr().out)
     assert code == 2 and set(doc) == {"ok", "hosts"} and doc["ok"] is False
     assert doc["hosts"][0]["host"] == "a" and "nothing to go back to" in doc["hosts"][0]["error"]["message"]
