@@ -44,6 +44,13 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     mp.undo()
 
 
+# The group's id reaches pytest 9's node ids only through this plugin (its docstring says why).
+pytest_plugins = ["tests.support.xdist_groups"]
+
+
+# tryfirst: pytest-xdist reads the xdist_group markers in its own collection hook (it suffixes each node id with
+# its group); a marker added after that hook ran would put the sim tests on every worker at once.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         tier = item.path.resolve().relative_to(TESTS).parts[0]
