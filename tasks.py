@@ -126,8 +126,8 @@ def _inventory(path: str | None) -> Any:
 def _options(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
              accept_gate: Any = None) -> Any:
     from fabfile import flags
-    from fabfile.inventory.hosts import PATCH_MODES
     from fabfile.plan.deploy_plan import Options
+    from fabfile.remote.patch.modes import PATCH_MODES
 
     return Options(steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS),
                    topk=flags.whole("--topk", topk, minimum=1, maximum=MAX_TOPK),

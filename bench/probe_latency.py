@@ -4,7 +4,7 @@ On the simulator, which answers the health endpoints with SGLang's own timing (r
 ``http_server.py``): ``/ready`` (0.5.20+) at once; ``/health`` (0.5.1 ... 0.5.19) and ``/health_generate`` (0.4.x)
 after the handler's ``await asyncio.sleep(1)``, so a little over one second; ``/health`` with
 ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0`` (0.5.6+) at once. Prints min / median / max of N probes through
-``fabfile.remote.server.timed_probe`` with the timeout the agent uses (``probe_timeout_s``).
+``fabfile.remote.serve.server.timed_probe`` with the timeout the agent uses (``probe_timeout_s``).
 
     .venv/bin/python -m bench.probe_latency [--probes 5]
 """
@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from fabfile.remote import server
+from fabfile.remote.serve import server
 from tests.test_simulator import Sim
 
 CASES = [

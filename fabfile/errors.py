@@ -5,10 +5,12 @@ what happened and a hint that says what to do; ``tasks.py`` maps them to exit co
     ├── UsageError                       (exit 2: nothing was touched on any host)
     │   ├── InventoryError               a bad inventory file or field
     │   ├── FlagError                    a bad command-line flag or combination
+    │   │   └── PatchModeError           a patch mode or patch values refused before anything is sent
     │   └── UnsafePathError              a host directory others could write (code or secrets would leak)
     ├── ConnectError                     could not get a working SSH session
     │   ├── HostKeyError                 unknown or changed host key (never retried)
-    │   └── AuthError                    authentication refused (never retried)
+    │   ├── AuthError                    authentication refused (never retried)
+    │   └── ConnectionLost               the session dropped while a command ran (its outcome is unknown)
     ├── RemoteError                      a host-side step failed (the agent said why)
     │   ├── PreflightError               python, SGLang, paths, GPUs or disk not as required
     │   ├── LockHeldError                another deploy holds this host
@@ -93,6 +95,10 @@ class FlagError(UsageError):
     pass
 
 
+class PatchModeError(FlagError):
+    """A patch mode or patch values the client refuses before anything is sent to a host."""
+
+
 class UnsafePathError(UsageError):
     pass
 
@@ -107,6 +113,10 @@ class HostKeyError(ConnectError):
 
 class AuthError(ConnectError):
     pass
+
+
+class ConnectionLost(ConnectError):
+    """The session dropped while a command ran; the command's outcome on the host is unknown."""
 
 
 class RemoteError(SpecDeployError):

@@ -64,14 +64,14 @@ def test_env_mode_fails_check_env_when_the_launch_path_strips_the_environment(in
     assert doc["error"]["kind"] == "EnvNotProvenError"
     # The failed deploy tears its server down.
     code, status, _ = inv_json("status", inventory=inventory)
-    assert status["data"]["running"] is False
+    assert status["hosts"][0]["data"]["running"] is False
     # Deployed without the verify step, check-env itself reports it, names the cause and the fix.
     code, doc, _ = inv_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
     assert code == 0
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 1 and report["ok"] is False
-    assert any(r["status"] != "proven" for r in report["rows"])
-    hints = " ".join(h["message"] for h in report["hints"])
+    assert any(r["status"] != "proven" for r in report["hosts"][0]["rows"])
+    hints = " ".join(h["message"] for h in report["hosts"][0]["hints"])
     assert "scheduler" in hints and "strip" in hints
     r = run_inv("check-env", inventory=inventory)
     assert r.returncode == 1 and "NOT PROVEN" in r.stdout + r.stderr
@@ -84,7 +84,7 @@ def test_in_process_values_are_proven_by_nccl_lines_not_by_environ(inventory: Pa
     assert code == 0, err
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 0
-    for row in report["rows"]:
+    for row in report["hosts"][0]["rows"]:
         assert row["evidence"] == "nccl_log"
         assert row["sources"]["environ"] is None  # the start-time environment never had it
 
@@ -95,8 +95,8 @@ def test_missing_spt_noenv_wipes_environ_but_nccl_lines_still_prove(inventory: P
     assert code == 0, err
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 0
-    assert all(r["environ_status"] == "wiped" for r in report["rows"])
-    assert all(r["status"] == "proven" for r in report["rows"])
+    assert all(r["environ_status"] == "wiped" for r in report["hosts"][0]["rows"])
+    assert all(r["status"] == "proven" for r in report["hosts"][0]["rows"])
 
 
 def test_plugin_mode_on_a_version_without_plugins_is_refused_before_touching(fleet: Fleet, sim_host: SimHost,
@@ -126,7 +126,7 @@ def test_rollback_restores_bytes_and_is_safe_twice(inventory: Path, sim_host: Si
     assert code == 0
     assert _sha(sim_host, SCHEDULER_PY) == original
     code, doc, _ = inv_json("rollback-patches", inventory=inventory)
-    assert code == 0 and doc["data"]["nothing_to_do"] is True
+    assert code == 0 and doc["hosts"][0]["data"]["nothing_to_do"] is True
 
 
 def test_rollback_refuses_after_an_upgrade_and_changes_nothing(inventory: Path, sim_host: SimHost) -> None:
@@ -140,8 +140,8 @@ def test_rollback_refuses_after_an_upgrade_and_changes_nothing(inventory: Path, 
     upgraded = _sha(sim_host, "sglang/srt/entrypoints/engine.py")
     code, doc, _ = inv_json("rollback-patches", inventory=inventory)
     assert code == 1
-    assert doc["error"]["details"]["agent_kind"] == "rollback_refused"
-    assert "engine.py" in doc["error"]["message"]
+    assert doc["hosts"][0]["error"]["details"]["agent_kind"] == "rollback_refused"
+    assert "engine.py" in doc["hosts"][0]["error"]["message"]
     assert _sha(sim_host, "sglang/srt/entrypoints/engine.py") == upgraded
 
 

@@ -39,11 +39,11 @@ def _record(host: SimHost) -> dict[str, Any]:
 
 
 def _rows(report: dict[str, Any], var: str | None = None) -> list[dict[str, Any]]:
-    return [r for r in report["rows"] if var is None or r["var"] == var]
+    return [r for r in report["hosts"][0]["rows"] if var is None or r["var"] == var]
 
 
 def _hints(report: dict[str, Any]) -> dict[str, str]:
-    return {h["code"]: h["message"] for h in report["hints"]}
+    return {h["code"]: h["message"] for h in report["hosts"][0]["hints"]}
 
 
 def _schedulers(host: SimHost, exclude: set[int] = frozenset()) -> dict[str, int]:  # type: ignore[assignment]
@@ -88,13 +88,13 @@ def test_a_dead_deploys_nccl_lines_never_prove_a_hand_started_server(fleet: Flee
 
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 1 and report["ok"] is False
-    assert not any(r["status"] == "proven" for r in report["rows"]), report["rows"]
+    assert not any(r["status"] == "proven" for r in report["hosts"][0]["rows"]), report["hosts"][0]["rows"]
     hints = _hints(report)
     assert "not_recorded_deploy" in hints and rec["deploy_id"] in hints["not_recorded_deploy"]
     # Present but unreadable (environ wiped, its NCCL log unknown): unconfirmed, never "missing".
-    assert {r["status"] for r in report["rows"]} == {"unconfirmed"}
+    assert {r["status"] for r in report["hosts"][0]["rows"]} == {"unconfirmed"}
     # Nothing about it is taken from the stale record: its own launcher's flags, no recorded version.
-    facts = report["facts"]
+    facts = report["hosts"][0]["facts"]
     assert facts["sglang_version"] is None and facts["launch_argv_source"] == "running launcher"
     assert facts["tp_size"] == 2
 
@@ -188,7 +188,7 @@ def test_stripped_spt_noenv_without_nccl_debug_is_unconfirmed_with_the_true_caus
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 1
     # The values did reach the workers (only SPT_NOENV was stripped): nothing shows they did not.
-    assert {r["status"] for r in report["rows"]} == {"unconfirmed"}
+    assert {r["status"] for r in report["hosts"][0]["rows"]} == {"unconfirmed"}
     hints = _hints(report)
     assert "SPT_NOENV=1 was in" in hints["environ_wiped"] and "dropped it" in hints["environ_wiped"]
     assert "nccl_debug is false" in hints["no_nccl_debug"]
@@ -218,9 +218,9 @@ def test_a_failed_verify_step_is_never_printed_with_a_tick(fleet: Fleet, host: S
 
 
 def test_an_unknown_sglang_condition_is_not_stated_as_the_cause() -> None:
-    from fabfile.remote import evidence
+    from fabfile.remote.evidence import judge as evidence
 
-    flags = evidence._argv_flags([])  # launch flags unknown: whether --enable-deterministic-inference was on
+    flags = evidence.argv_flags([])  # launch flags unknown: whether --enable-deterministic-inference was on
     facts = {"sglang_version": "0.5.23", "sglang_sets": evidence.sglang_nccl_rules("0.5.23", flags)}
     sched = {"pid": 10, "rank": 0, "label": "TP0", "title": "sglang::scheduler_TP0", "environ_status": "ok",
              "environ": {}, "markers": [],

@@ -3,7 +3,7 @@
 For each version of tests/test_patch_wheels.py's matrix, the facts derived from the real wheel's source
 (tests/contract/real.py) must equal what the simulator set to that version shows (tests/contract/sim.py):
 flags and choices, routes, log lines, process titles, load_plugins sites, environment writes. The committed
-docs/sglang-contract.md and fabfile/remote/sglang_env_facts.py must be what the wheels give today
+docs/sglang-contract.md and fabfile/remote/evidence/sglang_env_facts.py must be what the wheels give today
 (regenerate both with ``python -m tests.contract --write``).
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import sglang_env_facts
+from fabfile.remote.evidence import sglang_env_facts
+from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
 from tests.contract import envfacts, real, sim, table
 from tests.test_patch_wheels import VERSIONS, fetch_wheel, wheels  # noqa: F401 - the session fixture
 
@@ -42,10 +43,11 @@ def test_simulator_matches_sglang(label: str, wheels: dict[str, Any]) -> None:  
 def test_committed_tables_match_the_wheels(label: str, wheels: dict[str, Any]) -> None:  # noqa: F811
     w = _wheel(label, wheels)
     assert w.version in sglang_env_facts.NCCL_WRITES, (
-        f"fabfile/remote/sglang_env_facts.py has no entry for SGLang {w.version}: run python -m tests.contract "
+        f"fabfile/remote/evidence/sglang_env_facts.py has no entry for SGLang {w.version}: run python -m "
+        "tests.contract --write")
+    assert sglang_env_facts_for(w.version) == (w.version, envfacts.version_facts(w)), (
+        f"fabfile/remote/evidence/sglang_env_facts.py drifted from the {w.version} wheel: run python -m tests.contract "
         "--write")
-    assert sglang_env_facts.NCCL_WRITES[w.version] == envfacts.version_facts(w), (
-        f"fabfile/remote/sglang_env_facts.py drifted from the {w.version} wheel: run python -m tests.contract --write")
     doc = (table.ROOT / "docs" / "sglang-contract.md").read_text()
     assert f"## SGLang {w.version} (" in doc, f"docs/sglang-contract.md lacks {w.version}: regenerate it"
 
@@ -135,7 +137,7 @@ def test_committed_nccl_table_other_cached_releases() -> None:
         if not (_cache_dir() / f"sglang-{v}.json").exists():
             continue
         w = real.Wheel(fetch_wheel(v)["path"])
-        assert sglang_env_facts.NCCL_WRITES.get(v) == envfacts.version_facts(w), v
+        assert sglang_env_facts_for(v) == (v, envfacts.version_facts(w)), v
         checked += 1
     from fabfile.plan import versioncheck
     from tests.contract import SPEC_EXTRA, specfacts

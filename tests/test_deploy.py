@@ -63,7 +63,7 @@ def test_deploy_and_status_wait_as_long_as_sglangs_health_endpoint_takes(invento
     assert doc["ready"]["probe_timeout_s"] > 20  # the server's own limit (SGLANG_HEALTH_CHECK_TIMEOUT) first
     code, st, err = inv_json("status", inventory=inventory)
     assert code == 0, err
-    health = st["data"]["health"]
+    health = st["hosts"][0]["data"]["health"]
     assert health["path"] == path and health["status"] == 200 and health["latency_s"] >= 1.0
 
 
@@ -360,16 +360,17 @@ def test_host_unreachable_after_a_drop_is_reported_and_the_deploy_finishes_there
     deadline = waiting.deadline()
     while True:
         code, doc, _ = inv_json("status", inventory=inventory)
+        d = doc["hosts"][0]["data"]
         # a failed deploy with nothing serving is exit 1 (status says so), a running one exit 0
-        if code in (0, 1) and not doc["data"]["deploy_in_progress"] and (doc["data"]["record"] or {}).get(
+        if code in (0, 1) and not d["deploy_in_progress"] and (d["record"] or {}).get(
                 "status") in ("running", "failed"):
             break
         assert time.monotonic() < deadline, doc
         time.sleep(0.5)
-    if doc["data"]["record"]["status"] == "running":
-        assert doc["data"]["running"] and doc["data"]["health"]["status"] == 200
+    if d["record"]["status"] == "running":
+        assert d["running"] and d["health"]["status"] == 200
     else:
-        assert not doc["data"]["running"] and sglang_pids(sim_host) == []
+        assert not d["running"] and sglang_pids(sim_host) == []
 
 
 def test_changed_host_key_is_refused_without_retry(inventory: Path, sim_host: SimHost) -> None:
@@ -384,7 +385,8 @@ def test_changed_host_key_is_refused_without_retry(inventory: Path, sim_host: Si
 def test_stop_status_logs(inventory: Path, sim_host: SimHost) -> None:
     assert run_inv("deploy", "--steps", "2", inventory=inventory).returncode == 0
     code, doc, _ = inv_json("status", inventory=inventory)
-    assert code == 0 and doc["data"]["running"] and doc["data"]["health"]["status"] == 200
+    d = doc["hosts"][0]["data"]
+    assert code == 0 and d["running"] and d["health"]["status"] == 200
     # the deploy's own real request and accept-length burst come after SGLang's "ready" line
     r = run_inv("logs", "--lines", "40", inventory=inventory)
     assert r.returncode == 0 and "ready to roll" in r.stdout
@@ -392,7 +394,8 @@ def test_stop_status_logs(inventory: Path, sim_host: SimHost) -> None:
     assert r.returncode == 0, r.stderr
     assert sglang_pids(sim_host) == []
     code, doc, _ = inv_json("status", inventory=inventory)
-    assert doc["data"]["running"] is False and doc["data"]["record"]["status"] == "stopped"
+    d = doc["hosts"][0]["data"]
+    assert d["running"] is False and d["record"]["status"] == "stopped"
 
 
 def test_gpu_holder_whose_main_thread_exited_is_still_stopped(inventory: Path, sim_host: SimHost) -> None:

@@ -20,8 +20,11 @@ import pytest
 from rich.console import Console
 
 from fabfile.present import checkenv_report
-from fabfile.remote import evidence, markers, procs
+from fabfile.remote import procs
 from fabfile.remote.common import EventSink
+from fabfile.remote.evidence import judge as evidence
+from fabfile.remote.patch import markers
+from fabfile.results.hosts import evaluation_code, evaluation_document
 from tests.support import waiting
 
 # ----------------------------------------------------------------------------------------------------
@@ -158,7 +161,7 @@ def test_topology_parse() -> None:
 
 def test_sglang_rules_per_version() -> None:
     def overriding(version: str | None, argv: list[str]) -> set[str]:
-        flags = evidence._argv_flags(argv)
+        flags = evidence.argv_flags(argv)
         return {
             r["var"]
             for r in evidence.sglang_nccl_rules(version, flags)
@@ -177,10 +180,10 @@ def test_sglang_rules_per_version() -> None:
 def test_sglang_rules_boundaries_from_the_wheels() -> None:
     """Issue 11 point 5: the version boundaries come from the table derived from the wheels (each of these
     was wrong when the rules were written by hand)."""
-    det = evidence._argv_flags(["--tp", "2", "--enable-deterministic-inference"])
+    det = evidence.argv_flags(["--tp", "2", "--enable-deterministic-inference"])
 
     def rules(version: str, flags: dict[str, object] | None = None) -> list[dict[str, object]]:
-        return evidence.sglang_nccl_rules(version, flags or evidence._argv_flags(["--tp", "2"]))
+        return evidence.sglang_nccl_rules(version, flags or evidence.argv_flags(["--tp", "2"]))
 
     def variables(version: str, flags: dict[str, object] | None = None) -> set[object]:
         return {r["var"] for r in rules(version, flags)}
@@ -206,16 +209,16 @@ def test_sglang_rules_boundaries_from_the_wheels() -> None:
 
 def test_custom_all_reduce_rules() -> None:
     pcie = {"interconnect": "pcie"}
-    f = evidence._argv_flags
-    assert evidence._custom_ar(f(["--tp", "8"]), pcie, 8, None)["enabled"] is False
-    assert evidence._custom_ar(f(["--tp", "2"]), pcie, 2, None)["enabled"] is True
+    f = evidence.argv_flags
+    assert evidence.custom_ar(f(["--tp", "8"]), pcie, 8, None)["enabled"] is False
+    assert evidence.custom_ar(f(["--tp", "2"]), pcie, 2, None)["enabled"] is True
     assert (
-        evidence._custom_ar(f(["--tp", "2", "--disable-custom-all-reduce"]), pcie, 2, None)["enabled"]
+        evidence.custom_ar(f(["--tp", "2", "--disable-custom-all-reduce"]), pcie, 2, None)["enabled"]
         is False
     )
     log = "CustomAllreduce is disabled because it's not supported on more than two PCIe-only GPUs."
-    assert evidence._custom_ar(f([]), {"interconnect": "unknown"}, None, log)["enabled"] is False
-    assert evidence._custom_ar(f([]), {"interconnect": "unknown"}, None, None)["enabled"] is None
+    assert evidence.custom_ar(f([]), {"interconnect": "unknown"}, None, log)["enabled"] is False
+    assert evidence.custom_ar(f([]), {"interconnect": "unknown"}, None, None)["enabled"] is None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -278,7 +281,7 @@ def test_all_proven_by_nccl_log() -> None:
     res = evidence.evaluate(ev(sched(10, 0, nccl_env=nccl), sched(11, 1, nccl_env=nccl)), EXP)
     assert res["ok"] is True and res["summary"]["proven"] == 4
     assert all(r["evidence"] == "nccl_log" for r in res["rows"])
-    assert checkenv_report.exit_code(res) == 0
+    assert evaluation_code(res) == 0
 
 
 def test_nccl_log_beats_weaker_sources_and_different_names_each_source() -> None:
@@ -321,7 +324,7 @@ def test_wiped_environ_and_nothing_else_is_unconfirmed_not_missing() -> None:
     assert {"environ_wiped", "no_nccl_debug"} <= codes(res)
     msg = next(h["message"] for h in res["hints"] if h["code"] == "environ_wiped")
     assert "SPT_NOENV=1" in msg and "cannot be seen" in msg
-    assert checkenv_report.exit_code(res) == 1
+    assert evaluation_code(res) == 1
 
 
 def test_launcher_only_means_the_launch_path_stripped_it() -> None:
@@ -402,7 +405,7 @@ def test_operator_value_kept() -> None:
 
 
 def test_sglang_override_is_named() -> None:
-    flags = evidence._argv_flags(["--tp", "8"])
+    flags = evidence.argv_flags(["--tp", "8"])
     facts = {
         "sglang_version": "0.5.3",
         "sglang_sets": evidence.sglang_nccl_rules("0.5.3", flags),
@@ -438,9 +441,9 @@ def test_report_renders_and_serialises() -> None:
     out = buf.getvalue()
     assert "TP0" in out and "TP1" in out and "NCCL log" in out and "proven" in out and "unconfirmed" in out
     assert "NOT PROVEN" in out and "SPT_NOENV=1" in out and "TP 2 [pcie]" in out
-    js = checkenv_report.to_json(res, facts)
+    js = evaluation_document(res, facts)
     assert json.loads(json.dumps(js))["ok"] is False and len(js["rows"]) == 4
-    assert checkenv_report.exit_code(res) == 1
+    assert evaluation_code(res) == 1
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -665,7 +668,7 @@ def test_wiped_environ_but_nccl_echo_shows_the_var_absent() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# issue 21: NCCL's own parsing and reading rules (fabfile/remote/ncclenv.py, learnt from NCCL 2.28's source)
+# issue 21: NCCL's own parsing and reading rules (fabfile/remote/evidence/ncclenv.py, learnt from NCCL 2.28's source)
 
 NCCL_OTHERS = {"NCCL_PROTO": ["LL"], "NCCL_ALGO": ["Ring"], "NCCL_MAX_NCHANNELS": ["16"],
                "NCCL_BUFFSIZE": ["16777216"], "NCCL_NTHREADS": ["512"], "NCCL_CUMEM_ENABLE": ["0"],

@@ -204,7 +204,7 @@ def test_cli_explains_a_saved_sweep_and_prints_the_rules(tmp_path: Path) -> None
 # -- the sweep's measured phases (point 4) ----------------------------------------------------------------------------
 
 def test_sweep_prints_measured_phases_and_the_break_even_from_the_cycle() -> None:
-    from fabfile.present.report import phase_lines
+    from fabfile.present.sweep_report import phase_lines
 
     (line,) = phase_lines(_sweep_doc())
     assert line.startswith("eagle3-s2-k1-d3: draft/step 2.00 ms [timer] · verify 29.0 ms [timer] · draft-extend "
@@ -213,7 +213,7 @@ def test_sweep_prints_measured_phases_and_the_break_even_from_the_cycle() -> Non
 
 
 def test_sweep_without_phases_keeps_the_derived_cycle_labelled() -> None:
-    from fabfile.present.report import phase_lines
+    from fabfile.present.sweep_report import phase_lines
 
     doc = _sweep_doc()
     del doc["rows"][1]["phases"]
@@ -228,7 +228,8 @@ def test_sweep_png_gains_a_stacked_bar_per_configuration(tmp_path: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fabfile.present.report import phase_bars, plot
+    from fabfile.commands.sweep import save_plot as plot
+    from fabfile.present.plot import phase_bars
 
     fig, ax = plt.subplots()
     phase_bars(ax, _sweep_doc())

@@ -251,7 +251,8 @@ def test_status_figures_belong_to_the_server_that_runs_now(fleet: Fleet, sim_hos
     assert code == 0, err
     _generate(sim_host)
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
-    assert st["data"]["last_decode"]["accept_len"] and st["data"]["last_decode"]["age_s"] is not None
+    decode = st["hosts"][0]["data"]["last_decode"]
+    assert decode["accept_len"] and decode["age_s"] is not None
     # The new server must have printed no Decode line of its own yet: the deploy's own real request (and, without
     # --accept-gate 0, its accept-length burst) would otherwise give it some.
     sim_host.set_sim_config(decode_log_interval=40)
@@ -259,7 +260,7 @@ def test_status_figures_belong_to_the_server_that_runs_now(fleet: Fleet, sim_hos
     assert code == 0, err
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
     assert code == 0
-    assert st["data"]["last_decode"] is None, st["data"]["last_decode"]
+    assert st["hosts"][0]["data"]["last_decode"] is None, st["hosts"][0]["data"]["last_decode"]
     r = run_inv("status", "--host", "sim1", inventory=inventory)
     row = table_row(r.stdout, "sim1")
     assert "running" in row and " ago" not in row, r.stdout
@@ -282,7 +283,7 @@ def test_a_hung_server_is_a_problem_not_healthy(fleet: Fleet, sim_host: SimHost,
         r = run_inv("status", "--host", "sim1", inventory=inventory)
     finally:
         os.kill(machine_pid, signal.SIGCONT)
-    assert code == 1 and st["data"]["state"]["state"] == "hung", st["data"]["state"]
+    assert code == 1 and st["hosts"][0]["data"]["state"]["state"] == "hung", st["hosts"][0]["data"]["state"]
     assert r.returncode == 1
     assert "None" not in r.stdout and "hung" in r.stdout and "stopped by a signal" in r.stderr, (r.stdout, r.stderr)
 
@@ -319,7 +320,7 @@ def test_status_during_a_deploy_shows_the_new_server_as_ours(fleet: Fleet, sim_h
             proc.kill()
     assert proc.returncode == 0
     new_pid = json.loads(out)["pid"]
-    d = st["data"]
+    d = st["hosts"][0]["data"]
     assert d["state"]["state"] == "deploying" and d["state"]["config"] == "eagle3-s3-k1-d4", d["state"]
     assert d["state"]["pid"] == new_pid
     assert d["other_sglang_processes"] == [], d["other_sglang_processes"]
@@ -342,7 +343,7 @@ def test_router_workers_are_the_live_set_and_a_router_can_be_stopped(fleet: Flee
     assert doc["url"] == f"http://{sim_hosts['sim1'].address}:30000"
     assert run_inv("stop", "--host", "sim3", inventory=inventory).returncode == 0
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
-    router = st["data"]["routers"][0]
+    router = st["hosts"][0]["data"]["routers"][0]
     health = {w["url"]: w["health"] for w in router["workers"]}
     assert health == {f"http://{sim_hosts['sim2'].address}:8000": 200,
                       f"http://{sim_hosts['sim3'].address}:8000": None}, router
@@ -354,7 +355,7 @@ def test_router_workers_are_the_live_set_and_a_router_can_be_stopped(fleet: Flee
     code, sdoc, err = inv_json("stop", "--router", "front", inventory=inventory)
     assert code == 0 and sdoc["stopped"], err
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
-    assert st["data"]["routers"][0]["running"] is False
+    assert st["hosts"][0]["data"]["routers"][0]["running"] is False
     assert http_get(sim_hosts["sim1"], "/health", port=30000)[0] == 0
 
 

@@ -317,7 +317,7 @@ def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None
     from fabfile.commands.diff import flag_map
     from fabfile.plan.sweep_plan import configs
     from fabfile.plan.versioncheck import check
-    from fabfile.remote.sglangnccl import _argv_flags
+    from fabfile.remote.evidence.sglangnccl import argv_flags
 
     one_word = ["--tp-size=2", "--served-model-name=--warmups", "--speculative-algorithm=NOPE",
                 "--enable-symm-mem"]
@@ -326,13 +326,33 @@ def test_every_reader_of_a_command_line_takes_both_forms(tmp_path: Path) -> None
     for argv in (one_word, two_words):
         assert flag_map(argv)["--tp-size"] == "2" and flag_map(argv)["--enable-symm-mem"] == ""
         assert split_flags(argv)[0]["--tp-size"] == "2"
-        assert _argv_flags(argv)["tp_size"] == 2 and _argv_flags(argv)["symm_mem"] is True
+        assert argv_flags(argv)["tp_size"] == 2 and argv_flags(argv)["symm_mem"] is True
         with pytest.raises(FlagError, match="no speculative algorithm NOPE"):
             check(argv, {}, "0.5.1", "h")
     assert flag_map(one_word)["--served-model-name"] == "--warmups"
     host = _dash_inventory(tmp_path).hosts["h"]
     assert [(c.steps, c.topk, c.draft_tokens) for c in configs(host, Options(), [0, 2], [1, 2], [3])] == \
         [(0, 1, None), (2, 1, 3), (2, 2, 3)]
+
+
+def test_one_splitter_reads_a_command_line_as_argparse_does() -> None:
+    """Every reader of SGLang's argv (client and agent) splits it with ``remote.common.split_argv``: a value is
+    ``--flag=value`` or the next word unless argparse would read that word as a flag."""
+    from fabfile.remote.common import flag_value, split_argv
+    from fabfile.remote.procs import SECRET_FLAGS, redact_argv
+
+    argv = ["python3", "-m", "sglang.launch_server", "--tp", "2", "--served-model-name", "--warmups", "--x=-1",
+            "--y", "-1", "--name", "-my model", "--api-key=a b", "--switch"]
+    got = [(f.name, f.value) for f in split_argv(argv)]
+    assert got == [("", None), ("-m", "sglang.launch_server"), ("--tp", "2"), ("--served-model-name", None),
+                   ("--warmups", None), ("--x", "-1"), ("--y", "-1"), ("--name", "-my model"), ("--api-key", "a b"),
+                   ("--switch", None)]
+    assert [w for f in split_argv(argv) for w in f.words] == argv
+    assert flag_value(["--tp", "2", "--tp=4"], "--tp") == "4"  # the last one wins, as in argparse
+    # A secret flag takes the next word whatever it is: its value never stays a word of its own.
+    assert [(f.name, f.value) for f in split_argv(["--api-key", "-k", "--p"], values=SECRET_FLAGS)] == \
+        [("--api-key", "-k"), ("--p", None)]
+    assert redact_argv(["--api-key", "-k", "--hf-token=t", "--p"]) == ["--api-key", "***", "--hf-token=***", "--p"]
 
 
 def test_a_value_flag_of_sglang_args_without_its_value_is_refused(tmp_path: Path) -> None:

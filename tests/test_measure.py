@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fabfile.remote import devicetimer, trace
+from fabfile.remote.measure import devicetimer, trace
 from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TRACE
 
 REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "real-0.5.16-h200"
@@ -134,8 +134,8 @@ def test_a_trace_over_the_bound_is_refused_not_summarised(tmp_path: Path) -> Non
 
 # -- the agent's profiles directory -----------------------------------------------------------------------------
 def test_a_rank_trace_over_the_bound_stops_the_profile_with_one_sentence(tmp_path: Path) -> None:
-    from fabfile.remote import profilestore
     from fabfile.remote.common import AgentError
+    from fabfile.remote.measure import profilestore
 
     (tmp_path / "specdeploy-1.5-TP-0.trace.json.gz").write_bytes(b"x" * 2000)
     with pytest.raises(AgentError) as e:
@@ -147,7 +147,7 @@ def test_a_rank_trace_over_the_bound_stops_the_profile_with_one_sentence(tmp_pat
 def test_the_oldest_profiles_go_first_when_over_the_bound(tmp_path: Path) -> None:
     import os
 
-    from fabfile.remote import profilestore
+    from fabfile.remote.measure import profilestore
 
     for i, name in enumerate(("p1", "p2", "p3")):
         d = tmp_path / name
@@ -162,8 +162,8 @@ def test_the_oldest_profiles_go_first_when_over_the_bound(tmp_path: Path) -> Non
 
 
 def test_the_profiles_directory_is_never_a_symlink(tmp_path: Path) -> None:
-    from fabfile.remote import profilestore
     from fabfile.remote.common import AgentError
+    from fabfile.remote.measure import profilestore
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
@@ -176,8 +176,8 @@ def test_the_profiles_directory_is_never_a_symlink(tmp_path: Path) -> None:
 def test_a_trace_still_being_written_is_read_once_it_is_whole(tmp_path: Path) -> None:
     import threading
 
-    from fabfile.remote import profile
     from fabfile.remote.common import AgentError
+    from fabfile.remote.measure import profile
 
     path = tmp_path / "specdeploy-1.5-TP-0.trace.json.gz"
     whole = gzip.compress(json.dumps({"traceEvents": []}).encode())

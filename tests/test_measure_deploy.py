@@ -16,7 +16,7 @@ from fabfile.inventory import hosts as inventory
 from fabfile.plan import measure, versioncheck
 from fabfile.plan.deploy_plan import Options, build, for_version
 from fabfile.remote.common import AgentError
-from fabfile.remote.profilestore import ensure_dir as ensure_profile_dir
+from fabfile.remote.measure.profilestore import ensure_dir as ensure_profile_dir
 from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -193,7 +193,7 @@ REAL_METRICS = Path("/work/shared/reference/real-0.5.16-h200/metrics-device-time
 def test_bench_phases_from_real_sglang_metrics() -> None:
     """The H200's /metrics (real 0.5.16, CUDA graphs off, 194 verify calls, 202 decode batches): the verify pass is
     Δtarget_verify / Δdecode batches ≈ 5 ms, by the device timer; the cycle and accept length are the bench's own."""
-    from fabfile.remote.bench import phases
+    from fabfile.remote.measure.bench import phases
     from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TOOL
 
     result = {"speculative": {"algorithm": "EAGLE3", "steps": 3, "draft_tokens": 4}, "accept_len": 3.6,
@@ -208,7 +208,7 @@ def test_bench_phases_from_real_sglang_metrics() -> None:
 
 
 def test_bench_without_the_timer_says_how_to_turn_it_on() -> None:
-    from fabfile.remote.bench import phases
+    from fabfile.remote.measure.bench import phases
 
     got = phases("", "# no timer here\n", {"speculative": {}}, {}, {}, "0.5.16", 1)
     assert got["ranks"] == [] and "--measure" in got["missing"]
@@ -322,7 +322,7 @@ def test_bench_with_and_without_the_timer_says_its_cost(fleet: Fleet, sim_host: 
 
 
 def test_a_baseline_whose_metrics_report_accept_length_zero_is_not_speculative() -> None:
-    from fabfile.remote.bench import is_speculative
+    from fabfile.remote.measure.bench import is_speculative
 
     assert not is_speculative({"algorithm": None}, {"prometheus": 0.0, "meta_info": None})
     assert is_speculative({"algorithm": None}, {"prometheus": 2.5})

@@ -1,10 +1,10 @@
-"""The metric parsers of the host-side agent (fabfile/remote/metrics.py) on SGLang's real formats."""
+"""The metric parsers of the host-side agent (fabfile/remote/measure/metrics.py) on SGLang's real formats."""
 
 from __future__ import annotations
 
 import pytest
 
-from fabfile.remote import metrics
+from fabfile.remote.measure import metrics
 
 # 0.5.7 (scheduler_metrics_mixin.py): trailing ", ", accept rate = accept_len / draft_tokens.
 V057 = ("[2025-12-01 10:00:00 TP0] Decode batch, #running-req: 1, #token: 512, token usage: 0.01, accept len: 2.85, "

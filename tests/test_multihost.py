@@ -268,7 +268,7 @@ def test_router_fronts_the_healthy_replicas(fleet: Fleet, sim_hosts: dict[str, S
     assert r.returncode == 0, r.stderr
     assert sorted(w["served"] for w in json.loads(r.stdout)["workers"]) == [2, 2]
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
-    routers = st["data"]["routers"]
+    routers = st["hosts"][0]["data"]["routers"]
     assert routers[0]["name"] == "front" and routers[0]["running"] and routers[0]["health"] == 200
     assert "front" in run_inv("status", "--host", "sim1", inventory=inventory).stdout
 

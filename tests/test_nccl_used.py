@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from fabfile.present import checkenv_report
-from fabfile.remote import evidence, ncclenv, ncclused
 from fabfile.remote.common import EventSink
-from fabfile.remote.nccllog import parse_nccl_records
+from fabfile.remote.evidence import judge as evidence
+from fabfile.remote.evidence import ncclenv, ncclused
+from fabfile.remote.evidence.nccllog import parse_nccl_records
+from fabfile.results.hosts import evaluation_code
 from tests.test_evidence import ev, sched
 from tests.test_simulator import Sim, http, sim  # noqa: F401 (the fixture)
 
@@ -100,7 +101,7 @@ def test_a_value_that_arrived_but_that_nccl_went_around_for_prefill_is_overridde
     env_row = next(r for r in res["rows"] if r["pid"] == 10 and r["var"] == "NCCL_PROTO")
     assert env_row["status"] == "overridden" and "prefill (7340032 B): Ring/Simple" in env_row["note"]
     assert res["ok"] is False and "tuner_overrode" in {h["code"] for h in res["hints"]}
-    assert checkenv_report.exit_code(res) == 1
+    assert evaluation_code(res) == 1
 
 
 def test_without_tuning_lines_the_sizes_are_unseen_and_the_way_to_see_them_is_said() -> None:

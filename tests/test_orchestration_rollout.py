@@ -138,8 +138,8 @@ def test_rollback_on_failure_puts_back_only_the_hosts_this_run_changed(inv: inve
 
 def test_a_deploy_whose_link_drops_is_followed_to_its_end_through_its_journal(inv: inventory.Inventory) -> None:
     from fabfile.commands.deploy import deploy_host
+    from fabfile.errors import ConnectionLost
     from fabfile.present.progress import Reporter
-    from fabfile.transport.base import ConnectionLost
 
     def drop(_: dict[str, Any]) -> dict[str, Any]:
         raise ConnectionLost("the SSH session dropped", host="a")
@@ -160,8 +160,8 @@ def test_a_deploy_whose_link_drops_is_followed_to_its_end_through_its_journal(in
 
 def test_a_reattached_deploy_that_failed_on_the_host_is_a_failure_saying_so(inv: inventory.Inventory) -> None:
     from fabfile.commands.deploy import deploy_host
+    from fabfile.errors import ConnectionLost
     from fabfile.present.progress import Reporter
-    from fabfile.transport.base import ConnectionLost
 
     def drop(_: dict[str, Any]) -> dict[str, Any]:
         raise ConnectionLost("the SSH session dropped", host="a")

@@ -29,8 +29,10 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import patching
 from fabfile.remote.common import sha256_file
+from fabfile.remote.patch.apply import apply
+from fabfile.remote.patch.modes import supported_modes
+from fabfile.remote.patch.rollback import rollback
 from fabfile.remote.versions import NEWEST_SUPPORTED
 from fabfile.remote.versions import key as version_order
 from fabfile.remote.versions import valid as versions_valid
@@ -277,11 +279,11 @@ def test_real_wheel(label: str, wheels: dict[str, Any], tmp_path: Path) -> None:
     assert {"engine", "scheduler"} <= set(files), f"{version}: wheel lacks engine.py/scheduler.py"
     pristine = tree_hashes(site)
     state = tmp_path / "state"
-    modes = [m for m in patching.supported_modes(version) if m != "env"]
+    modes = [m for m in supported_modes(version) if m != "env"]
     assert ("plugin" in modes) == ("plugins" in files), version
     for mode in modes:
         req = patchset.build_patch_request(mode, VALUES, False, version, str(state), str(site), "0.1.0")
-        res = patching.apply(req)
+        res = apply(req)
         assert res["changed"], (version, mode)
         if mode in ("engine", "scheduler"):
             target = files[mode]
@@ -309,12 +311,12 @@ def test_real_wheel(label: str, wheels: dict[str, Any], tmp_path: Path) -> None:
                     compile(p.read_text(), str(p), "exec")
         if "decoy" in files:
             assert sha256_file(str(files["decoy"])) == pristine[MEMBERS["decoy"]], version
-        again = patching.apply(req)
+        again = apply(req)
         assert not again["changed"] and {f["action"] for f in again["files"]} == {"unchanged"}, (
             version,
             mode,
         )
-        rb = patching.rollback({"state_dir": str(state)})
+        rb = rollback({"state_dir": str(state)})
         assert not rb["nothing_to_do"]
         assert tree_hashes(site) == pristine, (version, mode)
-        assert patching.rollback({"state_dir": str(state)})["nothing_to_do"]
+        assert rollback({"state_dir": str(state)})["nothing_to_do"]

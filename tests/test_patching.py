@@ -16,8 +16,15 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import patching, patchstore
+from fabfile.errors import PatchModeError
 from fabfile.remote.common import AgentError, sha256_file
+from fabfile.remote.patch import store as patchstore
+from fabfile.remote.patch.anchors import strip_blocks
+from fabfile.remote.patch.apply import apply
+from fabfile.remote.patch.markers import parse_marker
+from fabfile.remote.patch.modes import SENTINEL_BEGIN, auto_mode, supported_modes
+from fabfile.remote.patch.rollback import rollback
+from fabfile.remote.patch.store import load_manifest
 from fabfile.render import patchset
 
 VALUES = {
@@ -172,7 +179,7 @@ def run_py(code: str, site: Path, **env: str) -> subprocess.CompletedProcess[str
 
 
 def markers(stderr: str) -> list[dict[str, Any]]:
-    return [m for m in (patching.parse_marker(ln) for ln in stderr.splitlines()) if m is not None]
+    return [m for m in (parse_marker(ln) for ln in stderr.splitlines()) if m is not None]
 
 
 def func(text: str, name: str) -> ast.FunctionDef:
@@ -189,15 +196,15 @@ def test_scheduler_block_lands_first_in_module_level_function_only(tmp_path: Pat
     site = make_site(tmp_path)
     before = tree(site)
     r = req(site, "scheduler")
-    res = patching.apply(r)
+    res = apply(r)
     assert [(f["role"], f["action"]) for f in res["files"]] == [("scheduler", "patched")]
     text = (site / SCHED_REL).read_text()
     block = ast.parse(r["files"]["scheduler_block"]).body
     fn = func(text, "run_scheduler_process")
     assert [ast.dump(s) for s in fn.body[: len(block)]] == [ast.dump(s) for s in block]
-    assert text.count(patching.SENTINEL_BEGIN) == 1
+    assert text.count(SENTINEL_BEGIN) == 1
     # the class method, the nested function, the _with_init_pipe variant and the decoy file are untouched
-    assert patching.strip_blocks(text) == SCHEDULER
+    assert strip_blocks(text) == SCHEDULER
     assert tree(site)[DECOY_REL] == before[DECOY_REL]
     assert tree(site)[ENGINE_REL] == before[ENGINE_REL]
 
@@ -205,15 +212,15 @@ def test_scheduler_block_lands_first_in_module_level_function_only(tmp_path: Pat
 def test_engine_block_lands_just_before_set_start_method(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     r = req(site, "engine")
-    patching.apply(r)
+    apply(r)
     text = (site / ENGINE_REL).read_text()
     block = ast.parse(r["files"]["engine_block"]).body
     fn = func(text, "_set_envs_and_config")
     idx = [i for i, s in enumerate(fn.body) if "set_start_method" in ast.dump(s)]
     assert len(idx) == 1
     assert [ast.dump(s) for s in fn.body[idx[0] - len(block) : idx[0]]] == [ast.dump(s) for s in block]
-    assert text.count(patching.SENTINEL_BEGIN) == 1
-    assert patching.strip_blocks(text) == ENGINE
+    assert text.count(SENTINEL_BEGIN) == 1
+    assert strip_blocks(text) == ENGINE
 
 
 @pytest.mark.parametrize(
@@ -256,22 +263,22 @@ def test_bad_anchor_modifies_nothing_and_names_file_anchor_version(
     site = make_site(tmp_path, engine=engine, scheduler=scheduler)
     before = tree(site)
     with pytest.raises(AgentError) as ei:
-        patching.apply(req(site, mode, version="0.5.9"))
+        apply(req(site, mode, version="0.5.9"))
     e = ei.value
     assert e.kind == kind
     assert (ENGINE_REL if mode == "engine" else SCHED_REL) in e.message
     assert anchor in e.message and "0.5.9" in e.message
     assert tree(site) == before
-    assert patching.load_manifest(state(site))["entries"] == []
+    assert load_manifest(state(site))["entries"] == []
 
 
 def test_second_apply_is_a_noop(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     r = req(site, "scheduler")
-    patching.apply(r)
+    apply(r)
     manifest = Path(state(site), "patches", "manifest.json").read_bytes()
     after = tree(site)
-    res = patching.apply(r)
+    res = apply(r)
     assert not res["changed"]
     assert [f["action"] for f in res["files"]] == ["unchanged"]
     assert tree(site) == after
@@ -281,8 +288,8 @@ def test_second_apply_is_a_noop(tmp_path: Path) -> None:
 def test_manifest_records_everything(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     orig = sha256_file(str(site / SCHED_REL))
-    patching.apply(req(site, "scheduler"))
-    m = patching.load_manifest(state(site))
+    apply(req(site, "scheduler"))
+    m = load_manifest(state(site))
     (e,) = m["entries"]
     assert e["path"] == str(site / SCHED_REL) and e["mode"] == "scheduler" and e["kind"] == "source"
     assert e["sha256_before"] == orig and e["sha256_after"] == sha256_file(e["path"])
@@ -293,37 +300,37 @@ def test_manifest_records_everything(tmp_path: Path) -> None:
 
 def test_repatch_with_other_values_restores_original_first(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "scheduler"))
-    res = patching.apply(req(site, "scheduler", values={"NCCL_PROTO": "Simple"}))
+    apply(req(site, "scheduler"))
+    res = apply(req(site, "scheduler", values={"NCCL_PROTO": "Simple"}))
     assert [f["action"] for f in res["files"]] == ["repatched"]
     text = (site / SCHED_REL).read_text()
-    assert text.count(patching.SENTINEL_BEGIN) == 1 and "'Simple'" in text and "'Ring'" not in text
-    patching.rollback({"state_dir": state(site)})
+    assert text.count(SENTINEL_BEGIN) == 1 and "'Simple'" in text and "'Ring'" not in text
+    rollback({"state_dir": state(site)})
     assert (site / SCHED_REL).read_text() == SCHEDULER
 
 
 def test_mode_switch_restores_the_other_file(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     before = tree(site)
-    patching.apply(req(site, "scheduler"))
-    res = patching.apply(req(site, "engine"))
+    apply(req(site, "scheduler"))
+    res = apply(req(site, "engine"))
     actions = {(Path(f["path"]).name, f["action"]) for f in res["files"]}
     assert actions == {("engine.py", "patched"), ("scheduler.py", "restored")}
     assert (site / SCHED_REL).read_text() == SCHEDULER
-    res = patching.apply(req(site, "plugin"))
+    res = apply(req(site, "plugin"))
     assert ("engine.py", "restored") in {(Path(f["path"]).name, f["action"]) for f in res["files"]}
-    env = patching.apply(req(site, "env"))
+    env = apply(req(site, "env"))
     assert {f["action"] for f in env["files"]} == {"removed"}
     assert tree(site) == before
 
 
 def test_lost_manifest_with_our_block_in_file_is_recovered(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "scheduler"))
+    apply(req(site, "scheduler"))
     Path(state(site), "patches", "manifest.json").unlink()
-    res = patching.apply(req(site, "scheduler", values={"NCCL_PROTO": "LL"}))
+    res = apply(req(site, "scheduler", values={"NCCL_PROTO": "LL"}))
     assert [f["action"] for f in res["files"]] == ["repatched"]
-    patching.rollback({"state_dir": state(site)})
+    rollback({"state_dir": state(site)})
     assert (site / SCHED_REL).read_text() == SCHEDULER
 
 
@@ -348,12 +355,12 @@ def _fail_on_nth_write(monkeypatch: pytest.MonkeyPatch, n: int) -> list[str]:
 
 def test_failed_second_write_restores_first_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "scheduler"))
+    apply(req(site, "scheduler"))
     before = tree(site)
     manifest = Path(state(site), "patches", "manifest.json").read_bytes()
     calls = _fail_on_nth_write(monkeypatch, 2)  # 1: engine.py patched, 2: scheduler.py restore fails
     with pytest.raises(AgentError) as ei:
-        patching.apply(req(site, "engine"))
+        apply(req(site, "engine"))
     assert ei.value.kind == "write_failed"
     assert calls[0].endswith("engine.py") and calls[1].endswith("scheduler.py")
     assert tree(site) == before  # engine.py byte-identical again, scheduler.py still patched
@@ -365,10 +372,10 @@ def test_failed_plugin_install_leaves_nothing(tmp_path: Path, monkeypatch: pytes
     before = tree(site)
     _fail_on_nth_write(monkeypatch, 3)
     with pytest.raises(AgentError) as ei:
-        patching.apply(req(site, "plugin"))
+        apply(req(site, "plugin"))
     assert ei.value.kind == "write_failed"
     assert tree(site) == before
-    assert patching.load_manifest(state(site))["entries"] == []
+    assert load_manifest(state(site))["entries"] == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -379,54 +386,54 @@ def test_failed_plugin_install_leaves_nothing(tmp_path: Path, monkeypatch: pytes
 def test_rollback_is_byte_identical_and_twice_safe(tmp_path: Path, mode: str) -> None:
     site = make_site(tmp_path)
     before = tree(site)
-    patching.apply(req(site, mode))
+    apply(req(site, mode))
     assert tree(site) != before
-    dry = patching.rollback({"state_dir": state(site), "dry_run": True})
+    dry = rollback({"state_dir": state(site), "dry_run": True})
     assert dry["dry_run"] and all(f["action"].startswith("would_") for f in dry["files"])
     assert tree(site) != before
-    res = patching.rollback({"state_dir": state(site)})
+    res = rollback({"state_dir": state(site)})
     assert not res["nothing_to_do"]
     assert tree(site) == before
     assert not any(p.name.startswith("specdeploy") for p in site.iterdir())
-    again = patching.rollback({"state_dir": state(site)})
+    again = rollback({"state_dir": state(site)})
     assert again["nothing_to_do"] and again["message"] == "nothing to roll back"
-    assert patching.status({"state_dir": state(site), "site_packages": str(site)})["clean"]
+    assert load_manifest(state(site))["entries"] == []
 
 
 def test_rollback_refuses_changed_file_and_touches_nothing(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "plugin"))
-    patching.apply(req(site, "scheduler"))  # plugin removed again; now scheduler.py only
-    patching.apply(req(site, "plugin"))
+    apply(req(site, "plugin"))
+    apply(req(site, "scheduler"))  # plugin removed again; now scheduler.py only
+    apply(req(site, "plugin"))
     mod = site / "specdeploy_nccl_env" / "__init__.py"
     mod.write_text(mod.read_text() + "# edited\n")
     snap = tree(site)
     manifest = Path(state(site), "patches", "manifest.json").read_bytes()
     with pytest.raises(AgentError) as ei:
-        patching.rollback({"state_dir": state(site)})
+        rollback({"state_dir": state(site)})
     assert ei.value.kind == "rollback_refused" and str(mod) in ei.value.message
     assert tree(site) == snap
     assert Path(state(site), "patches", "manifest.json").read_bytes() == manifest
     with pytest.raises(AgentError) as ei:
-        patching.apply(req(site, "plugin", values={"NCCL_PROTO": "Simple"}))
+        apply(req(site, "plugin", values={"NCCL_PROTO": "Simple"}))
     assert ei.value.kind == "file_changed" and str(mod) in ei.value.message
     assert tree(site) == snap
 
 
 def test_rollback_refuses_upgraded_sglang(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "scheduler"))
+    apply(req(site, "scheduler"))
     (site / SCHED_REL).write_text(SCHEDULER + "# 0.5.13\n")
     snap = tree(site)
     with pytest.raises(AgentError) as ei:
-        patching.rollback({"state_dir": state(site)})
+        rollback({"state_dir": state(site)})
     assert ei.value.kind == "rollback_refused" and SCHED_REL in ei.value.message
     assert tree(site) == snap
-    st = patching.status({"state_dir": state(site)})
-    assert [f["state"] for f in st["files"]] == ["changed"]
-    res = patching.rollback({"state_dir": state(site), "forget_changed": True})
+    # The refused file stays in the manifest, so a later rollback still knows it.
+    assert [e["path"] for e in load_manifest(state(site))["entries"]] == [str(site / SCHED_REL)]
+    res = rollback({"state_dir": state(site), "forget_changed": True})
     assert res["forgotten"] == [str(site / SCHED_REL)] and tree(site) == snap
-    assert patching.rollback({"state_dir": state(site)})["nothing_to_do"]
+    assert rollback({"state_dir": state(site)})["nothing_to_do"]
 
 
 def test_pyc_removed_after_write_and_restore(tmp_path: Path) -> None:
@@ -434,22 +441,11 @@ def test_pyc_removed_after_write_and_restore(tmp_path: Path) -> None:
     src = site / SCHED_REL
     pyc = Path(py_compile.compile(str(src), doraise=True))
     assert pyc.exists() and pyc.parent.name == "__pycache__"
-    patching.apply(req(site, "scheduler"))
+    apply(req(site, "scheduler"))
     assert not pyc.exists()
     py_compile.compile(str(src), doraise=True)
-    patching.rollback({"state_dir": state(site)})
+    rollback({"state_dir": state(site)})
     assert not pyc.exists()
-
-
-def test_status_reports_states(tmp_path: Path) -> None:
-    site = make_site(tmp_path)
-    assert patching.status({"state_dir": state(site)})["clean"]
-    patching.apply(req(site, "scheduler"))
-    st = patching.status({"state_dir": state(site), "site_packages": str(site)})
-    assert st["patched"] and st["mode"] == "scheduler" and [f["state"] for f in st["files"]] == ["patched"]
-    Path(state(site), "patches", "manifest.json").unlink()
-    st = patching.status({"state_dir": state(site), "site_packages": str(site)})
-    assert st["unmanaged"] == [str(site / SCHED_REL)] and not st["clean"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -466,7 +462,7 @@ SCHED_CALL = (
 def test_patched_scheduler_sets_env_and_prints_marker(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     r = req(site, "scheduler")
-    patching.apply(r)
+    apply(r)
     out = run_py(SCHED_CALL, site, SPECDEPLOY_DEPLOY_ID="dep-1")
     assert json.loads(out.stdout) == VALUES
     (m,) = markers(out.stderr)
@@ -478,7 +474,7 @@ def test_patched_scheduler_sets_env_and_prints_marker(tmp_path: Path) -> None:
     (m,) = markers(out.stderr)
     assert m["kept"] == {"NCCL_ALGO": "Tree"} and "NCCL_ALGO" not in m["set"] and m["deploy"] is None
 
-    patching.apply(req(site, "scheduler", force=True))
+    apply(req(site, "scheduler", force=True))
     out = run_py(SCHED_CALL, site, NCCL_ALGO="Tree")
     assert json.loads(out.stdout)["NCCL_ALGO"] == "Ring"
     (m,) = markers(out.stderr)
@@ -487,7 +483,7 @@ def test_patched_scheduler_sets_env_and_prints_marker(tmp_path: Path) -> None:
 
 def test_patched_engine_sets_env(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "engine"))
+    apply(req(site, "engine"))
     out = run_py(
         "import json; from sglang.srt.entrypoints import engine as e; env = e._set_envs_and_config(None); "
         "print(json.dumps({k: v for k, v in env.items() if k.startswith('NCCL_')}))",
@@ -500,7 +496,7 @@ def test_patched_engine_sets_env(tmp_path: Path) -> None:
 
 def test_plugin_is_discoverable_and_applies(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    res = patching.apply(req(site, "plugin"))
+    res = apply(req(site, "plugin"))
     assert {f["action"] for f in res["files"]} == {"installed"}
     code = (
         "import json, os; from importlib.metadata import entry_points, version; "
@@ -514,12 +510,12 @@ def test_plugin_is_discoverable_and_applies(tmp_path: Path) -> None:
     assert data == {"names": ["specdeploy_nccl_env"], "version": "0.1.0", "proto": "LL"}
     (m,) = markers(out.stderr)
     assert m["mode"] == "plugin" and m["set"] == VALUES
-    assert patching.apply(req(site, "plugin"))["changed"] is False
+    assert apply(req(site, "plugin"))["changed"] is False
 
 
 def test_plugin_record_matches_files(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "plugin"))
+    apply(req(site, "plugin"))
     (record,) = site.glob("specdeploy_nccl_env-*.dist-info/RECORD")
     for line in record.read_text().splitlines():
         path, digest, size = line.split(",")
@@ -532,7 +528,7 @@ def test_plugin_record_matches_files(tmp_path: Path) -> None:
 
 def test_sitecustomize_acts_only_with_deploy_id(tmp_path: Path) -> None:
     site = make_site(tmp_path)
-    patching.apply(req(site, "sitecustomize"))
+    apply(req(site, "sitecustomize"))
     code = "import os, json; print(json.dumps(os.environ.get('NCCL_PROTO')))"
     out = run_py(code, site)
     assert json.loads(out.stdout) is None and markers(out.stderr) == []
@@ -547,7 +543,7 @@ def test_foreign_sitecustomize_is_refused(tmp_path: Path) -> None:
     (site / "sitecustomize.py").write_text("import apport_python_hook\n")
     before = tree(site)
     with pytest.raises(AgentError) as ei:
-        patching.apply(req(site, "sitecustomize"))
+        apply(req(site, "sitecustomize"))
     assert ei.value.kind == "foreign_file" and "sitecustomize.py" in ei.value.message
     assert tree(site) == before
 
@@ -556,7 +552,7 @@ def test_sitecustomize_shadow_check(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     r = req(site, "sitecustomize")
     r["python"] = sys.executable  # this interpreter does not have `site` on its path: a warning, not an error
-    res = patching.apply(r)
+    res = apply(r)
     assert res["warnings"] and "sitecustomize" in res["warnings"][0]
 
 
@@ -565,18 +561,18 @@ def test_sitecustomize_shadow_check(tmp_path: Path) -> None:
 
 
 def test_plugin_refused_before_0_5_11(tmp_path: Path) -> None:
-    with pytest.raises(patchset.PatchModeError) as ei:
+    with pytest.raises(PatchModeError) as ei:
         patchset.resolve_mode("plugin", "0.5.10.post1")
     assert "0.5.10.post1" in str(ei.value) and "scheduler" in str(ei.value)
     site = make_site(tmp_path, plugins=False)
     r = req(site, "plugin")  # built for 0.5.12, then claimed as 0.5.9 on the host
     r["sglang_version"] = "0.5.9"
     with pytest.raises(AgentError) as ei2:
-        patching.apply(r)
+        apply(r)
     assert ei2.value.kind == "mode_unsupported" and "0.5.9" in ei2.value.message
     r["sglang_version"] = "0.5.12"  # version says yes, but the tree has no sglang/srt/plugins
     with pytest.raises(AgentError) as ei2:
-        patching.apply(r)
+        apply(r)
     assert ei2.value.kind == "mode_unsupported"
 
 
@@ -597,13 +593,13 @@ def test_resolve_mode(requested: str, version: str, expected: str) -> None:
 
 
 def test_resolve_mode_errors() -> None:
-    with pytest.raises(patchset.PatchModeError, match="unknown patch mode"):
+    with pytest.raises(PatchModeError, match="unknown patch mode"):
         patchset.resolve_mode("magic", "0.5.12")
-    with pytest.raises(patchset.PatchModeError):
+    with pytest.raises(PatchModeError):
         patchset.resolve_mode("auto", "not-a-version")
-    with pytest.raises(patchset.PatchModeError):
+    with pytest.raises(PatchModeError):
         patchset.normalize_values({"NCCL PROTO": "LL"})
-    with pytest.raises(patchset.PatchModeError):
+    with pytest.raises(PatchModeError):
         patchset.normalize_values({"NCCL_PROTO": "L\nL"})
 
 
@@ -612,7 +608,7 @@ def test_env_mode_ships_nothing(tmp_path: Path) -> None:
     r = req(site, "env")
     assert r["files"] == {}
     before = tree(site)
-    assert patching.apply(r)["files"] == [] and tree(site) == before
+    assert apply(r)["files"] == [] and tree(site) == before
 
 
 def test_parse_marker() -> None:
@@ -620,7 +616,7 @@ def test_parse_marker() -> None:
         "2026-01-01 INFO [specdeploy] nccl-env mode=plugin hash=abc123def456 pid=42 deploy=d1 "
         'set={"NCCL_PROTO": "LL"} kept={"NCCL_ALGO": "Tree {x}"}'
     )
-    assert patching.parse_marker(line) == {
+    assert parse_marker(line) == {
         "mode": "plugin",
         "hash": "abc123def456",
         "pid": 42,
@@ -628,12 +624,12 @@ def test_parse_marker() -> None:
         "set": {"NCCL_PROTO": "LL"},
         "kept": {"NCCL_ALGO": "Tree {x}"},
     }
-    assert patching.parse_marker("[specdeploy] nccl-env mode=x pid=1 set={} kept={} trailing") is None
-    assert patching.parse_marker("[specdeploy] nccl-env mode=x pid=z set={} kept={}") is None
-    assert patching.parse_marker("NCCL INFO NCCL_PROTO set by environment to LL") is None
+    assert parse_marker("[specdeploy] nccl-env mode=x pid=1 set={} kept={} trailing") is None
+    assert parse_marker("[specdeploy] nccl-env mode=x pid=z set={} kept={}") is None
+    assert parse_marker("NCCL INFO NCCL_PROTO set by environment to LL") is None
 
 
 def test_supported_modes() -> None:
-    assert "plugin" not in patching.supported_modes("0.5.10.post1")
-    assert "plugin" in patching.supported_modes("0.5.11")
-    assert patching.auto_mode("0.5.12rc1") == "plugin"
+    assert "plugin" not in supported_modes("0.5.10.post1")
+    assert "plugin" in supported_modes("0.5.11")
+    assert auto_mode("0.5.12rc1") == "plugin"

@@ -23,7 +23,7 @@ import pytest
 
 from fabfile.plan.analysis import fit_cycle
 from fabfile.plan.predict import Measured, accept_len_at, plan_runs, predict_level, request_tok_s, unpredictable_reason
-from fabfile.remote import metrics
+from fabfile.remote.measure import metrics
 
 SITE = Path(__file__).resolve().parent / "simhost" / "sim" / "site"
 STEPS = list(range(1, 8))

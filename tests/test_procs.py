@@ -98,7 +98,7 @@ def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         assert procs.same_pid_namespace(procs.os.getpid())
-        from fabfile.remote import stop
+        from fabfile.remote.serve import stop
 
         found = stop.find_stale("/nonexistent-state", [], include_gpu_holders=False)
         assert inner[0].pid not in found["targets"]
@@ -108,7 +108,7 @@ def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
 
 
 def test_fatal_log_lines_and_benign_nccl_warnings() -> None:
-    from fabfile.remote.server import classify
+    from fabfile.remote.serve.server import classify
 
     fatal = [
         "vm:1:1 [0] NCCL WARN Cuda failure 'out of memory'",

@@ -48,7 +48,7 @@ def test_timer_and_trace_agree_and_name_their_sources(inventory: Path, sim_host:
     assert code == 0, err
     code, doc, err = inv_json("profile", *LOAD, inventory=inventory)
     assert code == 0, err
-    r = doc["data"]
+    r = doc["hosts"][0]["data"]
     assert r["timer"] is True and r["cuda_graph"] is True
     assert [k["rank"] for k in r["ranks"]] == [0, 1]
     timer = r["ranks"][0]["timer"]
@@ -66,7 +66,7 @@ def test_timer_and_trace_agree_and_name_their_sources(inventory: Path, sim_host:
     code, doc, err = inv_json("profile", *LOAD, "--trace", "--trace-steps", "10", "--out", str(out),
                               inventory=inventory)
     assert code == 0, err
-    r = doc["data"]
+    r = doc["hosts"][0]["data"]
     for rank in r["ranks"]:
         t, traced = rank["timer"], rank["trace"]
         assert traced["verify"]["source"] == "SGLang profiler trace"
@@ -104,7 +104,7 @@ def test_under_concurrency_a_pass_is_one_batch(inventory: Path, sim_host: SimHos
     code, doc, err = inv_json("profile", "--concurrency", "4", "--num-prompts", "8", "--output-len", "48",
                               inventory=inventory)
     assert code == 0, err
-    verify = doc["data"]["ranks"][0]["timer"]["verify"]
+    verify = doc["hosts"][0]["data"]["ranks"][0]["timer"]["verify"]
     assert 20.2 * 0.5 * 0.98 <= verify["ms"] <= (20.2 + 0.12 * 4 * 3) * 0.5 * 1.02, verify
     assert "note" not in verify  # counted by SGLang itself, not estimated
 
@@ -114,7 +114,7 @@ def test_the_baseline_reports_its_decode_step_from_both_sources(inventory: Path,
     assert inv_json("deploy", "--steps", "0", inventory=inventory)[0] == 0
     code, doc, err = inv_json("profile", *LOAD, "--trace", "--trace-steps", "10", inventory=inventory)
     assert code == 0, err
-    rank = doc["data"]["ranks"][0]
+    rank = doc["hosts"][0]["data"]["ranks"][0]
     assert rank["timer"]["decode"]["ms"] == pytest.approx(12.2 * 0.5, rel=0.05)
     assert rank["trace"]["decode"]["ms"] == pytest.approx(rank["timer"]["decode"]["ms"], rel=0.10)
     assert "verify" not in rank["timer"] and rank["trace"]["kernels"]["decode"]["launch"] == "cuda graph"
@@ -128,7 +128,7 @@ def test_without_the_timer_the_cycle_is_derived_and_says_how_to_measure(fleet: F
     assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
     code, doc, err = inv_json("profile", *LOAD, inventory=inventory)
     assert code == 0, err
-    r = doc["data"]
+    r = doc["hosts"][0]["data"]
     assert r["timer"] is False
     assert "measure: true" in r["timer_missing"] and "--measure" in r["timer_missing"]
     assert r["derived"]["cycle"]["source"] == "derived: TPOT × accept length"

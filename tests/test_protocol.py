@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 from fabfile import errors
-from fabfile.remote import protocol
+from fabfile.remote import protocol, verbs
 from fabfile.remote.verbs import TABLE
 
 REMOTE = Path(protocol.__file__).resolve().parent
@@ -34,7 +34,7 @@ def raised_kinds() -> dict[str, list[str]]:
     A helper is a function whose first parameter is ``kind`` and that passes it on as AgentError's first argument;
     its callers' literal kinds count. Any other non-literal kind is a failure: the scan could not see it.
     """
-    trees = {p.name: ast.parse(p.read_text(), str(p)) for p in sorted(REMOTE.glob("*.py"))}
+    trees = {str(p.relative_to(REMOTE)): ast.parse(p.read_text(), str(p)) for p in sorted(REMOTE.rglob("*.py"))}
     helpers = {"AgentError"}
     for tree in trees.values():
         for fn in ast.walk(tree):
@@ -115,8 +115,81 @@ def test_the_client_keeps_the_specific_class_and_hint() -> None:
     assert type(e) is errors.RemoteError
 
 
-def test_verb_table_matches_the_protocol() -> None:
-    assert sorted(TABLE) == sorted(protocol.VERBS)
+# --- the verb table: each verb has a request and an answer shape, and its function is annotated with both -------
+
+SESSION = Path(protocol.__file__).resolve().parent.parent / "transport" / "session.py"
+
+def _sent_by_session() -> dict[str, list[str]]:
+    """verb name -> the HostSession methods that send it (``self._call(verbs.X, ...)``), read from the source."""
+    by_const = {name: v.name for name, v in vars(verbs).items() if isinstance(v, verbs.Verb)}
+    tree = ast.parse(SESSION.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HostSession")
+    sent: dict[str, list[str]] = {}
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for call in ast.walk(fn):
+            if isinstance(call, ast.Call) and _func_name(call) == "_call" and call.args and \
+                    isinstance(call.args[0], ast.Attribute):
+                sent.setdefault(by_const[call.args[0].attr], []).append(fn.name)
+    return sent
+
+
+def test_every_verb_has_a_request_and_an_answer_shape_and_its_function_is_annotated_with_them() -> None:
+    from typing import get_type_hints
+
+    from tests.support.shapes import _is_typeddict
+
+    assert len(TABLE) >= 20
+    for name, verb in TABLE.items():
+        assert verb.name == name
+        for shape in (verb.request, verb.answer):
+            assert _is_typeddict(shape) and shape.__module__ == protocol.__name__, (name, shape)
+        fn = verb.function()  # the row names a function that exists
+        hints = get_type_hints(fn)
+        first = fn.__code__.co_varnames[0]
+        assert hints.get(first) is verb.request, f"{name}: {fn.__qualname__}'s request is not {verb.request}"
+        assert hints.get("return") is verb.answer, f"{name}: {fn.__qualname__} does not return {verb.answer}"
+
+
+def test_each_request_is_built_in_one_host_session_method_that_returns_the_answer_shape() -> None:
+    from typing import get_type_hints
+
+    from fabfile.transport.session import HostSession
+
+    sent = _sent_by_session()
+    assert set(sent) == set(TABLE), set(sent) ^ set(TABLE)
+    for name, methods in sent.items():
+        assert len(methods) == 1, f"{name} is sent by {methods}: build its request in one place"
+        assert get_type_hints(getattr(HostSession, methods[0]))["return"] is TABLE[name].answer, name
+    # and nothing else in the client talks to the agent by a verb's name
+    root = SESSION.parent.parent
+    for path in sorted(root.rglob("*.py")):
+        if path.parent.name == "remote" or path.name in ("session.py", "agentclient.py"):
+            continue
+        for call in ast.walk(ast.parse(path.read_text())):
+            if isinstance(call, ast.Call) and _func_name(call) in ("call", "_call"):
+                assert not (call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value in TABLE), \
+                    f"{path.relative_to(root)}:{call.lineno} sends {call.args[0].value!r} outside HostSession"
+
+
+def test_the_shape_checker_sees_a_wrong_answer() -> None:
+    from tests.support.shapes import problems
+
+    good: protocol.StopAnswer = {"routers_running": [], "terminated": [{"pid": 1}], "killed": [], "survivors": []}
+    assert problems(good, protocol.StopAnswer) == []
+    assert problems({"terminated": []}, protocol.StopAnswer) == [
+        "answer: missing required key 'routers_running' (StopAnswer)"]
+    assert problems({"routers_running": [], "restored": []}, protocol.StopAnswer) == [
+        "answer: key 'restored' is not in StopAnswer"]
+    assert problems({"routers_running": ["r"], "dry_run": 1}, protocol.StopAnswer) == [
+        "answer.dry_run: 1 is a int, not a bool"]
+    assert problems({"replayed": True, "result": None}, protocol.AttachAnswer) == [
+        "answer.result: NoneType, not an object"]
+    assert problems({"log_path": "/x", "offset": 2.5}, protocol.LogsAnswer) == [
+        "answer.offset: 2.5 is a float, not a int"]
+    logs: dict[str, object] = {"log_path": "/x", "offset": 2}
+    assert problems(logs, protocol.LogsAnswer) == []
 
 
 # --- request shapes: what the client sends is exactly what protocol.py says (the agent is typed against it) -------
@@ -142,7 +215,7 @@ def _keys(shape: type) -> tuple[frozenset[str], frozenset[str]]:
 def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path) -> None:
     from fabfile.commands.bench import BenchParams, run_bench
     from fabfile.commands.deploy import deploy_host
-    from fabfile.commands.operations import check_env_request
+    from fabfile.commands.operations import expected_env
     from fabfile.commands.profile import ProfileParams, profile_host
     from fabfile.inventory import hosts as inventory
     from fabfile.plan.deploy_plan import Options
@@ -161,7 +234,7 @@ def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path)
         with HostSession.open(inv, host) as s:
             s.stop()
             run_bench(s, BenchParams(target_ci=0.05))
-            s.call("evidence", check_env_request(host))
+            s.check_env(expected_env(host))
         assert profile_host(inv, host, ProfileParams(trace=True)).exit_code == 0
 
     required, optional = _keys(protocol.DeployRequest)

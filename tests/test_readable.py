@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from fabfile.present import checkenv_report
-from fabfile.present.report import print_sweep, table_rows
+from fabfile.present.sweep_report import print_sweep, table_rows
 from tests.invoke_cli import derived_inventory, inv_json, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -219,7 +219,7 @@ def test_a_failed_deploy_shows_the_compact_matrix_and_one_hint_per_cause(monkeyp
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_analyze_never_cuts_a_config_name(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fabfile.present import report
+    from fabfile.present import analyze_report as report
 
     rows = [{"config": f"eagle3-s{s}-k8-d{8 * s}", "cycle_ms": 20.0 + s, "needed_accept_len": 1.5 + s / 10,
              "max_accept_len": s + 1, "accept_len": 2.2, "predicted_tok_s": 101.5 + s,
@@ -245,16 +245,37 @@ def test_a_sweep_without_matplotlib_says_why_there_is_no_plot(tmp_path: Path, mo
     """Without the plot extra, sweep.png was silently missing."""
     import sys
 
-    from fabfile.present import report
+    from fabfile.commands.sweep import write_outputs
+    from fabfile.present import sweep_report as report
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     doc: dict[str, object] = {"sweep_id": "s1", "host": "sim1", "params": {}, "rows": [], "analysis": {}}
-    paths = report.write_outputs(tmp_path, doc)
+    paths = write_outputs(tmp_path, doc)
     assert "plot" not in paths and not (tmp_path / "sweep.png").exists()
     buf = io.StringIO()
     report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
     said = " ".join(buf.getvalue().split())
     assert "no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]')" in said, said
+
+
+def test_a_sweep_without_matplotlib_says_so_in_one_line_and_in_its_report(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sentence ran to 137 characters (two lines at 80 columns) and report.md did not mention the plot at all."""
+    import sys
+
+    from fabfile.commands.sweep import write_outputs
+    from fabfile.present import sweep_report as report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    doc: dict[str, object] = {"sweep_id": "s1", "host": "sim1", "params": {}, "rows": [], "analysis": {}}
+    write_outputs(tmp_path, doc)
+    buf = io.StringIO()
+    report.print_sweep(doc, as_json=False, console=Console(file=buf, width=80, color_system=None))
+    said = [ln for ln in buf.getvalue().splitlines() if "sweep.png" in ln or "matplotlib" in ln or "plot]" in ln]
+    assert len(said) == 1 and len(said[0]) <= 80 and "pip install 'specdeploy[plot]'" in said[0], said
+    assert "no sweep.png: matplotlib is not installed" in (tmp_path / "report.md").read_text()
 
 
 def test_a_sweep_row_shows_one_tok_s_and_labels_the_others() -> None:
@@ -279,3 +300,77 @@ def test_the_tunnel_line_goes_through_the_inventorys_own_ssh_config() -> None:
     host = result.plan.host  # type: ignore[attr-defined]
     assert tunnel_line(host) == ("from this machine: ssh -N -L 8000:127.0.0.1:8000 gpu1  then http://127.0.0.1:8000")
     assert "ssh -F '/srv/fleet/ssh config' -N -L 8000" in str(tunnel_line(host, Path("/srv/fleet/ssh config")))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_check_env_verbose_table_cuts_no_value(width: int) -> None:
+    """`check-env --verbose` at 80 columns cut the expected buffer size to `167772…` and its heads to `expect…`."""
+    text = _render(checkenv_report.render_table, width, _evaluation(bad_rank=5), {})
+    _whole(text, ["16777216", "NCCL_MAX_NCHANNELS", "expected", "different", "start environ"])
+    assert all(len(ln) <= width for ln in text.splitlines())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_status_routers_table_cuts_no_url_and_says_a_missing_pid_with_the_one_dash(
+        width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The routers table cut the router's URL to `http://gpu1:3…` at 80 columns and printed a missing pid as None."""
+    from fabfile.commands.operations import server_view
+    from fabfile.inventory import hosts as inventory
+    from fabfile.present import hosts_report
+    from fabfile.results.hosts import HostOutcome, HostsResult
+
+    host = inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"]
+    up: dict[str, object] = {
+        "running": True, "record": {"deploy_id": "d-1", "config_name": "eagle3-s3-k1-d4", "pid": 7},
+        "health": {"status": 200, "path": "/health_generate"},
+        "routers": [{"name": "front", "running": True, "pid": None, "listen": "0.0.0.0", "port": 30000,
+                     "health": 200, "workers": [{"url": "http://10.0.0.1:8000", "health": 200}]}]}
+    up["state"] = server_view(up)
+    buf = io.StringIO()
+    monkeypatch.setattr(hosts_report, "out", Console(file=buf, width=width, color_system=None))
+    hosts_report.print_status(HostsResult([HostOutcome(host, data=up)]))
+    text = buf.getvalue()
+    _whole(text, [f"http://{host.ssh_host}:30000", "eagle3-s3-k1-d4"])
+    assert "None" not in text, text
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_watch_prints_a_missing_figure_with_the_same_dash_as_every_table(
+        width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four helpers printed `-` for a missing value and watch's printed `—`."""
+    from fabfile.present import watch_report
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None)
+    monkeypatch.setattr(watch_report, "out", console)
+    row = {"host": "gpu1", "config_name": "eagle3-s3-k1-d4", "running": True, "health": {"status": 200},
+           "tok_s": None, "accept_len": 2.1, "running_req": 1, "queue_req": None, "source": None, "age_s": None}
+    watch_report.WatchView(as_json=False, once=True).sample([row], {}, {})
+    text = buf.getvalue()
+    assert "—" not in text and "eagle3-s3-k1-d4" in text, text
+    if width == 200:
+        cells = [c.strip() for c in next(ln for ln in text.splitlines() if "gpu1" in ln).split("│")]
+        assert cells[4] == "-" and cells[7] == "-", cells  # tok/s, queued
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_rollout_table_never_cuts_the_configuration_running_now(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a long note, the rollout table at 80 columns cut what runs on the host to `eagle3-s10-k8-…`."""
+    from fabfile.inventory import hosts as inventory
+    from fabfile.plan.deploy_plan import Options, build
+    from fabfile.present import rollout_report
+    from fabfile.results.deploys import DeployResult, HostRollout, RolloutResult
+
+    host = inventory.load(Path(__file__).parent.parent / "inventory.yaml").hosts["gpu1"]
+    plan = build(host, Options(steps=10, topk=8, draft_tokens=80))
+    row = HostRollout(host, 1, DeployResult(host="gpu1", ok=True, plan=plan), outcome="deployed",
+                      config_now=plan.config_name, pid_now=41229,
+                      observe_error="the host answered status but its record disagrees with the running server",
+                      observed={"state": "running", "config": plan.config_name, "problem": None})
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None)
+    monkeypatch.setattr(rollout_report, "out", console)
+    monkeypatch.setattr(rollout_report, "err", console)
+    later = HostRollout(host, 2, outcome="not started (rollout stopped)")
+    rollout_report.print_rollout(RolloutResult("rolling", [["gpu1"], ["gpu1"]], [row, later], stopped_after_batch=1))
+    _whole(buf.getvalue(), ["eagle3-s10-k8-d80", "41229", "deployed"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fabfile.remote.gates import BURST_TOKENS
+from fabfile.remote.serve.gates import BURST_TOKENS
 from tests.invoke_cli import derived_inventory, http_get, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 

@@ -161,7 +161,7 @@ def test_deploy_router_runs_the_real_router_in_front_of_the_replicas(fleet4: Fle
     assert load["ok"] > 0 and load["failed"] == 0, load
     code, st, err = inv_json("status", "--host", "sim1", inventory=inventory)
     assert code == 0, err
-    router = st["data"]["routers"][0]
+    router = st["hosts"][0]["data"]["routers"][0]
     assert router["running"] and router["health"] == 200
     assert all(w["router_says_healthy"] is True and w["health"] == 200 for w in router["workers"]), router
 
@@ -216,7 +216,7 @@ def test_the_router_stops_sending_to_a_replica_that_dies(fleet4: Fleet, hosts: d
     load = _stop_load(hosts["sim1"])
     assert load["ok"] > 0 and load["failed"] == 0, load
     _, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
-    w = {x["url"]: x for x in st["data"]["routers"][0]["workers"]}
+    w = {x["url"]: x for x in st["hosts"][0]["data"]["routers"][0]["workers"]}
     assert w.get(dead, {}).get("health") in (None, 0) or dead not in w
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fabfile.transport.agentclient import agent_bundle
+from fabfile.transport.agentclient import bundle
 from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 
@@ -127,7 +127,7 @@ def test_deploy_router_refuses_a_shared_log_dir(fleet: Fleet, sim_hosts: dict[st
 
 
 def test_a_planted_agent_in_a_shared_state_dir_never_runs(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
-    sha16 = agent_bundle()[1][:16]
+    sha16 = bundle().manifest_sha256[:16]
     d = f"/tmp/sdstate/agent/{sha16}"
     r = as_nobody(sim_host, f"mkdir -p {d} && chmod -R 777 /tmp/sdstate && "
                             f"printf 'open(\"{MARKER}\", \"a\").write(\"agent\")\\n' > {d}/__main__.py")
@@ -142,7 +142,7 @@ def test_a_planted_agent_in_a_shared_state_dir_never_runs(fleet: Fleet, sim_host
 def test_a_changed_agent_file_is_refused_before_it_runs(inventory: Path, sim_host: SimHost) -> None:
     code, _, err = inv_json("gpus", inventory=inventory)  # installs the agent
     assert code == 0, err
-    sha16 = agent_bundle()[1][:16]
+    sha16 = bundle().manifest_sha256[:16]
     sim_host.exec(f"echo 'open(\"{MARKER}\", \"a\").write(\"x\")' >> /root/.specdeploy/agent/{sha16}/"
                   "specdeploy_agent/verbs.py")
     r = run_inv("gpus", inventory=inventory)
@@ -170,7 +170,7 @@ def test_two_deploys_install_the_agent_at_the_same_moment(fleet: Fleet, sim_host
     for r in results:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "Traceback" not in r.stderr
-    sha16 = agent_bundle()[1][:16]
+    sha16 = bundle().manifest_sha256[:16]
     listing = sim_host.exec("ls -a /root/.specdeploy/agent; stat -c '%a %U' /root/.specdeploy/agent/" + sha16)
     names = listing.stdout.split()
     assert sha16 in names and not [n for n in names if n.startswith((".install-", ".upload-"))], listing.stdout
@@ -192,7 +192,7 @@ def test_concurrent_installs_race_on_the_rename(fleet: Fleet, sim_host: SimHost)
         try:
             gate.wait()
             s.agent.ship()
-            s.call("gpus", {})
+            s.gpus()
         except BaseException as e:  # reported below
             errors.append(e)
 
@@ -207,14 +207,14 @@ def test_concurrent_installs_race_on_the_rename(fleet: Fleet, sim_host: SimHost)
             s.close()
     assert errors == []
     left = sim_host.exec("ls -a /root/.specdeploy/agent").stdout.split()
-    assert sorted(left) == [".", "..", agent_bundle()[1][:16]]
+    assert sorted(left) == [".", "..", bundle().manifest_sha256[:16]]
 
 
 def test_an_installed_agent_owned_by_someone_else_is_refused(fleet: Fleet, sim_host: SimHost,
                                                              inventory: Path) -> None:
     code, _, err = inv_json("gpus", inventory=inventory)
     assert code == 0, err
-    sha16 = agent_bundle()[1][:16]
+    sha16 = bundle().manifest_sha256[:16]
     sim_host.exec(f"chown -R 65534:65534 /root/.specdeploy/agent/{sha16}")
     r = run_inv("gpus", inventory=inventory)
     assert r.returncode == 2 and "belongs to nobody" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
-from fabfile.remote import bench, facts, metrics, patching, server, versions
+from fabfile.remote import facts, versions
+from fabfile.remote.measure import bench, metrics
+from fabfile.remote.patch import modes as patch_modes
+from fabfile.remote.serve import server
 from tests.simhost.sim.install import install_simulator
 from tests.test_patch_wheels import fetch_wheel
 
@@ -79,7 +82,8 @@ def _run_version_py(site: Path) -> str:
     ("0.5.21.dev12+g1a2b3c4", (0, 5, 21)), ("0.4.3.post4", (0, 4, 3)), ("0.5", (0, 5, 0)), ("1.0.0a2", (1, 0, 0)),
 ])
 def test_release_numbers(text: str, release: tuple[int, int, int]) -> None:
-    assert versions.release(text) == release
+    numbers = versions.key(text)[0]  # the release numbers, trailing zeros dropped
+    assert numbers + (0,) * (3 - len(numbers)) == release
 
 
 def test_total_order() -> None:
@@ -90,12 +94,25 @@ def test_total_order() -> None:
     assert versions.key("0.5.7.0") == versions.key("0.5.7")
 
 
+def test_gates_and_tables_use_the_same_order() -> None:
+    # A build counts as the release whose code it carries, placed in key()'s order; a table read from the wheels
+    # gives a host the facts of the newest release read that is not newer.
+    assert versions.feature_key("0.5.20rc1") == versions.key("0.5.20") == versions.feature_key("0.5.20.dev3")
+    assert versions.feature_key("0.5.20.post1.dev2") == versions.key("0.5.20.post1")
+    known = ["0.5.16", "0.5.9", "0.5.15.post1", "0.5.12"]
+    assert versions.newest_not_newer("0.5.15", known) == "0.5.12"
+    assert versions.newest_not_newer("0.5.15.post1", known) == "0.5.15.post1"
+    assert versions.newest_not_newer("0.5.16rc1", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.99", known) == "0.5.16"
+    assert versions.newest_not_newer("0.5.8", known) is None
+    assert versions.newest_not_newer("garbage", known) is None and versions.newest_not_newer(None, known) is None
+
+
 @pytest.mark.parametrize("bad", ["", "latest", "0.5.x", "five", "0..5"])
 def test_garbage_is_not_a_version(bad: str) -> None:
     assert not versions.valid(bad)
     with pytest.raises(ValueError):
-        versions.release(bad)
-    assert versions.release_or_none(bad) is None
+        versions.key(bad)
     assert not versions.at_least(bad, "0.0.1")
 
 
@@ -304,11 +321,11 @@ def test_plugin_allowlist_is_parsed_as_the_release_parses_it(version: str) -> No
     assert re.search(r'allowed_str = envs\.SGLANG_PLUGINS\.get\(\)\s*\n\s*if allowed_str:\s*\n\s*'
                      r'allowed_set = \{x\.strip\(\) for x in allowed_str\.split\(","\) if x\.strip\(\)\}', src)
     assert "if allowed_set is not None and ep.name not in allowed_set:" in src
-    assert patching.plugin_allowlist("") is None and patching.plugin_allowlist(None) is None
-    assert patching.plugin_allowlist(" a , b,,") == ["a", "b"]
-    assert patching.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
-    assert patching.plugin_excluded_by(" , ") and patching.plugin_excluded_by("other")
-    assert not patching.plugin_excluded_by("other, specdeploy_nccl_env ")
+    assert patch_modes.plugin_allowlist("") is None and patch_modes.plugin_allowlist(None) is None
+    assert patch_modes.plugin_allowlist(" a , b,,") == ["a", "b"]
+    assert patch_modes.plugin_allowlist(" , ") == []  # allowed_set == set(): SGLang loads no plugin
+    assert patch_modes.plugin_excluded_by(" , ") and patch_modes.plugin_excluded_by("other")
+    assert not patch_modes.plugin_excluded_by("other, specdeploy_nccl_env ")
 
 
 def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path) -> None:
@@ -322,7 +339,7 @@ def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path)
         generic = {"code": "env_stripped", "severity": "error", "message": "use --patch-mode plugin", "vars": [],
                    "pids": []}
         evaluation: dict[str, Any] = {"ok": False, "hints": [dict(generic)]}
-        patching.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
+        patch_modes.explain_unloaded_plugin(evaluation, "plugin", proc.pid, {"SGLANG_PLUGINS": "other,x"})
         first = evaluation["hints"][0]
         assert first["code"] == "plugin_not_allowed" and first["pids"] == [proc.pid]
         assert "SGLANG_PLUGINS='other'" in first["message"] and "specdeploy_nccl_env" in first["message"]
@@ -331,11 +348,11 @@ def test_check_env_names_an_allowlist_that_leaves_the_plugin_out(tmp_path: Path)
         for ok, mode, value in ((True, "plugin", "other"), (False, "scheduler", "other"),
                                 (False, "plugin", "other,specdeploy_nccl_env")):
             ev: dict[str, Any] = {"ok": ok, "hints": []}
-            patching.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
+            patch_modes.explain_unloaded_plugin(ev, mode, None, {"SGLANG_PLUGINS": value})
             assert ev["hints"] == []
         # no readable process: the launch environment of the deploy record says it
         ev = {"ok": False, "hints": []}
-        patching.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
+        patch_modes.explain_unloaded_plugin(ev, "plugin", None, {"SGLANG_PLUGINS": "a,b"})
         assert "SGLANG_PLUGINS='a,b' in the launch environment" in ev["hints"][0]["message"]
     finally:
         proc.kill()
@@ -406,8 +423,8 @@ def test_bench_dataset_follows_the_release(version: str, tmp_path: Path) -> None
     install_simulator(tmp_path / "venv", tmp_path / "bin", version, sys.executable)
     site = next((tmp_path / "venv").glob("lib/python*/site-packages"))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(site)}
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote import bench; "
-            "print(json.dumps(bench.bench_serving_datasets({'PYTHONPATH': sys.argv[2]})))")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from fabfile.remote.measure import bench; "
+            "print(json.dumps(bench.bench_serving_help({'PYTHONPATH': sys.argv[2]})[0]))")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(site)], capture_output=True, text=True,
                          timeout=120, env=env, check=True)
     offered = json.loads(out.stdout)
@@ -442,3 +459,23 @@ def test_device_timer_facts_follow_the_release(version: str) -> None:
     assert f["timer"] == versions.at_least(version, versions.DEVICE_TIMER)
     assert f["verify_calls"] == versions.at_least(version, versions.SPEC_VERIFY_CALLS)
     assert f["eager_verify"] == versions.at_least(version, versions.EAGER_VERIFY_CATEGORY)
+
+
+def test_the_nccl_table_stores_changes_only_and_each_release_reads_its_own_writes() -> None:
+    """The generated table (``python -m tests.contract --write``) keeps a release's NCCL writes only where they
+    differ from the release before it; looked up, every release read still gets its own (the wheels tier checks
+    them against each wheel: tests/test_contract.py)."""
+    from fabfile.remote.evidence import sglang_env_facts
+    from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
+
+    table = sglang_env_facts.NCCL_WRITES
+    order = sorted(table, key=versions.key)
+    assert list(table) == order and table[order[0]] is not None
+    effective: list[dict[str, Any]] = []
+    for v in order:
+        stored = table[v]
+        assert stored != effective, f"{v} repeats the writes of the release before it"
+        effective = effective if stored is None else stored
+        assert sglang_env_facts_for(v) == (v, effective)
+        if "post" not in v:
+            assert sglang_env_facts_for(v + "rc1") == (v, effective)  # a pre-release counts as its release

@@ -739,7 +739,7 @@ def test_device_timer_and_profiler_follow_the_release(sim: Sim, version: str, tm
     """CUDA graphs off: 0.5.12 times an eager verify as `extend` and has no verify-call counter nor draft spans;
     0.5.16 has `target_verify`, the counter and the `draft`/`draft_extend` spans. Timer and trace, read by the
     tool's own parsers, agree on what both measure."""
-    from fabfile.remote import devicetimer, trace
+    from fabfile.remote.measure import devicetimer, trace
 
     sim.install(version, time_scale=0.5)
     launcher = sim.launch("--enable-metrics", "--disable-cuda-graph", spec=True, tp=2,

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+from fabfile.commands.sweep import save_plot as plot
 from fabfile.errors import FlagError
 from fabfile.inventory import hosts as inventory
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.sweep_nccl import apply, candidates
 from fabfile.plan.sweep_plan import configs
-from fabfile.present.report import nccl_lines, plot, plot_series
+from fabfile.present.plot import plot_series
+from fabfile.present.sweep_report import nccl_lines
 from tests.invoke_cli import derived_inventory, inv_json, run_inv
 from tests.simhost.fleet import Fleet, SimHost
 

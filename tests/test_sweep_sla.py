@@ -10,7 +10,7 @@ import pytest
 
 from fabfile.commands.sweep import choose
 from fabfile.plan.sla import Limits
-from fabfile.present.report import conclusion, table_rows
+from fabfile.present.sweep_report import conclusion, table_rows
 from tests.invoke_cli import run_inv
 
 

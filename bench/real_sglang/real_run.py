@@ -145,6 +145,11 @@ def deploy_detail(doc: Any, err: str, wall: float) -> str:
     return f"{e.get('kind')}: {e.get('message')} | hint: {e.get('hint')}"
 
 
+def one_host(doc: Any) -> Any:
+    """This run's one host's part of a host command's --json ({"ok", "hosts": [...]}, one shape for any number)."""
+    return ((doc or {}).get("hosts") or [{}])[0]
+
+
 def checkenv_summary(doc: Any) -> str:
     rows = (doc or {}).get("rows") or []
     by: dict[str, int] = {}
@@ -204,6 +209,7 @@ def check_modes(modes: list[str], tp: int, steps: int = 3) -> None:
         if not deploy_ok(doc, code):
             continue
         code, doc, err, _ = inv("check-env", "--json")
+        doc = one_host(doc)
         rows = (doc or {}).get("rows") or []
         proven = [r for r in rows if r.get("status") == "proven"]
         nccl = [r for r in rows if r.get("evidence") == "nccl_log"]
@@ -272,6 +278,7 @@ def stop_and_rollback(site: Path, before: dict[str, str], tp: int) -> None:
            "apps: none" in state and max(used[:tp]) < 1024,
            f"stop exit {code} in {wall:.1f} s; nvidia-smi: {state}; sglang processes: {procs_left}", doc=doc)
     code, doc, _err, wall = inv("rollback-patches", "--json", timeout=120)
+    doc = one_host(doc)
     after = tree_manifest(site)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     record(f"tp{tp} rollback-patches: installed tree byte-identical", code == 0 and not changed,
@@ -308,6 +315,7 @@ def step_baseline() -> None:
         print(log.read_text(errors="replace")[-6000:] if log.is_file() else "no server log")
         return
     code, cdoc, _, _ = inv("check-env", "--json")
+    cdoc = one_host(cdoc)
     record("tp1 check-env after env (baseline)", code == 0, checkenv_summary(cdoc), rows=(cdoc or {}).get("rows"))
     BENCHES["baseline"] = bench("tp1 bench baseline", 0)
 
@@ -321,6 +329,7 @@ def step_eagle(tp: int, mode: str = "plugin") -> None:
         print(log.read_text(errors="replace")[-6000:] if log.is_file() else "no server log")
         return
     code, cdoc, _, _ = inv("check-env", "--json")
+    cdoc = one_host(cdoc)
     rows = (cdoc or {}).get("rows") or []
     record(f"tp{tp} check-env after {mode}", code == 0 and len(rows) >= 6 * tp and
            all(r.get("status") == "proven" for r in rows), checkenv_summary(cdoc), rows=rows)
@@ -373,6 +382,7 @@ def stripped(python: str, models: Path, tp: int, modes: list[str], **inv_kw: Any
             if not deploy_ok(doc, code):
                 continue
             code, cdoc, _, _ = inv("check-env", "--json")
+            cdoc = one_host(cdoc)
             rows = (cdoc or {}).get("rows") or []
             blind = [r for r in rows if r.get("evidence") == "nccl_log" and
                      (r.get("sources") or {}).get("environ") is None]

@@ -17,9 +17,12 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import FlagError
+
+if TYPE_CHECKING:
+    from fabfile.remote.protocol import AdoptAnswer
 
 # Words that only change how the command runs, not what runs; the server is the same without them.
 _WRAPPERS = {"nohup", "setsid", "exec", "command", "builtin", "time"}
@@ -180,26 +183,20 @@ def _parse_segment(seg: list[str], text: str) -> Launch:
 
 def split_flags(args: list[str]) -> tuple[dict[str, str], list[str]]:
     """The flags the tool renders from fields (flag -> value) and the rest, verbatim and in order."""
+    from fabfile.remote.common import split_argv
+
     managed: dict[str, str] = {}
     rest: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        flag, eq, inline = a.partition("=")
-        if a.startswith("--") and flag in _FIELD_OF:
-            if eq:
-                value = inline
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                i += 1
-                value = args[i]
-            else:
-                raise FlagError(f"--command: {flag} has no value")
-            if flag in managed or any(_FIELD_OF[f] == _FIELD_OF[flag] for f in managed):
-                raise FlagError(f"--command: {flag} is given twice; SGLang would take the last, keep one")
-            managed[flag] = value
-        else:
-            rest.append(a)
-        i += 1
+    for item in split_argv(args):
+        flag = item.name
+        if flag not in _FIELD_OF:
+            rest.extend(item.words)
+            continue
+        if item.value is None:
+            raise FlagError(f"--command: {flag} has no value")
+        if flag in managed or any(_FIELD_OF[f] == _FIELD_OF[flag] for f in managed):
+            raise FlagError(f"--command: {flag} is given twice; SGLang would take the last, keep one")
+        managed[flag] = item.value
     return managed, rest
 
 
@@ -207,7 +204,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The inventory entry (a plain mapping, YAML-ready) that renders ``launch``."""
     from fabfile.inventory.hosts import BUILTIN_NCCL_PRESETS
-    from fabfile.remote import ncclenv
+    from fabfile.remote.evidence import ncclenv
 
     managed, rest = split_flags(launch.args)
     fields: dict[str, Any] = {}
@@ -267,7 +264,7 @@ def validate_entry(name: str, entry: dict[str, Any]) -> Any:
     from fabfile.inventory import schema as inventory_schema
 
     try:
-        return resolve._build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
+        return resolve.build(Path("<adopted>"), {"hosts": {name: entry}}).hosts[name]
     except inventory_schema.InvalidField as e:
         raise FlagError(f"--command: the adopted entry is not valid: {inventory_schema.pydantic_message(e, '')}") \
             from None
@@ -299,12 +296,12 @@ def entry_yaml(name: str, entry: dict[str, Any], source: str, settings: dict[str
     return head + body
 
 
-def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, dict[str, Any]]:
+def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, AdoptAnswer]:
     """Read the server running on ``host`` (agent verb ``adopt``, which also records it as adopted there)."""
     from fabfile.transport.session import HostSession
 
     with HostSession.open(inv, host) as s:
-        data = s.call("adopt", {"state_dir": host.state_dir, "port": host.port})
+        data = s.adopt(host.port)
     argv = list(data.get("argv") or [])
     launch = _parse_segment(argv, shlex.join(argv)) if argv else None
     if launch is None:

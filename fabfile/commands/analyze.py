@@ -1,5 +1,5 @@
 """``inv analyze``: the break-even of speculative decoding, from a sweep's result file or from numbers given on the
-command line (``fabfile.plan.analysis`` does the maths; ``fabfile.present.report`` prints it)."""
+command line (``fabfile.plan.analysis`` does the maths; ``fabfile.present.analyze_report`` prints it)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from fabfile.errors import FlagError
 from fabfile.plan.analysis import BreakEven, analyze_sweep, from_numbers
+from fabfile.present.analyze_report import print_analysis, print_break_even
 from fabfile.present.output import show
-from fabfile.present.report import print_analysis, print_break_even
 
 
 def analyze_numbers(*, baseline_ms: float, verify_ms: float, draft_ms: float, steps: int | None,

@@ -3,7 +3,7 @@ the result on the host (``STATE/bench/<id>.json``) and locally (``RUNS/<host>/<i
 
 The load comes from the host, not from this machine, so the numbers are the server's and not the SSH link's: SGLang's
 own ``sglang.bench_serving`` (``--dataset-name random-ids``, no download) when the host's SGLang has it, else the
-agent's stdlib load generator (``fabfile/remote/loadgen.py``).
+agent's stdlib load generator (``fabfile/remote/measure/loadgen.py``).
 """
 
 from __future__ import annotations
@@ -61,10 +61,9 @@ def run_bench(session: HostSession, params: BenchParams, *, bench_id: str | None
               on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """One ``bench`` agent call on an open session; the result document (with ``host`` and ``params``)."""
     bid = bench_id or new_bench_id()
-    data = session.call("bench", bench_request(session.host, params, bid), timeout=params.bound(), on_event=on_event)
-    data["host"] = session.host.name
-    data["requested"] = asdict(params)
-    return data
+    data = session.bench(bench_request(session.host, params, bid), timeout=params.bound(), on_event=on_event)
+    # The result document: the host's answer, with where it ran and what was asked.
+    return {**data, "host": session.host.name, "requested": asdict(params)}
 
 
 def save_local(result: dict[str, Any], runs_dir: Path | str) -> Path:

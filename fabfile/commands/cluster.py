@@ -26,7 +26,7 @@ from fabfile.transport.session import HostSession
 def _cancel(inv: Inventory, node: Host, deploy_id: str, reason: str) -> None:
     try:
         with HostSession.open(inv, node) as s:
-            s.call("cancel", {"deploy_id": deploy_id, "reason": reason}, timeout=30)
+            s.cancel(deploy_id=deploy_id, reason=reason, timeout=30)
     except SpecDeployError:
         pass  # that node is unreachable: its own stall/ready bounds end its wait
 

@@ -1,7 +1,7 @@
 """The client side of ``inv deploy``: plan → connect → preflight → ship → the host-side sequence → summary.
 
 The host-side sequence (lock, patch, stop, GPU gate, start, wait, verify, record) runs in one agent call
-(``fabfile.remote.deploy``); this module decides what to ask for, renders events as progress, survives a dropped
+(``fabfile.remote.serve.deploy``); this module decides what to ask for, renders events as progress, survives a dropped
 SSH session by re-attaching to the deploy's journal, and turns the outcome into a result and an exit code.
 """
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import cast
 
 from fabfile import __version__
 from fabfile.errors import (
     ConnectError,
+    ConnectionLost,
     FlagError,
     Interrupted,
     PreflightError,
@@ -34,19 +35,17 @@ from fabfile.plan.deploy_plan import (
     secret_values,
 )
 from fabfile.present.progress import Reporter
-from fabfile.remote.protocol import DeployRequest
+from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer, PatchApplyRequest
 from fabfile.results.deploys import DeployResult
-from fabfile.transport.base import ConnectionLost
 from fabfile.transport.session import HostSession
 
 
-def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
+def preflight(session: HostSession, plan: Plan) -> FactsAnswer:
     h = plan.host
-    facts = session.call("facts", {"paths": {"model": h.model, "draft_model": h.draft_model if
-                                             plan.config_name != "baseline" else None, "log_dir": h.log_dir},
-                                   "need_gpus": h.tp, "min_free_disk_gb": h.min_free_disk_gb,
-                                   "log_dir": h.log_dir, "log_path": plan.log_path})
-    session.facts = facts
+    facts = session.host_facts(paths={"model": h.model, "draft_model": h.draft_model if
+                                      plan.config_name != "baseline" else None, "log_dir": h.log_dir},
+                               need_gpus=h.tp, min_free_disk_gb=h.min_free_disk_gb, log_dir=h.log_dir,
+                               log_path=plan.log_path)
     if facts.get("unsafe"):
         raise UnsafePathError("; ".join(facts["unsafe"]), "use a directory only the deploying user can write (the "
                               "defaults under its HOME are), or fix the owner and mode of the one named; nothing "
@@ -57,7 +56,7 @@ def preflight(session: HostSession, plan: Plan) -> dict[str, Any]:
     return facts
 
 
-def checked_on_host(session: HostSession, plan: Plan) -> tuple[dict[str, Any], str, str, dict[str, Any] | None,
+def checked_on_host(session: HostSession, plan: Plan) -> tuple[FactsAnswer, str, str, PatchApplyRequest | None,
                                                                  Plan]:
     """Preflight and every check that needs the host's answers (its SGLang version: the patch mode, what the launch
     line may say): read-only on the host. Returns the facts, the version, the patch mode and request, and the plan
@@ -89,8 +88,9 @@ def preflight_only(inv: Inventory, host: Host, plan: Plan) -> SpecDeployError | 
     return None
 
 
-def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, dict[str, Any] | None]:
-    from fabfile.render.patchset import PatchModeError, build_patch_request, resolve_mode
+def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, PatchApplyRequest | None]:
+    from fabfile.errors import PatchModeError
+    from fabfile.render.patchset import build_patch_request, resolve_mode
 
     try:
         mode = resolve_mode(plan.patch_mode, version)
@@ -111,9 +111,10 @@ def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, 
     return mode, req
 
 
-def deploy_request(session: HostSession, plan: Plan, patch: dict[str, Any] | None, version: str) -> DeployRequest:
+def deploy_request(session: HostSession, plan: Plan, patch: PatchApplyRequest | None,
+                   version: str) -> DeployRequest:
     """The ``deploy`` request: the one place it is built (its shape is ``protocol.DeployRequest``, read by
-    ``fabfile.remote.deploy.run``)."""
+    ``fabfile.remote.serve.deploy.run``)."""
     h = plan.host
     t = h.timeouts
     return {
@@ -159,13 +160,12 @@ def deadline_for(plan: Plan) -> float:
 
 
 def run_remote_deploy(session: HostSession, req: DeployRequest, deadline: float,
-                      reporter: Reporter) -> dict[str, Any]:
+                      reporter: Reporter) -> DeployRecord:
     """One agent call; if the SSH session drops, reconnect and follow the deploy's journal to its end."""
     req = req.copy()
     req["journal"] = f"{req['state_dir']}/deploys/{req['deploy_id']}.events"
     try:
-        return session.agent.call("deploy", req, deadline, on_event=reporter.event,
-                                  idle_timeout=session.host.timeouts.silence)
+        return session.deploy(req, deadline, on_event=reporter.event, idle_timeout=session.host.timeouts.silence)
     except ConnectionLost:
         reporter.info("SSH session dropped; the deploy continues on the host, reconnecting to follow it")
     t_end = time.monotonic() + deadline
@@ -179,10 +179,9 @@ def run_remote_deploy(session: HostSession, req: DeployRequest, deadline: float,
                     "goes on without us on the host: it finishes, or tears its server down if it fails",
                     "run `inv status` once the host is reachable to see the outcome", host=session.host.name) \
                     from None
-            data = session.agent.call("attach", {"state_dir": req["state_dir"], "deploy_id": req["deploy_id"],
-                                                 "skip": reporter.events_seen},
-                                      max(5.0, t_end - time.monotonic()), on_event=reporter.event,
-                                      idle_timeout=session.host.timeouts.silence)
+            data = session.attach(req["deploy_id"], skip=reporter.events_seen,
+                                  timeout=max(5.0, t_end - time.monotonic()), on_event=reporter.event,
+                                  idle_timeout=session.host.timeouts.silence)
             break
         except ConnectionLost:
             if time.monotonic() > t_end:
@@ -194,7 +193,7 @@ def run_remote_deploy(session: HostSession, req: DeployRequest, deadline: float,
     result = final.get("data")
     if not isinstance(result, dict):
         raise RemoteError("the re-attached deploy reported no data", host=session.host.name)
-    return result
+    return cast(DeployRecord, result)  # the deploy's own answer, replayed from its journal
 
 
 def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
@@ -217,8 +216,7 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
                                                     f"patch mode {mode}")
         req = deploy_request(session, plan, patch, version)
         result.remote_started = True
-        record = run_remote_deploy(session, req, deadline_for(plan), reporter)
-        result.record = record
+        result.record = dict(run_remote_deploy(session, req, deadline_for(plan), reporter))
         result.ok = True
     except KeyboardInterrupt:
         step = reporter.current

@@ -32,24 +32,13 @@ def parse_ref(flag: str, value: str) -> tuple[str | None, str]:
 
 def flag_map(argv: list[str]) -> dict[str, str]:
     """``--flag value`` / ``--flag=value`` / ``--switch`` -> {flag: value or ""}; the program and module as ``argv``."""
-    m: dict[str, str] = {}
-    i, n = 0, len(argv)
-    head = []
-    while i < n and not argv[i].startswith("--"):
-        head.append(argv[i])
-        i += 1
-    m["(program)"] = " ".join(head)
-    while i < n:
-        a = argv[i]
-        flag, eq, val = a.partition("=")
-        if eq:
-            m[flag] = val
-        elif i + 1 < n and not argv[i + 1].startswith("--"):
-            m[a] = argv[i + 1]
-            i += 1
-        else:
-            m[a] = ""
-        i += 1
+    from fabfile.remote.common import split_argv
+
+    flags = split_argv(argv)
+    first = next((i for i, f in enumerate(flags) if f.name.startswith("--")), len(flags))
+    m: dict[str, str] = {"(program)": " ".join(w for f in flags[:first] for w in f.words)}
+    for f in flags[first:]:
+        m[f.name or f.words[0]] = f.value or ""
     return m
 
 
@@ -156,15 +145,16 @@ def fetch(inv: Any, host: Any, refs: list[str]) -> dict[str, dict[str, Any]]:
 
     ids = [r for r in refs if r not in ("current", "previous", NOW)]
     with HostSession.open(inv, host) as s:
-        data = s.call("records", {"state_dir": host.state_dir, "ids": ids})
+        data = s.records(ids)
     found: dict[str, dict[str, Any]] = {}
     for r in refs:
         if r == NOW:
             continue
-        rec = data.get(r) if r in ("current", "previous") else (data.get("loaded") or {}).get(r)
+        rec = (data["current"] if r == "current" else data["previous"] if r == "previous"
+               else (data.get("loaded") or {}).get(r))
         if not rec:
             what = f"no {r} deploy" if r in ("current", "previous") else f"no record of deploy {r}"
             raise FlagError(f"--old/--new: {host.name} has {what}",
                             "`inv status` shows the current deploy id; ids are kept under STATE/deploys/")
-        found[r] = rec
+        found[r] = dict(rec)
     return found

@@ -18,7 +18,6 @@ from fabfile.present.deploy_report import deploy_summary
 from fabfile.present.output import show
 from fabfile.present.progress import Reporter
 from fabfile.present.rollout_report import print_cluster, print_rollout
-from fabfile.results.deploys import RolloutResult
 
 
 def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Options, *, strategy: str | None,
@@ -32,7 +31,7 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
     if cluster is not None:
         cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
         show(cres, lambda: print_cluster(cres), as_json=as_json)
-        return 0 if cres.ok else refused_code(cres)
+        return cres.exit_code
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
         show(r, lambda: deploy_summary(r, inv.ssh_config), as_json=as_json)
@@ -42,20 +41,11 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
             from fabfile.present.output import print_error
 
             print_error(r.error)
-        return 0 if r.ok else (r.error.exit_code if r.error else 1)
+        return r.exit_code
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
     show(res, lambda: print_rollout(res), as_json=as_json)
-    return 0 if res.ok else refused_code(res)
-
-
-def refused_code(res: RolloutResult) -> int:
-    """1 for a failed run; a run refused at preflight for bad input (what a host's SGLang does not accept) alone
-    exits 2 like any bad input, nothing having been touched."""
-    errs = [r.deploy.error for r in res.hosts if r.deploy is not None and r.deploy.error is not None]
-    if res.extra.get("preflight_failed") and errs and all(e.exit_code == 2 for e in errs):
-        return 2
-    return 1
+    return res.exit_code
 
 
 def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
@@ -72,11 +62,11 @@ def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
     for h in hosts:
         try:
             with HostSession.open(inv, h) as s:
-                recs = s.call("records", {})
-                cur, prev = recs.get("current") or {}, recs.get("previous") or {}
-                if not prev.get("deploy_id"):
+                recs = s.records()
+                cur, prev = recs["current"], recs["previous"]
+                if prev is None or not prev.get("deploy_id"):
                     raise FlagError(f"--previous: {h.name} has no deploy recorded before "
-                                    f"{cur.get('deploy_id') or 'its latest'}; nothing to go back to",
+                                    f"{cur['deploy_id'] if cur else 'its latest'}; nothing to go back to",
                                     f"deploy a configuration explicitly: inv deploy --host {h.name} --steps N",
                                     host=h.name)
                 data = redeploy(s, str(prev["deploy_id"]), reporter_for(h, quiet=as_json, shared_console=False))
@@ -92,7 +82,8 @@ def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> int:
             if not as_json:
                 print_error(e)
     if as_json:
-        show(docs[0] if len(docs) == 1 else {"ok": code == 0, "hosts": docs}, lambda: None, as_json=True)
+        # One shape for one host or many, as every host command's document.
+        show({"ok": code == 0, "hosts": docs}, lambda: None, as_json=True)
     elif code:
         err.print(f"[red]--previous failed on {sum(1 for d in docs if not d['ok'])} of {len(docs)} host(s)[/red]")
     return code

@@ -15,8 +15,7 @@ from fabfile.commands.fanout import for_each_host
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.present import hosts_report as report
 from fabfile.present.output import show, terminal_safe
-from fabfile.remote.protocol import CheckEnvRequest
-from fabfile.results.hosts import HostsResult, exit_code
+from fabfile.results.hosts import CancelResult, CheckEnvResult, HostsResult, StatusResult, StopResult
 from fabfile.transport.session import HostSession
 
 
@@ -28,9 +27,7 @@ def stop(inv: Inventory, hosts: list[Host], *, dry_run: bool, host_timeout: floa
     # Every host at once, each bounded: a host whose sshd hangs is reported as timed out, the others still stop.
     bound = host_timeout if host_timeout is not None else \
         max(h.timeouts.host + 3 * h.timeouts.stop_grace + h.timeouts.lock_wait for h in hosts)
-    outcomes = for_each_host(inv, hosts, work, host_timeout=bound)
-    survived = any(o.ok and o.data.get("survivors") for o in outcomes)
-    return HostsResult(outcomes, exit_code(outcomes, 1 if survived else 0))
+    return StopResult(for_each_host(inv, hosts, work, host_timeout=bound))
 
 
 def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool,
@@ -93,13 +90,12 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
 
 def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's ``status`` answer, with its :func:`server_view` under ``data["state"]``."""
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("status", {}), host_timeout=_bound(hosts, host_timeout))
+    outcomes = for_each_host(inv, hosts, lambda s: s.status(), host_timeout=_bound(hosts, host_timeout))
     for o in outcomes:
         if o.ok:
             o.data["state"] = server_view(o.data)
     # A server that runs but does not serve, or a record that disagrees with the host, is a problem: exit 1.
-    problem = 1 if any(o.ok and o.data["state"]["problem"] for o in outcomes) else 0
-    return HostsResult(outcomes, exit_code(outcomes, problem))
+    return StatusResult(outcomes)
 
 
 def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
@@ -138,7 +134,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
             else:
                 collected[name] += got
 
-        return s.call("logs", {"lines": lines, "follow": follow, "follow_s": follow_s},
+        return s.logs(lines=lines, follow=follow, follow_s=follow_s,
                       timeout=(follow_s + 30) if follow else s.host.timeouts.command, on_event=on_event)
 
     # --host-timeout bounds each host until it answers (a stopped sshd is reported in seconds, not after the
@@ -148,46 +144,39 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
     if prefix and not follow:
         for h in hosts:
             report.print_log_lines(h.name, collected[h.name], prefix=True, width=width)
-    r = HostsResult(outcomes, exit_code(outcomes))
+    r = HostsResult(outcomes)
     report.print_logs_summary(r, prefix=prefix)
     return r.exit_code
 
 
 # -- check-env ------------------------------------------------------------------------------------------------
-def check_env_request(host: Host) -> CheckEnvRequest:
+def expected_env(host: Host) -> dict[str, str]:
     """The inventory's values, by the same precedence the launch uses; the host judges a running deploy by its
     record instead (what that deploy was asked for) and reports where the inventory has moved on."""
     from fabfile.plan.deploy_plan import nccl_settings
 
-    return {"expected": nccl_settings(host).tuning}
+    return dict(nccl_settings(host).tuning)
 
 
 def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's evidence and its evaluation; exit 1 when a value is not proven on some host."""
-    from fabfile.present.checkenv_report import exit_code as evaluation_code
-
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("evidence", check_env_request(s.host)),
-                             host_timeout=_bound(hosts, host_timeout))
-    codes = [evaluation_code(o.data["evaluation"]) for o in outcomes if o.ok]
-    return HostsResult(outcomes, max([exit_code(outcomes), *codes]))
+    return CheckEnvResult(for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
+                                        host_timeout=_bound(hosts, host_timeout)))
 
 
 def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None,
                     verbose: bool = False) -> int:
     r = check_env(inv, hosts, host_timeout=host_timeout)
-    show(report.check_env_document(r), lambda: report.print_check_env(r, verbose=verbose), as_json=as_json)
+    show(r, lambda: report.print_check_env(r, verbose=verbose), as_json=as_json)
     return r.exit_code
 
 
 # -- rollback-patches -----------------------------------------------------------------------------------------
 def rollback(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> HostsResult:
     def work(s: HostSession) -> Any:
-        return s.call("patch_rollback", {"dry_run": dry_run, "lock_wait": s.host.timeouts.lock_wait,
-                                         "client": _client()},
-                      timeout=s.host.timeouts.lock_wait + s.host.timeouts.command)
+        return s.patch_rollback(dry_run=dry_run)
 
-    outcomes = for_each_host(inv, hosts, work, parallel=False)
-    return HostsResult(outcomes, exit_code(outcomes))
+    return HostsResult(for_each_host(inv, hosts, work, parallel=False))
 
 
 def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool) -> int:
@@ -198,8 +187,8 @@ def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json:
 
 # -- gpus -----------------------------------------------------------------------------------------------------
 def gpus(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
-    outcomes = for_each_host(inv, hosts, lambda s: s.call("gpus", {}), host_timeout=_bound(hosts, host_timeout))
-    return HostsResult(outcomes, exit_code(outcomes))
+    outcomes = for_each_host(inv, hosts, lambda s: s.gpus(), host_timeout=_bound(hosts, host_timeout))
+    return HostsResult(outcomes)
 
 
 def gpus_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
@@ -214,12 +203,9 @@ def cancel(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> HostsR
     a cancelled deploy has not let go in time."""
     def work(s: HostSession) -> Any:
         wait = wait_s if wait_s is not None else 3 * s.host.timeouts.stop_grace + 30
-        return s.call("cancel", {"reason": f"cancelled by {_client()} with `inv cancel`", "wait_s": wait},
-                      timeout=wait + 30)
+        return s.cancel(reason=f"cancelled by {_client()} with `inv cancel`", wait_s=wait, timeout=wait + 30)
 
-    outcomes = for_each_host(inv, hosts, work)
-    late = any(o.ok and o.data.get("cancelled") is not None and not o.data.get("ended") for o in outcomes)
-    return HostsResult(outcomes, exit_code(outcomes, 1 if late else 0))
+    return CancelResult(for_each_host(inv, hosts, work))
 
 
 def cancel_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, wait_s: float | None) -> int:
@@ -229,7 +215,6 @@ def cancel_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, wait_s: fl
 
 
 def _client() -> str:
-    import getpass
-    import socket
+    from fabfile.plan.deploy_plan import client_name  # only when a request names its client
 
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+    return client_name()

@@ -1,7 +1,7 @@
 """The client side of ``inv profile``: where one speculative cycle's time goes on the running server, measured by
 SGLang itself (its device timer; with ``--trace`` its profiler), under the bench's own bounded load.
 
-The host does the work (``fabfile/remote/profile.py``); this builds the one request, bounds the call, and with
+The host does the work (``fabfile/remote/measure/profile.py``); this builds the one request, bounds the call, and with
 ``--out DIR`` fetches each rank's trace over SFTP as ``<host>-<deploy id>-TP<rank>.trace.json.gz`` (Perfetto opens
 them as they are).
 """
@@ -19,7 +19,7 @@ from fabfile.commands.bench import BenchParams
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.remote.protocol import MAX_TRACE_STEPS, ProfileRequest
-from fabfile.results.hosts import HostOutcome, HostsResult, exit_code
+from fabfile.results.hosts import HostOutcome, HostsResult
 from fabfile.transport.session import HostSession
 
 DEFAULT_TRACE_STEPS = 12
@@ -74,12 +74,12 @@ def profile_host(inv: Inventory, host: Host, params: ProfileParams,
     pid = new_profile_id()
     try:
         with HostSession.open(inv, host) as s:
-            data = s.call("profile", profile_request(params, pid), timeout=params.bound(), on_event=on_event)
-            data["host"] = host.name
-            data["requested"] = {**asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}
+            answer = s.profile(profile_request(params, pid), timeout=params.bound(), on_event=on_event)
+            # The result document: the host's answer, with where it ran and what was asked.
+            data: dict[str, Any] = {**answer, "host": host.name, "requested": {
+                **asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}}
             if params.out and params.trace:
                 data["fetched"] = fetch_traces(s, data, Path(params.out))
     except SpecDeployError as e:
-        outcomes = [HostOutcome(host, error=e)]
-        return HostsResult(outcomes, exit_code(outcomes))
-    return HostsResult([HostOutcome(host, data=data)], 0)
+        return HostsResult([HostOutcome(host, error=e)])
+    return HostsResult([HostOutcome(host, data=data)])

@@ -26,6 +26,7 @@ from fabfile.errors import SpecDeployError, from_agent
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, Plan, new_deploy_id
 from fabfile.present.progress import Reporter
+from fabfile.remote.protocol import DeployRecord
 from fabfile.results.deploys import HostRollout, RolloutResult
 from fabfile.transport.session import HostSession
 
@@ -182,7 +183,7 @@ def observe(inv: Inventory, rows: list[HostRollout]) -> None:
     if not targets:
         return
     bound = max(r.host.timeouts.connect_total + r.host.timeouts.command for r in targets)
-    outcomes = for_each_host(inv, [r.host for r in targets], lambda s: s.call("status", {}), host_timeout=bound)
+    outcomes = for_each_host(inv, [r.host for r in targets], lambda s: s.status(), host_timeout=bound)
     for row, o in zip(targets, outcomes, strict=True):
         if o.error is not None:
             row.config_now, row.pid_now = "unknown", None
@@ -244,23 +245,20 @@ def recheck(session: HostSession, row: HostRollout) -> None:
 
     assert row.deploy is not None
     plan = row.deploy.plan
-    state_dir = session.resolve(row.host.state_dir)
     try:
         # skip: only the result is wanted, not a replay of its progress.
-        data = session.call("attach", {"state_dir": state_dir, "deploy_id": plan.deploy_id, "skip": 1 << 30},
-                            timeout=deadline_for(plan))
+        data = session.attach(plan.deploy_id, skip=1 << 30, timeout=deadline_for(plan))
     except SpecDeployError as e:
         if e.details.get("agent_kind") != "deploy_lost":
             raise
-        rec = (session.call("records", {}).get("current") or {})
-        mine = rec.get("deploy_id") == plan.deploy_id
-        row.recheck = {"finished": "lost", "changed": mine, "previous": rec.get("previous") if mine else None,
+        rec = session.records()["current"]
+        mine = rec is not None and rec["deploy_id"] == plan.deploy_id
+        row.recheck = {"finished": "lost", "changed": mine, "previous": rec["previous"] if rec and mine else None,
                        "message": e.message}
         return
     final = data.get("result") or {}
     if final.get("ok"):
-        rec = final.get("data") or {}
-        row.recheck = {"finished": "deployed", "changed": True, "previous": rec.get("previous")}
+        row.recheck = {"finished": "deployed", "changed": True, "previous": (final.get("data") or {}).get("previous")}
     else:
         err = final.get("error") or {}
         details = err.get("details") or {}
@@ -272,28 +270,27 @@ def restore_patches(session: HostSession, deploy_id: str) -> dict[str, Any]:
     """After stopping a host that ran nothing before, put its SGLang files back as they were before this run: the
     patch state of the deploy recorded before it (stopped, but its files stay as it left them), or the pristine
     files when there was none. Otherwise the failed deploy's patch mode would stay behind."""
-    recs = session.call("records", {})
-    cur = recs.get("current") or {}
-    prev = recs.get("previous") or {}
-    if cur.get("deploy_id") != deploy_id:
+    recs = session.records()
+    cur, prev = recs["current"], recs["previous"]
+    if cur is None or cur["deploy_id"] != deploy_id:
         return {"action": "none", "why": "the host's latest deploy is not this run's"}
-    if prev.get("deploy_id") and (prev.get("request") or {}).get("patch"):
-        session.call("patch_apply", dict(prev["request"]["patch"]))
-        return {"action": "reapplied", "mode": prev["request"]["patch"].get("mode"), "deploy_id": prev["deploy_id"]}
-    data = session.call("patch_rollback", {"dry_run": False})
-    return {"action": "restored", "files": len(data.get("files") or data.get("restored") or [])}
+    patch = (prev["request"] or {}).get("patch") if prev is not None else None
+    if prev is not None and patch:
+        session.patch_apply(patch)
+        return {"action": "reapplied", "mode": patch.get("mode"), "deploy_id": prev["deploy_id"]}
+    return {"action": "restored", "files": len(session.patch_rollback(dry_run=False)["files"])}
 
 
-def redeploy(session: HostSession, from_deploy_id: str, reporter: Reporter) -> dict[str, Any]:
+def redeploy(session: HostSession, from_deploy_id: str, reporter: Reporter) -> DeployRecord:
     """Start a recorded deploy again on the host (the agent's ``redeploy`` verb), following its events."""
     from fabfile.commands.deploy import deadline_for
     from fabfile.plan.deploy_plan import build
 
     h = session.host
     deploy_id = new_deploy_id()
-    req = {"from_deploy_id": from_deploy_id, "deploy_id": deploy_id, "client": None}
     try:
-        return session.call("redeploy", req, timeout=deadline_for(build(h, Options())), on_event=reporter.event)
+        return session.redeploy(from_deploy_id, deploy_id, timeout=deadline_for(build(h, Options())),
+                                on_event=reporter.event)
     except SpecDeployError:
         raise
     except Exception as e:  # a session closed under us can raise anything

@@ -40,7 +40,7 @@ def pick(inv: Inventory, name: str | None) -> Router:
 
 def healthy_workers(inv: Inventory, router: Router, host_timeout: float | None) -> tuple[list[str], dict[str, str]]:
     members = [inv.hosts[m] for m in router.members]
-    outcomes: list[HostOutcome] = for_each_host(inv, members, lambda s: s.call("status", {}),
+    outcomes: list[HostOutcome] = for_each_host(inv, members, lambda s: s.status(),
                                                 host_timeout=host_timeout or max(h.timeouts.host for h in members))
     workers: list[str] = []
     skipped: dict[str, str] = {}
@@ -82,9 +82,7 @@ def drain(inv: Inventory, h: Host, *, back: bool) -> list[str]:
         host = inv.hosts[r.host]
         try:
             with HostSession.open(inv, host) as s:
-                data = s.call("router_worker", {"name": r.name, "url": url, "action": "add" if back else "remove",
-                                                "drain_s": r.drain_s, "wait_s": 30.0},
-                              timeout=r.drain_s + 60.0)
+                data = s.router_worker(r.name, url, back=back, drain_s=r.drain_s)
         except SpecDeployError as e:
             if (e.details or {}).get("agent_kind") == "not_running":
                 continue
@@ -132,11 +130,10 @@ def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
         script = f"{state}/router-{router.name}.sh"
         with HostSession.open(inv, host) as s:
             s.transport.put(launch_script(router, argv, host.log_dir).encode(), script, 0o700)
-            data = s.call("router_start", {"name": router.name, "script": script, "cwd": host.log_dir,
-                                           "log_path": f"{host.log_dir.rstrip('/')}/router-{router.name}.log",
-                                           "listen": router.listen, "port": router.port, "workers": result.workers,
-                                           "policy": router.policy, "argv": argv, "ready_s": ready_s,
-                                           "grace": host.timeouts.stop_grace}, timeout=ready_s + 60)
+            data = s.router_start(name=router.name, script=script,
+                                  log_path=f"{host.log_dir.rstrip('/')}/router-{router.name}.log",
+                                  listen=router.listen, port=router.port, workers=result.workers,
+                                  policy=router.policy, argv=argv, ready_s=ready_s)
         result.record = data["record"]
     except SpecDeployError as e:
         if e.host is None:
@@ -155,8 +152,7 @@ def stop_router(inv: Inventory, router: Router, *, as_json: bool) -> int:
     error: SpecDeployError | None = None
     try:
         with HostSession.open(inv, host) as s:
-            data = s.call("router_stop", {"name": router.name, "grace": host.timeouts.stop_grace},
-                          timeout=3 * host.timeouts.stop_grace + 30)
+            data = s.router_stop(router.name)
         doc["stopped"] = data.get("stopped") or []
     except SpecDeployError as e:
         if e.host is None:

@@ -30,6 +30,7 @@ from fabfile.plan.sweep_plan import (
     predict_from_rows,
 )
 from fabfile.present.progress import SweepProgress
+from fabfile.results.documents import SweepResult
 from fabfile.transport.session import HostSession
 
 
@@ -210,7 +211,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
               runs_dir: Path | str, as_json: bool, levels: list[int] | None = None, predict: bool = False,
               limits: Limits | None = None, resume: Path | None = None, explain: bool = False) -> int:
     from fabfile.plan.analysis import analyze_sweep
-    from fabfile.present.report import print_sweep, write_outputs
+    from fabfile.present.sweep_report import print_sweep
 
     levels = levels or [params.concurrency]
     saved = load_resume(resume, host, cfgs, params, levels, predict) if resume is not None else None
@@ -271,9 +272,39 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         from fabfile.present.output import out
 
         print_explained(pairs, out)
-    failed = [r for r in run.rows if not r.get("ok")]
-    unmet = bool((doc.get("sla") or {}).get("unmet_levels"))
-    return 1 if failed or unmet or doc.get("running") is None else 0
+    return SweepResult(doc).exit_code
+
+
+def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
+    """The sweep's files beside its ``sweep.json``: ``report.md`` and, with the plot extra, ``sweep.png``; their
+    paths (also under ``doc["paths"]``)."""
+    from fabfile.present.sweep_report import markdown
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": str(out_dir / "sweep.json")}
+    png = out_dir / "sweep.png"
+    if save_plot(doc, png):
+        paths["plot"] = str(png)
+    else:
+        # Said, not silently missing (one line under the table, and in report.md and sweep.json): the plot needs
+        # matplotlib, the package's optional `plot` extra.
+        doc["plot_missing"] = "no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]')"
+    doc["paths"] = paths
+    md = out_dir / "report.md"
+    paths["report"] = str(md)
+    md.write_text(markdown(doc))
+    return paths
+
+
+def save_plot(doc: dict[str, Any], path: Path) -> bool:
+    """``sweep.png``; False without matplotlib."""
+    from fabfile.present.plot import sweep_figure
+
+    fig = sweep_figure(doc)
+    if fig is None:
+        return False
+    fig.savefig(path)
+    return True
 
 
 def _resume_dir(path: Path) -> Path:
@@ -457,13 +488,12 @@ def interrupted_state(inv: Inventory, host: Host, progress: SweepProgress,
         with HostSession.open(inv, host) as s:
             end = time.monotonic() + limit
             while True:
-                st = s.call("status", {}, timeout=30)
-                state = {"known": True, "running": bool(st.get("running")),
-                         "config": (st.get("record") or {}).get("config_name"),
-                         "pid": (st.get("record") or {}).get("pid"),
-                         "deploy_id": (st.get("record") or {}).get("deploy_id"),
-                         "status": (st.get("record") or {}).get("status"),
-                         "deploy_in_progress": st.get("deploy_in_progress")}
+                st = s.status(timeout=30)
+                rec = st["record"]
+                state = {"known": True, "running": bool(st["running"]),
+                         "config": rec["config_name"] if rec else None, "pid": rec.get("pid") if rec else None,
+                         "deploy_id": rec["deploy_id"] if rec else None, "status": rec["status"] if rec else None,
+                         "deploy_in_progress": st["deploy_in_progress"]}
                 if not st.get("deploy_in_progress") or time.monotonic() > end:
                     break
                 time.sleep(0.5)

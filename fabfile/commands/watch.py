@@ -2,7 +2,7 @@
 thresholds that print an alarm line and exit non-zero when crossed (for cron and CI).
 
 Each round asks every selected host for one bounded sample (the ``watch`` agent verb: ``/metrics`` when enabled,
-else SGLang's last ``Decode batch`` line; fabfile/remote/watch.py), all hosts at once, each bounded by its
+else SGLang's last ``Decode batch`` line; fabfile/remote/measure/watch.py), all hosts at once, each bounded by its
 ``timeouts.host``. A threshold is crossed when a host's figure stays below it for ``--for`` seconds (0: at once);
 a server that is not running or not healthy is an alarm too. Figures older than ``stale_s`` (SGLang prints Decode
 lines only while it decodes) count as idle, not as a breach.
@@ -52,7 +52,7 @@ def breach(row: dict[str, Any], o: WatchOptions) -> str | None:
 
 
 def _sample(inv: Inventory, hosts: list[Host]) -> list[dict[str, Any]]:
-    outcomes: list[HostOutcome] = for_each_host(inv, hosts, lambda s: s.call("watch", {}),
+    outcomes: list[HostOutcome] = for_each_host(inv, hosts, lambda s: s.watch(),
                                                 host_timeout=max(h.timeouts.host for h in hosts))
     rows = []
     for o in outcomes:

@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from fabfile.errors import InventoryError
-from fabfile.inventory.resolve import _build, _check_files
+from fabfile.inventory.resolve import build, check_files
 from fabfile.inventory.values import (
     BUILTIN_NCCL_PRESETS,
     DEFAULT_ACCEPT_GATE,
     DEFAULT_LOG_DIR,
     MAX_DRAFT_TOKENS,
     MAX_INVENTORY_BYTES,
-    PATCH_MODES,
     Cluster,
     Host,
     Inventory,
@@ -35,7 +34,6 @@ from fabfile.inventory.values import (
 )
 
 __all__ = ["BUILTIN_NCCL_PRESETS", "DEFAULT_ACCEPT_GATE", "DEFAULT_LOG_DIR", "MAX_DRAFT_TOKENS", "MAX_INVENTORY_BYTES",
-           "PATCH_MODES",
            "Cluster", "Host", "Inventory", "NodeRole", "Router", "Speculative", "Timeouts", "check_speculative",
            "load"]
 
@@ -75,7 +73,7 @@ def _load(path: str | Path, cache: bool) -> Inventory:
         found = _from_doc(store.lookup("inventory", key))
         if found is not None:
             try:
-                _check_files(found.ssh_config, found.known_hosts)
+                check_files(found.ssh_config, found.known_hosts)
             except ValueError as e:
                 raise InventoryError(f"{p}: {e}") from None
             return found
@@ -85,7 +83,7 @@ def _load(path: str | Path, cache: bool) -> Inventory:
     if not isinstance(raw, dict):
         raise InventoryError(f"{p}: the top level must be a mapping with a `hosts:` key")
     try:
-        inv = _build(p, raw)
+        inv = build(p, raw)
     except schema.InvalidField as e:
         raise InventoryError(f"{p}: {schema.pydantic_message(e, '')}") from None
     except ValueError as e:

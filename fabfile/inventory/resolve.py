@@ -21,7 +21,7 @@ from fabfile.inventory.values import (
     Router,
     Speculative,
     Timeouts,
-    _check_name,
+    check_name,
     check_speculative,
 )
 
@@ -51,13 +51,13 @@ def _remote_path(value: str | None, where: str, *, allow_home: bool = False) -> 
     raise ValueError(f"{where}: remote paths must be absolute{extra}, got {value!r}")
 
 
-def _check_files(ssh_config: Path | None, known_hosts: Path | None) -> None:
+def check_files(ssh_config: Path | None, known_hosts: Path | None) -> None:
     for key, value in (("ssh_config", ssh_config), ("known_hosts", known_hosts)):
         if value is not None and not value.is_file():
             raise ValueError(f"{key}: file {value} does not exist")
 
 
-def _build(p: Path, raw: dict[str, Any]) -> Inventory:
+def build(p: Path, raw: dict[str, Any]) -> Inventory:
     from fabfile.inventory.schema import GroupFields, validate
 
     inv = validate(raw)
@@ -70,7 +70,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     groups: dict[str, tuple[str, ...]] = {}
     group_defaults: dict[str, dict[str, Any]] = {}
     for gname, g in (inv.groups or {}).items():
-        _check_name(gname, f"groups.{gname}", "group")
+        check_name(gname, f"groups.{gname}", "group")
         members = g if isinstance(g, list) else g.hosts
         for m in members:
             if m not in inv.hosts:
@@ -84,7 +84,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     base = inv.defaults.model_dump(exclude_unset=True) if inv.defaults else {}
     hosts: dict[str, Host] = {}
     for name, hf in inv.hosts.items():
-        _check_name(name, f"hosts.{name}", "host")
+        check_name(name, f"hosts.{name}", "host")
         layers = [base] + [group_defaults[g] for g, members in groups.items() if name in members and g in
                            group_defaults]
         own = hf.model_dump(exclude_unset=True) if hf else {}
@@ -97,7 +97,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
     base_dir = p.parent
     ssh_config = (base_dir / Path(inv.ssh_config).expanduser()) if inv.ssh_config else None
     known_hosts = (base_dir / Path(inv.known_hosts).expanduser()) if inv.known_hosts else None
-    _check_files(ssh_config, known_hosts)
+    check_files(ssh_config, known_hosts)
     clusters = _clusters(inv, hosts, groups)
     routers = _routers(inv, hosts, groups, clusters)
     return Inventory(path=p, hosts=hosts, groups=groups, ssh_config=ssh_config, known_hosts=known_hosts,
@@ -107,7 +107,7 @@ def _build(p: Path, raw: dict[str, Any]) -> Inventory:
 def _clusters(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]]) -> dict[str, Cluster]:
     out: dict[str, Cluster] = {}
     for name, c in (inv.clusters or {}).items():
-        _check_name(name, f"clusters.{name}", "cluster")
+        check_name(name, f"clusters.{name}", "cluster")
         where = f"clusters.{name}"
         if name in hosts or name in groups:
             raise ValueError(f"{where}: a cluster may not share its name with a host or group")
@@ -138,7 +138,7 @@ def _routers(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tup
              clusters: dict[str, Cluster]) -> dict[str, Router]:
     out: dict[str, Router] = {}
     for name, r in (inv.routers or {}).items():
-        _check_name(name, f"routers.{name}", "router")
+        check_name(name, f"routers.{name}", "router")
         where = f"routers.{name}"
         if r.host not in hosts:
             raise ValueError(f"{where}.host: unknown host {r.host!r}")

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from fabfile.errors import InventoryError
 from fabfile.flags import quote
+from fabfile.remote.common import is_flag_word
+from fabfile.remote.procs import SECRET_FLAGS
 
 InvalidField = ValidationError  # what validate() raises (a ValueError): pydantic_message() words it
 
@@ -40,11 +42,9 @@ def valid_ssh_host(value: str) -> bool:
         c in _SSH_FORBIDDEN or c.isspace() or not c.isprintable() for c in value)
 
 
-# argparse's own test for a word that is a negative number, not a flag (``_negative_number_matcher``).
-_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
 # Flags of sglang_args the tool itself reads a value from (the secret flags it moves into --config) or renders
 # from a field: each takes exactly one value in every release (``type=str``, read from the wheels).
-ONE_VALUE_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--served-model-name")
+ONE_VALUE_FLAGS = (*SECRET_FLAGS, "--served-model-name")
 
 
 def check_flag_words(items: list[str]) -> None:
@@ -58,8 +58,7 @@ def check_flag_words(items: list[str]) -> None:
             raise ValueError(f"{item} takes a value, and " +
                              (f"{quote(following)} is the next flag" if following else "none follows") +
                              f"; write the two as one word, {item}=VALUE")
-        if item.startswith("-") and not item.startswith("--") and len(item) > 1 and " " not in item \
-                and not _NEGATIVE_NUMBER.fullmatch(item):
+        if is_flag_word(item) and not item.startswith("--") and " " not in item:
             before = items[i - 1].split("=", 1)[0] if i and items[i - 1].startswith("--") else "--flag"
             raise ValueError(f"{quote(item)} starts with '-', so SGLang's argparse reads it as a flag, not as the "
                              f"value of {before}; write the two as one word, {before}=VALUE")
@@ -138,7 +137,7 @@ class HostFields(_Strict):
     secret_env: list[str] | None = None  # env names whose values are secret (besides *TOKEN*, *PASSWORD*, ...)
     sglang_args: list[str] | None = None
     speculative: SpeculativeFields | None = None
-    patch_mode: Literal["auto", "env", "engine", "scheduler", "plugin", "sitecustomize"] | None = None
+    patch_mode: str | None = None  # one of remote.patch.modes.PATCH_MODES (``_patch_mode``)
     force_env: bool | None = None
     nccl_debug: bool | None = None
     # SGLang's per-phase GPU timer (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1); unset: on only for the
@@ -157,6 +156,16 @@ class HostFields(_Strict):
         if v is not None and not valid_ssh_host(v):
             raise ValueError("not a valid SSH host name: no spaces, control characters, leading '-' or any of "
                              "' ` \" $ \\ ; & < > | ( ) { } (OpenSSH refuses them too)")
+        return v
+
+    @field_validator("patch_mode", mode="before")
+    @classmethod
+    def _patch_mode(cls, v: Any) -> Any:
+        from fabfile.remote.patch.modes import PATCH_MODES
+
+        if v is not None and v not in PATCH_MODES:
+            raise ValueError("Input should be " + ", ".join(repr(m) for m in PATCH_MODES[:-1])
+                             + f" or {PATCH_MODES[-1]!r}")  # as pydantic words a Literal
         return v
 
     @field_validator("address")

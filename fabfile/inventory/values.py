@@ -13,8 +13,6 @@ from pathlib import Path
 from fabfile.errors import InventoryError
 from fabfile.flags import quote
 
-PATCH_MODES = ("auto", "env", "engine", "scheduler", "plugin", "sitecustomize")
-
 # The seed host's PCIe tuning (8 GPUs, no NVLink): what the manual hour converged on.
 BUILTIN_NCCL_PRESETS: dict[str, dict[str, str]] = {
     "pcie": {
@@ -34,7 +32,7 @@ _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MAX_INVENTORY_BYTES = 4 << 20
 
 
-def _check_name(name: str, where: str, what: str) -> None:
+def check_name(name: str, where: str, what: str) -> None:
     """Names end up in file names on the host and in launch scripts: letters, digits, '.', '_', '-' only, no '..'."""
     if not _HOST_NAME.fullmatch(name) or ".." in name:
         raise ValueError(f"{where}: {what} names may use letters, digits, '.', '_' and '-' only "

@@ -6,5 +6,5 @@ generated table ``sglang_spec_facts`` (what each SGLang release accepts on its l
 ``analysis`` (the sweep's and break-even's maths). No I/O here.
 
 May import: ``fabfile.errors``, ``fabfile.inventory``, ``fabfile.render`` (the launch script a plan carries) and the
-agent's pure modules (``fabfile.remote.ncclenv``, ``patching``, ``versions``).
+agent's pure modules (``fabfile.remote.evidence.ncclenv``, ``patch.modes``, ``versions``).
 """

@@ -107,11 +107,6 @@ def from_numbers(*, baseline_ms: float, verify_ms: float, steps: int | None = No
                       accept_len=accept_len, steps=steps, draft_ms_per_step=draft_ms, verify_ms=verify_ms)
 
 
-def accept_len_from_throughput(tok_s: float, cycle: float) -> float:
-    """What accept length a measured single-stream throughput implies at a given cycle time."""
-    return tok_s * cycle / 1000.0
-
-
 @dataclass(frozen=True)
 class CycleFit:
     """cycle_ms ≈ base_ms + per_step_ms · steps, least squares over the measured topk-1 configurations."""

@@ -16,13 +16,16 @@ the ``arg_groups/fields`` dataclasses from 0.5.20; the router's ``launch_router`
 - store_true flags take no value, and a list flag (``nargs='+'``/``'*'``) can take a value that starts with ``-``
   only alone, through ``=``.
 
-Readers of a command line (adopt, diff, sweep, the version check) take both forms, as SGLang does: a server started
-by hand may use either.
+Readers of a command line (adopt, diff, sweep, the version check, check-env, the secret masking, on both sides) take
+both forms, as SGLang does (a server started by hand may use either), through one splitter: the agent's
+``remote.common.split_argv``, which the client imports (the agent cannot import ``plan``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from fabfile.remote.common import flag_value
 
 
 def opt(flag: str, value: object) -> str:
@@ -33,14 +36,4 @@ def opt(flag: str, value: object) -> str:
 def value_of(argv: Sequence[str], flag: str) -> str | None:
     """The value ``argv`` gives ``flag`` (``--flag=value`` or ``--flag value``; the last one wins, as in argparse);
     None when it does not give the flag a value."""
-    found: str | None = None
-    for i, word in enumerate(argv):
-        if word.startswith(flag + "="):
-            found = word[len(flag) + 1:]
-        elif word == flag and i + 1 < len(argv):
-            found = argv[i + 1]
-    return found
-
-
-def has_flag(argv: Sequence[str], flag: str) -> bool:
-    return any(w == flag or w.startswith(flag + "=") for w in argv)
+    return flag_value(argv, flag)

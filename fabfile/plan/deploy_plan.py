@@ -16,17 +16,24 @@ from typing import Any
 
 from fabfile import __version__
 from fabfile.errors import FlagError, InventoryError
-from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, PATCH_MODES, Host, Speculative, check_speculative
+from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, Host, Speculative, check_speculative
 from fabfile.plan.argv import opt
 from fabfile.remote import versions
+from fabfile.remote.common import split_argv
+from fabfile.remote.procs import SECRET_FLAGS, redact_argv
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 _SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
-_SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token"}
 # SGLang reads `--config FILE` (YAML; each key a flag name) since `versions.CONFIG_FILE` (0.5.3): the one way to give
 # it the API key without putting the key in its command line, which every account on the host can read (ps,
 # /proc/PID/cmdline).
+
+
+def client_name() -> str:
+    """``user@machine`` of this client: recorded with each deploy, and who holds a host's lock or cancelled its
+    deploy, as `inv status` and a waiting deploy say."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def secret_names(host: Host) -> set[str]:
@@ -35,26 +42,15 @@ def secret_names(host: Host) -> set[str]:
     return {k for k in host.env if _SECRET_NAME.search(k)} | set(host.secret_env)
 
 
-def _secret_flag(arg: str) -> tuple[str, bool]:
-    flag, eq, _ = arg.partition("=")
-    return (flag, bool(eq)) if flag in _SECRET_FLAGS else ("", False)
-
-
 def split_secret_flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """``args`` without the secret flags (``--api-key V`` / ``--api-key=V``), and those as a config mapping."""
     rest: list[str] = []
     found: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        flag, one_word = _secret_flag(args[i])
-        if not flag:
-            rest.append(args[i])
-        elif one_word:
-            found[flag[2:]] = args[i].split("=", 1)[1]
-        elif i + 1 < len(args):
-            found[flag[2:]] = args[i + 1]
-            i += 1
-        i += 1
+    for f in split_argv(args, values=SECRET_FLAGS):
+        if f.name not in SECRET_FLAGS:
+            rest.extend(f.words)
+        elif f.value is not None:  # a secret flag without a value (the last word) is dropped
+            found[f.name[2:]] = f.value
     return rest, found
 
 
@@ -166,23 +162,7 @@ class Plan:
         return {k: ("***" if k in names or _SECRET_NAME.search(k) else v) for k, v in self.env.items()}
 
     def masked_argv(self) -> list[str]:
-        out: list[str] = []
-        hide_next = False
-        for a in self.argv:
-            if hide_next:
-                out.append("***")
-                hide_next = False
-                continue
-            flag, eq, _ = a.partition("=")
-            if flag in _SECRET_FLAGS:
-                if eq:
-                    out.append(f"{flag}=***")
-                else:
-                    out.append(a)
-                    hide_next = True
-            else:
-                out.append(a)
-        return out
+        return redact_argv(list(self.argv))
 
     def masked_script(self) -> str:
         return mask_secrets(self.script, secret_values(self.host))
@@ -283,7 +263,7 @@ class NcclSettings:
 
 def nccl_settings(host: Host) -> NcclSettings:
     from fabfile.plan.ncclrefusals import refusal, unknown_names
-    from fabfile.remote import ncclenv
+    from fabfile.remote.evidence import ncclenv
 
     tuning: dict[str, str] = {}
     logging: dict[str, str] = dict(NCCL_DEBUG_ENV) if host.nccl_debug else {}
@@ -314,8 +294,6 @@ def nccl_settings(host: Host) -> NcclSettings:
 
 def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_version: str | None = None) -> Plan:
     """The plan for ``host``; ``sglang_version`` (known after preflight) decides how secret flags reach SGLang."""
-    if opts.patch_mode is not None and opts.patch_mode not in PATCH_MODES:
-        raise FlagError(f"--patch-mode: unknown mode {opts.patch_mode!r}", f"choose one of {', '.join(PATCH_MODES)}")
     if opts.timeout is not None and opts.timeout <= 0:
         raise FlagError("--timeout: must be a positive number of seconds")
     spec = _speculative(host, opts)
@@ -343,7 +321,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     argv = launch_argv(host, spec)
     log_path = f"{host.log_dir.rstrip('/')}/sglang-{name}.log"
     script_path = f"{host.state_dir.rstrip('/')}/launch-{name}.sh"
-    client = f"{getpass.getuser()}@{socket.gethostname()}"
+    client = client_name()
     gate = host.accept_gate if opts.accept_gate is None else opts.accept_gate
     # Only node rank 0 of a cluster serves the API (the others answer SGLang's stub health server): it is the one
     # that takes the real request. The accept gate is for speculative configurations with a gate above 0.
@@ -413,15 +391,16 @@ def _plugin_allowlist(env: dict[str, str], host: Host, patch_mode: str) -> list[
     """A user's SGLANG_PLUGINS would keep SGLang 0.5.11+ from loading specdeploy's plugin (only the named plugins
     load), so the plugin mode would silently do nothing: the plugin is added to the list, and the plan says so.
     (``auto`` may pick the plugin mode; on versions or modes without the plugin the extra name is inert.)"""
-    from fabfile.remote import patching  # imported here: status and friends use plan's helpers, not the patcher
+    # Imported here: status and friends use plan's helpers, not the patch engine.
+    from fabfile.remote.patch import modes as patch_modes
 
     value = env.get("SGLANG_PLUGINS")
     if value is None or patch_mode not in ("auto", "plugin") or not host.nccl_env or \
-            not patching.plugin_excluded_by(value):
+            not patch_modes.plugin_excluded_by(value):
         return []
-    env["SGLANG_PLUGINS"] = patching.with_plugin_allowed(value)
+    env["SGLANG_PLUGINS"] = patch_modes.with_plugin_allowed(value)
     return [f"SGLANG_PLUGINS from the inventory env ({value!r}) lets SGLang load only the plugins it names; "
-            f"specdeploy's plugin {patching.PLUGIN_NAME} is added to it, so the launch has "
+            f"specdeploy's plugin {patch_modes.PLUGIN_NAME} is added to it, so the launch has "
             f"SGLANG_PLUGINS={env['SGLANG_PLUGINS']!r}"]
 
 

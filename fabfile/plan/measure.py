@@ -73,12 +73,9 @@ MEASURED_COSTS: tuple[TimerCost, ...] = (
 
 def recorded_costs(version: str | None) -> list[TimerCost]:
     """The costs measured on the newest release not newer than ``version`` that has any (None: the newest)."""
-    known = [c for c in MEASURED_COSTS if version is None or
-             (versions.valid(version) and versions.feature_key(c.release) <= versions.feature_key(version))]
-    if not known:
-        return []
-    newest = max(versions.feature_key(c.release) for c in known)
-    return [c for c in known if versions.feature_key(c.release) == newest]
+    releases = {c.release for c in MEASURED_COSTS}
+    read = max(releases, key=versions.key) if version is None else versions.newest_not_newer(version, releases)
+    return [c for c in MEASURED_COSTS if c.release == read]
 
 
 @dataclass(frozen=True)

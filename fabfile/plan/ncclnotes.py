@@ -4,15 +4,15 @@ Pure: from the NCCL values a plan asks for, its launch flags and the SGLang (and
 note says what the setting does and what to do instead; the plan never changes what the operator wrote. Sources:
 NCCL's ``src/graph/tuning.cc`` (protocol selection, parseList), its docs (``NCCL_PROTO`` is discouraged,
 ``NCCL_MAX_NCHANNELS`` deprecated since 2.17 for ``NCCL_MAX_CTAS``), and SGLang's own NCCL writes read from the
-release wheels (``remote/sglang_env_facts.py``, applied by ``remote/sglangnccl.sglang_nccl_rules``).
+release wheels (``remote/evidence/sglang_env_facts.py``, applied by ``remote/evidence/sglangnccl.sglang_nccl_rules``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fabfile.remote import ncclenv
-from fabfile.remote.sglangnccl import argv_flags, sglang_nccl_rules
+from fabfile.remote.evidence import ncclenv
+from fabfile.remote.evidence.sglangnccl import argv_flags, sglang_nccl_rules
 
 DEPRECATED = {"NCCL_MAX_NCHANNELS": "NCCL_MAX_CTAS", "NCCL_MIN_NCHANNELS": "NCCL_MIN_CTAS"}
 

@@ -1,7 +1,7 @@
 """NCCL values and names refused before anything is stopped: ``inv render`` and ``inv deploy`` exit 2 on them.
 
-Pure, from NCCL's own reading rules (``fabfile.remote.ncclenv``, the rules check-env judges evidence by). Without
-this, ``NCCL_P2P_LEVEL: sys`` (NCCL matches level names case-sensitively and ignores ``sys`` without a word) or
+Pure, from NCCL's own reading rules (``fabfile.remote.evidence.ncclenv``, the rules check-env judges evidence by).
+Without this, ``NCCL_P2P_LEVEL: sys`` (NCCL matches level names case-sensitively and ignores ``sys`` without a word) or
 ``NCCL_NTHREAD`` (NCCL has ``NCCL_NTHREADS``) reached the host: the deploy stopped the running server, loaded the
 model, and only check-env found that NCCL never took the value. What is refused:
 
@@ -23,7 +23,7 @@ import difflib
 import re
 from collections.abc import Mapping
 
-from fabfile.remote import ncclenv
+from fabfile.remote.evidence import ncclenv
 
 # Read by NCCL with getenv rather than NCCL_PARAM (so not in ncclenv's tables), or by PyTorch's NCCL process
 # group: real names, never taken for typos.

@@ -5,7 +5,7 @@ time from the same context), and the target accepts the longest correct prefix. 
 S gives the distribution of correct drafts J per verify pass, and a run at k ≤ S would accept min(J, k) of them: its
 accept length is ``1 + E[min(J, k)]``. SGLang reports that distribution per request (``spec_accept_histogram`` /
 ``spec_correct_drafts_histogram``, 0.5.9+) and, for older versions, the agent derives it from the tokens each verify
-pass streamed (``fabfile/remote/metrics.py``).
+pass streamed (``fabfile/remote/measure/metrics.py``).
 
 The cycle (draft + verify) time is fitted as ``a + b·steps`` from two speculative runs (``analysis.fit_cycle``), at
 each concurrency. A request of N output tokens then takes ``TTFT + (N − 1) / accept_len(k) · cycle(k)`` (the prefill

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from fabfile.errors import FlagError
 from fabfile.flags import quote
 from fabfile.inventory.hosts import BUILTIN_NCCL_PRESETS, Host
-from fabfile.remote import ncclenv
+from fabfile.remote.evidence import ncclenv
 
 HOST = "host"
 

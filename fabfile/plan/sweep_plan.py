@@ -215,7 +215,7 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
                  output_len: int) -> dict[str, Any]:
     from fabfile.plan.analysis import fit_cycle
     from fabfile.plan.predict import Measured, blend, predict_level
-    from fabfile.remote.metrics import add_histograms
+    from fabfile.remote.measure.metrics import add_histograms
 
     chain = [r for r in rows if r.get("ok") and r.get("measured", True) and r["steps"] > 0 and r.get("topk") == 1
              and (r.get("draft_tokens") in (None, r["steps"] + 1))]

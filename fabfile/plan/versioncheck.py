@@ -17,6 +17,7 @@ from typing import Any
 from fabfile.errors import FlagError
 from fabfile.plan.argv import value_of
 from fabfile.remote import versions
+from fabfile.remote.common import split_argv
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 # What ``measure`` (``inv deploy --measure``) turns on: SGLang's per-phase GPU timer. Only the counter by phase
@@ -24,13 +25,6 @@ SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 # goes; the releases whose timer feeds ``gpu_execution_seconds_total`` (one category per batch) do not.
 DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 PHASE_COUNTER = "sglang:forward_execution_seconds_total"
-
-
-def _key(v: str) -> tuple[int, int, int, int]:
-    try:
-        return versions.feature_key(v)
-    except ValueError:
-        return (-1, 0, 0, 0)
 
 
 @lru_cache(maxsize=1)
@@ -46,15 +40,12 @@ def _table() -> list[tuple[str, dict[str, Any], frozenset[str]]]:
         else:
             flags = (flags | set(facts.get("flags_added") or ())) - set(facts.get("flags_removed") or ())
         out.append((v, facts, frozenset(flags)))
-    return sorted(out, key=lambda t: _key(t[0]))
+    return sorted(out, key=lambda t: versions.key(t[0]))
 
 
 def facts_for(version: str) -> tuple[str, dict[str, Any], frozenset[str]] | None:
-    want = _key(version)
-    if want[0] < 0:
-        return None
-    below = [t for t in _table() if _key(t[0]) <= want]
-    return below[-1] if below else None
+    read = versions.newest_not_newer(version, (t[0] for t in _table()))
+    return next((t for t in _table() if t[0] == read), None)
 
 
 def _releases_with(pred: Any) -> str:
@@ -91,10 +82,13 @@ def has_device_timer(version: str | None) -> bool:
 
 
 def _flag_names(argv: list[str]) -> list[str]:
+    """The ``--`` flags ``argv`` names, and any stray word that looks like one (``--foo bar`` in one word: argparse
+    takes it for an argument SGLang does not have)."""
     out = []
-    for a in argv:
-        if a.startswith("--") and len(a) > 2:
-            out.append(a.split("=", 1)[0])
+    for f in split_argv(argv):
+        word = f.words[0]
+        if f.name.startswith("--") or (not f.name and word.startswith("--") and len(word) > 2):
+            out.append(f.name or word.split("=", 1)[0])
     return out
 
 

@@ -3,10 +3,12 @@ stderr.
 
 ``output`` (the two consoles, ``show`` — the one switch between tables and JSON that every command uses —,
 ``print_error``, ``terminal_safe``: imports only ``fabfile.errors``, so any room may print through it), ``tables``
-(tables that never cut a key value), ``progress`` (step lines and the spinner), and one ``*_report`` per command:
-``hosts_report`` (stop, status, logs, check-env, rollback-patches, gpus, cancel), ``deploy_report``,
-``rollout_report`` (rollouts and clusters), ``checkenv_report``, ``router_report``, ``bench_report``, ``report``
-(a sweep's table, ``report.md`` and plot; ``inv analyze``), ``diff_report``, ``plan_report``, ``watch_report``.
+(the one table builder: tables that never cut a key value, and the one dash for a missing value), ``progress``
+(step lines and the spinner), and one ``*_report`` per command: ``hosts_report`` (stop, status, logs, check-env,
+rollback-patches, gpus, cancel), ``deploy_report``, ``rollout_report`` (rollouts and clusters), ``checkenv_report``,
+``router_report``, ``bench_report``, ``profile_report``, ``explain_report``, ``sweep_report`` (a sweep's table and
+the text of its ``report.md``), ``plot`` (the sweep's optional ``sweep.png`` figure), ``analyze_report``,
+``diff_report``, ``plan_report``, ``watch_report``. Nothing here writes a file: the command that writes files does.
 
 May import ``fabfile.results`` and the value types of the rooms below, and ``fabfile.errors``; a command imports
 this room, never the reverse.

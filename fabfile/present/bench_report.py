@@ -6,16 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-
-def _ms(d: dict[str, Any] | None, key: str) -> str:
-    v = (d or {}).get(key)
-    return "-" if v is None else f"{v:.1f}"
-
-
-def _num(v: Any, fmt: str = "{:.2f}") -> str:
-    return "-" if v is None else fmt.format(v)
+from fabfile.present.tables import Col, cell, print_table
 
 
 def print_phases(phases: dict[str, Any] | None, console: Console) -> None:
@@ -46,25 +38,23 @@ def print_result(r: dict[str, Any], console: Console) -> None:
     console.print(f"  output [bold]{r.get('output_tok_s', 0):.1f} tok/s[/bold]"
                   + (f" ±{ci:.1%} (95 % interval)" if ci is not None else "")
                   + f" over {r.get('duration_s', 0):.2f} s")
-    t = Table(header_style="bold", box=None, pad_edge=False)
-    for col in ("ms", "mean", "median", "p95", "p99", "max"):
-        t.add_column(col, justify="right")
-    for label, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms")):
-        d = r.get(key) or {}
-        t.add_row(label, _ms(d, "mean"), _ms(d, "median"), _ms(d, "p95"), _ms(d, "p99"), _ms(d, "max"))
-    console.print(t)
+    cols = [Col(c, justify="right") for c in ("ms", "mean", "median", "p95", "p99", "max")]
+    stats = ("mean", "median", "p95", "p99", "max")
+    print_table(console, cols, [[label, *(cell((r.get(key) or {}).get(k), "{:.1f}") for k in stats)]
+                                for label, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"),
+                                                   ("E2E", "e2e_ms"))], boxed=False)
     if r.get("accept_len") is not None:
         chosen = r.get("accept_len_source")
         others = ", ".join(f"{k} {v:.2f}" for k, v in (r.get("accept_len_sources") or {}).items()
                            if v is not None and k != chosen)
         console.print(f"  accept length [bold]{r['accept_len']:.2f}[/bold] from {chosen}"
                       + (f"  [dim](also {others})[/dim]" if others else ""))
-        console.print(f"  accept rate {_num(r.get('accept_rate'))}  [dim]meaning on this version: "
+        console.print(f"  accept rate {cell(r.get('accept_rate'), '{:.2f}')}  [dim]meaning on this version: "
                       f"{r.get('accept_rate_meaning')}[/dim]")
-        console.print(f"  drafted tokens accepted {_num(r.get('draft_acceptance'), '{:.0%}')}  "
-                      f"draft+verify cycle {_num(r.get('cycle_ms'), '{:.1f} ms')}")
+        console.print(f"  drafted tokens accepted {cell(r.get('draft_acceptance'), '{:.0%}')}  "
+                      f"draft+verify cycle {cell(r.get('cycle_ms'), '{:.1f} ms')}")
     else:
-        console.print(f"  no speculation; decode {_num(r.get('decode_ms_per_token'), '{:.1f} ms')} per token")
+        console.print(f"  no speculation; decode {cell(r.get('decode_ms_per_token'), '{:.1f} ms')} per token")
     print_phases(r.get("phases"), console)
     cost = r.get("timer_cost")
     if cost:

@@ -1,4 +1,5 @@
-"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.evaluate`): a rich table, JSON.
+"""Rendering of a ``check-env`` evaluation (:func:`fabfile.remote.evidence.judge.evaluate`): the matrix, the table
+(its JSON form: ``fabfile.results.hosts.evaluation_document``).
 
 The evaluation and facts are the plain dicts the host-side agent and ``evaluate`` produce; this module only
 reads them, so it works the same on a live result and on a saved ``--json`` file. Text that came from the host
@@ -12,8 +13,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.padding import Padding
 from rich.text import Text
+
+from fabfile.present.tables import DASH, Col, cell, fit_table, print_table
 
 STATUS_STYLE: dict[str, str] = {
     "proven": "bold green",
@@ -31,16 +34,12 @@ EVIDENCE_LABEL: dict[str, str] = {
 SEVERITY_STYLE: dict[str, str] = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
-def _s(value: Any) -> str:
-    return "-" if value is None or value == "" else str(value)
-
-
 def _rank_label(row: Mapping[str, Any]) -> str:
     label = row.get("label")
     if label:
         return str(label)
     rank = row.get("rank")
-    return "-" if rank is None else f"TP{rank}"
+    return cell(rank, "TP{}")
 
 
 def _facts_lines(facts: Mapping[str, Any]) -> list[str]:
@@ -48,16 +47,16 @@ def _facts_lines(facts: Mapping[str, Any]) -> list[str]:
     gpus: Mapping[str, Any] = facts.get("gpus") or {}
     server: Mapping[str, Any] = facts.get("server") or {}
     if server.get("is_recorded_deploy") is True:
-        out.append(f"server: deploy {_s(server.get('recorded_deploy'))} (judged by what its record asked for)")
+        out.append(f"server: deploy {cell(server.get('recorded_deploy'))} (judged by what its record asked for)")
     elif server.get("is_recorded_deploy") is False:
-        out.append(f"server: NOT the recorded deploy {_s(server.get('recorded_deploy'))} "
-                   f"({_s(server.get('why'))}); launch flags from {_s(facts.get('launch_argv_source'))}")
-    out.append(f"SGLang version: {_s(facts.get('sglang_version'))}")
+        out.append(f"server: NOT the recorded deploy {cell(server.get('recorded_deploy'))} "
+                   f"({cell(server.get('why'))}); launch flags from {cell(facts.get('launch_argv_source'))}")
+    out.append(f"SGLang version: {cell(facts.get('sglang_version'))}")
     names = gpus.get("names") or []
-    gpu_desc = f"{_s(gpus.get('count'))}"
+    gpu_desc = f"{cell(gpus.get('count'))}"
     if names:
         gpu_desc += f" x {names[0]}" if len(set(names)) == 1 else f" ({', '.join(names)})"
-    out.append(f"GPUs: {gpu_desc}; interconnect: {_s(gpus.get('interconnect'))}")
+    out.append(f"GPUs: {gpu_desc}; interconnect: {cell(gpus.get('interconnect'))}")
     car: Mapping[str, Any] = facts.get("custom_all_reduce") or {}
     enabled = car.get("enabled")
     state = "unknown" if enabled is None else ("on" if enabled else "off")
@@ -74,34 +73,27 @@ def _facts_lines(facts: Mapping[str, Any]) -> list[str]:
 
 def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], console: Console) -> None:
     """One table (rank, pid, variable, expected, observed, evidence, status), then the facts and the hints."""
-    table = Table(title="NCCL environment per scheduler process", show_lines=False)
-    for col in ("rank", "pid", "variable", "expected", "observed", "evidence", "status"):
-        table.add_column(col, no_wrap=col in ("rank", "pid", "variable", "status"))
+    cols = [Col("rank"), Col("pid"), Col("variable"), Col("expected"), Col("observed"),
+            Col("evidence", key=False), Col("status")]
     rows: list[Mapping[str, Any]] = list(evaluation.get("rows") or [])
+    cells: list[list[Any]] = []
     for row in rows:
         status = str(row.get("status") or "")
         style = STATUS_STYLE.get(status, "")
-        observed = Text(_s(row.get("observed")))
-        if status == "different":
-            observed.stylize("red")
         evidence = row.get("evidence")
-        table.add_row(
-            _rank_label(row),
-            _s(row.get("pid")),
-            _s(row.get("var")),
-            _s(row.get("expected")),
-            observed,
-            EVIDENCE_LABEL.get(str(evidence), _s(evidence)),
-            Text(status.replace("_", " "), style=style),
-        )
+        # Text cells: what the host said is never read as markup.
+        cells.append([_rank_label(row), cell(row.get("pid")), Text(cell(row.get("var"))),
+                      Text(cell(row.get("expected"))),
+                      Text(cell(row.get("observed")), style="red" if status == "different" else ""),
+                      EVIDENCE_LABEL.get(str(evidence), cell(evidence)), Text(status.replace("_", " "), style=style)])
     if rows:
-        console.print(table)
+        print_table(console, cols, cells, title="NCCL environment per scheduler process")
     else:
         console.print("[bold red]no scheduler rows[/]: nothing could be checked")
 
     notes = [r for r in rows if r.get("note")]
     for r in notes:
-        text = f"{_rank_label(r)} pid {_s(r.get('pid'))} {r.get('var')}: {r.get('note')}"
+        text = f"{_rank_label(r)} pid {cell(r.get('pid'))} {r.get('var')}: {r.get('note')}"
         console.print(f"  [dim]{escape(text)}[/]", highlight=False)
     _verdict_facts_hints(evaluation, facts, console)
 
@@ -122,11 +114,11 @@ def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], conso
         _verdict_facts_hints(evaluation, facts, console)
         return
     variables: list[str] = list(dict.fromkeys(str(r.get("var")) for r in rows))
-    ranks: list[tuple[str, str]] = list(dict.fromkeys((_rank_label(r), _s(r.get("pid"))) for r in rows))
-    cell: dict[tuple[str, str, str], Mapping[str, Any]] = {(_rank_label(r), _s(r.get("pid")), str(r.get("var"))): r
-                                                          for r in rows}
+    ranks: list[tuple[str, str]] = list(dict.fromkeys((_rank_label(r), cell(r.get("pid"))) for r in rows))
+    at: dict[tuple[str, str, str], Mapping[str, Any]] = {(_rank_label(r), cell(r.get("pid")), str(r.get("var"))): r
+                                                        for r in rows}
     heads = [v[5:] if v.startswith("NCCL_") else v for v in variables]
-    body = [[label, pid, *(_mark(cell.get((label, pid, v))) for v in variables)] for label, pid in ranks]
+    body = [[label, pid, *(_mark(at.get((label, pid, v))) for v in variables)] for label, pid in ranks]
 
     def widths(h: list[str]) -> list[int]:
         return [max(len(x[i]) for x in [h, *body]) for i in range(len(h))]
@@ -135,7 +127,7 @@ def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], conso
     numbered = len(" ".join("x" * w for w in widths(full))) + 2 > console.width
     if numbered:
         full = ["rank", "pid", *(str(i + 1) for i in range(len(variables)))]
-    _print_grid(full, body, widths(full), console)
+    _print_grid(full, body, console)
     _matrix_notes(rows, variables, numbered, console)
     _verdict_facts_hints(evaluation, facts, console)
 
@@ -143,31 +135,26 @@ def render_matrix(evaluation: Mapping[str, Any], facts: Mapping[str, Any], conso
 def _mark(r: Mapping[str, Any] | None) -> str:
     """A cell of the matrix: its status mark, and the evidence letter when it is proven."""
     if r is None:
-        return "-"
+        return DASH
     status = str(r.get("status") or "")
-    m = MARK.get(status, status or "-")
+    m = MARK.get(status, status or DASH)
     return m + (f" {EVIDENCE_LETTER[str(r.get('evidence'))]}" if status == "proven"
                 and str(r.get("evidence")) in EVIDENCE_LETTER else "")
 
 
-def _print_grid(full: list[str], body: list[list[str]], w: list[int], console: Console) -> None:
+def _print_grid(full: list[str], body: list[list[str]], console: Console) -> None:
     console.print("[bold]NCCL environment per scheduler process[/] (ranks × variables)")
-    console.print("  " + "  ".join(h.ljust(w[i]) for i, h in enumerate(full)).rstrip(), markup=False,
-                  highlight=False)
-    for line in body:
-        text = Text("  ")
-        for i, v in enumerate(line):
-            bad = ("DIFF", "MISSING", "OVERRIDDEN")
-            style = "" if i < 2 else ("green" if v.startswith("ok") else "red" if v in bad else "yellow")
-            text.append(v.ljust(w[i]), style=style)
-            if i < len(line) - 1:
-                text.append("  ")
-        console.print(text)
+    bad = ("DIFF", "MISSING", "OVERRIDDEN")
+    cells = [[Text(v, style="" if i < 2 else "green" if v.startswith("ok") else "red" if v in bad else "yellow")
+              for i, v in enumerate(line)] for line in body]
+    # Indented under its heading, two spaces between columns, every mark whole.
+    grid = fit_table(console.width - 2, [Col(h) for h in full], cells, boxed=False)
+    console.print(Padding(grid, (0, 0, 0, 2), expand=False), soft_wrap=False)
 
 
 def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered: bool, console: Console) -> None:
     """Under the matrix: the expected values, the numbered columns' names, the legend, each unproven cell."""
-    expected = {str(r.get("var")): _s(r.get("expected")) for r in rows}
+    expected = {str(r.get("var")): cell(r.get("expected")) for r in rows}
     console.print("  expected: " + "  ".join(f"{v}={expected[v]}" for v in variables), markup=False,
                   highlight=False)
     if numbered:
@@ -184,15 +171,16 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         if r.get("status") != "proven":
-            key = tuple(_s(r.get(k)) for k in ("var", "status", "expected", "observed", "note"))
+            key = tuple(cell(r.get(k)) for k in ("var", "status", "expected", "observed", "note"))
             groups.setdefault(key, []).append(r)
     for (var, status, want, observed, note), same in groups.items():
-        evs = ", ".join(dict.fromkeys(EVIDENCE_LABEL.get(str(r.get("evidence")), _s(r.get("evidence"))) for r in same))
-        who = (f"{_rank_label(same[0])} pid {_s(same[0].get('pid'))}" if len(same) == 1 else
+        evs = ", ".join(dict.fromkeys(EVIDENCE_LABEL.get(str(r.get("evidence")), cell(r.get("evidence")))
+                                      for r in same))
+        who = (f"{_rank_label(same[0])} pid {cell(same[0].get('pid'))}" if len(same) == 1 else
                f"{len(same)} ranks ({', '.join(_rank_label(r) for r in same)}; pids "
-               f"{', '.join(_s(r.get('pid')) for r in same)})")
+               f"{', '.join(cell(r.get('pid')) for r in same)})")
         detail = (f"{who} {var}: {status.replace('_', ' ')}, expected {want}, observed {observed} ({evs})"
-                  + (f"; {note}" if note != "-" else ""))
+                  + (f"; {note}" if note != DASH else ""))
         console.print(f"  {escape(detail)}", highlight=False, soft_wrap=False)
 
 
@@ -208,15 +196,13 @@ def render_used(used: Mapping[str, Any], console: Console) -> None:
     if used.get("note"):
         console.print(f"  {escape(str(used['note']))}", highlight=False)
     if rows:
-        table = Table(show_lines=False, box=None, pad_edge=False)
-        for col in ("rank", "phase", "tokens", "bytes", "algo", "proto", "calls logged", "status"):
-            table.add_column(col, no_wrap=True)
+        cols = [Col(c) for c in ("rank", "phase", "tokens", "bytes", "algo", "proto", "calls logged", "status")]
+        cells = []
         for r in rows:
             st = str(r.get("status") or "")
-            table.add_row(_rank_label(r), _s(r.get("phase")), _s(r.get("tokens")), _s(r.get("bytes")),
-                          _s(r.get("algo")), _s(r.get("proto")), _s(r.get("count") or None),
-                          Text(st, style=USED_STYLE.get(st, "")))
-        console.print(table)
+            said = (Text(cell(r.get(k))) for k in ("phase", "tokens", "bytes", "algo", "proto"))
+            cells.append([_rank_label(r), *said, cell(r.get("count") or None), Text(st, style=USED_STYLE.get(st, ""))])
+        print_table(console, cols, cells, boxed=False)
         sizes = {str(s.get("phase")): str(s.get("how")) for s in used.get("sizes") or []}
         console.print("  sizes (derived by the tool): " + "; ".join(f"{k} = {v}" for k, v in sizes.items()),
                       markup=False, highlight=False)
@@ -276,23 +262,3 @@ def one_per_cause(hints: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         m["vars"] += [v for v in h.get("vars") or [] if v not in m["vars"]]
         m["pids"] += [p for p in h.get("pids") or [] if p not in m["pids"]]
     return list(merged.values())
-
-
-def to_json(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
-    """The full evaluation plus facts, for ``--json`` (plain JSON types only)."""
-    return {
-        "ok": bool(evaluation.get("ok")),
-        "summary": dict(evaluation.get("summary") or {}),
-        "nranks": evaluation.get("nranks"),
-        "nranks_source": evaluation.get("nranks_source"),
-        "single_rank": evaluation.get("single_rank"),
-        "rows": [dict(r) for r in evaluation.get("rows") or []],
-        "hints": [dict(h) for h in evaluation.get("hints") or []],
-        "used": dict(evaluation.get("used") or {}),
-        "facts": dict(facts),
-    }
-
-
-def exit_code(evaluation: Mapping[str, Any]) -> int:
-    """0 when every expected variable is proven in every rank, 1 otherwise."""
-    return 0 if evaluation.get("ok") is True else 1

@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from fabfile.plan.explain import Finding, Subject, fmt, rules_table
+from fabfile.present.tables import Col, print_table
 
 _PHASES = (("draft", "draft"), ("draft_step", "per draft step"), ("verify", "verify"),
            ("draft_extend", "draft-extend"), ("other", "other"), ("cycle", "cycle"), ("decode", "decode"))
@@ -51,12 +51,8 @@ def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console
 
 
 def print_rules(console: Console) -> None:
-    t = Table(header_style="bold", box=None, pad_edge=False)
-    for col in ("rule", "fires when", "points at"):
-        t.add_column(col)
-    for r in rules_table():
-        t.add_row(r["id"], r["fires_when"], r["says"])
-    console.print(t)
+    print_table(console, [Col("rule"), Col("fires when", key=False), Col("points at", key=False)],
+                [[r["id"], escape(r["fires_when"]), escape(r["says"])] for r in rules_table()], boxed=False)
     console.print(escape("Every figure in a sentence names its source: [timer] SGLang's device timer, [trace] its "
                          "profiler trace, [tool] the tool's per-request arithmetic, [meta] SGLang's per-request "
                          "counters, [derived] TPOT × accept length."))

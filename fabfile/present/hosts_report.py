@@ -1,38 +1,38 @@
 """What the commands besides deploy print (stop, status, logs, check-env, rollback-patches, gpus, cancel): a table
-or a line per host, then each failed host's error. Their ``--json`` form is ``HostsResult.as_dict`` (check-env's:
-:func:`check_env_document`), chosen by :func:`fabfile.present.output.show`."""
+or a line per host, then each failed host's error. Their ``--json`` form is their result's ``as_dict``
+(``fabfile.results.hosts``), chosen by :func:`fabfile.present.output.show`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from rich.table import Table
+from rich.console import Console
+from rich.markup import escape
 
 from fabfile.errors import HostTimeoutError
 from fabfile.inventory.hosts import Host
 from fabfile.present.output import err, out, print_error
+from fabfile.present.tables import DASH, Col, cell, print_table
 from fabfile.results.hosts import HostOutcome, HostsResult
 
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
-def summary_table(outcomes: list[HostOutcome], figures: Callable[[Any], str],
-                  verdict: Callable[[Any], str] | None = None) -> Table:
+def print_summary(console: Console, outcomes: list[HostOutcome], figures: Callable[[Any], str],
+                  verdict: Callable[[Any], str] | None = None) -> None:
     """One row per host: result and key figures; failures say why in one line (details follow the table).
     ``verdict`` judges a host that answered (default: ok); a command whose answer can itself be a failure
     (check-env: not proven) passes one, so the row never says ok for it."""
-    t = Table(header_style="bold")
-    for col in ("host", "result", "figures"):
-        t.add_column(col)
+    rows = []
     for o in outcomes:
         if o.error is None:
-            t.add_row(o.host.name, verdict(o.data) if verdict else "[green]ok[/green]", figures(o.data))
+            rows.append([o.host.name, verdict(o.data) if verdict else "[green]ok[/green]", figures(o.data)])
         elif isinstance(o.error, HostTimeoutError):
-            t.add_row(o.host.name, "[red]timed out[/red]", BELOW)
+            rows.append([o.host.name, "[red]timed out[/red]", BELOW])
         else:
-            t.add_row(o.host.name, "[red]failed[/red]", BELOW)
-    return t
+            rows.append([o.host.name, "[red]failed[/red]", BELOW])
+    print_table(console, [Col("host"), Col("result"), Col("figures", key=False)], rows)
 
 
 # A failed host's cell: its error is printed once, whole, after the table (print_errors), never also cut in a cell.
@@ -76,8 +76,6 @@ STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "fai
 def print_status(result: HostsResult) -> None:
     """The status table (each host's ``data["state"]`` is its :func:`fabfile.commands.operations.server_view`),
     deploys in progress, the routers, SGLang processes started by hand, and each host's problem."""
-    from fabfile.present.tables import Col, print_table
-
     outcomes = result.outcomes
     # Key values (host, config, numbers, deploy id) are never cut: at 80 columns the rows print as a list.
     cols = [Col("host"), Col("state"), Col("config"), Col("pid", justify="right"), Col("uptime"),
@@ -86,7 +84,7 @@ def print_status(result: HostsResult) -> None:
     for o in outcomes:
         if o.error is not None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
-            rows.append([o.host.name, f"[red]{what}[/red]", "-", "-", "-", BELOW, "-", "-", "-"])
+            rows.append([o.host.name, f"[red]{what}[/red]", DASH, DASH, DASH, BELOW, DASH, DASH, DASH])
             continue
         rows.append(_status_row(o.host.name, o.data))
     print_table(out, cols, rows)
@@ -115,14 +113,14 @@ def _status_row(name: str, d: dict[str, Any]) -> list[str]:
         health += f" in {took:.1f}s" if code is not None and took is not None else ""
         health = health if code == 200 else f"[red]{health}[/red]"
     else:
-        health = "-"
-    deploy = str(v["deploy_id"] or "-")
+        health = DASH
+    deploy = cell(v["deploy_id"])
     if v["config"] is None and rec.get("config_name"):
         deploy += f" (last: {rec.get('config_name')}, {rec.get('status')})"
-    return [name, f"[{style}]{v['state']}[/{style}]", str(v["config"] or "-"),
-            str(v["pid"] or "-"), _duration(d.get("uptime_s")) if v["state"] != "deploying" else "-",
-            health, f"{decode['accept_len']}{age}" if "accept_len" in decode else "-",
-            f"{decode['gen_throughput']}{age}" if "gen_throughput" in decode else "-", deploy]
+    return [name, f"[{style}]{v['state']}[/{style}]", cell(v["config"]),
+            cell(v["pid"]), _duration(d.get("uptime_s")) if v["state"] != "deploying" else DASH,
+            health, f"{decode['accept_len']}{age}" if "accept_len" in decode else DASH,
+            f"{decode['gen_throughput']}{age}" if "gen_throughput" in decode else DASH, deploy]
 
 
 def router_url(host: Host, listen: Any, port: Any) -> str:
@@ -149,13 +147,13 @@ def _in_progress(outcomes: list[HostOutcome]) -> None:
 
 
 def _router_table(outcomes: list[HostOutcome]) -> None:
-    rows = [(o.host, r) for o in outcomes if o.ok for r in o.data.get("routers") or []]
-    if not rows:
+    found = [(o.host, r) for o in outcomes if o.ok for r in o.data.get("routers") or []]
+    if not found:
         return
-    t = Table(header_style="bold", title="routers")
-    for col in ("router", "on host", "state", "pid", "url", "health", "workers (as the router lists them now)"):
-        t.add_column(col)
-    for host, r in rows:
+    cols = [Col("router"), Col("on host"), Col("state"), Col("pid", justify="right"), Col("url"), Col("health"),
+            Col("workers (as the router lists them now)", key=False)]
+    rows = []
+    for host, r in found:
         recorded = str(r.get("status") or "down")
         state = "[green]running[/green]" if r.get("running") else \
             ("[red]exited[/red]" if recorded in ("running", "starting") else f"[dim]{recorded}[/dim]")
@@ -168,16 +166,15 @@ def _router_table(outcomes: list[HostOutcome]) -> None:
             else:
                 workers.append(str(w))
         health = r.get("health")
-        t.add_row(str(r.get("name")), host.name, state, str(r.get("pid", "-")),
-                  router_url(host, r.get("listen"), r.get("port")),
-                  "-" if health is None else (str(health) if health == 200 else f"[red]{health}[/red]"),
-                  ", ".join(workers) or "-")
-    out.print(t)
+        rows.append([str(r.get("name")), host.name, state, cell(r.get("pid")),
+                     router_url(host, r.get("listen"), r.get("port")),
+                     cell(health) if health in (None, 200) else f"[red]{health}[/red]", ", ".join(workers) or DASH])
+    print_table(out, cols, rows, title="routers")
 
 
 def _duration(seconds: Any) -> str:
     if seconds is None:
-        return "-"
+        return DASH
     s = int(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
@@ -193,24 +190,11 @@ def print_logs_summary(result: HostsResult, *, prefix: bool) -> None:
     """After the lines: with several hosts, which log each came from; any host's failure."""
     if prefix or any(not o.ok for o in result.outcomes):
         if prefix:
-            err.print(summary_table(result.outcomes, lambda d: str((d or {}).get("log_path", ""))))
+            print_summary(err, result.outcomes, lambda d: str((d or {}).get("log_path", "")))
         print_errors(result.outcomes)
 
 
 # -- check-env ------------------------------------------------------------------------------------------------
-def check_env_document(result: HostsResult) -> Any:
-    """check-env's ``--json``: the evaluation and facts of each host (one host: its document alone)."""
-    from fabfile.present.checkenv_report import to_json
-
-    docs = []
-    for o in result.outcomes:
-        if o.error is not None:
-            docs.append({"host": o.host.name, "ok": False, "error": o.error.as_dict()})
-            continue
-        docs.append({"host": o.host.name, **to_json(o.data["evaluation"], o.data["evidence"].get("facts") or {})})
-    return docs[0] if len(docs) == 1 else {"hosts": docs}
-
-
 def print_check_env(result: HostsResult, *, verbose: bool) -> None:
     from fabfile.present.checkenv_report import render_matrix, render_table
 
@@ -221,7 +205,7 @@ def print_check_env(result: HostsResult, *, verbose: bool) -> None:
         out.print(f"[bold]{o.host.name}[/bold]{role}")
         (render_table if verbose else render_matrix)(o.data["evaluation"], o.data["evidence"].get("facts") or {}, out)
     if len(result.outcomes) > 1:
-        out.print(summary_table(result.outcomes, _checkenv_figures, verdict=_checkenv_verdict))
+        print_summary(out, result.outcomes, _checkenv_figures, verdict=_checkenv_verdict)
     print_errors(result.outcomes)
 
 
@@ -274,21 +258,22 @@ def rollback_action(action: str) -> str:
 
 # -- gpus -----------------------------------------------------------------------------------------------------
 def print_gpus(result: HostsResult) -> None:
-    t = Table(header_style="bold")
-    for col in ("host", "gpu", "name", "used MiB", "total MiB", "held by"):
-        t.add_column(col)
+    cols = [Col("host"), Col("gpu", justify="right"), Col("name"), Col("used MiB", justify="right"),
+            Col("total MiB", justify="right"), Col("held by", key=False)]
+    rows = []
     for o in result.outcomes:
         if o.error is not None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
-            t.add_row(o.host.name, "-", f"[red]{what}[/red]", "", "", BELOW)
+            rows.append([o.host.name, DASH, f"[red]{what}[/red]", "", "", BELOW])
             continue
         if not o.data["available"]:
-            t.add_row(o.host.name, "-", "no nvidia-smi", "", "", "")
+            rows.append([o.host.name, DASH, "no nvidia-smi", "", "", ""])
         for g in o.data["gpus"]:
+            # Text from the host is never markup (a command line with `[...]` in it).
             holders = [f"{a['pid']} {a['cmdline'][:40]}" for a in o.data["apps"] if a["gpu"] == g["index"]]
-            t.add_row(o.host.name, str(g["index"]), g["name"], str(g["used_mib"]), str(g["total_mib"]),
-                      "; ".join(holders) or "-")
-    out.print(t)
+            rows.append([o.host.name, str(g["index"]), escape(str(g["name"])), str(g["used_mib"]),
+                         str(g["total_mib"]), escape("; ".join(holders)) or DASH])
+    print_table(out, cols, rows)
     print_errors(result.outcomes)
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
+from rich.markup import escape
 
 from fabfile.present.output import terminal_safe
+from fabfile.present.tables import DASH, Col, cell, fit_table
 from fabfile.remote.protocol import KERNEL_CLASSES
 from fabfile.results.hosts import HostsResult
 
@@ -21,19 +22,16 @@ _ROWS = (("draft_step", "draft forward"), ("draft", "draft (all forwards)"), ("v
 
 def _cell(fig: Any, key: str) -> str:
     if not isinstance(fig, dict):
-        return "-"
+        return DASH
     if key == "accept_length":
         return f"{fig['ms']:.2f}"
     return f"{fig['ms']:.3f} ms"
 
 
-def _anatomy_table(timer: Any, traced: Any, diff: dict[str, float]) -> Table:
-    t = Table(header_style="bold", box=None, pad_edge=False)
-    t.add_column("phase")
-    t.add_column("device timer", justify="right")
-    t.add_column("trace", justify="right")
-    t.add_column("trace − timer", justify="right")
-    t.add_column("source (count)", style="dim")
+def _anatomy_table(width: int, timer: Any, traced: Any, diff: dict[str, float]) -> RenderableType:
+    cols = [Col("phase"), Col("device timer", justify="right"), Col("trace", justify="right"),
+            Col("trace − timer", justify="right"), Col("source (count)", key=False, style="dim")]
+    rows = []
     for key, label in _ROWS:
         a = (timer or {}).get(key)
         b = (traced or {}).get(key)
@@ -46,34 +44,31 @@ def _anatomy_table(timer: Any, traced: Any, diff: dict[str, float]) -> Table:
                 for f in (a, b) if isinstance(f, dict)]
         srcs = "; ".join(dict.fromkeys(said))  # one source measured for both columns is named once
         d = diff.get(key)
-        t.add_row(label, _cell(a, key), _cell(b, key), "-" if d is None else f"{d:+.1f} %", srcs)
-    return t
+        rows.append([label, _cell(a, key), _cell(b, key), cell(d, "{:+.1f} %"), escape(srcs)])
+    return fit_table(width, cols, rows, boxed=False)
 
 
-def _kernels_table(kernels: dict[str, Any]) -> Table:
-    t = Table(header_style="bold", box=None, pad_edge=False, title="inside each phase, per pass (profiler trace)",
-              title_justify="left", title_style="dim")
-    t.add_column("phase")
-    t.add_column("span", justify="right")
-    for c in (*KERNEL_CLASSES, "idle_gap"):
-        t.add_column(c.replace("_", "/") if c != "idle_gap" else "idle", justify="right")
-    t.add_column("all-reduces", justify="right")
-    t.add_column("launch")
+def _kernels_table(width: int, kernels: dict[str, Any]) -> RenderableType:
+    cols = [Col("phase"), Col("span", justify="right"),
+            *[Col(c.replace("_", "/") if c != "idle_gap" else "idle", justify="right")
+              for c in (*KERNEL_CLASSES, "idle_gap")],
+            Col("all-reduces", justify="right"), Col("launch", key=False)]
+    rows = []
     for phase in ("decode", "draft", "verify", "draft_extend", "between"):
         k = kernels.get(phase)
         if not k:
             continue
         cls = k["classes_ms"]
-        ar = "-" if not k["allreduce_calls"] else \
+        ar = DASH if not k["allreduce_calls"] else \
             f"{k['allreduce_calls']:g} × {k['allreduce_mean_us']:.0f} µs"
-        launch = k["launch"] if phase != "between" else "-"
+        launch = k["launch"] if phase != "between" else DASH
         if launch == "eager":
             launch += f" ({k['kernel_launches']:g} launches, {k['launch_gap_ms']:.2f} ms gaps)"
         elif launch == "cuda graph":
             launch += f" ({k['graph_launches']:g} graph launches)"
-        t.add_row(phase if phase != "between" else "between phases", f"{k['span_ms']:.3f}",
-                  *[f"{cls.get(c, 0.0):.3f}" for c in (*KERNEL_CLASSES, "idle_gap")], ar, launch)
-    return t
+        rows.append([phase if phase != "between" else "between phases", f"{k['span_ms']:.3f}",
+                     *[f"{cls.get(c, 0.0):.3f}" for c in (*KERNEL_CLASSES, "idle_gap")], ar, launch])
+    return fit_table(width, cols, rows, "inside each phase, per pass (profiler trace)", boxed=False, title_style="dim")
 
 
 def print_profile(r: dict[str, Any], console: Console) -> None:
@@ -96,17 +91,18 @@ def print_profile(r: dict[str, Any], console: Console) -> None:
         if not timer and not traced:
             continue
         console.print(f"  [bold]rank {rank.get('rank')}[/bold]")
-        console.print(_anatomy_table(timer, traced, rank.get("difference_pct") or {}))
+        console.print(_anatomy_table(console.width, timer, traced, rank.get("difference_pct") or {}),
+                      soft_wrap=False)
         kernels = (traced or {}).get("kernels") or {}
         if kernels:
-            console.print(_kernels_table(kernels))
+            console.print(_kernels_table(console.width, kernels), soft_wrap=False)
         if rank.get("local_file") or rank.get("trace_file"):
             console.print(f"  [dim]trace: {rank.get('local_file') or rank.get('trace_file')} "
                           f"({rank.get('trace_bytes') or 0} bytes; opens in Perfetto)[/dim]")
     derived = r.get("derived")
     if derived:
         console.print("  [bold]derived[/bold] (no measured phases on this server):")
-        console.print(_anatomy_table(derived, None, {}))
+        console.print(_anatomy_table(console.width, derived, None, {}), soft_wrap=False)
     console.print("  [dim]all-reduce kernel names say which implementation ran, never NCCL's algorithm or "
                   "protocol (NCCL 2.19+ names every all-reduce kernel RING_LL)[/dim]")
 

@@ -3,10 +3,11 @@ then the failures and a one-line verdict. ``RolloutResult.as_dict`` is the JSON 
 
 from __future__ import annotations
 
-from rich.table import Table
+from rich.markup import escape
 
 from fabfile.present.deploy_report import deploy_summary
 from fabfile.present.output import err, out, print_error
+from fabfile.present.tables import Col, cell, print_table
 from fabfile.results.deploys import HostRollout, RolloutResult
 
 
@@ -14,7 +15,7 @@ def running_now(row: HostRollout) -> str:
     """The "running now" cell: the configuration observed on the host, with its state when it is not plainly
     running, or why nothing could be observed."""
     if row.observed is None:
-        return "unknown (unreachable)" if row.config_now == "unknown" else (row.config_now or "-")
+        return "unknown (unreachable)" if row.config_now == "unknown" else cell(row.config_now)
     v = row.observed
     if v["state"] == "running":
         return str(v["config"])
@@ -55,14 +56,15 @@ def print_rollout(result: RolloutResult) -> None:
         if row.rollback_error is not None:
             print_error(row.rollback_error)
     title = f"{result.strategy} deploy, batches: " + " | ".join(",".join(b) for b in result.batches)
-    t = Table(header_style="bold", title=title)
-    for col in ("host", "batch", "outcome", "running now", "pid", "note"):
-        t.add_column(col)
+    # Host and the configuration running now are never cut (the outcome and the notes wrap between words).
+    cols = [Col("host"), Col("batch", justify="right"), Col("outcome", key=False), Col("running now"),
+            Col("pid", justify="right"), Col("note", key=False)]
+    rows = []
     for row in result.hosts:
         color = "green" if row.ok else ("yellow" if row.outcome.startswith(("rolled back", "not started")) else "red")
-        t.add_row(row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", running_now(row),
-                  str(row.pid_now) if row.pid_now else "-", "; ".join(rollout_notes(row)))
-    out.print(t)
+        rows.append([row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", escape(running_now(row)),
+                     cell(row.pid_now or None), escape("; ".join(rollout_notes(row)))])
+    print_table(out, cols, rows, title=title)
     unknown = [r.host.name for r in result.hosts if r.config_now == "unknown"]
     if result.extra.get("preflight_failed"):
         err.print(f"[red]deploy refused at preflight[/red] on {', '.join(result.extra['preflight_failed'])}: no "

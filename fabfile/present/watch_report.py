@@ -11,6 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from fabfile.present.output import err, out
+from fabfile.present.tables import DASH, Col, cell, fit_table
 
 
 class WatchView:
@@ -45,26 +46,20 @@ class WatchView:
             self.live = None
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "—" if v is None else format(v, spec)
-
-
 def _table(rows: list[dict[str, Any]], alarms: dict[str, str]) -> Any:
     """The round's table within the terminal's width: host, config and the figures whole (at 80 columns rich cut
     them to `conf…`, `heal…`, `eagl…`), the alarm text wrapped; narrower still, one block per host."""
-    from fabfile.present.tables import Col, fit_table
-
     cols = [Col("host"), Col("config"), Col("health"), Col("tok/s", justify="right"),
             Col("accept len", justify="right"), Col("running", justify="right"), Col("queued", justify="right"),
             Col("source"), Col("age", justify="right"), Col("alarm", key=False)]
     cells = []
     for r in rows:
         h = r.get("health") or {}
-        health = "—" if not r.get("running") else (f"{h.get('status') or 'no answer'} "
-                                                     f"{_fmt(h.get('latency_s'), '.2f')}s")
+        health = DASH if not r.get("running") else (f"{h.get('status') or 'no answer'} "
+                                                    f"{cell(h.get('latency_s'), '{:.2f}')}s")
         cells.append([escape(r["host"]), escape(str(r.get("config_name") or r.get("error") or "not running")),
-                      health, _fmt(r.get("tok_s"), ".1f"), _fmt(r.get("accept_len"), ".2f"),
-                      _fmt(r.get("running_req"), ".0f"), _fmt(r.get("queue_req"), ".0f"),
-                      escape(str(r.get("source") or "—")), "—" if r.get("age_s") is None else f"{r['age_s']:.0f}s",
+                      health, cell(r.get("tok_s"), "{:.1f}"), cell(r.get("accept_len"), "{:.2f}"),
+                      cell(r.get("running_req"), "{:.0f}"), cell(r.get("queue_req"), "{:.0f}"),
+                      escape(cell(r.get("source"))), cell(r.get("age_s"), "{:.0f}s"),
                       escape(alarms.get(r["host"], ""))])
     return fit_table(out.width, cols, cells, title=time.strftime("%H:%M:%S"))

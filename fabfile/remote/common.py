@@ -1,4 +1,5 @@
-"""Shared pieces of the host-side agent: the error type, JSON event output, hashing and atomic file writes."""
+"""Shared pieces of the host-side agent: the error type, JSON event output, hashing, atomic file writes, and the one
+reading of a command line as flags (the client reads SGLang's argv through it too: ``fabfile/plan/argv.py``)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import errno
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Collection, Sequence
+from typing import Any, Callable, NamedTuple
 
 
 def expand(path: str) -> str:
@@ -194,3 +197,56 @@ def open_private(path: str, append: bool = True) -> int:
         return _open(path, append)
     except Unsafe as e:
         raise AgentError("unsafe_path", str(e), e.hint) from None
+
+
+# argparse's own test for a word that is a negative number, not a flag (``_negative_number_matcher``).
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+
+
+def is_flag_word(word: str) -> bool:
+    """Whether argparse reads ``word`` as a flag rather than a value: it starts with ``-`` and is neither ``-`` nor a
+    negative number, and its name (before any ``=``) holds no space (argparse's ``_parse_optional``: "-my model" is
+    a value, "--api-key=a b" a flag); ``--`` alone ends the flags."""
+    return (word.startswith("-") and word not in ("-", "--") and " " not in word.split("=", 1)[0]
+            and not _NEGATIVE_NUMBER.fullmatch(word))
+
+
+class Flag(NamedTuple):
+    """One flag of a command line as :func:`split_argv` reads it."""
+
+    name: str  # "--tp-size", "-m"; "" for a word that belongs to no flag (the program, a module's name, a stray)
+    value: str | None  # from "--flag=value" or the next word; None for a switch (or a flag whose value is missing)
+    words: tuple[str, ...]  # the words it was read from, as written
+
+
+def split_argv(argv: Sequence[str], values: Collection[str] = ()) -> list[Flag]:
+    """SGLang's (or any argparse program's) command line as flags, in order, read as argparse reads it: a flag's
+    value is ``--flag=value`` in one word, or the next word unless that word is a flag itself (:func:`is_flag_word`).
+    A flag in ``values`` takes the next word whatever it is (a secret flag's value must never be left as a word of
+    its own). Every word is in exactly one item's ``words``, so joining them gives ``argv`` back."""
+    out: list[Flag] = []
+    i, n = 0, len(argv)
+    while i < n:
+        word = argv[i]
+        if not is_flag_word(word):
+            out.append(Flag("", None, (word,)))
+        elif "=" in word:
+            name, _, value = word.partition("=")
+            out.append(Flag(name, value, (word,)))
+        elif i + 1 < n and (word in values or not is_flag_word(argv[i + 1])):
+            out.append(Flag(word, argv[i + 1], (word, argv[i + 1])))
+            i += 1
+        else:
+            out.append(Flag(word, None, (word,)))
+        i += 1
+    return out
+
+
+def flag_value(argv: Sequence[str], *names: str) -> str | None:
+    """The value ``argv`` gives the last of ``names`` it sets (the last one wins, as in argparse); None when it
+    gives none of them a value."""
+    found: str | None = None
+    for f in split_argv(argv):
+        if f.name in names and f.value is not None:
+            found = f.value
+    return found

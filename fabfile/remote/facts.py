@@ -16,8 +16,9 @@ from typing import Any
 
 from . import gpus, versions
 from .boot import unsafe_reason
-from .common import expand
-from .lock import DeployLock
+from .common import EventSink, expand
+from .protocol import FactsAnswer, FactsRequest
+from .serve.lock import DeployLock
 
 LAYOUT = {
     "engine": "srt/entrypoints/engine.py",
@@ -129,7 +130,8 @@ def disk_free_gb(path: str) -> float | None:
         return None
 
 
-def collect(req: dict[str, Any]) -> dict[str, Any]:
+def collect(req: FactsRequest) -> FactsAnswer:
+    """What the host has; ``problems`` is left empty for :func:`problems` to fill from it."""
     # nvidia-smi first: it runs (tens of ms on a real host) while the rest is read.
     smi = gpus.start_snapshot(with_apps=False) if req.get("gpus", True) else None
     state_dir = expand(req.get("state_dir", "~/.specdeploy"))
@@ -159,6 +161,7 @@ def collect(req: dict[str, Any]) -> dict[str, Any]:
                                unsafe_reason(expand(req["log_dir"]), "log_dir") if req.get("log_dir") else None,
                                _unsafe_file(expand(req["log_path"])) if req.get("log_path") else None)
                    if r],
+        "problems": [],
     }
 
 
@@ -177,7 +180,7 @@ def _unsafe_file(path: str) -> str | None:
     return None
 
 
-def problems(facts: dict[str, Any], req: dict[str, Any]) -> list[str]:
+def problems(facts: FactsAnswer, req: FactsRequest) -> list[str]:
     """Everything that would make a deploy fail, as sentences; empty when the host is ready."""
     out: list[str] = []
     sg = facts["sglang"]
@@ -212,3 +215,10 @@ def problems(facts: dict[str, Any], req: dict[str, Any]) -> list[str]:
     if free is not None and free < min_free:
         out.append(f"only {free} GB free on the log disk, below min_free_disk_gb {min_free}")
     return out
+
+
+def report(req: FactsRequest, sink: EventSink) -> FactsAnswer:
+    """The ``facts`` verb (the preflight): what the host has, and the problems a deploy cannot live with."""
+    data = collect(req)
+    data["problems"] = problems(data, req)
+    return data

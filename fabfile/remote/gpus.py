@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from . import procs
-from .common import AgentError
+from .common import AgentError, EventSink
+from .protocol import GpuApp, GpuInfo, GpusAnswer, GpuSnapshot, GpusRequest
 
 GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"
@@ -74,17 +75,17 @@ def start_snapshot(with_apps: bool = True) -> Queries:
     return Queries(queries)
 
 
-def snapshot(with_apps: bool = True) -> dict[str, Any]:
+def snapshot(with_apps: bool = True) -> GpuSnapshot:
     """GPUs and the processes holding them; ``available`` is False when the host has no nvidia-smi."""
     return read_snapshot(start_snapshot(with_apps))
 
 
-def read_snapshot(started: Queries) -> dict[str, Any]:
+def read_snapshot(started: Queries) -> GpuSnapshot:
     outs = started.outputs()
     if outs is None:
         return {"available": False, "gpus": [], "apps": []}
     gpus_out = outs[0] or ""
-    gpus = []
+    gpus: list[GpuInfo] = []
     for r in _rows(gpus_out):
         if len(r) < 5:
             continue
@@ -92,7 +93,7 @@ def read_snapshot(started: Queries) -> dict[str, Any]:
                      "total_mib": _num(r[4])})
     by_uuid = {g["uuid"]: g["index"] for g in gpus}
     apps_out = (outs[1] or "") if len(outs) > 1 else ""
-    apps = []
+    apps: list[GpuApp] = []
     for r in _rows(apps_out):
         if len(r) < 4 or not r[0].isdigit():
             continue
@@ -130,7 +131,7 @@ def wait_clean(targets: list[int], idle_mib: int, timeout: float, samples: int =
     """
     deadline = time.monotonic() + timeout
     clean_in_a_row = 0
-    last: dict[str, Any] = {}
+    last: GpuSnapshot
     started = time.monotonic()
     while True:
         last = snapshot()
@@ -161,3 +162,12 @@ def wait_clean(targets: list[int], idle_mib: int, timeout: float, samples: int =
                      f"above the idle limit of {idle_mib} MiB, after {timeout:.0f} s",
                      "a process in another container may hold it; raise gpu_idle_mib if this is the idle level",
                      gpus=last["gpus"])
+
+
+def report(req: GpusRequest, sink: EventSink) -> GpusAnswer:
+    """The ``gpus`` verb: the GPUs and their holders, with ``topology`` the links between them."""
+    snap = snapshot()
+    out: GpusAnswer = {"available": snap["available"], "gpus": snap["gpus"], "apps": snap["apps"]}
+    if req.get("topology"):
+        out["topology"] = topology()
+    return out

@@ -7,6 +7,11 @@ import re
 import signal
 import time
 from collections.abc import Iterable
+from typing import Any
+
+from .protocol import Stopped
+
+from .common import split_argv
 
 PROC = "/proc"
 
@@ -22,7 +27,7 @@ class ProcInfo:
         self.start_ticks = start_ticks
         self.cmdline = cmdline
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "state": self.state,
                 "start_ticks": self.start_ticks, "cmdline": self.cmdline}
 
@@ -44,20 +49,15 @@ SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token")
 
 
 def redact_argv(args: list[str]) -> list[str]:
+    """``args`` with each secret flag's value as ``***`` (``--api-key=***``, or ``--api-key ***``)."""
     out: list[str] = []
-    hide = False
-    for a in args:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        flag = a.split("=", 1)[0]
-        if flag in SECRET_FLAGS:
-            if "=" in a:
-                a = flag + "=***"
-            else:
-                hide = True
-        out.append(a)
+    for f in split_argv(args, values=SECRET_FLAGS):
+        if f.name not in SECRET_FLAGS or f.value is None:
+            out.extend(f.words)
+        elif len(f.words) == 1:
+            out.append(f"{f.name}=***")
+        else:
+            out.extend((f.name, "***"))
     return out
 
 
@@ -272,7 +272,7 @@ def send_term(targets: list[ProcInfo], protected: set[int] | None = None) -> set
 
 
 def terminate(targets: list[ProcInfo], grace: float, termed: set[int] | frozenset[int] = frozenset()
-              ) -> dict[str, list[dict[str, object]]]:
+              ) -> Stopped:
     """SIGTERM every target (its whole group when it leads one), wait ``grace``, SIGKILL the rest, confirm gone.
 
     ``termed``: pids the caller has already sent SIGTERM (:func:`send_term`, while it did other work); they are not

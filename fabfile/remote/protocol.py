@@ -1,15 +1,17 @@
-"""The agent protocol's shared vocabulary: verb names, error kinds and request shapes, imported by BOTH the host
-agent and the client.
+"""The agent protocol's shared vocabulary: error kinds and every verb's request and answer shapes, imported by BOTH
+the host agent and the client (the verbs themselves, each with its two shapes, are ``verbs.py``'s table).
 
 One table, so the two sides cannot drift: the agent raises ``AgentError(kind, ...)`` with a kind listed here, and the
 client turns the kind's ``category`` into its exception class (and exit code) and falls back on the kind's ``hint``
 when the agent sent none. ``tests/test_protocol.py`` reads the agent's source and fails when a raised kind is
 missing here, or a kind here is raised nowhere. Stdlib only, Python 3.9+ (it runs on the host too).
 
-The request shapes (``TypedDict``: plain dicts at run time, so the wire format is whatever JSON the dict makes) are
-annotated on the client where a request is built and on the agent where it is read, so mypy checks that both
-sides name the same keys with the same types. The agent cannot trust the wire to match (an older client, a record
-written by an older agent): it still reads optional keys with ``.get``. Under the future import a TypedDict body's
+The request and answer shapes (``TypedDict``: plain dicts at run time, so the wire format is whatever JSON the dict
+makes) are annotated on the client where a request is built and an answer read (``transport/session.py``'s
+``HostSession`` methods) and on the agent's verb function, so mypy checks that both sides name the same keys with
+the same types; ``tests/test_protocol.py`` runs each verb for real and checks its answer against its shape. The
+agent cannot trust the wire to match (an older client, a record written by an older agent): it still reads
+optional keys with ``.get``. Under the future import a TypedDict body's
 annotations stay strings (Python 3.9 wraps them in ``ForwardRef`` and only compiles them), so ``int | None`` is
 safe there; ``tests/test_agent_pythons.py`` imports this module under 3.9 to keep it so.
 """
@@ -19,13 +21,6 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from .versions import PLUGIN_SYSTEM
-
-# Every verb the agent answers (``fabfile/remote/verbs.py``'s TABLE has exactly these keys).
-VERBS: tuple[str, ...] = (
-    "facts", "deploy", "attach", "stop", "status", "logs", "gpus", "stale", "adopt", "records", "redeploy", "cancel",
-    "router_start", "router_stop", "router_worker", "watch", "bench", "evidence", "patch_apply", "patch_rollback",
-    "patch_status", "profile",
-)
 
 # What the client makes of a kind. Categories name the client's exception classes (``fabfile/errors.py``):
 CATEGORIES: tuple[str, ...] = (
@@ -152,7 +147,7 @@ class _DeployRequired(TypedDict):
     target_gpus: list[int]
     gpu_idle_mib: int
     timeouts: Timeouts
-    patch: dict[str, Any] | None  # a ``patch_apply`` request (``render.patchset.build_patch_request``)
+    patch: PatchApplyRequest | None  # built by ``render.patchset.build_patch_request``
     expected: dict[str, str]
     nccl_debug: bool
     verify: VerifySpec | None
@@ -191,8 +186,8 @@ class CheckEnvRequest(TypedDict, total=False):
 
 
 class GatherRequest(TypedDict, total=False):
-    """What ``gathering.gather`` reads (built on the host, by ``deploy.evidence_request`` for a recorded deploy, or
-    with only the processes to go on when nothing recorded runs)."""
+    """What ``evidence.gather.gather`` reads (built on the host: by ``evidence.gather.evidence_request`` for a
+    recorded deploy, or with only the processes to go on when nothing recorded runs)."""
 
     log_path: str | None
     log_offset: int
@@ -338,3 +333,456 @@ class ProfileResult(TypedDict, total=False):
     bench: dict[str, Any]  # the load generator's own figures (completed, duration_s, output_tok_s, tpot_ms, ...)
     wall_s: float  # the verb's own time on the host
     trace_dir: str | None
+
+
+# --- every verb's request and answer ------------------------------------------------------------------------------
+# One pair per verb of ``verbs.TABLE`` (``DeployRequest``, ``StopRequest``, ``CheckEnvRequest``, ``BenchRequest``
+# and ``ProfileRequest`` above are five of the requests; ``ProfileResult`` is ``profile``'s answer). A key that only
+# some answers carry is in a ``total=False`` part (NotRequired is Python 3.11; the agent runs on 3.9). Nested objects
+# the client only shows (a process table, a record's request, NCCL evidence) stay ``dict[str, Any]``.
+
+Proc = dict[str, Any]  # ``procs.ProcInfo.as_dict()``: pid, ppid, pgid, state, start_ticks, cmdline (+ ``why``)
+Holder = dict[str, Any]  # the lock's holder note (``lock.DeployLock``): deploy_id, client, step, pid, journal, ...
+
+
+class GpuInfo(TypedDict):
+    index: int
+    uuid: str
+    name: str
+    used_mib: int
+    total_mib: int
+
+
+class GpuApp(TypedDict):
+    pid: int
+    gpu: int  # the GPU's index (-1: a UUID nvidia-smi did not list)
+    gpu_uuid: str
+    used_mib: int
+    process_name: str
+    cmdline: str
+
+
+class GpuSnapshot(TypedDict):
+    """nvidia-smi's GPUs and the processes holding them; ``available`` is False without nvidia-smi."""
+
+    available: bool
+    gpus: list[GpuInfo]
+    apps: list[GpuApp]
+
+
+class FactsRequest(TypedDict, total=False):
+    """``facts`` (the preflight, built by ``HostSession.host_facts``)."""
+
+    state_dir: str
+    paths: dict[str, str | None]  # name -> a path that must exist on the host (None: not needed)
+    need_gpus: int
+    min_free_disk_gb: float
+    log_dir: str
+    log_path: str
+    gpus: bool  # False: skip nvidia-smi
+
+
+class FactsAnswer(TypedDict):
+    hostname: str
+    home: str
+    user: str
+    state_dir: str
+    python: dict[str, str]  # executable, version, purelib
+    sglang: dict[str, Any]  # version, site_packages, ... (``facts.sglang_info``)
+    nccl: dict[str, Any] | None
+    paths: dict[str, dict[str, Any]]  # name -> path, exists, is_dir
+    disk_free_gb: float | None
+    gpu: GpuSnapshot
+    lock_holder: Holder | None
+    unsafe: list[str]  # directories another account could change: sentences
+    problems: list[str]  # what the deploy cannot live with: sentences
+
+
+class GpusRequest(TypedDict, total=False):
+    state_dir: str
+    topology: bool
+
+
+class GpusAnswer(GpuSnapshot, total=False):
+    topology: str | None  # ``nvidia-smi topo -m``
+
+
+class AttachRequest(TypedDict, total=False):
+    """``attach``: follow a deploy's journal from event ``skip`` (a re-attach after a lost link)."""
+
+    state_dir: str
+    deploy_id: str
+    skip: int
+
+
+class AttachAnswer(TypedDict):
+    replayed: bool
+    result: dict[str, Any]  # the deploy's own ``result`` event: ok, and data (its record) or error
+
+
+class PreviousDeploy(TypedDict):
+    """The deploy a deploy replaced, as a rollback needs it."""
+
+    deploy_id: str | None
+    config_name: str | None
+    plan_hash: str | None
+    status: str | None
+    running: bool
+    pid: int | None
+    redeployable: bool
+
+
+class _DeployRecordRequired(TypedDict):
+    deploy_id: str
+    status: str  # starting | running | failed | stopped
+    client: str | None
+    started_at: str
+    config_name: str
+    plan_hash: str
+    tool_version: str | None
+    sglang_version: str
+    listen: str
+    port: int
+    log_path: str
+    script: str
+    launch: dict[str, Any]  # a ``LaunchSummary``
+    patch_mode: str
+    previous: PreviousDeploy | None
+    node: dict[str, Any] | None
+    rollback_of: str | None
+    expected: dict[str, str] | None
+    measure: bool
+    profile_dir: str | None
+    request: dict[str, Any]  # the deploy request's keys a redeploy needs (``deploy._KEEP``)
+
+
+class DeployRecord(_DeployRecordRequired, total=False):
+    """A deploy's record on the host (``records``): ``deploy``'s and ``redeploy``'s answer, ``status``'s record."""
+
+    script_copy: str
+    script_sha256: str | None
+    pid: int
+    pgid: int
+    start_ticks: int | None
+    log_offset: int
+    patch: PatchApplyAnswer
+    stopped: Stopped
+    ready: dict[str, Any]  # ready_path, ready_after_s, probe_latency_s, ...
+    schedulers: list[dict[str, Any]]
+    first_request: dict[str, Any]
+    accept: dict[str, Any]
+    verify: dict[str, Any]  # evidence and evaluation, as ``evidence`` answers
+    ready_at: str
+    timings: dict[str, float]
+    error: dict[str, Any]
+    stopped_at: str
+
+
+class Stopped(TypedDict):
+    """What a stop did (``procs.terminate``): on SIGTERM, on SIGKILL, and what survived even that."""
+
+    terminated: list[Proc]
+    killed: list[Proc]
+    survivors: list[Proc]
+
+
+class _StopAnswerRequired(TypedDict):
+    routers_running: list[str]  # routers stay up (they serve no model): named so the user knows
+
+
+class StopAnswer(_StopAnswerRequired, total=False):
+    """``stop``: with ``dry_run``, ``would_stop``; else what went on SIGTERM, what needed SIGKILL, what survived."""
+
+    dry_run: bool
+    would_stop: list[Proc]
+    terminated: list[Proc]
+    killed: list[Proc]
+    survivors: list[Proc]
+
+
+class StateRequest(TypedDict, total=False):
+    """A verb that reads only the host's state directory (``status``, ``watch``)."""
+
+    state_dir: str
+
+
+class Health(TypedDict, total=False):
+    path: str
+    status: int | None  # the HTTP status the readiness endpoint answered, None: no answer
+    latency_s: float | None
+    timeout_s: float
+
+
+class _StatusAnswerRequired(TypedDict):
+    record: DeployRecord | None
+    running: bool
+    deploy_in_progress: Holder | None
+    other_sglang_processes: list[Proc]
+
+
+class StatusAnswer(_StatusAnswerRequired, total=False):
+    """``status``: what runs on the host now, observed (``commands.operations.server_view`` reads it)."""
+
+    schedulers: list[dict[str, Any]]
+    uptime_s: float
+    process_state: str
+    health: Health
+    last_decode: dict[str, Any] | None
+    deploying_server: dict[str, Any]
+    routers: list[dict[str, Any]]
+
+
+class LogsRequest(TypedDict, total=False):
+    state_dir: str
+    lines: int
+    follow: bool
+    follow_s: float
+    log_path: str  # a log of the host's choosing (default: the recorded deploy's)
+
+
+class LogsAnswer(TypedDict):
+    log_path: str
+    offset: int
+
+
+class AdoptRequest(TypedDict, total=False):
+    state_dir: str
+    port: int | None  # which server, when several run
+
+
+class AdoptAnswer(TypedDict):
+    pid: int
+    start_ticks: int
+    argv: list[str]
+    env: dict[str, str]  # what the server was given beyond the agent's own environment
+    env_readable: bool
+    log_path: str | None
+    cwd: str | None
+    record: str  # the host path of the adoption record
+    sglang: str | None  # the host's SGLang version
+
+
+class RecordsRequest(TypedDict, total=False):
+    state_dir: str
+    ids: list[str]  # `inv diff`: records to load by id
+
+
+class _RecordsAnswerRequired(TypedDict):
+    current: DeployRecord | None
+    previous: DeployRecord | None  # the one ``current`` replaced (what a rollback puts back)
+
+
+class RecordsAnswer(_RecordsAnswerRequired, total=False):
+    loaded: dict[str, DeployRecord | None]  # by id (None: this host has no such record)
+
+
+class _RedeployRequired(TypedDict):
+    from_deploy_id: str
+    deploy_id: str
+    client: str | None
+
+
+class RedeployRequest(_RedeployRequired, total=False):
+    """``redeploy`` (rollback): start a recorded deploy again from its saved script."""
+
+    state_dir: str
+    journal: str | None
+
+
+class CancelRequest(TypedDict, total=False):
+    state_dir: str
+    deploy_id: str  # omitted: the deploy holding the host's lock
+    reason: str
+    wait_s: float  # wait (bounded) until it has let go of the host
+
+
+class _CancelAnswerRequired(TypedDict):
+    cancelled: str | None  # the deploy asked to stop, None: no deploy was in progress
+
+
+class CancelAnswer(_CancelAnswerRequired, total=False):
+    holder: Holder | None  # nothing cancelled: who holds the lock (maybe a stop), if anyone
+    step: str | None
+    ended: bool
+    status: str | None  # how it ended, from its record
+    error: dict[str, Any] | None
+
+
+class _RouterStartRequired(TypedDict):
+    name: str
+    script: str
+    cwd: str
+    log_path: str
+    listen: str
+    port: int
+    workers: list[str]
+    policy: str | None
+    argv: list[str]
+    ready_s: float
+    grace: float
+
+
+class RouterStartRequest(_RouterStartRequired, total=False):
+    state_dir: str
+
+
+class RouterStartAnswer(TypedDict):
+    record: dict[str, Any]  # the router's record: name, pid, listen, port, workers, status, ...
+    replaced: list[int]  # pids of the router it replaced
+
+
+class _RouterNamed(TypedDict):
+    name: str
+
+
+class RouterStopRequest(_RouterNamed, total=False):
+    state_dir: str
+    grace: float
+
+
+class RouterStopAnswer(TypedDict):
+    stopped: list[int]
+
+
+class _RouterWorkerRequired(TypedDict):
+    name: str
+    url: str
+    action: str  # add | remove
+
+
+class RouterWorkerRequest(_RouterWorkerRequired, total=False):
+    state_dir: str
+    drain_s: float
+    wait_s: float
+
+
+class RouterWorkerAnswer(TypedDict, total=False):
+    removed: bool
+    why: str
+    drained_s: float
+    added: bool
+
+
+class _WatchAnswerRequired(TypedDict):
+    time: float
+    running: bool
+
+
+class WatchAnswer(_WatchAnswerRequired, total=False):
+    """One ``inv watch`` sample: throughput and acceptance from /metrics, else from the log's last Decode line."""
+
+    config_name: str | None
+    deploy_id: str | None
+    sglang_version: str | None
+    health: Health
+    source: str
+    tok_s: float | None
+    accept_len: float | None
+    running_req: float | None
+    queue_req: float | None
+    age_s: float | None
+
+
+class BenchAnswer(TypedDict, total=False):
+    """``bench``'s result document; the load generator's own figures (completed, failed, duration_s,
+    output_tok_s, tpot_ms, ttft_ms, ...) are spread into it beside these keys."""
+
+    bench_id: str
+    started_at: str
+    client: str
+    params: dict[str, Any]
+    deploy_id: str | None
+    config_name: str | None
+    plan_hash: str | None
+    sglang_version: str
+    speculative: dict[str, Any]
+    accept_len: float | None
+    accept_len_sources: dict[str, float | None]
+    accept_len_source: str | None
+    accept_rate: float | None
+    accept_rate_meaning: str | None
+    draft_acceptance: float | None
+    decode_ms_per_token: float | None
+    cycle_ms: float | None
+    cycle_ms_source: str | None
+    accept_histogram: Any
+    accept_histogram_source: str | None
+    decode_log: dict[str, Any]
+    prometheus: dict[str, Any] | None  # None: the server serves no /metrics
+    server_info: dict[str, Any]
+    phases: dict[str, Any] | None
+    host_path: str
+
+
+class _EvaluationRequired(TypedDict):
+    ok: bool
+    rows: list[dict[str, Any]]  # one per (scheduler, variable): pid, rank, var, expected, observed, status, ...
+    summary: dict[str, int]  # status -> rows
+    nranks: int | None
+    nranks_source: str
+    single_rank: bool
+    schedulers: int
+    recorded_deploy: bool
+    hints: list[dict[str, Any]]
+    used: dict[str, Any]
+
+
+class Evaluation(_EvaluationRequired, total=False):
+    """check-env's judgement of the evidence (``evidence.evaluate``)."""
+
+
+class CheckEnvAnswer(TypedDict):
+    evidence: dict[str, Any]  # what was read (``gathering.gather``): processes, log, NCCL lines, facts
+    evaluation: Evaluation
+    record: DeployRecord | None
+
+
+class _PatchApplyRequired(TypedDict):
+    site_packages: str
+    sglang_version: str
+    mode: str
+    values: dict[str, str]
+    values_hash: str
+    files: dict[str, Any]  # the rendered pieces by role (``render.patchset.render_files``)
+
+
+class PatchApplyRequest(_PatchApplyRequired, total=False):
+    """``patch_apply`` (built by ``render.patchset.build_patch_request``; a deploy carries one as its ``patch``)."""
+
+    state_dir: str
+    force: bool
+    tool_version: str
+    python: str
+
+
+class PatchApplyAnswer(TypedDict):
+    mode: str
+    sglang_version: str
+    changed: bool
+    files: list[dict[str, Any]]  # path, kind, action
+    manifest: str
+    warnings: list[str]
+
+
+class PatchRollbackRequest(TypedDict, total=False):
+    """``patch_rollback`` (``inv rollback-patches``, and a rollout's restore): built by
+    ``HostSession.patch_rollback`` only."""
+
+    state_dir: str
+    dry_run: bool
+    forget_changed: bool
+    lock_wait: float
+    client: str
+
+
+class _PatchRollbackRequired(TypedDict):
+    dry_run: bool
+    nothing_to_do: bool
+    files: list[dict[str, Any]]  # path, kind, action (restored | removed | already_original | ..., would_ on dry)
+    forgotten: list[str]
+
+
+class PatchRollbackAnswer(_PatchRollbackRequired, total=False):
+    message: str
+
+

@@ -1,9 +1,10 @@
 """SGLang versions: the one parser of the agent and the client, and what changed in which release.
 
-Stdlib only and free of agent imports, so ``fabfile`` (the client) imports it as it is. Every comparison of an SGLang
-version in the tool goes through :func:`at_least` / :func:`feature_key` (feature gates: "0.5.20rc1" already has
-0.5.20's endpoints), :func:`release`, or :func:`key` (a total order in PEP 440's sense: 0.5.20rc1 < 0.5.20 <
-0.5.20.post1 < 0.5.21.dev3). The release each fact the tool relies on started in is a constant below (the table
+Stdlib only and free of agent imports, so ``fabfile`` (the client) imports it as it is. SGLang versions have one
+order, :func:`key` (PEP 440's: 0.5.20rc1 < 0.5.20 < 0.5.20.post1 < 0.5.21.dev3); a feature gate compares the
+release a build carries the code of, :func:`feature_key` (the same order, with "0.5.20rc1" counted as 0.5.20: it
+already has 0.5.20's endpoints), through :func:`at_least`; a table read from the wheels is looked up with
+:func:`newest_not_newer`. The release each fact the tool relies on started in is a constant below (the table
 "What changed in which release"): the agent's modules and the client ask these, so a reader finds every version
 gate in one place. Facts that differ in every release (which NCCL variables SGLang sets, which flags it accepts)
 are generated tables beside their users: ``sglang_env_facts.py`` (agent) and ``fabfile/plan/sglang_spec_facts.py``.
@@ -12,6 +13,7 @@ are generated tables beside their users: ``sglang_env_facts.py`` (agent) and ``f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # The newest SGLang release the tool was checked against (its wheels in the contract tests). Defaults that need "some
 # version" when none is recorded use it. The one place this literal is written in fabfile/ (the generated tables
@@ -40,30 +42,15 @@ def valid(version: object) -> bool:
     return isinstance(version, str) and _VERSION_RE.match(version) is not None
 
 
-def release(version: str) -> tuple[int, int, int]:
-    """The first three release numbers: "0.5.20rc1" -> (0, 5, 20), "0.5.15.post1" -> (0, 5, 15), "0.5" -> (0, 5, 0).
-
-    Raises ValueError on a string that is not a version.
-    """
-    m = _VERSION_RE.match(str(version))
-    if not m:
-        raise ValueError(f"not a version: {version!r}")
-    nums = [int(x) for x in m.group("release").split(".")][:3]
-    nums += [0] * (3 - len(nums))
-    return nums[0], nums[1], nums[2]
+# (release numbers without trailing zeros, pre-release kind, its number, post number or -1, 1 unless a dev build,
+# dev number): compared as tuples, PEP 440's order.
+Key = tuple[tuple[int, ...], int, int, int, int, int]
+_FINAL = 3  # the pre-release kind of a version that is none
 
 
-def release_or_none(version: str | None) -> tuple[int, int, int] | None:
-    if not version:
-        return None
-    try:
-        return release(version)
-    except ValueError:
-        return None
-
-
-def key(version: str) -> tuple[tuple[int, ...], int, int, int, int, int]:
-    """A sort key with PEP 440's order: dev < pre < final < post, and a dev release of a post before that post."""
+def key(version: str) -> Key:
+    """The one order of SGLang versions, PEP 440's: dev < pre < final < post, and a dev release of a post before
+    that post. Raises ValueError on a string that is not a version."""
     m = _VERSION_RE.match(str(version))
     if not m:
         raise ValueError(f"not a version: {version!r}")
@@ -78,19 +65,28 @@ def key(version: str) -> tuple[tuple[int, ...], int, int, int, int, int]:
     elif dev is not None and not has_post:
         pre_kind, pre_n = -1, 0  # "0.5.21.dev3" comes before "0.5.21a1"
     else:
-        pre_kind, pre_n = 3, 0
+        pre_kind, pre_n = _FINAL, 0
     return rel, pre_kind, pre_n, post, 0 if dev is not None else 1, int(dev or 0)
 
 
-def feature_key(version: str) -> tuple[int, int, int, int]:
-    """What per-version facts of SGLang are keyed by: the release numbers and the post-release number. A pre-release
-    or development build of X counts as X (it carries X's code: "0.5.20rc1" has /ready), and X.postN comes after X
-    ("0.5.15.post1" already has code that 0.5.15 lacks). Raises ValueError on a string that is not a version."""
-    m = _VERSION_RE.match(str(version))
-    if not m:
-        raise ValueError(f"not a version: {version!r}")
-    post = m.group("post_n") or m.group("post_implicit") or "0"
-    return (*release(version), int(post))
+def feature_key(version: str) -> Key:
+    """:func:`key` of the release whose code ``version`` carries, what per-version facts of SGLang are keyed by: a
+    pre-release or development build of X counts as X ("0.5.20rc1" has /ready), X.postN comes after X ("0.5.15.post1"
+    already has code that 0.5.15 lacks), X.postN.devM counts as X.postN. Raises ValueError on a string that is not a
+    version."""
+    rel, _pre, _pre_n, post, _dev, _dev_n = key(version)
+    return rel, _FINAL, 0, post, 1, 0
+
+
+def newest_not_newer(version: str | None, known: Iterable[str]) -> str | None:
+    """The newest of ``known`` (releases a table was read for) that is not newer than ``version`` by
+    :func:`feature_key`: a host's version between two releases read has the facts of the lower one. None when
+    ``version`` is none, not a version, or older than every one known."""
+    if not valid(version):
+        return None
+    want = feature_key(str(version))
+    below = [k for k in known if feature_key(k) <= want]
+    return max(below, key=feature_key) if below else None
 
 
 def at_least(version: str | None, minimum: str) -> bool:

@@ -1,6 +1,6 @@
 """Client side of the NCCL-env patch engine: choose the patch mode and render what gets shipped to the host.
 
-The host side (:mod:`fabfile.remote.patching`) only finds anchors, writes, records and undoes; every line of
+The host side (:mod:`fabfile.remote.patch`) only finds anchors, writes, records and undoes; every line of
 code that ends up on the host is rendered here from ``templates/patch/*.j2``.
 """
 
@@ -13,38 +13,34 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fabfile.remote import common, patching, versions
+from fabfile.errors import PatchModeError
+from fabfile.remote import common
+from fabfile.remote.patch import markers
+from fabfile.remote.patch import modes as patch_modes
+from fabfile.remote.protocol import PatchApplyRequest
 from fabfile.render.jinja import render_text
 
-MODES: tuple[str, ...] = patching.ALL_MODES
-PLUGIN_DIST = patching.PLUGIN_NAME
+PLUGIN_DIST = patch_modes.PLUGIN_NAME
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class PatchModeError(ValueError):
-    """A patch mode or patch values the client refuses before anything is sent to a host."""
 
 
 def supported_modes(sglang_version: str) -> list[str]:
     """Modes available for this SGLang version (``plugin`` only from 0.5.11, which has the plugin system)."""
     try:
-        return patching.supported_modes(sglang_version)
+        return patch_modes.supported_modes(sglang_version)
     except common.AgentError as e:
         raise PatchModeError(e.message) from None
 
 
 def resolve_mode(requested: str, sglang_version: str) -> str:
     """``auto`` -> plugin (0.5.11+) or scheduler; any other mode is checked against the version."""
-    modes = supported_modes(sglang_version)
+    supported_modes(sglang_version)  # a version that is none: refused first
     if requested == "auto":
-        return patching.auto_mode(sglang_version)
-    if requested not in MODES:
-        raise PatchModeError(f"unknown patch mode {requested!r}; choose one of: auto, {', '.join(MODES)}")
-    if requested not in modes:
-        raise PatchModeError(
-            f"patch mode {requested!r} needs SGLang >= {versions.PLUGIN_SYSTEM} (the plugin system), but the host "
-            f"has SGLang {sglang_version}; use patch_mode 'scheduler' (or 'auto', which picks it for this version)"
-        )
+        return patch_modes.auto_mode(sglang_version)
+    try:
+        patch_modes.check_mode(requested, sglang_version)  # the agent checks the same before it patches
+    except common.AgentError as e:
+        raise PatchModeError(e.message) from None
     return requested
 
 
@@ -80,10 +76,10 @@ def _ctx(mode: str, values: dict[str, str], force: bool, tool_version: str) -> d
         "force": bool(force),
         "values_hash": values_hash(values, force),
         "tool_version": tool_version,
-        "marker_prefix": patching.MARKER_PREFIX,
-        "sentinel_begin": patching.SENTINEL_BEGIN,
-        "sentinel_end": patching.SENTINEL_END,
-        "plugin_group": patching.PLUGIN_GROUP,
+        "marker_prefix": markers.MARKER_PREFIX,
+        "sentinel_begin": patch_modes.SENTINEL_BEGIN,
+        "sentinel_end": patch_modes.SENTINEL_END,
+        "plugin_group": patch_modes.PLUGIN_GROUP,
     }
 
 
@@ -128,7 +124,7 @@ def _dist_version(tool_version: str) -> str:
 
 
 def render_files(mode: str, values: Mapping[str, Any], force: bool, tool_version: str) -> dict[str, Any]:
-    """Rendered pieces by role, as the host's ``patching.apply`` expects them in ``request["files"]``."""
+    """Rendered pieces by role, as the host's ``patch.apply.apply`` expects them in ``request["files"]``."""
     if mode == "env":
         return {}
     vals = normalize_values(values)
@@ -151,15 +147,15 @@ def build_patch_request(
     site_packages: str,
     tool_version: str,
     python: str | None = None,
-) -> dict[str, Any]:
-    """The JSON request for the host verb ``patch-apply`` (``patching.apply``). ``mode`` may be ``auto``.
+) -> PatchApplyRequest:
+    """The JSON request for the host verb ``patch_apply`` (``patch.apply.apply``). ``mode`` may be ``auto``.
 
     ``python`` (the venv interpreter on the host), when given, lets the host check that a sitecustomize it
     writes is the one that interpreter really imports.
     """
     resolved = resolve_mode(mode, sglang_version)
     vals = normalize_values(values) if resolved != "env" else {k: str(v) for k, v in sorted(values.items())}
-    req: dict[str, Any] = {
+    req: PatchApplyRequest = {
         "state_dir": state_dir,
         "site_packages": site_packages,
         "sglang_version": sglang_version,

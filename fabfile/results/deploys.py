@@ -1,5 +1,6 @@
 """What a deploy, a rollout (or cluster) and a router deploy come back with: plain values that ``present`` prints
-as tables and ``as_dict`` turns into the ``--json`` document. Built by ``fabfile.commands``; no I/O here."""
+as tables, ``as_dict`` turns into the ``--json`` document and ``exit_code`` judges. Built by ``fabfile.commands``;
+no I/O here."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ class DeployResult:
             return False
         return isinstance(e, (ConnectError, AgentCrashError)) or "command" in e.details or \
             e.details.get("agent_kind") in ("deadline", "deploy_lost") or e.details.get("timed_out") is True
+
+    @property
+    def exit_code(self) -> int:
+        """0 when it serves; else its error's code (2: bad input, refused before anything changed), 1 without one."""
+        return 0 if self.ok else (self.error.exit_code if self.error is not None else 1)
 
     def as_dict(self) -> dict[str, Any]:
         verify = (self.record.get("verify") or {}).get("evaluation")
@@ -122,6 +128,17 @@ class RolloutResult:
     def ok(self) -> bool:
         return all(h.ok for h in self.hosts)
 
+    @property
+    def exit_code(self) -> int:
+        """1 for a failed run; a run refused at preflight for bad input (what a host's SGLang does not accept) alone
+        exits 2 like any bad input, nothing having been touched."""
+        if self.ok:
+            return 0
+        errs = [r.deploy.error for r in self.hosts if r.deploy is not None and r.deploy.error is not None]
+        if self.extra.get("preflight_failed") and errs and all(e.exit_code == 2 for e in errs):
+            return 2
+        return 1
+
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "strategy": self.strategy, "batches": self.batches,
                 "stopped_after_batch": self.stopped_after_batch, "rolled_back": self.rolled_back,
@@ -142,6 +159,10 @@ class RouterResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def exit_code(self) -> int:
+        return self.error.exit_code if self.error is not None else 0
 
     def as_dict(self) -> dict[str, Any]:
         r = self.router

@@ -1,8 +1,10 @@
-"""What a command run on several hosts comes back with: each host's outcome (its data or its error), and the exit
-code they earn. Built by ``fabfile.commands`` (``fanout`` runs the hosts); printed by ``fabfile.present``."""
+"""What a command run on several hosts comes back with: each host's outcome (its data or its error), the exit
+code they earn and the ``--json`` document, one shape for one host or many. Built by ``fabfile.commands``
+(``fanout`` runs the hosts); printed by ``fabfile.present``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,17 +26,89 @@ class HostOutcome:
 @dataclass
 class HostsResult:
     """One command's outcomes on the selected hosts. ``exit_code``: 0 when every host succeeded, else the worst
-    host's code, or the command's own judgement (a server that does not serve, a process that survived a stop)."""
+    host's code, or the command's own judgement of what the hosts answered (:meth:`verdict`) when it is worse."""
     outcomes: list[HostOutcome]
-    exit_code: int = 0
 
-    def as_dict(self) -> Any:
-        docs = [{"host": o.host.name, "ok": o.ok, "data": o.data, "error": o.error.as_dict() if o.error else None}
-                for o in self.outcomes]
-        # One shape for one host or many: `ok` and `hosts` always (a script reads doc["hosts"] either way); one
-        # host's document keeps its own keys at the top too, as before.
-        whole = {"ok": all(o.ok for o in self.outcomes), "hosts": docs}
-        return {**docs[0], **whole} if len(docs) == 1 else whole
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
+
+    def verdict(self) -> int:
+        """The command's own judgement of the answers that came back (a server that does not serve, a process that
+        survived a stop): 0 here, where an answer is a success."""
+        return 0
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.outcomes, self.verdict())
+
+    def host_document(self, o: HostOutcome) -> dict[str, Any]:
+        return {"host": o.host.name, "ok": o.ok, "data": o.data, "error": o.error.as_dict() if o.error else None}
+
+    def as_dict(self) -> dict[str, Any]:
+        # One shape for one host or many (a script reads doc["hosts"] either way): one host's document was its own
+        # keys at the top, several hosts' a list.
+        docs = [self.host_document(o) for o in self.outcomes]
+        return {"ok": all(d["ok"] for d in docs), "hosts": docs}
+
+
+class StopResult(HostsResult):
+    """``inv stop``: a process that survived the stop is a failure (exit 1)."""
+
+    def verdict(self) -> int:
+        return 1 if any(o.ok and o.data.get("survivors") for o in self.outcomes) else 0
+
+
+class StatusResult(HostsResult):
+    """``inv status``: a server that runs but does not serve, or a record the host disagrees with (each host's
+    ``data["state"]["problem"]``), is a problem: exit 1."""
+
+    def verdict(self) -> int:
+        return 1 if any(o.ok and o.data["state"]["problem"] for o in self.outcomes) else 0
+
+
+class CancelResult(HostsResult):
+    """``inv cancel``: a cancelled deploy that has not let go of its host in time is exit 1."""
+
+    def verdict(self) -> int:
+        return 1 if any(o.ok and o.data.get("cancelled") is not None and not o.data.get("ended")
+                        for o in self.outcomes) else 0
+
+
+class CheckEnvResult(HostsResult):
+    """``inv check-env``: each host's evidence and its evaluation (``data["evaluation"]``, ``data["evidence"]``);
+    a value not proven on some host is exit 1. A host's document is its evaluation and facts
+    (:func:`evaluation_document`), its ``ok`` whether every value was proven."""
+
+    def verdict(self) -> int:
+        return max([evaluation_code(o.data["evaluation"]) for o in self.outcomes if o.ok], default=0)
+
+    def host_document(self, o: HostOutcome) -> dict[str, Any]:
+        if o.error is not None:
+            return {"host": o.host.name, "ok": False, "error": o.error.as_dict()}
+        return {"host": o.host.name, **evaluation_document(o.data["evaluation"],
+                                                           o.data["evidence"].get("facts") or {})}
+
+
+def evaluation_document(evaluation: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """A check-env evaluation (:func:`fabfile.remote.evidence.judge.evaluate`) plus the host's facts, as plain JSON
+    types: a host's part of ``check-env --json``."""
+    return {
+        "ok": bool(evaluation.get("ok")),
+        "summary": dict(evaluation.get("summary") or {}),
+        "nranks": evaluation.get("nranks"),
+        "nranks_source": evaluation.get("nranks_source"),
+        "single_rank": evaluation.get("single_rank"),
+        "rows": [dict(r) for r in evaluation.get("rows") or []],
+        "hints": [dict(h) for h in evaluation.get("hints") or []],
+        "used": dict(evaluation.get("used") or {}),
+        "facts": dict(facts),
+    }
+
+
+def evaluation_code(evaluation: Mapping[str, Any]) -> int:
+    """0 when every expected variable is proven in every rank, 1 otherwise."""
+    return 0 if evaluation.get("ok") is True else 1
 
 
 def exit_code(outcomes: list[HostOutcome], extra: int = 0) -> int:

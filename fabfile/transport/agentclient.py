@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fabfile.errors import AgentCrashError, PreflightError, from_agent
+from fabfile.remote.boot import NOT_INSTALLED
 from fabfile.transport.base import CommandResult, Transport
 
 REMOTE_SRC = Path(__file__).resolve().parent.parent / "remote"
@@ -36,7 +37,6 @@ _MAIN = f"import sys\nfrom {AGENT_PACKAGE}.__main__ import main\nsys.exit(main(s
 # it runs before running them, and installs the agent safely. Comment-only lines are left out to keep it short.
 BOOT_SOURCE = "\n".join(line for line in (REMOTE_SRC / "boot.py").read_text().splitlines()
                          if not line.lstrip().startswith("#")) + "\n"
-NOT_INSTALLED = "specdeploy-agent-not-installed"
 
 
 class Bundle:
@@ -74,14 +74,9 @@ class Bundle:
 def bundle() -> Bundle:
     """The agent: its entry point and the ``fabfile/remote`` modules, under the package name it has on the host."""
     files = [("__main__.py", _MAIN.encode())]
-    files += [(f"{AGENT_PACKAGE}/{p.name}", p.read_bytes()) for p in sorted(REMOTE_SRC.glob("*.py"))]
+    files += [(f"{AGENT_PACKAGE}/{p.relative_to(REMOTE_SRC).as_posix()}", p.read_bytes())
+              for p in sorted(REMOTE_SRC.rglob("*.py"))]
     return Bundle(files)
-
-
-def agent_bundle() -> tuple[bytes, str]:
-    """The agent archive (zip) and the hash that names the directory it unpacks into (its first 16 hex digits)."""
-    b = bundle()
-    return b.data, b.manifest_sha256
 
 
 class AgentClient:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabfile.errors import ConnectError, RemoteError
+from fabfile.errors import RemoteError
 
 
 @dataclass
@@ -37,10 +37,6 @@ class TransportStats:
     downloads: int = 0
     reconnects: int = 0
     commands_log: list[str] = field(default_factory=list)
-
-
-class ConnectionLost(ConnectError):
-    """The session dropped while a command ran; the command's outcome on the host is unknown."""
 
 
 class Transport(ABC):
@@ -93,7 +89,7 @@ class Transport(ABC):
         self.close()
 
 
-class _LineBuffer:
+class LineBuffer:
     """Turns arbitrary chunks into whole lines (a chunk may end mid-line or mid-UTF-8 sequence)."""
 
     def __init__(self, on_line: Callable[[str], None]) -> None:

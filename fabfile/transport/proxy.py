@@ -76,7 +76,9 @@ class WatchedProxyCommand(paramiko.ProxyCommand):
         return status + (f": {said}" if said else " without a word")
 
 
-class _Connection(Connection):  # type: ignore[misc]
+class HopConnection(Connection):  # type: ignore[misc]
+    """Fabric's ``Connection`` whose ssh_config ``ProxyCommand`` gateway is a :class:`WatchedProxyCommand`."""
+
     def open_gateway(self) -> Any:
         gw = super().open_gateway()
         if isinstance(gw, paramiko.ProxyCommand) and not isinstance(gw, WatchedProxyCommand):
@@ -87,7 +89,7 @@ class _Connection(Connection):  # type: ignore[misc]
         return gw
 
 
-def _hops(cxn: Any) -> Iterator[Any]:
+def hops(cxn: Any) -> Iterator[Any]:
     while isinstance(cxn, Connection):
         yield cxn
         cxn = cxn.gateway

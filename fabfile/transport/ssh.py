@@ -32,10 +32,10 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
-from fabfile.errors import AuthError, ConnectError, HostKeyError, RemoteError
+from fabfile.errors import AuthError, ConnectError, ConnectionLost, HostKeyError, RemoteError
 from fabfile.inventory.hosts import Timeouts
-from fabfile.transport.base import CommandResult, ConnectionLost, Transport, _LineBuffer
-from fabfile.transport.proxy import _Connection, _hops
+from fabfile.transport.base import CommandResult, LineBuffer, Transport
+from fabfile.transport.proxy import HopConnection, hops
 
 if TYPE_CHECKING:  # tenacity is imported where a connection is retried: a CLI start should not pay for it
     from tenacity import RetryCallState
@@ -136,12 +136,12 @@ class SSHTransport(Transport):
         cfg.run.in_stream = False  # never mirror our stdin to remote commands
         cfg.runners.remote = _LettingGoRemote
         t = self.timeouts
-        cxn = _Connection(self.alias, config=cfg, connect_timeout=t.connect,
-                         connect_kwargs={"transport_factory": _NudgingTransport,
-                                         "banner_timeout": t.connect, "auth_timeout": t.connect,
-                                         "channel_timeout": max(t.connect, 10.0)})
+        cxn = HopConnection(self.alias, config=cfg, connect_timeout=t.connect,
+                            connect_kwargs={"transport_factory": _NudgingTransport,
+                                            "banner_timeout": t.connect, "auth_timeout": t.connect,
+                                            "channel_timeout": max(t.connect, 10.0)})
         files = self._known_hosts_files(cxn)
-        for hop in _hops(cxn):
+        for hop in hops(cxn):
             hop.client.load_system_host_keys()
             for f in files:
                 hop.client.load_host_keys(str(f))
@@ -286,7 +286,7 @@ class SSHTransport(Transport):
 
     def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
                idle_timeout: float | None = None) -> CommandResult:
-        sink = _LineBuffer(on_line)
+        sink = LineBuffer(on_line)
         done = threading.Event()
         went_silent = threading.Event()
 

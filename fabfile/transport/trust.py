@@ -56,12 +56,12 @@ def known_hosts_file(inv: Inventory, host: Host) -> Path:
 
 def _harden(inv: Inventory, cxn: Any) -> None:
     """Every jump host is verified like a deploy verifies it: known_hosts loaded, unknown keys refused."""
-    from fabfile.transport.proxy import _hops
+    from fabfile.transport.proxy import hops
 
     files = [Path(os.path.expanduser(e)) for e in (cxn.ssh_config.get("userknownhostsfile") or "").split()]
     if inv.known_hosts is not None:
         files.append(inv.known_hosts)
-    for hop in _hops(cxn):
+    for hop in hops(cxn):
         hop.client.load_system_host_keys()
         for f in files:
             if f.is_file():

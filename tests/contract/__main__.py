@@ -1,7 +1,7 @@
 """``python -m tests.contract [--write] [--all | VERSION ...]``: derive the contract from the wheels and compare.
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
-regenerates ``docs/sglang-contract.md``, ``fabfile/remote/sglang_env_facts.py`` and
+regenerates ``docs/sglang-contract.md``, ``fabfile/remote/evidence/sglang_env_facts.py`` and
 ``fabfile/plan/sglang_spec_facts.py`` (all matrix versions; the tables also read ``ENV_EXTRA`` and
 ``SPEC_EXTRA``, the releases where facts change between them). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or
 the index.
@@ -22,7 +22,8 @@ import sys
 import time
 from typing import Any
 
-from tests.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table, version_key
+from fabfile.remote.versions import key as version_order
+from tests.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table
 
 
 def _fetch_all(versions: list[str]) -> dict[str, dict[str, Any]]:
@@ -51,12 +52,12 @@ def main(argv: list[str]) -> int:
         # First, so that the --all lookups below read the tables as they are committed.
         env = {}
         spec = {}
-        for v in sorted(set(matrix()) | set(ENV_EXTRA) | set(SPEC_EXTRA), key=version_key):
+        for v in sorted(set(matrix()) | set(ENV_EXTRA) | set(SPEC_EXTRA), key=version_order):
             w = real.Wheel(fetch_wheel(v)["path"])
             if v not in SPEC_EXTRA:
                 env[v] = envfacts.version_facts(w)
             spec[v] = specfacts.version_facts(w)
-        (table.ROOT / "fabfile" / "remote" / "sglang_env_facts.py").write_text(envfacts.render(env))
+        (table.ROOT / "fabfile" / "remote" / "evidence" / "sglang_env_facts.py").write_text(envfacts.render(env))
         (table.ROOT / "fabfile" / "plan" / "sglang_spec_facts.py").write_text(specfacts.render(spec))
     versions = releases_on_index(OLDEST) if args.all else (args.versions or matrix())
     infos = _fetch_all(versions)

@@ -1,4 +1,5 @@
-"""``fabfile/remote/sglang_env_facts.py``: the NCCL variables each SGLang version writes, derived from the wheels.
+"""``fabfile/remote/evidence/sglang_env_facts.py``: the NCCL variables each SGLang version writes, derived from the
+wheels.
 
 Each write is classified here (not in the host agent, which stays a plain table lookup): the guard texts of
 the source become ``requires`` (launch flags that must hold: ``symm_mem``, ``nccl_nvls``, ``deterministic``,
@@ -102,19 +103,27 @@ def version_facts(w: real.Wheel) -> list[dict[str, Any]]:
 
 
 def render(table: dict[str, list[dict[str, Any]]]) -> str:
-    body = pprint.pformat(table, width=116, sort_dicts=False)
+    """The module's text; ``table`` oldest first. A release whose writes are those of the release before it is
+    stored as None (changes only, like the spec table's flags)."""
+    stored: dict[str, list[dict[str, Any]] | None] = {}
+    before: list[dict[str, Any]] | None = None
+    for v, writes in table.items():
+        stored[v] = None if writes == before else writes
+        before = writes
+    body = pprint.pformat(stored, width=116, sort_dicts=False)
     return (
         '"""The NCCL variables each SGLang release itself writes (generated; do not edit).\n\n'
         "Regenerate with ``python -m tests.contract --write``: read from the real release wheels by\n"
         "``tests/contract/envfacts.py`` (``tests/test_contract.py`` fails when this table drifts from them).\n"
-        "Keys are the releases read; a host version between two keys has the facts of the lower one\n"
-        "(``sglang_env_facts_for``). Each write: ``var``; ``action`` (``overrides``: replaces any value,\n"
-        "``sets_if_unset``: setdefault); ``value`` (None when it depends on the flags: see ``value_flags`` or\n"
-        "``value_from``); ``where`` (module:function); ``when`` (the source's guards, verbatim); ``requires``\n"
-        "(launch flags that must hold, ``!`` negated); ``unset_or`` (guarded by ``'VAR' not in os.environ or\n"
-        "<flags>``); ``other`` (conditions not judged from the launch flags).\n"
+        "Keys are the releases read, oldest first; None: the same writes as the release before it. A host version\n"
+        "between two keys has the facts of the lower one (``sglang_env_facts_for``). Each write: ``var``;\n"
+        "``action`` (``overrides``: replaces any value, ``sets_if_unset``: setdefault); ``value`` (None when it\n"
+        "depends on the flags: see ``value_flags`` or ``value_from``); ``where`` (module:function); ``when`` (the\n"
+        "source's guards, verbatim); ``requires`` (launch flags that must hold, ``!`` negated); ``unset_or``\n"
+        "(guarded by ``'VAR' not in os.environ or <flags>``); ``other`` (conditions not judged from the launch\n"
+        "flags).\n"
         '"""\n\n'
         "from __future__ import annotations\n\n"
         "from typing import Any\n\n"
-        f"NCCL_WRITES: dict[str, list[dict[str, Any]]] = {body}\n"
+        f"NCCL_WRITES: dict[str, list[dict[str, Any]] | None] = {body}\n"
     )

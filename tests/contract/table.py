@@ -46,8 +46,8 @@ def tool_flags() -> list[str]:
 
 
 def tool_bench_flags() -> list[str]:
-    """Every ``--flag`` the agent passes to ``python -m sglang.bench_serving`` (``remote/bench.py``)."""
-    tree = ast.parse((ROOT / "fabfile" / "remote" / "bench.py").read_text())
+    """Every ``--flag`` the agent passes to ``python -m sglang.bench_serving`` (``remote/measure/bench.py``)."""
+    tree = ast.parse((ROOT / "fabfile" / "remote" / "measure" / "bench.py").read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_run_bench_serving")
     # The agent writes each value in its flag's word (`--host=...`, fabfile/plan/argv.py): the name is before `=`.
     return sorted({n.value.split("=", 1)[0] for n in ast.walk(fn)
@@ -225,8 +225,8 @@ def render_every(every: list[Checked], date: str) -> str:
         "",
         f"{held} of {len(every)} releases hold the contract. Each is every final and post release on the index "
         "(pre-releases left out), its wheel read and the simulator set to it as above; the tables column says whether "
-        "`fabfile/remote/sglang_env_facts.py` and `fabfile/plan/sglang_spec_facts.py`, looked up as the tool looks "
-        "them up (the nearest release read that is not newer), give the release its own wheel's facts. CI checks "
+        "`fabfile/remote/evidence/sglang_env_facts.py` and `fabfile/plan/sglang_spec_facts.py`, looked up as the tool "
+        "looks them up (the nearest release read that is not newer), give the release its own wheel's facts. CI checks "
         "only the matrix below; re-run this table with `SPECDEPLOY_WHEEL_CACHE=/work/wheelcache python -m "
         "tests.contract --all --write` (a few minutes; downloads the wheels not yet cached).",
         "",
@@ -250,12 +250,12 @@ def every_section(doc: str) -> str:
 def lookups(w: real.Wheel) -> list[str]:
     """Where the committed tables, looked up for this release as the tool does, differ from its own wheel."""
     from fabfile.plan import versioncheck
-    from fabfile.remote.sglangnccl import sglang_env_facts_for
+    from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
 
     bad = []
     env_from, env = sglang_env_facts_for(w.version)
     if env != envfacts.version_facts(w):
-        bad.append(f"fabfile/remote/sglang_env_facts.py gives {w.version} the NCCL writes of {env_from}")
+        bad.append(f"fabfile/remote/evidence/sglang_env_facts.py gives {w.version} the NCCL writes of {env_from}")
     found = versioncheck.facts_for(w.version)
     want = specfacts.version_facts(w)
     if found is None:

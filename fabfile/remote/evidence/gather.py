@@ -1,0 +1,421 @@
+"""``gather``: the agent's half of ``check-env`` (reads /proc, the server log, NCCL_DEBUG_FILE files, nvidia-smi).
+
+It finds the launcher and its scheduler processes, reads what each one's NCCL and the specdeploy markers printed
+(``nccllog``), their start environment, the host's GPUs and what SGLang itself sets (``sglangnccl``); ``evidence``
+judges the result.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .. import procs
+from ..common import AgentError, EventSink
+from ..protocol import GatherRequest
+from . import interconnect, ncclused
+from .nccllog import PidEvidence, Scan, own_markers
+from .sglangnccl import argv_flags, custom_ar, sglang_nccl_rules
+
+SCHEMA = 1
+LOG_CAP_BYTES = 64 << 20
+DEBUG_FILE_CAP_BYTES = 16 << 20
+DEBUG_FILES_MAX = 256
+
+# Which variables NCCL reads when, and how it parses and echoes them: fabfile/remote/evidence/ncclenv.py.
+# Environment values we report from /proc (besides the expected ones); never the whole environment (secrets).
+DIAG_VARS = ("SPT_NOENV", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SGLANG_RUN_ID")
+
+DRAFT_WORKER_NOTE = (
+    "SGLang runs the EAGLE draft worker inside each scheduler process (it shares that process's "
+    "environment and NCCL groups), so the scheduler rows cover the draft model too"
+)
+
+def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterator[str], dict[str, Any]]:
+    """Decoded lines of ``path`` from ``offset``, at most ``cap`` bytes, streamed in 1 MiB chunks.
+
+    The info dict (``bytes_read``, ``capped``) is complete once the iterator is exhausted.
+    """
+    info: dict[str, Any] = {
+        "path": path,
+        "exists": False,
+        "size": None,
+        "offset": offset,
+        "bytes_read": 0,
+        "capped": False,
+        "cap_bytes": cap,
+        "rotated": False,
+        "error": None,
+    }
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed by the generator)
+    except FileNotFoundError:
+        return iter(()), info
+    except OSError as e:
+        info["error"] = str(e)
+        return iter(()), info
+    size = os.fstat(f.fileno()).st_size
+    info.update(exists=True, size=size)
+    if offset > size:  # truncated or replaced since the deploy: what is there now is all we have
+        info["rotated"] = True
+        offset = 0
+
+    def lines() -> Iterator[str]:
+        with f:
+            f.seek(offset)
+            left = cap
+            rest = b""
+            while left > 0:
+                chunk = f.read(min(1 << 20, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                info["bytes_read"] += len(chunk)
+                parts = (rest + chunk).split(b"\n")
+                rest = parts.pop()
+                for raw in parts:
+                    # also split on '\r' (progress bars rewrite a line with it); headers are searched anywhere
+                    yield from raw.decode("utf-8", "replace").splitlines()
+            if left <= 0 and f.read(1):
+                info["capped"] = True
+            if rest:
+                yield from rest.decode("utf-8", "replace").splitlines()
+
+    return lines(), info
+
+
+# ----------------------------------------------------------------------------------------------------
+# processes
+
+
+def _boot_time() -> float | None:
+    try:
+        with open(f"{procs.PROC}/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _start_epoch(start_ticks: int) -> float | None:
+    bt = _boot_time()
+    if bt is None:
+        return None
+    return bt + start_ticks / float(os.sysconf("SC_CLK_TCK"))
+
+
+def _environ_view(pid: int, names: Iterable[str]) -> tuple[str, dict[str, str | None], dict[str, str | None]]:
+    """(status, expected-var values, diagnostic-var values) from /proc/PID/environ; never the whole env."""
+    env = procs.read_environ(pid)
+    if env is None:
+        return "unreadable", {}, {}
+    if not env:
+        return "wiped", {}, {}
+    return "ok", {n: env.get(n) for n in names}, {n: env.get(n) for n in DIAG_VARS}
+
+
+def _label(title: str) -> str:
+    """``sglang::scheduler_DP0_TP1`` → ``DP0_TP1``; ``sglang::scheduler`` → ``TP0``."""
+    ranks = procs.scheduler_ranks(title) or {}
+    return "_".join(f"{k}{v}" for k, v in ranks.items()) or "TP0"
+
+
+def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dict[str, Any]:
+    all_p = procs.all_procs()
+    launcher: dict[str, Any] = {"pid": launcher_pid, "alive": False, "identity": "unknown", "cmdline": None}
+    pool: list[procs.ProcInfo]
+    if launcher_pid is not None:
+        info = next((p for p in all_p if p.pid == launcher_pid), None)
+        if info is None or info.state in ("Z", "X"):
+            launcher["identity"] = "gone"
+            pool = []
+        elif launcher_ticks is not None and info.start_ticks != launcher_ticks:
+            launcher["identity"] = "pid_reused"
+            pool = []
+        else:
+            launcher.update(alive=True, identity="ok", cmdline=info.cmdline, start_ticks=info.start_ticks)
+            pool = procs.descendants(launcher_pid, all_p)
+        discovery = "launcher_descendants"
+    else:
+        pool = all_p
+        discovery = "host_scan"
+    live = [p for p in pool if p.state not in ("Z", "X")]
+    scheds = sorted(
+        (p for p in live if p.cmdline.startswith("sglang::scheduler")),
+        key=lambda p: (procs.scheduler_sort_key(p.cmdline), p.pid),
+    )
+    if launcher_pid is None and scheds:
+        # Found by a host scan: the schedulers' common parent, when it is an SGLang launcher, is this server's.
+        parents = {p.ppid for p in scheds}
+        parent = procs.stat(parents.pop()) if len(parents) == 1 else None
+        if parent is not None and procs.is_sglang_launcher(parent.cmdline):
+            launcher.update(pid=parent.pid, alive=True, identity="found_by_scan", cmdline=parent.cmdline,
+                            start_ticks=parent.start_ticks)
+    drafts = [
+        p
+        for p in live
+        if p.cmdline.startswith("sglang::")
+        and "draft" in p.cmdline.lower()
+        and not p.cmdline.startswith("sglang::scheduler")
+    ]
+    others = [p for p in live if procs.is_sglang_title(p.cmdline) and p not in scheds and p not in drafts]
+    return {
+        "launcher": launcher,
+        "discovery": discovery,
+        "schedulers": scheds,
+        "drafts": drafts,
+        "others": others,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# host facts
+
+
+# ----------------------------------------------------------------------------------------------------
+# NCCL_DEBUG_FILE
+
+
+def _debug_file_paths(pattern: str, pid: int) -> list[str]:
+    """Files NCCL wrote for ``pid`` under ``pattern`` (%h any host, %p this pid, %% a percent sign)."""
+    if not os.path.isabs(pattern):
+        try:
+            pattern = os.path.join(os.readlink(f"{procs.PROC}/{pid}/cwd"), pattern)
+        except OSError:
+            return []
+    parts = re.split(r"(%[hp%])", pattern)
+    glob_pat = "".join(
+        "*" if p == "%h" else str(pid) if p == "%p" else "%" if p == "%%" else glob.escape(p) for p in parts
+    )
+    return sorted(glob.glob(glob_pat))[:DEBUG_FILES_MAX]
+
+
+# ----------------------------------------------------------------------------------------------------
+# the verb
+
+
+def _read_debug_files(scan: Scan, scheds: list[procs.ProcInfo], pattern: str) -> list[dict[str, Any]]:
+    """Feed each scheduler's NCCL_DEBUG_FILE files to the scan; a file older than its process is listed as stale."""
+    debug_files: list[dict[str, Any]] = []
+    for p in scheds:
+        started = _start_epoch(p.start_ticks)
+        for path in _debug_file_paths(pattern, p.pid):
+            entry: dict[str, Any] = {"path": path, "pid": p.pid, "stale": False}
+            try:
+                mtime = os.path.getmtime(path)
+            except OSError:
+                continue
+            if started is not None and mtime < started - 2.0:
+                entry["stale"] = True  # an older process with the same pid wrote it
+                debug_files.append(entry)
+                continue
+            lines, info = _read_lines(path, 0, DEBUG_FILE_CAP_BYTES)
+            for line in lines:
+                scan.feed(line, f"debug_file:{path}")
+            entry.update(bytes_read=info["bytes_read"], capped=info["capped"])
+            debug_files.append(entry)
+    return debug_files
+
+
+def _scheduler_rows(scheds: list[procs.ProcInfo], scan: Scan, names: list[str]) -> list[dict[str, Any]]:
+    """One evidence record per scheduler process: its environment, its NCCL lines and its own markers."""
+    schedulers: list[dict[str, Any]] = []
+    for p in scheds:
+        st, vals, diag = _environ_view(p.pid, names)
+        ev = scan.by_pid.get(p.pid) or PidEvidence()
+        mine = own_markers(ev.markers, p.start_ticks, scan)
+        schedulers.append(
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "title": p.cmdline.split()[0],
+                "label": _label(p.cmdline),
+                "rank": procs.scheduler_rank(p.cmdline),
+                "start_ticks": p.start_ticks,
+                "environ_status": st,
+                "environ": vals,
+                "environ_diag": diag,
+                "nccl": ev.nccl_dict(),
+                "markers": mine,
+            }
+        )
+    return schedulers
+
+
+def _model_config(argv: list[str] | None) -> dict[str, Any]:
+    """The target model's config.json (hidden size, dtype) for the all-reduce sizes; {} when unreadable."""
+    path = ncclused.model_path(argv)
+    if not path:
+        return {}
+    try:
+        with open(os.path.join(os.path.expanduser(path), "config.json"), encoding="utf-8") as f:
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
+           schedulers: list[dict[str, Any]], scan: Scan, expected: dict[str, str],
+           gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
+    """What the judgement needs besides the processes: launch flags, GPUs, InfiniBand, what SGLang sets itself."""
+    argv = req.get("launch_argv")
+    argv_source = "record" if argv else None
+    if not argv and launcher.get("identity") == "found_by_scan" and launcher.get("cmdline"):
+        # not the recorded deploy: its own command line, never the stale record's
+        argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
+    flags = argv_flags(argv)
+    gpus = gpu_facts if gpu_facts is not None else interconnect.gpu_facts()
+    nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
+    world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
+    rules = sglang_nccl_rules(req.get("sglang_version"), flags)
+    flagged = sorted({r["var"] for r in rules if r["var"] in expected and r["applies"] is not False})
+    facts = {
+        "server": req.get("server") or {},
+        "patch_mode": req.get("patch_mode"),
+        "nccl_debug": req.get("nccl_debug"),
+        "launch_env": req.get("launch_env") or {},
+        "launch_argv_source": argv_source,
+        "infiniband": interconnect.infiniband(),
+        "sglang_version": req.get("sglang_version"),
+        "gpus": gpus,
+        "tp_size": flags["tp_size"],
+        "launch_flags": {k: v for k, v in flags.items() if k != "tp_size"},
+        "custom_all_reduce": custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
+        "sglang_sets": rules,
+        "model_shape": ncclused.model_shape(argv, _model_config(argv)),
+        "flagged_expected_vars": flagged,
+        "draft_worker": {
+            "separate_processes": [{"pid": d.pid, "title": d.cmdline} for d in found["drafts"]],
+            "note": DRAFT_WORKER_NOTE
+            if not found["drafts"]
+            else "separate draft process(es) found: they are not schedulers and are listed here only",
+        },
+        "gathered_at": time.time(),
+    }
+    return facts
+
+
+def _launcher_and_schedulers(req: GatherRequest, names: list[str]) -> dict[str, Any]:
+    """The processes (``_find_processes``), with the launcher's start environment read when it is alive."""
+    launcher_pid = req.get("launcher_pid")
+    launcher_ticks = req.get("launcher_start_ticks")
+    found = _find_processes(
+        int(launcher_pid) if launcher_pid is not None else None,
+        int(launcher_ticks) if launcher_ticks is not None else None,
+    )
+    launcher = found["launcher"]
+    if launcher["alive"]:
+        st, vals, diag = _environ_view(launcher["pid"], names)
+        launcher.update(environ_status=st, environ=vals, environ_diag=diag)
+    else:
+        launcher.update(
+            environ_status="unreadable" if launcher_pid is not None else None, environ={}, environ_diag={}
+        )
+    return found
+
+
+def _scan_log(req: GatherRequest, scan: Scan) -> dict[str, Any]:
+    """Feed the deploy's part of the server log to the scan; what was read."""
+    log_path = req.get("log_path")
+    log_offset = int(req.get("log_offset") or 0)
+    log_info: dict[str, Any] = {"path": log_path, "exists": False}
+    if log_path:
+        lines, log_info = _read_lines(
+            str(log_path), log_offset, int(req.get("log_cap_bytes") or LOG_CAP_BYTES)
+        )
+        for line in lines:
+            scan.feed(line, "log")
+    return log_info
+
+
+def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo], log_info: dict[str, Any]) -> None:
+    """The launcher's own NCCL lines and markers; the log's counts, with lines of pids that are neither."""
+    sched_pids = {p.pid for p in scheds}
+    lev = scan.by_pid.get(launcher["pid"]) if launcher["pid"] is not None else None
+    launcher["nccl"] = (lev or PidEvidence()).nccl_dict()
+    launcher["markers"] = own_markers(lev.markers, launcher.get("start_ticks"), scan) if lev else []
+    unattributed = {
+        str(pid): ev.lines + len(ev.markers)
+        for pid, ev in scan.by_pid.items()
+        if pid not in sched_pids and pid != launcher["pid"]
+    }
+    log_info.update(
+        nccl_lines=scan.nccl_lines,
+        marker_lines=scan.marker_lines,
+        foreign_deploy_markers=scan.foreign_markers,
+        other_process_markers=scan.other_process_markers,
+        unattributed_pids=unattributed,
+    )
+
+
+def gather(req: GatherRequest, sink: EventSink, gpu_facts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring.
+
+    ``gpu_facts``: the GPU listing and topology when the caller already read them (a deploy reads them while its
+    server loads: ``prefetch``); read here otherwise."""
+    expected = req.get("expected") or {}
+    if not isinstance(expected, dict):
+        raise AgentError("bad_request", "expected must be a {VAR: value} object")
+    expected = {str(k): str(v) for k, v in expected.items()}
+    names = sorted(expected)
+
+    sink.emit("progress", step="processes")
+    found = _launcher_and_schedulers(req, names)
+    launcher = found["launcher"]
+
+    sink.emit("progress", step="log")
+    scan = Scan(req.get("deploy_id"))
+    log_info = _scan_log(req, scan)
+
+    debug_pattern = req.get("nccl_debug_file") or launcher.get("environ_diag", {}).get("NCCL_DEBUG_FILE")
+    debug_files: list[dict[str, Any]] = []
+    scheds: list[procs.ProcInfo] = found["schedulers"]
+    if debug_pattern:
+        sink.emit("progress", step="nccl_debug_files")
+        debug_files = _read_debug_files(scan, scheds, str(debug_pattern))
+
+    sink.emit("progress", step="schedulers")
+    schedulers = _scheduler_rows(scheds, scan, names)
+    _attribute(scan, launcher, scheds, log_info)
+
+    sink.emit("progress", step="facts")
+    facts = _facts(req, found, launcher, schedulers, scan, expected, gpu_facts)
+    return {
+        "schema": SCHEMA,
+        "expected": expected,
+        "discovery": found["discovery"],
+        "launcher": launcher,
+        "schedulers": schedulers,
+        "other_sglang_processes": [{"pid": o.pid, "title": o.cmdline.split()[0]} for o in found["others"]],
+        "log": log_info,
+        "nccl_debug_files": {"pattern": debug_pattern, "files": debug_files},
+        "facts": facts,
+    }
+
+
+LAUNCH_DIAG = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "SPT_NOENV")
+
+
+def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path: str, log_offset: int, pid: int,
+                     start_ticks: int | None, expected: dict[str, str]) -> GatherRequest:
+    """What evidence.gather needs to judge the server of one deploy: its own log region, its launcher (pid and
+    start time), its deploy id for the markers, and what it was launched with."""
+    summary = rec_or_req.get("summary") or rec_or_req.get("launch") or {}
+    env = summary.get("env") or {}
+    patch = rec_or_req.get("patch") or {}
+    return {"log_path": log_path, "log_offset": log_offset, "launcher_pid": pid, "launcher_start_ticks": start_ticks,
+            "deploy_id": deploy_id, "expected": expected,
+            "nccl_debug_file": (rec_or_req.get("verify") or {}).get("nccl_debug_file"),
+            "sglang_version": rec_or_req.get("sglang_version"), "launch_argv": summary.get("argv"),
+            "patch_mode": rec_or_req.get("patch_mode") or patch.get("mode") or "env",
+            "nccl_debug": rec_or_req.get("nccl_debug"),
+            "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
+            "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}

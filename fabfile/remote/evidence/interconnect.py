@@ -1,0 +1,67 @@
+"""What links this host's GPUs, for check-env's facts: the GPUs and their interconnect as ``nvidia-smi`` reports it
+(NVLink, PCIe, one GPU), and the InfiniBand devices. Moved out of ``gather`` (processes and files) as its own
+job; read once per ``gather``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from .. import gpus
+from ..common import AgentError
+
+SMI_TIMEOUT_S = 10.0
+
+
+def parse_topology(text: str) -> str:
+    """``nvlink`` if a GPU↔GPU cell of ``nvidia-smi topo -m`` is ``NV#``; ``pcie`` otherwise; ``unknown``."""
+    gpu_rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+    if not gpu_rows:
+        return "unknown"
+    n = len(gpu_rows)
+    for row in gpu_rows:
+        if any(re.fullmatch(r"NV\d+", cell) for cell in row[1 : n + 1]):
+            return "nvlink"
+    return "pcie" if n > 1 else "single"
+
+
+def gpu_facts() -> dict[str, Any]:
+    # Both queries at once: each nvidia-smi run costs tens of milliseconds on a real host.
+    try:
+        outs = gpus.smi_many([["-L"], ["topo", "-m"]], timeout=SMI_TIMEOUT_S, strict=False)
+    except AgentError:
+        outs = None
+    listing, topo = (outs[0], outs[1]) if outs else (None, None)
+    if listing is None:
+        return {
+            "count": None,
+            "names": [],
+            "interconnect": "unknown",
+            "source": "nvidia-smi missing or failed",
+        }
+    names = []
+    for ln in listing.splitlines():
+        m = re.match(r"^GPU \d+: (.*?)(?: \(UUID: [^)]*\))?\s*$", ln)
+        if m:
+            names.append(m.group(1))
+    inter = parse_topology(topo) if topo else "unknown"
+    if inter == "unknown" and len(names) == 1:
+        inter = "single"
+    return {
+        "count": len(names),
+        "names": names,
+        "interconnect": inter,
+        "source": "nvidia-smi -L" + (" + topo -m" if topo else " (topo -m unavailable)"),
+    }
+
+
+def infiniband() -> list[str] | None:
+    """InfiniBand devices of this host (``/sys/class/infiniband``); [] when none, None when it cannot tell."""
+    try:
+        return sorted(os.listdir("/sys/class/infiniband"))
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None

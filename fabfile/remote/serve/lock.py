@@ -1,0 +1,120 @@
+"""One deploy per host at a time: an flock held by the deploying agent process for its whole life.
+
+Because the kernel drops an flock when its holder dies, a crashed deploy can never leave a lock behind; the holder
+file only describes who holds it (and, when found without a live holder, is reported as stale and replaced). The
+holder keeps its current step in that file, so a deploy waiting for the lock, ``inv status`` and ``inv cancel`` can
+say which deploy holds the host and what it is doing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from typing import Any, Callable, Optional
+
+from ..common import AgentError, atomic_write, ensure_private_dir
+
+# Called while waiting: (the live holder's note or None, seconds left to wait).
+OnWait = Callable[[Optional[dict[str, Any]], float], None]
+
+
+class DeployLock:
+    def __init__(self, state_dir: str) -> None:
+        ensure_private_dir(state_dir)
+        self.path = os.path.join(state_dir, "deploy.lock")
+        self.info_path = self.path + ".json"
+        self.fd: int | None = None
+        self.stale: dict[str, Any] | None = None
+        self.info: dict[str, Any] = {}
+
+    def holder(self) -> dict[str, Any] | None:
+        try:
+            with open(self.info_path, encoding="utf-8") as f:
+                data: dict[str, Any] = json.load(f)
+                return data
+        except (OSError, ValueError):
+            return None
+
+    def live_holder(self) -> dict[str, Any] | None:
+        """The holder's note if its agent process still runs (a note left by a killed agent is not a holder)."""
+        from .. import procs
+
+        h = self.holder()
+        if h is None or not isinstance(h.get("pid"), int) or not procs.alive(h["pid"], h.get("start_ticks")):
+            return None
+        return h
+
+    def acquire(self, owner: dict[str, Any], wait_s: float = 0.0, on_wait: OnWait | None = None) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    os.close(fd)
+                    h = self.holder() or {}
+                    raise AgentError(
+                        "lock_held", f"another deploy {describe(h)} is running on this host"
+                        + (f"; waited {wait_s:.0f} s for it" if wait_s > 0 else ""),
+                        "wait for it (--lock-wait SECONDS), follow it with `inv status`, or stop it with "
+                        "`inv cancel`", holder=h) from None
+                if on_wait is not None:
+                    on_wait(self.live_holder(), left)
+                time.sleep(min(0.2, max(left, 0.01)))
+        self.fd = fd
+        previous = self.holder()
+        if previous is not None:
+            # We hold the flock, so whoever wrote this file is gone without cleaning up.
+            self.stale = previous
+        from .. import procs
+
+        me = procs.stat(os.getpid())
+        self.info = {**owner, "pid": os.getpid(), "start_ticks": me.start_ticks if me else None,
+                     "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        try:
+            self._write()
+        except OSError:
+            pass  # the note only describes the holder; the flock is the lock (a full disk must not stop a rollback)
+
+    def note(self, **fields: Any) -> None:
+        """Update the holder's note (the current step); best effort: a full disk must not fail the deploy."""
+        if self.fd is None:
+            return
+        self.info.update(fields)
+        try:
+            self._write()
+        except OSError:
+            pass
+
+    def _write(self) -> None:
+        atomic_write(self.info_path, json.dumps(self.info).encode(), 0o600)
+
+    def annotate(self, **fields: Any) -> None:
+        """Add facts to the holder note (the new server's pid once started), so ``status`` can tell the deploy's own
+        processes from strangers while it runs."""
+        self.note(**fields)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.info_path)
+        except FileNotFoundError:
+            pass
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+
+def describe(h: dict[str, Any]) -> str:
+    """``(ID, from CLIENT, started SINCE, agent pid P, at step S)`` for messages."""
+    parts = [str(h.get("deploy_id", "of unknown id")), f"from {h.get('client', '?')}",
+             f"started {h.get('since', '?')}", f"agent pid {h.get('pid', '?')}"]
+    if h.get("step"):
+        parts.append(f"at step {h['step']}")
+    return "(" + ", ".join(parts) + ")"

@@ -1,0 +1,112 @@
+"""Deploy records on the host: ``STATE/deploys/<id>.json`` per deploy, ``STATE/current.json`` for the latest."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..common import EventSink, atomic_write, ensure_private_dir, expand
+from ..protocol import CancelAnswer, CancelRequest, DeployRecord, RecordsAnswer, RecordsRequest
+
+
+def _dir(state_dir: str) -> str:
+    d = os.path.join(state_dir, "deploys")
+    ensure_private_dir(d)
+    return d
+
+
+def write(state_dir: str, record: Mapping[str, Any], make_current: bool = True) -> str:
+    path = os.path.join(_dir(state_dir), f"{record['deploy_id']}.json")
+    data = json.dumps(record, indent=2, sort_keys=True).encode()
+    atomic_write(path, data, 0o600)
+    if make_current:
+        atomic_write(os.path.join(state_dir, "current.json"), data, 0o600)
+    return path
+
+
+def current(state_dir: str) -> DeployRecord | None:
+    try:
+        with open(os.path.join(state_dir, "current.json"), encoding="utf-8") as f:
+            data: DeployRecord = json.load(f)  # what ``write`` wrote: a deploy's record
+            return data
+    except (OSError, ValueError):
+        return None
+
+
+def load(state_dir: str, deploy_id: str) -> DeployRecord | None:
+    try:
+        with open(os.path.join(state_dir, "deploys", f"{deploy_id}.json"), encoding="utf-8") as f:
+            data: DeployRecord = json.load(f)
+            return data
+    except (OSError, ValueError):
+        return None
+
+
+def cancel_path(state_dir: str, deploy_id: str) -> str:
+    return os.path.join(_dir(state_dir), f"{deploy_id}.cancel")
+
+
+def script_copy_path(state_dir: str, deploy_id: str) -> str:
+    return os.path.join(_dir(state_dir), f"{deploy_id}.sh")
+
+
+def journal_path(state_dir: str, deploy_id: str) -> str:
+    return os.path.join(_dir(state_dir), f"{deploy_id}.events")
+
+
+def read(req: RecordsRequest, sink: EventSink) -> RecordsAnswer:
+    """The ``records`` verb: the current deploy record and the one it replaced (what a rollback would put back);
+    with ``ids`` (`inv diff`), those records too (None for an id this host has no record of)."""
+    state_dir = expand(req["state_dir"])
+    cur = current(state_dir)
+    prev = cur.get("previous") if cur else None
+    prev_id = prev.get("deploy_id") if prev else None
+    full_prev = load(state_dir, prev_id) if prev_id else None
+    out: RecordsAnswer = {"current": cur, "previous": full_prev}
+    if req.get("ids"):
+        out["loaded"] = {str(i): load(state_dir, str(i)) if str(i).replace("-", "").isalnum() else None
+                         for i in req["ids"]}
+    return out
+
+
+def cancel(req: CancelRequest, sink: EventSink) -> CancelAnswer:
+    """The ``cancel`` verb: ask a running deploy to give up and tear its new server down (`inv cancel`, or another
+    cluster rank failed).
+
+    ``deploy_id`` omitted: the deploy holding the host's lock now. With ``wait_s``, wait (bounded) until that deploy
+    has let go of the host and report how it ended, from its record.
+    """
+    import time
+
+    from .lock import DeployLock
+
+    state_dir = expand(req["state_dir"])
+    deploy_id = req.get("deploy_id")
+    holder = DeployLock(state_dir).live_holder() if os.path.isdir(state_dir) else None
+    if not deploy_id:
+        if holder is None or not holder.get("journal"):
+            return {"cancelled": None, "holder": holder}  # no deploy in progress (maybe a stop): nothing to cancel
+        deploy_id = str(holder["deploy_id"])
+    atomic_write(cancel_path(state_dir, deploy_id), str(req.get("reason", "")).encode(), 0o600)
+    out: CancelAnswer = {"cancelled": deploy_id, "step": (holder or {}).get("step")}
+    until = time.monotonic() + float(req.get("wait_s") or 0)
+    while time.monotonic() < until:
+        now = DeployLock(state_dir).live_holder()
+        if now is None or now.get("deploy_id") != deploy_id:
+            rec = load(state_dir, deploy_id)
+            out["ended"] = True
+            out["status"], out["error"] = (rec.get("status"), rec.get("error")) if rec else (None, None)
+            return out
+        time.sleep(0.1)
+    out["ended"] = False
+    return out
+
+
+def expected_of(req: Mapping[str, Any]) -> dict[str, str] | None:
+    """The NCCL values a deploy request asked for (older requests carried them only when verifying)."""
+    exp = req.get("expected")
+    if exp is None:
+        exp = (req.get("verify") or {}).get("expected")
+    return dict(exp) if isinstance(exp, dict) else None
