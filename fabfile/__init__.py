@@ -1,5 +1,5 @@
-"""specdeploy: the library behind ``tasks.py`` (the CLI); ``docs/ARCHITECTURE.md`` draws the data flow and says what
-each room may import.
+"""specdeploy: the library behind the command line (``fabfile/cli``, which ``tasks.py`` exposes to `inv`);
+``docs/ARCHITECTURE.md`` draws the data flow and says what each room may import.
 
 One sub-package per step of the data flow, read in this order:
 inventory → plan → render → transport → agent → results → what the user sees.

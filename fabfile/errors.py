@@ -1,5 +1,6 @@
 """The tool's single exception tree. Every failure a user can meet is one of these, carrying a sentence that says
-what happened and a hint that says what to do; ``tasks.py`` maps them to exit codes and never shows a traceback.
+what happened and a hint that says what to do; ``fabfile/cli/run.py`` maps them to exit codes and never shows a
+traceback.
 
     SpecDeployError                      (exit 1 unless noted)
     ├── UsageError                       (exit 2: nothing was touched on any host)
@@ -37,7 +38,7 @@ from typing import Any
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a deploy: what the terminal's user needs to know then (the host, the step it was at, whether
     the old server was already stopped). Still a KeyboardInterrupt, so nothing that lets Ctrl-C through catches it
-    by mistake; ``tasks.cli`` turns it into its sentence and exit 130."""
+    by mistake; ``fabfile.cli.run.cli`` turns it into its sentence and exit 130."""
 
     def __init__(self, host: str, step: str | None, old_stopped: bool, started: bool) -> None:
         super().__init__(host)

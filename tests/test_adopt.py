@@ -18,6 +18,7 @@ from fabfile.plan.deploy_plan import Options, build
 from tests.invoke_cli import ROOT, derived_inventory, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
+from tests.support.cli import run_cli
 
 # The seed's launch line (shared/seeds/003_8dc9714cd6a2bd1c.txt, message 4764), exactly as typed over ssh.
 SEED_SSH_LINE = (
@@ -65,14 +66,14 @@ def test_shipped_inventory_renders_every_flag_and_variable_of_the_seed_line() ->
 
 def test_adopt_command_writes_an_entry_that_renders_the_same_command(tmp_path: Path) -> None:
     out = tmp_path / "adopted.yaml"
-    r = run_inv("adopt", "--command", SEED_SSH_LINE, "--name", "seed", "--write", str(out))
+    r = run_cli("adopt", "--command", SEED_SSH_LINE, "--name", "seed", "--write", str(out))
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert "listen 0.0.0.0: kept as the server ran" in text
     assert yaml.safe_load(text)["hosts"]["seed"]["sglang_args"] == [
         "--trust-remote-code", "--mem-fraction-static", "0.88", "--num-continuous-decode-steps", "4",
         "--disable-custom-all-reduce"]
-    r = run_inv("render", "--host", "seed", "--json", inventory=out)
+    r = run_cli("render", "--host", "seed", "--json", inventory=out)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     plan = build(inventory.load(out).hosts["seed"], Options())
@@ -103,7 +104,7 @@ def test_adopt_keeps_unknown_flags_verbatim_and_sglang_defaults() -> None:
 ])
 def test_adopt_bad_command_is_one_sentence_exit_2_nothing_written(tmp_path: Path, line: str, says: str) -> None:
     out = tmp_path / "never.yaml"
-    r = run_inv("adopt", "--command", line, "--write", str(out))
+    r = run_cli("adopt", "--command", line, "--write", str(out))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert says in r.stderr and "Traceback" not in r.stderr
     assert r.stderr.strip().startswith("error: --command:") or "--command" in r.stderr.splitlines()[0]
@@ -113,7 +114,7 @@ def test_adopt_bad_command_is_one_sentence_exit_2_nothing_written(tmp_path: Path
 def test_adopt_refuses_to_overwrite_a_file(tmp_path: Path) -> None:
     out = tmp_path / "inventory.yaml"
     out.write_text("hosts: {}\n")
-    r = run_inv("adopt", "--command", SEED_SSH_LINE, "--write", str(out))
+    r = run_cli("adopt", "--command", SEED_SSH_LINE, "--write", str(out))
     assert r.returncode == 2 and "already exists" in r.stderr
     assert out.read_text() == "hosts: {}\n"
 

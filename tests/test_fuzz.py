@@ -10,13 +10,11 @@ sample: they arrive in a scheduler's environment byte for byte.
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import math
 import re
 import tempfile
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +22,14 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from invoke.context import Context
-from invoke.exceptions import Exit
 
-import tasks
+from fabfile.cli import tasks
 from fabfile.errors import InventoryError, SpecDeployError
 from fabfile.inventory import hosts as inventory
 from fabfile.inventory import schema as inventory_schema
 from tests.invoke_cli import derived_inventory, http_get, inv_json
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support.cli import run_cli
 
 # The profile (tests/conftest.py) decides whether the examples are the fixed ones (CI) or new ones (`./dev fuzz`);
 # an exploring run draws at least as many as the profile asks.
@@ -238,18 +235,19 @@ def no_ssh() -> Iterator[None]:
 
 
 def run_task(task_name: str, inv: Path, **flags: Any) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            kwargs = {k: ("." + v if k in PATH_PARAMS and isinstance(v, str) and v.startswith("/") else v)
-                      for k, v in flags.items()}
-            if "inventory" in inspect.signature(TASKS[task_name].body).parameters:
-                kwargs["inventory"] = str(inv)
-            TASKS[task_name].body(Context(), **kwargs)
-            code = 0
-        except Exit as e:
-            code = int(e.code)
-    return code, out.getvalue(), err.getvalue()
+    """The command line as typed (`inv TASK --flag=value ...`), parsed by the tool's own Program, in-process."""
+    argv = [task_name]
+    params = inspect.signature(TASKS[task_name].body).parameters
+    for k, v in flags.items():
+        v = "." + v if k in PATH_PARAMS and isinstance(v, str) and v.startswith("/") else v
+        if isinstance(params[k].default, bool):  # a switch: given (any true value) or not
+            argv += [_flag(k)] if v else []
+        elif v is True:
+            argv.append(_flag(k))
+        elif v is not False and v is not None:
+            argv.append(f"{_flag(k)}={v}")  # `=`: a value that starts with '-' is still this flag's value
+    r = run_cli(*argv, inventory=inv if "inventory" in params else None, cwd=Path.cwd())
+    return r.returncode, r.stdout, r.stderr
 
 
 def _flag(param: str) -> str:

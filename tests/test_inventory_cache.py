@@ -88,8 +88,9 @@ def test_the_shipped_inventory_round_trips(cache_home: Path) -> None:
 
 def test_a_cached_load_does_not_import_the_validator(full: Path, tmp_path: Path) -> None:
     """What the cache is for: a command whose inventory is unchanged does not pay for pydantic and the schema."""
-    code = ("import sys, tasks; inv = tasks._inventory(sys.argv[1]); print(sorted(m for m in ('pydantic', "
-            "'fabfile.inventory.schema') if m in sys.modules), inv.default_host().name)")
+    code = ("import sys; from fabfile.inventory.hosts import find; inv = find(sys.argv[1]); "
+            "print(sorted(m for m in ('pydantic', 'fabfile.inventory.schema') if m in sys.modules), "
+            "inv.default_host().name)")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
     runs = [subprocess.run([sys.executable, "-c", code, str(full)], cwd=ROOT, env=env, capture_output=True,
                            text=True, check=True).stdout.split("\n")[0] for _ in range(2)]

@@ -19,6 +19,7 @@ from fabfile.remote.common import AgentError
 from fabfile.remote.measure.profilestore import ensure_dir as ensure_profile_dir
 from tests.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support.cli import run_cli
 
 BASE = """
 hosts:
@@ -276,7 +277,7 @@ def test_explain_profiles_the_running_server(fleet: Fleet, sim_host: SimHost, tm
 def test_explain_from_a_file_refuses_the_live_flags(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     p.write_text('{"bench_id": "b1"}')
-    r = run_inv("explain", "--from", str(p), "--trace")
+    r = run_cli("explain", "--from", str(p), "--trace")
     assert r.returncode == 2 and "--trace: only without --from" in r.stderr
 
 

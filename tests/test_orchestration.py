@@ -77,7 +77,9 @@ def test_stop_sends_one_request_shape_and_reports_the_worst_exit_code(inv: inven
     busy = {"kind": "lock_held", "message": "another deploy holds the lock", "hint": "wait for it"}
     fleet = FakeFleet({"a": {"stop": STOPPED}, "b": {"stop": busy}, "c": {"stop": STOPPED}})
     with connector(fleet):
-        code = stop_hosts(inv, _hosts(inv, "a", "b", "c"), dry_run=False, as_json=False)
+        result = stop_hosts(inv, _hosts(inv, "a", "b", "c"), dry_run=False)
+    result.for_people()
+    code = result.exit_code
     sent = fleet.requests("stop")
     a, c = inv.hosts["a"], inv.hosts["c"]
     assert sent["a"]["target_gpus"] == [0, 1] and sent["c"]["target_gpus"] == [0]
@@ -199,7 +201,7 @@ def test_host_all_covers_the_inventory_and_json_has_one_shape_for_one_host_or_ma
     fleet = FakeFleet({"a": {"bench": bench}, "b": {"bench": bench},
                        "c": {"bench": {"kind": "not_running", "message": "no server is running"}}})
     with connector(fleet):
-        code = bench_hosts(inv, _hosts(inv, "a", "b", "c"), BenchParams(), tmp_path, as_json=True)
+        code = bench_hosts(inv, _hosts(inv, "a", "b", "c"), BenchParams(), tmp_path).exit_code
     assert code == 1 and set(fleet.requests("bench")) == {"a", "b", "c"}  # every host measured at once
     assert sorted(p.parent.name for p in tmp_path.glob("*/*.json")) == ["a", "b"]
 

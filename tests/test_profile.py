@@ -19,6 +19,7 @@ import pytest
 
 from tests.invoke_cli import derived_inventory, http_in_host, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support.cli import run_cli
 from tests.test_faults import start_inv
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
@@ -222,5 +223,5 @@ def test_bad_flags_exit_2_before_any_connection(inventory: Path) -> None:
     for args, words in ((["--trace-steps", "5"], "--trace-steps: only with --trace"),
                         (["--trace", "--trace-steps", "999"], "--trace-steps: 999 is above the largest allowed, 200"),
                         (["--concurrency", "0"], "--concurrency: 0 is below the smallest allowed, 1")):
-        p = run_inv("profile", *args, inventory=inventory)
+        p = run_cli("profile", *args, inventory=inventory)
         assert p.returncode == 2 and words in p.stderr, (args, p.stderr)

@@ -21,6 +21,7 @@ import pytest
 from tests.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
+from tests.support.cli import run_cli
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 BENCH = ["--num-prompts", "3", "--output-len", "32", "--input-len", "32"]
@@ -255,13 +256,13 @@ def test_sweep_flags_are_checked_before_touching_anything(inventory: Path, tmp_p
                         (("--steps", "1", "--min-requests", "10", "--max-requests", "5"), "--max-requests"),
                         (("--steps", "1,2,3", "--predict", "--client", "sglang"), "--client"),
                         (("--steps", "1", "--client", "sglang"), "--client")]:
-        r = run_inv("sweep", *args, "--out", str(tmp_path), inventory=inventory)
+        r = run_cli("sweep", *args, "--out", str(tmp_path), inventory=inventory)
         assert r.returncode == 2, (args, r.stderr)
         assert words in r.stderr, (args, r.stderr)
     assert not (tmp_path / "sim1").exists()
-    r = run_inv("analyze", "--baseline-ms", "12.2")
+    r = run_cli("analyze", "--baseline-ms", "12.2")
     assert r.returncode == 2 and "--verify-ms" in r.stderr
-    r = run_inv("analyze", "--baseline-ms", "12.2", "--verify-ms", "29", "--steps", "2", "--accept-len", "1.75",
+    r = run_cli("analyze", "--baseline-ms", "12.2", "--verify-ms", "29", "--steps", "2", "--accept-len", "1.75",
                 "--json")
     be = json.loads(r.stdout)
     assert r.returncode == 0 and be["verdict"] == "loses" and round(be["needed_accept_len"], 2) == 2.38

@@ -313,3 +313,50 @@ def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, AdoptAnswer]:
                        extra={"connection": "local"} if host.connection == "local" else None)
     entry.setdefault("state_dir", host.state_dir)
     return entry, f"pid {data.get('pid')} on {host.name} (SGLang {data.get('sglang') or 'unknown'})", data
+
+
+@dataclass(frozen=True)
+class AdoptOptions:
+    host: str | None = None      # a running server on this inventory host
+    command: str | None = None   # or a pasted launch line
+    name: str | None = None      # the entry's name (default: host, else gpu1)
+    write: str | None = None     # a new inventory file to write the entry to
+
+
+def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
+    """``inv adopt``: the inventory entry of a hand-started server, printed or written to a new file (never over an
+    existing one). ``inventory`` loads the inventory, only when a host is read."""
+    from fabfile.commands.result import CommandResult
+
+    if opts.command is None and opts.host is None:
+        raise FlagError("--host or --command: say which server to adopt (a running one, or its launch line)")
+    write = opts.write
+    if write is not None and Path(write).exists():
+        raise FlagError(f"--write: {write} already exists; adopt writes a new file (print the entry without "
+                        "--write and paste it into your inventory)")
+    entry_name = opts.name or opts.host or "gpu1"
+    settings: dict[str, str] = {}
+    if opts.command is not None:
+        entry = host_entry(parse_command(opts.command))
+        source = "a pasted launch line"
+    else:
+        inv = inventory()
+        from fabfile.inventory.hosts import one_host
+
+        entry, source, _ = from_host(inv, one_host(inv, opts.host, "adopt"))
+        settings = connection_settings(inv)
+    validate_entry(entry_name, entry)
+    text = entry_yaml(entry_name, entry, source, settings)
+    if write is not None:
+        # O_EXCL: a file that appeared since the check above is not overwritten either.
+        fd = os.open(write, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def for_people() -> None:
+        if write is not None:
+            print(f"wrote {write}: `inv render --inventory {write} --host {entry_name}` shows the command")
+        else:
+            print(text, end="")
+
+    return CommandResult({"host": entry_name, "entry": entry, "source": source}, for_people)

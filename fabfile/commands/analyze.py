@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError
-from fabfile.plan.analysis import BreakEven, analyze_sweep, from_numbers
+from fabfile.plan.analysis import analyze_sweep, from_numbers
 from fabfile.present.analyze_report import print_analysis, print_break_even
-from fabfile.present.output import show
 
 
 def analyze_numbers(*, baseline_ms: float, verify_ms: float, draft_ms: float, steps: int | None,
-                    accept_len: float | None, as_json: bool) -> BreakEven:
+                    accept_len: float | None) -> CommandResult:
     be = from_numbers(baseline_ms=baseline_ms, verify_ms=verify_ms, steps=steps, draft_ms=draft_ms,
                       accept_len=accept_len)
-    show({**be.as_dict(), "sentence": be.sentence()},
-         lambda: print_break_even(be, baseline_ms=baseline_ms, verify_ms=verify_ms, draft_ms=draft_ms, steps=steps),
-         as_json=as_json)
-    return be
+    return CommandResult({**be.as_dict(), "sentence": be.sentence()},
+                         lambda: print_break_even(be, baseline_ms=baseline_ms, verify_ms=verify_ms, draft_ms=draft_ms,
+                                                  steps=steps))
 
 
-def analyze_file(path: str, *, as_json: bool) -> dict[str, Any]:
+def analyze_file(path: str) -> CommandResult:
     p = Path(path)
     if p.is_dir():
         p = p / "sweep.json"
@@ -37,5 +35,4 @@ def analyze_file(path: str, *, as_json: bool) -> dict[str, Any]:
     doc.setdefault("sweep_id", p.parent.name)
     analysis = analyze_sweep(doc["rows"])
     doc["analysis"] = analysis
-    show(analysis, lambda: print_analysis(analysis), as_json=as_json)
-    return analysis
+    return CommandResult(analysis, lambda: print_analysis(analysis))

@@ -130,14 +130,14 @@ def bench_host(inv: Inventory, host: Host, params: BenchParams, runs_dir: Path |
     return result
 
 
-def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir: Path | str, *,
-                as_json: bool) -> int:
+def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir: Path | str) -> Any:
     """``inv bench`` on several hosts at once, each from the host itself (so the loads do not share a link): one
     result per host, printed host by host when all have ended; the exit code of the worst."""
     from fabfile.commands.fanout import concurrent
+    from fabfile.commands.result import CommandResult
     from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result
-    from fabfile.present.output import out, print_error, show
+    from fabfile.present.output import out, print_error
 
     done: dict[str, dict[str, Any]] = {}
     failed: dict[str, SpecDeployError] = {}
@@ -160,5 +160,5 @@ def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir
             else:
                 print_error(failed[h.name])
 
-    show({"ok": not failed, "hosts": docs}, for_people, as_json=as_json)
-    return max((e.exit_code for e in failed.values()), default=0)
+    return CommandResult({"ok": not failed, "hosts": docs}, for_people,
+                         max((e.exit_code for e in failed.values()), default=0))

@@ -8,6 +8,7 @@ changed since it was fast?".
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from fabfile.errors import FlagError
@@ -158,3 +159,45 @@ def fetch(inv: Any, host: Any, refs: list[str]) -> dict[str, dict[str, Any]]:
                             "`inv status` shows the current deploy id; ids are kept under STATE/deploys/")
         found[r] = dict(rec)
     return found
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    host: str | None = None
+    old: str | None = None    # a deploy id, HOST:ID, current or previous
+    new: str | None = None    # the same, or now (what render would run now)
+    steps: int | None = None  # with --new now: the steps to render
+
+
+def diff_command(inv: Any, opts: DiffOptions) -> Any:
+    """``inv diff``: the two sides fetched from the host's records (or rendered now) and compared."""
+    from fabfile.commands.result import CommandResult
+    from fabfile.plan.deploy_plan import Options, steps_of
+    from fabfile.present.diff_report import print_diff
+
+    hb, rb = parse_ref("--new", opts.new if opts.new is not None else "current")
+    # Against what render would run now, the side to compare is what runs now (it compared the previous deploy and
+    # said "no difference" while the running configuration differed).
+    ha, ra = parse_ref("--old", opts.old if opts.old is not None else "current" if rb == NOW else "previous")
+    named = {x for x in (ha, hb, opts.host) if x}
+    if len(named) > 1:
+        raise FlagError(f"--old/--new: records from different hosts ({', '.join(sorted(named))}); a diff compares the "
+                        "deploys of one host", "compare what the hosts run with `inv status --host "
+                        f"{','.join(sorted(named))}`")
+    if ra == NOW:
+        raise FlagError("--old: `now` goes on the new side (--new now); the old side is a recorded deploy")
+    if rb != NOW and opts.steps is not None:
+        raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
+    from fabfile.inventory.hosts import one_host
+
+    h = one_host(inv, next(iter(named), None), "diff")
+    recs = fetch(inv, h, [ra, rb])
+    va = view_of_record(recs[ra])
+    if rb == NOW:
+        name = str(recs[ra].get("config_name") or "")
+        vb = view_of_plan(h, Options(steps=opts.steps if opts.steps is not None else steps_of(name)), recs[ra])
+    else:
+        vb = view_of_record(recs[rb])
+    va["host"] = vb["host"] = h.name
+    rows = compare(va, vb)
+    return CommandResult({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows))

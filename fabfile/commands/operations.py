@@ -3,7 +3,8 @@
 Read-only commands run on all selected hosts in parallel with a cap, so one slow host does not hold up the rest;
 each host's work is bounded by its own connect and command timeouts. Each command returns a ``HostsResult`` (every
 host's outcome and the exit code: 0 when every host succeeded, else the worst host's code); its ``*_hosts`` form
-prints it, one table (``fabfile.present.hosts_report``) or one JSON document, and returns the exit code.
+returns it with how people see it (one table, ``fabfile.present.hosts_report``): a ``CommandResult`` the command line
+prints, tables or one JSON document, and exits with.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import threading
 from typing import Any
 
 from fabfile.commands.fanout import for_each_host
+from fabfile.commands.result import CommandResult
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.present import hosts_report as report
-from fabfile.present.output import show, terminal_safe
+from fabfile.present.output import terminal_safe
 from fabfile.results.hosts import CancelResult, CheckEnvResult, HostsResult, StatusResult, StopResult
 from fabfile.transport.session import HostSession
 
@@ -30,11 +32,10 @@ def stop(inv: Inventory, hosts: list[Host], *, dry_run: bool, host_timeout: floa
     return StopResult(for_each_host(inv, hosts, work, host_timeout=bound))
 
 
-def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool,
-               host_timeout: float | None = None) -> int:
+def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool,
+               host_timeout: float | None = None) -> CommandResult:
     r = stop(inv, hosts, dry_run=dry_run, host_timeout=host_timeout)
-    show(r, lambda: report.print_stop(r, dry_run=dry_run), as_json=as_json)
-    return r.exit_code
+    return CommandResult(r, lambda: report.print_stop(r, dry_run=dry_run), r.exit_code)
 
 
 # -- status ---------------------------------------------------------------------------------------------------
@@ -98,10 +99,9 @@ def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = No
     return StatusResult(outcomes)
 
 
-def status_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
+def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CommandResult:
     r = status(inv, hosts, host_timeout=host_timeout)
-    show(r, lambda: report.print_status(r), as_json=as_json)
-    return r.exit_code
+    return CommandResult(r, lambda: report.print_status(r), r.exit_code)
 
 
 def _bound(hosts: list[Host], flag: float | None) -> float:
@@ -164,11 +164,10 @@ def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None =
                                         host_timeout=_bound(hosts, host_timeout)))
 
 
-def check_env_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None,
-                    verbose: bool = False) -> int:
+def check_env_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,
+                    verbose: bool = False) -> CommandResult:
     r = check_env(inv, hosts, host_timeout=host_timeout)
-    show(r, lambda: report.print_check_env(r, verbose=verbose), as_json=as_json)
-    return r.exit_code
+    return CommandResult(r, lambda: report.print_check_env(r, verbose=verbose), r.exit_code)
 
 
 # -- rollback-patches -----------------------------------------------------------------------------------------
@@ -179,10 +178,9 @@ def rollback(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> HostsResult
     return HostsResult(for_each_host(inv, hosts, work, parallel=False))
 
 
-def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool, as_json: bool) -> int:
+def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> CommandResult:
     r = rollback(inv, hosts, dry_run=dry_run)
-    show(r, lambda: report.print_rollback(r, dry_run=dry_run), as_json=as_json)
-    return r.exit_code
+    return CommandResult(r, lambda: report.print_rollback(r, dry_run=dry_run), r.exit_code)
 
 
 # -- gpus -----------------------------------------------------------------------------------------------------
@@ -191,10 +189,9 @@ def gpus(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None
     return HostsResult(outcomes)
 
 
-def gpus_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, host_timeout: float | None = None) -> int:
+def gpus_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CommandResult:
     r = gpus(inv, hosts, host_timeout=host_timeout)
-    show(r, lambda: report.print_gpus(r), as_json=as_json)
-    return r.exit_code
+    return CommandResult(r, lambda: report.print_gpus(r), r.exit_code)
 
 
 # -- cancel ---------------------------------------------------------------------------------------------------
@@ -208,10 +205,9 @@ def cancel(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> HostsR
     return CancelResult(for_each_host(inv, hosts, work))
 
 
-def cancel_hosts(inv: Inventory, hosts: list[Host], *, as_json: bool, wait_s: float | None) -> int:
+def cancel_hosts(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> CommandResult:
     r = cancel(inv, hosts, wait_s=wait_s)
-    show(r, lambda: report.print_cancel(r), as_json=as_json)
-    return r.exit_code
+    return CommandResult(r, lambda: report.print_cancel(r), r.exit_code)
 
 
 def _client() -> str:

@@ -10,6 +10,7 @@ import shlex
 from typing import Any
 
 from fabfile import __version__
+from fabfile.commands.result import CommandResult
 from fabfile.inventory.hosts import Host
 from fabfile.plan.deploy_plan import Options, build, mask_secrets, secret_values
 from fabfile.remote import versions
@@ -47,3 +48,16 @@ def plan_document(host: Host, opts: Options) -> dict[str, Any]:
     doc["files"] = files
     doc["touches_hosts"] = False
     return doc
+
+
+def render_hosts(hosts: list[Host], opts: Options) -> CommandResult:
+    """``inv render`` (and ``deploy --dry-run``): each host's plan; one host's document, or ``{"hosts": [...]}``."""
+    from fabfile.present.plan_report import describe
+
+    docs = [plan_document(h, opts) for h in hosts]
+
+    def for_people() -> None:
+        for d in docs:
+            describe(d)
+
+    return CommandResult(docs[0] if len(docs) == 1 else {"hosts": docs}, for_people)

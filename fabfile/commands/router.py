@@ -142,9 +142,9 @@ def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
     return result
 
 
-def stop_router(inv: Inventory, router: Router, *, as_json: bool) -> int:
+def stop_router(inv: Inventory, router: Router) -> Any:
     """``inv stop --router NAME``: stop the router on its host (TERM, grace, KILL, confirmed gone)."""
-    from fabfile.present.output import show
+    from fabfile.commands.result import CommandResult
     from fabfile.present.router_report import print_router_stop
 
     host = inv.hosts[router.host]
@@ -159,5 +159,4 @@ def stop_router(inv: Inventory, router: Router, *, as_json: bool) -> int:
             e.host = router.host
         doc.update(ok=False, error=e.as_dict())
         error = e
-    show(doc, lambda: print_router_stop(doc, error), as_json=as_json)
-    return error.exit_code if error is not None else 0
+    return CommandResult(doc, lambda: print_router_stop(doc, error), error.exit_code if error is not None else 0)

@@ -35,7 +35,7 @@ from fabfile.inventory.values import (
 
 __all__ = ["BUILTIN_NCCL_PRESETS", "DEFAULT_ACCEPT_GATE", "DEFAULT_LOG_DIR", "MAX_DRAFT_TOKENS", "MAX_INVENTORY_BYTES",
            "Cluster", "Host", "Inventory", "NodeRole", "Router", "Speculative", "Timeouts", "check_speculative",
-           "load"]
+           "find", "load", "one_host", "with_lock_wait"]
 
 
 def load(path: str | Path, *, cache: bool = False) -> Inventory:
@@ -155,3 +155,36 @@ def _from_doc(d: Any) -> Inventory | None:
         return None
 
 
+
+
+def find(path: str | None) -> Inventory:
+    """The inventory a command reads: ``--inventory PATH``, else $SPECDEPLOY_INVENTORY, else ./inventory.yaml (from
+    the cache of validated files when it can); none of them is an InventoryError saying which three were tried."""
+    chosen = path or os.environ.get("SPECDEPLOY_INVENTORY")
+    if chosen is None and not os.path.exists("inventory.yaml"):
+        raise InventoryError(f"no inventory: no --inventory, $SPECDEPLOY_INVENTORY is not set, and {os.getcwd()} "
+                             "has no inventory.yaml", "pass --inventory PATH, export SPECDEPLOY_INVENTORY=PATH, or "
+                             "run in the folder that holds inventory.yaml")
+    return load(chosen or "inventory.yaml", cache=True)
+
+
+def with_lock_wait(inv: Inventory, seconds: float | None) -> Inventory:
+    """``--lock-wait SECONDS`` (0 = fail at once when another deploy holds the host) over every host's
+    ``timeouts.lock_wait``; None leaves the inventory's."""
+    from dataclasses import replace
+
+    if seconds is None:
+        return inv
+    return replace(inv, hosts={n: replace(h, timeouts=replace(h.timeouts, lock_wait=seconds))
+                               for n, h in inv.hosts.items()})
+
+
+def one_host(inv: Inventory, name: str | None, command: str) -> Host:
+    """The one host ``--host`` names, for a command that works on one host at a time (a FlagError otherwise)."""
+    from fabfile.errors import FlagError
+
+    hosts = inv.select(name)
+    if len(hosts) != 1:
+        raise FlagError(f"--host: {command} works on one host at a time, got {len(hosts)} "
+                        f"({', '.join(h.name for h in hosts)})")
+    return hosts[0]

@@ -195,6 +195,15 @@ def config_name(spec: Speculative) -> str:
     return f"{spec.algorithm.lower()}-s{spec.steps}-k{spec.topk}-d{spec.draft_tokens}"
 
 
+def steps_of(name: str) -> int | None:
+    """The steps a :func:`config_name` names (``eagle3-s2-k1-d3`` → 2, ``baseline`` → 0; None for another name)."""
+    if name == "baseline":
+        return 0
+    head, sep, rest = name.partition("-s")
+    step = rest.split("-", 1)[0]
+    return int(step) if sep and head and step.isdigit() else None
+
+
 def new_deploy_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
 

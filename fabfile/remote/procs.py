@@ -9,9 +9,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .protocol import Stopped
-
 from .common import split_argv
+from .protocol import Stopped
 
 PROC = "/proc"
 

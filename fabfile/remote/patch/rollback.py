@@ -5,13 +5,12 @@ Rollback refuses a file that changed behind the engine's back (its hash is not t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from ..common import AgentError, EventSink, expand, sha256_file
 from ..protocol import PatchRollbackAnswer, PatchRollbackRequest
-from .modes import ENGINE_REL, MANIFEST_VERSION, SCHEDULER_REL, SITECUSTOMIZE_REL
+from .modes import MANIFEST_VERSION
 from .store import (
     Op,
     backup_bytes,

@@ -1,0 +1,89 @@
+"""From flags to a command's typed options: each value read by the one parser (fabfile/flags.py), the defaults
+filled in, the flags that go together checked. Imports inside each function, as the tasks do: `inv --list` imports
+none of the library."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabfile import flags
+from fabfile.flags import MAX_ACCEPT, MAX_CONCURRENCY, MAX_DRAFT_TOKENS, MAX_REQUESTS, MAX_STEPS, MAX_TOKENS, MAX_TOPK
+
+
+def inventory(path: str | None, lock_wait: Any = None) -> Any:
+    """The inventory (``--inventory``, else $SPECDEPLOY_INVENTORY, else ./inventory.yaml), with ``--lock-wait``."""
+    from fabfile.inventory.hosts import find, with_lock_wait
+
+    return with_lock_wait(find(path), flags.seconds("--lock-wait", lock_wait, zero=True))
+
+
+def deploy(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
+           accept_gate: Any = None) -> Any:
+    """A deploy's (and render's, a sweep's base) ``Options`` from its flags."""
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.remote.patch.modes import PATCH_MODES
+
+    return Options(steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS),
+                   topk=flags.whole("--topk", topk, minimum=1, maximum=MAX_TOPK),
+                   draft_tokens=flags.whole("--draft-tokens", draft_tokens, minimum=1, maximum=MAX_DRAFT_TOKENS),
+                   patch_mode=flags.choice("--patch-mode", patch_mode, PATCH_MODES, what="mode"),
+                   timeout=flags.seconds("--timeout", timeout), verify=verify,
+                   accept_gate=flags.number("--accept-gate", accept_gate, minimum=0.0, maximum=MAX_ACCEPT,
+                                            open_maximum=True, what="an accept length (e.g. 1.1, or 0 for no gate)"))
+
+
+def bench(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any, timeout: Any) -> Any:
+    """A benchmark's load (``BenchParams``: bench, profile, explain, a sweep's first level), defaults filled in."""
+    from fabfile.commands.bench import CLIENTS, BenchParams
+
+    flags.choice("--client", client, CLIENTS, what="client")
+    d = BenchParams()
+    return BenchParams(
+        concurrency=flags.whole("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY) or d.concurrency,
+        input_len=flags.whole("--input-len", input_len, minimum=1, maximum=MAX_TOKENS) or d.input_len,
+        output_len=flags.whole("--output-len", output_len, minimum=2, maximum=MAX_TOKENS) or d.output_len,
+        num_prompts=flags.whole("--num-prompts", num_prompts, minimum=1, maximum=MAX_REQUESTS) or d.num_prompts,
+        client=client or d.client, timeout=flags.seconds("--timeout", timeout))
+
+
+def resume_path(value: Any) -> Any:
+    """``sweep --resume DIR`` as a path (``~`` expanded)."""
+    from pathlib import Path
+
+    path = flags.path("--resume", value)
+    return None if path is None else Path(path).expanduser()
+
+
+def sweep_length(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:
+    """Sweep length: a fixed --num-prompts, or adaptive (default) to ±--target-ci % between the request bounds."""
+    from fabfile.errors import FlagError
+
+    flags.only_with(num_prompts is None, "an adaptive length and a fixed --num-prompts exclude each other",
+                    ("--target-ci", target_ci), ("--min-requests", min_requests), ("--max-requests", max_requests))
+    if num_prompts is not None:
+        return {"target_ci": None}
+    # ±50 % or more is no measurement at all.
+    pct = flags.number("--target-ci", target_ci, minimum=0.0, open_minimum=True, maximum=50.0, open_maximum=True,
+                       unit="%", what="a percentage, e.g. 2")
+    lo = flags.whole("--min-requests", min_requests, minimum=2, maximum=MAX_REQUESTS) or 8
+    hi = flags.whole("--max-requests", max_requests, minimum=2, maximum=MAX_REQUESTS) or 256
+    if hi < lo:
+        raise FlagError(f"--max-requests: {hi} is below --min-requests {lo}")
+    return {"target_ci": (2.0 if pct is None else pct) / 100.0, "min_requests": lo, "num_prompts": hi}
+
+
+def explain_baseline(explain: bool, baseline: Any) -> str | None:
+    """``--baseline FILE`` of ``inv bench --explain``: only with --explain."""
+    flags.only_with(explain, "only with --explain", ("--baseline", baseline))
+    return flags.path("--baseline", baseline)
+
+
+def measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
+    """The options with ``--measure``/``--no-measure`` (neither: the inventory's ``measure`` decides)."""
+    from dataclasses import replace
+
+    from fabfile.errors import FlagError
+
+    if measure and no_measure:
+        raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
+    return replace(opts, measure=True if measure else False if no_measure else None)

@@ -1,0 +1,57 @@
+"""The one wrapper around every task: it prints a command's result through the output switch, exits with the
+result's code, and maps the tool's errors to sentences and exit codes (0 ok, 1 failed, 2 bad input with nothing
+touched, 130 Ctrl-C); never a traceback for a failure the tool understands."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from invoke.exceptions import Exit
+
+from fabfile.cli.help import INTERRUPTED
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def finish(result: Any, as_json: bool) -> None:
+    """A task's return: a CommandResult is shown (then its error raised, its code exited with); an int is the exit
+    code of a command that printed its own per-host output; None is 0."""
+    from fabfile.commands.result import CommandResult
+
+    if isinstance(result, CommandResult):
+        from fabfile.present.output import show
+
+        show(result.document, result.for_people, as_json=as_json)
+        if result.error is not None:
+            raise result.error
+        result = result.exit_code
+    if result:
+        raise Exit(code=int(result))
+
+
+def cli(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        from fabfile.errors import SpecDeployError
+        from fabfile.present.output import print_error
+
+        try:
+            finish(fn(*args, **kwargs), bool(kwargs.get("json")))
+        except SpecDeployError as e:
+            print_error(e)
+            raise Exit(code=e.exit_code) from None
+        except BrokenPipeError:
+            from fabfile.present.output import pipe_closed
+
+            pipe_closed()
+        except KeyboardInterrupt as e:
+            from fabfile.errors import Interrupted
+
+            if isinstance(e, Interrupted):
+                raise Exit(e.sentence(), code=130) from None
+            # Read-only commands (logs --follow, watch, status...) just stop: no word about deploys.
+            raise Exit(INTERRUPTED.get(fn.__name__, ""), code=130) from None
+
+    return wrapper  # type: ignore[return-value]

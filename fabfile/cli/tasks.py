@@ -1,0 +1,547 @@
+"""The task collection: `inv deploy --host gpu1 --steps 3`, `inv check-env`, `inv rollback-patches`, ...
+
+Each task only reads its flags (every value through the one parser, fabfile/flags.py), builds the command's
+options, calls the command and returns its result; the one wrapper (fabfile/cli/run.py) prints it and exits with its
+code. Every flag is a flag, never a positional, so `inv deploy --help` cannot run a deploy. Help texts:
+fabfile/cli/help.py. Each task imports what it needs inside itself, so `inv --list` imports none of it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from invoke.collection import Collection
+from invoke.parser.argument import Argument
+from invoke.tasks import Task as _Task
+from invoke.tasks import task as _task
+
+from fabfile import flags  # the one parser of flag values (imports only fabfile.errors: `inv --list` stays fast)
+from fabfile.cli import options
+from fabfile.cli.help import (
+    ADOPT_HELP,
+    ANALYZE_HELP,
+    BENCH_HELP,
+    CANCEL_HELP,
+    CHECK_ENV_HELP,
+    DEPLOY_HELP,
+    DEPLOY_ROUTER_HELP,
+    DIFF_HELP,
+    EXPLAIN_HELP,
+    GPUS_HELP,
+    LOGS_HELP,
+    PROFILE_HELP,
+    RENDER_HELP,
+    ROLLBACK_PATCHES_HELP,
+    STATUS_HELP,
+    STOP_HELP,
+    SWEEP_HELP,
+    TRUST_HELP,
+    WATCH_HELP,
+)
+from fabfile.cli.run import cli
+from fabfile.flags import (
+    MAX_ACCEPT,
+    MAX_CONCURRENCY,
+    MAX_DRAFT_TOKENS,
+    MAX_INTERVAL_S,
+    MAX_LINES,
+    MAX_MS,
+    MAX_STEPS,
+    MAX_TOK_S,
+    MAX_TOPK,
+    MONTH_S,
+    WEEK_S,
+)
+
+
+class Task(_Task[Any]):
+    """Invoke's task, parsed as often as asked: Invoke's own pops each help text as it builds a flag, so a second
+    parse in one process (the in-process test runner, --complete's second parser) had flags without help."""
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        texts = dict(self.help)
+        try:
+            return super().get_arguments(ignore_unknown_help)
+        finally:
+            self.help = texts
+
+
+# No automatic one-letter flags: Invoke derives them from each task's parameter names, so `-i` meant --timeout for
+# deploy and --inventory for status, and `--no-canary` got the "short" flag `--`. Long flags only, the same everywhere.
+task = functools.partial(_task, auto_shortflags=False, klass=Task)
+
+
+@task(help=DEPLOY_HELP)
+@cli
+def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
+           patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
+           inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
+           no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
+           lock_wait: Any = None, measure: bool = False, no_measure: bool = False,
+           previous: bool = False) -> Any:
+    """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
+    ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
+    from fabfile.commands.rollout import STRATEGIES, parse_batch
+
+    inv = options.inventory(inventory, lock_wait)
+    flags.excludes("--previous", previous, "starts a recorded deploy as it ran", ("--steps", steps),
+                   ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
+                   ("--dry-run", dry_run), ("--strategy", strategy), ("--batch", batch), ("--measure", measure),
+                   ("--no-measure", no_measure))
+    if previous:
+        from fabfile.commands.dispatch import deploy_previous
+
+        return deploy_previous(inv, inv.select(host), as_json=json)
+    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
+    flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
+    flags.only_with(strategy != "parallel", "only with --strategy rolling (parallel deploys every host at once)",
+                    ("--batch", batch))
+    flags.only_with(strategy != "parallel", "only with --strategy rolling", ("--no-canary", no_canary))
+    batch_size = parse_batch(batch if batch is not None else "25%")
+    from fabfile.commands.dispatch import deploy_command, deploy_targets
+
+    hosts, cluster = deploy_targets(inv, host, rollout_flags=strategy is not None or batch is not None or no_canary)
+    opts = options.measuring(opts, measure, no_measure)
+    if dry_run:
+        from fabfile.commands.render_plan import render_hosts
+
+        return render_hosts(hosts, opts)
+    return deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
+                          canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json)
+
+
+@task(help=RENDER_HELP)
+@cli
+def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
+           patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
+           measure: bool = False, no_measure: bool = False) -> Any:
+    """Print what a deploy would do (the plan and every rendered file) without touching any host."""
+    from fabfile.commands.render_plan import render_hosts
+
+    inv = options.inventory(inventory)
+    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout)
+    return render_hosts(inv.select(host), options.measuring(opts, measure, no_measure))
+
+
+@task(help=STOP_HELP)
+@cli
+def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, inventory: Any = None,
+         host_timeout: Any = None, router: Any = None, lock_wait: Any = None) -> Any:
+    """Stop the SGLang server(s) on host(s), all at once: TERM, grace, KILL; confirms every process is gone.
+    With --router NAME, stop that router instead."""
+    from fabfile.commands.operations import stop_hosts
+    from fabfile.errors import FlagError
+
+    inv = options.inventory(inventory, lock_wait)
+    bound = flags.seconds("--host-timeout", host_timeout)
+    if router is not None:
+        from fabfile.commands.router import pick, stop_router
+
+        if host is not None or dry_run:
+            raise FlagError("--router: stops the router on the host the inventory names; leave out --host and "
+                            "--dry-run")
+        return stop_router(inv, pick(inv, router))
+    return stop_hosts(inv, inv.select(host), dry_run=dry_run, host_timeout=bound)
+
+
+@task(help=STATUS_HELP)
+@cli
+def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+    """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
+    from fabfile.commands.operations import status_hosts
+
+    inv = options.inventory(inventory)
+    return status_hosts(inv, inv.select(host),
+                        host_timeout=flags.seconds("--host-timeout", host_timeout))
+
+
+@task(help=LOGS_HELP)
+@cli
+def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, timeout: Any = None,
+         inventory: Any = None, host_timeout: Any = None) -> Any:
+    """Print the server log of host(s) (the current deploy's log file); several hosts: lines prefixed by host."""
+    from fabfile.commands.operations import show_logs
+
+    inv = options.inventory(inventory)
+    return show_logs(inv, inv.select(host), lines=flags.whole("--lines", lines, minimum=1, maximum=MAX_LINES) or 50,
+                     follow=follow, follow_s=flags.seconds("--timeout", timeout, maximum=WEEK_S) or 3600.0,
+                     host_timeout=flags.seconds("--host-timeout", host_timeout))
+
+
+@task(help=WATCH_HELP)
+@cli
+def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, json: bool = False,
+          min_accept: Any = None, min_tok_s: Any = None, for_: Any = None, duration: Any = None,
+          inventory: Any = None) -> Any:
+    """Live view of each server: tok/s, accept length, running/queued requests, health; thresholds print an alarm
+    line and exit 1 (for cron and CI). A server not running or not healthy is an alarm too."""
+    from fabfile.commands.watch import WatchOptions
+    from fabfile.commands.watch import watch as run_watch
+    from fabfile.errors import FlagError
+
+    wait_for = flags.seconds("--for", for_, zero=True)
+    if once and (wait_for or duration is not None):
+        raise FlagError("--once: takes one sample; leave out --for and --duration")
+    opts = WatchOptions(interval=flags.seconds("--interval", interval, maximum=MAX_INTERVAL_S) or 2.0, once=once,
+                        min_accept=flags.number("--min-accept", min_accept, minimum=0.0, open_minimum=True,
+                                                maximum=MAX_ACCEPT + 1, what="an accept length"),
+                        min_tok_s=flags.number("--min-tok-s", min_tok_s, minimum=0.0, open_minimum=True,
+                                               maximum=MAX_TOK_S, unit="tok/s", what="a throughput in tok/s"),
+                        for_s=wait_for or 0.0, duration=flags.seconds("--duration", duration, maximum=MONTH_S),
+                        as_json=json)
+    inv = options.inventory(inventory)
+    return run_watch(inv, inv.select(host), opts)
+
+
+@task(name="check-env", help=CHECK_ENV_HELP)
+@cli
+def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
+              verbose: bool = False) -> Any:
+    """Prove, per scheduler rank, that every expected NCCL variable reached the worker (exit 1 if not)."""
+    from fabfile.commands.operations import check_env_hosts
+
+    inv = options.inventory(inventory)
+    return check_env_hosts(inv, inv.select(host),
+                           host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
+
+
+@task(name="rollback-patches", help=ROLLBACK_PATCHES_HELP)
+@cli
+def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
+                     inventory: Any = None, lock_wait: Any = None) -> Any:
+    """Restore SGLang's files the NCCL patches changed (files only; an earlier configuration: deploy --previous).
+
+    Every patched file comes back byte for byte and the plugin/sitecustomize installs are removed. No server is
+    started or stopped and no earlier configuration comes back: `inv deploy --previous` starts the deploy before
+    the latest one again."""
+    from fabfile.commands.operations import rollback_hosts
+
+    inv = options.inventory(inventory, lock_wait)
+    return rollback_hosts(inv, inv.select(host), dry_run=dry_run)
+
+
+@task(help=CANCEL_HELP)
+@cli
+def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, timeout: Any = None) -> Any:
+    """Cancel the deploy in progress on host(s) (one whose client went away, say): it stops at its next step or
+    during its wait for ready, tears its new server down and lets go of the host."""
+    from fabfile.commands.operations import cancel_hosts
+
+    inv = options.inventory(inventory)
+    return cancel_hosts(inv, inv.select(host), wait_s=flags.seconds("--timeout", timeout))
+
+
+@task(help=GPUS_HELP)
+@cli
+def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+    """Show GPUs and the processes holding them on host(s)."""
+    from fabfile.commands.operations import gpus_hosts
+
+    inv = options.inventory(inventory)
+    return gpus_hosts(inv, inv.select(host),
+                      host_timeout=flags.seconds("--host-timeout", host_timeout))
+
+
+
+
+@task(help=BENCH_HELP)
+@cli
+def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+          num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
+          inventory: Any = None, explain: bool = False, baseline: Any = None) -> Any:
+    """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
+    out = flags.path("--out", out)
+    params = options.bench(concurrency, input_len, output_len, num_prompts, client, timeout)
+    inv = options.inventory(inventory)
+    baseline = options.explain_baseline(explain, baseline)
+    hosts = inv.select(host)
+    if len(hosts) > 1:
+        from fabfile.commands.bench import bench_hosts
+        from fabfile.errors import FlagError
+
+        if explain:
+            raise FlagError("--explain: explains one host's benchmark at a time; name one --host")
+        return bench_hosts(inv, hosts, params, out or "runs")
+        return
+    h = hosts[0]
+    from fabfile.commands.bench import bench_host
+    from fabfile.commands.result import CommandResult
+    from fabfile.errors import SpecDeployError
+    from fabfile.present.bench_report import print_result
+    from fabfile.present.output import out as console
+    from fabfile.present.progress import BenchProgress
+
+    progress = BenchProgress(h.name, enabled=not json)
+    try:
+        result = bench_host(inv, h, params, out or "runs", on_event=progress.event)
+    except SpecDeployError as e:
+        # For people the error is printed by `cli` (a sentence on stderr); --json still gets its one document.
+        return CommandResult({"host": h.name, "ok": False, "error": e.as_dict()}, lambda: None, error=e)
+    finally:
+        progress.close()
+    if not explain:
+        return CommandResult(result, lambda: print_result(result, console))
+    from fabfile.commands.explain import for_bench
+    from fabfile.present.explain_report import document, print_explained
+
+    pairs = for_bench(result, out or "runs", baseline)
+    result["explain"] = document(pairs)
+
+    def for_people() -> None:
+        print_result(result, console)
+        print_explained(pairs, console)
+
+    return CommandResult(result, for_people)
+
+
+
+
+@task(help=PROFILE_HELP)
+@cli
+def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+            num_prompts: Any = None, trace: bool = False, trace_steps: Any = None, out: Any = None,
+            timeout: Any = None, json: bool = False, inventory: Any = None) -> Any:
+    """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
+    SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
+    from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
+    from fabfile.remote.protocol import MAX_TRACE_STEPS
+
+    out = flags.path("--out", out)
+    load = options.bench(concurrency, input_len, output_len, num_prompts, None, timeout)
+    # Each profiled step grows every rank's trace: bounded by what the agent accepts.
+    steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
+    flags.only_with(trace, "only with --trace", ("--trace-steps", steps), ("--out", out))
+    params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
+    inv = options.inventory(inventory)
+    from fabfile.inventory.hosts import one_host
+
+    h = one_host(inv, host, "profile")
+    from fabfile.commands.profile import profile_host
+    from fabfile.commands.result import CommandResult
+    from fabfile.present.output import out as console
+    from fabfile.present.output import print_error
+    from fabfile.present.profile_report import print_result
+    from fabfile.present.progress import BenchProgress
+
+    progress = BenchProgress(h.name, enabled=not json, prefix="profile ")
+    try:
+        result = profile_host(inv, h, params, on_event=progress.event)
+    finally:
+        progress.close()
+    error = result.outcomes[0].error
+    if error is not None:
+        return CommandResult(result, lambda: print_error(error), result.exit_code)
+    return CommandResult(result, lambda: print_result(result, console), result.exit_code)
+
+
+
+
+@task(help=SWEEP_HELP)
+@cli
+def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
+          measure: bool = False, no_measure: bool = False, explain: bool = False,
+          keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
+          num_prompts: Any = None, target_ci: Any = None, min_requests: Any = None, max_requests: Any = None,
+          predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
+          out: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
+          max_tpot_ms: Any = None, min_tok_s: Any = None, nccl: Any = None, nccl_env: Any = None,
+          adaptive: bool = False, resume: Any = None) -> Any:
+    """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
+    from dataclasses import replace
+
+    from fabfile.errors import FlagError
+    from fabfile.plan.sla import Limits
+
+    def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float | None:
+        return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
+
+    limits = Limits(max_ttft_ms=limit("--max-ttft-ms", max_ttft_ms, MAX_MS, "ms", "a number of milliseconds"),
+                    max_tpot_ms=limit("--max-tpot-ms", max_tpot_ms, MAX_MS, "ms", "a number of milliseconds"),
+                    min_tok_s=limit("--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s", "a number of tokens per second"))
+
+    out = flags.path("--out", out)
+    step_list = flags.int_list("--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
+    if not step_list:
+        raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
+    # Each level is a benchmark of every configuration: 16 of them is already hours.
+    levels = flags.int_list("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY, max_items=16) or [1]
+    params = options.bench(levels[0], input_len, output_len, num_prompts, client, None)
+    params = replace(params, **options.sweep_length(num_prompts, target_ci, min_requests, max_requests),
+                     need_histogram=predict)
+    if predict and params.client == "sglang":
+        raise FlagError("--client: --predict needs each request's meta_info and stream, which sglang.bench_serving "
+                        "does not keep; use --client builtin or auto")
+    if params.target_ci is not None and params.client == "sglang":
+        raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
+                        "sglang.bench_serving")
+    # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
+    base = replace(options.measuring(options.deploy(None, None, None, patch_mode, timeout), measure, no_measure),
+                   measuring=True)
+    inv = options.inventory(inventory)
+    from fabfile.inventory.hosts import one_host
+
+    h = one_host(inv, host, "sweep")
+    from fabfile.commands.sweep import run_sweep
+    from fabfile.plan.sweep_nccl import candidates
+    from fabfile.plan.sweep_plan import configs
+
+    cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env),
+                       inv.nccl_presets)
+    if predict and adaptive:
+        raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
+                        "leave one of them out")
+    cfgs = configs(h, base, step_list, flags.int_list("--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK),
+                   flags.int_list("--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS, max_items=64),
+                   cands, adaptive)
+    if keep is not None and keep not in {x.name for x in cfgs}:
+        raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
+                        f"{', '.join(x.name for x in cfgs)}")
+    return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", as_json=json, levels=levels,
+                     predict=predict, limits=limits, resume=options.resume_path(resume), explain=explain)
+
+
+@task(help=ANALYZE_HELP)
+@cli
+def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any = None, draft_ms: Any = None,
+            steps: Any = None, accept_len: Any = None, json: bool = False) -> Any:
+    """Break-even: the accept length each configuration needs to beat the baseline, against what it got."""
+    from fabfile.commands.analyze import analyze_file, analyze_numbers
+    from fabfile.errors import FlagError
+
+    numbers = {"--baseline-ms": baseline_ms, "--verify-ms": verify_ms, "--draft-ms": draft_ms, "--steps": steps,
+               "--accept-len": accept_len}
+    flags.excludes("--sweep", sweep is not None, "reads the numbers from the file", *numbers.items())
+    if sweep is not None:
+        return analyze_file(sweep)
+    missing = [k for k in ("--baseline-ms", "--verify-ms") if numbers[k] is None]
+    if missing:
+        raise FlagError(f"{' and '.join(missing)}: required without --sweep "
+                        "(e.g. inv analyze --baseline-ms 12.2 --verify-ms 29 --steps 2 --accept-len 1.75)")
+    def ms(flag: str, value: Any, zero: bool = False) -> float:
+        return flags.number(flag, value, minimum=0.0, open_minimum=not zero, maximum=MAX_MS, unit="ms",
+                            what="a number of milliseconds") or 0.0
+
+    return analyze_numbers(baseline_ms=ms("--baseline-ms", baseline_ms), verify_ms=ms("--verify-ms", verify_ms),
+                           draft_ms=ms("--draft-ms", draft_ms, zero=True),
+                           steps=flags.whole("--steps", steps, minimum=1, maximum=MAX_STEPS),
+                           accept_len=flags.number("--accept-len", accept_len, minimum=0.0, open_minimum=True,
+                                                   maximum=MAX_ACCEPT + 1, what="an accept length"))
+
+
+
+
+@task(help=EXPLAIN_HELP)
+@cli
+def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False,
+            host: Any = None, trace: bool = False, num_prompts: Any = None, concurrency: Any = None,
+            inventory: Any = None) -> Any:
+    """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
+    and named by the rule that produced it."""
+    from fabfile.commands.result import CommandResult
+    from fabfile.present.explain_report import document, print_explained, print_rules
+    from fabfile.present.output import out as console
+
+    if rules:
+        from fabfile.plan.explain import rules_table
+
+        return CommandResult({"rules": rules_table()}, lambda: print_rules(console))
+    src, base = flags.path("--from", from_), flags.path("--baseline", baseline)
+    flags.only_with(src is None, "only without --from (it measures the running server)", ("--host", host),
+                    ("--trace", trace), ("--num-prompts", num_prompts), ("--concurrency", concurrency),
+                    ("--inventory", inventory))
+    from fabfile.commands.explain import explained, load_document
+
+    if src is None:
+        from fabfile.commands.explain import explain_running
+        from fabfile.commands.profile import ProfileParams
+        from fabfile.present.progress import BenchProgress
+
+        params = ProfileParams(load=options.bench(concurrency, None, None, num_prompts, None, None), trace=trace)
+        if base is not None:
+            load_document(base, "--baseline")  # bad input is refused before any host is reached
+        inv = options.inventory(inventory)
+        hosts = inv.select(host)
+        progress = BenchProgress(",".join(h.name for h in hosts), enabled=not json, prefix="profile ")
+        try:
+            pairs, docs, code = explain_running(inv, hosts, params, base, "runs", on_event=progress.event)
+        finally:
+            progress.close()
+
+        def for_people() -> None:
+            for d in docs:
+                if not d["ok"]:
+                    console.print(f"{d['host']}: the profile failed: {(d['error'] or {}).get('message')}",
+                                  markup=False)
+            print_explained(pairs, console)
+
+        return CommandResult({**document(pairs), "hosts": docs}, for_people, code)
+
+    doc = load_document(src)
+    pairs = explained(doc, load_document(base, "--baseline") if base else None,
+                      f"from {base}" if base else "")
+    return CommandResult(document(pairs), lambda: print_explained(pairs, console))
+
+
+@task(name="deploy-router", help=DEPLOY_ROUTER_HELP)
+@cli
+def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout: Any = None, json: bool = False,
+                  inventory: Any = None) -> Any:
+    """Start SGLang's router in front of the healthy replicas of a group, on the host the inventory names."""
+    from fabfile.commands.result import CommandResult
+    from fabfile.commands.router import deploy_router as start_router
+    from fabfile.commands.router import pick
+    from fabfile.present.router_report import print_router
+
+    inv = options.inventory(inventory)
+    r = start_router(inv, pick(inv, router), ready_s=flags.seconds("--timeout", timeout) or 60.0,
+                     host_timeout=flags.seconds("--host-timeout", host_timeout))
+    return CommandResult(r, lambda: print_router(r), r.error.exit_code if r.error is not None else 0)
+
+
+
+
+@task(name="trust-host", help=TRUST_HELP)
+@cli
+def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any = None) -> Any:
+    """First contact: show a host's key fingerprint and add it to known_hosts only when you confirm it."""
+    import sys
+
+    from fabfile.commands.trust import trust_host as trust_one
+
+    def ask() -> bool:
+        if not sys.stdin.isatty():
+            return False
+        return input("Did you verify this fingerprint out of band? Type yes to trust it: ").strip().lower() == "yes"
+
+    return trust_one(options.inventory(inventory), host, fingerprint, ask)
+
+
+@task(help=ADOPT_HELP)
+@cli
+def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write: Any = None, json: bool = False,
+          inventory: Any = None) -> Any:
+    """Bring a hand-started server under the tool: its inventory entry, rendering the same command."""
+    from fabfile.commands.adopt import AdoptOptions, adopt_command
+
+    opts = AdoptOptions(host=host, command=None if command is None else str(command), name=name,
+                        write=flags.path("--write", write))
+    return adopt_command(opts, lambda: options.inventory(inventory))
+
+
+@task(help=DIFF_HELP)
+@cli
+def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any = None, json: bool = False,
+         inventory: Any = None) -> Any:
+    """What changed between two deploys (argv, env, SGLang version, patch mode, patched files, check-env), or
+    between a deploy and what render would run now."""
+    from fabfile.commands.diff import DiffOptions, diff_command
+
+    opts = DiffOptions(host=host, old=None if old is None else str(old), new=None if new is None else str(new),
+                       steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS))  # before any host is asked
+    return diff_command(options.inventory(inventory), opts)
+
+
+ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
+                deploy_router, trust_host, adopt, diff, cancel, profile)
+ns.add_task(explain)
