@@ -58,7 +58,7 @@ def skips(first: list[Mapping[str, Any]], others: list[str], tp: int,
     best = max(pessimistic(r) for r in rows)
     if tp <= 1:
         return [Skip(c, "TP 1: the server builds no NCCL communicator, so NCCL settings change nothing; the first "
-                        "candidate's measurements hold for it", None, round(best, 2), "the tool (TP size)")
+                        "candidate's measurements hold for it", None, None, "the tool (TP size)")
                 for c in others]
     if any(not isinstance(r.get("allreduce"), Mapping) for r in rows):
         return []
