@@ -21,6 +21,7 @@ from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError, SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.plan.nccl_skip import Skip, skips
 from fabfile.plan.sla import Limits, broken
 from fabfile.plan.sweep_plan import (
     Config,
@@ -220,10 +221,18 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     sweep_id = saved["sweep_id"] if saved else new_sweep_id()
     runs = Path(runs_dir)
     order, held_back, notes = measurement_order(cfgs, predict)
+    skipped = _tp1_skips(host, cfgs) if predict else []
+    if skipped:  # at TP 1 no NCCL communicator exists: the other candidates cannot differ (plan/nccl_skip)
+        gone = {s.candidate for s in skipped}
+        order = [c for c in order if c.nccl not in gone]
+        held_back = [c for c in held_back if c.nccl not in gone]
+        notes.append("NCCL candidate(s) " + ", ".join(sorted(gone)) + f" skipped: {skipped[0].reason}")
     doc: dict[str, Any] = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "params": asdict(params), "configs": [c.name for c in cfgs], "rows": [],
                            "concurrency_levels": levels, "predict": predict, "grid_loads": len(cfgs),
-                           "model_loads": 0, "notes": notes, "plan_hashes": {c.name: c.plan_hash for c in cfgs}}
+                           "model_loads": 0, "notes": notes,
+                           "nccl_skipped": [x.as_dict() for x in skipped],
+                           "plan_hashes": {c.name: c.plan_hash for c in cfgs}}
     kept = _resumed(doc, saved, resume) if saved else set()
     todo = [c for c in order if c.name not in kept]
     out_dir = _resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
@@ -309,6 +318,14 @@ def save_plot(doc: dict[str, Any], path: Path) -> bool:
         return False
     fig.savefig(path)
     return True
+
+
+def _tp1_skips(host: Host, cfgs: list[Config]) -> list[Skip]:
+    """At TP 1 every NCCL candidate but the first is skipped (nothing measured is needed to know it)."""
+    cands = list(dict.fromkeys(c.nccl for c in cfgs if c.nccl))
+    if len(cands) < 2 or host.tp > 1:
+        return []
+    return skips([{"ok": True, "tok_s": 1.0}], cands[1:], tp=host.tp)
 
 
 def _resume_dir(path: Path) -> Path:

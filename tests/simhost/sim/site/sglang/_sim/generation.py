@@ -209,15 +209,21 @@ class Generator:
         choice for its size takes on this path (``_sim/nccl.py``: LL low latency and half the bandwidth, Simple the
         opposite, LL128 on NVLink), under the NCCL_PROTO/NCCL_ALGO the TP0 scheduler's NCCL read. 0 without it
         (the fixed costs above hold)."""
+        n, ms = self.allreduce_calls(tokens, draft)
+        return n * ms
+
+    def allreduce_calls(self, tokens: int, draft: bool = False) -> tuple[int, float]:
+        """(all-reduces per forward, ms each) as ``_allreduce_ms`` charges them; (0, 0.0) without the opt-in or at
+        TP 1. The profiler's trace gives its all-reduce kernels these durations."""
         n = int(self.cfg.get("nccl_allreduces_per_forward") or 0)
         if n and draft:
             n = int(self.cfg.get("nccl_draft_allreduces_per_step", 2))
         tp = int(getattr(self.sa, "tp_size", 1) or 1)
         if not n or tp < 2:
-            return 0.0
+            return 0, 0.0
         nbytes = int(self.model_config.get("hidden_size") or 7168) * max(tokens, 1) * 2
         algo, proto = nccl.choose(nbytes, tp, self.cfg, self.tp0_nccl_env)
-        return n * nccl.allreduce_us(nbytes, algo, proto, tp, str(self.cfg.get("interconnect", "pcie"))) / 1000.0
+        return n, nccl.allreduce_us(nbytes, algo, proto, tp, str(self.cfg.get("interconnect", "pcie"))) / 1000.0
 
     def accept_probs(self) -> list[float]:
         """``accept_prob``, or the entry of ``accept_prob_by_config`` for this server's speculative configuration
@@ -380,9 +386,13 @@ class Generator:
             _sleep_until(t)
             if self.spec:
                 parts = {k: v * scale for k, v in self.cycle_parts(b).items()}
-                self.measure.cycle(wall0, parts, max(0, self.steps - 1), b)
+                dn, dms = self.allreduce_calls(b, draft=True)
+                vn, vms = self.allreduce_calls(b * self.num_draft)
+                ar = {"draft": (dn, dms * scale), "verify": (vn, vms * scale), "draft_extend": (dn, dms * scale)}
+                self.measure.cycle(wall0, parts, max(0, self.steps - 1), b, ar)
             else:
-                self.measure.decode(wall0, cost * scale, b)
+                n_ar, ms_ar = self.allreduce_calls(b)
+                self.measure.decode(wall0, cost * scale, b, (n_ar, ms_ar * scale))
             emitted_total = 0
             accepted: list[int] = []
             for r in batch:

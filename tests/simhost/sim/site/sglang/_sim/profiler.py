@@ -103,19 +103,22 @@ class Measurement:
             self.passes["prefill_none"] = self.passes.get("prefill_none", 0.0) + 1
         self._step({"kind": "prefill", "t": wall_start, "ms": ms, "bs": reqs, "toks": tokens})
 
-    def decode(self, wall_start: float, ms: float, batch: int) -> None:
+    def decode(self, wall_start: float, ms: float, batch: int, ar: tuple[int, float] = (0, 0.0)) -> None:
+        """``ar``: the cost model's (all-reduces, ms each) inside ``ms`` (the trace's all-reduce kernels)."""
         with self.lock:
             self._add("decode", ms)
             self._pass()
-        self._step({"kind": "decode", "t": wall_start, "ms": ms, "bs": batch})
+        self._step({"kind": "decode", "t": wall_start, "ms": ms, "bs": batch, "ar": ar})
 
-    def cycle(self, wall_start: float, parts: dict[str, float], forwards: int, batch: int) -> None:
+    def cycle(self, wall_start: float, parts: dict[str, float], forwards: int, batch: int,
+              ar: dict[str, tuple[int, float]] | None = None) -> None:
         with self.lock:
             self._add("draft", parts["draft"] * forwards)
             self._add("verify", parts["verify"])
             self._add("draft_extend", parts["draft_extend"])
             self._pass()
-        self._step({"kind": "cycle", "t": wall_start, "parts": parts, "forwards": forwards, "bs": batch})
+        self._step({"kind": "cycle", "t": wall_start, "parts": parts, "forwards": forwards, "bs": batch,
+                    "ar": ar or {}})
 
     def finished(self, verify_ct: int) -> None:
         with self.lock:
@@ -241,25 +244,38 @@ class _Writer:
                                 "args": {"External id": self.ext}})
 
     def forward(self, t0: float, dur: float, layers: int, graph: bool, extra: list[tuple[str, float]],
-                replay: bool = True) -> None:
+                replay: bool = True, ar: tuple[int, float] = (0, 0.0)) -> None:
         """The kernels of one forward inside [t0, t0+dur] and their launches on the CPU thread (with a CUDA graph:
-        one ``cudaGraphLaunch`` when ``replay``; the EAGLE draft graph replays all of a cycle's forwards at once)."""
-        ar = self.m.tp > 1
+        one ``cudaGraphLaunch`` when ``replay``; the EAGLE draft graph replays all of a cycle's forwards at once).
+
+        ``ar``: the cost model's all-reduces of this forward (count, ms each, from the NCCL model in ``_sim/nccl.py``
+        by message size and path): that many all-reduce kernels lasting exactly that, spread over the layers'
+        all-reduce slots, so a trace's all-reduce per call is what the cost model charged. Without it (the cost
+        model charges no all-reduce: ``nccl_allreduces_per_forward`` unset) TP > 1 keeps a fixed share."""
+        n_ar, ar_us = int(ar[0]), float(ar[1]) * 1000
+        fixed = self.m.tp > 1 and not n_ar
+        slots = max(1, layers * len(_AR_AFTER))
         kernels: list[tuple[str, float]] = []
+        slot = 0
         for _ in range(layers):
             for i, (name, share) in enumerate(_LAYER):
                 kernels.append((name, share))
-                if ar and i in _AR_AFTER:
-                    kernels.append((_ALLREDUCE, _AR_SHARE))
+                if i in _AR_AFTER:
+                    if fixed:
+                        kernels.append((_ALLREDUCE, _AR_SHARE))
+                    # slot k of `slots` carries the all-reduces numbered [k*n/slots, (k+1)*n/slots)
+                    kernels += [(_ALLREDUCE, -1.0)] * ((slot + 1) * n_ar // slots - slot * n_ar // slots)
+                    slot += 1
         kernels += extra
-        total = sum(s for _, s in kernels)
-        busy = dur * (BUSY_GRAPH if graph else BUSY_EAGER)
-        gap = (dur - busy) / (len(kernels) + 1)
+        total = sum(s for _, s in kernels if s > 0)
+        comm = min(dur, n_ar * ar_us)
+        busy = (dur - comm) * (BUSY_GRAPH if graph else BUSY_EAGER)
+        gap = (dur - comm - busy) / (len(kernels) + 1)
         t = t0 + gap
         if graph and replay:
             self._launch("cudaGraphLaunch", t0 + 0.5)
         for name, share in kernels:
-            d = busy * share / total
+            d = comm / n_ar if share < 0 else busy * share / total
             if not graph:
                 self._launch("cudaLaunchKernel", t - gap / 2)
             self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": self.rank, "tid": 7, "ts": t,
@@ -282,9 +298,10 @@ class _Writer:
         if s["kind"] == "decode":
             dur = s["ms"] * 1000
             self.span(f"step[DECODE bs={s['bs']}]", t0, dur)
-            self.forward(t0, dur, self.m.target_layers, graph, [])
+            self.forward(t0, dur, self.m.target_layers, graph, [], ar=tuple(s.get("ar") or (0, 0.0)))
             return
         parts, bs, n = s["parts"], s["bs"], int(s["forwards"])
+        ar = {k: tuple(v) for k, v in (s.get("ar") or {}).items()}
         d_us, v_us, e_us = parts["draft"] * 1000, parts["verify"] * 1000, parts["draft_extend"] * 1000
         t = t0
         if n:
@@ -293,10 +310,10 @@ class _Writer:
             for i in range(n):
                 if self.labels_all or not graph:  # 0.5.12: a draft graph replay carries no label
                     self.span(f"step[DECODE bs={bs}]", t, d_us)
-                self.forward(t, d_us, 1, graph, [(DRAFT_TOPK, 0.02)], replay=i == 0)
+                self.forward(t, d_us, 1, graph, [(DRAFT_TOPK, 0.02)], replay=i == 0, ar=ar.get("draft", (0, 0.0)))
                 t += d_us
         self.span(f"step[TARGET_VERIFY bs={bs}]", t, v_us)
-        self.forward(t, v_us, self.m.target_layers, graph, [])
+        self.forward(t, v_us, self.m.target_layers, graph, [], ar=ar.get("verify", (0, 0.0)))
         t += v_us
         self.events.append({"ph": "X", "cat": "kernel", "name": VERIFY_KERNEL, "pid": self.rank, "tid": 7,
                             "ts": t + 0.5, "dur": 3.0, "args": {"device": self.rank, "stream": 7}})
@@ -305,4 +322,4 @@ class _Writer:
             self.span(f"step[DRAFT_EXTEND_V2 bs={bs}]", t + 4.0, e_us - 4.0)
         elif not graph:  # ModelRunner.forward's label of the eager draft-extend forward
             self.span(f"step[DRAFT_EXTEND bs={bs}]", t + 4.0, e_us - 4.0)
-        self.forward(t + 4.0, e_us - 4.0, 1, graph, [])
+        self.forward(t + 4.0, e_us - 4.0, 1, graph, [], ar=ar.get("draft_extend", (0, 0.0)))

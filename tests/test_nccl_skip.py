@@ -1,0 +1,86 @@
+"""The NCCL-candidate skip rule of a --predict sweep, and the simulator's trace telling its NCCL cost model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fabfile.plan.nccl_skip import skips
+from tests.invoke_cli import derived_inventory, inv_json
+from tests.simhost.fleet import Fleet, SimHost
+
+SIM_SITE = Path(__file__).parent / "simhost" / "sim" / "site"
+
+
+def _row(name: str, tok_s: float, ar_ms: float, pass_ms: float) -> dict[str, object]:
+    return {"config": name, "ok": True, "tok_s": tok_s, "tok_s_ci": 0.02,
+            "allreduce": {"ms_per_pass": ar_ms, "pass_ms": pass_ms}}
+
+
+def test_tp1_skips_every_other_candidate_with_the_reason() -> None:
+    got = skips([_row("baseline@pcie", 50.0, 0.0, 20.0)], ["none"], tp=1)
+    assert [s.candidate for s in got] == ["none"] and "TP 1" in got[0].reason
+
+
+def test_zero_allreduce_bound_keeps_a_candidate_that_could_win() -> None:
+    # 10 % of each pass is all-reduce: with none of it the candidate could be faster, so it is loaded
+    assert skips([_row("baseline@pcie", 50.0, 2.0, 20.0), _row("s7@pcie", 90.0, 3.0, 30.0)], ["none"], tp=2) == []
+
+
+def test_a_modelled_candidate_that_cannot_beat_the_best_row_is_skipped_with_its_figures() -> None:
+    rows = [_row("baseline@none", 50.0, 2.0, 20.0), _row("s7@none", 90.0, 3.0, 30.0)]
+    # the model says LL-only doubles every all-reduce: never faster than the measured rows
+    got = skips(rows, ["pcie"], tp=2, model=lambda c, r: 2.0 * float(r["allreduce"]["ms_per_pass"]))  # type: ignore[index]
+    assert [s.candidate for s in got] == ["pcie"]
+    assert got[0].optimistic_tok_s is not None and got[0].optimistic_tok_s < got[0].best_pessimistic_tok_s  # type: ignore[operator]
+    assert "SGLang profiler trace" in got[0].source and "tok/s" in got[0].reason
+    # without a model only the zero bound applies: kept
+    assert skips(rows, ["pcie"], tp=2, model=lambda c, r: None) == []
+
+
+def test_simulator_trace_allreduce_kernels_last_what_its_nccl_model_charges(tmp_path: Path) -> None:
+    code = r"""
+import json, sys, types
+from sglang._sim import nccl
+from sglang._sim.profiler import Measurement
+sa = types.SimpleNamespace(tp_size=2, disable_cuda_graph=False, enable_metrics=False)
+m = Measurement(sa, (0, 5, 16), 2, [1, 2])
+out = {}
+for proto in ("LL", "Simple"):
+    n, nbytes = 8, 7168 * 64 * 2
+    ms = nccl.allreduce_us(nbytes, "Ring", proto, 2, "pcie") / 1000
+    tr = m.trace(0, [{"kind": "decode", "t": 1.0, "ms": 5.0, "bs": 64, "ar": (n, ms)}])
+    ks = [e for e in tr["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")]
+    out[proto] = [len(ks), sum(e["dur"] for e in ks) / len(ks) / 1000, ms]
+print(json.dumps(out))
+"""
+    env = {**os.environ, "PYTHONPATH": str(SIM_SITE)}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    got = json.loads(res.stdout)
+    for n, traced, model in got.values():
+        assert n == 8 and abs(traced - model) < 1e-6
+    assert got["LL"][2] != got["Simple"][2]  # the model's figure moves with the protocol, and the trace with it
+
+
+@pytest.mark.fleet
+def test_predict_at_tp1_loads_only_the_first_nccl_candidate(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    """TP 1: no NCCL communicator, so `--nccl pcie,none --predict` measures pcie only (2 first loads, not 4) and
+    names the skip and its reason; the winner is still the one the full grid has (7 steps at accept 0.95)."""
+    inv = derived_inventory(fleet, tmp_path, defaults={"gpus": 1, "tp": 1})
+    sim_host.set_sim_config(time_scale=0.5, load_seconds=0.1, gpus=1, accept_prob=[0.95] * 7)
+    code, doc, err = inv_json("sweep", "--steps", "0,3,7", "--nccl", "pcie,none", "--predict", "--concurrency", "4",
+                              "--num-prompts", "8", "--input-len", "32", "--output-len", "128", "--out",
+                              str(tmp_path / "runs"), inventory=inv, timeout=400)
+    assert code == 0, err
+    measured = {r["config"] for r in doc["rows"] if r.get("measured")}
+    print("model loads:", doc["model_loads"], "of", doc["grid_loads"], "measured:", sorted(measured))
+    assert not any(n.endswith("@none") for n in measured), measured
+    assert [s["candidate"] for s in doc["nccl_skipped"]] == ["none"] and "TP 1" in doc["nccl_skipped"][0]["reason"]
+    assert "skipped: TP 1" in err
+    assert doc["model_loads"] <= 3 < doc["grid_loads"]
+    assert doc["winner"] == "eagle3-s7-k1-d8@pcie"
