@@ -325,7 +325,7 @@ def _tp1_skips(host: Host, cfgs: list[Config]) -> list[Skip]:
     cands = list(dict.fromkeys(c.nccl for c in cfgs if c.nccl))
     if len(cands) < 2 or host.tp > 1:
         return []
-    return skips([{"ok": True, "tok_s": 1.0}], cands[1:], tp=host.tp)
+    return skips([], cands[1:], tp=host.tp)
 
 
 def _resume_dir(path: Path) -> Path:

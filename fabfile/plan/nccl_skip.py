@@ -52,14 +52,14 @@ def skips(first: list[Mapping[str, Any]], others: list[str], tp: int,
     each with ``allreduce`` = {"ms_per_pass", "pass_ms"} (from the trace; a row without it bounds nothing and
     keeps every candidate). ``model(candidate, row)``: that candidate's optimistic all-reduce ms per pass in
     that row's configuration, None where the tool has no model (then zero: the bound)."""
+    if tp <= 1:  # known before anything is measured
+        return [Skip(c, "TP 1: the server builds no NCCL communicator, so NCCL settings change nothing; the first "
+                        "candidate's measurements hold for it", None, None, "the tool (TP size)")
+                for c in others]
     rows = [r for r in first if r.get("ok") and r.get("tok_s")]
     if not rows:
         return []
     best = max(pessimistic(r) for r in rows)
-    if tp <= 1:
-        return [Skip(c, "TP 1: the server builds no NCCL communicator, so NCCL settings change nothing; the first "
-                        "candidate's measurements hold for it", None, None, "the tool (TP size)")
-                for c in others]
     if any(not isinstance(r.get("allreduce"), Mapping) for r in rows):
         return []
     out = []

@@ -126,7 +126,9 @@ def test_injected_failures_fail_fast_with_excerpt_and_leave_nothing(inventory: P
     text = (e["message"] + " " + " ".join(e["details"].get("excerpt") or [])).lower()
     assert needle.lower() in text, e
     assert e["hint"]
-    assert elapsed < 30
+    # Seen in the log and ended at once, not by the ready bound (60 s in this inventory) running out.
+    assert e["details"].get("agent_kind") != "ready_timeout", e
+    assert elapsed < 60, elapsed
     # No process left behind, and the GPUs are free again.
     assert sglang_pids(sim_host) == []
     apps = sim_host.exec(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]).stdout.strip()
