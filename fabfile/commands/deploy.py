@@ -226,6 +226,8 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
     except SpecDeployError as e:
         if reporter.current:
             reporter.step_end(reporter.current, False, message=e.message)
+        else:
+            reporter.failed_between_steps()
         if e.host is None:
             e.host = host.name
         hidden = secret_values(host)

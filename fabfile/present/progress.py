@@ -38,6 +38,7 @@ class Reporter:
         self.live: Live | None = None
         self.t0 = time.monotonic()
         self.events_seen = 0
+        self.failure_shown = False  # a ✗ line was printed for this host
         self.hidden: list[str] = []  # secret values to mask in log lines (set by the deploy from the plan)
 
     # -- rendering ----------------------------------------------------------------------------------------------
@@ -88,7 +89,18 @@ class Reporter:
                 # The error itself is printed once, whole, with its hint, by the deploy's summary that follows.
                 extra = "  [red]failed[/red]"
             self.console.print(f"{mark} [bold]{self.host}[/bold] {title:<18} {elapsed:6.2f}s{extra}")
+        self.failure_shown = self.failure_shown or not ok
         self.current = None
+
+    def failed_between_steps(self) -> None:
+        """The ✗ line of a deploy that failed with no step in flight: its link died after one step's end reached us
+        and before the next one's start did. In a parallel deploy the other hosts' lines go on; this host's failure
+        is said when it happens, not only in the summary after the rollback."""
+        self._stop_live()
+        if self.enabled and not self.failure_shown:
+            elapsed = time.monotonic() - self.t0
+            self.console.print(f"[red]✗[/red] [bold]{self.host}[/bold] {'deploy':<18} {elapsed:6.2f}s  [red]failed[/red]")
+        self.failure_shown = True
 
     def info(self, message: str) -> None:
         if self.enabled:

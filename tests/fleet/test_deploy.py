@@ -377,11 +377,12 @@ def test_host_unreachable_after_a_drop_is_reported_and_the_deploy_finishes_there
 
 def test_changed_host_key_is_refused_without_retry(inventory: Path, sim_host: SimHost) -> None:
     sim_host.rotate_host_key()
-    t0 = time.monotonic()
     r = run_inv("status", inventory=inventory)
     assert r.returncode == 1
     assert "does not match known_hosts" in r.stderr and "Traceback" not in r.stderr
-    assert time.monotonic() - t0 < 8
+    # not retried: the tool says "cannot connect yet (...); retrying for up to N s" before any retry (a count, not
+    # a stopwatch: a loaded machine makes one attempt slow, never a second one appear)
+    assert "retrying" not in r.stderr, r.stderr
 
 
 def test_stop_status_logs(inventory: Path, sim_host: SimHost) -> None:

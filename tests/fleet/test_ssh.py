@@ -21,20 +21,22 @@ def test_refused_key_is_an_auth_error_not_retried(fleet: Fleet, sim_host: SimHos
     (tmp_path / "ssh_config").write_text(config)
     inventory = derived_inventory(fleet, tmp_path)
     inventory.write_text(inventory.read_text().replace(str(fleet.ssh_config_path), str(tmp_path / "ssh_config")))
-    t0 = time.monotonic()
     r = run_inv("status", inventory=inventory)
     assert r.returncode == 1
     assert "authentication" in r.stderr.lower() and "IdentityFile" in r.stderr
-    assert time.monotonic() - t0 < 8  # not retried for connect_total
+    # not retried: the tool says "cannot connect yet (...); retrying for up to N s" before any retry (a count, not
+    # a stopwatch: a loaded machine makes one attempt slow, never a second one appear)
+    assert "retrying" not in r.stderr, r.stderr
 
 
 def test_unresolvable_alias_fails_at_once_with_a_sentence(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"ssh_host": "no-such-alias.invalid"}})
-    t0 = time.monotonic()
     r = run_inv("status", "--host", "sim1", inventory=inventory)
     assert r.returncode == 1
     assert "cannot resolve" in r.stderr and "no-such-alias.invalid" in r.stderr and "Traceback" not in r.stderr
-    assert time.monotonic() - t0 < 8
+    # not retried: the tool says "cannot connect yet (...); retrying for up to N s" before any retry (a count, not
+    # a stopwatch: a loaded machine makes one attempt slow, never a second one appear)
+    assert "retrying" not in r.stderr, r.stderr
 
 
 def test_transient_network_failure_is_retried_until_the_host_answers(fleet: Fleet, sim_host: SimHost,

@@ -172,3 +172,36 @@ def test_a_reattached_deploy_that_failed_on_the_host_is_a_failure_saying_so(inv:
         r = deploy_host(inv, inv.hosts["a"], Options(steps=1), Reporter("a", enabled=False))
     assert not r.ok and r.error is not None and r.error.message == "the server exited with code 1"
     assert r.error.details["changed"] is True and r.remote_started and not r.outcome_unknown
+
+
+def test_a_deploy_lost_between_two_steps_says_so_when_it_happens(inv: inventory.Inventory) -> None:
+    """The link died after one step's end reached the client and before the next one's start did: no step is in
+    flight, and the host's ✗ line used to wait for the summary printed after the rollback (in a parallel deploy the
+    other hosts' lines went on as if nothing had happened). It is printed once, when the deploy gives up."""
+    import io
+
+    from rich.console import Console
+
+    from fabfile.commands.deploy import deploy_host
+    from fabfile.errors import ConnectError, ConnectionLost
+    from fabfile.present.progress import Reporter
+
+    def drop(_: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectionLost("the SSH session dropped", host="a")
+
+    def unreachable(_: dict[str, Any]) -> dict[str, Any]:
+        raise ConnectError("could not open an SSH session to gpu-a", host="a")
+
+    screen = io.StringIO()
+    reporter = Reporter("a", console=Console(file=screen, width=120, no_color=True))
+    fleet = FakeFleet({"a": {"facts": FACTS, "deploy": drop, "attach": unreachable}})
+    with connector(fleet):
+        r = deploy_host(inv, inv.hosts["a"], Options(steps=1), reporter)
+    assert not r.ok
+    failures = [line for line in screen.getvalue().splitlines() if line.startswith("✗")]
+    assert len(failures) == 1 and failures[0].split()[:3] == ["✗", "a", "deploy"], screen.getvalue()
+    # a failed step already said it: no second ✗ line
+    reporter.step_start("wait_ready")
+    reporter.step_end("wait_ready", False, message="the server exited")
+    reporter.failed_between_steps()
+    assert sum(line.startswith("✗") for line in screen.getvalue().splitlines()) == 2
