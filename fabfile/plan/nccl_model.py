@@ -54,9 +54,22 @@ def enabled(tuning: Mapping[str, str], path: str) -> tuple[frozenset[str], froze
     algos = DEFAULT_ALGOS
     if tuning.get("NCCL_PROTO") is not None:
         protos = ncclenv.selection("NCCL_PROTO", tuning["NCCL_PROTO"])["AllReduce"] & frozenset(PROTO_BW)
+        if path != "nvlink" and not _names_ll128(tuning["NCCL_PROTO"]):
+            protos -= {"LL128"}  # an exclusion list (^LL) leaves LL128 at its default: off off NVLink
     if tuning.get("NCCL_ALGO") is not None:
         algos = ncclenv.selection("NCCL_ALGO", tuning["NCCL_ALGO"])["AllReduce"] & DEFAULT_ALGOS
     return protos, algos
+
+
+def _names_ll128(value: str) -> bool:
+    """Whether an NCCL_PROTO value asks for LL128 by name (not merely leaves it, as ``^LL`` does)."""
+    for entry in value.split(";"):
+        prefix, sep, items = entry.partition(":")
+        items = items if sep else prefix
+        if (not sep or prefix.lower() == "allreduce") and not items.startswith("^") and \
+                "ll128" in [i.strip().lower() for i in items.split(",")]:
+            return True
+    return False
 
 
 def message_us(nbytes: float, tp: int, path: str, protos: frozenset[str], algos: frozenset[str]) -> float | None:

@@ -11,7 +11,7 @@ one (tok/s × (1 − its 95 % interval)); at TP 1 there is no NCCL communicator,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ def optimistic(row: Mapping[str, Any], ar_ms: float, pass_ms: float, cand_ar_ms:
     return max(figs)
 
 
-def skips(first: list[Mapping[str, Any]], others: list[str], tp: int,
+def skips(first: Sequence[Mapping[str, Any]], others: list[str], tp: int,
           model: Callable[[str, Mapping[str, Any]], float | None] | None = None) -> list[Skip]:
     """The candidates of ``others`` not to load, each with why. ``first``: the first candidate's measured rows,
     each with ``allreduce`` = {"ms_per_pass", "pass_ms"} (from the trace; a row without it bounds nothing and
