@@ -88,7 +88,7 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
     return row
 
 
-TRACE_PROMPTS_PER_SLOT = 2  # the trace's load: two requests per slot, enough passes at the benchmark's batch
+TRACE_OUTPUT_LEN = 128  # the trace's load: one request per slot, at most this long: passes at the bench's batch
 
 
 def _trace_allreduce(inv: Inventory, host: Host, cfg: Config, params: BenchParams, levels: list[int],
@@ -100,8 +100,8 @@ def _trace_allreduce(inv: Inventory, host: Host, cfg: Config, params: BenchParam
     from fabfile.plan.nccl_model import allreduce_figures
 
     c = levels[0]
-    pp = ProfileParams(load=BenchParams(concurrency=c, input_len=params.input_len, output_len=params.output_len,
-                                        num_prompts=c * TRACE_PROMPTS_PER_SLOT), trace=True)
+    pp = ProfileParams(load=BenchParams(concurrency=c, input_len=params.input_len,
+                                        output_len=min(params.output_len, TRACE_OUTPUT_LEN), num_prompts=c), trace=True)
     try:
         with HostSession.open(inv, host) as s:
             answer = s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound())
