@@ -263,12 +263,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         order = [c for c in order if c.nccl not in gone]
         held_back = [c for c in held_back if c.nccl not in gone]
         notes.append("NCCL candidate(s) " + ", ".join(sorted(gone)) + f" skipped: {skipped[0].reason}")
-    first_nccl = _first_traced(host, cfgs) if predict else None
-    if first_nccl is not None:  # its loads first: the others are loaded only if they can win (after those)
-        order = [c for c in order if c.nccl == first_nccl] + [c for c in order if c.nccl != first_nccl]
-        notes.append(f"NCCL candidates at TP {host.tp}: {first_nccl}'s configurations are measured first, each with "
-                     "a short trace by SGLang's profiler (its all-reduce time per pass); another candidate is loaded "
-                     "only if it can win (plan/nccl_skip)")
+    first_nccl = _first_traced(host, cfgs, order, notes) if predict else None
     doc: dict[str, Any] = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "params": asdict(params), "configs": [c.name for c in cfgs], "rows": [],
                            "concurrency_levels": levels, "predict": predict, "grid_loads": len(cfgs),
@@ -377,10 +372,17 @@ def _tp1_skips(host: Host, cfgs: list[Config]) -> list[Skip]:
     return skips([], cands[1:], tp=host.tp)
 
 
-def _first_traced(host: Host, cfgs: list[Config]) -> str | None:
-    """The NCCL candidate measured (and traced) first when others may be skipped: at TP ≥ 2 with two or more."""
+def _first_traced(host: Host, cfgs: list[Config], order: list[Config], notes: list[str]) -> str | None:
+    """The NCCL candidate measured (and traced) first when others may be skipped (at TP ≥ 2, with two or more):
+    its configurations are moved to the front of ``order`` (the others are loaded after them, if they can win)."""
     cands = list(dict.fromkeys(c.nccl for c in cfgs if c.nccl))
-    return cands[0] if host.tp > 1 and len(cands) >= 2 else None
+    if host.tp < 2 or len(cands) < 2:
+        return None
+    order[:] = [c for c in order if c.nccl == cands[0]] + [c for c in order if c.nccl != cands[0]]
+    notes.append(f"NCCL candidates at TP {host.tp}: {cands[0]}'s configurations are measured first, each with a "
+                 "short trace by SGLang's profiler (its all-reduce time per pass); another candidate is loaded only "
+                 "if it can win (plan/nccl_skip)")
+    return cands[0]
 
 
 def _skip_after_first(run: _Run, cfgs: list[Config], first: str) -> set[str]:

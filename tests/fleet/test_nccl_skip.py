@@ -46,12 +46,19 @@ def test_predict_at_tp2_skips_the_candidate_nccls_costs_rule_out_and_loads_the_o
         inv = derived_inventory(fleet, tmp_path, defaults={"gpus": 2, "tp": 2, "nccl_preset": "none"})
         sim_host.set_sim_config(time_scale=0.5, load_seconds=0.1, gpus=2, nccl_allreduces_per_forward=244,
                                 verify_ms_per_batch_token=0.04, accept_prob=[1.0] * 7)
-        code, doc, err = inv_json("sweep", "--steps", "0,7", "--nccl-env", "NCCL_PROTO=Simple|LL|-", "--predict",
-                                  "--concurrency", "16", "--num-prompts", "32", "--input-len", "64", "--output-len",
-                                  "256", "--out", str(tmp_path / "runs"), inventory=inv, timeout=600)
+        args = ["sweep", "--steps", "0,7", "--nccl-env", "NCCL_PROTO=Simple|LL|-", "--predict", "--concurrency", "16",
+                "--num-prompts", "32", "--input-len", "64", "--output-len", "256", "--out", str(tmp_path / "runs")]
+        code, doc, err = inv_json(*args, inventory=inv, timeout=600)
+        assert code == 0, err
+        # --resume of the finished sweep: nothing measured again, the skip recomputed from the saved rows' traces
+        code2, again, err2 = inv_json(*args, "--resume", str(Path(doc["paths"]["json"]).parent), inventory=inv,
+                                      timeout=300)
     finally:
         cfg_path.write_text(saved)
-    assert code == 0, err
+    assert code2 == 0, err2
+    assert [s["candidate"] for s in again["nccl_skipped"]] == ["PROTO=LL"]
+    assert not any(r["config"].endswith("@PROTO=LL") for r in again["rows"])
+    assert again["model_loads"] <= doc["model_loads"] + 1   # at most the winner's redeploy
     measured = {r["config"] for r in doc["rows"] if r.get("measured")}
     print("model loads:", doc["model_loads"], "of", doc["grid_loads"], "measured:", sorted(measured),
           "skipped:", doc["nccl_skipped"])
