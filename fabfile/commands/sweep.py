@@ -418,6 +418,7 @@ def _skip_after_first(run: _Run, cfgs: list[Config], first: str) -> set[str]:
             doc["notes"].append(f"NCCL candidate {n}: no all-reduce model ({model.why[n]}); bounded by zero "
                                 "all-reduce time")
     gone = {s.candidate for s in found}
+    run.trace_nccl = None  # decided: a later load (a predicted winner) needs no trace
     run.progress.total = max(run.index, run.progress.total - sum(1 for c in cfgs if c.nccl in gone))
     run.save()
     return gone

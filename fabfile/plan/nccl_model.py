@@ -131,7 +131,8 @@ class CandidateModel:
 def allreduce_figures(profile: Mapping[str, Any], speculative: bool, draft_tokens: int | None,
                       period_ms: float | None = None) -> dict[str, Any] | None:
     """``row["allreduce"]`` from one ``profile`` answer with a trace (rank 0's): verify's pass for a speculative
-    configuration, decode's for the baseline; its all-reduce ms and GPU span per pass, the period the pass repeats
+    configuration, decode's for the baseline; its NCCL all-reduce ms (``ms_per_pass``: what NCCL settings move;
+    ``allreduce_ms_per_pass`` adds SGLang's custom all-reduce) and GPU span per pass, the period the pass repeats
     at (the trace's cycle; for decode, ``period_ms``: the bench's TPOT), the calls, the message size. None when the
     trace shows no such pass."""
     ranks = [r for r in profile.get("ranks") or [] if isinstance(r.get("trace"), dict)]
@@ -148,10 +149,14 @@ def allreduce_figures(profile: Mapping[str, Any], speculative: bool, draft_token
         tokens = float(k["batch"]) * (int(draft_tokens or 1) if speculative else 1)
     per_token = (ctx.get("hidden_size") or 0) * (ctx.get("dtype_bytes") or 0)
     cycle = (anatomy.get("cycle") or {}).get("ms") if speculative else period_ms
-    return {"phase": phase, "ms_per_pass": float((k.get("classes_ms") or {}).get("allreduce") or 0.0),
+    total = float((k.get("classes_ms") or {}).get("allreduce") or 0.0)
+    # What NCCL's settings move: its own kernels' time (SGLang's custom all-reduce is not NCCL's; a trace read
+    # before the tool split them counts every all-reduce kernel as NCCL's).
+    nccl = float(k["nccl_ms"]) if isinstance(k.get("nccl_ms"), (int, float)) else total
+    return {"phase": phase, "ms_per_pass": nccl, "allreduce_ms_per_pass": total,
             "pass_ms": float(k["span_ms"]), "period_ms": float(cycle) if cycle else None,
             "calls": k.get("allreduce_calls"), "mean_us": k.get("allreduce_mean_us"), "passes": k.get("passes"),
             "tokens": tokens, "bytes": tokens * per_token if tokens and per_token else None,
-            "source": "measured by SGLang's profiler trace (all-reduce kernels of the pass; period: "
+            "source": "measured by SGLang's profiler trace (NCCL's all-reduce kernels in the pass; period: "
                       + ("the trace's cycle" if speculative else "the benchmark's TPOT") + ")",
             "profile_id": profile.get("profile_id")}

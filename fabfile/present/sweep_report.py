@@ -81,7 +81,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
         why = "TP 1" if sk.get("optimistic_tok_s") is None else f"≤ {sk['optimistic_tok_s']:.1f} tok/s"
         for name in sk.get("configs") or []:
             rows.append([name, "skipped", *[DASH] * max(1, len(levels)), DASH, DASH, DASH, DASH, DASH, DASH,
-                         f"skipped: cannot win ({why})"])
+                         f"skipped: cannot win ({why}, derived)"])
     return rows
 
 

@@ -279,6 +279,8 @@ class KernelBreakdown(TypedDict):
     allreduce_calls: float  # all-reduce kernels per pass
     allreduce_mean_us: float | None
     batch: float | None  # requests per pass (SGLang's bs= label), what sizes its all-reduce messages
+    nccl_ms: float  # per pass: the all-reduce time in NCCL's own kernels (what NCCL settings move; SGLang's custom
+    # all-reduce, e.g. cross_device_reduce_*, is the rest of classes_ms["allreduce"])
     launch: str  # "cuda graph" | "eager" | "unknown" (from the runtime events inside the CPU span)
     kernel_launches: float  # per pass
     graph_launches: float  # per pass

@@ -78,6 +78,7 @@ def load(path: str, cap_bytes: int = DEFAULT_CAP_BYTES) -> dict[str, Any]:
 _ALLREDUCE = re.compile(r"ncclDevKernel_|ncclSymkDevKernel_|cross_device_reduce_|all_reduce_\w*shot|"
                         r"multimem_all_reduce_kernel|one_shot_all_reduce_kernel|two_shot_all_reduce_kernel|"
                         r"allreduce_fusion_kernel_")
+_NCCL = re.compile(r"ncclDevKernel_|ncclSymkDevKernel_")  # NCCL's own (the rest: SGLang's custom all-reduce, ...)
 _SAMPLING = re.compile(r"VerifyTreeGreedy|verify_tree_greedy|TopP|TopK|top_p|top_k|Renorm|renorm|_draft_topk1_|"
                        r"Sampling|sampling", re.I)
 _GEMM = re.compile(r"nvjet|cutlass|gemm|cublas|sm90_xmma|Gemm", re.I)
@@ -236,6 +237,8 @@ def _add_kernel(a: dict[str, Any], k: dict[str, Any]) -> float:
     if cls == "allreduce":
         a["ar_calls"] += 1
         a["ar_us"] += dur
+        if _NCCL.search(str(k.get("name", ""))):
+            a["nccl_us"] += dur
     return dur
 
 
@@ -273,7 +276,7 @@ def _between(phases: list[tuple[str, dict[str, Any], list[str]]], kernels: list[
 def _new_acc() -> dict[str, Any]:
     return {"passes": 0, "span_us": 0.0, "classes": dict.fromkeys(KERNEL_CLASSES, 0.0), "idle_us": 0.0,
             "gap_us": 0.0, "ar_calls": 0, "ar_us": 0.0, "kernel_launches": 0, "graph_launches": 0, "cpu_seen": 0,
-            "kernels": 0, "bs_sum": 0, "bs_n": 0}
+            "kernels": 0, "bs_sum": 0, "bs_n": 0, "nccl_us": 0.0}
 
 
 _BS = re.compile(r"\bbs=(\d+)")
@@ -305,6 +308,7 @@ def _breakdown(a: dict[str, Any]) -> KernelBreakdown:
             "allreduce_calls": round(a["ar_calls"] / n, 2),
             "allreduce_mean_us": round(a["ar_us"] / a["ar_calls"], 2) if a["ar_calls"] else None,
             "batch": round(a["bs_sum"] / a["bs_n"], 2) if a.get("bs_n") else None,
+            "nccl_ms": round(a.get("nccl_us", 0.0) / n / 1000, 4),
             "launch": launch, "kernel_launches": round(a["kernel_launches"] / n, 2),
             "graph_launches": round(a["graph_launches"] / n, 2), "launch_gap_ms": round(a["gap_us"] / n / 1000, 4)}
 

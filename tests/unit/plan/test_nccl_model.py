@@ -95,3 +95,11 @@ def test_the_table_names_the_configurations_not_loaded() -> None:
            "nccl_skipped": [{"candidate": "PROTO=LL", "optimistic_tok_s": 250.0, "configs": ["baseline@PROTO=LL"]}]}
     (row,) = table_rows(doc)
     assert row[0] == "baseline@PROTO=LL" and row[1] == "skipped" and "cannot win" in row[-1]
+
+
+def test_only_nccls_own_all_reduce_time_is_what_a_candidate_moves() -> None:
+    k = {"span_ms": 10.0, "classes_ms": {"allreduce": 6.0}, "nccl_ms": 4.0, "batch": 16.0, "passes": 12}
+    answer = {"ranks": [{"rank": 0, "trace": {"kernels": {"verify": k}, "cycle": {"ms": 20.0}}}],
+              "allreduce_context": CTX}
+    figs = allreduce_figures(answer, True, 8)
+    assert figs is not None and figs["ms_per_pass"] == 4.0 and figs["allreduce_ms_per_pass"] == 6.0
