@@ -78,10 +78,11 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
             cell(r.get("cycle_ms"), "{:.1f}"), cell(be.get("needed_accept_len"), "{:.2f}"), verdict,
         ])
     for sk in doc.get("nccl_skipped") or []:  # not loaded: the NCCL skip rule (its reason is under the table)
-        why = "TP 1" if sk.get("optimistic_tok_s") is None else f"≤ {sk['optimistic_tok_s']:.1f} tok/s"
+        why = ("skipped: TP 1, no NCCL communicator" if sk.get("optimistic_tok_s") is None else
+               f"skipped: cannot win (≤ {sk['optimistic_tok_s']:.1f} tok/s, derived)")
         for name in sk.get("configs") or []:
             rows.append([name, "skipped", *[DASH] * max(1, len(levels)), DASH, DASH, DASH, DASH, DASH, DASH,
-                         f"skipped: cannot win ({why}, derived)"])
+                         why])
     return rows
 
 
