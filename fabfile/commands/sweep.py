@@ -399,10 +399,12 @@ def _skip_after_first(run: _Run, cfgs: list[Config], first: str) -> set[str]:
     found = skips(rows, others, run.host.tp, model)
     doc = run.doc
     if not found:
-        missing = [r["config"] for r in rows if r.get("ok") and not r.get("allreduce")]
-        doc["notes"].append("every NCCL candidate is loaded: " + (
-            f"no all-reduce figures for {', '.join(missing)} ({rows[0].get('allreduce_error') or 'no trace'})"
-            if missing else "each could beat the best measured row"))
+        missing = [r for r in rows if r.get("ok") and not r.get("allreduce")]
+        why = (f"no all-reduce figures for {', '.join(r['config'] for r in missing)} "
+               f"({missing[0].get('allreduce_error') or 'no trace'})" if missing else
+               "each could beat the best measured row" if any(r.get("ok") for r in rows) else
+               f"none of {first}'s configurations was measured")
+        doc["notes"].append(f"every NCCL candidate is loaded: {why}")
     for sk in found:
         entry = sk.as_dict()
         entry["configs"] = [c.name for c in cfgs if c.nccl == sk.candidate]
