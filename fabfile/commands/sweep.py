@@ -546,6 +546,9 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
     running = _running_config(run.rows) if run.index else None
     add_predictions(doc, cfgs)
     doc.update(choose(run.rows, keep, run.levels, limits))
+    if keep is not None and keep in {n for sk in doc.get("nccl_skipped") or [] for n in sk.get("configs") or []}:
+        doc["keep_note"] = (f"--keep {keep} was not loaded: its NCCL candidate cannot win (nccl_skipped); keeping "
+                            "the winner instead")
     if doc["kept"] is None:
         doc["elapsed_s"] = run.elapsed()
         run.save()
