@@ -17,7 +17,10 @@ model is a ratio, calibrated on the first candidate's measured all-reduce time. 
 ``bytes`` long (hidden size × tokens × dtype bytes; tokens = requests per pass, times the draft tokens for verify),
 another candidate's all-reduce ms per pass = the measured ms × T(its choice, bytes) / T(the first's choice, bytes):
 the absolute speed of the host cancels, what is left is the shape of latency against bandwidth by size, which is
-NCCL's. The figure handed to the skip rule is optimistic: that prediction × (1 − ``MARGIN``).
+NCCL's. The figure handed to the skip rule is the optimistic end of that ratio: the candidate's latency taken
+``LAT_MARGIN`` lower and the first's as much higher (the latencies are the least known part: measured gaps between
+LL and Simple on small messages run wider than NCCL's own tables), and the bandwidth parts ``BW_MARGIN`` apart (the
+protocols' shares of the bandwidth are NCCL's documented facts).
 
 None (the skip rule then sets the candidate's all-reduce time to zero, the bound no setting beats) where the tool
 cannot model a candidate: it differs from the first in a variable other than NCCL_PROTO/NCCL_ALGO (channel counts,
@@ -36,12 +39,13 @@ from fabfile.remote.evidence import ncclenv
 SOURCE = "derived: the tool's NCCL model (latency and bandwidth by protocol and path), calibrated on the SGLang " \
          "profiler trace's all-reduce time"
 MODELLED = ("NCCL_PROTO", "NCCL_ALGO")
-MARGIN = 0.25  # the optimistic end: the model is held good to within a quarter of the predicted all-reduce time
+LAT_MARGIN = 0.5  # the optimistic end: each latency may be off by half
+BW_MARGIN = 0.1  # and each bandwidth share by a tenth
 PATHS = ("pcie", "nvlink")
 BUS_BYTES_PER_US = {"pcie": 20_000.0, "nvlink": 300_000.0}  # what Simple reaches per link
 PROTO_BW = {"LL": 0.5, "LL128": 0.95, "Simple": 1.0}  # share of the link's bandwidth each protocol carries data at
-BASE_LAT_US = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}  # per all-reduce
-STEP_LAT_US = {"pcie": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "nvlink": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}}
+BASE_LAT_US = {"LL": 6.6, "LL128": 7.5, "Simple": 8.4}  # per all-reduce: LL lowest, Simple highest
+STEP_LAT_US = {"pcie": {"LL": 1.0, "LL128": 1.9, "Simple": 5.7}, "nvlink": {"LL": 0.6, "LL128": 1.25, "Simple": 3.4}}
 ALGO_BW = {"Ring": 1.0, "Tree": 1 / 1.15}  # a one-node tree is a chain: a little under the ring
 DEFAULT_ALGOS = frozenset(ALGO_BW)
 
@@ -72,13 +76,19 @@ def _names_ll128(value: str) -> bool:
     return False
 
 
-def message_us(nbytes: float, tp: int, path: str, protos: frozenset[str], algos: frozenset[str]) -> float | None:
-    """The model's time of one all-reduce of ``nbytes`` over ``tp`` ranks: the fastest enabled choice (None: the
-    settings leave nothing the model knows, e.g. only NVLS or CollNet)."""
-    steps = 2 * max(tp - 1, 1)
+def parts_us(nbytes: float, tp: int, path: str, proto: str, algo: str) -> tuple[float, float]:
+    """(latency, transfer) of one all-reduce of ``nbytes`` over ``tp`` ranks with one choice, in µs."""
     moved = 2.0 * (tp - 1) / max(tp, 1) * nbytes
-    times = [BASE_LAT_US[p] + steps * STEP_LAT_US[path][p] + moved / (BUS_BYTES_PER_US[path] * PROTO_BW[p] * ALGO_BW[a])
-             for p in protos for a in algos]
+    latency = BASE_LAT_US[proto] + 2 * max(tp - 1, 1) * STEP_LAT_US[path][proto]
+    return latency, moved / (BUS_BYTES_PER_US[path] * PROTO_BW[proto] * ALGO_BW[algo])
+
+
+def message_us(nbytes: float, tp: int, path: str, protos: frozenset[str], algos: frozenset[str],
+               lat: float = 1.0, bw: float = 1.0) -> float | None:
+    """The model's time of one all-reduce of ``nbytes`` over ``tp`` ranks: the fastest enabled choice, its latency
+    times ``lat`` and its transfer times ``bw`` (the margins' ends); None: the settings leave nothing the model
+    knows (e.g. only NVLS or CollNet)."""
+    times = [lat * la + bw * tr for p in protos for a in algos for la, tr in [parts_us(nbytes, tp, path, p, a)]]
     return min(times) if times else None
 
 
@@ -98,11 +108,11 @@ class CandidateModel:
     why: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, candidate: str, row: Mapping[str, Any]) -> float | None:
-        pred = self.predict(candidate, row)
-        return None if pred is None else pred * (1.0 - MARGIN)
+        return self.predict(candidate, row, optimistic=True)
 
-    def predict(self, candidate: str, row: Mapping[str, Any]) -> float | None:
-        """The candidate's all-reduce ms per pass (the ratio model's point figure)."""
+    def predict(self, candidate: str, row: Mapping[str, Any], optimistic: bool = False) -> float | None:
+        """The candidate's all-reduce ms per pass: the ratio model's point figure, or with ``optimistic`` its
+        fast end (the candidate's latency and transfer at their margins' low ends, the first's at their high)."""
         path = str(self.context.get("interconnect") or "unknown")
         tp = int(self.context.get("tp") or 0)
         ar = row.get("allreduce") or {}
@@ -120,8 +130,9 @@ class CandidateModel:
         if candidate in self.why or other is None:
             return None
         nbytes = float(ar["bytes"])
-        mine = message_us(nbytes, tp, path, *enabled(self.first, path))
-        theirs = message_us(nbytes, tp, path, *enabled(other, path))
+        lo, hi = (1 - LAT_MARGIN, 1 - BW_MARGIN), (1 + LAT_MARGIN, 1 + BW_MARGIN)
+        mine = message_us(nbytes, tp, path, *enabled(self.first, path), *(hi if optimistic else (1.0, 1.0)))
+        theirs = message_us(nbytes, tp, path, *enabled(other, path), *(lo if optimistic else (1.0, 1.0)))
         if not mine or theirs is None:
             self.why[candidate] = "its NCCL_PROTO/NCCL_ALGO leave only choices the model does not hold"
             return None

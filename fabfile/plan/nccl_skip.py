@@ -39,7 +39,7 @@ class Skip:
             out["figures"] = {
                 "optimistic_tok_s": "derived: the first candidate's measured tok/s with its all-reduce time ("
                                     f"measured by the {SOURCE_AR}) replaced by "
-                                    + ("the tool's NCCL model's, less its margin" if self.modelled else "zero"),
+                                    + ("the tool's NCCL model's at its optimistic end" if self.modelled else "zero"),
                 "best_pessimistic_tok_s": f"derived: {self.best_config}'s tok/s (measured by the tool's benchmark) "
                                           "× (1 − its 95 % interval)"}
             out["best_config"] = self.best_config
