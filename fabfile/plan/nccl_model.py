@@ -36,8 +36,6 @@ from typing import Any
 
 from fabfile.remote.evidence import ncclenv
 
-SOURCE = "derived: the tool's NCCL model (latency and bandwidth by protocol and path), calibrated on the SGLang " \
-         "profiler trace's all-reduce time"
 MODELLED = ("NCCL_PROTO", "NCCL_ALGO")
 LAT_MARGIN = 0.5  # the optimistic end: each latency may be off by half
 BW_MARGIN = 0.1  # and each bandwidth share by a tenth
@@ -59,7 +57,7 @@ def enabled(tuning: Mapping[str, str], path: str) -> tuple[frozenset[str], froze
     if tuning.get("NCCL_PROTO") is not None:
         protos = ncclenv.selection("NCCL_PROTO", tuning["NCCL_PROTO"])["AllReduce"] & frozenset(PROTO_BW)
         if path != "nvlink" and not _names_ll128(tuning["NCCL_PROTO"]):
-            protos -= {"LL128"}  # an exclusion list (^LL) leaves LL128 at its default: off off NVLink
+            protos -= {"LL128"}  # an exclusion list (^LL) leaves LL128 at its default: off away from NVLink
     if tuning.get("NCCL_ALGO") is not None:
         algos = ncclenv.selection("NCCL_ALGO", tuning["NCCL_ALGO"])["AllReduce"] & DEFAULT_ALGOS
     return protos, algos
