@@ -7,19 +7,29 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.simhost.fleet import Fleet, SimHost
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 INV = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
 
 
 def run_inv(*args: str, inventory: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+            cwd: Path | None = None, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``inv ARGS`` as a user runs it: in this process (tests/support/cli.py, the same Program, stdout, stderr and
+    exit code), or with ``process`` in a real subprocess, for what only a process shows (how it starts, exits on a
+    closed pipe, or imports)."""
+    # Off the main thread (tests that run commands side by side) only a process will do: the in-process run swaps
+    # the process's stdout, environment and working folder, and its timer signal reaches the main thread alone.
+    if not process and threading.current_thread() is threading.main_thread():
+        ran = run_cli(*args, inventory=inventory, cwd=cwd, env=env, timeout=timeout)
+        return subprocess.CompletedProcess(["inv", *args], ran.returncode, ran.stdout, ran.stderr)
     argv = [*INV, *args]
     if inventory is not None:
         argv += ["--inventory", str(inventory)]
@@ -28,8 +38,9 @@ def run_inv(*args: str, inventory: Path | None = None, timeout: float = 120, env
                           stdin=subprocess.DEVNULL)
 
 
-def inv_json(*args: str, inventory: Path, timeout: float = 120) -> tuple[int, dict[str, Any], str]:
-    r = run_inv(*args, "--json", inventory=inventory, timeout=timeout)
+def inv_json(*args: str, inventory: Path, timeout: float = 120,
+             process: bool = False) -> tuple[int, dict[str, Any], str]:
+    r = run_inv(*args, "--json", inventory=inventory, timeout=timeout, process=process)
     try:
         doc = json.loads(r.stdout)
     except ValueError as e:

@@ -88,7 +88,7 @@ def test_a_mistyped_flag_is_bad_input_with_the_nearest_flag() -> None:
 
 def test_inv_itself_runs_the_tools_program() -> None:
     """`inv` is Invoke's own Program; tasks.py hands it the tool's (the README's commands are `inv ...`)."""
-    r = run_inv("deploy", "--stesp", "2")
+    r = run_inv("deploy", "--stesp", "2", process=True)
     assert r.returncode == 2 and "did you mean --steps?" in r.stderr, (r.returncode, r.stderr)
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 from typing import Any, Optional
 
@@ -83,7 +84,13 @@ class Scheduler:
     def run_event_loop(self) -> None:
         cfg = self.cfg
         if cfg.get("fail") == "scheduler_killed" and int(cfg.get("fail_rank", 0)) == self.tp_rank:
-            runtime.scaled_sleep(float(cfg.get("fail_after_seconds", 0.3)), {"time_scale": 1.0})
+            trigger = cfg.get("fail_trigger_file")
+            if trigger:
+                # a test that must see the schedulers alive first says when, instead of racing a delay
+                while not os.path.exists(str(trigger)):
+                    time.sleep(0.02)
+            else:
+                runtime.scaled_sleep(float(cfg.get("fail_after_seconds", 0.3)), {"time_scale": 1.0})
             os.kill(os.getpid(), signal.SIGKILL)
         runtime.sleep_forever()
 
