@@ -84,7 +84,8 @@ SWEEP_HELP = {
     "max_requests": "adaptive length: at most this many requests (default 256)",
     "predict": "measure the baseline and the smallest and largest chain step counts, predict the other topk-1 "
                "configurations from the accepted-drafts histogram and the cycle fit, deploy only the predicted "
-               "winner to confirm it (topk > 1 and other draft-token counts are measured)",
+               "winner to confirm it (topk > 1 and other draft-token counts are measured); with NCCL candidates "
+               "at TP >= 2, load the first candidate (with a short profiler trace) and only the others that can win",
     "nccl": "NCCL candidates crossed with every configuration (each its own server start): built-in presets "
             "(pcie, none = no NCCL tuning variables) or host (the inventory's own), e.g. pcie,none",
     "nccl_env": "NCCL values to try, laid over each --nccl candidate: 'NCCL_PROTO=LL|Simple|-' (- = unset; "

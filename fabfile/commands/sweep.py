@@ -41,9 +41,11 @@ def new_sweep_id() -> str:
 
 
 def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_dir: Path,
-            progress: SweepProgress, levels: list[int] | None = None) -> dict[str, Any]:
+            progress: SweepProgress, levels: list[int] | None = None, trace: bool = False) -> dict[str, Any]:
     """Deploy one configuration and benchmark it at each concurrency level (one model load serves them all): one
-    row of the sweep table. The row's top-level figures are the first level's; ``levels`` has each level's."""
+    row of the sweep table. The row's top-level figures are the first level's; ``levels`` has each level's. With
+    ``trace`` (the first NCCL candidate's loads of a --predict sweep at TP ≥ 2) a short profile with SGLang's
+    profiler follows on the same load: ``row["allreduce"]``, what the NCCL skip rule reads."""
     from fabfile.commands.deploy import deploy_host
 
     row: dict[str, Any] = {"config": cfg.name, "steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
@@ -80,7 +82,39 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
     row.update({k: v for k, v in per_level[0].items() if k != "concurrency"})
     row["ok"] = True
     row["levels"] = per_level
+    if trace:
+        progress.set_phase("trace")
+        _trace_allreduce(inv, host, cfg, params, levels or [params.concurrency], row)
     return row
+
+
+TRACE_OUTPUT_LEN = 128  # the trace's load: one request per slot, at most this long: passes at the bench's batch
+
+
+def _trace_allreduce(inv: Inventory, host: Host, cfg: Config, params: BenchParams, levels: list[int],
+                     row: dict[str, Any]) -> None:
+    """A short ``inv profile --trace`` (the same verb and request) at the first level's concurrency: the
+    all-reduce ms and GPU span of verify's (or the baseline's decode) pass, for the NCCL skip. A failed trace is
+    said in the row (``allreduce_error``): the rule then keeps every candidate."""
+    from fabfile.commands.profile import ProfileParams, new_profile_id, profile_request
+    from fabfile.plan.nccl_model import allreduce_figures
+
+    c = levels[0]
+    pp = ProfileParams(load=BenchParams(concurrency=c, input_len=params.input_len,
+                                        output_len=min(params.output_len, TRACE_OUTPUT_LEN), num_prompts=c), trace=True)
+    try:
+        with HostSession.open(inv, host) as s:
+            answer = s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound())
+    except SpecDeployError as e:
+        row["allreduce_error"] = e.message
+        return
+    figs = allreduce_figures(dict(answer), cfg.steps > 0, cfg.draft_tokens or (cfg.steps + 1 if cfg.steps else None),
+                             period_ms=row.get("tpot_ms"))
+    if figs is None:
+        row["allreduce_error"] = "the profiler's trace shows no " + ("verify" if cfg.steps else "decode") + " pass"
+        return
+    row["allreduce"] = figs
+    row["allreduce_context"] = dict(answer.get("allreduce_context") or {})
 
 
 def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -184,6 +218,7 @@ class _Run:
     t0: float = field(default_factory=time.monotonic)
     current: Config | None = None
     index: int = 0
+    trace_nccl: str | None = None  # the NCCL candidate whose loads are traced (the skip rule's first candidate)
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -195,7 +230,8 @@ class _Run:
         self.index += 1
         self.progress.total = max(self.progress.total, self.index)
         self.progress.start(self.index, cfg.name)
-        row = measure(self.inv, self.host, cfg, self.params, self.runs, self.progress, self.levels)
+        row = measure(self.inv, self.host, cfg, self.params, self.runs, self.progress, self.levels,
+                      trace=bool(self.trace_nccl) and cfg.nccl == self.trace_nccl)
         self.doc["model_loads"] += 1
         self.rows.append(row)
         self.progress.finish(row["ok"], _row_summary(row))
@@ -227,11 +263,13 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         order = [c for c in order if c.nccl not in gone]
         held_back = [c for c in held_back if c.nccl not in gone]
         notes.append("NCCL candidate(s) " + ", ".join(sorted(gone)) + f" skipped: {skipped[0].reason}")
+    first_nccl = _first_traced(host, cfgs, order, notes) if predict else None
     doc: dict[str, Any] = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "params": asdict(params), "configs": [c.name for c in cfgs], "rows": [],
                            "concurrency_levels": levels, "predict": predict, "grid_loads": len(cfgs),
                            "model_loads": 0, "notes": notes,
-                           "nccl_skipped": [x.as_dict() for x in skipped],
+                           "nccl_skipped": [{**x.as_dict(), "configs": [c.name for c in cfgs if c.nccl == x.candidate]}
+                                            for x in skipped],
                            "plan_hashes": {c.name: c.plan_hash for c in cfgs}}
     kept = _resumed(doc, saved, resume) if saved else set()
     todo = [c for c in order if c.name not in kept]
@@ -250,12 +288,18 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     progress = SweepProgress(host.name, len(todo) + min(len(held_back), len(levels) + 1))
     # The counter counts up to the most loads this sweep can take ([3/≤4]), never past its total ([3/3] → [4/4]).
     progress.at_most = bool(held_back)
-    run = _Run(inv, host, params, runs, out_dir, levels, progress, doc)
+    run = _Run(inv, host, params, runs, out_dir, levels, progress, doc, trace_nccl=first_nccl)
     for note in notes:  # what --predict measures and what it cannot save, said before the first load (stderr)
         run.progress.console.print(note if note.startswith("--predict:") else f"{host.name}: {note}", markup=False,
                                    highlight=False, soft_wrap=False)
     try:
-        for cfg in todo:
+        for cfg in [c for c in todo if first_nccl is None or c.nccl == first_nccl]:
+            run.one(cfg)
+        if first_nccl is not None:
+            gone = _skip_after_first(run, cfgs, first_nccl)
+            todo = [c for c in todo if c.nccl not in gone]
+            held_back = [c for c in held_back if c.nccl not in gone]
+        for cfg in [c for c in todo if first_nccl is not None and c.nccl != first_nccl]:
             run.one(cfg)
         if held_back:
             _measure_predicted_winners(run, held_back)
@@ -326,6 +370,60 @@ def _tp1_skips(host: Host, cfgs: list[Config]) -> list[Skip]:
     if len(cands) < 2 or host.tp > 1:
         return []
     return skips([], cands[1:], tp=host.tp)
+
+
+def _first_traced(host: Host, cfgs: list[Config], order: list[Config], notes: list[str]) -> str | None:
+    """The NCCL candidate measured (and traced) first when others may be skipped (at TP ≥ 2, with two or more):
+    its configurations are moved to the front of ``order`` (the others are loaded after them, if they can win)."""
+    cands = list(dict.fromkeys(c.nccl for c in cfgs if c.nccl))
+    if host.tp < 2 or len(cands) < 2:
+        return None
+    order[:] = [c for c in order if c.nccl == cands[0]] + [c for c in order if c.nccl != cands[0]]
+    notes.append(f"NCCL candidates at TP {host.tp}: {cands[0]}'s configurations are measured first, each with a "
+                 "short trace by SGLang's profiler (its all-reduce time per pass); another candidate is loaded only "
+                 "if it can win (plan/nccl_skip)")
+    return cands[0]
+
+
+def _skip_after_first(run: _Run, cfgs: list[Config], first: str) -> set[str]:
+    """After the first candidate's loads (or their saved rows, on --resume: the rule is recomputed from them):
+    the candidates that cannot win, said in the notes and ``nccl_skipped`` (with the configurations not loaded)."""
+    from fabfile.plan.deploy_plan import nccl_settings
+    from fabfile.plan.nccl_model import CandidateModel
+
+    rows = [r for r in run.rows if r.get("nccl") == first and r.get("measured", True)]
+    tuning = {c.nccl: nccl_settings(c.host or run.host).tuning for c in cfgs if c.nccl}
+    others = [n for n in dict.fromkeys(c.nccl for c in cfgs if c.nccl) if n != first]
+    ctx: dict[str, Any] = next((r["allreduce_context"] for r in rows if r.get("allreduce_context")), {})
+    model = CandidateModel(tuning[first], {n: tuning[n] for n in others}, ctx)
+    found = skips(rows, others, run.host.tp, model)
+    doc = run.doc
+    if not found:
+        missing = [r for r in rows if r.get("ok") and not r.get("allreduce")]
+        why = (f"no all-reduce figures for {', '.join(r['config'] for r in missing)} "
+               f"({missing[0].get('allreduce_error') or 'no trace'})" if missing else
+               "each could beat the best measured row" if any(r.get("ok") for r in rows) else
+               f"none of {first}'s configurations was measured")
+        doc["notes"].append(f"every NCCL candidate is loaded: {why}")
+    for sk in found:
+        entry = sk.as_dict()
+        entry["configs"] = [c.name for c in cfgs if c.nccl == sk.candidate]
+        if not sk.modelled and sk.candidate in model.why:
+            entry["no_model"] = model.why[sk.candidate]
+        doc["nccl_skipped"].append(entry)
+        doc["notes"].append(f"NCCL candidate {sk.candidate} skipped ({len(entry['configs'])} model loads saved): "
+                            f"{sk.reason}")
+        run.progress.console.print(f"{run.host.name}: NCCL candidate {sk.candidate} skipped: {sk.reason}",
+                                   markup=False, highlight=False, soft_wrap=False)
+    for n in others:
+        if n in model.why and n not in {s.candidate for s in found}:
+            doc["notes"].append(f"NCCL candidate {n}: no all-reduce model ({model.why[n]}); bounded by zero "
+                                "all-reduce time")
+    gone = {s.candidate for s in found}
+    run.trace_nccl = None  # decided: a later load (a predicted winner) needs no trace
+    run.progress.total = max(run.index, run.progress.total - sum(1 for c in cfgs if c.nccl in gone))
+    run.save()
+    return gone
 
 
 def _resume_dir(path: Path) -> Path:
@@ -448,6 +546,9 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
     running = _running_config(run.rows) if run.index else None
     add_predictions(doc, cfgs)
     doc.update(choose(run.rows, keep, run.levels, limits))
+    if keep is not None and keep in {n for sk in doc.get("nccl_skipped") or [] for n in sk.get("configs") or []}:
+        doc["keep_note"] = (f"--keep {keep} was not loaded: its NCCL candidate cannot win (nccl_skipped); keeping "
+                            "the winner instead")
     if doc["kept"] is None:
         doc["elapsed_s"] = run.elapsed()
         run.save()

@@ -77,6 +77,12 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
             cell(r.get("decode_ms_per_token") if r["steps"] == 0 else r.get("ms_per_token"), "{:.1f}"),
             cell(r.get("cycle_ms"), "{:.1f}"), cell(be.get("needed_accept_len"), "{:.2f}"), verdict,
         ])
+    for sk in doc.get("nccl_skipped") or []:  # not loaded: the NCCL skip rule (its reason is under the table)
+        why = ("skipped: TP 1, no NCCL communicator" if sk.get("optimistic_tok_s") is None else
+               f"skipped: cannot win (≤ {sk['optimistic_tok_s']:.1f} tok/s, derived)")
+        for name in sk.get("configs") or []:
+            rows.append([name, "skipped", *[DASH] * max(1, len(levels)), DASH, DASH, DASH, DASH, DASH, DASH,
+                         why])
     return rows
 
 

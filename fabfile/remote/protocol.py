@@ -278,6 +278,9 @@ class KernelBreakdown(TypedDict):
     span_ms: float  # the phase's GPU span per pass
     allreduce_calls: float  # all-reduce kernels per pass
     allreduce_mean_us: float | None
+    batch: float | None  # requests per pass (SGLang's bs= label), what sizes its all-reduce messages
+    nccl_ms: float  # per pass: the all-reduce time in NCCL's own kernels (what NCCL settings move; SGLang's custom
+    # all-reduce, e.g. cross_device_reduce_*, is the rest of classes_ms["allreduce"])
     launch: str  # "cuda graph" | "eager" | "unknown" (from the runtime events inside the CPU span)
     kernel_launches: float  # per pass
     graph_launches: float  # per pass
@@ -333,6 +336,9 @@ class ProfileResult(TypedDict, total=False):
     bench: dict[str, Any]  # the load generator's own figures (completed, duration_s, output_tok_s, tpot_ms, ...)
     wall_s: float  # the verb's own time on the host
     trace_dir: str | None
+    # with a trace: what sizes and carries the all-reduces (hidden size and dtype from the model's config.json and
+    # the server's dtype, the GPUs' link from nvidia-smi topo -m, the TP size): a sweep's NCCL model reads it
+    allreduce_context: dict[str, Any]
 
 
 # --- every verb's request and answer ------------------------------------------------------------------------------

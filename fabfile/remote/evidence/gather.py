@@ -8,7 +8,6 @@ judges the result.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import time
@@ -251,15 +250,7 @@ def _scheduler_rows(scheds: list[procs.ProcInfo], scan: Scan, names: list[str]) 
 
 def _model_config(argv: list[str] | None) -> dict[str, Any]:
     """The target model's config.json (hidden size, dtype) for the all-reduce sizes; {} when unreadable."""
-    path = ncclused.model_path(argv)
-    if not path:
-        return {}
-    try:
-        with open(os.path.join(os.path.expanduser(path), "config.json"), encoding="utf-8") as f:
-            data = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return ncclused.read_model_config(ncclused.model_path(argv))
 
 
 def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],

@@ -21,6 +21,8 @@ logged size that is a whole number of tokens above the verify's.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 from ..common import flag_value
@@ -37,6 +39,18 @@ def _int(text: str | None) -> int | None:
 def model_path(argv: list[str] | None) -> str | None:
     """The target model's directory from the launch flags (``--model-path``, ``--model``)."""
     return flag_value(list(argv or []), "--model-path", "--model")
+
+
+def read_model_config(path: str | None) -> dict[str, Any]:
+    """A model directory's config.json (hidden size, dtype) for the all-reduce sizes; {} when unreadable."""
+    if not path:
+        return {}
+    try:
+        with open(os.path.join(os.path.expanduser(path), "config.json"), encoding="utf-8") as f:
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def model_shape(argv: list[str] | None, config: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import versions
 from ..common import AgentError, EventSink, ensure_private_dir, expand
+from ..evidence import interconnect, ncclused
 from ..protocol import (
     MAX_TRACE_STEPS,
     SOURCE_DERIVED,
@@ -293,6 +294,17 @@ def _ranks(ctx: _Run, d: devicetimer.Snapshot, files: dict[int, str], shape: dic
     return ranks
 
 
+def allreduce_context(info: dict[str, Any], tp: int) -> dict[str, Any]:
+    """What sizes and carries this server's all-reduces: the message bytes per token (the model's hidden size ×
+    the activation dtype's bytes, as check-env sizes them: ``ncclused.model_shape``) and the GPUs' link."""
+    dtype = str(info.get("dtype") or "auto")
+    shape = ncclused.model_shape([f"--dtype={dtype}"], ncclused.read_model_config(str(info.get("model_path") or "")))
+    link = interconnect.gpu_facts()
+    return {"hidden_size": shape["hidden_size"], "dtype": shape["dtype"], "dtype_bytes": shape["dtype_bytes"],
+            "why": shape["why"], "interconnect": link["interconnect"], "interconnect_source": link["source"],
+            "tp": tp, "source": "the model's config.json, the server's dtype (/get_server_info), nvidia-smi"}
+
+
 def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     t_start = time.monotonic()
     state_dir = expand(req["state_dir"])
@@ -346,9 +358,13 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
                    f"the server runs without the device timer: {TIMER_HOWTO}")
     bench_figs = {k: measured.get(k) for k in ("completed", "failed", "duration_s", "output_tok_s", "tpot_ms",
                                                "ttft_ms", "cycle_ms", "output_tokens")}
-    return {"profile_id": req["profile_id"], "deploy_id": rec.get("deploy_id"), "config_name": config or None,
-            "sglang_version": version,
-            "speculative": {k: spec.get(k) for k in ("algorithm", "steps", "topk", "draft_tokens")},
-            "cuda_graph": cuda_graph, "timer": timer_on, "timer_missing": missing, "ranks": ranks,
-            "derived": None if timer_on else _derived(measured, speculative, accept_len, steps, draft_tokens, config),
-            "bench": bench_figs, "wall_s": round(time.monotonic() - t_start, 3), "trace_dir": out_dir}
+    out: ProfileResult = {
+        "profile_id": req["profile_id"], "deploy_id": rec.get("deploy_id"), "config_name": config or None,
+        "sglang_version": version,
+        "speculative": {k: spec.get(k) for k in ("algorithm", "steps", "topk", "draft_tokens")},
+        "cuda_graph": cuda_graph, "timer": timer_on, "timer_missing": missing, "ranks": ranks,
+        "derived": None if timer_on else _derived(measured, speculative, accept_len, steps, draft_tokens, config),
+        "bench": bench_figs, "wall_s": round(time.monotonic() - t_start, 3), "trace_dir": out_dir}
+    if files:
+        out["allreduce_context"] = allreduce_context(info, tp)
+    return out

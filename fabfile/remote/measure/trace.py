@@ -78,6 +78,7 @@ def load(path: str, cap_bytes: int = DEFAULT_CAP_BYTES) -> dict[str, Any]:
 _ALLREDUCE = re.compile(r"ncclDevKernel_|ncclSymkDevKernel_|cross_device_reduce_|all_reduce_\w*shot|"
                         r"multimem_all_reduce_kernel|one_shot_all_reduce_kernel|two_shot_all_reduce_kernel|"
                         r"allreduce_fusion_kernel_")
+_NCCL = re.compile(r"ncclDevKernel_|ncclSymkDevKernel_")  # NCCL's own (the rest: SGLang's custom all-reduce, ...)
 _SAMPLING = re.compile(r"VerifyTreeGreedy|verify_tree_greedy|TopP|TopK|top_p|top_k|Renorm|renorm|_draft_topk1_|"
                        r"Sampling|sampling", re.I)
 _GEMM = re.compile(r"nvjet|cutlass|gemm|cublas|sm90_xmma|Gemm", re.I)
@@ -176,9 +177,13 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     verify_starts: list[float] = []
     attributed: set[int] = set()
     draft_steps: list[float] = []
-    for kind, span, _inner in phases:
+    for kind, span, inner in phases:
         a = acc.setdefault(kind, _new_acc())
         s0, s1 = float(span["ts"]), float(span["ts"]) + float(span["dur"])
+        bs = _batch(str(span["name"]), inner)
+        if bs is not None:
+            a["bs_sum"] += bs
+            a["bs_n"] += 1
         if kind == "verify":
             verify_starts.append(s0)
         a["passes"] += 1
@@ -232,6 +237,8 @@ def _add_kernel(a: dict[str, Any], k: dict[str, Any]) -> float:
     if cls == "allreduce":
         a["ar_calls"] += 1
         a["ar_us"] += dur
+        if _NCCL.search(str(k.get("name", ""))):
+            a["nccl_us"] += dur
     return dur
 
 
@@ -269,7 +276,20 @@ def _between(phases: list[tuple[str, dict[str, Any], list[str]]], kernels: list[
 def _new_acc() -> dict[str, Any]:
     return {"passes": 0, "span_us": 0.0, "classes": dict.fromkeys(KERNEL_CLASSES, 0.0), "idle_us": 0.0,
             "gap_us": 0.0, "ar_calls": 0, "ar_us": 0.0, "kernel_launches": 0, "graph_launches": 0, "cpu_seen": 0,
-            "kernels": 0}
+            "kernels": 0, "bs_sum": 0, "bs_n": 0, "nccl_us": 0.0}
+
+
+_BS = re.compile(r"\bbs=(\d+)")
+
+
+def _batch(name: str, inner: list[str]) -> int | None:
+    """The requests in one pass, from SGLang's own label (``step[TARGET_VERIFY bs=16]``; a ``draft`` span's from
+    its first ``step[...]`` inside): what sizes the pass's all-reduce messages."""
+    for n in (name, *inner):
+        m = _BS.search(n)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def _breakdown(a: dict[str, Any]) -> KernelBreakdown:
@@ -287,6 +307,8 @@ def _breakdown(a: dict[str, Any]) -> KernelBreakdown:
     return {"classes_ms": classes, "passes": int(a["passes"]), "span_ms": round(a["span_us"] / n / 1000, 4),
             "allreduce_calls": round(a["ar_calls"] / n, 2),
             "allreduce_mean_us": round(a["ar_us"] / a["ar_calls"], 2) if a["ar_calls"] else None,
+            "batch": round(a["bs_sum"] / a["bs_n"], 2) if a.get("bs_n") else None,
+            "nccl_ms": round(a.get("nccl_us", 0.0) / n / 1000, 4),
             "launch": launch, "kernel_launches": round(a["kernel_launches"] / n, 2),
             "graph_launches": round(a["graph_launches"] / n, 2), "launch_gap_ms": round(a["gap_us"] / n / 1000, 4)}
 

@@ -45,20 +45,25 @@ def test_simulator_trace_allreduce_kernels_last_what_its_nccl_model_charges(tmp_
 import json, sys, types
 from sglang._sim import nccl
 from sglang._sim.profiler import Measurement
+from fabfile.remote.measure import trace as tr
 sa = types.SimpleNamespace(tp_size=2, disable_cuda_graph=False, enable_metrics=False)
 m = Measurement(sa, (0, 5, 16), 2, [1, 2])
 out = {}
 for proto in ("LL", "Simple"):
     n, nbytes = 8, 7168 * 64 * 2
     ms = nccl.allreduce_us(nbytes, "Ring", proto, 2, "pcie") / 1000
-    tr = m.trace(0, [{"kind": "decode", "t": 1.0, "ms": 5.0, "bs": 64, "ar": (n, ms)}])
-    ks = [e for e in tr["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")]
-    out[proto] = [len(ks), sum(e["dur"] for e in ks) / len(ks) / 1000, ms]
+    tr_doc = m.trace(0, [{"kind": "decode", "t": 1.0, "ms": 5.0, "bs": 64, "ar": (n, ms)}])
+    ks = [e for e in tr_doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel")]
+    b = tr.summarize(tr_doc)["phases"]["decode"]["breakdown"]
+    out[proto] = [len(ks), sum(e["dur"] for e in ks) / len(ks) / 1000, ms, b["batch"], b["classes_ms"]["allreduce"]]
 print(json.dumps(out))
 """
     env = {**os.environ, "PYTHONPATH": str(SIM_SITE)}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     got = json.loads(res.stdout)
-    for n, traced, model in got.values():
+    for n, traced, model, batch, per_pass in got.values():
         assert n == 8 and abs(traced - model) < 1e-6
+        # the tool's reading of the same trace: the pass's batch from SGLang's bs= label (what sizes the messages)
+        # and its all-reduce ms per pass, what the NCCL skip rule is fed
+        assert batch == 64 and abs(per_pass - n * model) < 1e-3
     assert got["LL"][2] != got["Simple"][2]  # the model's figure moves with the protocol, and the trace with it

@@ -87,6 +87,7 @@ def test_the_real_trace_gives_each_phase_with_its_kernels() -> None:
     # cudaLaunchKernel per pass), no graph launch; TP 1: no all-reduce.
     assert (v["launch"], v["kernel_launches"], v["graph_launches"]) == ("eager", 114.0, 0.0)
     assert v["allreduce_calls"] == 0 and v["allreduce_mean_us"] is None
+    assert v["batch"] == 1.0 and v["nccl_ms"] == 0.0  # one request in flight (SGLang's bs= label)
     assert v["classes_ms"]["gemm"] > 0 and v["classes_ms"]["attention"] > 0 and v["classes_ms"]["norm_activation"] > 0
     # A tiny model eagerly: the GPU waits on launches most of the verify span.
     assert v["classes_ms"]["idle_gap"] > 0.9 * v["span_ms"]
@@ -187,3 +188,19 @@ def test_a_trace_still_being_written_is_read_once_it_is_whole(tmp_path: Path) ->
     path.write_bytes(b"not gzip")
     with pytest.raises(AgentError, match="not a readable trace"):
         profile.read_trace(str(path), 1 << 20, attempts=2)
+
+
+def test_a_pass_tells_nccls_all_reduce_from_sglangs_custom_one_and_its_batch() -> None:
+    """NCCL settings move only NCCL's own kernels (the sweep's NCCL skip scales those); SGLang's custom all-reduce
+    counts as all-reduce but not as NCCL's. The batch comes from the pass's own label."""
+    def ev(cat: str, name: str, ts: float, dur: float) -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": {}}
+
+    doc = {"traceEvents": [ev("gpu_user_annotation", "step[DECODE bs=16]", 0.0, 100.0),
+                           ev("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                              10.0, 20.0),
+                           ev("kernel", "cross_device_reduce_1stage<__nv_bfloat16, 2>", 40.0, 10.0),
+                           ev("kernel", "nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 60.0, 30.0)]}
+    b = trace.summarize(doc)["phases"]["decode"]["breakdown"]
+    assert b["batch"] == 16.0 and b["allreduce_calls"] == 2.0
+    assert b["classes_ms"]["allreduce"] == pytest.approx(0.03) and b["nccl_ms"] == pytest.approx(0.02)
