@@ -99,7 +99,8 @@ class Reporter:
         self._stop_live()
         if self.enabled and not self.failure_shown:
             elapsed = time.monotonic() - self.t0
-            self.console.print(f"[red]✗[/red] [bold]{self.host}[/bold] {'deploy':<18} {elapsed:6.2f}s  [red]failed[/red]")
+            self.console.print(f"[red]✗[/red] [bold]{self.host}[/bold] {'deploy':<18} {elapsed:6.2f}s  "
+                               "[red]failed[/red]")
         self.failure_shown = True
 
     def info(self, message: str) -> None:
