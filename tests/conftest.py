@@ -31,6 +31,7 @@ settings.load_profile(os.environ.get("SPECDEPLOY_HYPOTHESIS", "deterministic"))
 TIERS = {"fleet": pytest.mark.fleet, "sim": pytest.mark.sim, "wheels": pytest.mark.wheels}
 TESTS = Path(__file__).resolve().parent
 FLEET_FIXTURES = {"fleet", "sim_host", "sim_hosts"}
+FIRST = ("sim", "wheels", "fleet")  # the order tiers are handed to the workers in (below), unit after them
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,6 +64,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # step stops every such process it finds there: on two workers at once, one module's deploy would stop
             # the other's servers. One worker runs them all (`--dist loadgroup`).
             item.add_marker(pytest.mark.xdist_group("runner-pid-namespace"))
+    # Long chains first, short tests last: the sim tier runs on one worker in a row, and the wheels tier's contract
+    # checks take up to 20 s each; collected last (the folders' alphabetical order) they were the tail the other
+    # workers waited for. Unit tests, a second or less each, fill the end.
+    items.sort(key=lambda item: FIRST.index(item.path.resolve().relative_to(TESTS).parts[0])
+               if item.path.resolve().relative_to(TESTS).parts[0] in FIRST else len(FIRST))
 
 
 @pytest.fixture(scope="session")
