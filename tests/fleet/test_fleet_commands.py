@@ -54,14 +54,16 @@ def _rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # -- read-only commands: one hung host ----------------------------------------------------------------------------
 def test_hung_host_is_reported_while_the_others_print(fleet: Fleet, sim_hosts: dict[str, SimHost],
                                                       tmp_path: Path) -> None:
-    inventory = _inventory(fleet, tmp_path)
+    # sim2's connect budget is well above the host timeout: with both at 10 s, which one ended the wait was a race (a
+    # loaded run saw the connect give up first, "Error reading SSH protocol banner", and no "timed out").
+    inventory = _inventory(fleet, tmp_path, hosts={"sim2": {"timeouts": {"connect_total": 40}}})
     sshd = sim_hosts["sim2"].sshd_pid()
     # The healthy hosts get a host timeout that a loaded CI machine still meets (3 s once timed out a healthy
     # check-env there); the bound below is what the hung host would cost without it: its connect budget plus its
-    # command timeout (10 + 120 s), so "bounded by --host-timeout" is told apart from "waited for sim2" by a wide
+    # command timeout (40 + 120 s), so "bounded by --host-timeout" is told apart from "waited for sim2" by a wide
     # margin, not by how fast the machine is.
     host_timeout = 10
-    without_the_bound = 10 + 120
+    without_the_bound = 40 + 120
     subprocess.run(["kill", "-STOP", str(sshd)], check=True)  # sim2 accepts TCP but never says a word
     try:
         for cmd in ("status", "gpus", "check-env"):
