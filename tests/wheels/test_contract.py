@@ -129,26 +129,38 @@ def test_device_timer_by_release() -> None:
 
 
 def test_committed_nccl_table_other_cached_releases() -> None:
-    """Releases read only for the generated tables' boundaries: checked when their wheel is already cached."""
+    """Releases read only for the generated tables' boundaries: one of each list always (fetched like the matrix's
+    wheels), the others when their wheel is already cached. Only cached ones used to be read, so whether the test ran
+    or skipped depended on whether another test had fetched one first (runs of one commit differed by a skip)."""
     from tools.contract import ENV_EXTRA
     from tools.wheels import cache_dir
 
+    def wanted(v: str, always: str) -> bool:
+        return v == always or (cache_dir() / f"sglang-{v}.json").exists()
+
+    def wheel(v: str) -> real.Wheel:
+        try:
+            return real.Wheel(fetch_wheel(v)["path"])
+        except (OSError, ValueError, LookupError) as e:
+            if os.environ.get("SPECDEPLOY_WHEELS_REQUIRED"):
+                raise
+            pytest.skip(f"sglang {v}: wheel unavailable ({e})")
+
     checked = 0
     for v in ENV_EXTRA:
-        if not (cache_dir() / f"sglang-{v}.json").exists():
+        if not wanted(v, ENV_EXTRA[-1]):
             continue
-        w = real.Wheel(fetch_wheel(v)["path"])
+        w = wheel(v)
         assert sglang_env_facts_for(v) == (v, envfacts.version_facts(w)), v
         checked += 1
     from fabfile.plan import versioncheck
     from tools.contract import SPEC_EXTRA, specfacts
 
     for v in SPEC_EXTRA:
-        if not (cache_dir() / f"sglang-{v}.json").exists():
+        if not wanted(v, SPEC_EXTRA[-1]):
             continue
-        w = real.Wheel(fetch_wheel(v)["path"])
+        w = wheel(v)
         found = versioncheck.facts_for(v)
         assert found is not None and found[0] == v and sorted(found[2]) == specfacts.version_facts(w)["flags"], v
         checked += 1
-    if not checked:
-        pytest.skip("none of the extra releases is cached (python -m tools.contract --write fetches them)")
+    assert checked >= 2
