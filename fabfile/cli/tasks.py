@@ -264,23 +264,24 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
             raise FlagError("--explain: explains one host's benchmark at a time; name one --host")
         return bench_hosts(inv, hosts, params, out or "runs")
     h = hosts[0]
-    from fabfile.commands.bench import bench_host
+    from fabfile.commands.bench import bench_host, host_document
     from fabfile.commands.result import CommandResult
     from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result
     from fabfile.present.output import out as console
     from fabfile.present.progress import BenchProgress
+    from fabfile.results.hosts import hosts_document
 
     progress = BenchProgress(h.name, enabled=not json)
     try:
         result = bench_host(inv, h, params, out or "runs", on_event=progress.event)
     except SpecDeployError as e:
         # For people the error is printed by `cli` (a sentence on stderr); --json still gets its one document.
-        return CommandResult({"host": h.name, "ok": False, "error": e.as_dict()}, lambda: None, error=e)
+        return CommandResult(hosts_document([host_document(h, None, e)]), lambda: None, error=e)
     finally:
         progress.close()
     if not explain:
-        return CommandResult(result, lambda: print_result(result, console))
+        return CommandResult(hosts_document([host_document(h, result, None)]), lambda: print_result(result, console))
     from fabfile.commands.explain import for_bench
     from fabfile.present.explain_report import document, print_explained
 
@@ -291,7 +292,7 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
         print_result(result, console)
         print_explained(pairs, console)
 
-    return CommandResult(result, for_people)
+    return CommandResult(hosts_document([host_document(h, result, None)]), for_people)
 
 
 
@@ -474,7 +475,9 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
                                   markup=False)
             print_explained(pairs, console)
 
-        return CommandResult({**document(pairs), "hosts": docs}, for_people, code)
+        from fabfile.results.hosts import hosts_document
+
+        return CommandResult(hosts_document(docs, **document(pairs)), for_people, code)
 
     doc = load_document(src)
     pairs = explained(doc, load_document(base, "--baseline") if base else None,

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.remote.protocol import BenchRequest
 from fabfile.transport.session import HostSession
@@ -130,14 +131,21 @@ def bench_host(inv: Inventory, host: Host, params: BenchParams, runs_dir: Path |
     return result
 
 
+def host_document(host: Host, result: dict[str, Any] | None, error: SpecDeployError | None) -> dict[str, Any]:
+    """One host's part of ``bench --json``: its result, or the error that ended its benchmark."""
+    if error is not None or result is None:
+        return {"host": host.name, "ok": False, "error": error.as_dict() if error is not None else None}
+    return {"ok": True, **result}
+
+
 def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir: Path | str) -> Any:
     """``inv bench`` on several hosts at once, each from the host itself (so the loads do not share a link): one
     result per host, printed host by host when all have ended; the exit code of the worst."""
     from fabfile.commands.fanout import concurrent
     from fabfile.commands.result import CommandResult
-    from fabfile.errors import SpecDeployError
     from fabfile.present.bench_report import print_result
     from fabfile.present.output import out, print_error
+    from fabfile.results.hosts import hosts_document
 
     done: dict[str, dict[str, Any]] = {}
     failed: dict[str, SpecDeployError] = {}
@@ -150,8 +158,7 @@ def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir
             failed[h.name] = e
 
     concurrent(hosts, one)
-    docs = [{"ok": True, **done[h.name]} if h.name in done else
-            {"host": h.name, "ok": False, "error": failed[h.name].as_dict()} for h in hosts]
+    docs = [host_document(h, done.get(h.name), failed.get(h.name)) for h in hosts]
 
     def for_people() -> None:
         for h in hosts:
@@ -160,5 +167,5 @@ def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir
             else:
                 print_error(failed[h.name])
 
-    return CommandResult({"ok": not failed, "hosts": docs}, for_people,
+    return CommandResult(hosts_document(docs), for_people,
                          max((e.exit_code for e in failed.values()), default=0))

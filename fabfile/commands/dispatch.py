@@ -18,6 +18,7 @@ from fabfile.plan.deploy_plan import Options, build
 from fabfile.present.deploy_report import deploy_summary
 from fabfile.present.progress import Reporter
 from fabfile.present.rollout_report import print_cluster, print_rollout
+from fabfile.results.hosts import hosts_document
 
 
 def deploy_targets(inv: Inventory, host: str | None, *, rollout_flags: bool) -> tuple[list[Host], Any]:
@@ -63,7 +64,9 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
             from fabfile.present.output import print_error
 
             print_error(r.error)
-        return CommandResult(r, lambda: deploy_summary(r, inv.ssh_config), r.exit_code)
+        # The one shape of every host command: a single host's deploy is the list of one, without a rollout's keys
+        # (no strategy or batches ran).
+        return CommandResult(hosts_document([r.as_dict()]), lambda: deploy_summary(r, inv.ssh_config), r.exit_code)
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
     return CommandResult(res, lambda: print_rollout(res), res.exit_code)
@@ -106,5 +109,4 @@ def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> Comm
         if code:
             err.print(f"[red]--previous failed on {sum(1 for d in docs if not d['ok'])} of {len(docs)} host(s)[/red]")
 
-    # One shape for one host or many, as every host command's document.
-    return CommandResult({"ok": code == 0, "hosts": docs}, for_people, code)
+    return CommandResult(hosts_document(docs), for_people, code)

@@ -51,13 +51,15 @@ def plan_document(host: Host, opts: Options) -> dict[str, Any]:
 
 
 def render_hosts(hosts: list[Host], opts: Options) -> CommandResult:
-    """``inv render`` (and ``deploy --dry-run``): each host's plan; one host's document, or ``{"hosts": [...]}``."""
+    """``inv render`` (and ``deploy --dry-run``): each host's plan, ``{"ok": true, "hosts": [plan, ...]}`` for one
+    host or many (a plan that cannot be built is bad input: the command stops before any document)."""
     from fabfile.present.plan_report import describe
+    from fabfile.results.hosts import hosts_document
 
-    docs = [plan_document(h, opts) for h in hosts]
+    docs = [{"ok": True, **plan_document(h, opts)} for h in hosts]
 
     def for_people() -> None:
         for d in docs:
             describe(d)
 
-    return CommandResult(docs[0] if len(docs) == 1 else {"hosts": docs}, for_people)
+    return CommandResult(hosts_document(docs), for_people)

@@ -46,10 +46,7 @@ class HostsResult:
         return {"host": o.host.name, "ok": o.ok, "data": o.data, "error": o.error.as_dict() if o.error else None}
 
     def as_dict(self) -> dict[str, Any]:
-        # One shape for one host or many (a script reads doc["hosts"] either way): one host's document was its own
-        # keys at the top, several hosts' a list.
-        docs = [self.host_document(o) for o in self.outcomes]
-        return {"ok": all(d["ok"] for d in docs), "hosts": docs}
+        return hosts_document([self.host_document(o) for o in self.outcomes])
 
 
 class StopResult(HostsResult):
@@ -109,6 +106,13 @@ def evaluation_document(evaluation: Mapping[str, Any], facts: Mapping[str, Any])
 def evaluation_code(evaluation: Mapping[str, Any]) -> int:
     """0 when every expected variable is proven in every rank, 1 otherwise."""
     return 0 if evaluation.get("ok") is True else 1
+
+
+def hosts_document(docs: list[dict[str, Any]], **run: Any) -> dict[str, Any]:
+    """The ``--json`` document of every host command, one shape for one host or many (a script reads
+    ``doc["hosts"]`` either way): ``{"ok": every host ok, "hosts": [{"host", "ok", ...}, ...]}``, with ``run``'s keys
+    (what describes the whole run, such as a rollout's strategy) beside them."""
+    return {"ok": all(d["ok"] for d in docs), **run, "hosts": docs}
 
 
 def exit_code(outcomes: list[HostOutcome], extra: int = 0) -> int:

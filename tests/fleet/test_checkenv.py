@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, ssh_logins
+from tests.support.invoke_cli import derived_inventory, inv_host_json, inv_json, run_inv, ssh_logins
 
 SCHEDULER_PY = "sglang/srt/managers/scheduler.py"
 
@@ -30,7 +30,7 @@ def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
 def test_in_process_modes_survive_a_launch_path_that_strips_the_environment(inventory: Path, sim_host: SimHost,
                                                                              mode: str) -> None:
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_"])
-    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", mode, inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", mode, inventory=inventory)
     assert code == 0, (err, doc.get("error"))
     assert doc["patch_mode"] == mode
     rows = doc["check_env"]["rows"]
@@ -49,7 +49,7 @@ def test_a_users_sglang_plugins_still_lets_the_plugin_mode_work(fleet: Fleet, si
     the tool adds its plugin (and says so), so the values are still proven behind a launch path that strips NCCL_*."""
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_"])
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"env": {"SGLANG_PLUGINS": "other"}}})
-    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "plugin", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "plugin", inventory=inventory)
     assert code == 0, (err, doc.get("error"))
     assert doc["env"]["SGLANG_PLUGINS"] == "other,specdeploy_nccl_env"
     assert any("SGLANG_PLUGINS" in n and "specdeploy_nccl_env" in n for n in doc["notes"])
@@ -59,14 +59,14 @@ def test_a_users_sglang_plugins_still_lets_the_plugin_mode_work(fleet: Fleet, si
 def test_env_mode_fails_check_env_when_the_launch_path_strips_the_environment(inventory: Path,
                                                                                sim_host: SimHost) -> None:
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_"])
-    code, doc, _ = inv_json("deploy", "--steps", "2", "--patch-mode", "env", inventory=inventory)
+    code, doc, _ = inv_host_json("deploy", "--steps", "2", "--patch-mode", "env", inventory=inventory)
     assert code == 1
     assert doc["error"]["kind"] == "EnvNotProvenError"
     # The failed deploy tears its server down.
     code, status, _ = inv_json("status", inventory=inventory)
     assert status["hosts"][0]["data"]["running"] is False
     # Deployed without the verify step, check-env itself reports it, names the cause and the fix.
-    code, doc, _ = inv_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
+    code, doc, _ = inv_host_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
     assert code == 0
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 1 and report["ok"] is False
@@ -80,7 +80,7 @@ def test_env_mode_fails_check_env_when_the_launch_path_strips_the_environment(in
 def test_in_process_values_are_proven_by_nccl_lines_not_by_environ(inventory: Path, sim_host: SimHost) -> None:
     """The seed's blind spot: a value set inside the scheduler never shows in /proc/PID/environ."""
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_"])
-    code, _doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
+    code, _doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 0
@@ -91,7 +91,7 @@ def test_in_process_values_are_proven_by_nccl_lines_not_by_environ(inventory: Pa
 
 def test_missing_spt_noenv_wipes_environ_but_nccl_lines_still_prove(inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_sim_config(strip_env_prefixes=["NCCL_", "SPT_"])
-    code, _doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
+    code, _doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 0
@@ -104,20 +104,20 @@ def test_plugin_mode_on_a_version_without_plugins_is_refused_before_touching(fle
     sim_host.set_version("0.5.7")
     inventory = derived_inventory(fleet, tmp_path)
     before = _sha(sim_host, SCHEDULER_PY)
-    code, doc, _ = inv_json("deploy", "--steps", "2", "--patch-mode", "plugin", inventory=inventory)
+    code, doc, _ = inv_host_json("deploy", "--steps", "2", "--patch-mode", "plugin", inventory=inventory)
     assert code == 2
     assert "0.5.11" in doc["error"]["message"] and "0.5.7" in doc["error"]["message"]
     assert _sha(sim_host, SCHEDULER_PY) == before
     assert sim_host.exec(["test", "-e", "/root/.specdeploy/patches/manifest.json"]).returncode != 0
     # auto picks the source patch there, and it works.
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     assert doc["patch_mode"] == "scheduler" and doc["sglang_version"] == "0.5.7"
 
 
 def test_rollback_restores_bytes_and_is_safe_twice(inventory: Path, sim_host: SimHost) -> None:
     original = _sha(sim_host, SCHEDULER_PY)
-    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
     assert _sha(sim_host, SCHEDULER_PY) != original
     r = run_inv("rollback-patches", "--dry-run", inventory=inventory)
@@ -130,7 +130,7 @@ def test_rollback_restores_bytes_and_is_safe_twice(inventory: Path, sim_host: Si
 
 
 def test_rollback_refuses_after_an_upgrade_and_changes_nothing(inventory: Path, sim_host: SimHost) -> None:
-    code, _, err = inv_json("deploy", "--steps", "2", "--patch-mode", "engine", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "engine", inventory=inventory)
     assert code == 0, err
     run_inv("stop", inventory=inventory)
     # "pip install -U sglang" behind our back: a new release's engine.py (different bytes, no patch in it).
@@ -160,10 +160,10 @@ def test_commands_work_with_no_flags_on_the_default_host(inventory: Path, sim_ho
 def test_env_mode_takes_back_an_earlier_source_patch(inventory: Path, sim_host: SimHost) -> None:
     """The host runs exactly the mode asked for: env mode after a scheduler-mode deploy leaves no source patch."""
     original = _sha(sim_host, SCHEDULER_PY)
-    code, _, err = inv_json("deploy", "--steps", "1", "--patch-mode", "scheduler", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--steps", "1", "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, err
     assert _sha(sim_host, SCHEDULER_PY) != original
-    code, doc, err = inv_json("deploy", "--steps", "1", "--patch-mode", "env", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "1", "--patch-mode", "env", inventory=inventory)
     assert code == 0, err
     assert doc["patch_mode"] == "env" and doc["check_env"]["ok"] is True
     assert _sha(sim_host, SCHEDULER_PY) == original

@@ -17,7 +17,7 @@ import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import derived_inventory, inv_host_json, inv_json, run_inv, sglang_pids
 
 PCIE = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
         "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
@@ -64,7 +64,7 @@ def test_a_dead_deploys_nccl_lines_never_prove_a_hand_started_server(fleet: Flee
     wrong has schedulers with the PIDs the old ones had (as after a container restart): the recorded log's lines
     for those PIDs belong to the dead processes and prove nothing about the new ones."""
     inventory = _inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     rec = _record(host)
     old = set(_schedulers(host).values())
@@ -110,11 +110,11 @@ def test_a_dead_deploys_nccl_lines_never_prove_a_hand_started_server(fleet: Flee
 def test_an_nccl_value_under_env_wins_in_the_launch_and_in_check_env(fleet: Fleet, host: SimHost,
                                                                      tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path, env={"NCCL_BUFFSIZE": "8388608"})
-    code, plan, _ = inv_json("deploy", "--dry-run", inventory=inventory)
+    code, plan, _ = inv_host_json("deploy", "--dry-run", inventory=inventory)
     assert code == 0
     assert plan["env"]["NCCL_BUFFSIZE"] == "8388608" and plan["nccl_expected"]["NCCL_BUFFSIZE"] == "8388608"
     assert any("NCCL_BUFFSIZE" in n and "16777216" in n for n in plan["nccl_notes"])
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, (err, doc.get("error"))
     rows = _rows(doc["check_env"], "NCCL_BUFFSIZE")
     assert rows and all(r["status"] == "proven" and r["observed"] == "8388608" for r in rows)
@@ -130,7 +130,7 @@ def test_values_nccl_reformats_are_compared_as_nccl_parses_them(fleet: Fleet, ho
     # "5" → SYS (old-style level), an unquoted YAML float, and "010" (octal 8 to strtoll).
     inventory = _inventory(fleet, tmp_path, nccl_env={"NCCL_P2P_LEVEL": "5", "NCCL_BUFFSIZE": 16777216.0,
                                                       "NCCL_NTHREADS": "010"})
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, (err, doc.get("error"))
     by_var = {r["var"]: r for r in doc["check_env"]["rows"] if r["label"] == "TP0"}
     assert by_var["NCCL_P2P_LEVEL"]["observed"] == "SYS" and by_var["NCCL_P2P_LEVEL"]["expected"] == "5"
@@ -161,7 +161,7 @@ def test_a_variable_nccl_reads_only_over_infiniband_is_not_blamed_on_the_patch_m
                                                                                     tmp_path: Path) -> None:
     host.set_sim_config(strip_env_prefixes=["NCCL_"])
     inventory = _inventory(fleet, tmp_path, nccl_env={"NCCL_IB_TIMEOUT": "22"})
-    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=inventory)
     assert code == 0, (err, doc.get("error"))
     rows = _rows(doc["check_env"], "NCCL_IB_TIMEOUT")
     assert rows and all(r["status"] == "proven" and r["evidence"] == "marker" for r in rows)
@@ -176,7 +176,7 @@ def test_a_variable_nccl_reads_only_over_infiniband_is_not_blamed_on_the_patch_m
 
 def test_nccl_debug_warn_under_env_is_named_as_the_cause(fleet: Fleet, host: SimHost, tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path, env={"NCCL_DEBUG": "WARN"})
-    code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "env", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "env", inventory=inventory)
     assert code == 0, (err, doc.get("error"))  # SPT_NOENV=1: the start environment proves every value
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 0
@@ -188,7 +188,7 @@ def test_stripped_spt_noenv_without_nccl_debug_is_unconfirmed_with_the_true_caus
                                                                                    tmp_path: Path) -> None:
     host.set_sim_config(strip_env_prefixes=["SPT_"])
     inventory = _inventory(fleet, tmp_path, nccl_debug=False)
-    code, _, _ = inv_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
+    code, _, _ = inv_host_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
     assert code == 0
     code, report, _ = inv_json("check-env", inventory=inventory)
     assert code == 1
@@ -203,7 +203,7 @@ def test_stripped_spt_noenv_without_nccl_debug_is_unconfirmed_with_the_true_caus
 def test_check_env_judges_the_running_deploy_by_its_record_not_an_edited_inventory(fleet: Fleet, host: SimHost,
                                                                                    tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     edited = _inventory(fleet, tmp_path, name="edited.yaml", nccl_env={"NCCL_BUFFSIZE": "4194304"})
     code, report, _ = inv_json("check-env", inventory=edited)

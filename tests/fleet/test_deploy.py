@@ -14,7 +14,18 @@ import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
-from tests.support.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids, ssh_logins
+from tests.support.cli import host_doc
+from tests.support.invoke_cli import (
+    INV,
+    ROOT,
+    derived_inventory,
+    http_get,
+    inv_host_json,
+    inv_json,
+    run_inv,
+    sglang_pids,
+    ssh_logins,
+)
 
 
 @pytest.fixture
@@ -23,7 +34,7 @@ def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
 
 
 def test_clean_deploy_serves_eagle3_with_the_planned_command(inventory: Path, sim_host: SimHost) -> None:
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 0, err
     assert doc["ok"] is True and doc["host"] == "sim1"
     assert doc["url"] == "http://127.0.0.1:8000" and doc["config"] == "eagle3-s3-k1-d4"
@@ -55,7 +66,7 @@ def test_deploy_and_status_wait_as_long_as_sglangs_health_endpoint_takes(invento
     """On 0.4.x ... 0.5.19 readiness is a health endpoint that runs a one-token generate and sleeps a second before
     it answers 200 (the simulator does as the wheels do): the probe must wait for that, and say how long it took."""
     sim_host.set_version(version)
-    code, doc, err = inv_json("deploy", "--steps", "3", "--timeout", "60", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", "--timeout", "60", inventory=inventory)
     assert code == 0, err
     assert doc["sglang_version"] == version
     assert doc["ready"]["ready_path"] == path
@@ -68,9 +79,9 @@ def test_deploy_and_status_wait_as_long_as_sglangs_health_endpoint_takes(invento
 
 
 def test_redeploy_replaces_the_running_server(inventory: Path, sim_host: SimHost) -> None:
-    code, first, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, first, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 0, err
-    code, second, err = inv_json("deploy", "--steps", "0", inventory=inventory)
+    code, second, err = inv_host_json("deploy", "--steps", "0", inventory=inventory)
     assert code == 0, err
     stopped = {p["pid"] for p in second["stopped"]["terminated"] + second["stopped"]["killed"]}
     assert first["pid"] in stopped
@@ -99,7 +110,7 @@ def _start_gpu_holder(host: SimHost, *args: str) -> int:
 
 def test_gpu_holder_that_ignores_sigterm_is_killed_and_named(inventory: Path, sim_host: SimHost) -> None:
     holder = _start_gpu_holder(sim_host, "--gpu", "1", "--mib", "3000")
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     killed = {p["pid"]: p for p in doc["stopped"]["killed"]}
     assert holder in killed, doc["stopped"]
@@ -117,7 +128,7 @@ def test_injected_failures_fail_fast_with_excerpt_and_leave_nothing(inventory: P
                                                                       failure: str, needle: str) -> None:
     sim_host.set_sim_config(fail=failure, fail_after_seconds=0.0)
     t0 = time.monotonic()
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     elapsed = time.monotonic() - t0
     assert code == 1, err
     assert doc["ok"] is False
@@ -146,7 +157,7 @@ def test_the_message_itself_carries_sglangs_error_line(inventory: Path, sim_host
     # that names the error (the exception, argparse's complaint) must be in the one-line message, not only in the
     # excerpt further down.
     sim_host.set_sim_config(fail=failure, fail_after_seconds=0.0)
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 1, err
     assert sglang_line in doc["error"]["message"], "\n".join(doc["error"]["details"].get("excerpt") or [])
     assert "Traceback (most recent call last)" not in doc["error"]["message"]
@@ -163,7 +174,7 @@ def test_a_taken_http_port_fails_the_deploy_with_uvicorns_line(inventory: Path, 
         assert time.monotonic() < deadline
         time.sleep(0.1)
     try:
-        code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+        code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
         assert code == 1, err
         message = doc["error"]["message"]
         assert "port is already in use" in message and "[Errno 98]" in message and "address already in use" in message
@@ -175,7 +186,7 @@ def test_a_taken_http_port_fails_the_deploy_with_uvicorns_line(inventory: Path, 
 def test_a_flag_the_version_rejects_is_named_in_the_message(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"sglang_args": ["--enable-amd-monokernel"]}})
     t0 = time.monotonic()
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 1, err
     assert "error: unrecognized arguments: --enable-amd-monokernel" in doc["error"]["message"], doc["error"]
     assert time.monotonic() - t0 < 30
@@ -185,7 +196,7 @@ def test_a_flag_the_version_rejects_is_named_in_the_message(fleet: Fleet, sim_ho
 def test_hang_is_reported_as_stalled_and_torn_down(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"stall": 2}})
     sim_host.set_sim_config(fail="hang")
-    code, doc, _ = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, _ = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 1
     assert doc["error"]["details"]["agent_kind"] == "stalled", doc["error"]
     assert sglang_pids(sim_host) == []
@@ -195,7 +206,7 @@ def test_hard_timeout_bounds_the_wait(fleet: Fleet, sim_host: SimHost, tmp_path:
     inventory = derived_inventory(fleet, tmp_path)
     sim_host.set_sim_config(fail="slow_load", load_seconds=30)
     t0 = time.monotonic()
-    code, doc, _ = inv_json("deploy", "--steps", "3", "--timeout", "3", inventory=inventory)
+    code, doc, _ = inv_host_json("deploy", "--steps", "3", "--timeout", "3", inventory=inventory)
     assert code == 1
     assert doc["error"]["details"]["agent_kind"] == "ready_timeout"
     assert time.monotonic() - t0 < 20
@@ -208,7 +219,7 @@ def test_values_with_spaces_and_quotes_reach_the_server_exactly(fleet: Fleet, si
     note = "a  b\t'c' \"d\" $(touch /tmp/pwned) \\ end"
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"served_model_name": tricky,
                                                                    "env": {"OPERATOR_NOTE": note}}})
-    code, doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
     assert code == 0, err
     info = json.loads(http_get(sim_host, "/server_info")[1])
     assert info["served_model_name"] == tricky
@@ -323,7 +334,7 @@ def test_dropped_ssh_connection_mid_deploy_is_reattached(fleet: Fleet, sim_host:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    doc = json.loads(out)
+    doc = host_doc(json.loads(out))
     assert doc["ok"] and doc["transport"]["reconnects"] >= 1
     assert "dropped" in err
     launchers = [p for p, c in sglang_pids(sim_host) if "sglang.launch_server" in c]
@@ -406,7 +417,7 @@ def test_gpu_holder_whose_main_thread_exited_is_still_stopped(inventory: Path, s
     hold the GPU. Such a process is neither skipped as "already gone" nor reported gone before it is."""
     holder = _start_gpu_holder(sim_host, "--gpu", "0", "--mib", "1000", "--leader-exits")
     assert sim_host.exec(["cut", "-d", " ", "-f", "3", f"/proc/{holder}/stat"]).stdout.strip() == "Z"
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     stopped = {p["pid"] for p in doc["stopped"]["terminated"] + doc["stopped"]["killed"]}
     assert holder in stopped
@@ -416,7 +427,7 @@ def test_gpu_holder_whose_main_thread_exited_is_still_stopped(inventory: Path, s
 def test_host_without_sftp_gets_files_by_shell_write(inventory: Path, sim_host: SimHost) -> None:
     """Some hosts disable sshd's sftp subsystem: the agent and the launch script still arrive, atomically."""
     sim_host.set_sftp(False)
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     assert doc["transport"]["uploads"] >= 2  # the agent (first time on this host) and the launch script
     mode = sim_host.exec(["stat", "-c", "%a", "/root/.specdeploy/launch-eagle3-s2-k1-d3.sh"]).stdout.strip()
@@ -427,7 +438,7 @@ def test_host_without_sftp_gets_files_by_shell_write(inventory: Path, sim_host: 
 def test_secrets_never_shown_even_though_sglang_logs_them(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"sglang_args": ["--api-key", "k3y-s3cr3t"],
                                                                    "env": {"HF_TOKEN": "hf_t0k3n_s3cr3t"}}})
-    code, doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
     assert code == 0, err
     shown = json.dumps(doc) + err
     log = sim_host.exec(["cat", doc["log_path"]]).stdout
@@ -443,7 +454,7 @@ def test_secrets_never_shown_even_though_sglang_logs_them(fleet: Fleet, sim_host
 
 def test_wrong_python_path_is_a_sentence_and_nothing_runs(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"python": "/root/no-env/bin/python3"}})
-    code, doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
     assert code == 1
     assert doc["error"]["kind"] == "PreflightError"
     assert "/root/no-env/bin/python3" in doc["error"]["message"] and "inventory" in doc["error"]["hint"]
@@ -481,7 +492,7 @@ def test_black_holed_link_is_noticed_by_silence_and_reattached(fleet: Fleet, sim
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    doc = json.loads(out)
+    doc = host_doc(json.loads(out))
     assert doc["ok"] and doc["transport"]["reconnects"] >= 1
     assert "link looks dead" in err or "dropped" in err
     assert waited < 30  # noticed in seconds, not at the deploy's deadline

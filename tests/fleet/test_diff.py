@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv
+from tests.support.invoke_cli import derived_inventory, inv_host_json, inv_json, run_inv
 
 
 def _with(inv: Path, **host_fields: object) -> None:
@@ -20,10 +20,10 @@ def _with(inv: Path, **host_fields: object) -> None:
 
 def test_diff_two_deploys_and_a_deploy_against_render_now(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inv = derived_inventory(fleet, tmp_path, hosts={"sim1": {"tp": 2, "gpus": 2}})
-    code, first, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    code, first, err = inv_host_json("deploy", "--steps", "3", inventory=inv)
     assert code == 0, err
     _with(inv, env={"EAGLE3_PROFILE": "1"}, sglang_args=["--mem-fraction-static", "0.88"], patch_mode="scheduler")
-    code, second, err = inv_json("deploy", "--steps", "2", inventory=inv)
+    code, second, err = inv_host_json("deploy", "--steps", "2", inventory=inv)
     assert code == 0, err
 
     code, doc, err = inv_json("diff", inventory=inv)  # previous vs current

@@ -28,7 +28,8 @@ import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids, start_inv
+from tests.support.cli import host_doc
+from tests.support.invoke_cli import derived_inventory, inv_host_json, run_inv, sglang_pids, start_inv
 from tests.support.waiting import HANG_GUARD_S
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fault matrix needs netns mode (root)")
@@ -412,7 +413,7 @@ def test_link_black_holed_during_patch(inventory: Path, host: SimHost) -> None:
         if client.poll() is None:
             os.killpg(client.pid, signal.SIGKILL)
     assert client.returncode == 0, err
-    doc = json.loads(out)
+    doc = host_doc(json.loads(out))
     assert doc["ok"] and doc["transport"]["reconnects"] >= 1
     no_traceback(err)
     assert_whole(host, servers=1)
@@ -775,7 +776,7 @@ def test_unexpected_agent_error_is_one_sentence_and_a_traceback_file(inventory: 
     never expected: the user gets one sentence naming the host, the step and a 0600 file with the traceback, and
     no server runs (it never left its start gate)."""
     host.exec(f"mkdir -p {STATE}/current.json/x")
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 1, err
     e = doc["error"]
     assert e["kind"] == "AgentCrashError" and e["host"] == "sim1"
@@ -797,7 +798,7 @@ def test_lock_wait_zero_refuses_at_once_naming_the_holder(inventory: Path, host:
     client = start_inv("deploy", "--steps", "2", inventory=inventory)
     try:
         frozen = watch.wait()
-        code, doc, _err = inv_json("deploy", "--steps", "2", "--lock-wait", "0", inventory=inventory)
+        code, doc, _err = inv_host_json("deploy", "--steps", "2", "--lock-wait", "0", inventory=inventory)
         host_kill(host, "CONT", frozen["pid"])
         _out, cerr = client.communicate(timeout=90)
     finally:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.simhost.fleet import Fleet, SimHost, up
-from tests.support.invoke_cli import derived_inventory, http_get, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import derived_inventory, http_get, inv_host_json, inv_json, run_inv, sglang_pids
 
 ALL = "sim1,sim2,sim3"
 
@@ -247,7 +247,7 @@ def test_router_fronts_the_healthy_replicas(fleet: Fleet, sim_hosts: dict[str, S
                            routers={"front": {"host": "sim1", "group": "replicas", "port": 30000,
                                               "policy": "round_robin"}},
                            hosts={"sim2": {"listen": "0.0.0.0"}, "sim3": {"listen": "0.0.0.0"}})
-    code, _, err = inv_json("deploy", "--host", "sim2", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim2", "--steps", "2", inventory=inventory)
     assert code == 0, err
     # sim3 runs nothing: it is left out, and said so.
     code, doc, err = inv_json("deploy-router", inventory=inventory)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support.fuzzing import SHELLISH
-from tests.support.invoke_cli import derived_inventory, http_get, inv_json
+from tests.support.invoke_cli import derived_inventory, http_get, inv_host_json
 
 ENV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1,
                    max_size=30).filter(lambda s: not re.fullmatch(r"\s*(true|false|null|~|yes|no|on|off)?\s*", s,
@@ -29,7 +29,7 @@ def test_valid_values_reach_a_scheduler_verbatim(note: str, served: str, fleet: 
                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     inventory_path = derived_inventory(fleet, tmp_path_factory.mktemp("fuzz"),
                                        hosts={"sim1": {"env": {"OPERATOR_NOTE": note}, "served_model_name": served}})
-    code, doc, err = inv_json("deploy", "--steps", "1", "--no-verify", inventory=inventory_path)
+    code, doc, err = inv_host_json("deploy", "--steps", "1", "--no-verify", inventory=inventory_path)
     assert code == 0, err
     sched = [s["pid"] for s in doc["schedulers"] if s["title"].startswith("sglang::scheduler")]
     assert sched

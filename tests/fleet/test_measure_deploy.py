@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fabfile.plan import measure, versioncheck
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import derived_inventory, inv_host_json, inv_json, run_inv, sglang_pids
 
 TIMER = versioncheck.DEVICE_TIMER_ENV
 
@@ -20,7 +20,7 @@ def _environ(host: SimHost, pid: int) -> dict[str, str]:
 
 def test_deploy_measure_reaches_every_scheduler(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     sim_host.set_version("0.5.16")
-    code, doc, err = inv_json("deploy", "--steps", "3", "--measure", inventory=derived_inventory(fleet, tmp_path))
+    code, doc, err = inv_host_json("deploy", "--steps", "3", "--measure", inventory=derived_inventory(fleet, tmp_path))
     assert code == 0, err
     assert "--enable-metrics" in doc["launch_argv"] and doc["env"][TIMER] == "1"
     schedulers = [p for p, c in sglang_pids(sim_host) if c.startswith("sglang::scheduler")]
@@ -37,7 +37,7 @@ def test_deploy_measure_reaches_every_scheduler(fleet: Fleet, sim_host: SimHost,
 def test_deploy_measure_on_a_release_without_the_timer_is_refused_untouched(fleet: Fleet, sim_host: SimHost,
                                                                             tmp_path: Path) -> None:
     sim_host.set_version("0.5.9")
-    code, _, err = inv_json("deploy", "--steps", "3", "--measure", inventory=derived_inventory(fleet, tmp_path))
+    code, _, err = inv_host_json("deploy", "--steps", "3", "--measure", inventory=derived_inventory(fleet, tmp_path))
     assert code == 2, err
     assert "has no per-phase device timer" in err and "0.5.11–0.5.23" in err
     assert not [p for p, c in sglang_pids(sim_host) if "sglang.launch_server" in c]
@@ -46,13 +46,13 @@ def test_deploy_measure_on_a_release_without_the_timer_is_refused_untouched(flee
 def test_bench_on_a_measured_deploy_shows_the_phases(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     sim_host.set_version("0.5.16")
     inv = derived_inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--steps", "3", "--measure", inventory=inv)
+    code, _, err = inv_host_json("deploy", "--steps", "3", "--measure", inventory=inv)
     assert code == 0, err
     r = run_inv("bench", "--client", "builtin", "--num-prompts", "4", "--output-len", "32", "--out",
                 str(tmp_path / "runs"), inventory=inv)
     assert r.returncode == 0, r.stderr
     assert re.search(r"phases rank 0 .*verify \d+\.\d+ ms \[timer\]", r.stdout), r.stdout
-    code, doc, err = inv_json("bench", "--client", "builtin", "--num-prompts", "4", "--output-len", "32", "--out",
+    code, doc, err = inv_host_json("bench", "--client", "builtin", "--num-prompts", "4", "--output-len", "32", "--out",
                               str(tmp_path / "runs"), inventory=inv)
     assert code == 0, err
     ranks = doc["phases"]["ranks"]
@@ -89,7 +89,7 @@ def test_explain_profiles_the_running_server(fleet: Fleet, sim_host: SimHost, tm
     judges each rank; every figure of its anatomy names its source."""
     sim_host.set_version("0.5.16")
     inv = derived_inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--steps", "3", "--measure", inventory=inv)
+    code, _, err = inv_host_json("deploy", "--steps", "3", "--measure", inventory=inv)
     assert code == 0, err
     code, doc, err = inv_json("explain", "--trace", "--num-prompts", "4", inventory=inv, timeout=300)
     assert code == 0, err
@@ -106,7 +106,7 @@ def test_bench_with_and_without_the_timer_says_its_cost(fleet: Fleet, sim_host: 
     bench = ("bench", "--client", "builtin", "--num-prompts", "4", "--output-len", "32", "--out",
              str(tmp_path / "runs"))
     for flag in ("--measure", "--no-measure"):
-        code, _, err = inv_json("deploy", "--steps", "3", flag, inventory=inv)
+        code, _, err = inv_host_json("deploy", "--steps", "3", flag, inventory=inv)
         assert code == 0, err
         r = run_inv(*bench, inventory=inv)
         assert r.returncode == 0, r.stderr

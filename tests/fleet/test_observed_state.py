@@ -21,7 +21,17 @@ import yaml
 
 from tests.simhost.fleet import SSHD, Fleet, SimHost, _exe
 from tests.support import waiting
-from tests.support.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids
+from tests.support.cli import host_doc
+from tests.support.invoke_cli import (
+    INV,
+    ROOT,
+    derived_inventory,
+    http_get,
+    inv_host_json,
+    inv_json,
+    run_inv,
+    sglang_pids,
+)
 
 ALL = "sim1,sim2,sim3"
 
@@ -247,7 +257,7 @@ def test_status_figures_belong_to_the_server_that_runs_now(fleet: Fleet, sim_hos
     server's own (none yet), never the previous process's, and they say how old they are."""
     inventory = _inventory(fleet, tmp_path)
     sim_host.set_sim_config(decode_log_interval=10)
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
     assert code == 0, err
     _generate(sim_host)
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
@@ -256,7 +266,7 @@ def test_status_figures_belong_to_the_server_that_runs_now(fleet: Fleet, sim_hos
     # The new server must have printed no Decode line of its own yet: the deploy's own real request (and, without
     # --accept-gate 0, its accept-length burst) would otherwise give it some.
     sim_host.set_sim_config(decode_log_interval=40)
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", "--accept-gate", "0", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", "--accept-gate", "0", inventory=inventory)
     assert code == 0, err
     code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
     assert code == 0
@@ -273,7 +283,7 @@ def test_a_hung_server_is_a_problem_not_healthy(fleet: Fleet, sim_host: SimHost,
     """Point 5: the launcher is SIGSTOPped: alive, serving nothing. Before: `running` in green, health
     `/ready None`, exit 0."""
     inventory = _inventory(fleet, tmp_path)
-    code, doc, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
     assert code == 0, err
     pid = doc["pid"]
     machine_pid = next(p for p in sim_host.pids() if _inner_pid(p) == pid)
@@ -304,7 +314,7 @@ def test_status_during_a_deploy_shows_the_new_server_as_ours(fleet: Fleet, sim_h
     """Point 8: while a deploy runs, status names the server it is starting (config, pid) and does not call its
     processes strangers; the previous server (stopped by this deploy) is not shown as the one running."""
     inventory = _inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
     assert code == 0, err
     sim_host.set_sim_config(fail="slow_load", load_seconds=6)
     proc = subprocess.Popen([*INV, "deploy", "--host", "sim1", "--steps", "3", "--json", "--inventory",
@@ -319,7 +329,7 @@ def test_status_during_a_deploy_shows_the_new_server_as_ours(fleet: Fleet, sim_h
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0
-    new_pid = json.loads(out)["pid"]
+    new_pid = host_doc(json.loads(out))["pid"]
     d = st["hosts"][0]["data"]
     assert d["state"]["state"] == "deploying" and d["state"]["config"] == "eagle3-s3-k1-d4", d["state"]
     assert d["state"]["pid"] == new_pid
@@ -404,7 +414,7 @@ def test_a_refused_proxy_is_given_up_after_connect_refused_not_connect_total(fle
 def test_check_env_summary_never_says_ok_for_a_host_without_proof(fleet: Fleet, sim_hosts: dict[str, SimHost],
                                                                   tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
     assert code == 0, err
     r = run_inv("check-env", "--host", "sim1,sim2", inventory=inventory)
     assert r.returncode == 1
@@ -417,7 +427,7 @@ def test_check_env_summary_never_says_ok_for_a_host_without_proof(fleet: Fleet, 
 def test_logs_follow_is_bounded_by_host_timeout_and_follows_a_redeploy(fleet: Fleet, sim_hosts: dict[str, SimHost],
                                                                        tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
     assert code == 0, err
     # A host whose sshd is stopped: reported as timed out after --host-timeout, not after the follow's hour.
     with frozen_sshd(sim_hosts["sim2"]):
@@ -434,7 +444,7 @@ def test_logs_follow_is_bounded_by_host_timeout_and_follows_a_redeploy(fleet: Fl
         reader = threading.Thread(target=lambda: seen.extend(follower.stdout or []), daemon=True)
         reader.start()
         _wait_for(lambda: bool(seen))
-        code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "1", inventory=inventory)
+        code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "1", inventory=inventory)
         assert code == 0, err
         _wait_for(lambda: any("config eagle3-s1-k1-d2" in ln for ln in seen), 20)
     finally:
@@ -458,7 +468,7 @@ def test_flags_are_unambiguous_and_stop_runs_hosts_at_once(fleet: Fleet, sim_hos
     assert r.returncode == 2 and "cluster duo" in r.stderr, r.stderr
     assert sglang_pids(sim_hosts["sim3"]) == []
     # `inv stop` over a group: every host at once, each bounded; a hung one does not hold up the others.
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
     assert code == 0, err
     with frozen_sshd(sim_hosts["sim2"]):
         code, doc, err = inv_json("stop", "--host", "sim1,sim2", "--host-timeout", "3", inventory=inventory,
@@ -481,7 +491,7 @@ def test_ctrl_c_during_a_deploy_names_cancel_and_the_previous_deploy_comes_back(
     """Ctrl-C left the deploy running on the host without naming `inv cancel`; `inv bench` meanwhile measured the
     half-started server (2.1 tok/s); after `inv cancel` nothing said how to get the old server back."""
     inventory = _inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--host", "sim1", "--steps", "2", inventory=inventory)
     assert code == 0, err
     sim_host.set_sim_config(fail="slow_load", load_seconds=30)
     proc = _interruptible("deploy", "--host", "sim1", "--steps", "3", inventory=inventory)

@@ -19,7 +19,15 @@ import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support.cli import run_cli
-from tests.support.invoke_cli import derived_inventory, http_in_host, inv_json, run_inv, sglang_pids, start_inv
+from tests.support.invoke_cli import (
+    derived_inventory,
+    http_in_host,
+    inv_host_json,
+    inv_json,
+    run_inv,
+    sglang_pids,
+    start_inv,
+)
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]
@@ -44,7 +52,7 @@ def _profile_running(host: SimHost) -> bool:
 
 def test_timer_and_trace_agree_and_name_their_sources(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
     sim_host.set_sim_config(**FAST)
-    code, _doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, _doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 0, err
     code, doc, err = inv_json("profile", *LOAD, inventory=inventory)
     assert code == 0, err
@@ -100,7 +108,7 @@ def test_under_concurrency_a_pass_is_one_batch(inventory: Path, sim_host: SimHos
     """SGLang's decode-batch counter counts passes whatever the batch: a verify of B requests costs
     14.2 + 1.5·4 + 0.12·4·(B − 1) ms, so per pass between B = 1 (the tail) and B = 4."""
     sim_host.set_sim_config(**FAST)
-    assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    assert inv_host_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
     code, doc, err = inv_json("profile", "--concurrency", "4", "--num-prompts", "8", "--output-len", "48",
                               inventory=inventory)
     assert code == 0, err
@@ -111,7 +119,7 @@ def test_under_concurrency_a_pass_is_one_batch(inventory: Path, sim_host: SimHos
 
 def test_the_baseline_reports_its_decode_step_from_both_sources(inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_sim_config(**FAST)
-    assert inv_json("deploy", "--steps", "0", inventory=inventory)[0] == 0
+    assert inv_host_json("deploy", "--steps", "0", inventory=inventory)[0] == 0
     code, doc, err = inv_json("profile", *LOAD, "--trace", "--trace-steps", "10", inventory=inventory)
     assert code == 0, err
     rank = doc["hosts"][0]["data"]["ranks"][0]
@@ -125,7 +133,7 @@ def test_without_the_timer_the_cycle_is_derived_and_says_how_to_measure(fleet: F
     inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--enable-metrics"]},
                                   hosts={"sim1": {"tp": 2}})
     sim_host.set_sim_config(**FAST)
-    assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    assert inv_host_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
     code, doc, err = inv_json("profile", *LOAD, inventory=inventory)
     assert code == 0, err
     r = doc["hosts"][0]["data"]
@@ -138,7 +146,7 @@ def test_without_the_timer_the_cycle_is_derived_and_says_how_to_measure(fleet: F
 
 def test_a_profile_already_running_is_one_sentence_and_left_alone(inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_sim_config(**FAST)
-    assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    assert inv_host_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
     theirs = "/root/someone-elses-profile"
     assert _post_in_host(sim_host, "/start_profile", {"output_dir": theirs})[0] == 200
     p = run_inv("profile", *LOAD, "--trace", inventory=inventory)
@@ -164,7 +172,7 @@ def test_the_profiler_is_stopped_when_the_client_goes(inventory: Path, sim_host:
     """The profile would run 200 steps (~25 s at time_scale 5) by itself: the stop the log shows is the agent's
     POST /stop_profile, answered 200 while it still ran."""
     sim_host.set_sim_config(time_scale=5.0, load_seconds=0.1)
-    assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    assert inv_host_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
     client = start_inv("profile", "--num-prompts", "200", "--output-len", "200", "--trace", "--trace-steps", "200",
                        inventory=inventory)
     err = ""
@@ -200,7 +208,7 @@ def test_the_profiler_is_stopped_when_the_client_goes(inventory: Path, sim_host:
 
 def test_a_server_that_dies_during_the_profile_keeps_no_figures(inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_sim_config(time_scale=2.0, load_seconds=0.1)
-    assert inv_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    assert inv_host_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
     client = start_inv("profile", "--num-prompts", "100", "--output-len", "100", "--trace", inventory=inventory)
     try:
         deadline = time.monotonic() + 60

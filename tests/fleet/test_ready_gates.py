@@ -12,7 +12,7 @@ import pytest
 
 from fabfile.remote.serve.gates import BURST_TOKENS
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, http_get, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import derived_inventory, http_get, inv_host_json, inv_json, run_inv, sglang_pids
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def _record(host: SimHost) -> dict[str, object]:
 
 def test_a_healthy_eagle3_deploy_answers_a_real_request_and_passes_the_accept_gate(inventory: Path,
                                                                                   sim_host: SimHost) -> None:
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 0, err
     assert {"wait_ready", "first_request", "accept_gate"} <= set(doc["timings"])
     first = doc["first_request"]
@@ -45,7 +45,7 @@ def test_a_healthy_eagle3_deploy_answers_a_real_request_and_passes_the_accept_ga
 
 
 def test_a_baseline_deploy_sends_the_real_request_but_has_no_accept_gate(inventory: Path, sim_host: SimHost) -> None:
-    code, doc, err = inv_json("deploy", "--steps", "0", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "0", inventory=inventory)
     assert code == 0, err
     assert "first_request" in doc["timings"] and "accept_gate" not in doc["timings"]
     assert doc["accept"] is None and doc["first_request"]["completion_tokens"] == 8
@@ -59,7 +59,7 @@ def test_a_baseline_deploy_sends_the_real_request_but_has_no_accept_gate(invento
 def test_ready_but_not_answering_is_a_failed_deploy_torn_down(inventory: Path, sim_host: SimHost, fault: str,
                                                               needle: str, timed_out: bool) -> None:
     sim_host.set_sim_config(fail=fault)
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 1, err
     e = doc["error"]
     assert e["kind"] == "LaunchError" and e["details"]["agent_kind"] == "generate_failed", e
@@ -73,7 +73,7 @@ def test_ready_but_not_answering_is_a_failed_deploy_torn_down(inventory: Path, s
 
 def test_eagle3_stuck_at_accept_length_1_fails_the_accept_gate(inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_sim_config(accept_prob_by_config={"3,1,4": [0.0]})
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 1, err
     e = doc["error"]
     assert e["kind"] == "AcceptGateError", e
@@ -85,18 +85,18 @@ def test_eagle3_stuck_at_accept_length_1_fails_the_accept_gate(inventory: Path, 
     assert e["details"]["accept_length"] <= 1.1 and e["details"]["source"]
     assert sglang_pids(sim_host) == []
     # The knob is per configuration: another draft length on the same host speculates and passes.
-    code, doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     assert doc["accept"]["accept_length"] > 1.1
     # And the gate can be turned off (or lowered) for one run.
-    code, doc, err = inv_json("deploy", "--steps", "3", "--accept-gate", "0", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", "--accept-gate", "0", inventory=inventory)
     assert code == 0, err
     assert "accept_gate" not in doc["timings"]
 
 
 def test_the_accept_gate_from_the_inventory_and_bad_values(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inv = derived_inventory(fleet, tmp_path, defaults={"accept_gate": 5.0})
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inv)
     assert code == 1 and doc["error"]["kind"] == "AcceptGateError", err
     assert "accept_gate 5" in doc["error"]["message"]
     for bad in ("-1", "abc", "100"):
@@ -109,7 +109,7 @@ def test_the_accept_gate_from_the_inventory_and_bad_values(fleet: Fleet, sim_hos
 
 
 def test_a_failed_gate_is_rolled_back_with_rollback_on_failure(inventory: Path, sim_host: SimHost) -> None:
-    code, good, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, good, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     sim_host.set_sim_config(accept_prob_by_config={"3,1,4": [0.0]})
     code, _doc, err = inv_json("deploy", "--steps", "3", "--rollback-on-failure", inventory=inventory)
@@ -152,6 +152,6 @@ def test_what_the_version_understands_is_deployed(fleet: Fleet, sim_host: SimHos
     sim_host.set_version("0.5.16")
     inv = derived_inventory(fleet, tmp_path, hosts={"sim1": {"env": {"SGLANG_ENABLE_SPEC_V2": "1"},
                                                              "sglang_args": ["--enable-metrics"]}})
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inv)
     assert code == 0, err
     assert doc["env"]["SGLANG_ENABLE_SPEC_V2"] == "1" and "--enable-metrics" in doc["launch_argv"]

@@ -18,7 +18,7 @@ import yaml
 
 from fabfile.transport.agentclient import bundle
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import derived_inventory, inv_host_json, inv_json, run_inv, sglang_pids
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 MARKER = "/tmp/pwned"
@@ -74,7 +74,7 @@ def test_default_log_dir_is_private_under_home_and_python_keeps_cwd_off_its_path
     text = inv.read_text().replace("  log_dir: /root/sglang-logs\n", "")
     assert "log_dir" not in text
     inv.write_text(text)
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inv)
     assert code == 0, err
     assert doc["log_path"] == "/root/.specdeploy/logs/sglang-eagle3-s3-k1-d4.log"
     modes = sim_host.exec("stat -c '%a %U' /root/.specdeploy/logs /root/.specdeploy/logs/*.log").stdout.split("\n")
@@ -88,7 +88,7 @@ def test_default_log_dir_is_private_under_home_and_python_keeps_cwd_off_its_path
 def test_an_existing_log_dir_of_ours_is_tightened(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     sim_host.exec("chmod 755 /root/sglang-logs && touch /root/sglang-logs/sglang-eagle3-s3-k1-d4.log && "
                   "chmod 644 /root/sglang-logs/sglang-eagle3-s3-k1-d4.log && chmod 755 /root/.specdeploy || true")
-    code, _, err = inv_json("deploy", "--steps", "3", inventory=derived_inventory(fleet, tmp_path))
+    code, _, err = inv_host_json("deploy", "--steps", "3", inventory=derived_inventory(fleet, tmp_path))
     assert code == 0, err
     out = sim_host.exec("stat -c '%a' /root/sglang-logs /root/sglang-logs/sglang-eagle3-s3-k1-d4.log "
                         "/root/.specdeploy /root/.specdeploy/deploys").stdout.split()
@@ -113,7 +113,7 @@ def test_deploy_router_refuses_a_shared_log_dir(fleet: Fleet, sim_hosts: dict[st
     data["groups"] = {"replicas": ["sim2"]}
     data["routers"] = {"front": {"host": "sim1", "group": "replicas"}}
     inv.write_text(yaml.safe_dump(data))
-    code, _, err = inv_json("deploy", "--host", "sim2", "--steps", "2", inventory=inv)
+    code, _, err = inv_host_json("deploy", "--host", "sim2", "--steps", "2", inventory=inv)
     assert code == 0, err
     r = run_inv("deploy-router", inventory=inv)
     assert r.returncode == 2 and "/tmp/specdeploy-logs belongs to nobody" in r.stdout + r.stderr, r.stderr
@@ -268,7 +268,7 @@ def _leaks(text: str) -> list[str]:
 def test_secrets_stay_out_of_command_lines_and_reach_the_server(secret_inventory: Path, sim_host: SimHost) -> None:
     poller = Poller(sim_host)
     try:
-        code, doc, err = inv_json("deploy", "--steps", "3", inventory=secret_inventory)
+        code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=secret_inventory)
     finally:
         seen = poller.stop()
     assert code == 0, err
@@ -288,7 +288,7 @@ def test_secrets_stay_out_of_command_lines_and_reach_the_server(secret_inventory
 def test_an_sglang_without_config_files_gets_the_key_on_its_command_line_and_the_plan_says_so(
         secret_inventory: Path, sim_host: SimHost) -> None:
     sim_host.set_version("0.5.2")  # --config FILE came in 0.5.3
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=secret_inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=secret_inventory)
     assert code == 0, err
     assert any("takes --api-key only on its command line" in n for n in doc["notes"]), doc["notes"]
     assert "--config" not in doc["launch_argv"] and "--api-key=***" in doc["launch_argv"]
@@ -298,10 +298,10 @@ def test_an_sglang_without_config_files_gets_the_key_on_its_command_line_and_the
 
 
 def test_bench_against_a_server_with_an_api_key(secret_inventory: Path, sim_host: SimHost) -> None:
-    code, _, err = inv_json("deploy", "--steps", "3", inventory=secret_inventory)
+    code, _, err = inv_host_json("deploy", "--steps", "3", inventory=secret_inventory)
     assert code == 0, err
     for client in ("sglang", "builtin"):
-        code, doc, err = inv_json("bench", "--client", client, "--num-prompts", "4", "--output-len", "16",
+        code, doc, err = inv_host_json("bench", "--client", client, "--num-prompts", "4", "--output-len", "16",
                                   inventory=secret_inventory)
         assert code == 0, err
         assert doc["hosts"][0]["completed"] == 4 if "hosts" in doc else doc["completed"] == 4, doc
@@ -386,7 +386,7 @@ def test_trust_host_goes_through_proxyjump(fleet: Fleet, sim_host: SimHost, tmp_
 
 
 def test_control_characters_in_log_lines_never_reach_the_terminal(inventory: Path, sim_host: SimHost) -> None:
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
     assert code == 0, err
     sim_host.exec(f"printf 'evil \\033]0;pwned\\007 \\033[2J line\\n' >> {doc['log_path']}")
     r = run_inv("logs", "--lines", "5", inventory=inventory)

@@ -20,8 +20,17 @@ import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
-from tests.support.cli import run_cli
-from tests.support.invoke_cli import INV, ROOT, derived_inventory, http_get, inv_json, run_inv, sglang_pids
+from tests.support.cli import host_doc, run_cli
+from tests.support.invoke_cli import (
+    INV,
+    ROOT,
+    derived_inventory,
+    http_get,
+    inv_host_json,
+    inv_json,
+    run_inv,
+    sglang_pids,
+)
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 BENCH = ["--num-prompts", "3", "--output-len", "32", "--input-len", "32"]
@@ -61,10 +70,10 @@ def _server_steps(host: SimHost) -> int | None:
 def test_bench_reads_every_metric_source_and_stores_the_result(inventory: Path, sim_host: SimHost,
                                                                tmp_path: Path) -> None:
     sim_host.set_sim_config(**FAST)
-    code, _doc, err = inv_json("deploy", "--steps", "2", inventory=inventory)
+    code, _doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     runs = tmp_path / "runs"
-    code, r, err = inv_json("bench", *BENCH, "--client", "builtin", "--out", str(runs), inventory=inventory)
+    code, r, err = inv_host_json("bench", *BENCH, "--client", "builtin", "--out", str(runs), inventory=inventory)
     assert code == 0, err
     assert r["client"] == "loadgen" and r["completed"] == 3 and r["failed"] == 0
     assert r["config_name"] == "eagle3-s2-k1-d3"
@@ -97,9 +106,9 @@ def test_bench_reads_every_metric_source_and_stores_the_result(inventory: Path, 
 def test_bench_uses_sglangs_own_bench_serving_when_the_host_has_it(inventory: Path, sim_host: SimHost,
                                                                    tmp_path: Path) -> None:
     sim_host.set_sim_config(**FAST)
-    code, _doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    code, _doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
     assert code == 0, err
-    code, r, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    code, r, err = inv_host_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
     assert code == 0, err
     assert r["client"] == "sglang.bench_serving" and r["completed"] == 3
     assert r["output_tok_s"] > 0 and r["ttft_ms"]["median"] > 0 and r["itl_ms"]["p95"] > 0
@@ -116,13 +125,13 @@ def test_bench_picks_a_client_whose_dataset_the_hosts_sglang_has(inventory: Path
     there and says why; asking for SGLang's client is a sentence, not bench_serving's argparse error."""
     sim_host.set_version("0.4.5")
     sim_host.set_sim_config(**FAST)
-    code, doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    code, doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
     assert code == 0, err
     assert doc["sglang_version"] == "0.4.5"
-    code, r, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    code, r, err = inv_host_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
     assert code == 0, err
     assert r["client"] == "loadgen" and r["completed"] == 3
-    code, r, err = inv_json("bench", *BENCH, "--client", "sglang", "--out", str(tmp_path), inventory=inventory)
+    code, r, err = inv_host_json("bench", *BENCH, "--client", "sglang", "--out", str(tmp_path), inventory=inventory)
     assert code != 0
     message = r["error"]["message"]
     assert "random-ids" in message and "sharegpt, random, generated-shared-prefix" in message, message
@@ -135,15 +144,15 @@ def test_bench_auto_falls_back_when_sglangs_bench_serving_cannot_import(inventor
     so its --help lists nothing. auto uses the built-in client and names the missing module; --client sglang says
     so in one sentence."""
     sim_host.set_sim_config(**FAST, bench_serving_missing_module="datasets")
-    code, _doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    code, _doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
     assert code == 0, err
-    code, r, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    code, r, err = inv_host_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
     assert code == 0, err
     assert r["client"] == "loadgen" and r["completed"] == 3
     assert r["accept_len_source"] == "meta_info" and r["accept_len"] is not None
     p = run_inv("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
     assert p.returncode == 0 and "No module named 'datasets'" in p.stdout + p.stderr, p.stdout + p.stderr
-    code, doc, err = inv_json("bench", *BENCH, "--client", "sglang", "--out", str(tmp_path), inventory=inventory)
+    code, doc, err = inv_host_json("bench", *BENCH, "--client", "sglang", "--out", str(tmp_path), inventory=inventory)
     assert code == 1 and "No module named 'datasets'" in doc["error"]["message"], doc["error"]
     assert "Traceback" not in err
 
@@ -153,17 +162,17 @@ def test_bench_against_a_server_with_an_api_key_never_shows_the_key(fleet: Fleet
                                                                     tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--api-key", "k3y-s3cr3t"]})
     sim_host.set_sim_config(**FAST)
-    code, _doc, err = inv_json("deploy", "--steps", "1", inventory=inventory)
+    code, _doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
     assert code == 0, err
     r = run_inv("bench", *BENCH, "--client", "builtin", "--out", str(tmp_path / "runs"), "--json", inventory=inventory)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["completed"] == 3  # the requests were authorised
+    assert host_doc(json.loads(r.stdout))["completed"] == 3  # the requests were authorised
     assert "k3y-s3cr3t" not in r.stdout + r.stderr
     assert all("k3y-s3cr3t" not in p.read_text() for p in (tmp_path / "runs").rglob("*.json"))
 
 
 def test_bench_without_a_server_says_so(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
-    code, doc, err = inv_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
+    code, doc, err = inv_host_json("bench", *BENCH, "--out", str(tmp_path), inventory=inventory)
     assert code == 1 and doc["ok"] is False
     assert doc["error"]["kind"] == "RemoteError" and "no server" in doc["error"]["message"]
     assert "deploy one first" in err

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv
+from tests.support.invoke_cli import derived_inventory, inv_host_json, inv_json, run_inv
 
 
 def _traffic(host: SimHost, requests: int = 6, tokens: int = 64) -> None:
@@ -55,7 +55,7 @@ def test_watch_alarms_on_a_low_accept_length_and_on_a_dead_server(fleet: Fleet, 
                                                                    tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path)
     sim_host.set_sim_config(decode_log_interval=5, accept_prob_by_config={"3,1,4": [0.0]})
-    code, _, err = inv_json("deploy", "--steps", "3", "--accept-gate", "0", inventory=inventory)
+    code, _, err = inv_host_json("deploy", "--steps", "3", "--accept-gate", "0", inventory=inventory)
     assert code == 0, err
     _traffic(sim_host)
     r = run_inv("watch", "--once", "--min-accept", "1.5", inventory=inventory)

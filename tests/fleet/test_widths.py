@@ -11,14 +11,14 @@ from rich.console import Console
 
 from fabfile.present.sweep_report import print_sweep, table_rows
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv
+from tests.support.invoke_cli import derived_inventory, inv_host_json, inv_json, run_inv
 from tests.support.terminal import WIDTHS, closed_pipe_run, whole
 
 
 def test_status_and_check_env_at_80_and_200_columns_cut_no_key_value(fleet: Fleet, sim_host: SimHost,
                                                                       tmp_path: Path) -> None:
     inv = derived_inventory(fleet, tmp_path, hosts={"sim1": {"tp": 8, "gpus": 8}})  # 8 ranks x 6 variables
-    code, doc, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inv)
     assert code == 0, err
     for width in WIDTHS:
         r = run_inv("status", inventory=inv, env={"COLUMNS": str(width)})
@@ -51,7 +51,7 @@ def test_sweep_table_at_80_and_200_columns_cuts_no_key_value(fleet: Fleet, sim_h
 
 def test_watch_at_80_columns_and_logs_into_a_closed_pipe(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inv = derived_inventory(fleet, tmp_path)
-    code, _, err = inv_json("deploy", "--steps", "3", inventory=inv)
+    code, _, err = inv_host_json("deploy", "--steps", "3", inventory=inv)
     assert code == 0, err
     for width in WIDTHS:
         r = run_inv("watch", "--once", inventory=inv, env={"COLUMNS": str(width)})

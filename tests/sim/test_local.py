@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.simhost.sim.install import create_venv, install_simulator
-from tests.support.invoke_cli import inv_json, run_inv
+from tests.support.invoke_cli import inv_host_json, inv_json, run_inv
 
 
 def _free_port() -> int:
@@ -51,7 +51,7 @@ def test_local_deploy_check_env_stop_rollback(local_host: tuple[Path, dict[str, 
     path, env = local_host
     monkeypatch.setenv("PATH", env["PATH"])
     try:
-        code, doc, err = inv_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=path)
+        code, doc, err = inv_host_json("deploy", "--steps", "2", "--patch-mode", "scheduler", inventory=path)
         assert code == 0, err
         assert doc["transport"]["connections"] == 1 and doc["check_env"]["ok"] is True
         assert [s["title"] for s in doc["schedulers"] if "scheduler" in s["title"]] == [

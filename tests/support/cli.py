@@ -14,6 +14,7 @@ from contextlib import chdir, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from fabfile.cli.main import program
 from fabfile.present import output
@@ -73,3 +74,17 @@ def run_cli(*args: str, inventory: Path | None = None, cwd: Path | None = None,
         os.environ.clear()
         os.environ.update(saved)
     return Ran(code if isinstance(code, int) else 0 if code is None else 1, out.getvalue(), err.getvalue())
+
+
+def host_doc(doc: Any) -> dict[str, Any]:
+    """The one host's part of a host command's ``--json`` document, after checking the one shape every host
+    command has for one host or many: ``{"ok": bool, "hosts": [{"host", "ok", ...}]}`` (a rollout's keys, such as
+    its strategy, may stand beside ``hosts``)."""
+    assert isinstance(doc, dict) and isinstance(doc.get("ok"), bool), f"not a host command's document: {doc!r}"
+    hosts = doc.get("hosts")
+    assert isinstance(hosts, list) and len(hosts) == 1, f"not one host's document: {doc!r}"
+    host = hosts[0]
+    assert isinstance(host, dict) and isinstance(host.get("host"), str) and isinstance(host.get("ok"), bool), host
+    if set(doc) == {"ok", "hosts"}:
+        assert doc["ok"] is host["ok"], doc
+    return host

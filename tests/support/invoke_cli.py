@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.cli import run_cli
+from tests.support.cli import host_doc, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 INV = [sys.executable, "-m", "invoke", "--search-root", str(ROOT)]
@@ -46,6 +46,14 @@ def inv_json(*args: str, inventory: Path, timeout: float = 120,
     except ValueError as e:
         raise AssertionError(f"not JSON (exit {r.returncode}):\nstdout={r.stdout}\nstderr={r.stderr}") from e
     return r.returncode, doc, r.stderr
+
+
+def inv_host_json(*args: str, inventory: Path, timeout: float = 120,
+                  process: bool = False) -> tuple[int, dict[str, Any], str]:
+    """``inv_json`` for a command run on one host: its exit code, that host's document (:func:`host_doc` checks the
+    shape around it) and stderr."""
+    code, doc, err = inv_json(*args, inventory=inventory, timeout=timeout, process=process)
+    return code, host_doc(doc), err
 
 
 def derived_inventory(fleet: Fleet, tmp_path: Path, *, defaults: dict[str, Any] | None = None,

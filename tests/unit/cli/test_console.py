@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import host_doc
+
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent / "specdeploy"
 
@@ -37,7 +39,7 @@ def test_console_command_finds_the_inventory_by_flag_env_or_current_folder(tmp_p
     by_cwd = run("render", "--host", "gpu1", "--steps", "3", "--json", cwd=tmp_path)
     for r in (by_flag, by_env, by_cwd):
         assert r.returncode == 0, r.stderr
-        doc = json.loads(r.stdout)
+        doc = host_doc(json.loads(r.stdout))
         assert doc["host"] == "gpu1" and doc["config"] == "eagle3-s3-k1-d4" and doc["touches_hosts"] is False
 
 

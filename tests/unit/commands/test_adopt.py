@@ -14,7 +14,7 @@ import yaml
 from fabfile.commands import adopt
 from fabfile.inventory import hosts as inventory
 from fabfile.plan.deploy_plan import Options, build
-from tests.support.cli import run_cli
+from tests.support.cli import host_doc, run_cli
 from tests.support.invoke_cli import ROOT
 
 # The seed's launch line (shared/seeds/003_8dc9714cd6a2bd1c.txt, message 4764), exactly as typed over ssh.
@@ -72,7 +72,7 @@ def test_adopt_command_writes_an_entry_that_renders_the_same_command(tmp_path: P
         "--disable-custom-all-reduce"]
     r = run_cli("render", "--host", "seed", "--json", inventory=out)
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = host_doc(json.loads(r.stdout))
     plan = build(inventory.load(out).hosts["seed"], Options())
     _same_server(adopt.parse_command(SEED_SSH_LINE), list(plan.argv), dict(plan.env))
     assert doc["config"] == "eagle3-s3-k1-d4"

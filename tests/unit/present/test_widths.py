@@ -13,6 +13,7 @@ from rich.console import Console
 
 from fabfile.present import checkenv_report
 from fabfile.present.sweep_report import print_sweep, table_rows
+from tests.support.cli import host_doc
 from tests.support.invoke_cli import run_inv
 from tests.support.terminal import WIDTHS, closed_pipe_run, whole
 
@@ -68,7 +69,7 @@ def test_render_piped_shows_every_file_whole_and_a_closed_pipe_ends_quietly() ->
     """`inv render | less` showed the launch script cropped at 80 columns (`--model-path /root/models/kim`) while
     its header says it can be run by hand; `inv render | head -1` must end as `cat` does, without a traceback."""
     r = run_inv("render", "--steps", "3", env={"COLUMNS": "80"})
-    doc = json.loads(run_inv("render", "--steps", "3", "--json").stdout)
+    doc = host_doc(json.loads(run_inv("render", "--steps", "3", "--json").stdout))
     assert r.returncode == 0, r.stderr
     for path, text in doc["files"].items():
         for line in text.splitlines():
