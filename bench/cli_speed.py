@@ -102,7 +102,9 @@ def main() -> int:
             for tag, tree in trees:
                 overheads, gates, tool, cpus, loads = per_tree[tag]
                 wall, cpu, stdout = timed([INV, "deploy", "--steps", "3", "--json", "--inventory", inv], work, tree)
-                t = json.loads(stdout)["timings"]
+                doc = json.loads(stdout)
+                # {"ok", "hosts": [...]}; a baseline tree from before that shape printed one host's document bare
+                t = (doc["hosts"][0] if "hosts" in doc else doc)["timings"]
                 overheads.append(wall - t.get("start", 0.0) - t["wait_ready"])
                 gates.append(t.get("first_request", 0.0) + t.get("accept_gate", 0.0))
                 tool.append(overheads[-1] - gates[-1])

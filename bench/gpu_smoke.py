@@ -58,6 +58,8 @@ def inv(*args: str, timeout: float = 300) -> tuple[int, Any, str]:
             doc = json.loads(r.stdout)
         except ValueError:
             doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("hosts"), list) and len(doc["hosts"]) == 1:
+        doc = doc["hosts"][0]  # a host command's {"ok", "hosts": [...]}: this smoke's one host's part
     print(f"\n$ inv {' '.join(args)}   → exit {r.returncode}")
     print(r.stdout if doc is None else json.dumps(_short(doc), indent=1)[:6000])
     if r.stderr.strip():

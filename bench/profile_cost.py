@@ -72,8 +72,8 @@ def main() -> None:
                 fixed.append(w1 - w0)
                 w2, p2 = _inv("profile", *LOAD, "--trace", "--trace-steps", str(s2), inventory=inventory)
                 per_step.append((w2 - w1) / (s2 - s1))
-                b1 = sum(r.get("trace_bytes") or 0 for r in p1["data"]["ranks"])
-                b2 = sum(r.get("trace_bytes") or 0 for r in p2["data"]["ranks"])
+                b1 = sum(r.get("trace_bytes") or 0 for r in p1["hosts"][0]["data"]["ranks"])
+                b2 = sum(r.get("trace_bytes") or 0 for r in p2["hosts"][0]["data"]["ranks"])
                 per_step_bytes.append((b2 - b1) / (s2 - s1))
             print(f"trace path: {statistics.median(per_step) * 1000:.1f} ms per profiled step (wall, "
                   f"--trace-steps {s1} vs {s2}), {statistics.median(per_step_bytes) / 1024:.1f} KiB of trace per step "

@@ -150,6 +150,12 @@ def one_host(doc: Any) -> Any:
     return ((doc or {}).get("hosts") or [{}])[0]
 
 
+def inv_one(*args: str, inventory: Path | None = None, timeout: float = 540) -> tuple[int, Any, str, float]:
+    """``inv`` of a host command on this run's one host, its document that host's part (None: no JSON came)."""
+    code, doc, err, wall = inv(*args, inventory=inventory, timeout=timeout)
+    return code, None if doc is None else one_host(doc), err, wall
+
+
 def checkenv_summary(doc: Any) -> str:
     rows = (doc or {}).get("rows") or []
     by: dict[str, int] = {}
@@ -203,7 +209,7 @@ def sglang_procs() -> str:
 # ---------------------------------------------------------------------------------------------------------------
 def check_modes(modes: list[str], tp: int, steps: int = 3) -> None:
     for mode in modes:
-        code, doc, err, wall = inv("deploy", "--steps", str(steps), "--patch-mode", mode, "--json")
+        code, doc, err, wall = inv_one("deploy", "--steps", str(steps), "--patch-mode", mode, "--json")
         record(f"tp{tp} deploy --steps {steps} --patch-mode {mode}", deploy_ok(doc, code),
                deploy_detail(doc, err, wall), wall_s=round(wall, 1), doc=doc)
         if not deploy_ok(doc, code):
@@ -220,7 +226,7 @@ def check_modes(modes: list[str], tp: int, steps: int = 3) -> None:
 
 
 def bench(label: str, steps: int, extra: list[str] | None = None, timeout: float = 300) -> Any:
-    code, doc, err, _wall = inv("bench", *BENCH, *(extra or []), "--json", timeout=timeout)
+    code, doc, err, _wall = inv_one("bench", *BENCH, *(extra or []), "--json", timeout=timeout)
     if not doc or code != 0:
         record(label, False, (doc or {}).get("error") or err[-400:])
         return None
@@ -237,14 +243,14 @@ def failure_paths(python: str, models: Path, tp: int) -> None:
     # 1. a flag SGLang 0.5.16 does not define (0.5.23 does): SGLang's argparse must end the deploy.
     inv_bad = write_inventory(WORK / "inv-badflag.yaml", python=python, tp=tp, models=models,
                               extra_args=["--enable-amd-monokernel"])
-    code, doc, err, wall = inv("deploy", "--steps", "3", "--json", inventory=inv_bad, timeout=300)
+    code, doc, err, wall = inv_one("deploy", "--steps", "3", "--json", inventory=inv_bad, timeout=300)
     msg = json.dumps((doc or {}).get("error") or err[-500:])
     record("failure: a flag 0.5.16 rejects (--enable-amd-monokernel)",
            code != 0 and ("unrecognized arguments" in msg or "enable-amd-monokernel" in msg),
            deploy_detail(doc, err, wall) + f" [wall {wall:.1f} s]", doc=doc)
     # 2. a CUDA out-of-memory start: a memory fraction no GPU can honour.
     inv_oom = write_inventory(WORK / "inv-oom.yaml", python=python, tp=tp, models=models, mem="0.999")
-    code, doc, err, wall = inv("deploy", "--steps", "3", "--json", inventory=inv_oom, timeout=400)
+    code, doc, err, wall = inv_one("deploy", "--steps", "3", "--json", inventory=inv_oom, timeout=400)
     msg = json.dumps((doc or {}).get("error") or err[-500:])
     record("failure: --mem-fraction-static 0.999 (CUDA OOM start)",
            code != 0 and ("memory" in msg.lower()),
@@ -257,7 +263,7 @@ def failure_paths(python: str, models: Path, tp: int) -> None:
     holder.bind(("127.0.0.1", PORT))
     holder.listen(1)
     try:
-        code, doc, err, wall = inv("deploy", "--steps", "3", "--json", timeout=400)
+        code, doc, err, wall = inv_one("deploy", "--steps", "3", "--json", timeout=400)
     finally:
         holder.close()
     msg = json.dumps((doc or {}).get("error") or err[-500:])
@@ -307,7 +313,7 @@ def run_steps(steps: list[tuple[str, float, Any]], reserve: float) -> None:
 
 
 def step_baseline() -> None:
-    code, doc, err, wall = inv("deploy", "--steps", "0", "--patch-mode", "env", "--json")
+    code, doc, err, wall = inv_one("deploy", "--steps", "0", "--patch-mode", "env", "--json")
     record("tp1 deploy --steps 0 (baseline, env mode)", deploy_ok(doc, code), deploy_detail(doc, err, wall),
            doc=doc)
     if not deploy_ok(doc, code):
@@ -321,7 +327,7 @@ def step_baseline() -> None:
 
 
 def step_eagle(tp: int, mode: str = "plugin") -> None:
-    code, doc, err, wall = inv("deploy", "--steps", "3", "--patch-mode", mode, "--json")
+    code, doc, err, wall = inv_one("deploy", "--steps", "3", "--patch-mode", mode, "--json")
     record(f"tp{tp} deploy --steps 3 (EAGLE-3, {mode} mode)", deploy_ok(doc, code), deploy_detail(doc, err, wall),
            doc=doc)
     if not deploy_ok(doc, code):
@@ -352,8 +358,8 @@ def step_sweep() -> None:
 
 def step_bench_sglang() -> None:
     # SGLang's own bench_serving through the tool (it wants a tokenizer; these models have none).
-    _code, sdoc, _err, _wall = inv("bench", "--client", "sglang", "--input-len", "64", "--output-len", "128",
-                                "--num-prompts", "4", "--timeout", "60", "--json", timeout=100)
+    _code, sdoc, _err, _wall = inv_one("bench", "--client", "sglang", "--input-len", "64", "--output-len", "128",
+                                    "--num-prompts", "4", "--timeout", "60", "--json", timeout=100)
     record("bench --client sglang (SGLang's bench_serving)", None,
            (sdoc or {}).get("error") or {k: (sdoc or {}).get(k) for k in ("output_tok_s", "accept_len",
                                                                               "accept_len_source")})
@@ -371,7 +377,7 @@ def stripped(python: str, models: Path, tp: int, modes: list[str], **inv_kw: Any
             if time_left() < 120:
                 record(f"skipped: tp{tp} stripped env {mode}", None, f"{time_left():.0f} s left")
                 continue
-            code, doc, err, wall = inv("deploy", "--steps", "3", "--patch-mode", mode, "--json")
+            code, doc, err, wall = inv_one("deploy", "--steps", "3", "--patch-mode", mode, "--json")
             if mode == "env":
                 record(f"tp{tp} stripped env: deploy --patch-mode env is refused by the check",
                        code == 1 and ((doc or {}).get("error") or {}).get("kind") == "EnvNotProvenError",
@@ -442,8 +448,8 @@ def phase_tp2(python: str, models: Path, site: Path, before: dict[str, str]) -> 
 def step_bench_auto(tp: int) -> None:
     # The default client on a real install: 0.5.16's bench_serving cannot import `datasets`, so auto must fall back
     # to the builtin load generator and still read the accept length from SGLang's meta_info.
-    code, doc, err, _wall = inv("bench", "--input-len", "64", "--output-len", "128", "--num-prompts", "6", "--json",
-                                timeout=240)
+    code, doc, err, _wall = inv_one("bench", "--input-len", "64", "--output-len", "128", "--num-prompts", "6", "--json",
+                                    timeout=240)
     predicted = make_models.predicted_accept_length(OUTPUT_LEN, 3)
     got = (doc or {}).get("accept_len")
     record(f"tp{tp} bench (default client auto)", code == 0 and got is not None and abs(got - predicted) < 0.01,
@@ -472,15 +478,15 @@ def _phases(doc: Any) -> str:
 
 def step_profile(steps: int) -> None:
     label = "baseline" if steps == 0 else f"EAGLE-3 steps {steps}"
-    code, doc, err, wall = inv("deploy", "--steps", str(steps), "--measure", "--json", timeout=400)
+    code, doc, err, wall = inv_one("deploy", "--steps", str(steps), "--measure", "--json", timeout=400)
     record(f"profile: deploy --steps {steps} --measure (CUDA graphs on)", deploy_ok(doc, code),
            deploy_detail(doc, err, wall), doc=doc)
     if not deploy_ok(doc, code):
         log = server_log("baseline" if steps == 0 else f"eagle3-s{steps}-k1-d{steps + 1}")
         print(log.read_text(errors="replace")[-6000:] if log.is_file() else "no server log")
         return
-    code, bdoc, err, bwall = inv("bench", "--client", "builtin", *PROFILE_LOAD, "--out", str(WORK / "runs"),
-                                 "--json", timeout=240)
+    code, bdoc, err, bwall = inv_one("bench", "--client", "builtin", *PROFILE_LOAD, "--out", str(WORK / "runs"),
+                                     "--json", timeout=240)
     record(f"profile: bench {label} (timer on)", code == 0, f"{bwall:.1f} s; " + _phases(bdoc), doc=bdoc,
            wall_s=round(bwall, 2))
     code, pdoc, err, pwall = inv("profile", *PROFILE_LOAD, "--json", timeout=240)
@@ -494,8 +500,8 @@ def step_profile(steps: int) -> None:
            f"{twall:.1f} s; trace files {sizes}; " + _phases(tdoc), doc=tdoc, wall_s=round(twall, 2),
            trace_bytes=sizes)
     if steps:
-        code, edoc, err, _ = inv("bench", "--client", "builtin", *PROFILE_LOAD, "--out", str(WORK / "runs"),
-                                 "--explain", "--json", timeout=240)
+        code, edoc, err, _ = inv_one("bench", "--client", "builtin", *PROFILE_LOAD, "--out", str(WORK / "runs"),
+                                     "--explain", "--json", timeout=240)
         record(f"profile: bench --explain {label}", code == 0, _phases((edoc or {}).get("explain") or edoc),
                doc=edoc)
         code, xdoc, err, _ = inv("explain", "--rules", timeout=60)
@@ -510,11 +516,11 @@ def step_timer_cost(pairs: int) -> None:
         for flag in ("--no-measure", "--measure"):
             if time_left() < 120:
                 break
-            code, doc, err, wall = inv("deploy", "--steps", "3", flag, "--json", timeout=300)
+            code, doc, err, wall = inv_one("deploy", "--steps", "3", flag, "--json", timeout=300)
             if not deploy_ok(doc, code):
                 record(f"timer cost: deploy {flag} (pair {i + 1})", False, deploy_detail(doc, err, wall), doc=doc)
                 continue
-            code, bdoc, err, _ = inv("bench", "--client", "builtin", *PROFILE_LOAD, "--json", timeout=200)
+            code, bdoc, err, _ = inv_one("bench", "--client", "builtin", *PROFILE_LOAD, "--json", timeout=200)
             figures.append({"pair": i + 1, "timer": flag == "--measure",
                             "output_tok_s": (bdoc or {}).get("output_tok_s"), "tpot_ms": (bdoc or {}).get("tpot_ms")})
             print(f"timer cost pair {i + 1} {flag}: {figures[-1]}")
