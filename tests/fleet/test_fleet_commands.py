@@ -99,6 +99,55 @@ def test_logs_of_several_hosts_are_prefixed(fleet: Fleet, sim_hosts: dict[str, S
     assert {ln[:4] for ln in lines} == {"sim1", "sim2"}
 
 
+# -- one --json shape for one host or many ------------------------------------------------------------------------
+def _same_shape(one: dict[str, Any], two: dict[str, Any], *, run_keys: bool = False) -> None:
+    """One host's document is the list of one, in the same frame as two hosts' (``run_keys``: a deploy over several
+    adds what describes its run, such as its strategy, beside the list; a deploy of one host has no such keys)."""
+    assert {"ok", "hosts"} <= set(one) and {"ok", "hosts"} <= set(two), (one, two)
+    assert set(one) <= set(two) if run_keys else set(one) == set(two), (sorted(one), sorted(two))
+    assert [h["host"] for h in one["hosts"]] == ["sim1"], one
+    assert [h["host"] for h in two["hosts"]] == ["sim1", "sim2"], two
+    # the per-host document: a deploy over several adds its rollout's outcome for each host to the host's deploy
+    keys = set(one["hosts"][0])
+    assert all(keys <= set(h) if run_keys else keys == set(h) for h in two["hosts"]), (keys, two["hosts"])
+    assert all(isinstance(h["ok"], bool) for h in [*one["hosts"], *two["hosts"]])
+    assert one["ok"] is one["hosts"][0]["ok"]
+
+
+def test_render_bench_and_deploy_print_one_shape_for_one_host_or_two(fleet: Fleet, sim_hosts: dict[str, SimHost],
+                                                                      tmp_path: Path) -> None:
+    """A script reads ``doc["hosts"]`` whatever the number of hosts: one host printed its own keys at the top."""
+    inventory = _inventory(fleet, tmp_path)
+    bench = ["bench", "--client", "builtin", "--num-prompts", "2", "--input-len", "16", "--output-len", "8",
+             "--out", str(tmp_path / "runs")]
+    (c1, one, e1), (c2, two, e2) = (inv_json("render", "--steps", "2", "--host", h, inventory=inventory)
+                                    for h in ("sim1", "sim1,sim2"))
+    assert c1 == c2 == 0, (e1, e2)
+    _same_shape(one, two)
+    assert one["ok"] is two["ok"] is True and one["hosts"][0]["config"] == "eagle3-s2-k1-d3"
+
+    c1, one, e1 = inv_json("deploy", "--steps", "1", "--host", "sim1", inventory=inventory)
+    c2, two, e2 = inv_json("deploy", "--steps", "1", "--host", "sim1,sim2", "--strategy", "parallel",
+                           inventory=inventory)
+    assert c1 == c2 == 0, (e1, e2)
+    _same_shape(one, two, run_keys=True)
+    assert set(one) == {"ok", "hosts"} and two["strategy"] == "parallel"
+    assert one["hosts"][0]["config"] == "eagle3-s1-k1-d2" and one["hosts"][0]["pid"]
+
+    (c1, one, e1), (c2, two, e2) = (inv_json(*bench, "--host", h, inventory=inventory) for h in ("sim1", "sim1,sim2"))
+    assert c1 == c2 == 0, (e1, e2)
+    _same_shape(one, two)
+    assert one["hosts"][0]["completed"] == 2 and all(h["completed"] == 2 for h in two["hosts"])
+
+    # A host that cannot benchmark (sim3 runs no server): its error in the same frame, with the same exit code.
+    (c1, one, e1), (c2, two, e2) = (inv_json(*bench, "--host", h, inventory=inventory) for h in ("sim3", "sim3,sim1"))
+    assert c1 == c2 != 0, (e1, e2)
+    assert set(one) == set(two) == {"ok", "hosts"} and one["ok"] is two["ok"] is False
+    failed = [one["hosts"][0], two["hosts"][0]]
+    assert [set(f) for f in failed] == [{"host", "ok", "error"}] * 2 and all(f["host"] == "sim3" for f in failed)
+    assert failed[0]["error"]["kind"] == failed[1]["error"]["kind"] and two["hosts"][1]["ok"] is True
+
+
 # -- deploys over several hosts -----------------------------------------------------------------------------------
 def test_parallel_deploy_really_runs_hosts_at_once(fleet: Fleet, sim_hosts: dict[str, SimHost],
                                                    tmp_path: Path) -> None:

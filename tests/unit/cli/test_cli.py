@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import tomllib
 
@@ -196,6 +197,21 @@ def test_a_clusters_node_is_deployed_only_with_its_cluster(tmp_path) -> None:  #
     assert r.returncode == 2 and "--strategy/--batch/--no-canary: a cluster's nodes always start together" in r.stderr
     r = run_cli("deploy", "--host", "duo", "--steps", "1", "--dry-run", "--json", inventory=inv)
     assert r.returncode == 0 and [d["host"] for d in json.loads(r.stdout)["hosts"]] == ["n1", "n2"], r.stderr
+
+
+def test_render_and_dry_run_print_one_shape_for_one_host_or_two(tmp_path: Path) -> None:
+    """One host's plan stood bare at the top and two hosts' under ``hosts``: a script had to know the count."""
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("defaults: {python: /opt/venv/bin/python3, model: /models/m, draft_model: /models/d, gpus: 2}\n"
+                   "hosts: {g1: {ssh_host: no-such-alias.invalid}, g2: {ssh_host: no-such-alias.invalid}}\n")
+    for args in (("render",), ("deploy", "--dry-run")):
+        one, two = (run_cli(*args, "--steps", "2", "--host", h, "--json", inventory=inv) for h in ("g1", "g1,g2"))
+        assert one.returncode == two.returncode == 0, (one.stderr, two.stderr)
+        a, b = json.loads(one.stdout), json.loads(two.stdout)
+        assert set(a) == set(b) == {"ok", "hosts"} and a["ok"] is b["ok"] is True, (args, sorted(a), sorted(b))
+        assert [h["host"] for h in a["hosts"]] == ["g1"] and [h["host"] for h in b["hosts"]] == ["g1", "g2"]
+        assert all(set(h) == set(a["hosts"][0]) and h["ok"] is True for h in b["hosts"])
+        assert a["hosts"][0]["config"] == "eagle3-s2-k1-d3" and a["hosts"][0]["touches_hosts"] is False
 
 
 def test_steps_are_read_back_from_a_config_name() -> None:
