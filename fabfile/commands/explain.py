@@ -29,8 +29,15 @@ def load_document(path: str, flag: str = "--from") -> dict[str, Any]:
         raise FlagError(f"{flag}: cannot read {path} ({e.__class__.__name__})") from None
     except ValueError as e:
         raise FlagError(f"{flag}: {path} is not JSON ({e})", "name a document the tool wrote") from None
+    hosts = doc.get("hosts") if isinstance(doc, dict) and explain.kind_of(doc) == "unknown" else None
+    if isinstance(hosts, list):
+        # A host command's `--json` ({"ok", "hosts": [...]}, `inv bench --json`, `inv profile --json`): its host's part
+        if len(hosts) != 1:
+            raise FlagError(f"{flag}: {path} holds {len(hosts)} hosts' results; it explains one at a time",
+                            f"save one host's part: jq '.hosts[0]' {path}")
+        doc = hosts[0]
     if isinstance(doc, dict) and isinstance(doc.get("data"), dict) and explain.kind_of(doc) == "unknown":
-        doc = doc["data"]  # a `--json` document around the result
+        doc = doc["data"]  # a host's part around its result (a profile's)
     if not isinstance(doc, dict) or explain.kind_of(doc) == "unknown":
         raise FlagError(f"{flag}: {path} is not a profile, bench or sweep result",
                         "name a sweep.json, a bench result (RUNS/<host>/<id>.json) or `inv profile --json`'s output")

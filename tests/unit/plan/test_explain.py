@@ -191,6 +191,26 @@ def test_from_a_file_that_is_not_a_result_is_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not a profile, bench or sweep result" in r.stderr
 
 
+def test_from_a_saved_bench_or_profile_json_reads_its_hosts_part(tmp_path: Path) -> None:
+    """`inv bench --json > b.json` and `inv profile --json > p.json` are {"ok", "hosts": [...]} for one host too:
+    `--from` read neither (the profile's was refused as "not a profile, bench or sweep result")."""
+    from fabfile.results.hosts import hosts_document
+
+    result = {"bench_id": "b3", "host": "h", "config_name": "eagle3-s2-k1-d3", "completed": 16}
+    profile = {"profile_id": "p1", "ranks": [{**SEED, "rank": 0}], "config_name": "eagle3-s2-k1-d3"}
+    docs = {"bench": hosts_document([{"ok": True, **result}]),
+            "profile": hosts_document([{"host": "h", "ok": True, "data": profile, "error": None}])}
+    for kind, doc in docs.items():
+        p = tmp_path / f"{kind}.json"
+        p.write_text(json.dumps(doc))
+        got = load_document(str(p))
+        assert explain.kind_of(got) == kind and got == (profile if kind == "profile" else {"ok": True, **result})
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps(hosts_document([{"ok": True, **result}, {"ok": True, **result, "host": "g"}])))
+    r = run_inv("explain", "--from", str(two))
+    assert r.returncode == 2 and "holds 2 hosts' results; it explains one at a time" in r.stderr, r.stderr
+
+
 def test_cli_explains_a_saved_sweep_and_prints_the_rules(tmp_path: Path) -> None:
     p = tmp_path / "sweep.json"
     p.write_text(json.dumps(_sweep_doc()))
