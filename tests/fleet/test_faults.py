@@ -365,7 +365,7 @@ def test_sshd_stopped_during_the_wait(fleet: Fleet, inventory: Path, host: SimHo
     listener = host.sshd_pid()
     try:
         frozen = watch.wait()
-        os.kill(listener, signal.SIGSTOP)  # new connections hang
+        waiting.stop_process(listener)  # new connections hang
         for p in host.pids():  # the live session's sshd processes die
             try:
                 cmd = Path(f"/proc/{p}/cmdline").read_bytes()
