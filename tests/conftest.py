@@ -51,10 +51,16 @@ pytest_plugins = ["tests.support.xdist_groups"]
 
 # tryfirst: pytest-xdist reads the xdist_group markers in its own collection hook (it suffixes each node id with
 # its group); a marker added after that hook ran would put the sim tests on every worker at once.
+def tier_of(item: pytest.Item) -> str:
+    """The test's tier: its top folder under tests/ (``unit``, ``sim``, ``wheels``, ``fleet``)."""
+    return item.path.resolve().relative_to(TESTS).parts[0]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers = {item.nodeid: tier_of(item) for item in items}
     for item in items:
-        tier = item.path.resolve().relative_to(TESTS).parts[0]
+        tier = tiers[item.nodeid]
         if FLEET_FIXTURES & set(getattr(item, "fixturenames", ())) and tier != "fleet":
             raise pytest.UsageError(f"{item.nodeid} uses the simulated fleet: it belongs under tests/fleet/")
         if tier in TIERS:
@@ -67,8 +73,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Long chains first, short tests last: the sim tier runs on one worker in a row, and the wheels tier's contract
     # checks take up to 20 s each; collected last (the folders' alphabetical order) they were the tail the other
     # workers waited for. Unit tests, a second or less each, fill the end.
-    items.sort(key=lambda item: FIRST.index(item.path.resolve().relative_to(TESTS).parts[0])
-               if item.path.resolve().relative_to(TESTS).parts[0] in FIRST else len(FIRST))
+    items.sort(key=lambda item: FIRST.index(tiers[item.nodeid]) if tiers[item.nodeid] in FIRST else len(FIRST))
 
 
 @pytest.fixture(scope="session")

@@ -99,8 +99,9 @@ class Reporter:
         self._stop_live()
         if self.enabled and not self.failure_shown:
             elapsed = time.monotonic() - self.t0
-            self.console.print(f"[red]✗[/red] [bold]{self.host}[/bold] {'deploy':<18} {elapsed:6.2f}s  "
-                               "[red]failed[/red]")
+            # No step was current, so the time is the whole deploy's (since it began), and the line says so.
+            self.console.print(f"[red]✗[/red] [bold]{self.host}[/bold] {'between steps':<18} {elapsed:6.2f}s  "
+                               "[red]failed[/red] (time since the deploy began)")
         self.failure_shown = True
 
     def info(self, message: str) -> None:

@@ -366,7 +366,7 @@ def test_sshd_stopped_during_the_wait(fleet: Fleet, inventory: Path, host: SimHo
     listener = host.sshd_pid()
     try:
         frozen = watch.wait()
-        os.kill(listener, signal.SIGSTOP)  # new connections hang
+        waiting.stop_process(listener)  # new connections hang
         for p in host.pids():  # the live session's sshd processes die
             try:
                 cmd = Path(f"/proc/{p}/cmdline").read_bytes()
@@ -730,6 +730,10 @@ def test_server_dies_after_ready_before_verify(inventory: Path, host: SimHost) -
         frozen = watch.wait()
         launcher = next(p for p, c in sglang_pids(host) if "sglang.launch_server" in c)
         host_kill(host, "KILL", launcher)
+        # `kill` returns once the signal is queued; the launcher dies when it next runs, which a loaded machine can
+        # put after the deploy resumes and finds it alive. The death this test is about comes first.
+        waiting.wait_until(lambda: launcher not in {p for p, _ in sglang_pids(host)}, "the killed launcher exiting",
+                           poll_s=0.1)
         host_kill(host, "CONT", frozen["pid"])
         _out, err = client.communicate(timeout=90)
     finally:

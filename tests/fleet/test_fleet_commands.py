@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.simhost.fleet import Fleet, SimHost, up
+from tests.support import waiting
 from tests.support.invoke_cli import derived_inventory, http_get, inv_host_json, inv_json, run_inv, sglang_pids
 
 ALL = "sim1,sim2,sim3"
@@ -64,7 +65,7 @@ def test_hung_host_is_reported_while_the_others_print(fleet: Fleet, sim_hosts: d
     # margin, not by how fast the machine is.
     host_timeout = 10
     without_the_bound = 40 + 120
-    subprocess.run(["kill", "-STOP", str(sshd)], check=True)  # sim2 accepts TCP but never says a word
+    waiting.stop_process(sshd)  # sim2 accepts TCP but never says a word
     try:
         for cmd in ("status", "gpus", "check-env"):
             t0 = time.monotonic()

@@ -68,7 +68,7 @@ def frozen_sshd(host: SimHost) -> Iterator[list[int]]:
     while what runs there goes on. Resumed on exit (or earlier by the test)."""
     pids = _sshd_pids(host)
     for p in pids:
-        os.kill(p, signal.SIGSTOP)
+        waiting.stop_process(p)
     try:
         yield pids
     finally:
@@ -287,7 +287,7 @@ def test_a_hung_server_is_a_problem_not_healthy(fleet: Fleet, sim_host: SimHost,
     assert code == 0, err
     pid = doc["pid"]
     machine_pid = next(p for p in sim_host.pids() if _inner_pid(p) == pid)
-    os.kill(machine_pid, signal.SIGSTOP)
+    waiting.stop_process(machine_pid)
     try:
         code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
         r = run_inv("status", "--host", "sim1", inventory=inventory)

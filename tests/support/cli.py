@@ -10,6 +10,7 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import chdir, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ class CommandHung(BaseException):
     Exception, or KeyboardInterrupt for Ctrl-C) takes it for one of its own errors and goes on."""
 
 
-def _hung(seconds: float) -> object:
+def _hung(seconds: float) -> Callable[[int, FrameType | None], None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         raise CommandHung(f"the command did not finish within the test's {seconds:g} s")
     return handler
@@ -52,7 +53,7 @@ def run_cli(*args: str, inventory: Path | None = None, cwd: Path | None = None,
     code: int | str | None = 0
     previous = None
     if timeout is not None:
-        previous = signal.signal(signal.SIGALRM, _hung(timeout))  # type: ignore[arg-type]
+        previous = signal.signal(signal.SIGALRM, _hung(timeout))
         signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         # stdin as a subprocess run gets it (DEVNULL): a prompt reads end-of-file, never the test runner's input

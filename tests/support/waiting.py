@@ -31,3 +31,20 @@ def wait_until(check: Callable[[], object], what: str, *, poll_s: float = 0.05,
             raise AssertionError(f"{what} did not happen within the {HANG_GUARD_S:.0f} s hang guard"
                                  + (f":\n{detail()}" if detail else ""))
         time.sleep(poll_s)
+
+
+def stop_process(pid: int) -> None:
+    """SIGSTOP ``pid`` and return once it is stopped. ``kill`` returns when the signal is queued; the process stops
+    when it next runs, which on a loaded machine can come after the test's next step (a connection the frozen sshd
+    still accepted, a status that saw the server running)."""
+    import signal
+
+    from fabfile.remote import procs
+
+    def stopped() -> bool:
+        info = procs.stat(pid)
+        return info is None or info.state in ("T", "t")
+
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(stopped, f"process {pid} stopping after SIGSTOP", poll_s=0.01)
+

@@ -199,7 +199,8 @@ def test_a_deploy_lost_between_two_steps_says_so_when_it_happens(inv: inventory.
         r = deploy_host(inv, inv.hosts["a"], Options(steps=1), reporter)
     assert not r.ok
     failures = [line for line in screen.getvalue().splitlines() if line.startswith("✗")]
-    assert len(failures) == 1 and failures[0].split()[:3] == ["✗", "a", "deploy"], screen.getvalue()
+    assert len(failures) == 1 and failures[0].split()[:4] == ["✗", "a", "between", "steps"], screen.getvalue()
+    assert "since the deploy began" in failures[0]
     # a failed step already said it: no second ✗ line
     reporter.step_start("wait_ready")
     reporter.step_end("wait_ready", False, message="the server exited")
