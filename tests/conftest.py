@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,10 +71,54 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # step stops every such process it finds there: on two workers at once, one module's deploy would stop
             # the other's servers. One worker runs them all (`--dist loadgroup`).
             item.add_marker(pytest.mark.xdist_group("runner-pid-namespace"))
-    # Long chains first, short tests last: the sim tier runs on one worker in a row, and the wheels tier's contract
-    # checks take up to 20 s each; collected last (the folders' alphabetical order) they were the tail the other
-    # workers waited for. Unit tests, a second or less each, fill the end.
-    items.sort(key=lambda item: FIRST.index(tiers[item.nodeid]) if tiers[item.nodeid] in FIRST else len(FIRST))
+    # Longest first, shortest last (the classic rule for filling parallel workers): a long test collected late (the
+    # folders' alphabetical order put the 60 s router and host-lost tests near the end) is the tail the other
+    # workers wait for. Each test's length comes from tests/durations.json, recorded by a whole run (`./dev test
+    # --record-durations`); a test it does not list sorts by its tier (the sim tier's one-worker chain, the wheels
+    # tier's contract checks, fleet, then unit tests, a second or less each, which fill the end). A stale file only
+    # makes the order less good, never a test different. The sim group runs first whatever this order: xdist hands
+    # out the largest group before single tests.
+    known = recorded_durations()
+    items.sort(key=lambda item: (-known.get(plain_id(item.nodeid), 0.0),
+                                 FIRST.index(tiers[item.nodeid]) if tiers[item.nodeid] in FIRST else len(FIRST)))
+
+
+DURATIONS = TESTS / "durations.json"
+RECORD_FROM_S = 2.0  # shorter tests are not listed: their order hardly matters, and the file stays small
+
+
+def plain_id(nodeid: str) -> str:
+    """A node id without the ``@group`` suffix xdist's groups add (tests/support/xdist_groups.py)."""
+    return nodeid.split("@", 1)[0]
+
+
+def recorded_durations() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write each test's setup+call+teardown time to {DURATIONS.name} (tests of "
+                          f"{RECORD_FROM_S:g} s or more), the order the next runs hand tests out in")
+
+
+_timings: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # On the controller this sees every worker's reports too.
+    _timings[plain_id(report.nodeid)] = _timings.get(plain_id(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not session.config.getoption("--record-durations") or hasattr(session.config, "workerinput"):
+        return
+    long = {k: round(v, 1) for k, v in sorted(_timings.items()) if v >= RECORD_FROM_S}
+    DURATIONS.write_text(json.dumps(long, indent=1) + "\n", encoding="utf-8")
 
 
 @pytest.fixture(scope="session")
