@@ -19,6 +19,7 @@ a private name across modules), so ``./dev check`` fails on it; long functions a
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from pathlib import Path
 
@@ -222,4 +223,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `python -m bench.layout | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from tests.simhost.fleet import Fleet, SimHost, up
+from tests.support.xdist_groups import RUNNER_PID_NAMESPACE
 
 # Randomized tests, one rule for the whole suite. `./dev test` and CI run the "deterministic" profile: the same
 # examples on every run of a commit (derandomize), no example database carried between runs, and no shrinking (a
@@ -70,7 +71,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # These start SGLang-titled processes in the runner's own PID namespace, and a `local` deploy's stop
             # step stops every such process it finds there: on two workers at once, one module's deploy would stop
             # the other's servers. One worker runs them all (`--dist loadgroup`).
-            item.add_marker(pytest.mark.xdist_group("runner-pid-namespace"))
+            item.add_marker(pytest.mark.xdist_group(RUNNER_PID_NAMESPACE))
     # Longest first, shortest last (the classic rule for filling parallel workers): a long test collected late (the
     # folders' alphabetical order put the 60 s router and host-lost tests near the end) is the tail the other
     # workers wait for. Each test's length comes from tests/durations.json, recorded by a whole run (`./dev test

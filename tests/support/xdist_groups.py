@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+# The group of every test that starts SGLang-titled processes in the runner's own PID namespace (the sim tier, the
+# wheels tier's contract checks): a `local` deploy's stop step stops every such process it finds there, so they run
+# on one worker, one after another (tests/conftest.py).
+RUNNER_PID_NAMESPACE = "runner-pid-namespace"
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,10 +17,15 @@ import pytest
 from fabfile.remote.evidence import sglang_env_facts
 from fabfile.remote.evidence.sglangnccl import sglang_env_facts_for
 from tests.support.wheels import wheels  # noqa: F401 - the session fixture
+from tests.support.xdist_groups import RUNNER_PID_NAMESPACE
 from tools.contract import envfacts, real, sim, table
 from tools.wheels import VERSIONS, fetch_wheel
 
-pytestmark = pytest.mark.wheels
+# The contract checks start the simulated SGLang server as processes of the runner's own PID namespace, like the
+# sim tier; a sim test's `local` deploy stops every SGLang-titled process it finds there, and once killed a contract
+# probe mid-request (connection refused after "fired up and ready"). So they share the sim tier's one worker
+# (tests/conftest.py says why that group exists).
+pytestmark = [pytest.mark.wheels, pytest.mark.xdist_group(RUNNER_PID_NAMESPACE)]
 
 
 def _wheel(label: str, wheels: dict[str, Any]) -> real.Wheel:  # noqa: F811
