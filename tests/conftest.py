@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from tests.simhost.fleet import Fleet, SimHost, up
-from tests.support.xdist_groups import RUNNER_PID_NAMESPACE
 
 # Randomized tests, one rule for the whole suite. `./dev test` and CI run the "deterministic" profile: the same
 # examples on every run of a commit (derandomize), no example database carried between runs, and no shrinking (a
@@ -60,6 +59,10 @@ def tier_of(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Imported here, not at the top: the module is also a plugin (pytest_plugins above), which pytest must import
+    # first to rewrite its asserts.
+    from tests.support.xdist_groups import RUNNER_PID_NAMESPACE
+
     tiers = {item.nodeid: tier_of(item) for item in items}
     for item in items:
         tier = tiers[item.nodeid]

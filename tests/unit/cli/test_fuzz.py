@@ -215,7 +215,12 @@ def fuzz_inventory() -> Path:
 def no_ssh() -> Iterator[None]:
     """Stand in for the first SSH session: a flag value that gets there has passed validation. The tasks run in a
     scratch directory (a fuzzed `--out` writes where it points, relative paths included)."""
-    from fabfile.transport import session, trust
+    # Patched where it is looked up: `inv trust-host` calls commands/trust.py's own `fetch_key` (bound by its `from
+    # ... import`). Patching transport/trust.py's instead leaked: when commands/trust.py was first imported while
+    # the patch was on, it bound the stand-in for good, and every later trust-host test on that worker failed
+    # "validation passed" (exit 99). Importing it first binds the real function; the patch is then undone cleanly.
+    from fabfile.commands import trust
+    from fabfile.transport import session
 
     def reached(*_a: Any, **_k: Any) -> Any:
         raise Reached("validation passed")
