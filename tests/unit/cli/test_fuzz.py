@@ -61,14 +61,28 @@ PATHS: list[tuple[str, ...]] = (
        ("hosts", "bad host!"), ("hosts",), ("presets",), ("ssh_config",), ("clusters",), ("nonsense",)]
 )
 
+# Named functions, not lambdas, in every strategy: to print a strategy (which `st.recursive` does while it validates
+# itself) Hypothesis describes a lambda by parsing this file with `ast`, and on CPython 3.11 that parse once raised
+# "SystemError: AST constructor recursion depth mismatch" in a worker that had run other tests first. A named
+# function is described by its name.
+def _joined(a: str, b: str) -> str:
+    return a + b
+
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3))
+
+
+def _percent(p: int) -> str:
+    return f"{p}%"
+
+
 TEXT = st.one_of(st.text(max_size=40), SHELLISH,
-                 st.builds(lambda a, b: a + b, SHELLISH, st.text(st.characters(min_codepoint=0x80), max_size=8)))
+                 st.builds(_joined, SHELLISH, st.text(st.characters(min_codepoint=0x80), max_size=8)))
 NUMBER = st.one_of(st.integers(min_value=-(10**30), max_value=10**30), st.integers(-3, 70000),
                    st.floats(allow_nan=True, allow_infinity=True))
 SCALAR = st.one_of(TEXT, NUMBER, st.booleans(), st.none())
-VALUE = st.recursive(SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                     st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                     max_leaves=6)
+VALUE = st.recursive(SCALAR, _containers, max_leaves=6)
 
 _DIR = Path(tempfile.mkdtemp(prefix="specdeploy-fuzz-"))
 
@@ -292,7 +306,7 @@ VALID: dict[tuple[str, str], Any] = {
     ("deploy", "timeout"): st.floats(0.5, tasks.flags.DAY_S).map(str),
     ("deploy", "lock_wait"): st.floats(0, 86400).map(str),
     ("deploy", "patch_mode"): st.sampled_from(["auto", "env", "engine", "scheduler", "sitecustomize"]),
-    ("deploy", "batch"): st.one_of(st.integers(1, 50).map(str), st.integers(1, 100).map(lambda p: f"{p}%")),
+    ("deploy", "batch"): st.one_of(st.integers(1, 50).map(str), st.integers(1, 100).map(_percent)),
     ("logs", "lines"): st.integers(1, 10**6).map(str),
     ("bench", "concurrency"): st.integers(1, 1024).map(str),
     ("bench", "num_prompts"): st.integers(1, 10**5).map(str),
