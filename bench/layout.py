@@ -19,6 +19,7 @@ a private name across modules), so ``./dev check`` fails on it; long functions a
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import sys
 from pathlib import Path
@@ -43,6 +44,14 @@ def _modules(root: Path, folders: tuple[str, ...] = ("fabfile",)) -> dict[str, P
     return mods
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a file, parsed and walked once per run: the rules below read the same files four times (the
+    import graph for cycles and for the rooms' order, private names, long functions), and parsing and walking them
+    each time was most of the check's 3 s."""
+    return tuple(ast.walk(ast.parse(path.read_text())))
+
+
 def _base(name: str, path: Path, node: ast.ImportFrom) -> str:
     """The absolute module a ``from ... import`` reads from (relative imports resolved against ``name``)."""
     if not node.level:
@@ -54,7 +63,7 @@ def _base(name: str, path: Path, node: ast.ImportFrom) -> str:
 
 def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
     found: set[str] = set()
-    for n in ast.walk(ast.parse(path.read_text())):
+    for n in _nodes(path):
         targets: list[str] = []
         if isinstance(n, ast.ImportFrom):
             base = _base(name, path, n)
@@ -138,11 +147,10 @@ def _dotted(node: ast.expr) -> str | None:
 
 def _private_uses(name: str, path: Path, mods: dict[str, Path], root: Path) -> list[str]:
     """``from m import _x`` and ``m._x`` where ``m`` is another module of the project, as ``file:line text``."""
-    tree = ast.parse(path.read_text())
     rel = path.relative_to(root)
     out: list[str] = []
     bound: dict[str, str] = {}  # a local name → the project module it stands for
-    for n in ast.walk(tree):
+    for n in _nodes(path):
         if isinstance(n, ast.ImportFrom):
             base = _base(name, path, n)
             for a in n.names:
@@ -160,7 +168,7 @@ def _private_uses(name: str, path: Path, mods: dict[str, Path], root: Path) -> l
                 parts = a.name.split(".")
                 if any(_private(p) for p in parts) and a.name in mods and a.name != name:
                     out.append(f"{rel}:{n.lineno} import {a.name}")
-    for n in ast.walk(tree):
+    for n in _nodes(path):
         if not isinstance(n, ast.Attribute) or not _private(n.attr):
             continue
         head = _dotted(n.value)
@@ -189,7 +197,7 @@ def long_functions(root: Path) -> list[tuple[int, str]]:
     long = []
     for p in sorted((root / "fabfile").rglob("*.py")):
         rel = str(p.relative_to(root))
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in _nodes(p):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 length = (node.end_lineno or node.lineno) - start + 1

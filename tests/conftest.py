@@ -46,6 +46,26 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     mp.undo()
 
 
+UNIT = TESTS / "unit"
+FLEET_WORKERS = 6
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a run without xdist (`-p no:xdist`) has no such hook
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many workers `-n auto` (what `./dev test` passes) starts: one per core for the unit tier alone, six
+    otherwise. Much of the fleet tier's time is waiting on simulated hosts, not CPU: with four workers on two
+    cores the CPU sat idle while several waited at once (a host-lost re-check, a hung host's timeout); measured
+    from fresh clones, 4 workers took 549-571 s of pytest, 6 took 489 s. The unit tier only computes, and each
+    worker imports and collects it again (~3 s of CPU): on two cores, 6 workers took 34-44 s for tests/unit, 2 took
+    26 s. xdist's own PYTEST_XDIST_AUTO_NUM_WORKERS still decides when it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    paths = [Path(config.invocation_params.dir, arg.split("::", 1)[0]).resolve() for arg in config.args]
+    if paths and all(path.is_relative_to(UNIT) for path in paths):
+        return len(os.sched_getaffinity(0))
+    return FLEET_WORKERS
+
+
 # The group's id reaches pytest 9's node ids only through this plugin (its docstring says why).
 pytest_plugins = ["tests.support.xdist_groups"]
 
@@ -82,9 +102,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # tier's contract checks, fleet, then unit tests, a second or less each, which fill the end). A stale file only
     # makes the order less good, never a test different. The sim group runs first whatever this order: xdist hands
     # out the largest group before single tests.
+    # A module's tests stay together, the module placed by its longest test: pytest tears a module's fixtures down
+    # when the next test is another module's, so sorting single tests across modules built a module fixture once
+    # per run of its tests (the real-run model files four times in one `-n 0` run of tests/unit, ~2 s each).
     known = recorded_durations()
-    items.sort(key=lambda item: (-known.get(plain_id(item.nodeid), 0.0),
-                                 FIRST.index(tiers[item.nodeid]) if tiers[item.nodeid] in FIRST else len(FIRST)))
+    length = {item.nodeid: known.get(plain_id(item.nodeid), 0.0) for item in items}
+    longest: dict[Path, float] = {}
+    for item in items:
+        longest[item.path] = max(longest.get(item.path, 0.0), length[item.nodeid])
+    rank = {tier: FIRST.index(tier) if tier in FIRST else len(FIRST) for tier in set(tiers.values())}
+    items.sort(key=lambda item: (-longest[item.path], rank[tiers[item.nodeid]], str(item.path),
+                                 -length[item.nodeid]))
 
 
 DURATIONS = TESTS / "durations.json"

@@ -47,12 +47,10 @@ EOS = VOCAB - 1         # never emitted: only ids < HIDDEN ever win
 
 def _bf16(a: np.ndarray) -> bytes:
     """float32 → bfloat16 bytes by truncation; exact here, every value is 0, ±1 or a power of two."""
-    f = np.ascontiguousarray(a, dtype=np.float32)
-    bits = (f.view(np.uint32) >> 16).astype(np.uint16)
-    back = (bits.astype(np.uint32) << 16).view(np.float32)
-    if not np.array_equal(back, f):
+    words = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    if (words & 0xFFFF).any():  # truncation keeps the top 16 bits: exact only when the low 16 are all zero
         raise ValueError("a weight is not exactly representable in bfloat16")
-    return bits.tobytes()
+    return (words >> 16).astype(np.uint16).tobytes()
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:

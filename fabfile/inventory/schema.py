@@ -313,10 +313,25 @@ def pydantic_message(e: ValidationError, prefix: str) -> str:
     return f"{where}: {msg}"
 
 
+# Deeper than any inventory needs (a host's `env: {...}` inside `hosts: {...}` is three). PyYAML's scanner keeps one
+# entry per open `[`/`{` and walks them all at each token, so a deeply nested flow took it ~1.2 s to reach Python's
+# recursion limit (about 490 levels) before the load was refused; refused at this depth it takes milliseconds.
+FLOW_DEPTH_MAX = 64
+
+
+class _TooDeep(Exception):
+    pass
+
+
 class _StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a key given twice in one mapping is an error, not a silent overwrite (a host
     defined twice, a field set twice: the first one would be dropped without a word). Keys merged in with ``<<``
-    may still be overridden, as YAML intends."""
+    may still be overridden, as YAML intends. Flow collections nest at most ``FLOW_DEPTH_MAX`` deep."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # PyYAML names its argument so
+        if self.flow_level >= FLOW_DEPTH_MAX:
+            raise _TooDeep
+        super().fetch_flow_collection_start(TokenClass)
 
 
 def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> Any:
@@ -347,7 +362,7 @@ def read(p: Path, data: bytes) -> Any:
         return yaml.load(text, Loader=_StrictLoader)
     except UnicodeDecodeError as e:
         raise InventoryError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except RecursionError:
+    except (RecursionError, _TooDeep):
         raise InventoryError(f"{p}: nested too deeply to be an inventory") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)

@@ -17,6 +17,12 @@ import pytest
 RUNNER_PID_NAMESPACE = "runner-pid-namespace"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist declares the marker only when it is loaded; a run in one process (`-p no:xdist`) would warn of an
+    # unknown mark on each module that names a group.
+    config.addinivalue_line("markers", "xdist_group(name): run every test of this group on one worker")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

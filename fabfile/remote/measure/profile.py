@@ -26,7 +26,7 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import versions
@@ -249,9 +249,11 @@ def _load_and_trace(ctx: _Run, sink: EventSink) -> tuple[dict[str, Any], devicet
     return measured, after, files
 
 
-def read_trace(path: str, cap: int, attempts: int = 4) -> dict[str, Any]:
+def read_trace(path: str, cap: int, attempts: int = 4,
+               wait: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """One rank's summary. A gzip SGLang is still writing (its size held still a moment, then grew) reads as
-    truncated: read again while the file still changes."""
+    truncated: read again, a second later, while the file still changes. ``wait`` is that second's sleep (a test
+    finishes the file there instead of racing a writer thread)."""
     attempt = 0
     while True:
         size = os.path.getsize(path)
@@ -262,8 +264,11 @@ def read_trace(path: str, cap: int, attempts: int = 4) -> dict[str, Any]:
                              "profile fewer steps (--trace-steps) or a smaller load") from None
         except trace.TraceUnreadable as e:
             attempt += 1
-            time.sleep(1.0)
-            if attempt >= attempts or (attempt > 1 and os.path.getsize(path) == size):
+            gave_up = attempt >= attempts  # known before waiting: the last attempt's failure waits for nothing
+            if not gave_up:
+                wait(1.0)
+                gave_up = attempt > 1 and os.path.getsize(path) == size  # it did not grow while we waited
+            if gave_up:
                 raise AgentError("profile_failed", str(e), "see `inv logs` for the profiler's lines") from None
 
 

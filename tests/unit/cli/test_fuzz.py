@@ -367,6 +367,11 @@ def _numeric_run(name: str, param: str, value: str, inv: Path) -> tuple[int, str
     return run_task(name, inv, **extra, **{param: value})
 
 
+# The two tests of the numeric flags run on one worker (`--dist loadgroup`): finding the flags runs hundreds of
+# commands, once.
+NUMERIC_FLAGS = pytest.mark.xdist_group("numeric-flags")
+
+
 @pytest.fixture(scope="module")
 def numeric_flags(fuzz_inventory: Path, no_ssh: None) -> list[tuple[str, str]]:
     """The flags that take a number, found from the tasks' signatures by behaviour: a word is refused (exit 2 naming
@@ -381,6 +386,7 @@ def numeric_flags(fuzz_inventory: Path, no_ssh: None) -> list[tuple[str, str]]:
     return found
 
 
+@NUMERIC_FLAGS
 def test_every_flag_is_numeric_or_named_as_not(numeric_flags: list[tuple[str, str]]) -> None:
     numeric = set(numeric_flags)
     assert {("watch", "for_"), ("deploy", "batch"), ("deploy", "timeout"), ("sweep", "steps"), ("diff", "steps"),
@@ -389,6 +395,7 @@ def test_every_flag_is_numeric_or_named_as_not(numeric_flags: list[tuple[str, st
     assert not unclassified, f"neither numeric nor in NOT_NUMERIC (a number its probes never passed?): {unclassified}"
 
 
+@NUMERIC_FLAGS
 def test_every_numeric_flag_refuses_what_is_no_sane_number(numeric_flags: list[tuple[str, str]],
                                                            fuzz_inventory: Path, no_ssh: None) -> None:
     """NaN, ±inf, 1e309, hex, empty, negative and 10,000 digits, on every numeric flag of every command: exit 2,

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from fabfile.errors import InventoryError
+from fabfile.inventory import schema
 from tests.support.invoke_cli import run_inv
 
 
@@ -59,6 +61,24 @@ def test_a_deeply_nested_or_huge_inventory_is_a_sentence(tmp_path: Path) -> None
     deep.write_text("hosts: " + "[" * 50000)
     huge = tmp_path / "huge.yaml"
     huge.write_text("hosts: {h: {python: /p, model: /m}}\n" + "# padding\n" * 600000)
-    for inv, what in ((deep, "nested too deeply"), (huge, "larger than 4 MiB")):
+    # nested by indentation, not brackets: Python's recursion limit is what stops PyYAML there
+    block = tmp_path / "block.yaml"
+    block.write_text("".join("  " * i + f"k{i}:\n" for i in range(2000)) + "  " * 2000 + "v\n")
+    for inv, what in ((deep, "nested too deeply"), (huge, "larger than 4 MiB"), (block, "nested too deeply")):
         r = run_inv("status", inventory=inv)
         assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr, r.stderr[-500:]
+
+
+def test_flow_collections_nest_up_to_the_limit_and_no_deeper(tmp_path: Path) -> None:
+    """The flow depth is refused as PyYAML's scanner reaches it (schema.FLOW_DEPTH_MAX), not after the ~1.2 s its
+    scanner took to reach Python's recursion limit; up to the limit the file is read as YAML."""
+    def text(depth: int) -> bytes:
+        return ("hosts: " + "[" * depth + "]" * depth + "\n").encode()
+
+    deepest = schema.read(tmp_path / "ok.yaml", text(schema.FLOW_DEPTH_MAX))["hosts"]
+    for _ in range(schema.FLOW_DEPTH_MAX - 1):
+        assert isinstance(deepest, list) and len(deepest) == 1
+        deepest = deepest[0]
+    assert deepest == []
+    with pytest.raises(InventoryError, match="nested too deeply to be an inventory"):
+        schema.read(tmp_path / "deep.yaml", text(schema.FLOW_DEPTH_MAX + 1))

@@ -86,7 +86,9 @@ def test_scheduler_titles_sort_numerically_and_name_every_rank() -> None:
 
 def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
     """A server in another container must not be stopped just because its title says sglang::."""
-    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+    # --kill-child: killing unshare kills the namespace's first process too (without it, the titled process
+    # outlived the test by its whole sleep, an orphan of PID 1 writing into pytest's capture file).
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-c",
                           "import setproctitle, time; setproctitle.setproctitle('sglang::scheduler_TP0'); "
                           "time.sleep(30)"])
     try:

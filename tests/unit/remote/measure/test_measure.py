@@ -175,19 +175,29 @@ def test_the_profiles_directory_is_never_a_symlink(tmp_path: Path) -> None:
 
 
 def test_a_trace_still_being_written_is_read_once_it_is_whole(tmp_path: Path) -> None:
-    import threading
-
     from fabfile.remote.common import AgentError
     from fabfile.remote.measure import profile
 
     path = tmp_path / "specdeploy-1.5-TP-0.trace.json.gz"
     whole = gzip.compress(json.dumps({"traceEvents": []}).encode())
     path.write_bytes(whole[: len(whole) // 2])  # what a reader sees while SGLang writes
-    threading.Timer(0.5, lambda: path.write_bytes(whole)).start()
-    assert profile.read_trace(str(path), 1 << 20)["phases"] == {}
+    waits: list[float] = []
+
+    def sglang_finishes_writing(seconds: float) -> None:
+        waits.append(seconds)
+        path.write_bytes(whole)
+
+    assert profile.read_trace(str(path), 1 << 20, wait=sglang_finishes_writing)["phases"] == {}
+    assert waits == [1.0]  # read once more, a second later
     path.write_bytes(b"not gzip")
+    del waits[:]
     with pytest.raises(AgentError, match="not a readable trace"):
-        profile.read_trace(str(path), 1 << 20, attempts=2)
+        profile.read_trace(str(path), 1 << 20, attempts=2, wait=waits.append)
+    assert waits == [1.0]  # the last attempt's failure is final: no wait after it
+    del waits[:]
+    with pytest.raises(AgentError, match="not a readable trace"):
+        profile.read_trace(str(path), 1 << 20, wait=waits.append)
+    assert waits == [1.0, 1.0]  # four attempts allowed, but the file did not grow during the second wait
 
 
 def test_a_pass_tells_nccls_all_reduce_from_sglangs_custom_one_and_its_batch() -> None:
