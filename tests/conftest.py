@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from tests.simhost.fleet import Fleet, SimHost, up
+from tests.support.ordering import longest_first
 
 # Randomized tests, one rule for the whole suite. `./dev test` and CI run the "deterministic" profile: the same
 # examples on every run of a commit (derandomize), no example database carried between runs, and no shrinking (a
@@ -70,13 +71,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 pytest_plugins = ["tests.support.xdist_groups"]
 
 
-# tryfirst: pytest-xdist reads the xdist_group markers in its own collection hook (it suffixes each node id with
-# its group); a marker added after that hook ran would put the sim tests on every worker at once.
 def tier_of(item: pytest.Item) -> str:
     """The test's tier: its top folder under tests/ (``unit``, ``sim``, ``wheels``, ``fleet``)."""
     return item.path.resolve().relative_to(TESTS).parts[0]
 
 
+# tryfirst: pytest-xdist reads the xdist_group markers in its own collection hook (it suffixes each node id with
+# its group); a marker added after that hook ran would put the sim tests on every worker at once.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Imported here, not at the top: the module is also a plugin (pytest_plugins above), which pytest must import
@@ -95,24 +96,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # step stops every such process it finds there: on two workers at once, one module's deploy would stop
             # the other's servers. One worker runs them all (`--dist loadgroup`).
             item.add_marker(pytest.mark.xdist_group(RUNNER_PID_NAMESPACE))
-    # Longest first, shortest last (the classic rule for filling parallel workers): a long test collected late (the
-    # folders' alphabetical order put the 60 s router and host-lost tests near the end) is the tail the other
-    # workers wait for. Each test's length comes from tests/durations.json, recorded by a whole run (`./dev test
-    # --record-durations`); a test it does not list sorts by its tier (the sim tier's one-worker chain, the wheels
-    # tier's contract checks, fleet, then unit tests, a second or less each, which fill the end). A stale file only
-    # makes the order less good, never a test different. The sim group runs first whatever this order: xdist hands
-    # out the largest group before single tests.
-    # A module's tests stay together, the module placed by its longest test: pytest tears a module's fixtures down
-    # when the next test is another module's, so sorting single tests across modules built a module fixture once
-    # per run of its tests (the real-run model files four times in one `-n 0` run of tests/unit, ~2 s each).
+    # Longest first (tests/support/ordering.py says why and how). Each test's length comes from tests/durations.json,
+    # recorded by a whole run (`./dev test --record-durations`); a test it does not list sorts by its tier (the sim
+    # tier's one-worker chain, the wheels tier's contract checks, fleet, then unit tests, a second or less each,
+    # which fill the end). A stale file only makes the order less good, never a test different. The sim group runs
+    # first whatever this order: xdist hands out the largest group before single tests.
     known = recorded_durations()
-    length = {item.nodeid: known.get(plain_id(item.nodeid), 0.0) for item in items}
-    longest: dict[Path, float] = {}
-    for item in items:
-        longest[item.path] = max(longest.get(item.path, 0.0), length[item.nodeid])
     rank = {tier: FIRST.index(tier) if tier in FIRST else len(FIRST) for tier in set(tiers.values())}
-    items.sort(key=lambda item: (-longest[item.path], rank[tiers[item.nodeid]], str(item.path),
-                                 -length[item.nodeid]))
+    items[:] = longest_first(items, length=lambda item: known.get(plain_id(item.nodeid), 0.0),
+                             rank=lambda item: rank[tiers[item.nodeid]])
 
 
 DURATIONS = TESTS / "durations.json"
