@@ -29,7 +29,10 @@ from tests.simhost.fleet import Fleet, SimHost, up
 from tests.support import waiting
 from tests.support.invoke_cli import derived_inventory, inv_json
 
-pytestmark = [pytest.mark.fleet, pytest.mark.wheels]
+# One worker runs the module (`--dist loadgroup`), so its four-host fleet is built once: spread over three workers,
+# each built its own at the same moment (the suite starts with these, its longest tests), and the three tests took
+# 92-129 s each instead of 45-58.
+pytestmark = [pytest.mark.fleet, pytest.mark.wheels, pytest.mark.xdist_group("real-router-fleet4")]
 
 ROUTER_PORT = 30000
 

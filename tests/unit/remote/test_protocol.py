@@ -5,11 +5,13 @@ code and hint) fails here, and so does a kind in the table that nothing raises a
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from fabfile import errors
 from fabfile.remote import protocol, verbs
 from fabfile.remote.verbs import TABLE
+from tests.support import sources
 
 REMOTE = Path(protocol.__file__).resolve().parent
 
@@ -28,13 +30,14 @@ def _func_name(call: ast.Call) -> str:
     return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
 
 
+@functools.cache  # three tests read the same scan of the agent's files
 def raised_kinds() -> dict[str, list[str]]:
     """kind -> ["file:line", ...] for every ``AgentError(kind, ...)`` in the agent, through kind-forwarding helpers.
 
     A helper is a function whose first parameter is ``kind`` and that passes it on as AgentError's first argument;
     its callers' literal kinds count. Any other non-literal kind is a failure: the scan could not see it.
     """
-    trees = {str(p.relative_to(REMOTE)): ast.parse(p.read_text(), str(p)) for p in sorted(REMOTE.rglob("*.py"))}
+    trees = {str(p.relative_to(REMOTE)): sources.parsed(p) for p in sources.modules(REMOTE)}
     helpers = {"AgentError"}
     for tree in trees.values():
         for fn in ast.walk(tree):
@@ -122,7 +125,7 @@ SESSION = Path(protocol.__file__).resolve().parent.parent / "transport" / "sessi
 def _sent_by_session() -> dict[str, list[str]]:
     """verb name -> the HostSession methods that send it (``self._call(verbs.X, ...)``), read from the source."""
     by_const = {name: v.name for name, v in vars(verbs).items() if isinstance(v, verbs.Verb)}
-    tree = ast.parse(SESSION.read_text())
+    tree = sources.parsed(SESSION)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HostSession")
     sent: dict[str, list[str]] = {}
     for fn in cls.body:
@@ -164,10 +167,10 @@ def test_each_request_is_built_in_one_host_session_method_that_returns_the_answe
         assert get_type_hints(getattr(HostSession, methods[0]))["return"] is TABLE[name].answer, name
     # and nothing else in the client talks to the agent by a verb's name
     root = SESSION.parent.parent
-    for path in sorted(root.rglob("*.py")):
+    for path in sources.modules(root):
         if path.parent.name == "remote" or path.name in ("session.py", "agentclient.py"):
             continue
-        for call in ast.walk(ast.parse(path.read_text())):
+        for call in sources.nodes(path):
             if isinstance(call, ast.Call) and _func_name(call) in ("call", "_call"):
                 assert not (call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value in TABLE), \
                     f"{path.relative_to(root)}:{call.lineno} sends {call.args[0].value!r} outside HostSession"

@@ -16,6 +16,7 @@ from fabfile.remote import facts, versions
 from fabfile.remote.patch import modes as patch_modes
 from fabfile.remote.serve import server
 from tests.simhost.sim.install import install_simulator
+from tests.support import sources
 from tests.support.agent import sglang_info_in
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,14 +64,13 @@ def test_every_version_gate_asks_versions_py() -> None:
 
     generated = {"sglang_env_facts.py", "sglang_spec_facts.py"}
     found = []
-    for path in sorted((ROOT / "fabfile").rglob("*.py")):
+    for path in sources.modules(ROOT / "fabfile"):
         if path.name in generated or path == Path(versions.__file__).resolve():
             continue
-        text = path.read_text()
-        where = path.relative_to(ROOT)
-        if versions.NEWEST_SUPPORTED in text:
+        where = path.relative_to(ROOT.resolve())
+        if versions.NEWEST_SUPPORTED in path.read_text():
             found.append(f"{where}: writes {versions.NEWEST_SUPPORTED}")
-        for node in ast.walk(ast.parse(text)):
+        for node in sources.nodes(path):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "at_least" \
                     and any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args[1:]):
                 found.append(f"{where}:{node.lineno}: at_least with a literal release")
