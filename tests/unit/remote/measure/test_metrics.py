@@ -201,3 +201,26 @@ def test_percentiles() -> None:
     assert metrics.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 99) == pytest.approx(4.96)
     d = metrics.distribution([10.0, 20.0, 30.0])
     assert d["mean"] == 20.0 and d["median"] == 20.0 and d["max"] == 30.0 and "p99" in d
+
+
+def test_the_clients_cycle_time_is_each_requests_decode_time_over_its_verify_passes() -> None:
+    """The per-request cycle the built-in client reports, on fixed figures: (E2E − TTFT) ÷ spec_verify_ct, the
+    first token being the prefill's. The fleet tests can bound the measured figure from one side only (a loaded
+    machine lengthens it), so the formula is pinned here."""
+    from fabfile.remote.measure.loadgen import RequestResult, summarize
+
+    def request(ttft: float, e2e: float, tokens: int, verify_ct: int) -> RequestResult:
+        r = RequestResult()
+        r.ttft, r.e2e, r.output_tokens = ttft, e2e, tokens
+        r.chunk_times, r.chunk_tokens = [ttft, e2e], [1, tokens - 1]
+        r.meta = {"completion_tokens": tokens, "spec_verify_ct": verify_ct}
+        return r
+
+    # 0.1 s to the first token, then 11 verify passes in 0.22 s: 20 ms a cycle; and 10 passes in 0.3 s: 30 ms
+    out = summarize([request(0.1, 0.32, 32, 11), request(0.05, 0.35, 31, 10)], 0.0, 0.35)
+    assert out["cycle_ms"]["mean"] == pytest.approx(25.0)
+    assert out["cycle_ms"]["max"] == pytest.approx(30.0)
+    # TPOT divides the same time by the tokens after the first, not by the passes
+    assert out["tpot_ms"]["mean"] == pytest.approx((220 / 31 + 300 / 30) / 2)
+    # a request with no verify pass (a baseline server) gives no cycle
+    assert summarize([request(0.1, 0.32, 32, 0)], 0.0, 0.35)["cycle_ms"] == {}
