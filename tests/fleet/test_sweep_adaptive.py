@@ -29,7 +29,10 @@ def test_adaptive_is_measured_with_the_step_count_sglang_settled_on(fleet: Fleet
     # A sweep measures (--enable-metrics on every configuration): the fixed one reports its own step count.
     assert rows["eagle3-s3-k1-d4"]["levels"][0]["spec_num_steps"] == 3
     print("tok/s:", {k: r["tok_s"] for k, r in rows.items()})
-    assert ad["tok_s"] > rows["eagle3-s3-k1-d4"]["tok_s"]
+    # Counted, not timed (a tok/s comparison moves with the machine's load): at 7 steps with drafts accepted 95 % of
+    # the time a verify pass keeps ~6 tokens, at 3 steps under 4.
+    print("accept length:", {k: r["accept_len"] for k, r in rows.items()})
+    assert ad["accept_len"] > rows["eagle3-s3-k1-d4"]["accept_len"] + 1.0
     report = Path(doc["paths"]["report"]).read_text()
     assert "eagle3-adaptive started at steps 3 and settled on steps @1: 7 (sglang:spec_num_steps" in report
 
