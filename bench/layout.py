@@ -45,11 +45,18 @@ def _modules(root: Path, folders: tuple[str, ...] = ("fabfile",)) -> dict[str, P
 
 
 @functools.cache
-def _nodes(path: Path) -> tuple[ast.AST, ...]:
-    """Every node of a file, parsed and walked once per run: the rules below read the same files four times (the
-    import graph for cycles and for the rooms' order, private names, long functions), and parsing and walking them
-    each time was most of the check's 3 s."""
-    return tuple(ast.walk(ast.parse(path.read_text())))
+def parsed(path: Path) -> ast.Module:
+    """A file's tree, parsed once per process (the tests that scan the library share it: tests/support/sources.py).
+    Shared: read it, never change it."""
+    return ast.parse(path.read_text(), str(path))
+
+
+@functools.cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a file in ``ast.walk``'s order, walked once per process: the rules below read the same files
+    four times (the import graph for cycles and for the rooms' order, private names, long functions), and parsing
+    and walking them each time was most of the check's 3 s."""
+    return tuple(ast.walk(parsed(path)))
 
 
 def _base(name: str, path: Path, node: ast.ImportFrom) -> str:
@@ -63,7 +70,7 @@ def _base(name: str, path: Path, node: ast.ImportFrom) -> str:
 
 def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
     found: set[str] = set()
-    for n in _nodes(path):
+    for n in nodes(path):
         targets: list[str] = []
         if isinstance(n, ast.ImportFrom):
             base = _base(name, path, n)
@@ -150,7 +157,7 @@ def _private_uses(name: str, path: Path, mods: dict[str, Path], root: Path) -> l
     rel = path.relative_to(root)
     out: list[str] = []
     bound: dict[str, str] = {}  # a local name → the project module it stands for
-    for n in _nodes(path):
+    for n in nodes(path):
         if isinstance(n, ast.ImportFrom):
             base = _base(name, path, n)
             for a in n.names:
@@ -168,7 +175,7 @@ def _private_uses(name: str, path: Path, mods: dict[str, Path], root: Path) -> l
                 parts = a.name.split(".")
                 if any(_private(p) for p in parts) and a.name in mods and a.name != name:
                     out.append(f"{rel}:{n.lineno} import {a.name}")
-    for n in _nodes(path):
+    for n in nodes(path):
         if not isinstance(n, ast.Attribute) or not _private(n.attr):
             continue
         head = _dotted(n.value)
@@ -197,7 +204,7 @@ def long_functions(root: Path) -> list[tuple[int, str]]:
     long = []
     for p in sorted((root / "fabfile").rglob("*.py")):
         rel = str(p.relative_to(root))
-        for node in _nodes(p):
+        for node in nodes(p):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 length = (node.end_lineno or node.lineno) - start + 1

@@ -1,23 +1,15 @@
-"""The library's own source, parsed once per test process: several unit tests read every module of ``fabfile/``
-(the version gates, the agent's error kinds, the verbs' senders, who imports tasks.py), and each parse of the tree
-cost ~0.5 s of CPU. The trees are shared: read them, never change them."""
+"""The library's own source for the tests that scan it (the version gates, the agent's error kinds, the verbs'
+senders, who imports tasks.py): each parse of the tree cost ~0.5 s of CPU, so every file is parsed once per test
+process, by the same cache the layout check uses (``bench.layout.parsed`` and ``nodes``). The trees are shared:
+read them, never change them."""
 
 from __future__ import annotations
 
-import ast
-import functools
 from pathlib import Path
 
+from bench.layout import nodes, parsed
 
-@functools.cache
-def parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), str(path))
-
-
-@functools.cache
-def nodes(path: Path) -> tuple[ast.AST, ...]:
-    """Every node of the file, in ``ast.walk``'s order."""
-    return tuple(ast.walk(parsed(path)))
+__all__ = ["modules", "nodes", "parsed"]
 
 
 def modules(folder: Path) -> list[Path]:
