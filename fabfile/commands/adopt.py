@@ -288,12 +288,57 @@ def entry_yaml(name: str, entry: dict[str, Any], source: str, settings: dict[str
     import yaml
 
     head = f"# adopted by `inv adopt` from {source}\n"
+    hidden = [k for k, v in (entry.get("env") or {}).items() if v == SECRET_PLACEHOLDER]
+    if hidden:
+        head += (f"# {', '.join(hidden)}: secret (listed in secret_env); the running server's value is not shown: "
+                 f"replace {SECRET_PLACEHOLDER} with it before deploying.\n")
+    if any(w == SECRET_PLACEHOLDER or w.endswith("=" + SECRET_PLACEHOLDER) for w in entry.get("sglang_args") or []):
+        head += f"# sglang_args: a secret flag's value is not shown: replace {SECRET_PLACEHOLDER} with it.\n"
     if entry.get("listen") not in ("127.0.0.1", "localhost", "::1"):
         head += (f"# listen {entry.get('listen')}: kept as the server ran. The tool advises 127.0.0.1 (reach it "
                  "through an SSH tunnel or the router) unless other machines must call it; deploy warns.\n")
     body = yaml.safe_dump({**(settings or {}), "hosts": {name: entry}}, sort_keys=False, default_flow_style=False,
                           width=100)
     return head + body
+
+
+# What a secret's value becomes in the adopted entry: the running server's value is never printed or written; the
+# operator fills it in (the entry lists the name under ``secret_env`` and its file says so).
+SECRET_PLACEHOLDER = "***"
+
+
+def without_tool_variables(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without what the tool itself adds to every launch (its deploy id, SPT_NOENV, PYTHONSAFEPATH, ...;
+    on a server it deployed, also its NCCL debug variables and profiler directory): a deploy of the entry adds them
+    again, so copying them would only pin this deploy's values."""
+    from fabfile.plan import measure
+    from fabfile.plan.deploy_plan import DEPLOY_ID_ENV, NCCL_DEBUG_ENV, TOOL_ENV
+
+    ours = {k: v for k, v in env.items() if k.startswith("SPECDEPLOY_") or TOOL_ENV.get(k) == v}
+    if DEPLOY_ID_ENV in env:
+        ours.update({k: v for k, v in env.items() if NCCL_DEBUG_ENV.get(k) == v
+                     or k in (measure.PROFILER_DIR_ENV, measure.TIMER_ENV)})
+    return {k: v for k, v in env.items() if k not in ours}
+
+
+def hide_secrets(launch: Launch, names: set[str]) -> list[str]:
+    """Replace, in ``launch``, the values of the secret variables ``names`` and of the secret flags (``--api-key``)
+    by the placeholder; the names hidden, for the entry's ``secret_env``."""
+    from fabfile.remote.procs import redact_argv
+
+    launch.env = {k: (SECRET_PLACEHOLDER if k in names else v) for k, v in launch.env.items()}
+    launch.args = redact_argv(launch.args)
+    return sorted(k for k in names if k in launch.env)
+
+
+def secret_names_of(env: dict[str, str], host: Any) -> set[str]:
+    """The variables of ``env`` whose values are secret, by the rule ``inv render`` masks by (the name, or the
+    inventory's ``secret_env`` for this host), and any holding a secret value the inventory knows."""
+    from fabfile.plan.deploy_plan import secret_names, secret_values, secret_name
+
+    known = secret_names(host)
+    values = set(secret_values(host))
+    return {k for k, v in env.items() if k in known or secret_name(k) or v in values}
 
 
 def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, AdoptAnswer]:
@@ -307,10 +352,13 @@ def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, AdoptAnswer]:
     if launch is None:
         raise FlagError(f"--host: {host.name}: the server's command line could not be read")
     # The variables came from /proc, not from a line: whatever the login shell did not set was the operator's.
-    launch.env = {**dict(data.get("env") or {}), **launch.env}
+    launch.env = without_tool_variables({**dict(data.get("env") or {}), **launch.env})
     launch.log_path = data.get("log_path")
+    secret = hide_secrets(launch, secret_names_of(launch.env, host))
     entry = host_entry(launch, ssh_host=host.ssh_host if host.connection == "ssh" else None, gpus=host.gpus,
                        extra={"connection": "local"} if host.connection == "local" else None)
+    if secret:
+        entry["secret_env"] = secret
     entry.setdefault("state_dir", host.state_dir)
     return entry, f"pid {data.get('pid')} on {host.name} (SGLang {data.get('sglang') or 'unknown'})", data
 
@@ -337,7 +385,13 @@ def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
     entry_name = opts.name or opts.host or "gpu1"
     settings: dict[str, str] = {}
     if opts.command is not None:
-        entry = host_entry(parse_command(opts.command))
+        from fabfile.plan.deploy_plan import secret_name
+
+        launch = parse_command(opts.command)
+        secret = hide_secrets(launch, {k for k in launch.env if secret_name(k)})
+        entry = host_entry(launch)
+        if secret:
+            entry["secret_env"] = secret
         source = "a pasted launch line"
     else:
         inv = inventory()

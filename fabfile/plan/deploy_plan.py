@@ -23,6 +23,10 @@ from fabfile.remote.common import split_argv
 from fabfile.remote.procs import SECRET_FLAGS, redact_argv
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
+# What every launch gets from the tool (not the inventory): setproctitle keeps the workers' environ readable, output
+# unbuffered, and (3.11+; the working directory is checked to be private anyway) the working directory off the import
+# path of the launcher and of every scheduler it spawns.
+TOOL_ENV = {"SPT_NOENV": "1", "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 _SECRET_NAME = re.compile(r"(?i)(token|secret|passw|api[_-]?key|credential|private)")
 # SGLang reads `--config FILE` (YAML; each key a flag name) since `versions.CONFIG_FILE` (0.5.3): the one way to give
@@ -34,6 +38,11 @@ def client_name() -> str:
     """``user@machine`` of this client: recorded with each deploy, and who holds a host's lock or cancelled its
     deploy, as `inv status` and a waiting deploy say."""
     return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def secret_name(name: str) -> bool:
+    """Whether an environment variable's name says its value is secret (TOKEN, PASSWORD, API_KEY, ...)."""
+    return _SECRET_NAME.search(name) is not None
 
 
 def secret_names(host: Host) -> set[str]:
@@ -311,7 +320,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     # PYTHONSAFEPATH (3.11+; older Pythons ignore it, and the working directory is checked to be private): keeps
     # the working directory off the import path of the launcher and of every scheduler it spawns.
     nccl = nccl_settings(host)
-    env: dict[str, str] = {"SPT_NOENV": "1", "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1"}
+    env: dict[str, str] = dict(TOOL_ENV)
     env.update(nccl.tuning)
     env.update(nccl.logging)
     env.update({k: v for k, v in host.env.items() if k not in env or not k.startswith("NCCL_")})
