@@ -334,7 +334,7 @@ def hide_secrets(launch: Launch, names: set[str]) -> list[str]:
 def secret_names_of(env: dict[str, str], host: Any) -> set[str]:
     """The variables of ``env`` whose values are secret, by the rule ``inv render`` masks by (the name, or the
     inventory's ``secret_env`` for this host), and any holding a secret value the inventory knows."""
-    from fabfile.plan.deploy_plan import secret_names, secret_values, secret_name
+    from fabfile.plan.deploy_plan import secret_name, secret_names, secret_values
 
     known = secret_names(host)
     values = set(secret_values(host))

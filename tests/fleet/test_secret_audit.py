@@ -52,8 +52,8 @@ def _runs(tmp_path: Path) -> dict[str, list[list[str]]]:
         # After the stop: a server started by hand (adopt refuses to take over the tool's own), with the secrets in
         # its environment and on its command line, and the variables the tool adds to its launches.
         "adopt": [["adopt", *h], ["adopt", *h, "--json"], ["adopt", *h, "--write", str(tmp_path / "adopted.yaml")],
-                  ["adopt", "--command", f"HF_TOKEN={shlex.quote(SECRETS['HF_TOKEN'])} /usr/bin/python3 -m sglang.launch_server "
-                   f"--model-path /m --api-key {API_KEY}"]],
+                  ["adopt", "--command", f"HF_TOKEN={shlex.quote(SECRETS['HF_TOKEN'])} /usr/bin/python3 -m "
+                   f"sglang.launch_server --model-path /m --api-key {API_KEY}"]],
     }
 # Given by the tool to every launch: an adopted entry leaves them out (a deploy adds them again).
 TOOL_VARIABLES = {"SPT_NOENV": "1", "PYTHONSAFEPATH": "1", "PYTHONUNBUFFERED": "1", "SPECDEPLOY_DEPLOY_ID": "x-1"}
