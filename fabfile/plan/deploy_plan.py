@@ -289,7 +289,8 @@ def nccl_settings(host: Host) -> NcclSettings:
     preset = f"nccl_preset {host.nccl_preset}" if host.nccl_preset else "nccl_env"
     for where, values in (("nccl_env", host.nccl_env), ("env", host.env)):
         for k, v in values.items():
-            if not k.startswith("NCCL_") or ncclenv.kind(k) == "not_param":
+            # Any case: a lower-case nccl_* name is refused (NCCL reads names case-sensitively), not passed on.
+            if not k.upper().startswith("NCCL_") or ncclenv.kind(k) == "not_param":
                 continue
             refused = refusal(k, v)
             if refused is not None:

@@ -39,8 +39,16 @@ _TYPO_CUTOFF = 0.9
 _WHOLE = re.compile(r"\s*[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)(?:\.0*)?\s*")
 
 
+# NCCL_NTHREADS: NCCL's documented values (docs/env.html); another number is not what NCCL runs.
+NTHREADS_VALUES = (64, 128, 256, 512)
+
+
 def refusal(var: str, raw: str) -> str | None:
     """Why NCCL would not take ``var=raw`` as written (a sentence naming NCCL's spelling), or None."""
+    if var.upper().startswith("NCCL_") and var != var.upper():
+        # NCCL's getenv is case-sensitive: nccl_p2p_level reaches the server and NCCL never reads it.
+        return (f"{var} is not a variable NCCL reads: NCCL's names are case-sensitive; "
+                f"NCCL's spelling is {var.upper()}")
     k = ncclenv.kind(var)
     if raw == "" and k in ("int", "level"):
         return None  # NCCL reads an empty value as unset: the default, as intended
@@ -57,6 +65,9 @@ def refusal(var: str, raw: str) -> str | None:
         if n is None:
             return f"{var}={raw!r} is out of NCCL's 64-bit integer range (NCCL refuses it and keeps its default)"
         if _whole(raw):
+            if var == "NCCL_NTHREADS" and n not in NTHREADS_VALUES:
+                return (f"{var}={raw!r} is not one of NCCL's documented values "
+                        f"({', '.join(map(str, NTHREADS_VALUES))})")
             return None
         if not any(c.isdigit() for c in raw):
             return f"{var}={raw!r} is not a number: NCCL reads it as 0 (C strtoll finds no digits); write a number"

@@ -212,6 +212,10 @@ def test_a_users_sglang_plugins_lets_the_tools_plugin_load(tmp_path: Path, value
     ({"NCCL_NTHREAD": "512"}, "env.NCCL_NTHREAD", "NCCL's spelling is NCCL_NTHREADS"),
     ({"NCCL_BUFFSIZE": "16M"}, "env.NCCL_BUFFSIZE", "NCCL reads it as 16"),
     ({"NCCL_PROTO": "LL,Simpel"}, "env.NCCL_PROTO", "'Simpel' is not a name NCCL knows"),
+    # issue 36: NCCL reads names case-sensitively, so nccl_p2p_level reached the launch and NCCL never read it
+    ({"nccl_p2p_level": "SYS"}, "env.nccl_p2p_level", "NCCL's spelling is NCCL_P2P_LEVEL"),
+    # issue 36: NCCL's documented NCCL_NTHREADS values are 64, 128, 256 and 512; "100" was accepted
+    ({"NCCL_NTHREADS": "100"}, "env.NCCL_NTHREADS", "64, 128, 256, 512"),
 ])
 def test_nccl_values_and_names_nccl_refuses_stop_the_deploy_before_any_host_is_touched(
         tmp_path: Path, env: dict[str, str], named: str, spelling: str) -> None:
