@@ -46,9 +46,9 @@ import argparse
 import json
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
 
 import numpy as np
 
@@ -72,7 +72,7 @@ EOS = VOCAB - 1         # never emitted: only ids < hidden ever win
 
 # A tensor to write: float32/int64/bool values, or ("zeros", shape) that the writer seeks over (a sparse hole).
 Zeros = tuple[str, tuple[int, ...]]
-Tensor = Union[np.ndarray, Zeros, Callable[[], np.ndarray]]
+Tensor = np.ndarray | Zeros | Callable[[], np.ndarray]
 
 
 def _zeros(*shape: int) -> Zeros:
@@ -116,7 +116,7 @@ def write_safetensors(path: Path, tensors: dict[str, Tensor]) -> None:
     with open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(head)))
         f.write(head)
-        for name, arr in tensors.items():
+        for arr in tensors.values():
             value = arr() if callable(arr) else arr
             if isinstance(value, tuple):
                 f.seek(_meta(value)[2], 1)
@@ -217,7 +217,7 @@ def draft_tensors(shape: Shape = TINY, wrong_every: int = 0) -> dict[str, Tensor
     }
 
 
-def write(out: Path, shape: Union[Shape, str] = TINY, wrong_every: int = 0) -> dict[str, Path]:
+def write(out: Path, shape: Shape | str = TINY, wrong_every: int = 0) -> dict[str, Path]:
     if isinstance(shape, str):
         shape = SHAPES[shape]
     if wrong_every == 1 or wrong_every < 0:
