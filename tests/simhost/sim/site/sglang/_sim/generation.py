@@ -13,7 +13,8 @@ of accepted drafts per verify pass (not only its mean) follows the per-position 
 tokens, streamed together as one chunk. ``accept_wrong_every`` P (issue 37) replaces the random acceptance by the
 real kit's partial draft (bench/real_sglang/make_models.py): a request's tokens count up from a random slot, and a
 pass from last slot a accepts drafts a + k until the first that is 0 mod P. Baseline:
-``decode_ms + decode_ms_per_seq·(B-1)`` per step. At B = 1 the costs are the single-stream ones. The engine sleeps each cost times ``time_scale`` so throughput is wall-clock.
+``decode_ms + decode_ms_per_seq·(B-1)`` per step. At B = 1 the costs are the single-stream ones. The engine sleeps
+each cost times ``time_scale`` so throughput is wall-clock.
 
 ``meta_info`` of a finished request carries the speculative fields the simulated version's
 ``TokenizerManager._calculate_spec_decoding_metrics`` returns (read from the real wheels; see ``spec_meta``).
