@@ -239,9 +239,9 @@ class Generator:
         probs = by_config.get(key, self.cfg.get("accept_prob"))
         return [float(p) for p in (probs or [0.0])]
 
-    def _accepted(self, r: _Req) -> int:
+    def _accepted(self, r: _Req | None = None) -> int:
         every = int(self.cfg.get("accept_wrong_every") or 0)
-        if every:
+        if every and r is not None:  # the partial draft depends on the request's slot; the random one does not
             last = r.first_slot + max(0, len(r.words) - 1)
             n = 0
             while n < self.num_draft - 1 and (last + n + 1) % every:
