@@ -23,26 +23,60 @@ token. For a request of N new tokens (EOS ignored), SGLang 0.5.16's per-request 
 is completion_tokens / verify_ct = N / ceil((N - 1) / D) (the first token comes from prefill); the decode log's
 ``accept len`` is D for every full verify pass. :func:`predicted_accept_length` computes it.
 
-    python3 bench/real_sglang/make_models.py OUTDIR     → OUTDIR/target, OUTDIR/draft
+Shapes (issue 37): ``tiny`` (above, the default) and ``7b`` (Llama-2-7B: hidden 4096, 32 heads, 32 layers,
+intermediate 11008), one code path; ``mini`` is a reduced-size instance of that path for the unit test. The zero
+tensors are never materialised: the safetensors writer seeks over them (a sparse file), so the 7B files (13 GB)
+are written in seconds on the GPU machine.
+
+A draft that is wrong at known places (``--wrong-every P``, P >= 2): the draft's ``lm_head`` proposes slot c + 2
+instead of c + 1 whenever the right token's slot is a multiple of P, so every verify pass stops at the first such
+token. From a pass whose last accepted token has slot a, the drafts y_k = a + k are accepted while (a + k) mod P
+!= 0; the pass yields (accepted + 1) tokens, the bonus being the target's own right token. Once a pass stopped at a
+multiple of P, every later pass yields P tokens when P <= D (steady state ``accept len`` = min(P, D); slots wrap
+at H, so near the wrap one pass is shorter when P does not divide H; :func:`verify_passes` counts that too).
+:func:`verify_passes` replays this exactly for one request; :func:`predicted_accept_length` averages it over the
+request's first slot (the load generator's prompts end in random ids), :func:`accept_length_range` bounds it.
+
+    python3 bench/real_sglang/make_models.py OUTDIR [--shape tiny|7b|mini] [--wrong-every P]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import struct
-import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-HIDDEN = 512            # 8 heads of 64 (divisible by TP 1, 2 and 8); also the number of slots
-HEADS = 8
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int          # also the number of slots
+    heads: int
+    layers: int          # EAGLE-3 captures layers [2, L//2, L-3]: three aux states, as fc expects (L >= 6)
+    intermediate: int
+
+
+SHAPES = {"tiny": Shape(512, 8, 8, 1024),           # 8 heads of 64 (divisible by TP 1, 2 and 8)
+          "7b": Shape(4096, 32, 32, 11008),          # Llama-2-7B (MHA)
+          "mini": Shape(256, 4, 12, 688)}            # the 7B path at a size the unit test reads back quickly
+TINY = SHAPES["tiny"]
+HIDDEN, HEADS, TARGET_LAYERS, TARGET_INTERMEDIATE = TINY.hidden, TINY.heads, TINY.layers, TINY.intermediate
 VOCAB = 32000           # the tool's load generator sends random ids in [100, 30000)
-TARGET_LAYERS = 8       # EAGLE-3 captures layers [2, L//2, L-3] = [2, 4, 5]: three aux states, as fc expects
-TARGET_INTERMEDIATE = 1024
 EPS = 1e-6
-EOS = VOCAB - 1         # never emitted: only ids < HIDDEN ever win
+EOS = VOCAB - 1         # never emitted: only ids < hidden ever win
+
+# A tensor to write: float32/int64/bool values, or ("zeros", shape) that the writer seeks over (a sparse hole).
+Zeros = tuple[str, tuple[int, ...]]
+Tensor = np.ndarray | Zeros | Callable[[], np.ndarray]
+
+
+def _zeros(*shape: int) -> Zeros:
+    return ("zeros", tuple(shape))
 
 
 def _bf16(a: np.ndarray) -> bytes:
@@ -53,30 +87,44 @@ def _bf16(a: np.ndarray) -> bytes:
     return (words >> 16).astype(np.uint16).tobytes()
 
 
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+def _meta(arr: Tensor) -> tuple[str, list[int], int]:
+    if isinstance(arr, tuple):
+        shape = list(arr[1])
+        return "BF16", shape, 2 * math.prod(shape)
+    if callable(arr):
+        raise TypeError("resolve callables first")
+    if arr.dtype == np.float32:
+        return "BF16", list(arr.shape), 2 * arr.size
+    if arr.dtype == np.int64:
+        return "I64", list(arr.shape), 8 * arr.size
+    if arr.dtype == np.bool_:
+        return "BOOL", list(arr.shape), arr.size
+    raise TypeError(f"unsupported dtype {arr.dtype}")
+
+
+def write_safetensors(path: Path, tensors: dict[str, Tensor]) -> None:
+    """Header first (every size is known from the shapes), then each tensor streamed; zeros are holes."""
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
-    blobs: list[bytes] = []
     offset = 0
     for name, arr in tensors.items():
-        if arr.dtype == np.float32:
-            data, dtype = _bf16(arr), "BF16"
-        elif arr.dtype == np.int64:
-            data, dtype = np.ascontiguousarray(arr).tobytes(), "I64"
-        elif arr.dtype == np.bool_:
-            data, dtype = np.ascontiguousarray(arr).tobytes(), "BOOL"
-        else:
-            raise TypeError(f"{name}: unsupported dtype {arr.dtype}")
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
+        dtype, shape, size = _meta(arr() if callable(arr) else arr)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(head)))
         f.write(head)
-        for b in blobs:
-            f.write(b)
+        for arr in tensors.values():
+            value = arr() if callable(arr) else arr
+            if isinstance(value, tuple):
+                f.seek(_meta(value)[2], 1)
+            elif value.dtype == np.float32:
+                f.write(_bf16(value))
+            else:
+                f.write(np.ascontiguousarray(value).tobytes())
+        f.truncate(8 + len(head) + offset)
     tmp.replace(path)
 
 
@@ -84,113 +132,170 @@ def _eye(n: int) -> np.ndarray:
     return np.eye(n, dtype=np.float32)
 
 
-def _pred_rows(rows: int) -> np.ndarray:
-    """lm_head whose row v (v < HIDDEN) is e_{(v-1) mod HIDDEN}: the logit of v is high when slot v-1 is active."""
-    w = np.zeros((rows, HIDDEN), dtype=np.float32)
-    for v in range(HIDDEN):
-        w[v, (v - 1) % HIDDEN] = 1.0
+def _pred_rows(rows: int, hidden: int, wrong_every: int = 0) -> np.ndarray:
+    """lm_head whose row v (v < hidden) is e_{(v-1) mod hidden}: the logit of v is high when slot v-1 is active.
+
+    wrong_every P: for each v with v mod P == 0 the one of e_{v-1} moves from row v to row v+1, so state v-1
+    proposes v+1 (wrong) while state v still proposes v+1 (right): every state keeps one unique maximum."""
+    w = np.zeros((rows, hidden), dtype=np.float32)
+    for v in range(hidden):
+        row = (v + 1) % hidden if wrong_every and v % wrong_every == 0 else v
+        w[row, (v - 1) % hidden] = 1.0
     return w
 
 
-def _embedding() -> np.ndarray:
-    e = np.zeros((VOCAB, HIDDEN), dtype=np.float32)
-    e[np.arange(VOCAB), np.arange(VOCAB) % HIDDEN] = 1.0
+def _embedding(hidden: int) -> np.ndarray:
+    e = np.zeros((VOCAB, hidden), dtype=np.float32)
+    e[np.arange(VOCAB), np.arange(VOCAB) % hidden] = 1.0
     return e
 
 
-def _common_config() -> dict[str, object]:
-    return {"model_type": "llama", "hidden_size": HIDDEN, "num_attention_heads": HEADS,
-            "num_key_value_heads": HEADS, "head_dim": HIDDEN // HEADS, "vocab_size": VOCAB,
+def _common_config(shape: Shape) -> dict[str, object]:
+    return {"model_type": "llama", "hidden_size": shape.hidden, "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.heads, "head_dim": shape.hidden // shape.heads, "vocab_size": VOCAB,
             "max_position_embeddings": 4096, "rms_norm_eps": EPS, "rope_theta": 10000.0, "hidden_act": "silu",
             "tie_word_embeddings": False, "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": EOS,
             "attention_bias": False, "mlp_bias": False}
 
 
-def target_tensors() -> dict[str, np.ndarray]:
-    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": _embedding()}
-    zeros = np.zeros
-    for i in range(TARGET_LAYERS):
+def target_tensors(shape: Shape = TINY) -> dict[str, Tensor]:
+    h, m = shape.hidden, shape.intermediate
+    t: dict[str, Tensor] = {"model.embed_tokens.weight": lambda: _embedding(h)}
+    for i in range(shape.layers):
         p = f"model.layers.{i}."
         for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            t[p + f"self_attn.{proj}.weight"] = zeros((HIDDEN, HIDDEN), dtype=np.float32)
-        t[p + "mlp.gate_proj.weight"] = zeros((TARGET_INTERMEDIATE, HIDDEN), dtype=np.float32)
-        t[p + "mlp.up_proj.weight"] = zeros((TARGET_INTERMEDIATE, HIDDEN), dtype=np.float32)
-        t[p + "mlp.down_proj.weight"] = zeros((HIDDEN, TARGET_INTERMEDIATE), dtype=np.float32)
-        t[p + "input_layernorm.weight"] = np.ones(HIDDEN, dtype=np.float32)
-        t[p + "post_attention_layernorm.weight"] = np.ones(HIDDEN, dtype=np.float32)
-    t["model.norm.weight"] = np.ones(HIDDEN, dtype=np.float32)
-    t["lm_head.weight"] = _pred_rows(VOCAB)
+            t[p + f"self_attn.{proj}.weight"] = _zeros(h, h)
+        t[p + "mlp.gate_proj.weight"] = _zeros(m, h)
+        t[p + "mlp.up_proj.weight"] = _zeros(m, h)
+        t[p + "mlp.down_proj.weight"] = _zeros(h, m)
+        t[p + "input_layernorm.weight"] = np.ones(h, dtype=np.float32)
+        t[p + "post_attention_layernorm.weight"] = np.ones(h, dtype=np.float32)
+    t["model.norm.weight"] = np.ones(h, dtype=np.float32)
+    t["lm_head.weight"] = lambda: _pred_rows(VOCAB, h)
     return t
 
 
-def _down_scale() -> float:
+def _down_scale(hidden: int) -> float:
     """1/κ as a power of two, κ = silu(n)·n with n = sqrt(H) the RMSNorm output of a one-hot vector (κ ≈ H)."""
-    n = 1.0 / math.sqrt(1.0 / HIDDEN + EPS)
+    n = 1.0 / math.sqrt(1.0 / hidden + EPS)
     kappa = n * n / (1.0 + math.exp(-n))
     return 2.0 ** -round(math.log2(kappa))
 
 
-def draft_tensors() -> dict[str, np.ndarray]:
-    h = HIDDEN
-    shift = np.zeros((h, h), dtype=np.float32)   # column j: e_succ(j) - e_j
-    for j in range(h):
-        shift[(j + 1) % h, j] += 1.0
-        shift[j, j] -= 1.0
-    fc = np.zeros((h, 3 * h), dtype=np.float32)
-    fc[:, :h] = _eye(h)
-    t: dict[str, np.ndarray] = {
-        "embed_tokens.weight": _embedding(),
+def draft_tensors(shape: Shape = TINY, wrong_every: int = 0) -> dict[str, Tensor]:
+    h = shape.hidden
+
+    def shift() -> np.ndarray:   # column j: e_succ(j) - e_j, scaled so the residual becomes exactly e_succ(j)
+        s = np.zeros((h, h), dtype=np.float32)
+        j = np.arange(h)
+        s[(j + 1) % h, j] += 1.0
+        s[j, j] -= 1.0
+        return s * np.float32(_down_scale(h))
+
+    def fc() -> np.ndarray:
+        w = np.zeros((h, 3 * h), dtype=np.float32)
+        w[:, :h] = _eye(h)
+        return w
+
+    return {
+        "embed_tokens.weight": lambda: _embedding(h),
         "fc.weight": fc,
         "midlayer.hidden_norm.weight": np.ones(h, dtype=np.float32),
         "midlayer.input_layernorm.weight": np.ones(h, dtype=np.float32),
         "midlayer.post_attention_layernorm.weight": np.ones(h, dtype=np.float32),
-        "midlayer.self_attn.q_proj.weight": np.zeros((h, 2 * h), dtype=np.float32),
-        "midlayer.self_attn.k_proj.weight": np.zeros((h, 2 * h), dtype=np.float32),
-        "midlayer.self_attn.v_proj.weight": np.zeros((h, 2 * h), dtype=np.float32),
-        "midlayer.self_attn.o_proj.weight": np.zeros((h, h), dtype=np.float32),
-        "midlayer.mlp.gate_proj.weight": _eye(h),
-        "midlayer.mlp.up_proj.weight": _eye(h),
-        "midlayer.mlp.down_proj.weight": shift * np.float32(_down_scale()),
+        "midlayer.self_attn.q_proj.weight": _zeros(h, 2 * h),
+        "midlayer.self_attn.k_proj.weight": _zeros(h, 2 * h),
+        "midlayer.self_attn.v_proj.weight": _zeros(h, 2 * h),
+        "midlayer.self_attn.o_proj.weight": _zeros(h, h),
+        "midlayer.mlp.gate_proj.weight": lambda: _eye(h),
+        "midlayer.mlp.up_proj.weight": lambda: _eye(h),
+        "midlayer.mlp.down_proj.weight": shift,
         "norm.weight": np.ones(h, dtype=np.float32),
-        "lm_head.weight": _pred_rows(h),
+        "lm_head.weight": lambda: _pred_rows(h, h, wrong_every),
         "d2t": np.zeros(h, dtype=np.int64),
         "t2d": np.arange(VOCAB) < h,
     }
-    return t
 
 
-def write(out: Path) -> dict[str, Path]:
+def write(out: Path, shape: Shape | str = TINY, wrong_every: int = 0) -> dict[str, Path]:
+    if isinstance(shape, str):
+        shape = SHAPES[shape]
+    if wrong_every == 1 or wrong_every < 0:
+        raise ValueError("wrong_every must be 0 (always right) or at least 2")
     target, draft = out / "target", out / "draft"
     target.mkdir(parents=True, exist_ok=True)
     draft.mkdir(parents=True, exist_ok=True)
-    cfg = {**_common_config(), "architectures": ["LlamaForCausalLM"], "num_hidden_layers": TARGET_LAYERS,
-           "intermediate_size": TARGET_INTERMEDIATE}
+    cfg = {**_common_config(shape), "architectures": ["LlamaForCausalLM"], "num_hidden_layers": shape.layers,
+           "intermediate_size": shape.intermediate}
     (target / "config.json").write_text(json.dumps(cfg, indent=1))
     (target / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": EOS}))
-    write_safetensors(target / "model.safetensors", target_tensors())
-    dcfg = {**_common_config(), "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
-            "intermediate_size": HIDDEN, "draft_vocab_size": HIDDEN}
+    write_safetensors(target / "model.safetensors", target_tensors(shape))
+    dcfg = {**_common_config(shape), "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
+            "intermediate_size": shape.hidden, "draft_vocab_size": shape.hidden}
     (draft / "config.json").write_text(json.dumps(dcfg, indent=1))
-    write_safetensors(draft / "model.safetensors", draft_tensors())
+    write_safetensors(draft / "model.safetensors", draft_tensors(shape, wrong_every))
+    (out / "made.json").write_text(json.dumps({"shape": shape.__dict__, "wrong_every": wrong_every}))
     return {"target": target, "draft": draft}
 
 
-def predicted_accept_length(new_tokens: int, steps: int) -> float:
-    """SGLang's meta_info.spec_accept_length for one request under these models (topk 1, D = steps + 1)."""
+def verify_passes(first_slot: int, new_tokens: int, steps: int, wrong_every: int = 0,
+                  hidden: int = HIDDEN) -> list[int]:
+    """Tokens each verify pass yields for one request (topk 1, greedy chain verification, D = steps + 1).
+
+    first_slot: slot of the first new token (from prefill). A pass from last slot a accepts drafts y_k = a + k
+    (k = 1..steps) up to the first whose slot ((a + k) mod hidden) is 0 mod P, then adds the target's bonus."""
+    passes, produced, a = [], 1, first_slot
+    while produced < new_tokens:
+        accepted = 0
+        for k in range(1, steps + 1):
+            if wrong_every and ((a + k) % hidden) % wrong_every == 0:
+                break
+            accepted += 1
+        passes.append(accepted + 1)
+        produced += accepted + 1
+        a += accepted + 1
+    return passes
+
+
+def _per_start(new_tokens: int, steps: int, wrong_every: int, hidden: int) -> list[float]:
+    starts = range(hidden) if wrong_every else range(1)
+    return [new_tokens / len(verify_passes(s, new_tokens, steps, wrong_every, hidden)) for s in starts]
+
+
+def predicted_accept_length(new_tokens: int, steps: int, wrong_every: int = 0, hidden: int = HIDDEN) -> float:
+    """SGLang's meta_info.spec_accept_length for one request (completion_tokens / verify_ct), averaged over the
+    request's first slot (always right, P = 0: N / ceil((N - 1) / D) for every request)."""
+    per = _per_start(new_tokens, steps, wrong_every, hidden)
+    return sum(per) / len(per)
+
+
+def accept_length_range(new_tokens: int, steps: int, wrong_every: int = 0,
+                        hidden: int = HIDDEN) -> tuple[float, float]:
+    """The lowest and highest per-request accept length over every first slot: a mean over requests lies within."""
+    per = _per_start(new_tokens, steps, wrong_every, hidden)
+    return min(per), max(per)
+
+
+def steady_accept_len(steps: int, wrong_every: int = 0) -> int:
+    """The decode log's ``accept len`` once a pass has stopped at a multiple of P: min(P, D)."""
     d = steps + 1
-    return new_tokens / math.ceil((new_tokens - 1) / d)
+    return min(wrong_every, d) if wrong_every else d
 
 
-def greedy_target(last_token: int, n: int) -> list[int]:
+def greedy_target(last_token: int, n: int, hidden: int = HIDDEN) -> list[int]:
     """The tokens the target emits after a prompt ending in ``last_token`` (the construction's closed form)."""
-    out, s = [], last_token % HIDDEN
+    out, s = [], last_token % hidden
     for _ in range(n):
-        s = (s + 1) % HIDDEN
+        s = (s + 1) % hidden
         out.append(s)
     return out
 
 
 if __name__ == "__main__":
-    dest = Path(sys.argv[1] if len(sys.argv) > 1 else "models")
-    paths = write(dest)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default="models")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
+    ap.add_argument("--wrong-every", type=int, default=0, help="P: the draft is wrong where the slot is 0 mod P")
+    a = ap.parse_args()
+    paths = write(Path(a.out), a.shape, a.wrong_every)
     print(json.dumps({k: str(v) for k, v in paths.items()}))

@@ -2,9 +2,12 @@
 # On the GPU machine, from the checkout's root: install the carried real SGLang (.gpu/site.tar.xz, made by
 # prepare.sh) into a venv over the image's torch, unpack the tool (.gpu/src.tar.gz), generate the models, then
 # run real_run.py for one phase. Everything lands under $OUT (log, results.json, server logs).
-#   bench/real_sglang/run.sh tp1|tp2|tp8
+#   bench/real_sglang/run.sh PHASE [real_run.py options, e.g. --shape 7b --wrong-every 3]
+# PHASE: tp1 tp1a tp1b tp2 tp2b tp8 profile profileb three threeb (tiny shape by default) or
+#        prof7b eager7b sweep7b grid7b (7B shape, draft wrong every 3 slots, models written inside the call).
 set -uo pipefail
-PHASE=${1:?phase: tp1, tp2, tp8, profile or profileb}
+PHASE=${1:?phase: tp1, tp2, tp8, profile, prof7b, sweep7b, ... (see the header)}
+shift
 KIT=${KIT:-$(pwd)/.gpu}   # a folder holding site.tar.xz and src.tar.gz (prepare.sh)
 R=/tmp/rs
 OUT=${OUT:-/tmp/rs/out}
@@ -34,7 +37,7 @@ echo "install: $took s"
 cd "$R/src"
 # The device call is bounded at 600 s: the driver keeps its closing stop + rollback inside what is left.
 "$R/venv/bin/python" bench/real_sglang/real_run.py --phase "$PHASE" --python "$R/venv/bin/python" \
-  --models "$R/models" --out "$OUT" --budget-s $(( ${CALL_BUDGET:-570} - took )) 2>&1 | tee "$OUT/log"
+  --models "$R/models" --out "$OUT" --budget-s $(( ${CALL_BUDGET:-570} - took )) "$@" 2>&1 | tee "$OUT/log"
 rc=${PIPESTATUS[0]}
 # Server logs and the tool's run records come back too (at most 8 files from $OUT).
 tar -czf "$OUT/server-logs.tar.gz" -C "$R/work" logs state runs 2>/dev/null

@@ -70,10 +70,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, np.ndarr
             read_safetensors(paths["draft"] / "model.safetensors"), cfg)
 
 
-def target_step(t: dict[str, np.ndarray], token: int, eps: float) -> tuple[int, np.ndarray]:
+def target_step(t: dict[str, np.ndarray], token: int, eps: float,
+                layers: int = mm.TARGET_LAYERS) -> tuple[int, np.ndarray]:
     """One position of the target (attention contributes its o_proj of zero weights): next token, aux states."""
     residual = t["model.embed_tokens.weight"][token].copy()
-    layers = mm.TARGET_LAYERS
     capture = [2, layers // 2, layers - 3]
     aux = []
     for i in range(layers):
@@ -93,10 +93,11 @@ def target_step(t: dict[str, np.ndarray], token: int, eps: float) -> tuple[int, 
 
 def draft_step(d: dict[str, np.ndarray], hidden: np.ndarray, eps: float) -> tuple[int, np.ndarray]:
     """One EAGLE-3 draft step: token proposed (as a target id, via d2t) and the pre-norm hidden state carried on."""
-    if hidden.shape[0] != mm.HIDDEN:
+    size = d["norm.weight"].shape[0]
+    if hidden.shape[0] != size:
         hidden = d["fc.weight"] @ hidden
     residual = hidden
-    attn = d["midlayer.self_attn.o_proj.weight"] @ np.zeros(mm.HIDDEN, dtype=np.float32)
+    attn = d["midlayer.self_attn.o_proj.weight"] @ np.zeros(size, dtype=np.float32)
     residual = residual + attn
     h = rmsnorm(residual, d["midlayer.post_attention_layernorm.weight"], eps)
     residual = residual + mlp(h, d, "midlayer.mlp.")
@@ -137,3 +138,71 @@ def test_predicted_accept_length() -> None:
     assert mm.predicted_accept_length(128, 3) == 4.0
     assert mm.predicted_accept_length(128, 1) == 2.0
     assert mm.predicted_accept_length(128, 2) == pytest.approx(128 / 43)
+
+
+# -- issue 37: the 7B shape's code path at a reduced size, with a draft that is wrong at known places -------------
+WRONG_EVERY = 3
+
+
+@pytest.fixture(scope="module")
+def partial(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict]:
+    out = tmp_path_factory.mktemp("mini")
+    paths = mm.write(out, "mini", WRONG_EVERY)
+    cfg = json.loads((paths["target"] / "config.json").read_text())
+    shape = mm.SHAPES["mini"]
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]) == \
+        (shape.hidden, shape.layers, shape.intermediate)
+    return (read_safetensors(paths["target"] / "model.safetensors"),
+            read_safetensors(paths["draft"] / "model.safetensors"), cfg)
+
+
+def greedy_chain_request(t: dict[str, np.ndarray], d: dict[str, np.ndarray], cfg: dict, last_prompt: int,
+                         new_tokens: int, steps: int) -> tuple[list[int], list[int]]:
+    """One request served the way SGLang's EAGLE-3 worker serves it at topk 1 with greedy sampling: prefill, then
+    verify passes of [last token, steps drafts]; drafts are accepted while each equals the target's argmax at the
+    position before it, then the target's own token there is the bonus. Returns (tokens emitted, tokens per pass)."""
+    eps, layers = cfg["rms_norm_eps"], cfg["num_hidden_layers"]
+    first, aux = target_step(t, last_prompt, eps, layers)
+    emitted, passes = [first], []
+    while len(emitted) < new_tokens:
+        hidden, drafts = aux, []
+        for _ in range(steps):
+            tok, hidden = draft_step(d, hidden, eps)
+            drafts.append(tok)
+        verify_in = [emitted[-1], *drafts]
+        accepted: list[int] = []
+        for k, tok in enumerate(verify_in):
+            want, aux = target_step(t, tok, eps, layers)   # the target's token after position k
+            if k < steps and drafts[k] == want:
+                accepted.append(want)
+                continue
+            accepted.append(want)                          # the bonus: the target's own token
+            break
+        passes.append(len(accepted))
+        emitted.extend(accepted)
+    return emitted[:new_tokens], passes
+
+
+@pytest.mark.parametrize("steps", [1, 3, 7])
+def test_the_partial_drafts_accept_length_is_known_in_advance(partial: tuple, steps: int) -> None:
+    t, d, cfg = partial
+    hidden = cfg["hidden_size"]
+    new_tokens = 40
+    for last in (100, 255, 4242, 29998):
+        emitted, passes = greedy_chain_request(t, d, cfg, last, new_tokens, steps)
+        assert emitted == mm.greedy_target(last, new_tokens, hidden), "a wrong draft must never change the output"
+        assert passes == mm.verify_passes(emitted[0], new_tokens, steps, WRONG_EVERY, hidden)
+        low, high = mm.accept_length_range(new_tokens, steps, WRONG_EVERY, hidden)
+        assert low <= new_tokens / len(passes) <= high
+    # at 4-8 draft tokens the accept length sits at P = 3, well below the draft-token count
+    if steps >= 3:
+        assert mm.steady_accept_len(steps, WRONG_EVERY) == WRONG_EVERY
+        assert mm.predicted_accept_length(256, steps, WRONG_EVERY, hidden) == pytest.approx(3.0, abs=0.05)
+
+
+def test_zero_tensors_are_holes_not_bytes(tmp_path: Path) -> None:
+    # the 7B files are written on the GPU machine inside a 600 s call: the zero weights must cost no writing
+    mm.write(tmp_path, "mini")
+    f = tmp_path / "target" / "model.safetensors"
+    holes = sum(2 * int(np.prod(v[1])) for v in mm.target_tensors(mm.SHAPES["mini"]).values() if isinstance(v, tuple))
+    assert holes > 0 and f.stat().st_blocks * 512 < f.stat().st_size - holes / 2

@@ -28,10 +28,12 @@ def test_the_real_timer_text_gives_ms_per_verify_pass_and_per_draft_forward() ->
     d = devicetimer.delta(devicetimer.snapshot(""), after)
     a = devicetimer.anatomy(d, 0, version="0.5.16", cuda_graph=False, speculative=True, steps=3, draft_tokens=4,
                             concurrency=1, meta_verify_ct=None)
-    assert a["verify"] == {"ms": pytest.approx(4.976, abs=1e-3), "source": SOURCE_TIMER, "count": 202}
+    # At concurrency 1 the divisor is SGLang's own verify count (194), not the decode batches (202): issue 37.
+    assert a["verify"] == {"ms": pytest.approx(1005.235 / 194, abs=1e-3), "source": SOURCE_TIMER, "count": 194,
+                           "note": devicetimer.VERIFY_CALLS_NOTE}
     # CUDA graphs off: the draft's forwards are `decode` forwards, steps - 1 of them per cycle.
-    assert a["draft"]["ms"] == pytest.approx(440.289 / 202, abs=1e-3)
-    assert a["draft_step"]["ms"] == pytest.approx(440.289 / 404, abs=1e-3)
+    assert a["draft"]["ms"] == pytest.approx(440.289 / 194, abs=1e-3)
+    assert a["draft_step"]["ms"] == pytest.approx(440.289 / 388, abs=1e-3)
     assert "draft_extend" not in a  # eagerly it is timed as `extend`, beside the prefill: not separable
 
 
@@ -42,7 +44,23 @@ def test_without_the_pass_counter_verify_calls_count_the_passes() -> None:
     a = devicetimer.anatomy(d, 0, version="0.5.16", cuda_graph=False, speculative=True, steps=3, draft_tokens=4,
                             concurrency=1, meta_verify_ct=None)
     assert a["verify"]["ms"] == pytest.approx(5.18, abs=0.01)
-    assert a["verify"]["note"] == "spec_verify_calls_total ÷ concurrency 1"
+    assert a["verify"]["note"] == devicetimer.VERIFY_CALLS_NOTE
+
+
+def test_at_concurrency_1_verify_is_divided_by_sglangs_verify_count_not_the_decode_batches() -> None:
+    """The real H200 run of issue 37: target_verify 0.5559 s, 1040 decode batches, spec_verify_calls_total +1028:
+    0.541 ms per verify pass (SGLang's count), not 0.535 (the batches)."""
+    page = ('sglang:forward_execution_seconds_total{category="target_verify",tp_rank="0"} 0.5559\n'
+            'sglang:spec_verify_calls_total 1028\n'
+            'sglang:cuda_graph_passes_total{mode="decode_cuda_graph",tp_rank="0"} 1040\n')
+    d = devicetimer.delta(devicetimer.snapshot(""), devicetimer.snapshot(page))
+    one = devicetimer.anatomy(d, 0, version="0.5.16", cuda_graph=True, speculative=True, steps=3, draft_tokens=4,
+                              concurrency=1, meta_verify_ct=None)
+    assert one["verify"]["ms"] == pytest.approx(0.5408, abs=1e-4) and one["verify"]["count"] == 1028
+    # several requests per batch: the per-request count over-counts passes, the batch counter stays the divisor
+    four = devicetimer.anatomy(d, 0, version="0.5.16", cuda_graph=True, speculative=True, steps=3, draft_tokens=4,
+                               concurrency=4, meta_verify_ct=None)
+    assert four["verify"]["count"] == 1040
 
 
 def test_the_timer_categories_follow_the_release_and_cuda_graphs() -> None:

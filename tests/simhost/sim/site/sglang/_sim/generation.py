@@ -10,8 +10,11 @@ forward's cost: so ``steps`` draft costs in all), verify ``num_draft_tokens`` D 
 ``verify_ms_base + verify_ms_per_token·D + verify_ms_per_batch_token·D·(B-1)``. Per request, draft position i is
 accepted with ``accept_prob[i]`` (last value repeats) and the run stops at the first rejection, so the distribution
 of accepted drafts per verify pass (not only its mean) follows the per-position rates; the pass emits 1 + accepted
-tokens, streamed together as one chunk. Baseline: ``decode_ms + decode_ms_per_seq·(B-1)`` per step. At B = 1 the
-costs are the single-stream ones. The engine sleeps each cost times ``time_scale`` so throughput is wall-clock.
+tokens, streamed together as one chunk. ``accept_wrong_every`` P (issue 37) replaces the random acceptance by the
+real kit's partial draft (bench/real_sglang/make_models.py): a request's tokens count up from a random slot, and a
+pass from last slot a accepts drafts a + k until the first that is 0 mod P. Baseline:
+``decode_ms + decode_ms_per_seq·(B-1)`` per step. At B = 1 the costs are the single-stream ones. The engine sleeps
+each cost times ``time_scale`` so throughput is wall-clock.
 
 ``meta_info`` of a finished request carries the speculative fields the simulated version's
 ``TokenizerManager._calculate_spec_decoding_metrics`` returns (read from the real wheels; see ``spec_meta``).
@@ -92,6 +95,7 @@ class _Req:
         self.aborted = False
         self.log_metrics = True  # False for SGLang's health check request
         self.start = time.perf_counter()
+        self.first_slot = 0  # accept_wrong_every: the slot of the first new token (the prompt's last id + 1)
 
     def add_pass(self, correct: int) -> None:
         self.verify_ct += 1
@@ -235,7 +239,14 @@ class Generator:
         probs = by_config.get(key, self.cfg.get("accept_prob"))
         return [float(p) for p in (probs or [0.0])]
 
-    def _accepted(self) -> int:
+    def _accepted(self, r: _Req | None = None) -> int:
+        every = int(self.cfg.get("accept_wrong_every") or 0)
+        if every and r is not None:  # the partial draft depends on the request's slot; the random one does not
+            last = r.first_slot + max(0, len(r.words) - 1)
+            n = 0
+            while n < self.num_draft - 1 and (last + n + 1) % every:
+                n += 1
+            return n
         probs = self.probs
         n = 0
         for i in range(max(0, self.num_draft - 1)):
@@ -397,7 +408,7 @@ class Generator:
             accepted: list[int] = []
             for r in batch:
                 if self.spec:
-                    acc = self._accepted()
+                    acc = self._accepted(r)
                     accepted.append(acc)
                     r.add_pass(acc)
                     n = min(1 + acc, r.max_new - len(r.words))
@@ -469,6 +480,7 @@ class Generator:
             if rank < len(self.scheduler_pids):
                 os.kill(self.scheduler_pids[rank], signal.SIGKILL)
         r = _Req(prompt_tokens, max_new_tokens, on_chunk is not None)
+        r.first_slot = self.rng.randrange(1 << 16)
         with self.cv:
             self.waiting.append(r)
             self.cv.notify()

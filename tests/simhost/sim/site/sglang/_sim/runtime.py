@@ -57,6 +57,20 @@ DEFAULTS: dict[str, Any] = {
     "nccl_allreduces_per_forward": 0,
     "nccl_draft_allreduces_per_step": 2,
     "nccl_version": "2.28.9+cuda13.0",
+    "cost_profile": None,  # a key of COST_PROFILES: its costs, under this host's own keys
+    "accept_wrong_every": 0,  # P > 0: the partial draft's deterministic acceptance (generation.py)
+}
+
+
+# Named cost profiles (``cost_profile`` in a host's config; its own keys still override). "7b-h200": the real
+# 0.5.16 run of a Llama-2-7B-shaped target on one H200 with CUDA graphs on (../shared/reference/real-0.5.16-h200/
+# 7b-shaped.md): decode 4.41 ms, verify 5.35 ms at 4 tokens and 5.37 at 8 (1.21x a decode step), draft 0.17 ms per
+# step, draft-extend 0.21 ms; GPU-bound, the host side a few % of the cycle. With the kit's partial draft (wrong
+# every 3 slots) the accept length is 3 from steps 2 up.
+COST_PROFILES: dict[str, dict[str, Any]] = {
+    "7b-h200": {"decode_ms": 4.41, "verify_ms_base": 5.33, "verify_ms_per_token": 0.005, "draft_ms_per_step": 0.17,
+                "draft_extend_ms": 0.21, "decode_ms_per_seq": 0.02, "draft_ms_per_seq": 0.005,
+                "verify_ms_per_batch_token": 0.01, "accept_wrong_every": 3},
 }
 
 
@@ -76,6 +90,7 @@ def load_config() -> dict[str, Any]:
     except (OSError, ValueError):
         data = {}
     if isinstance(data, dict):
+        cfg.update(COST_PROFILES.get(str(data.get("cost_profile") or ""), {}))
         cfg.update({k: v for k, v in data.items() if v is not None or k == "fail"})
     return cfg
 
