@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from fabfile.commands.bench import BenchParams
 from fabfile.errors import SpecDeployError
+from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan import explain as rules
 from fabfile.plan import remedies, tune_rule
+from fabfile.plan.deploy_plan import Options
 from fabfile.plan.remedies import Candidate, Config, Context
 from fabfile.plan.tune_rule import Arm
 
@@ -69,6 +72,8 @@ class CandidateFailed(SpecDeployError):
 
 
 class Trials(Protocol):
+    version: str  # the host's SGLang release once known ("" before the first deploy: TuneParams.version then)
+
     def run(self, cfg: Config) -> Measurement:
         """Deploy ``cfg`` (replacing what runs) and measure it; CandidateFailed when it does not come up."""
         ...
@@ -211,7 +216,7 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                 incumbent_ms = [run(state.best, "incumbent")]
             head = incumbent_ms[-1]
             findings = _findings(state.best, head)
-            ctx = Context(params.version, params.concurrency, params.tp, head.figures())
+            ctx = Context(trials.version or params.version, params.concurrency, params.tp, head.figures())
             found = {f.rule: f for f in findings}
             cands = remedies.candidates([f.rule for f in findings], state.best, ctx, set(state.tried))
             cycle = ctx.ms("cycle") or 1.0
@@ -318,3 +323,97 @@ def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int)
                         f"{pairs} deploys of each arm)")
     if max_minutes <= 0:
         raise FlagError(f"--max-minutes {max_minutes:g} leaves no time to tune")
+
+
+def host_config(host: Host) -> Config:
+    """The tuner's view of the inventory's configuration: its SGLang args as flags, its env."""
+    from fabfile.remote.common import split_argv
+
+    flags: dict[str, str | None] = {}
+    for tok in split_argv(list(host.sglang_args)):
+        name, eq, value = str(tok).partition("=")
+        flags[name] = value if eq else None
+    return Config(flags=tuple(sorted(flags.items())), env=tuple(sorted(host.env.items())))
+
+
+def with_config(host: Host, cfg: Config) -> Host:
+    args = tuple(k if v is None else f"{k}={v}" for k, v in cfg.flags)
+    return replace(host, sglang_args=args, env=dict(cfg.env))
+
+
+@dataclass
+class HostTrials:
+    """A real host: ``inv deploy`` of the configuration, then ``inv profile``'s bounded load on it (the device
+    timer), the server log's tail, and the scheduler's own environment (check-env's evidence)."""
+
+    inv: Inventory
+    host: Host
+    opts: Options
+    load: BenchParams
+    log_lines: int = 400
+    version: str = ""
+
+    def run(self, cfg: Config) -> Measurement:
+        from fabfile.commands.deploy import deploy_host
+        from fabfile.commands.profile import ProfileParams, new_profile_id, profile_request
+        from fabfile.present.progress import Reporter
+        from fabfile.transport.session import HostSession
+
+        target = with_config(self.host, cfg)
+        res = deploy_host(self.inv, target, self.opts, Reporter(self.host.name, enabled=False))
+        if not res.ok:
+            raise CandidateFailed(res.error.message if res.error else "the deploy failed", host=self.host.name)
+        self.version = res.sglang_version or self.version
+        pp = ProfileParams(load=self.load)
+        log: list[str] = []
+        with HostSession.open(self.inv, target) as s:
+            doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
+            s.logs(lines=self.log_lines, follow=False, follow_s=0.0, timeout=30.0,
+                   on_event=lambda ev: log.append(str(ev.get("line") or "")))
+            env_seen: dict[str, str] = {}
+            if cfg.env:
+                evidence: dict[str, Any] = dict(s.check_env(dict(cfg.env))["evidence"] or {})
+                for sched in evidence.get("schedulers") or []:
+                    env_seen.update({k: str(v) for k, v in (sched.get("environ") or {}).items()})
+        subjects = rules.subjects(doc)
+        anatomy = dict(subjects[0].anatomy) if subjects else {}
+        bench: Mapping[str, Any] = doc.get("bench") or {}
+        accept_fig = anatomy.get("accept_length")
+        accept = accept_fig.get("ms") if isinstance(accept_fig, Mapping) else None
+        args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        return Measurement(tok_s=float(bench.get("output_tok_s") or 0.0), anatomy=anatomy,
+                           accept=float(accept) if accept else None, log=tuple(log), server_args=args,
+                           env=env_seen, trace=frozenset({"verify_graph"}) if doc.get("cuda_graph") else frozenset())
+
+
+def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
+             state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
+    """``inv tune``: the loop on one host from the inventory's configuration (or the saved path with ``resume``);
+    the path document (``--json`` prints it), the inventory diff written to ``write``."""
+    from fabfile.present.tune_report import inventory_diff
+
+    if resume:
+        if not state_file.exists():
+            from fabfile.errors import FlagError
+
+            raise FlagError(f"--resume: no saved path at {state_file}; run `inv tune` without --resume first")
+        state = TuneState.from_json(json.loads(state_file.read_text()))
+    else:
+        start = host_config(host)
+        state = TuneState(start, start)
+    trials = HostTrials(inv, host, Options(), load)
+    params = TuneParams(version="", concurrency=load.concurrency, tp=1, max_loads=max_loads,
+                        max_minutes=max_minutes, state_file=state_file)
+    done = tune(trials, state, params, progress)
+    doc = done.to_json()
+    doc["host"] = host.name
+    from fabfile.present.tune_report import tune_figure
+
+    fig = tune_figure(doc)
+    if fig is not None:
+        fig.savefig(state_file.with_suffix(".png"))
+        doc["plot"] = str(state_file.with_suffix(".png"))
+    if write is not None:
+        write.write_text(json.dumps({host.name: inventory_diff(doc)}, indent=1) + "\n")
+        doc["written"] = str(write)
+    return doc

@@ -23,16 +23,16 @@ from fabfile.remote import versions
 # Environment variables a remedy may set: (first release that reads it, first release that no longer does or None).
 # Sources: ../shared/reference/tune.md (0.5.x wheels read there).
 ENV_RELEASES: dict[str, tuple[str, str | None]] = {
-    "SGLANG_SET_CPU_AFFINITY": ("0.5.3", None),  # §1.4: srt/utils/common.py, default off in all 0.5.x
-    "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH": ("0.5.16", None),  # §1.5
-    "SGLANG_ENABLE_METADATA_GLUE_GRAPH": ("0.5.20", None),  # §1.2: decode_cuda_graph_runner.py:548
-    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": ("0.5.23", None),  # §1.8: environ.py:1539
-    "SGLANG_ENABLE_SPEC_V2": ("0.5.5", "0.5.14"),  # §0/§1.1: removed in 0.5.14 (logs "has been removed")
+    "SGLANG_SET_CPU_AFFINITY": (versions.SET_CPU_AFFINITY_ENV, None),  # §1.4, default off in all 0.5.x
+    "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH": (versions.DRAFT_EXTEND_GRAPH_ENV, None),  # §1.5
+    "SGLANG_ENABLE_METADATA_GLUE_GRAPH": (versions.METADATA_GLUE_GRAPH_ENV, None),  # §1.2
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": (versions.PCIE_IPC_ALLREDUCE_ENV, None),  # §1.8
+    "SGLANG_ENABLE_SPEC_V2": (versions.SPEC_V2_ENV, versions.SPEC_V2_ENV_REMOVED),  # §0/§1.1
 }
 
 # Knobs the tuner never proposes, whatever a release parses: a search axis on them is wasted.
 NEVER: dict[str, str] = {
-    "--num-continuous-decode-steps": "defined but read nowhere in 0.5.3–0.5.23 (sglang#23131; tune.md §0)",
+    "--num-continuous-decode-steps": "defined but read nowhere in any 0.5.x wheel read (sglang#23131; tune.md §0)",
 }
 
 

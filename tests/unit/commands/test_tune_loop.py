@@ -33,6 +33,7 @@ class CostModel:
     fail: str = ""  # a flag whose presence makes the launch fail
     interrupt_at: int = 0  # raise KeyboardInterrupt on this deploy
     ran: list[Config] = field(default_factory=list)
+    version: str = "0.5.16"
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
