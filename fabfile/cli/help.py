@@ -63,7 +63,7 @@ TUNE_HELP = {
     "objective": "what to maximise: tok-s (output tokens per second at the bench's load)",
     "max_loads": "model loads the tuner may spend (default 40; a trial is 6 plus its incumbent)",
     "max_minutes": "wall-clock minutes the tuner may spend (default 60)",
-    "resume": "continue the path saved after each trial in .specdeploy/tune-<host>.json",
+    "resume": "continue the path saved after each trial in runs/tune-<host>.json (beside it: tune.png)",
     "write": "write the final configuration as an inventory diff to FILE",
 }
 

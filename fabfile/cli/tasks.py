@@ -575,7 +575,7 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     from fabfile.present.tune_report import render
 
     # The saved path --resume continues, one per host (its tune.png beside it).
-    state_file = Path(".specdeploy") / f"tune-{h.name}.json"
+    state_file = Path("runs") / f"tune-{h.name}.json"
     state_file.parent.mkdir(parents=True, exist_ok=True)
     say = (lambda line: None) if json else (lambda line: console.print(line, markup=False))
     doc = run_tune(inv, h, load, max_loads=40 if loads is None else loads,

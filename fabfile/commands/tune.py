@@ -330,9 +330,9 @@ def host_config(host: Host) -> Config:
     from fabfile.remote.common import split_argv
 
     flags: dict[str, str | None] = {}
-    for tok in split_argv(list(host.sglang_args)):
-        name, eq, value = str(tok).partition("=")
-        flags[name] = value if eq else None
+    for f in split_argv(list(host.sglang_args)):
+        if f.name:
+            flags[f.name] = f.value
     return Config(flags=tuple(sorted(flags.items())), env=tuple(sorted(host.env.items())))
 
 
@@ -407,6 +407,7 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
     done = tune(trials, state, params, progress)
     doc = done.to_json()
     doc["host"] = host.name
+    doc["state_file"] = str(state_file)
     from fabfile.present.tune_report import tune_figure
 
     fig = tune_figure(doc)
