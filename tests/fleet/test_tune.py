@@ -4,15 +4,20 @@ one measured iteration from the inventory's configuration that leaves the host s
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids
+from tests.support.invoke_cli import ROOT, derived_inventory, inv_json, run_inv, sglang_pids, start_inv
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]
+# Every test here saves its path to the same runs/tune-sim1.json: one worker runs them.
+pytestmark = pytest.mark.xdist_group("tune-state")
 
 
 @pytest.fixture
@@ -61,3 +66,33 @@ def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_
     assert "--disable-overlap-schedule" not in doc["best"]["flags"]
     running = " ".join(cmd for _pid, cmd in sglang_pids(sim_host))
     assert running and "--disable-overlap-schedule" not in running
+
+
+def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, sim_host: SimHost,
+                                                                 tmp_path: Path) -> None:
+    """SIGINT to the real `inv tune` process while the candidate (overlap back on) serves: the incumbent (the
+    start, overlap off) is deployed again before it exits, and the saved path says so."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0)
+    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory)
+    try:
+        deadline = time.monotonic() + 90
+        def candidate_serves() -> bool:
+            cmds = [c for _p, c in sglang_pids(sim_host) if "launch_server" in c]
+            return any("--disable-overlap-schedule" not in c for c in cmds)
+
+        while not candidate_serves():
+            assert time.monotonic() < deadline and client.poll() is None
+            time.sleep(0.2)
+        os.killpg(client.pid, signal.SIGINT)
+        client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            os.killpg(client.pid, signal.SIGKILL)
+    assert client.returncode != 0
+    saved = json.loads((ROOT / "runs" / "tune-sim1.json").read_text())
+    assert saved["stop"] == "interrupted" and "deployed again" in saved["restored"], saved
+    running = " ".join(c for _p, c in sglang_pids(sim_host) if "launch_server" in c)
+    assert "--disable-overlap-schedule" in running, running
