@@ -708,11 +708,42 @@ def phase_tp8(python: str, models: Path, site: Path, before: dict[str, str]) -> 
     stop_and_rollback(site, before, 8)
 
 
+TUNE_LOAD = ["--input-len", "64", "--output-len", "256", "--num-prompts", "32", "--concurrency", "16"]
+
+
+def step_tune() -> None:
+    """Issue 38: `inv tune` from a deliberately poor start (steps 1, graphs captured up to 4 requests under a load of
+    16): its path table (the text output) and its JSON document with every measurement, within ~400 s."""
+    minutes = max(1.0, (time_left() - 90) / 60)
+    code, doc, err, wall = inv("tune", *TUNE_LOAD, "--max-loads", "14", "--max-minutes", f"{minutes:.1f}",
+                               "--json", timeout=max(60, time_left() - 30))
+    record("tune from steps 1, graph max bs 4 < load 16", code == 0,
+           f"{wall:.0f} s; " + json.dumps(doc, default=str)[:3000], doc=doc, wall_s=round(wall, 1))
+    state = Path("runs") / "tune-h200.json"
+    if state.is_file():
+        from fabfile.present.tune_report import render
+
+        table = render(json.loads(state.read_text()))
+        (OUT / "tune-path.txt").write_text(table + "\n")
+        print(table)
+        for extra in (state, state.with_suffix(".png")):
+            if extra.is_file():
+                (OUT / extra.name).write_bytes(extra.read_bytes())
+    elif err:
+        print(err[-2000:])
+
+
+def phase_tune7b(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True, steps=1)
+    run_steps([("tune", 420, step_tune)], RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
 def main() -> int:
     global OUT, DEADLINE
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8", "profile", "profileb",
-                                       "three", "threeb", "prof7b", "eager7b", "sweep7b", "grid7b"),
+                                       "three", "threeb", "prof7b", "eager7b", "sweep7b", "grid7b", "tune7b"),
                     required=True)
     ap.add_argument("--budget-s", type=float, default=560.0, help="seconds this run may take in all")
     ap.add_argument("--python", required=True, help="the venv python that has the real SGLang")
@@ -751,7 +782,7 @@ def main() -> int:
     phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp2b": phase_tp2b,
               "tp8": phase_tp8, "profile": phase_profile, "profileb": phase_profileb,
               "three": phase_three, "threeb": phase_threeb, "prof7b": phase_prof7b, "eager7b": phase_eager7b,
-              "sweep7b": phase_sweep7b, "grid7b": phase_grid7b}
+              "sweep7b": phase_sweep7b, "grid7b": phase_grid7b, "tune7b": phase_tune7b}
     phases[a.phase](a.python, models, site, before)
     print("\n| check | result | detail |\n|---|---|---|")
     for r in results:

@@ -56,6 +56,17 @@ BENCH_HELP = {
     "explain": "say where the cycle's time goes, in sentences from the measured figures (`inv explain --rules`)",
     "baseline": "with --explain: a saved bench of the baseline to compare with (default: the newest in --out)",
 }
+TUNE_HELP = {
+    **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "json", "inventory")},
+    "host": "the host to tune (one host; default: the inventory's default host)",
+    "num_prompts": "requests of the load each deploy is measured under (default 16)",
+    "objective": "what to maximise: tok-s (output tokens per second at the bench's load)",
+    "max_loads": "model loads the tuner may spend (default 40; a trial is 6 plus its incumbent)",
+    "max_minutes": "wall-clock minutes the tuner may spend (default 60)",
+    "resume": "continue the path saved after each trial in runs/tune-<host>.json (beside it: tune.png)",
+    "write": "write the final configuration as an inventory diff to FILE",
+}
+
 PROFILE_HELP = {
     **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "timeout", "json", "inventory")},
     "host": "the host to profile (one host; default: the inventory's default host)",

@@ -51,7 +51,15 @@ def resume_path(value: Any) -> Any:
     from pathlib import Path
 
     path = flags.path("--resume", value)
-    return None if path is None else Path(path).expanduser()
+    if path is None:
+        return None
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # "~name" of no user on this machine
+        from fabfile.errors import FlagError
+
+        raise FlagError(f"--resume: {flags.quote(path)} names the home of no user here; "
+                        "give the sweep's folder") from None
 
 
 def sweep_length(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:

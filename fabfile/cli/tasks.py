@@ -37,6 +37,7 @@ from fabfile.cli.help import (
     STOP_HELP,
     SWEEP_HELP,
     TRUST_HELP,
+    TUNE_HELP,
     WATCH_HELP,
 )
 from fabfile.cli.run import cli
@@ -543,7 +544,46 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
                        steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS))  # before any host is asked
     return diff_command(options.inventory(inventory), opts)
 
+@task(help=TUNE_HELP)
+@cli
+def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = None, input_len: Any = None,
+         output_len: Any = None, num_prompts: Any = None, max_loads: Any = None, max_minutes: Any = None,
+         resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None) -> Any:
+    """Measure, explain, change the one thing a rule names, keep it only when it wins beyond the spread between
+    deploys (A B B A), until nothing is left to fix; the host runs the best configuration when it ends."""
+    from pathlib import Path
+
+    from fabfile.commands.tune import check_params, run_tune
+
+    loads = flags.whole("--max-loads", max_loads, minimum=0, maximum=10_000)
+    minutes = flags.number("--max-minutes", max_minutes, minimum=0.0, maximum=10_000.0, unit="min",
+                           what="a number of minutes")
+    from fabfile.commands.tune import OBJECTIVES
+
+    flags.choice("--objective", objective, OBJECTIVES, what="objective")
+    check_params(str(objective), 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3)
+    load = options.bench(concurrency, input_len, output_len, num_prompts, None, None)
+    write_to = flags.path("--write", write)
+    if write_to and Path(write_to).is_dir():
+        write_to = str(Path(write_to) / "tune-inventory-diff.json")  # a folder: the diff goes inside it
+    inv = options.inventory(inventory)
+    from fabfile.inventory.hosts import one_host
+
+    h = one_host(inv, host, "tune")
+    from fabfile.commands.result import CommandResult
+    from fabfile.present.output import out as console
+    from fabfile.present.tune_report import render
+
+    # The saved path --resume continues, one per host (its tune.png beside it).
+    state_file = Path("runs") / f"tune-{h.name}.json"
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    say = (lambda line: None) if json else (lambda line: console.print(line, markup=False))
+    doc = run_tune(inv, h, load, max_loads=40 if loads is None else loads,
+                   max_minutes=60.0 if minutes is None else minutes, state_file=state_file, resume=resume,
+                   write=Path(write_to) if write_to else None, progress=say)
+    return CommandResult(doc, lambda: console.print(render(doc), markup=False), 0)
+
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt, diff, cancel, profile)
+                deploy_router, trust_host, adopt, diff, cancel, profile, tune)
 ns.add_task(explain)

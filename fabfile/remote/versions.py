@@ -145,6 +145,15 @@ SPEC_NUM_STEPS_GAUGE = "0.5.13"
 # [test_sglang_versions::test_probe_fits_the_health_endpoint_of_the_release].
 READY_ENDPOINT = "0.5.20"
 
+# The environment variables ``inv tune``'s remedies may set, by the first release that reads each (and, for one, the
+# release that dropped it), from ../shared/reference/tune.md §1 (wheels read there; cited per name).
+SET_CPU_AFFINITY_ENV = "0.5.3"  # SGLANG_SET_CPU_AFFINITY, srt/utils/common.py (all 0.5.x)
+DRAFT_EXTEND_GRAPH_ENV = "0.5.16"  # SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH
+METADATA_GLUE_GRAPH_ENV = "0.5.20"  # SGLANG_ENABLE_METADATA_GLUE_GRAPH, decode_cuda_graph_runner.py:548
+PCIE_IPC_ALLREDUCE_ENV = "0.5.23"  # SGLANG_ENABLE_PCIE_IPC_ALLREDUCE, environ.py:1539
+SPEC_V2_ENV = "0.5.5"  # SGLANG_ENABLE_SPEC_V2 read from 0.5.5 (0.5.4: --enable-beta-spec) ...
+SPEC_V2_ENV_REMOVED = "0.5.14"  # ... and removed in 0.5.14: V2 always runs (speculative_hook.py:69)
+
 # Changes read without a gate (the code takes whichever form it finds, so no constant): the version files
 # (``version.py``, then the build-generated ``_version.py`` from 0.5.7: ``facts.sglang_info``), the ``Decode batch``
 # line's formats (``metrics.parse_decode_line``), the draft counters' names (0.5.6 / 0.5.11 / 0.5.12:

@@ -23,6 +23,7 @@ each cost times ``time_scale`` so throughput is wall-clock.
 from __future__ import annotations
 
 import datetime
+import os
 import queue
 import random
 import threading
@@ -128,6 +129,8 @@ class Generator:
         for k, v in (info0.get("nccl_env") or {}).items():
             factor *= float(factors.get(f"{k}={v}", 1.0))
         self.comm_factor = factor
+        noise = float(cfg.get("deploy_noise") or 0.0)
+        self.deploy_factor = random.Random(f"{cfg.get('seed', 42)}:{os.getpid()}").uniform(1 - noise, 1 + noise)
         self.probs = self.accept_probs() if self.spec else [0.0]
         self.adaptive: dict[str, float] | None = None
         if self.spec and getattr(server_args, "speculative_adaptive", False):
@@ -187,11 +190,22 @@ class Generator:
         extend = c.get("draft_extend_ms")
         draft_extend = draft if extend is None else float(extend) + float(c.get("draft_ms_per_seq", 0.0)) * extra
         f = self.comm_factor
+        if getattr(self.sa, "disable_cuda_graph", False):  # cost knob: verify's kernels launched one by one
+            verify += float(c.get("eager_verify_ms") or 0.0)
         # The all-reduces by message size (opt-in, nccl_allreduces_per_forward): verify's carry every draft token
         # of the batch, a draft forward's (and the draft-extend's) one token per request.
         draft_comm = self._allreduce_ms(batch, draft=True)
         return {"draft": draft * f + draft_comm, "verify": verify * f + self._allreduce_ms(batch * self.num_draft),
                 "draft_extend": draft_extend * f + draft_comm}
+
+    def host_ms(self) -> float:
+        """The scheduler's host work per step (cost knob ``host_ms``, default 0), × ``no_overlap_host_factor``
+        under --disable-overlap-schedule, × this deploy's factor (``deploy_noise``: uniform ±noise, drawn once per
+        server from ``seed`` and the scheduler's pid, so each deploy of one configuration differs)."""
+        ms = float(self.cfg.get("host_ms") or 0.0)
+        if getattr(self.sa, "disable_overlap_schedule", False):
+            ms *= float(self.cfg.get("no_overlap_host_factor", 1.0))
+        return ms * self.deploy_factor
 
     def cycle_ms(self, batch: int = 1) -> float:
         """One draft+verify cycle of a batch of ``batch`` requests."""
@@ -392,7 +406,9 @@ class Generator:
             if getattr(self.sa, "disable_cuda_graph", False):  # eager: NCCL schedules (and logs) each all-reduce
                 self._nccl_eager(b * (self.num_draft if self.spec else 1))
             cost = self.cycle_ms(b) if self.spec else self.decode_ms(b)
-            t = max(t, time.perf_counter() - 0.05) + cost * scale / 1000
+            # Host time outside the timed phases ("other" in a profile): slept, never recorded by the device timer.
+            host = self.host_ms()
+            t = max(t, time.perf_counter() - 0.05) + (cost + host) * scale / 1000
             wall0 = time.time() + (t - time.perf_counter()) - cost * scale / 1000
             _sleep_until(t)
             if self.spec:

@@ -1,0 +1,420 @@
+"""``inv tune``'s loop: measure → explain → choose the top finding's next untried remedy → deploy it and check it
+engaged → compare against the incumbent re-deployed in the same run (``plan/tune_rule``) → keep or revert, until no
+rule fires with an untried remedy, the best predicted saving is below what the measured spread resolves, or the
+budget is spent.
+
+The host side is behind ``Trials`` (one deploy + one measurement of a configuration, and the evidence it left), so
+the loop is the same over a real host and a simulated one. Whatever ends the loop — a candidate that fails to
+start, Ctrl-C, a lost connection — the best configuration so far is what the host runs when it returns, and the
+path says so (``restored``). The path is saved after every trial so ``--resume`` continues it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from fabfile.commands.bench import BenchParams
+from fabfile.errors import SpecDeployError
+from fabfile.inventory.hosts import Host, Inventory
+from fabfile.plan import explain as rules
+from fabfile.plan import remedies, tune_rule
+from fabfile.plan.deploy_plan import Options
+from fabfile.plan.remedies import Candidate, Config, Context
+from fabfile.plan.tune_rule import Arm
+
+OBJECTIVES = ("tok-s",)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One deploy's figures: the objective (tok/s [tool]), the cycle anatomy as ``inv profile`` reports it (phases
+    with sources, ``kernels`` when traced), accept length [SGLang], peak GPU memory, the SLA check, and the evidence
+    the deploy left (log lines, the server's args, the env the scheduler saw, trace facts such as
+    ``verify_graph``)."""
+
+    tok_s: float
+    anatomy: Mapping[str, Any]
+    accept: float | None = None
+    memory_gib: float | None = None
+    sla_met: bool = True
+    log: tuple[str, ...] = ()
+    server_args: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    trace: frozenset[str] = frozenset()
+
+    def ms(self, phase: str) -> float | None:
+        v = self.anatomy.get(phase)
+        if isinstance(v, Mapping) and v.get("ms") is not None:
+            return float(v["ms"])
+        return None
+
+    def figures(self) -> dict[str, float]:
+        out = {k: float(v) for k in ("cycle", "draft", "verify", "draft_extend", "other")
+               if (v := self.ms(k)) is not None}
+        verify_k = ((self.anatomy.get("kernels") or {}).get("verify") or {})
+        for name, key in (("launch_gap", "launch_gap_ms"), ("allreduce", "allreduce_ms")):
+            if verify_k.get(key) is not None:
+                out[name] = float(verify_k[key])
+        if ar := (verify_k.get("classes_ms") or {}).get("allreduce"):
+            out.setdefault("allreduce", float(ar))
+        if self.anatomy.get("steps"):
+            out["steps"] = float(self.anatomy["steps"])
+        return out
+
+
+class CandidateFailed(SpecDeployError):
+    """A configuration that did not come up (its launch failed, or the server died before measuring)."""
+
+
+class Trials(Protocol):
+    version: str  # the host's SGLang release once known ("" before the first deploy: TuneParams.version then)
+
+    def run(self, cfg: Config) -> Measurement:
+        """Deploy ``cfg`` (replacing what runs) and measure it; CandidateFailed when it does not come up."""
+        ...
+
+
+def engaged(remedy: remedies.Remedy, cfg: Config, m: Measurement) -> tuple[bool, str]:
+    """Whether the change shows in what the deploy left, and the evidence in words."""
+    kind, _, what = remedy.engaged_by.partition(":")
+    if kind == "log":
+        line = next((ln for ln in m.log if what in ln), None)
+        return line is not None, (f"log: {line.strip()}" if line else f"no log line with {what!r}")
+    if kind == "server_args":
+        key = what.lstrip("-").replace("-", "_")
+        want = cfg.flag(what) if cfg.has(what) else None
+        got = m.server_args.get(key)
+        if not cfg.has(what):  # the change removed the flag: the server reports the default
+            ok = got in (False, None)
+        elif want is None:
+            ok = got is True
+        else:
+            ok = str(got) == want
+        return ok, f"server_args {key}={got!r} [SGLang /get_server_info]"
+    if kind == "env":
+        ok = m.env.get(what) == dict(cfg.env).get(what)
+        return ok, f"scheduler env {what}={m.env.get(what)!r}"
+    if kind == "trace":
+        return what in m.trace, (f"trace: {what}" if what in m.trace else f"trace lacks {what}")
+    return False, f"unknown evidence kind {kind!r}"
+
+
+@dataclass
+class Step:
+    iteration: int
+    finding: str  # the rule's sentence, figures and sources included
+    rule: str
+    remedy: str
+    change: list[str]
+    predicted_ms: float
+    evidence: str = ""
+    outcome: str = ""  # kept | reverted | not engaged | failed | guard
+    why: str = ""
+    before: list[float] = field(default_factory=list)
+    after: list[float] = field(default_factory=list)
+    before_spread: float = 0.0
+    after_spread: float = 0.0
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class TuneState:
+    start: Config
+    best: Config
+    best_objective: list[float] = field(default_factory=list)
+    tried: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    loads: int = 0
+    stop: str = ""
+    stop_reason: str = ""
+    restored: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start.describe(), "best": self.best.describe(), "best_objective": self.best_objective,
+                "tried": self.tried, "loads": self.loads, "stop": self.stop, "stop_reason": self.stop_reason,
+                "restored": self.restored, "diff": remedies.diff(self.start, self.best),
+                "steps": [vars(s) for s in self.steps]}
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any]) -> TuneState:
+        def cfg(d: Mapping[str, Any]) -> Config:
+            return Config(flags=tuple(sorted((k, v) for k, v in d["flags"].items())),
+                          env=tuple(sorted(d["env"].items())))
+        st = TuneState(cfg(doc["start"]), cfg(doc["best"]), list(doc.get("best_objective") or []),
+                       list(doc.get("tried") or []), [Step(**s) for s in doc.get("steps") or []],
+                       int(doc.get("loads") or 0), str(doc.get("stop") or ""), str(doc.get("stop_reason") or ""),
+                       str(doc.get("restored") or ""))
+        return st
+
+
+@dataclass(frozen=True)
+class TuneParams:
+    version: str
+    concurrency: int
+    tp: int = 1
+    pairs: int = 3  # deploys per arm (3 against 3: p = 1/20)
+    max_loads: int = 40
+    max_minutes: float = 60.0
+    memory_limit_gib: float | None = None
+    state_file: Path | None = None
+
+
+def _record(m: Measurement, arm: str) -> dict[str, Any]:
+    return {"arm": arm, "tok_s": m.tok_s, "accept": m.accept, "memory_gib": m.memory_gib, "sla_met": m.sla_met,
+            "figures": m.figures()}
+
+
+def _arm(ms: list[Measurement], mechanism: str, engaged_flags: list[bool] | None = None) -> Arm:
+    def mech(m: Measurement) -> float | None:
+        return m.figures().get(mechanism)
+    mechs = [v for m in ms if (v := mech(m)) is not None]
+    return Arm(tuple(m.tok_s for m in ms), tuple(mechs) if len(mechs) == len(ms) else (),
+               tuple(m.accept for m in ms if m.accept is not None),
+               tuple(m.memory_gib for m in ms if m.memory_gib is not None), tuple(m.sla_met for m in ms),
+               tuple(engaged_flags or ()))
+
+
+def _resolvable(incumbent: list[Measurement], mechanism: str, pairs: int) -> float:
+    """The smallest effect the incumbent's measured deploys resolve, end to end or on the mechanism figure (the
+    smaller: a change may be kept on either). 0 before two deploys have been measured."""
+    if len(incumbent) < 2:
+        return 0.0
+    mech = [v for m in incumbent if (v := m.figures().get(mechanism)) is not None]
+    e2e = tune_rule.resolvable([m.tok_s for m in incumbent], pairs)
+    return min(e2e, tune_rule.resolvable(mech, pairs)) if len(mech) >= 2 else e2e
+
+
+def _findings(cfg: Config, m: Measurement) -> list[rules.Finding]:
+    return rules.explain(rules.Subject(config="eagle3-tune", anatomy=m.anatomy,
+                                       cuda_graph=not cfg.has("--disable-cuda-graph")))
+
+
+def tune(trials: Trials, state: TuneState, params: TuneParams,
+         progress: Callable[[str], None] = lambda s: None, clock: Callable[[], float] = time.monotonic) -> TuneState:
+    """Run the loop to its stop; the host runs ``state.best`` when this returns or raises."""
+    started = clock()
+    deployed: list[Config] = []
+    trial_seconds = 0.0
+
+    def run(cfg: Config, what: str) -> Measurement:
+        progress(f"iteration {len(state.steps) + 1}: deploy {state.loads + 1} ({what}); "
+                 f"{params.max_loads - state.loads} loads, "
+                 f"{max(0.0, params.max_minutes - (clock() - started) / 60):.1f} min left")
+        state.loads += 1
+        deployed.append(cfg)
+        return trials.run(cfg)
+
+    try:
+        incumbent_ms: list[Measurement] = []
+        while True:
+            if not incumbent_ms:
+                incumbent_ms = [run(state.best, "incumbent")]
+            head = incumbent_ms[-1]
+            findings = _findings(state.best, head)
+            ctx = Context(trials.version or params.version, params.concurrency, params.tp, head.figures())
+            found = {f.rule: f for f in findings}
+            cands = remedies.candidates([f.rule for f in findings], state.best, ctx, set(state.tried))
+            cycle = ctx.ms("cycle") or 1.0
+            best: Candidate | None = cands[0] if cands else None
+            frac = None if best is None else max(best.predicted_ms / cycle,
+                                                 best.predicted_ms / (ctx.ms(best.remedy.mechanism) or cycle))
+            resolv = _resolvable(incumbent_ms, best.remedy.mechanism if best else "", params.pairs)
+            per_trial = trial_seconds or 0.0
+            stop = tune_rule.stop_reason(best_predicted=frac, resolvable_fraction=resolv,
+                                         loads_left=params.max_loads - state.loads, loads_per_trial=2 * params.pairs,
+                                         seconds_left=params.max_minutes * 60 - (clock() - started),
+                                         seconds_per_trial=per_trial)
+            if stop is not None or best is None:
+                state.stop, state.stop_reason = (stop.reason, stop.sentence) if stop else ("nothing-left", "")
+                break
+            t0 = clock()
+            step = Step(len(state.steps) + 1, found[best.remedy.rule].sentence, best.remedy.rule, best.remedy.id,
+                        remedies.diff(state.best, best.config), round(best.predicted_ms, 4))
+            state.tried.append(best.remedy.id)
+            state.steps.append(step)
+            a_ms: list[Measurement] = []
+            b_ms: list[Measurement] = []
+            flags: list[bool] = []
+            for arm in tune_rule.schedule(params.pairs):
+                if arm == "A":
+                    m = run(state.best, "incumbent")
+                    a_ms.append(m)
+                    step.measurements.append(_record(m, "A"))
+                    continue
+                try:
+                    m = run(best.config, f"candidate {best.remedy.id}")
+                except CandidateFailed as e:
+                    step.outcome, step.why = "failed", f"the candidate did not come up: {e}"
+                    break
+                ok, step.evidence = engaged(best.remedy, best.config, m)
+                flags.append(ok)
+                b_ms.append(m)
+                step.measurements.append(_record(m, "B"))
+                if not ok:
+                    step.outcome, step.why = "not engaged", f"the change did not engage ({step.evidence}): not scored"
+                    break
+            if not step.outcome:
+                inc, ch = _arm(a_ms, best.remedy.mechanism), _arm(b_ms, best.remedy.mechanism, flags)
+                v = tune_rule.decide(inc, ch, moves_accept=best.remedy.moves_accept,
+                                     memory_limit_gib=params.memory_limit_gib)
+                step.outcome, step.why = v.outcome, v.why
+                step.before, step.after = list(inc.objective), list(ch.objective)
+                step.before_spread, step.after_spread = tune_rule.spread(inc.objective), tune_rule.spread(ch.objective)
+                if v.kept:
+                    state.best = best.config
+                    incumbent_ms = b_ms
+                else:
+                    incumbent_ms = a_ms
+                state.best_objective = [m.tok_s for m in incumbent_ms]
+            else:
+                step.before = [m.tok_s for m in a_ms]
+                if a_ms:
+                    incumbent_ms = a_ms
+            trial_seconds = clock() - t0
+            _save(state, params)
+    except (KeyboardInterrupt, SpecDeployError, OSError) as e:
+        state.stop = "interrupted"
+        state.stop_reason = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else str(e)
+        if state.steps and not state.steps[-1].outcome:
+            # The trial it cut short decided nothing: --resume tries that remedy again.
+            state.steps[-1].outcome, state.steps[-1].why = "interrupted", state.stop_reason
+            state.tried.remove(state.steps[-1].remedy)
+        _restore(trials, state, params, progress)
+        raise
+    if not deployed or deployed[-1] != state.best:
+        _restore(trials, state, params, progress)
+    _save(state, params)
+    return state
+
+
+def _restore(trials: Trials, state: TuneState, params: TuneParams, progress: Callable[[str], None]) -> None:
+    """Deploy the best configuration so far again; said in the path either way."""
+    progress("deploying the best configuration so far again")
+    try:
+        state.loads += 1
+        trials.run(state.best)
+        state.restored = "the best configuration so far was deployed again"
+    except (SpecDeployError, OSError) as e:
+        state.restored = f"re-deploying the best configuration failed: {e}; run `inv deploy` on the host"
+    _save(state, params)
+
+
+def _save(state: TuneState, params: TuneParams) -> None:
+    if params.state_file is None:
+        return
+    tmp = params.state_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=1))
+    tmp.replace(params.state_file)
+
+
+def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int) -> None:
+    """Bad input refused before anything is touched (a sentence naming the field; the CLI exits 2)."""
+    from fabfile.errors import FlagError
+
+    if objective not in OBJECTIVES:
+        raise FlagError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if max_loads < 2 * pairs + 1:
+        raise FlagError(f"--max-loads {max_loads} cannot fit one trial ({2 * pairs + 1} loads: the incumbent and "
+                        f"{pairs} deploys of each arm)")
+    if max_minutes <= 0:
+        raise FlagError(f"--max-minutes {max_minutes:g} leaves no time to tune")
+
+
+def host_config(host: Host) -> Config:
+    """The tuner's view of the inventory's configuration: its SGLang args as flags, its env."""
+    from fabfile.remote.common import split_argv
+
+    flags: dict[str, str | None] = {}
+    for f in split_argv(list(host.sglang_args)):
+        if f.name:
+            flags[f.name] = f.value
+    return Config(flags=tuple(sorted(flags.items())), env=tuple(sorted(host.env.items())))
+
+
+def with_config(host: Host, cfg: Config) -> Host:
+    args = tuple(k if v is None else f"{k}={v}" for k, v in cfg.flags)
+    return replace(host, sglang_args=args, env=dict(cfg.env))
+
+
+@dataclass
+class HostTrials:
+    """A real host: ``inv deploy`` of the configuration, then ``inv profile``'s bounded load on it (the device
+    timer), the server log's tail, and the scheduler's own environment (check-env's evidence)."""
+
+    inv: Inventory
+    host: Host
+    opts: Options
+    load: BenchParams
+    log_lines: int = 400
+    version: str = ""
+
+    def run(self, cfg: Config) -> Measurement:
+        from fabfile.commands.deploy import deploy_host
+        from fabfile.commands.profile import ProfileParams, new_profile_id, profile_request
+        from fabfile.present.progress import Reporter
+        from fabfile.transport.session import HostSession
+
+        target = with_config(self.host, cfg)
+        res = deploy_host(self.inv, target, self.opts, Reporter(self.host.name, enabled=False))
+        if not res.ok:
+            raise CandidateFailed(res.error.message if res.error else "the deploy failed", host=self.host.name)
+        self.version = res.sglang_version or self.version
+        pp = ProfileParams(load=self.load)
+        log: list[str] = []
+        with HostSession.open(self.inv, target) as s:
+            doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
+            s.logs(lines=self.log_lines, follow=False, follow_s=0.0, timeout=30.0,
+                   on_event=lambda ev: log.append(str(ev.get("line") or "")))
+            env_seen: dict[str, str] = {}
+            if cfg.env:
+                evidence: dict[str, Any] = dict(s.check_env(dict(cfg.env))["evidence"] or {})
+                for sched in evidence.get("schedulers") or []:
+                    env_seen.update({k: str(v) for k, v in (sched.get("environ") or {}).items()})
+        subjects = rules.subjects(doc)
+        anatomy = dict(subjects[0].anatomy) if subjects else {}
+        bench: Mapping[str, Any] = doc.get("bench") or {}
+        accept_fig = anatomy.get("accept_length")
+        accept = accept_fig.get("ms") if isinstance(accept_fig, Mapping) else None
+        args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        return Measurement(tok_s=float(bench.get("output_tok_s") or 0.0), anatomy=anatomy,
+                           accept=float(accept) if accept else None, log=tuple(log), server_args=args,
+                           env=env_seen, trace=frozenset({"verify_graph"}) if doc.get("cuda_graph") else frozenset())
+
+
+def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
+             state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
+    """``inv tune``: the loop on one host from the inventory's configuration (or the saved path with ``resume``);
+    the path document (``--json`` prints it), the inventory diff written to ``write``."""
+    from fabfile.present.tune_report import inventory_diff
+
+    if resume:
+        if not state_file.exists():
+            from fabfile.errors import FlagError
+
+            raise FlagError(f"--resume: no saved path at {state_file}; run `inv tune` without --resume first")
+        state = TuneState.from_json(json.loads(state_file.read_text()))
+    else:
+        start = host_config(host)
+        state = TuneState(start, start)
+    trials = HostTrials(inv, host, Options(), load)
+    params = TuneParams(version="", concurrency=load.concurrency, tp=1, max_loads=max_loads,
+                        max_minutes=max_minutes, state_file=state_file)
+    done = tune(trials, state, params, progress)
+    doc = done.to_json()
+    doc["host"] = host.name
+    doc["state_file"] = str(state_file)
+    from fabfile.present.tune_report import tune_figure
+
+    fig = tune_figure(doc)
+    if fig is not None:
+        fig.savefig(state_file.with_suffix(".png"))
+        doc["plot"] = str(state_file.with_suffix(".png"))
+    if write is not None:
+        write.write_text(json.dumps({host.name: inventory_diff(doc)}, indent=1) + "\n")
+        doc["written"] = str(write)
+    return doc

@@ -1,0 +1,98 @@
+"""`inv tune` end to end over real SSH against the simulated fleet: bad input refused before a host is touched, and
+one measured iteration from the inventory's configuration that leaves the host serving, its path saved."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.simhost.fleet import Fleet, SimHost
+from tests.support.invoke_cli import ROOT, derived_inventory, inv_json, run_inv, sglang_pids, start_inv
+
+FAST = {"time_scale": 0.5, "load_seconds": 0.1}
+LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]
+# Every test here saves its path to the same runs/tune-sim1.json: one worker runs them.
+pytestmark = pytest.mark.xdist_group("tune-state")
+
+
+@pytest.fixture
+def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
+    return derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics"], "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+
+
+@pytest.mark.parametrize("args, words", [(["--objective", "latency"], "--objective"),
+                                         (["--max-loads", "0"], "--max-loads"),
+                                         (["--max-minutes", "0"], "--max-minutes")])
+def test_bad_input_is_refused_before_any_host_is_touched(inventory: Path, sim_host: SimHost, args: list[str],
+                                                         words: str) -> None:
+    r = run_inv("tune", *args, inventory=inventory)
+    assert r.returncode == 2 and words in r.stderr, r.stderr
+    assert not sglang_pids(sim_host)
+
+
+def test_tune_measures_and_leaves_the_host_serving_its_best(inventory: Path, sim_host: SimHost,
+                                                             tmp_path: Path) -> None:
+    sim_host.set_sim_config(**FAST)
+    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "8", "--write", str(tmp_path / "diff.json"),
+                              inventory=inventory)
+    assert code == 0, err
+    assert doc["loads"] >= 1 and doc["stop"] in ("nothing-left", "below-resolution", "budget")
+    assert json.loads(Path(doc["state_file"]).read_text())["loads"] == doc["loads"]
+    assert json.loads((tmp_path / "diff.json").read_text())
+    assert sglang_pids(sim_host), "tune left the host without a server"
+
+
+def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_host: SimHost,
+                                                              tmp_path: Path) -> None:
+    """The simulator's host time (``host_ms``) doubles with --disable-overlap-schedule: the profile's "other" is a
+    third of the cycle, the other_share rule fires, overlap comes back on in A B B A A B and wins beyond the spread
+    of deploys that each draw their own ±5 % host-time factor."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
+    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "12", inventory=inventory)
+    assert code == 0, err
+    step = doc["steps"][0]
+    assert step["rule"] == "other_share" and step["remedy"] == "overlap-on", step
+    assert step["outcome"] == "kept", step["why"]
+    assert len(step["measurements"]) == 6 and [m["arm"] for m in step["measurements"]] == list("ABBAAB")
+    assert "--disable-overlap-schedule" not in doc["best"]["flags"]
+    running = " ".join(cmd for _pid, cmd in sglang_pids(sim_host))
+    assert running and "--disable-overlap-schedule" not in running
+
+
+def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, sim_host: SimHost,
+                                                                 tmp_path: Path) -> None:
+    """SIGINT to the real `inv tune` process while the candidate (overlap back on) serves: the incumbent (the
+    start, overlap off) is deployed again before it exits, and the saved path says so."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0)
+    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory)
+    try:
+        deadline = time.monotonic() + 90
+        def candidate_serves() -> bool:
+            cmds = [c for _p, c in sglang_pids(sim_host) if "launch_server" in c]
+            return any("--disable-overlap-schedule" not in c for c in cmds)
+
+        while not candidate_serves():
+            assert time.monotonic() < deadline and client.poll() is None
+            time.sleep(0.2)
+        os.killpg(client.pid, signal.SIGINT)
+        client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            os.killpg(client.pid, signal.SIGKILL)
+    assert client.returncode != 0
+    saved = json.loads((ROOT / "runs" / "tune-sim1.json").read_text())
+    assert saved["stop"] == "interrupted" and "deployed again" in saved["restored"], saved
+    running = " ".join(c for _p, c in sglang_pids(sim_host) if "launch_server" in c)
+    assert "--disable-overlap-schedule" in running, running

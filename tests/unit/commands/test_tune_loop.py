@@ -1,0 +1,145 @@
+"""``inv tune``'s loop over a seeded cost model of a host (each remedy a cost knob there, one of them with no
+effect, and a deploy-to-deploy spread on host time): it keeps what wins beyond the spread, reverts the no-op and what
+did not engage, and whatever ends it — a failed candidate, Ctrl-C, the budget — the host runs the best
+configuration when it returns."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from fabfile.commands.tune import CandidateFailed, Measurement, TuneParams, TuneState, check_params, tune
+from fabfile.errors import FlagError
+from fabfile.plan.remedies import Config
+from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TRACE
+
+POOR = Config(flags=(("--disable-cuda-graph", None), ("--disable-overlap-schedule", None),
+                     ("--speculative-num-steps", "3")))
+CONCURRENCY = 8
+
+
+@dataclass
+class CostModel:
+    """What a deploy of a configuration measures: GPU phases from the device timer, host time ``other`` with a
+    seeded per-deploy factor in [1 − noise, 1 + noise]. Graphs off cost launch gaps in verify; overlap off doubles host
+    time; CPU affinity changes nothing (the zero-effect knob)."""
+
+    seed: int
+    noise: float = 0.10
+    drop_env: bool = False  # the scheduler does not see the env (the change does not engage)
+    fail: str = ""  # a flag whose presence makes the launch fail
+    interrupt_at: int = 0  # raise KeyboardInterrupt on this deploy
+    ran: list[Config] = field(default_factory=list)
+    version: str = "0.5.16"
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def run(self, cfg: Config) -> Measurement:
+        self.ran.append(cfg)
+        if self.interrupt_at and len(self.ran) == self.interrupt_at:
+            raise KeyboardInterrupt
+        if self.fail and (cfg.has(self.fail) or self.fail in dict(cfg.env)):
+            raise CandidateFailed("the server exited during start-up")
+        graph = not cfg.has("--disable-cuda-graph")
+        steps = int(cfg.flag("--speculative-num-steps") or 3)
+        draft, verify, extend = 0.3 * steps, 0.5, 0.2
+        gap = 0.0 if graph else 2.5
+        other = (3.0 if cfg.has("--disable-overlap-schedule") else 1.5) * self.rng.uniform(1 - self.noise,
+                                                                                           1 + self.noise)
+        cycle = draft + verify + gap + extend + other
+        accept = 2.5
+        anatomy = {"cycle": {"ms": cycle, "source": SOURCE_TIMER}, "draft": {"ms": draft, "source": SOURCE_TIMER},
+                   "verify": {"ms": verify + gap, "source": SOURCE_TIMER},
+                   "draft_extend": {"ms": extend, "source": SOURCE_TIMER},
+                   "other": {"ms": other, "source": SOURCE_TIMER}, "steps": steps,
+                   "kernels": {"verify": {"launch": "cuda graph" if graph else "eager", "kernel_launches": 300,
+                                          "launch_gap_ms": gap, "source": SOURCE_TRACE}}}
+        env = {} if self.drop_env else dict(cfg.env)
+        args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        return Measurement(tok_s=CONCURRENCY * accept * 1000 / cycle, anatomy=anatomy, accept=accept,
+                           memory_gib=60.0, log=("Capture cuda graph end.",) if graph else (), server_args=args,
+                           env=env, trace=frozenset({"verify_graph"}) if graph else frozenset())
+
+
+def _params(**kw: object) -> TuneParams:
+    base: dict[str, object] = dict(version="0.5.16", concurrency=CONCURRENCY, pairs=3, max_loads=60)
+    base.update(kw)
+    return TuneParams(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_keeps_real_gains_reverts_the_no_op_and_ends_on_the_best(seed: int) -> None:
+    host = CostModel(seed)
+    st = tune(host, TuneState(POOR, POOR), _params())
+    outcomes = {s.remedy: s.outcome for s in st.steps}
+    assert outcomes["graph-on"] == "kept" and outcomes["overlap-on"] == "kept"
+    assert outcomes["cpu-affinity"] == "reverted"  # zero effect in the model, 20 % spread between deploys
+    assert not st.best.has("--disable-cuda-graph") and not st.best.has("--disable-overlap-schedule")
+    assert "SGLANG_SET_CPU_AFFINITY" not in dict(st.best.env)
+    assert host.ran[-1] == st.best
+    assert st.stop in ("nothing-left", "below-resolution")
+
+
+def test_a_change_that_did_not_engage_is_reverted_unscored() -> None:
+    host = CostModel(1, drop_env=True)
+    st = tune(host, TuneState(POOR, POOR), _params())
+    step = next(s for s in st.steps if s.remedy == "cpu-affinity")
+    assert step.outcome == "not engaged" and not step.after
+    assert "SGLANG_SET_CPU_AFFINITY" not in dict(st.best.env) and host.ran[-1] == st.best
+
+
+def test_a_failed_candidate_is_reported_and_the_best_is_deployed_again() -> None:
+    host = CostModel(2, fail="SGLANG_SET_CPU_AFFINITY")
+    st = tune(host, TuneState(POOR, POOR), _params())
+    step = next(s for s in st.steps if s.remedy == "cpu-affinity")
+    assert step.outcome == "failed" and "did not come up" in step.why
+    assert host.ran[-1] == st.best and not st.best.has("--disable-cuda-graph")
+
+
+def test_ctrl_c_deploys_the_best_so_far_again_and_the_path_resumes(tmp_path: Path) -> None:
+    host = CostModel(3, interrupt_at=12)  # inside the second trial
+    state_file = tmp_path / "tune.json"
+    with pytest.raises(KeyboardInterrupt):
+        tune(host, TuneState(POOR, POOR), _params(state_file=state_file))
+    saved = TuneState.from_json(__import__("json").loads(state_file.read_text()))
+    assert saved.stop == "interrupted" and "deployed again" in saved.restored
+    assert host.ran[-1] == saved.best and not saved.best.has("--disable-cuda-graph")
+    resumed = tune(CostModel(4), saved, _params())
+    assert resumed.tried[0] == "graph-on" and resumed.tried.count("graph-on") == 1
+    assert not resumed.best.has("--disable-overlap-schedule")
+
+
+def test_stops_at_the_load_budget_and_says_so() -> None:
+    host = CostModel(5)
+    st = tune(host, TuneState(POOR, POOR), _params(max_loads=8))
+    assert st.stop == "budget" and "load budget" in st.stop_reason
+    assert len(st.steps) == 1 and st.loads <= 8 + 1  # + the closing re-deploy of the best
+
+
+@pytest.mark.parametrize("args, field_name", [(("tok/s", 20, 10.0, 3), "--objective"),
+                                              (("tok-s", 0, 10.0, 3), "--max-loads"),
+                                              (("tok-s", 20, 0.0, 3), "--max-minutes")])
+def test_bad_input_is_refused_naming_the_field(args: tuple[str, int, float, int], field_name: str) -> None:
+    with pytest.raises(FlagError, match=field_name):
+        check_params(*args)
+
+
+def test_the_path_table_diff_and_plot_say_what_happened(tmp_path: Path) -> None:
+    from fabfile.present import tune_report
+
+    doc = tune(CostModel(0), TuneState(POOR, POOR), _params()).to_json()
+    text = tune_report.render(doc)
+    assert "-- disable-cuda-graph" not in text and "-disable-cuda-graph" in text  # the change, as a diff line
+    assert "kept: end to end" in text and "reverted: no win beyond the spread" in text
+    assert "[timer]" in text and "spread" in text and "stopped: nothing-left" in text
+    diff = tune_report.inventory_diff(doc)
+    assert set(diff["remove_sglang_args"]) == {"--disable-cuda-graph", "--disable-overlap-schedule"}
+    assert diff["env"] == {}
+    fig = tune_report.tune_figure(doc)
+    if fig is not None:
+        fig.savefig(tmp_path / "tune.png")
+        assert (tmp_path / "tune.png").stat().st_size > 0
