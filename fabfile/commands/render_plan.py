@@ -65,8 +65,8 @@ def render_hosts(hosts: list[Host], opts: Options, sglang_version: str | None = 
     from fabfile.remote import versions as _versions
     from fabfile.results.hosts import hosts_document
 
-    if sglang_version is not None and not _versions.valid(sglang_version):
-        raise FlagError(f"--sglang-version: {sglang_version!r} is not a version (such as 0.5.16)")
+    if sglang_version is not None and (len(str(sglang_version)) > 40 or not _versions.valid(sglang_version)):
+        raise FlagError("--sglang-version: not an SGLang version (write one such as 0.5.16)")
     docs = [{"ok": True, **plan_document(h, opts, sglang_version)} for h in hosts]
     if strict:
         for d in docs:
