@@ -168,6 +168,9 @@ DIFF_HELP = {
 
 RENDER_HELP = {k: DEPLOY_HELP[k] for k in ("host", "steps", "topk", "draft_tokens", "patch_mode", "timeout", "json",
                                            "inventory", "measure", "no_measure")}
+RENDER_HELP["sglang_version"] = ("judge the knobs on this SGLang release (default: the newest supported): flags it "
+                                 "parses and never reads, deprecated aliases, variables it overwrites")
+RENDER_HELP["strict"] = "exit 2 when a knob has no effect on that release (or is a deprecated alias)"
 
 STOP_HELP = {"host": HOST_HELP, "dry_run": "list what would be stopped, stop nothing", "json": JSON_HELP,
              "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP, "lock_wait": LOCK_WAIT_HELP,

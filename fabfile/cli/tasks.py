@@ -116,13 +116,15 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 @cli
 def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
-           measure: bool = False, no_measure: bool = False) -> Any:
+           measure: bool = False, no_measure: bool = False, sglang_version: Any = None,
+           strict: bool = False) -> Any:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     from fabfile.commands.render_plan import render_hosts
 
     inv = options.inventory(inventory)
     opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout)
-    return render_hosts(inv.select(host), options.measuring(opts, measure, no_measure))
+    return render_hosts(inv.select(host), options.measuring(opts, measure, no_measure),
+                        sglang_version=sglang_version, strict=strict)
 
 
 @task(help=STOP_HELP)

@@ -18,11 +18,17 @@ from fabfile.remote import versions
 ASSUMED_VERSION = versions.NEWEST_SUPPORTED
 
 
-def plan_document(host: Host, opts: Options) -> dict[str, Any]:
+def plan_document(host: Host, opts: Options, sglang_version: str | None = None) -> dict[str, Any]:
+    from fabfile.plan import knob_effects
     from fabfile.render.patchset import build_patch_request, resolve_mode
 
     plan = build(host, opts)
     doc = plan.summary()
+    # Knobs the release does nothing with (tools/contract/knobfacts.py reads that from the wheels), said before
+    # anything is touched; judged on the newest release unless the caller names the host's.
+    judged_on = sglang_version or ASSUMED_VERSION
+    doc["knob_notes"] = knob_effects.notes(judged_on, list(plan.launch_argv), plan.env)
+    doc["knob_notes_version"] = judged_on
     # The command the script really runs: the inventory's env comes from the private env file, secret flags from
     # SGLang's --config file; masked all the same, in case a version without --config keeps a key in argv.
     inline = [f"{k}={v}" for k, v in plan.env.items() if k not in plan.file_env]
@@ -50,13 +56,24 @@ def plan_document(host: Host, opts: Options) -> dict[str, Any]:
     return doc
 
 
-def render_hosts(hosts: list[Host], opts: Options) -> CommandResult:
+def render_hosts(hosts: list[Host], opts: Options, sglang_version: str | None = None,
+                 strict: bool = False) -> CommandResult:
     """``inv render`` (and ``deploy --dry-run``): each host's plan, ``{"ok": true, "hosts": [plan, ...]}`` for one
     host or many (a plan that cannot be built is bad input: the command stops before any document)."""
+    from fabfile.errors import FlagError
     from fabfile.present.plan_report import describe
+    from fabfile.remote import versions as _versions
     from fabfile.results.hosts import hosts_document
 
-    docs = [{"ok": True, **plan_document(h, opts)} for h in hosts]
+    if sglang_version is not None and (len(str(sglang_version)) > 40 or not _versions.valid(sglang_version)):
+        raise FlagError("--sglang-version: not an SGLang version (write one such as 0.5.16)")
+    docs = [{"ok": True, **plan_document(h, opts, sglang_version)} for h in hosts]
+    if strict:
+        for d in docs:
+            if d["knob_notes"]:
+                raise FlagError(f"--strict: {d['host']}: {d['knob_notes'][0]}"
+                                + (f" (and {len(d['knob_notes']) - 1} more)" if len(d["knob_notes"]) > 1 else ""),
+                                "remove those knobs from the inventory; nothing was touched")
 
     def for_people() -> None:
         for d in docs:

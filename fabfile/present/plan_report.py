@@ -16,6 +16,8 @@ def describe(doc: dict[str, Any]) -> None:
     out.print(f"  url: {doc['url']}\n  log: {doc['log_path']}\n  patch mode: {doc['patch_mode_note']}")
     for note in doc.get("nccl_notes") or []:
         out.print(f"  nccl: {note}", markup=False, highlight=False)
+    for note in doc.get("knob_notes") or []:
+        out.print(f"  knob: {note}", markup=False, highlight=False)
     out.print("  steps: " + " → ".join(doc["steps"]))
     for note in doc.get("notes") or []:
         out.print(f"  note: {note}", markup=False, highlight=False)

@@ -2,7 +2,8 @@
 
 Without ``--write`` it prints the mismatches and exits 1 if there are any. With ``--write`` it also
 regenerates ``docs/sglang-contract.md``, ``fabfile/remote/evidence/sglang_env_facts.py`` and
-``fabfile/plan/sglang_spec_facts.py`` (all matrix versions; the tables also read ``ENV_EXTRA`` and
+``fabfile/plan/sglang_spec_facts.py`` and
+``fabfile/plan/sglang_knob_facts.py`` (all matrix versions; the tables also read ``ENV_EXTRA`` and
 ``SPEC_EXTRA``, the releases where facts change between them). Wheels come from ``$SPECDEPLOY_WHEEL_CACHE`` or
 the index.
 
@@ -23,7 +24,7 @@ import time
 from typing import Any
 
 from fabfile.remote.versions import key as version_order
-from tools.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, matrix, real, sim, specfacts, table
+from tools.contract import ENV_EXTRA, OLDEST, SPEC_EXTRA, envfacts, knobfacts, matrix, real, sim, specfacts, table
 
 
 def _fetch_all(versions: list[str]) -> dict[str, dict[str, Any]]:
@@ -52,13 +53,16 @@ def main(argv: list[str]) -> int:
         # First, so that the --all lookups below read the tables as they are committed.
         env = {}
         spec = {}
+        knobs = {}
         for v in sorted(set(matrix()) | set(ENV_EXTRA) | set(SPEC_EXTRA), key=version_order):
             w = real.Wheel(fetch_wheel(v)["path"])
             if v not in SPEC_EXTRA:
                 env[v] = envfacts.version_facts(w)
             spec[v] = specfacts.version_facts(w)
+            knobs[v] = knobfacts.version_facts(w)
         (table.ROOT / "fabfile" / "remote" / "evidence" / "sglang_env_facts.py").write_text(envfacts.render(env))
         (table.ROOT / "fabfile" / "plan" / "sglang_spec_facts.py").write_text(specfacts.render(spec))
+        (table.ROOT / "fabfile" / "plan" / "sglang_knob_facts.py").write_text(knobfacts.render(knobs))
     versions = releases_on_index(OLDEST) if args.all else (args.versions or matrix())
     infos = _fetch_all(versions)
     results = {}

@@ -62,7 +62,7 @@ def test_every_version_gate_asks_versions_py() -> None:
     version with a literal release, parses versions its own way, or writes the newest supported release."""
     import ast
 
-    generated = {"sglang_env_facts.py", "sglang_spec_facts.py"}
+    generated = {"sglang_env_facts.py", "sglang_spec_facts.py", "sglang_knob_facts.py"}
     found = []
     for path in sources.modules(ROOT / "fabfile"):
         if path.name in generated or path == Path(versions.__file__).resolve():
