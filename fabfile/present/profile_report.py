@@ -9,9 +9,10 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.text import Text
 
 from fabfile.present.output import terminal_safe
-from fabfile.present.tables import DASH, Col, cell, fit_table
+from fabfile.present.tables import DASH, Col, cell, fit_table, fits
 from fabfile.remote.protocol import KERNEL_CLASSES
 from fabfile.results.hosts import HostsResult
 
@@ -28,9 +29,11 @@ def _cell(fig: Any, key: str) -> str:
     return f"{fig['ms']:.3f} ms"
 
 
-def _anatomy_table(width: int, timer: Any, traced: Any, diff: dict[str, float]) -> RenderableType:
+def _anatomy_table(width: int, timer: Any, traced: Any, diff: dict[str, float]) -> list[RenderableType]:
+    """The anatomy table, its source column whole: beside the figures when it fits, else numbered notes under the
+    table, each on a line of its own (folded into the column it read `SGLang` / `meta_info: Σ` / `completion_tok`)."""
     cols = [Col("phase"), Col("device timer", justify="right"), Col("trace", justify="right"),
-            Col("trace − timer", justify="right"), Col("source (count)", key=False, style="dim")]
+            Col("trace − timer", justify="right"), Col("source (count)", style="dim")]
     rows = []
     for key, label in _ROWS:
         a = (timer or {}).get(key)
@@ -45,7 +48,12 @@ def _anatomy_table(width: int, timer: Any, traced: Any, diff: dict[str, float]) 
         srcs = "; ".join(dict.fromkeys(said))  # one source measured for both columns is named once
         d = diff.get(key)
         rows.append([label, _cell(a, key), _cell(b, key), cell(d, "{:+.1f} %"), escape(srcs)])
-    return fit_table(width, cols, rows, boxed=False)
+    if fits(width, cols, rows, boxed=False):
+        return [fit_table(width, cols, rows, boxed=False)]
+    notes = list(dict.fromkeys(r[-1] for r in rows))
+    numbered = [[*r[:-1], f"[{notes.index(r[-1]) + 1}]"] for r in rows]
+    return [fit_table(width, [*cols[:-1], Col("source", style="dim")], numbered, boxed=False),
+            *(Text.from_markup(f"  [dim][{i}] {n}[/dim]") for i, n in enumerate(notes, 1))]
 
 
 def _kernels_table(width: int, kernels: dict[str, Any]) -> RenderableType:
@@ -91,8 +99,8 @@ def print_profile(r: dict[str, Any], console: Console) -> None:
         if not timer and not traced:
             continue
         console.print(f"  [bold]rank {rank.get('rank')}[/bold]")
-        console.print(_anatomy_table(console.width, timer, traced, rank.get("difference_pct") or {}),
-                      soft_wrap=False)
+        for part in _anatomy_table(console.width, timer, traced, rank.get("difference_pct") or {}):
+            console.print(part, soft_wrap=isinstance(part, Text))
         kernels = (traced or {}).get("kernels") or {}
         if kernels:
             console.print(_kernels_table(console.width, kernels), soft_wrap=False)
@@ -102,7 +110,8 @@ def print_profile(r: dict[str, Any], console: Console) -> None:
     derived = r.get("derived")
     if derived:
         console.print("  [bold]derived[/bold] (no measured phases on this server):")
-        console.print(_anatomy_table(console.width, derived, None, {}), soft_wrap=False)
+        for part in _anatomy_table(console.width, derived, None, {}):
+            console.print(part, soft_wrap=isinstance(part, Text))
     console.print("  [dim]all-reduce kernel names say which implementation ran, never NCCL's algorithm or "
                   "protocol (NCCL 2.19+ names every all-reduce kernel RING_LL)[/dim]")
 
