@@ -13,7 +13,7 @@ from tests.support.terminal import WIDTHS, run_on_terminal
 
 def test_deploy_piped_and_profile_on_a_terminal_keep_commands_ids_and_sources_whole(fleet: Fleet, sim_host: SimHost,
                                                                                    tmp_path: Path) -> None:
-    inv = derived_inventory(fleet, tmp_path)
+    inv = derived_inventory(fleet, tmp_path, hosts={sim_host.name: {"tp": 8, "gpus": 8}})  # 8 ranks
     for columns in WIDTHS:
         code, piped, shown = run_on_terminal("deploy", "--steps", "3", "--measure", columns=columns, inventory=inv,
                                              stdout_tty=False)
@@ -27,6 +27,10 @@ def test_deploy_piped_and_profile_on_a_terminal_keep_commands_ids_and_sources_wh
                                          inventory=inv)
         assert code == 0, shown
         assert "meta_info: Σ completion_tokens / Σ spec_verify_ct" in shown, shown
+        assert "ranks 0–7 agree within" in shown and shown.count("\nverify ") == 1, shown  # one table, 8 ranks
         assert "SGLang device timer" in shown and all(len(ln) <= columns for ln in shown.splitlines()
                                                        if ln.startswith(("draft", "verify", "cycle"))), shown
+    code, shown, _ = run_on_terminal("profile", "--num-prompts", "4", "--output-len", "16", "--verbose", columns=80,
+                                     inventory=inv)
+    assert code == 0 and shown.count("\nverify ") == 8 and "agree within" not in shown, shown
     run_inv("stop", inventory=inv)
