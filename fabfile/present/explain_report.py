@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fabfile.plan.explain import Finding, Subject, fmt, rules_table
+from fabfile.present.profile_report import rank_span
 from fabfile.present.tables import Col, print_table
 
 _PHASES = (("draft", "draft"), ("draft_step", "per draft step"), ("verify", "verify"),
@@ -33,12 +34,31 @@ def document(pairs: list[tuple[Subject, list[Finding]]]) -> dict[str, Any]:
             "rules": [r["id"] for r in rules_table()]}
 
 
+def _said(s: Subject, found: list[Finding]) -> tuple[str, ...]:
+    decode = s.decode()
+    return (s.config, phase_line(s.anatomy), fmt(decode) if decode else "", s.baseline_from or "",
+            *(f"{f.rule}: {f.sentence}" for f in found))
+
+
+def same_ranks_together(pairs: list[tuple[Subject, list[Finding]]]) -> list[tuple[Subject, list[Finding], list[Any]]]:
+    """A configuration's ranks that would print the same line and findings, as one entry with their ranks (eight
+    identical lines, each followed by the same finding, said nothing the first did not)."""
+    merged: list[tuple[Subject, list[Finding], list[Any]]] = []
+    for s, found in pairs:
+        if merged and _said(merged[-1][0], merged[-1][1]) == _said(s, found):
+            merged[-1][2].append(s.rank)
+        else:
+            merged.append((s, found, [s.rank]))
+    return merged
+
+
 def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console) -> None:
     if not pairs:
         console.print("nothing to explain: the document has no configuration with measured figures")
         return
-    for s, found in pairs:
-        where = f" rank {s.rank}" if s.rank else ""
+    for s, found, ranks in same_ranks_together(pairs):
+        where = f" ranks {rank_span(ranks)} (the same figures and findings)" if len(ranks) > 1 \
+            else f" rank {s.rank}" if s.rank else ""
         console.print(f"[bold]{escape(s.config)}[/bold]{where}: {escape(phase_line(s.anatomy))}", markup=True)
         decode = s.decode()
         if decode:
