@@ -55,8 +55,8 @@ class TimerCost:
 
 
 # Where the measured costs go (newest last). The figures below were measured by hand on one H200 with real SGLang
-# 0.5.16 and the project's synthetic models (/work/shared/reference/profiling.md, 2026-12-01); the tool's own run
-# on the GPU (issue 26, docs/real-sglang.md) adds its rows here.
+# 0.5.16 and the project's synthetic models (the team's reference notes, profiling.md, 2026-12-01); the tool's own
+# runs on the GPU (issue 26, docs/real-sglang.md) add their rows here.
 MEASURED_COSTS: tuple[TimerCost, ...] = (
     TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft, CUDA graphs off",
               ((280.5, 302.6), (315.1, 319.8)), "measured by hand, shared/reference/profiling.md"),

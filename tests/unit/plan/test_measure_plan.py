@@ -156,10 +156,9 @@ def test_cli_measure_and_no_measure_together_is_exit_2(tmp_path: Path) -> None:
 
 # --- bench and sweep use the measured phases (point 4) ---------------------------------------------------------------
 
-REAL_METRICS = Path("/work/shared/reference/real-0.5.16-h200/metrics-device-timer.txt")
+REAL_METRICS = Path(__file__).resolve().parents[2] / "data" / "real-0.5.16-h200" / "metrics-device-timer.txt"
 
 
-@pytest.mark.skipif(not REAL_METRICS.exists(), reason="the real H200 /metrics text is not on this machine")
 def test_bench_phases_from_real_sglang_metrics() -> None:
     """The H200's /metrics (real 0.5.16, CUDA graphs off, 194 verify calls, 202 decode batches): the verify pass is
     Δtarget_verify / Δdecode batches ≈ 5 ms, by the device timer; the cycle and accept length are the bench's own."""

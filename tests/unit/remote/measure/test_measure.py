@@ -1,5 +1,5 @@
 """The measuring core of `inv profile` on SGLang's real formats: the device timer's counters and a profiler trace,
-both as real SGLang 0.5.16 wrote them on an H200 (``../shared/reference/real-0.5.16-h200/``)."""
+both as real SGLang 0.5.16 wrote them on an H200 (``tests/data/real-0.5.16-h200/``, whose README gives the launch)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,13 @@ import pytest
 from fabfile.remote.measure import devicetimer, trace
 from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TRACE
 
-REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "reference" / "real-0.5.16-h200"
+REAL = Path(__file__).resolve().parents[3] / "data" / "real-0.5.16-h200"
 METRICS = REAL / "metrics-device-timer.txt"
 TRACE = REAL / "eagle3-s3-tp0.trace.json.gz"
 
-needs_real = pytest.mark.skipif(not TRACE.exists(), reason="the real H200 files are not beside the project")
 
 
 # -- the device timer -------------------------------------------------------------------------------------------
-@needs_real
 def test_the_real_timer_text_gives_ms_per_verify_pass_and_per_draft_forward() -> None:
     after = devicetimer.snapshot(METRICS.read_text())
     assert after["seconds"][0] == pytest.approx({"extend": 29.216012, "decode": 0.440289, "target_verify": 1.005235})
@@ -37,7 +35,6 @@ def test_the_real_timer_text_gives_ms_per_verify_pass_and_per_draft_forward() ->
     assert "draft_extend" not in a  # eagerly it is timed as `extend`, beside the prefill: not separable
 
 
-@needs_real
 def test_without_the_pass_counter_verify_calls_count_the_passes() -> None:
     """1.005 s over 194 spec_verify_calls_total → 5.2 ms per verify (the figure profiling.md quotes)."""
     d = devicetimer.delta(devicetimer.snapshot(""), devicetimer.snapshot(METRICS.read_text()))
@@ -71,7 +68,6 @@ def test_a_server_without_the_timer_has_no_counters() -> None:
 
 
 # -- the profiler trace -----------------------------------------------------------------------------------------
-@needs_real
 def test_the_real_trace_gives_each_phase_with_its_kernels() -> None:
     s = trace.summarize(trace.load(str(TRACE)))
     ph = s["phases"]
@@ -96,7 +92,6 @@ def test_the_real_trace_gives_each_phase_with_its_kernels() -> None:
     assert ph["draft"]["breakdown"]["classes_ms"]["sampling_verify"] > 0  # _draft_topk1_*
 
 
-@needs_real
 def test_the_real_traces_cycle_anatomy_names_its_source() -> None:
     a = trace.anatomy(trace.summarize(trace.load(str(TRACE))), rank=0, steps=3, draft_tokens=4)
     assert a["verify"]["source"] == SOURCE_TRACE
