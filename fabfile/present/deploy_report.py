@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from fabfile.inventory.hosts import Host
-from fabfile.present.output import err, out, print_error
+from fabfile.present.output import err, first_time, out, print_error
 from fabfile.results.deploys import DeployResult
 
 
@@ -42,7 +42,8 @@ def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
         proven = sum(1 for x in rows if x.get("status") == "proven")
         out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
     for note in r.plan.notes:
-        out.print(f"  note: {note}", markup=False, highlight=False)
+        if first_time(note):  # said already at preflight (stderr) or for another host: not again
+            out.print(f"  note: {note}", markup=False, highlight=False)
     out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}",
               soft_wrap=True)
     out.print("  timings (tool's clock): " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()),

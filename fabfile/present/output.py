@@ -85,6 +85,19 @@ def terminal_safe(text: str) -> str:
     return text.translate(_CONTROL)
 
 
+_SAID: set[str] = set()
+
+
+def first_time(note: str) -> bool:
+    """Whether ``note`` is said for the first time in this command (one process runs one command): a plan's note
+    about the tool's own preset is the same on every host and every sweep deploy, so it is said once, not per
+    deploy, per host and again in the summary."""
+    if note in _SAID:
+        return False
+    _SAID.add(note)
+    return True
+
+
 def print_json(data: Any) -> None:
     out.file.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     out.file.flush()
