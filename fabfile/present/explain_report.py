@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from fabfile.plan.explain import Finding, Subject, fmt, rules_table
+from fabfile.plan.explain import Finding, Subject, fmt, rules_table, verdict
 from fabfile.present.profile_report import rank_span
 from fabfile.present.tables import Col, print_table
 
@@ -29,7 +29,8 @@ def document(pairs: list[tuple[Subject, list[Finding]]]) -> dict[str, Any]:
     """The JSON form: per subject its anatomy and findings."""
     return {"subjects": [{"config": s.config, "rank": s.rank, "anatomy": dict(s.anatomy),
                           "baseline_decode": dict(s.decode() or {}) or None, "baseline_from": s.baseline_from or None,
-                          "findings": [{"rule": f.rule, "sentence": f.sentence, "figures": f.figures} for f in found]}
+                          "findings": [{"rule": f.rule, "sentence": f.sentence, "figures": f.figures} for f in found],
+                          "verdict": verdict(s)}
                          for s, found in pairs],
             "rules": [r["id"] for r in rules_table()]}
 
@@ -68,6 +69,7 @@ def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console
             console.print("  [dim]no rule fired (`inv explain --rules` lists them and their thresholds)[/dim]")
         for f in found:
             console.print(f"  [cyan]{f.rule}[/cyan]: {escape(f.sentence)}", markup=True)
+        console.print(f"  [bold]{escape(verdict(s))}[/bold]", markup=True)  # always one concluding sentence
 
 
 def print_rules(console: Console) -> None:
