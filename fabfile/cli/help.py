@@ -75,6 +75,7 @@ PROFILE_HELP = {
     "trace_steps": "scheduler steps the profiler records with --trace (default 12, at most 200)",
     "out": "with --trace: fetch each rank's trace into DIR as <host>-<deploy id>-TP<rank>.trace.json.gz "
            "(opens in Perfetto)",
+    "verbose": "one table per rank (by default ranks that agree within 2 % print as one table)",
 }
 SWEEP_HELP = {
     "host": "the host to sweep (one host; default: the inventory's default host)",

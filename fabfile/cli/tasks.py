@@ -304,7 +304,7 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
 @cli
 def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
             num_prompts: Any = None, trace: bool = False, trace_steps: Any = None, out: Any = None,
-            timeout: Any = None, json: bool = False, inventory: Any = None) -> Any:
+            timeout: Any = None, json: bool = False, inventory: Any = None, verbose: bool = False) -> Any:
     """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
     SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
     from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
@@ -335,7 +335,7 @@ def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = 
     error = result.outcomes[0].error
     if error is not None:
         return CommandResult(result, lambda: print_error(error), result.exit_code)
-    return CommandResult(result, lambda: print_result(result, console), result.exit_code)
+    return CommandResult(result, lambda: print_result(result, console, verbose=verbose), result.exit_code)
 
 
 

@@ -34,6 +34,7 @@ from fabfile.plan.deploy_plan import (
     mask_secrets,
     secret_values,
 )
+from fabfile.present.output import first_time
 from fabfile.present.progress import Reporter
 from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer, PatchApplyRequest
 from fabfile.results.deploys import DeployResult
@@ -210,7 +211,8 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         facts, version, mode, patch, plan = checked_on_host(session, plan)
         result.sglang_version, result.patch_mode, result.plan = version, mode, plan
         for note in plan.notes:
-            reporter.info(note)
+            if first_time(note):  # once per command: not again for the next host or the next sweep deploy
+                reporter.info(note)
         upload_launch_files(session, plan)
         reporter.step_end("preflight", True, detail=f"SGLang {version}, {len(facts['gpu']['gpus'])} GPU(s), "
                                                     f"patch mode {mode}")

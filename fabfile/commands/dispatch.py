@@ -98,7 +98,7 @@ def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> Comm
             if not as_json:
                 out.print(f"[green]✓[/green] [bold]{h.name}[/bold]: deploy {prev['deploy_id']} "
                           f"({data.get('config_name')}) runs again as {data.get('deploy_id')}, pid {data.get('pid')}",
-                          soft_wrap=False)
+                          soft_wrap=True)
         except SpecDeployError as e:
             e.host = e.host or h.name
             code = max(code, e.exit_code)

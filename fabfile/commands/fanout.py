@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
-
 from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.present import output
 from fabfile.present.progress import Reporter
 from fabfile.results.hosts import HostOutcome
 from fabfile.transport.base import Transport
@@ -124,5 +123,5 @@ def reporter_for(host: Host, *, quiet: bool, shared_console: bool) -> Reporter:
     """Several hosts at once print plain step lines (no spinner: one live display cannot serve many threads)."""
     if quiet:
         return Reporter(host.name, enabled=False)
-    console = Console(stderr=True, highlight=False, force_terminal=False) if shared_console else None
+    console = output.console(stderr=True, force_terminal=False) if shared_console else None
     return Reporter(host.name, console=console)

@@ -278,6 +278,36 @@ def explain(s: Subject) -> list[Finding]:
     return [f for f in (r.check(s) for r in RULES) if f is not None]
 
 
+_VERDICT_PHASES = (("verify", "verify"), ("draft", "the draft"), ("draft_extend", "draft-extend"),
+                   ("other", "time outside the measured phases"))
+
+
+def verdict(s: Subject) -> str:
+    """The one sentence ``inv explain`` ends a subject with, whether or not a rule fired: the phase that dominates
+    the cycle, its share, its ratio to a baseline decode step, and the next measurement that would tell more."""
+    cycle = s.fig("cycle")
+    phases = [(label, fig) for key, label in _VERDICT_PHASES if (fig := s.fig(key)) is not None]
+    if not s.speculative:
+        decode = s.fig("decode") or s.decode()
+        return (f"verdict: a decode step takes {fmt(decode)}; profile a speculative deploy to set a cycle against it"
+                if decode else "verdict: nothing measured to conclude from; `inv profile` measures the phases")
+    if not cycle or not phases or float(cycle["ms"]) <= 0:
+        return ("verdict: only the cycle is known, not where it goes; deploy with --measure (SGLang's device timer) "
+                "or run `inv profile --trace` to measure the phases")
+    label, top = max(phases, key=lambda p: float(p[1]["ms"]))
+    share = float(top["ms"]) / float(cycle["ms"])
+    decode = s.decode_step(top)
+    ratio = f", {float(top['ms']) / float(decode['ms']):.2f}× a decode step ({fmt(decode)})" if decode else ""
+    if not decode:
+        nxt = ("bench a baseline (`inv sweep --steps 0,…`, or `inv explain --baseline FILE`) to set it against a "
+               "decode step")
+    elif not s.kernels("verify"):
+        nxt = "`inv profile --trace` breaks it down by kernel"
+    else:
+        nxt = "the findings above say what to change"
+    return f"verdict: {label} dominates, {_pct(share)} of the cycle ({fmt(top)} of {fmt(cycle)}){ratio}; {nxt}"
+
+
 def rules_table() -> list[dict[str, str]]:
     return [{"id": r.id, "fires_when": r.fires_when, "says": r.says} for r in RULES]
 

@@ -49,19 +49,22 @@ class TimerCost:
 
     def sentence(self) -> str:
         lo, hi = self.cost_pct
+        where = f"in {len(self.pairs)} on/off pair(s) on SGLang {self.release}, {self.setup} ({self.measured_by})"
+        if lo < 0 < hi:
+            # Pairs on both sides of zero ("−41.6–28.7 %"): a fresh deploy moved tok/s more than the timer did.
+            return f"the device timer's cost was not measurable against the deploy-to-deploy spread {where}"
         span = f"{lo:.1f} %" if abs(hi - lo) < 0.05 else f"{lo:.1f}–{hi:.1f} %"
-        return (f"the device timer cost {span} of served tok/s in {len(self.pairs)} on/off pair(s) on SGLang "
-                f"{self.release}, {self.setup} ({self.measured_by})")
+        return f"the device timer cost {span} of served tok/s {where}"
 
 
-# Where the measured costs go (newest last). The figures below were measured by hand on one H200 with real SGLang
-# 0.5.16 and the project's synthetic models (the team's reference notes, profiling.md, 2026-12-01); the tool's own
-# runs on the GPU (issue 26, docs/real-sglang.md) add their rows here.
+# Where the measured costs go (newest last). The figures below were measured on one H200 with real SGLang 0.5.16 and
+# the project's synthetic models, written down in docs/measured.md ("The device timer's cost"); the tool's own runs
+# on the GPU (issue 26, docs/real-sglang.md) add their rows here. A sentence cites only files in this repository.
 MEASURED_COSTS: tuple[TimerCost, ...] = (
     TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft, CUDA graphs off",
-              ((280.5, 302.6), (315.1, 319.8)), "measured by hand, shared/reference/profiling.md"),
+              ((280.5, 302.6), (315.1, 319.8)), "measured by hand, docs/measured.md"),
     TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft, CUDA graphs on",
-              ((1268.7, 1306.2), (1216.8, 1409.9)), "measured by hand, shared/reference/profiling.md"),
+              ((1268.7, 1306.2), (1216.8, 1409.9)), "measured by hand, docs/measured.md"),
     # The tool's own run (bench/real_sglang/real_run.py --phase profileb, 2026-12-01): three alternated pairs of a
     # fresh deploy each, 16 requests of 256 tokens at concurrency 1; mean 1002.6 on against 1064.1 off (5.8 %), the
     # pairs themselves spread from -41 % to +29 % (docs/real-sglang.md): noisy on a model this small.

@@ -24,15 +24,12 @@ def _proto_note(value: str, nccl: tuple[int, int] | None) -> str | None:
         return f"{e}: NCCL fails the communicator's init, so the server will not start"
     if "Simple" in allreduce:
         return None
-    offer = ("NCCL_PROTO=\"LL,Simple\" (or \"^LL128\") leaves LL to the tuner for small messages and Simple for "
-             "large ones")
+    offer = "NCCL_PROTO=\"LL,Simple\" keeps Simple for large messages"
     if nccl is None or nccl >= ncclenv.PER_COLLECTIVE_SINCE:
-        offer += ("; NCCL 2.24+ also takes per-collective values, e.g. \"LL,Simple;allreduce:LL,Simple\""
-                  + ("" if nccl else " (check-env shows the host's NCCL version)"))
-    return (f"NCCL_PROTO={value} leaves all-reduce no Simple protocol: without NVLink (LL128 is enabled by default "
-            "only over NVLink-class paths) every size runs LL at about half the bandwidth, including prefill's "
-            "megabyte all-reduces (hidden x prompt tokens x 2 bytes), which costs TTFT; NCCL's docs advise against "
-            f"setting NCCL_PROTO. {offer}; `inv sweep --nccl-env` measures both (kept as written)")
+        offer += " (2.24+: per-collective \"allreduce:LL,Simple\")"
+    # Short: it was ~600 characters, printed per deploy, per host and in the summary.
+    return (f"NCCL_PROTO={value} leaves all-reduce no Simple protocol: without NVLink every size runs LL at half "
+            f"the bandwidth, prefill's too (TTFT); {offer}; `inv sweep --nccl-env` measures both (kept as written)")
 
 
 def nccl_notes(tuning: Mapping[str, str], argv: Sequence[str], sglang_version: str | None,

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from fabfile.inventory.hosts import Host
-from fabfile.present.output import err, out, print_error
+from fabfile.present.output import err, first_time, out, print_error
 from fabfile.results.deploys import DeployResult
 
 
@@ -25,13 +25,14 @@ def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
         return
     rec = r.record
     total = sum(r.timings.values())
-    # Long lines wrap at the terminal's width (80 when piped) instead of running past 200 columns.
+    # The lines that carry a command, an id, a path or an address are never wrapped (a terminal folds them for the
+    # eye, a copy or a grep gets them whole); only prose wraps, and only on a terminal.
     out.print(f"[green]✓[/green] [bold]{r.host}[/bold] ready at [bold]{r.plan.url}[/bold]  pid {rec.get('pid')}  "
               f"config [bold]{r.plan.config_name}[/bold]  (SGLang {r.sglang_version}, patch mode {r.patch_mode}, "
-              f"tool's clock) in {total:.2f} s", soft_wrap=False)
+              f"tool's clock) in {total:.2f} s", soft_wrap=True)
     tunnel = tunnel_line(r.plan.host, ssh_config)
     if tunnel:
-        out.print(f"  {tunnel}", markup=False, soft_wrap=False)
+        out.print(f"  {tunnel}", markup=False, soft_wrap=True)
     scheds = rec.get("schedulers") or []
     if scheds:
         out.print("  schedulers: " + ", ".join(f"{s['title']} (pid {s['pid']})" for s in scheds), soft_wrap=False)
@@ -41,9 +42,10 @@ def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
         proven = sum(1 for x in rows if x.get("status") == "proven")
         out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
     for note in r.plan.notes:
-        out.print(f"  note: {note}", markup=False, highlight=False)
+        if first_time(note):  # said already at preflight (stderr) or for another host: not again
+            out.print(f"  note: {note}", markup=False, highlight=False)
     out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}",
-              soft_wrap=False)
+              soft_wrap=True)
     out.print("  timings (tool's clock): " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()),
               markup=False, soft_wrap=False)
 

@@ -9,7 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from fabfile.plan.explain import Finding, Subject, fmt, rules_table
+from fabfile.plan.explain import Finding, Subject, fmt, rules_table, verdict
+from fabfile.present.profile_report import rank_span
 from fabfile.present.tables import Col, print_table
 
 _PHASES = (("draft", "draft"), ("draft_step", "per draft step"), ("verify", "verify"),
@@ -28,17 +29,37 @@ def document(pairs: list[tuple[Subject, list[Finding]]]) -> dict[str, Any]:
     """The JSON form: per subject its anatomy and findings."""
     return {"subjects": [{"config": s.config, "rank": s.rank, "anatomy": dict(s.anatomy),
                           "baseline_decode": dict(s.decode() or {}) or None, "baseline_from": s.baseline_from or None,
-                          "findings": [{"rule": f.rule, "sentence": f.sentence, "figures": f.figures} for f in found]}
+                          "findings": [{"rule": f.rule, "sentence": f.sentence, "figures": f.figures} for f in found],
+                          "verdict": verdict(s)}
                          for s, found in pairs],
             "rules": [r["id"] for r in rules_table()]}
+
+
+def _said(s: Subject, found: list[Finding]) -> tuple[str, ...]:
+    decode = s.decode()
+    return (s.config, phase_line(s.anatomy), fmt(decode) if decode else "", s.baseline_from or "",
+            *(f"{f.rule}: {f.sentence}" for f in found))
+
+
+def same_ranks_together(pairs: list[tuple[Subject, list[Finding]]]) -> list[tuple[Subject, list[Finding], list[Any]]]:
+    """A configuration's ranks that would print the same line and findings, as one entry with their ranks (eight
+    identical lines, each followed by the same finding, said nothing the first did not)."""
+    merged: list[tuple[Subject, list[Finding], list[Any]]] = []
+    for s, found in pairs:
+        if merged and _said(merged[-1][0], merged[-1][1]) == _said(s, found):
+            merged[-1][2].append(s.rank)
+        else:
+            merged.append((s, found, [s.rank]))
+    return merged
 
 
 def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console) -> None:
     if not pairs:
         console.print("nothing to explain: the document has no configuration with measured figures")
         return
-    for s, found in pairs:
-        where = f" rank {s.rank}" if s.rank else ""
+    for s, found, ranks in same_ranks_together(pairs):
+        where = f" ranks {rank_span(ranks)} (the same figures and findings)" if len(ranks) > 1 \
+            else f" rank {s.rank}" if s.rank else ""
         console.print(f"[bold]{escape(s.config)}[/bold]{where}: {escape(phase_line(s.anatomy))}", markup=True)
         decode = s.decode()
         if decode:
@@ -48,6 +69,7 @@ def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console
             console.print("  [dim]no rule fired (`inv explain --rules` lists them and their thresholds)[/dim]")
         for f in found:
             console.print(f"  [cyan]{f.rule}[/cyan]: {escape(f.sentence)}", markup=True)
+        console.print(f"  [bold]{escape(verdict(s))}[/bold]", markup=True)  # always one concluding sentence
 
 
 def print_rules(console: Console) -> None:

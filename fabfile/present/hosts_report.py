@@ -291,10 +291,10 @@ def print_cancel(result: HostsResult) -> None:
         elif d.get("ended"):
             out.print(f"[green]✓[/green] [bold]{name}[/bold]: deploy {d['cancelled']} cancelled "
                       f"(it was at step {d.get('step') or '?'}); it ended {d.get('status') or 'without a record'}, "
-                      "its new server torn down", soft_wrap=False)
+                      "its new server torn down", soft_wrap=True)
             # The deploy had stopped the server that ran before: say how to bring that one back.
             out.print(f"  to start the deploy that ran before it again: inv deploy --previous --host {name}  "
-                      "(`inv status` shows what runs now)", markup=False, soft_wrap=False)
+                      "(`inv status` shows what runs now)", markup=False, soft_wrap=True)
         else:
             out.print(f"[yellow]{name}: asked deploy {d['cancelled']} to stop; it has not let go of the host yet"
                       "[/yellow] (it stops at its next step; `inv status` shows it)")

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 from fabfile.errors import SpecDeployError
 
@@ -45,8 +45,35 @@ class _Stdout:
         return getattr(sys.stdout, name)
 
 
-out = Console(file=_Stdout(), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# A line printed into a pipe or a file is never wrapped: ``inv deploy | grep "ssh -F"`` must get the tunnel line
+# whole. Rich would take the width of whichever standard stream is a terminal (stderr's, under a pipe), so a piped
+# stdout was hard-wrapped at the operator's 80 columns. Wide enough for any line the tool prints, tables included.
+UNWRAPPED_WIDTH = 1 << 16
+
+
+class UnwrappedWhenPiped(Console):
+    """A console that wraps only on a terminal. Into a pipe or a file its width is :data:`UNWRAPPED_WIDTH`, unless
+    a width was asked for (``COLUMNS`` in the environment, or set by the caller), which is kept."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = Console.size.fget(self)  # type: ignore[attr-defined]
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(UNWRAPPED_WIDTH, dims.height)
+        return dims  # type: ignore[no-any-return]
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+def console(**options: Any) -> Console:
+    """A console of the tool's (stdout's, stderr's, a progress line's): not wrapped into a pipe or a file."""
+    return UnwrappedWhenPiped(highlight=False, **options)
+
+
+out = console(file=_Stdout(), soft_wrap=True)
+err = console(stderr=True, soft_wrap=True)
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7f, 0xa0)] if c != 0x09}
@@ -56,6 +83,19 @@ def terminal_safe(text: str) -> str:
     """Host text (log lines, excerpts) with control characters shown as ``\\xNN``: an ESC sequence in a log line
     must not drive the operator's terminal (retitle it, rewrite what was shown, answer back)."""
     return text.translate(_CONTROL)
+
+
+_SAID: set[str] = set()
+
+
+def first_time(note: str) -> bool:
+    """Whether ``note`` is said for the first time in this command (one process runs one command): a plan's note
+    about the tool's own preset is the same on every host and every sweep deploy, so it is said once, not per
+    deploy, per host and again in the summary."""
+    if note in _SAID:
+        return False
+    _SAID.add(note)
+    return True
 
 
 def print_json(data: Any) -> None:

@@ -32,5 +32,6 @@ def describe(doc: dict[str, Any]) -> None:
             continue
         lexer = "bash" if path.endswith(".sh") else "python" if (path.endswith(".py") or "inserted" in path) \
             else "text"
-        # In a terminal: highlighted, long lines wrapped to its width, never cut.
-        out.print(Syntax(text, lexer, theme="ansi_dark", word_wrap=True), soft_wrap=False)
+        # In a terminal: highlighted, each line whole (a script you may run by hand is never wrapped or cut; the
+        # terminal folds a long line for the eye, and a copy of it is still one line).
+        out.print(Syntax(text, lexer, theme="ansi_dark", word_wrap=False), soft_wrap=True)

@@ -12,6 +12,8 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from fabfile.present import output
+
 STEP_TITLES = {
     "connect": "connect", "preflight": "preflight", "lock": "lock", "patch": "patch", "stop": "stop stale servers",
     "gpu_clean": "GPU-clean gate", "start": "start server", "wait_ready": "wait for ready",
@@ -30,7 +32,7 @@ class Reporter:
     def __init__(self, host: str, *, enabled: bool = True, console: Console | None = None) -> None:
         self.host = host
         self.enabled = enabled
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or output.console(stderr=True)
         self.timings: dict[str, float] = {}
         self.current: str | None = None
         self.current_started = 0.0
@@ -157,7 +159,7 @@ class BenchProgress:
                  prefix: str = "") -> None:
         self.host = host
         self.enabled = enabled
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or output.console(stderr=True)
         self.prefix = prefix
         self.t0 = time.monotonic()
         self.done = 0
@@ -208,7 +210,7 @@ class SweepProgress:
         self.total = total
         self.at_most = False  # total is an upper bound (--predict: predicted winners may still be measured)
         self.enabled = enabled
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or output.console(stderr=True)
         self.t0 = time.monotonic()
         self.index = 0
         self.config = ""

@@ -47,15 +47,24 @@ def print_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[A
                   soft_wrap=False)
 
 
+def _widths(cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> list[int]:
+    return [max([len(c.head), *(len(_plain(r[i])) for r in rows)]) for i, c in enumerate(cols)]
+
+
+def fits(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], min_free: int = 8, *,
+         boxed: bool = True) -> bool:
+    """Whether the table's key columns fit side by side within ``width`` (else :func:`fit_table` lists the rows)."""
+    gaps = 3 * len(cols) + 1 if boxed else 2 * (len(cols) - 1)  # borders and padding, or two spaces between
+    return sum(w if c.key else min(w, min_free) for c, w in zip(cols, _widths(cols, rows), strict=True)) + gaps <= width
+
+
 def fit_table(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None,
               min_free: int = 8, *, boxed: bool = True, title_style: str | None = None) -> RenderableType:
     """The renderable :func:`print_table` prints (``inv watch`` redraws it in place): a table within ``width``, or
     the list layout when its key columns do not fit side by side. ``boxed=False``: no lines around or between the
     cells (a figures block under a heading line); ``title_style``: a dim title on the left, as a caption."""
-    widths = [max([len(c.head), *(len(_plain(r[i])) for r in rows)]) for i, c in enumerate(cols)]
-    gaps = 3 * len(cols) + 1 if boxed else 2 * (len(cols) - 1)  # borders and padding, or two spaces between
-    need = sum(w if c.key else min(w, min_free) for c, w in zip(cols, widths, strict=True)) + gaps
-    if need > width:
+    widths = _widths(cols, rows)
+    if not fits(width, cols, rows, min_free, boxed=boxed):
         return Group(*list_lines(width, cols, rows, title))
     t = Table(header_style="bold", title=title) if boxed else Table(header_style="bold", title=title, box=None,
                                                                       pad_edge=False)

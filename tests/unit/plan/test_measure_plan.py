@@ -225,3 +225,20 @@ def test_a_baseline_whose_metrics_report_accept_length_zero_is_not_speculative()
     assert not is_speculative({"algorithm": None}, {"prometheus": 0.0, "meta_info": None})
     assert is_speculative({"algorithm": None}, {"prometheus": 2.5})
     assert is_speculative({"algorithm": "EAGLE3"}, {"prometheus": 0.0})
+
+
+def test_a_cost_measured_on_both_sides_of_zero_is_said_not_measurable() -> None:
+    """Issue 40: "−41.6–28.7 %" read as a cost; pairs on both sides of zero measured the deploy-to-deploy spread."""
+    across = measure.TimerCost("0.5.16", "x", ((1149.2, 811.7), (932.4, 1307.1)), "docs/measured.md")
+    assert "not measurable against the deploy-to-deploy spread" in across.sentence()
+    assert "41.6" not in across.sentence() and "28.7" not in across.sentence()
+    assert "3.0–14.0 %" in measure.TimerCost("0.5.16", "x", ((97.0, 100.0), (86.0, 100.0)), "t").sentence()
+
+
+def test_every_recorded_cost_cites_a_file_in_the_repository() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[3]
+    for cost in measure.MEASURED_COSTS:
+        cited = re.findall(r"[\w./-]+\.(?:md|py|log)", cost.measured_by)
+        assert cited and all((root / c).is_file() for c in cited), cost.measured_by

@@ -81,3 +81,12 @@ def test_the_hosts_nccl_release_is_read_from_its_wheel_and_decides_the_offer(tmp
     old = [n for n in for_version(plan, "0.5.16", "2.21.5").notes if n.startswith("NCCL_PROTO=LL")]
     new = [n for n in for_version(plan, "0.5.16", "2.28.9").notes if n.startswith("NCCL_PROTO=LL")]
     assert len(old) == len(new) == 1 and "per-collective" not in old[0] and "allreduce:LL,Simple" in new[0]
+
+
+def test_the_proto_note_is_short_and_said_once_per_command() -> None:
+    """Issue 40: the ~600-character note was printed twice per deploy, per host and on every sweep deploy."""
+    from fabfile.present import output
+
+    (note,) = nccl_notes({"NCCL_PROTO": "LL"}, [], "0.5.16", nccl_version="2.28.9+cuda13.0")
+    assert len(note) < 300, len(note)
+    assert output.first_time(note) and not output.first_time(note)  # the second host, the summary: not again

@@ -110,15 +110,20 @@ def _deploy_result(ok: bool) -> object:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_deploy_summary_wraps_long_lines_and_names_the_tunnel(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`ready at`, `schedulers:` and `timings:` ran past 200 columns; the address is the remote host's, so the line
-    that reaches it from here (`ssh -L`) is printed."""
+    """`schedulers:` and `timings:` ran past 200 columns and wrap; the address is the remote host's, so the line
+    that reaches it from here (`ssh -L`) is printed, whole, as are the `ready at` and `deploy id:` lines (issue 40:
+    a command, an id or a path is never wrapped)."""
     from fabfile.present import deploy_report
 
     buf = io.StringIO()
     monkeypatch.setattr(deploy_report, "out", Console(file=buf, width=width, color_system=None))
     deploy_report.deploy_summary(_deploy_result(ok=True))  # type: ignore[arg-type]
     text = buf.getvalue()
-    assert all(len(ln) <= width for ln in text.splitlines()), text
+    whole_lines = ("✓ gpu1 ready at", "  from this machine: ssh", "  log: ")
+    assert all(len(ln) <= width for ln in text.splitlines() if not ln.startswith(whole_lines)), text
+    tunnel = [ln for ln in text.splitlines() if "ssh -N -L" in ln]
+    assert len(tunnel) == 1 and tunnel[0].endswith("gpu1  then http://127.0.0.1:8000"), text
+    assert any("deploy id: " in ln and " plan: " in ln for ln in text.splitlines()), text
     flat = " ".join(text.split())
     assert "ssh -N -L 8000:127.0.0.1:8000 gpu1" in flat and "sglang::scheduler_TP7 (pid 41237)" in flat
     assert "record 1.25s" in flat
