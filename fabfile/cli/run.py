@@ -35,8 +35,9 @@ def cli(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         from fabfile.errors import SpecDeployError
-        from fabfile.present.output import print_error
+        from fabfile.present.output import begin_command, print_error
 
+        begin_command()
         try:
             finish(fn(*args, **kwargs), bool(kwargs.get("json")))
         except SpecDeployError as e:

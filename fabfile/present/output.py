@@ -88,6 +88,13 @@ def terminal_safe(text: str) -> str:
 _SAID: set[str] = set()
 
 
+def begin_command() -> None:
+    """A new command starts: nothing has been said in it yet. The CLI wrapper calls it, so a process that runs
+    several commands (the tests' in-process runner, a script importing the tasks) says each note once per command,
+    not once per process."""
+    _SAID.clear()
+
+
 def first_time(note: str) -> bool:
     """Whether ``note`` is said for the first time in this command (one process runs one command): a plan's note
     about the tool's own preset is the same on every host and every sweep deploy, so it is said once, not per

@@ -127,15 +127,15 @@ def test_an_nccl_value_under_env_wins_in_the_launch_and_in_check_env(fleet: Flee
 
 def test_values_nccl_reformats_are_compared_as_nccl_parses_them(fleet: Fleet, host: SimHost,
                                                                  tmp_path: Path) -> None:
-    # "5" → SYS (old-style level), an unquoted YAML float, and "010" (octal 8 to strtoll).
+    # "5" → SYS (old-style level), an unquoted YAML float, and "0100" (octal 64 to strtoll).
     inventory = _inventory(fleet, tmp_path, nccl_env={"NCCL_P2P_LEVEL": "5", "NCCL_BUFFSIZE": 16777216.0,
-                                                      "NCCL_NTHREADS": "010"})
+                                                      "NCCL_NTHREADS": "0100"})
     code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, (err, doc.get("error"))
     by_var = {r["var"]: r for r in doc["check_env"]["rows"] if r["label"] == "TP0"}
     assert by_var["NCCL_P2P_LEVEL"]["observed"] == "SYS" and by_var["NCCL_P2P_LEVEL"]["expected"] == "5"
     assert by_var["NCCL_BUFFSIZE"]["expected"] == "16777216.0" and by_var["NCCL_BUFFSIZE"]["observed"] == "16777216"
-    assert by_var["NCCL_NTHREADS"]["observed"] == "8"
+    assert by_var["NCCL_NTHREADS"]["observed"] == "64"
     assert all(r["status"] == "proven" and r["evidence"] == "nccl_log" for r in doc["check_env"]["rows"])
 
 

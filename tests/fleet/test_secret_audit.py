@@ -46,6 +46,7 @@ def _runs(tmp_path: Path) -> dict[str, list[list[str]]]:
         "trust-host": [["trust-host", *h]],
         "deploy-router": [["deploy-router", "--json"]],
         "sweep": [["sweep", *h, "--steps", "0,2", *LOAD, "--out", str(sweep_out), "--json"]],
+        "tune": [["tune", *h, *LOAD, "--max-loads", "1", "--json"], ["tune", *h, *LOAD, "--max-loads", "1"]],
         "analyze": [["analyze", "--sweep", str(sweep_out)], ["analyze", "--sweep", str(sweep_out), "--json"]],
         "cancel": [["cancel", *h], ["cancel", *h, "--json"]],
         "stop": [["stop", *h, "--dry-run"], ["stop", *h, "--dry-run", "--json"], ["stop", *h, "--json"]],
@@ -77,7 +78,9 @@ def test_no_command_ever_prints_a_secret(fleet: Fleet, sim_host: SimHost, tmp_pa
             hand = _hand_start(sim_host)
         for args in argvs:
             needs = args[0] not in ("analyze",) and "--from" not in args and "--command" not in args
-            r = run_inv(*args, inventory=inventory if needs else None, timeout=300)
+            # tune keeps its path in ./runs: this test's own folder, not the checkout's.
+            r = run_inv(*args, inventory=inventory if needs else None, timeout=300,
+                        cwd=tmp_path if args[0] == "tune" else None)
             outputs.append(f"$ inv {' '.join(args)} (exit {r.returncode})\n{r.stdout}\n{r.stderr}")
             if args[:3] == ["deploy", "--host", HOST] and "--dry-run" not in args:
                 assert r.returncode == 0, outputs[-1][-3000:]
@@ -92,7 +95,7 @@ def test_no_command_ever_prints_a_secret(fleet: Fleet, sim_host: SimHost, tmp_pa
     for ran in ("deploy --host sim1 --json (exit 0)", "logs --host sim1 --lines 2000 "
                 "(exit 0)", "profile --host sim1 --num-prompts 3 --output-len 16 --input-len 16 (exit 0)",
                 "sweep --host sim1 --steps 0,2", "stop --host sim1 --json (exit 0)", "adopt --host sim1 (exit 0)",
-                "analyze --sweep", "explain --from", "--api-key key-S3CRETd-4 (exit 0)"):
+                "analyze --sweep", "explain --from", "tune --host sim1", "--api-key key-S3CRETd-4 (exit 0)"):
         assert ran in text, text[-4000:]
     assert "token rejected" in text  # the planted log line was shown, masked
     # The adopted entry names the secrets to fill in, and keeps none of the tool's own variables.

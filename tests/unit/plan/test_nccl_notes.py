@@ -89,4 +89,7 @@ def test_the_proto_note_is_short_and_said_once_per_command() -> None:
 
     (note,) = nccl_notes({"NCCL_PROTO": "LL"}, [], "0.5.16", nccl_version="2.28.9+cuda13.0")
     assert len(note) < 300, len(note)
+    output.begin_command()
     assert output.first_time(note) and not output.first_time(note)  # the second host, the summary: not again
+    output.begin_command()  # the next command says it again
+    assert output.first_time(note)
