@@ -202,6 +202,12 @@ def scheduler_rank(cmdline: str) -> int | None:
     return 0 if not ranks else None
 
 
+def scheduler_label(cmdline: str) -> str:
+    """``sglang::scheduler_DP0_TP1`` → ``DP0_TP1``; ``sglang::scheduler`` → ``TP0``."""
+    ranks = scheduler_ranks(cmdline) or {}
+    return "_".join(f"{k}{v}" for k, v in ranks.items()) or "TP0"
+
+
 def scheduler_sort_key(cmdline: str) -> tuple[int, ...]:
     """Numeric order of scheduler titles (TP2 before TP10; DP, then PP, ..., then TP, then EP)."""
     ranks = scheduler_ranks(cmdline) or {}

@@ -120,12 +120,6 @@ def _environ_view(pid: int, names: Iterable[str]) -> tuple[str, dict[str, str | 
     return "ok", {n: env.get(n) for n in names}, {n: env.get(n) for n in DIAG_VARS}
 
 
-def _label(title: str) -> str:
-    """``sglang::scheduler_DP0_TP1`` → ``DP0_TP1``; ``sglang::scheduler`` → ``TP0``."""
-    ranks = procs.scheduler_ranks(title) or {}
-    return "_".join(f"{k}{v}" for k, v in ranks.items()) or "TP0"
-
-
 def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dict[str, Any]:
     all_p = procs.all_procs()
     launcher: dict[str, Any] = {"pid": launcher_pid, "alive": False, "identity": "unknown", "cmdline": None}
@@ -235,7 +229,7 @@ def _scheduler_rows(scheds: list[procs.ProcInfo], scan: Scan, names: list[str]) 
                 "pid": p.pid,
                 "ppid": p.ppid,
                 "title": p.cmdline.split()[0],
-                "label": _label(p.cmdline),
+                "label": procs.scheduler_label(p.cmdline),
                 "rank": procs.scheduler_rank(p.cmdline),
                 "start_ticks": p.start_ticks,
                 "environ_status": st,
