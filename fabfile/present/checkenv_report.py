@@ -217,8 +217,12 @@ def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any]
     verdict = evaluation.get("ok")
     summary: Mapping[str, Any] = evaluation.get("summary") or {}
     counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if v)
+    gone = (evaluation.get("ranks") or {}).get("verdict")
     if verdict:
         console.print(f"[bold green]OK[/]: every expected variable is proven in every rank ({counts})")
+    elif gone:
+        # the rows' counts are of the ranks that run: the missing rank is the verdict
+        console.print(f"[bold red]NOT PROVEN[/]: {escape(str(gone))}" + (f" ({counts})" if counts else ""))
     elif evaluation.get("recorded_deploy") is False:
         console.print("[bold red]NOT PROVEN[/]: the running server is not the recorded deploy"
                       + (f" ({counts})" if counts else ""))

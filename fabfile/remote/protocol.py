@@ -203,6 +203,7 @@ class GatherRequest(TypedDict, total=False):
     nccl_debug: bool | None
     launch_env: dict[str, str]
     server: dict[str, Any]
+    recorded_schedulers: list[dict[str, Any]]  # the deploy's schedulers once ready (pid, title, rank)
 
 
 class _BenchRequired(TypedDict):
@@ -735,6 +736,10 @@ class _EvaluationRequired(TypedDict):
 
 class Evaluation(_EvaluationRequired, total=False):
     """check-env's judgement of the evidence (``evidence.evaluate``)."""
+
+    # how many ranks should run and which are gone (``evidence.gather.rank_census``), with ``verdict``: the
+    # sentence, None while every rank runs
+    ranks: dict[str, Any]
 
 
 class CheckEnvAnswer(TypedDict):

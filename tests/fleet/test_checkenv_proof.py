@@ -220,3 +220,40 @@ def test_a_failed_verify_step_is_never_printed_with_a_tick(fleet: Fleet, host: S
     text = r.stdout + r.stderr
     line = next(ln for ln in text.splitlines() if "verify env" in ln)
     assert "✓" not in line and "✗" in line, line
+
+
+# ------------------------------------------------------------------------------------- issue 36: one rank gone
+
+
+@pytest.mark.parametrize("dead", [3, 0])
+def test_one_rank_gone_with_the_rest_alive_is_never_proven(fleet: Fleet, host: SimHost, tmp_path: Path,
+                                                           dead: int) -> None:
+    """sgl-project/sglang#6624: one scheduler dies and the launcher never notices; the others run, and their rows
+    alone were "every expected variable proven in every rank". With TP0 gone, NCCL's TUNING lines (logged on rank 0
+    only) are missing although TUNING was on: no advice to turn it on."""
+    trigger = "/tmp/kill-one-rank"
+    host.set_sim_config(fail="scheduler_dead_unnoticed", fail_rank=dead, fail_trigger_file=trigger)
+    inventory = _inventory(fleet, tmp_path, tp=4, env={"NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"})
+    code, _, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
+    assert code == 0, err
+    pid = _schedulers(host)[f"sglang::scheduler_TP{dead}"]
+    host.exec(["touch", trigger])
+    deadline = waiting.deadline()
+    while pid in _schedulers(host).values():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert len(_schedulers(host)) == 3  # the rest alive, the launcher too
+
+    code, report, _ = inv_json("check-env", inventory=inventory)
+    assert code == 1 and report["ok"] is False
+    one = _one(report)
+    assert one["ranks"]["verdict"] == f"TP{dead} (pid {pid}) is gone: 3 of 4 ranks run", one["ranks"]
+    assert "rank_gone" in _hints(report)
+    used_note = str(one["used"].get("note") or "")
+    assert "add TUNING" not in used_note, used_note
+    if dead == 0:
+        assert f"TP0 (pid {pid}), the rank NCCL logs its TUNING lines on, is gone" in used_note
+    text = run_inv("check-env", inventory=inventory)
+    assert text.returncode == 1
+    assert f"NOT PROVEN: TP{dead} (pid {pid}) is gone: 3 of 4 ranks run" in text.stdout, text.stdout
+    assert "every expected variable is proven" not in text.stdout

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .. import procs
-from ..common import AgentError, EventSink
+from ..common import AgentError, EventSink, flag_value
 from ..protocol import GatherRequest
 from . import interconnect, ncclused
 from .nccllog import PidEvidence, Scan, own_markers
@@ -288,6 +288,31 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
     return facts
 
 
+def rank_census(req: GatherRequest, scheds: list[procs.ProcInfo], world: int | None) -> dict[str, Any]:
+    """How many ranks should run, how many do, and which are gone (sgl-project/sglang#6624: one scheduler dead,
+    the rest alive and judged as if they were the whole server). The deploy's record lists its schedulers as they
+    started (pid, title): one of them no longer under the launcher is gone, named by its pid. Without a record, a
+    single node's TP size (the launch flags, else NCCL's ``nranks``) against the live TP ranks names the missing
+    ranks without a pid."""
+    live = {p.pid for p in scheds}
+    recorded = [r for r in req.get("recorded_schedulers") or []
+                if str(r.get("title") or "").startswith(procs.SCHEDULER_TITLE) and r.get("pid") is not None]
+    if recorded:
+        gone = [{"pid": int(r["pid"]), "rank": procs.scheduler_rank(str(r["title"])),
+                 "label": procs.scheduler_label(str(r["title"])), "title": r["title"]}
+                for r in recorded if int(r["pid"]) not in live]
+        return {"expected": len(recorded), "running": len(recorded) - len(gone), "gone": gone,
+                "source": "the deploy's record of its schedulers, against the launcher's live children"}
+    nnodes = flag_value(list(req.get("launch_argv") or []), "--nnodes")
+    tp_only = all(set(procs.scheduler_ranks(p.cmdline) or {}) <= {"TP"} for p in scheds)
+    if world and scheds and len(scheds) < world and tp_only and nnodes in (None, "1"):
+        have = {procs.scheduler_rank(p.cmdline) for p in scheds}
+        gone = [{"pid": None, "rank": r, "label": f"TP{r}", "title": None} for r in range(world) if r not in have]
+        return {"expected": world, "running": len(scheds), "gone": gone,
+                "source": "the TP size (launch flags, else NCCL's nranks) against the live schedulers"}
+    return {"expected": len(scheds), "running": len(scheds), "gone": [], "source": "the live schedulers"}
+
+
 def _launcher_and_schedulers(req: GatherRequest, names: list[str]) -> dict[str, Any]:
     """The processes (``_find_processes``), with the launcher's start environment read when it is alive."""
     launcher_pid = req.get("launcher_pid")
@@ -373,12 +398,15 @@ def gather(req: GatherRequest, sink: EventSink, gpu_facts: dict[str, Any] | None
 
     sink.emit("progress", step="facts")
     facts = _facts(req, found, launcher, schedulers, scan, expected, gpu_facts)
+    inits = [int(i["nranks"]) for s in schedulers for i in s["nccl"]["inits"]]
+    census = rank_census(req, scheds, facts["tp_size"] or (max(inits) if inits else None))
     return {
         "schema": SCHEMA,
         "expected": expected,
         "discovery": found["discovery"],
         "launcher": launcher,
         "schedulers": schedulers,
+        "ranks": census,
         "other_sglang_processes": [{"pid": o.pid, "title": o.cmdline.split()[0]} for o in found["others"]],
         "log": log_info,
         "nccl_debug_files": {"pattern": debug_pattern, "files": debug_files},
@@ -403,4 +431,6 @@ def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path:
             "patch_mode": rec_or_req.get("patch_mode") or patch.get("mode") or "env",
             "nccl_debug": rec_or_req.get("nccl_debug"),
             "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
+            # as the deploy found them once ready (a deploy's own check has none yet: every rank is judged live)
+            "recorded_schedulers": [dict(r) for r in rec_or_req.get("schedulers") or []],
             "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}

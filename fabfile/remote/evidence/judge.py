@@ -69,6 +69,20 @@ def _world(schedulers: list[dict[str, Any]], facts: dict[str, Any]) -> tuple[int
     return None, "unknown"
 
 
+def rank_name(rank: Mapping[str, Any]) -> str:
+    """``TP3 (pid 4242)``; ``TP3`` when no pid is known."""
+    return str(rank.get("label")) + (f" (pid {rank['pid']})" if rank.get("pid") is not None else "")
+
+
+def ranks_gone(census: Mapping[str, Any]) -> str | None:
+    """``TP3 (pid 4242) is gone: 7 of 8 ranks run``; None when every rank runs."""
+    gone = list(census.get("gone") or [])
+    if not gone:
+        return None
+    return (f"{', '.join(rank_name(g) for g in gone)} {'is' if len(gone) == 1 else 'are'} gone: "
+            f"{census.get('running')} of {census.get('expected')} ranks run")
+
+
 @dataclass
 class _Run:
     """What every row of one evaluation shares: the evidence, the run's facts, the launcher, the hints so far."""
@@ -363,8 +377,17 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
     used = ncclused.used(evidence, expected, nranks)
     _overridden(run.hints, rows, used)
     run_hints(run.hints, evidence, facts, expected, rows, bool(schedulers) and not any_nccl)
+    census = dict(evidence.get("ranks") or {})
+    gone = ranks_gone(census)
+    if gone is not None:
+        # The rows are of the ranks that run: proving all of them proves nothing about a server missing one.
+        for g in census.get("gone") or []:
+            hint(run.hints, "rank_gone", f"{gone}: the server cannot serve with a rank missing, whatever its "
+                 "/health says (sgl-project/sglang#6624); the rows are those of the ranks that run. Deploy again; "
+                 "`inv logs` shows the rank's last lines", pid=g.get("pid"))
     summary = {st: sum(1 for r in rows if r["status"] == st) for st in STATUSES}
-    ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded
+    ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded \
+        and gone is None
     order = {"error": 0, "warning": 1, "info": 2}
     return {
         "ok": ok,
@@ -374,6 +397,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
         "nranks_source": nranks_source,
         "single_rank": run.single_rank,
         "schedulers": len(schedulers),
+        "ranks": {**census, "verdict": gone},
         "recorded_deploy": not not_recorded,
         "hints": sorted(run.hints.values(), key=lambda h: (order.get(h["severity"], 3), h["code"])),
         "used": used,
