@@ -37,7 +37,7 @@ DEPLOY_HELP = {
                  "then replace what it leaves running (default: timeouts.lock_wait, 0 = refuse at once, naming it)",
     "previous": "start again, on each host, the deploy recorded before the one that runs (following the chain: "
                 "again goes one further back), from its own launch script",
-    "id": "start the recorded deploy ID again (`inv deploys --host H` lists them), from its own launch script",
+    "id_": "start the recorded deploy ID again (`inv deploys --host H` lists them), from its own launch script",
     "yes": "start a recorded deploy that was cancelled or failed without asking (without a terminal: required)",
     "measure": "turn SGLang's per-phase GPU timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, "
                "SGLang 0.5.11+): bench, sweep and explain then show measured phases (default: the inventory's "
