@@ -87,8 +87,8 @@ def test_a_second_deploy_refuses_then_queues_saying_what_it_replaces(fleet: Flee
             if "holds this host" in line:
                 break
         sim_host.exec(f"kill -CONT {held['pid']}")
-        a_out, a_err = a.communicate(timeout=waiting.HANG_GUARD_S)
-        b_out, rest = b.communicate(timeout=waiting.HANG_GUARD_S)
+        _a_out, a_err = a.communicate(timeout=waiting.HANG_GUARD_S)
+        _b_out, rest = b.communicate(timeout=waiting.HANG_GUARD_S)
     finally:
         sim_host.exec(f"rm -f {STATE}/failpoints/wait_ready; kill -CONT {_holder(sim_host).get('pid', 0)} || true")
         for p in (a, b):
