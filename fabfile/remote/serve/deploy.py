@@ -146,8 +146,10 @@ def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
     # Heartbeats from the start: waiting for another deploy's lock can be long and otherwise silent.
     stop_heartbeat = sink.start_heartbeat(float(req.get("heartbeat_s") or 5.0))
     try:
+        # The note says "lock" until the next step begins: a deploy refused meanwhile still names the holder's step.
         steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client"),
-                                                "config_name": req["config_name"], "journal": req.get("journal")},
+                                                "config_name": req["config_name"], "journal": req.get("journal"),
+                                                "step": "lock"},
                                                float(t.get("lock_wait", 0)), _lock_waiter(sink)))
     except BaseException:
         stop_heartbeat()
