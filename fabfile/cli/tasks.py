@@ -26,6 +26,7 @@ from fabfile.cli.help import (
     CHECK_ENV_HELP,
     DEPLOY_HELP,
     DEPLOY_ROUTER_HELP,
+    DEPLOYS_HELP,
     DIFF_HELP,
     EXPLAIN_HELP,
     GPUS_HELP,
@@ -80,20 +81,27 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
            lock_wait: Any = None, measure: bool = False, no_measure: bool = False,
-           previous: bool = False) -> Any:
+           previous: bool = False, id_: Any = None, yes: bool = False) -> Any:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
 
     inv = options.inventory(inventory, lock_wait)
-    flags.excludes("--previous", previous, "starts a recorded deploy as it ran", ("--steps", steps),
+    wanted = flags.deploy_id("--id", id_)
+    flags.excludes("--previous", previous, "goes back one recorded deploy; --id ID names one", ("--id", id_))
+    recorded = "--previous" if previous else "--id"
+    flags.excludes(recorded, previous or id_ is not None, "starts a recorded deploy as it ran", ("--steps", steps),
                    ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
-                   ("--dry-run", dry_run), ("--strategy", strategy), ("--batch", batch), ("--measure", measure),
+                   ("--timeout", timeout), ("--no-verify", no_verify), ("--accept-gate", accept_gate),
+                   ("--strategy", strategy), ("--batch", batch), ("--no-canary", no_canary),
+                   ("--rollback-on-failure", rollback_on_failure), ("--measure", measure),
                    ("--no-measure", no_measure))
-    if previous:
-        from fabfile.commands.dispatch import deploy_previous
+    flags.only_with(previous or id_ is not None, "only with --previous or --id (it answers their question about a "
+                    "deploy that was cancelled or failed)", ("--yes", yes))
+    if previous or wanted is not None:
+        from fabfile.commands.recorded import start_recorded
 
-        return deploy_previous(inv, inv.select(host), as_json=json)
+        return start_recorded(inv, inv.select(host), deploy_id=wanted, dry_run=dry_run, yes=yes, as_json=json)
     opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
     flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
     flags.only_with(strategy != "parallel", "only with --strategy rolling (parallel deploys every host at once)",
@@ -110,6 +118,17 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
         return render_hosts(hosts, opts)
     return deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
                           canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json)
+
+
+@task(help=DEPLOYS_HELP)
+@cli
+def deploys(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+    """List the recorded deploys of host(s), newest first: id, configuration, when, by whom, how it ended (ready,
+    failed, cancelled, replaced); `inv deploy --id ID` starts one again."""
+    from fabfile.commands.recorded import list_deploys
+
+    inv = options.inventory(inventory)
+    return list_deploys(inv, inv.select(host), host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
 @task(help=RENDER_HELP)
@@ -587,5 +606,5 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt, diff, cancel, profile, tune)
+                deploy_router, trust_host, adopt, diff, cancel, profile, tune, deploys)
 ns.add_task(explain)

@@ -88,6 +88,7 @@ def print_status(result: HostsResult) -> None:
             continue
         rows.append(_status_row(o.host.name, o.data))
     print_table(out, cols, rows)
+    _replaced(outcomes)
     _in_progress(outcomes)
     _router_table(outcomes)
     for o in outcomes:
@@ -129,6 +130,21 @@ def router_url(host: Host, listen: Any, port: Any) -> str:
     return f"http://{addr}:{port}"
 
 
+def _replaced(outcomes: list[HostOutcome]) -> None:
+    """Who replaced what: the recorded deploy and the one it replaced (a second operator's deploy is never silent)."""
+    for o in outcomes:
+        rec = ((o.data or {}).get("record") or {}) if o.ok else {}
+        prev = rec.get("previous") or {}
+        if not rec.get("deploy_id") or not prev.get("deploy_id"):
+            continue
+        what = "replaced" if prev.get("running") else "came after"
+        out.print(f"[dim]{o.host.name}: deploy {rec['deploy_id']} (from {rec.get('client') or '?'}, started "
+                  f"{rec.get('started_at') or '?'}) {what} deploy {prev['deploy_id']} ({prev.get('config_name')}, "
+                  f"from {prev.get('client') or '?'}, started {prev.get('started_at') or '?'}"
+                  + ("" if prev.get("running") else f", which had ended {(prev.get('ended') or {}).get('kind', '?')}")
+                  + ")[/dim]", soft_wrap=True)
+
+
 def _in_progress(outcomes: list[HostOutcome]) -> None:
     """A deploy (or stop) holding a host now: who, which step, and its journal's last lines."""
     for o in outcomes:
@@ -142,8 +158,8 @@ def _in_progress(outcomes: list[HostOutcome]) -> None:
             out.print(f"  journal: {h['journal']}", markup=False)
             for line in h.get("journal_tail") or []:
                 out.print(f"    {line}", markup=False)
-            out.print("  `inv deploy` waits for it (--lock-wait SECONDS); `inv cancel` stops it and tears its new "
-                      "server down")
+            out.print("  `inv deploy` refuses while it runs (--lock-wait SECONDS queues behind it, then replaces it); "
+                      "`inv cancel` stops it and tears its new server down")
 
 
 def _router_table(outcomes: list[HostOutcome]) -> None:

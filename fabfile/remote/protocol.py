@@ -437,6 +437,9 @@ class PreviousDeploy(TypedDict):
     running: bool
     pid: int | None
     redeployable: bool
+    client: str | None
+    started_at: str | None
+    ended: dict[str, Any]  # ``records.ended_of``: kind (ready, failed, cancelled, replaced, stopped), at, ...
 
 
 class _DeployRecordRequired(TypedDict):
@@ -483,6 +486,7 @@ class DeployRecord(_DeployRecordRequired, total=False):
     timings: dict[str, float]
     error: dict[str, Any]
     stopped_at: str
+    ended: dict[str, Any]  # how it ended (``records.ended_of`` reads it): kind ready | failed | cancelled | replaced
 
 
 class Stopped(TypedDict):
@@ -572,6 +576,23 @@ class AdoptAnswer(TypedDict):
 class RecordsRequest(TypedDict, total=False):
     state_dir: str
     ids: list[str]  # `inv diff`: records to load by id
+    history: bool  # `inv deploys`, `inv deploy --previous/--id`: every recorded deploy, summarised
+
+
+class DeploySummary(TypedDict):
+    """One recorded deploy, as `inv deploys` lists it (``records.summary``)."""
+
+    deploy_id: str
+    config_name: str | None
+    patch_mode: str | None
+    sglang_version: str | None
+    plan_hash: str | None
+    started_at: str | None
+    client: str | None
+    ended: dict[str, Any]  # kind: ready | failed | cancelled | replaced | stopped | unfinished; at, by, why
+    previous: str | None  # the deploy this one replaced
+    rollback_of: str | None  # started again from that recorded deploy (`--previous`, `--id`, a rollback)
+    redeployable: bool
 
 
 class _RecordsAnswerRequired(TypedDict):
@@ -581,6 +602,7 @@ class _RecordsAnswerRequired(TypedDict):
 
 class RecordsAnswer(_RecordsAnswerRequired, total=False):
     loaded: dict[str, DeployRecord | None]  # by id (None: this host has no such record)
+    history: list[DeploySummary]  # newest first
 
 
 class _RedeployRequired(TypedDict):
@@ -594,6 +616,7 @@ class RedeployRequest(_RedeployRequired, total=False):
 
     state_dir: str
     journal: str | None
+    lock_wait: float  # this run's --lock-wait (the recorded request's own is not this run's choice)
 
 
 class CancelRequest(TypedDict, total=False):

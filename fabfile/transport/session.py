@@ -108,8 +108,10 @@ class HostSession:
 
     def redeploy(self, from_deploy_id: str, deploy_id: str, *, timeout: float,
                  on_event: OnEvent | None = None) -> p.DeployRecord:
-        """Start a recorded deploy again from its saved script (a rollback)."""
-        req: p.RedeployRequest = {"from_deploy_id": from_deploy_id, "deploy_id": deploy_id, "client": None}
+        """Start a recorded deploy again from its saved script (a rollback, `--previous`, `--id`), waiting for
+        another deploy's lock as this run says (the host's ``lock_wait``, ``--lock-wait``)."""
+        req: p.RedeployRequest = {"from_deploy_id": from_deploy_id, "deploy_id": deploy_id, "client": _client(),
+                                  "lock_wait": self.host.timeouts.lock_wait}
         return self._call(verbs.REDEPLOY, req, timeout, on_event=on_event)
 
     def cancel(self, *, reason: str, deploy_id: str | None = None, wait_s: float | None = None,
@@ -149,9 +151,12 @@ class HostSession:
         req: p.GpusRequest = {}
         return self._call(verbs.GPUS, req)
 
-    def records(self, ids: list[str] | None = None) -> p.RecordsAnswer:
-        """The current deploy record and the one before it; with ``ids``, those records too (`inv diff`)."""
+    def records(self, ids: list[str] | None = None, *, history: bool = False) -> p.RecordsAnswer:
+        """The current deploy record and the one before it; with ``ids``, those records too (`inv diff`); with
+        ``history``, a summary of every recorded deploy (`inv deploys`, `--previous`, `--id`)."""
         req: p.RecordsRequest = {} if ids is None else {"ids": ids}
+        if history:
+            req["history"] = True
         return self._call(verbs.RECORDS, req)
 
     def logs(self, *, lines: int, follow: bool, follow_s: float, timeout: float,

@@ -261,7 +261,9 @@ def rerun_deploy(inventory: Path, host: SimHost, *args: str) -> subprocess.Compl
 
 @pytest.fixture
 def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
-    return derived_inventory(fleet, tmp_path, defaults={"timeouts": {"silence": 3, "connect_total": 3}})
+    # These cases queue behind the deploy they disturbed (a second deploy refuses by default: test_deploy.py).
+    return derived_inventory(fleet, tmp_path, defaults={"timeouts": {"silence": 3, "connect_total": 3,
+                                                                     "lock_wait": 120}})
 
 
 @pytest.fixture
@@ -660,8 +662,8 @@ def test_cancel_a_deploy_whose_client_went_away(inventory: Path, host: SimHost) 
 def test_two_inventories_deploy_to_one_host_at_once(fleet: Fleet, inventory: Path, host: SimHost,
                                                     tmp_path: Path) -> None:
     """Two teams, two inventories, one host: the second waits for the first and then replaces it; never two."""
-    other = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--max-running-requests", "8"]},
-                              name="other.yaml")
+    other = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--max-running-requests", "8"],
+                                                         "timeouts": {"lock_wait": 120}}, name="other.yaml")
     host.set_sim_config(fail="slow_load", load_seconds=1.5)
     assert run_inv("status", inventory=inventory).returncode == 0  # the agent is installed (see the next case)
     results: dict[str, subprocess.CompletedProcess[str]] = {}
@@ -678,6 +680,7 @@ def test_two_inventories_deploy_to_one_host_at_once(fleet: Fleet, inventory: Pat
     assert results["a"].returncode == 0 and results["b"].returncode == 0, (results["a"].stderr, results["b"].stderr)
     waited = [n for n, r in results.items() if "holds this host" in r.stderr]
     assert len(waited) == 1, {n: r.stderr for n, r in results.items()}
+    assert "this deploy now replaces deploy" in results[waited[0]].stderr, results[waited[0]].stderr
     no_traceback(*(r.stderr for r in results.values()))
     doc = assert_whole(host, servers=1)
     last = "b" if waited == ["b"] else "a"
