@@ -686,7 +686,8 @@ class WatchAnswer(_WatchAnswerRequired, total=False):
     accept_len: float | None
     running_req: float | None
     queue_req: float | None
-    age_s: float | None
+    age_s: float | None   # the sample's own age (its Decode line's time), not the read's
+    age_of: str | None    # what the age is of
 
 
 class BenchAnswer(TypedDict, total=False):

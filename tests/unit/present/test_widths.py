@@ -274,7 +274,7 @@ def test_watch_prints_a_missing_figure_with_the_same_dash_as_every_table(
     monkeypatch.setattr(watch_report, "out", console)
     row = {"host": "gpu1", "config_name": "eagle3-s3-k1-d4", "running": True, "health": {"status": 200},
            "tok_s": None, "accept_len": 2.1, "running_req": 1, "queue_req": None, "source": None, "age_s": None}
-    watch_report.WatchView(as_json=False, once=True).sample([row], {}, {})
+    watch_report.WatchView(as_json=False, once=True).sample([row], {}, {}, {}, {})
     text = buf.getvalue()
     assert "—" not in text and "eagle3-s3-k1-d4" in text, text
     if width == 200:
