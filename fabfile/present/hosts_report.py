@@ -70,7 +70,8 @@ def print_stop(result: HostsResult, *, dry_run: bool) -> None:
 
 
 # -- status ---------------------------------------------------------------------------------------------------
-STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "none": "dim"}
+STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "cancelled": "dim",
+               "none": "dim"}
 
 
 def print_status(result: HostsResult) -> None:

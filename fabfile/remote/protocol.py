@@ -481,6 +481,8 @@ class DeployRecord(_DeployRecordRequired, total=False):
     ready_at: str
     timings: dict[str, float]
     error: dict[str, Any]
+    ended_at: str  # when a failed deploy ended
+    cancelled: dict[str, Any]  # {"reason": who asked and how, "at": when}: a cancelled deploy's record
     stopped_at: str
 
 

@@ -91,8 +91,9 @@ def _old_decode_line(host: SimHost, log_path: str, age_s: int) -> None:
     last line is: SGLang writes none while it does not decode."""
     code = ("import sys,time\n"
             f"t=time.strftime('%Y-%m-%d %H:%M:%S',time.localtime(time.time()-{age_s}))\n"
-            f"open({log_path!r},'a').write('['+t+' TP0] Decode batch, #running-req: 0, #token: 9, token usage: 0.00,"
-            " accept len: 2.00, accept rate: 0.33, cuda graph: True, gen throughput (token/s): 20.00, #queue-req: 0\\n')\n")
+            f"open({log_path!r},'a').write('['+t+' TP0] Decode batch, #running-req: 0, #token: 9,"
+            " token usage: 0.00, accept len: 2.00, accept rate: 0.33, cuda graph: True,"
+            " gen throughput (token/s): 20.00, #queue-req: 0\\n')\n")
     r = host.exec([host.python_in_host, "-c", code])
     assert r.returncode == 0, r.stderr
 

@@ -271,6 +271,15 @@ class _Sequence:
         record, steps, started = self.record, self.steps, self.started
         record["status"] = "failed"
         record["error"] = e.as_dict()
+        record["ended_at"] = _now()
+        if e.kind == "cancelled":
+            # Who cancelled and when, for `inv status` ("cancelled by ... at ..."), not a bare "failed".
+            cancel_file = records.cancel_path(self.state_dir, self.req["deploy_id"])
+            try:
+                at = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(os.path.getmtime(cancel_file)))
+            except OSError:
+                at = record["ended_at"]
+            record["cancelled"] = {"reason": self.cancelled() or e.message, "at": at}
         e.details["previous"] = record["previous"]
         e.details["changed"] = any(k in steps.timings for k in ("patch", "stop"))
         if started is not None:
