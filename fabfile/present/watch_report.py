@@ -65,7 +65,7 @@ def _table(rows: list[dict[str, Any]], alarms: dict[str, str]) -> Any:
     them to `conf…`, `heal…`, `eagl…`), the alarm text wrapped; narrower still, one block per host."""
     # The figures stay in the narrow layout without a value ("accept len: -"): a row that changes its shape from one
     # round to the next is hard to follow.
-    cols = [Col("host"), Col("config"), Col("health", always=True), Col("tok/s", justify="right", always=True),
+    cols = [Col("host"), Col("config"), Col("health", always=True), Col("gen tok/s", justify="right", always=True),
             Col("accept len", justify="right", always=True), Col("running", justify="right", always=True),
             Col("queued", justify="right", always=True), Col("source"), Col("age", justify="right"),
             Col("alarm", key=False)]

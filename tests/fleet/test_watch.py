@@ -117,6 +117,7 @@ def test_watch_judges_a_stale_sample_the_same_from_metrics_and_from_the_log(
     assert rows["sim1"]["source"] == "log" and rows["sim2"]["source"] == "metrics", rows
     for host, row in rows.items():
         assert 84 <= row["age_s"] <= 120, row  # the sample's age, the same from both sources
+        assert row["gen_tok_s"] == row["tok_s"] and row["window_forwards"] >= 1, row  # named: SGLang's gen tok/s
         assert row["stale"].startswith("stale (") and row["stale"].endswith(" s old)"), row
         assert sample["stale"][host] == row["stale"] and sample["stale_samples"][host] == 1, sample
         # said on stderr, counted, with the threshold it could not judge (the log source passed in silence)

@@ -60,6 +60,7 @@ def sample(state_dir: str, last_decode: Any) -> WatchAnswer:
     text = _get_metrics(str(rec["listen"]), int(rec["port"])) if metrics.served(rec) else None
     prom = metrics.spec_from_prometheus(text) if text else {}
     dec = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
+    out["window_forwards"] = metrics.decode_log_interval(rec)  # what one figure covers: one Decode line's window
     if prom:
         # A gauge carries no time of its own, but SGLang sets these gauges in the same call that writes the
         # Decode batch line (the wheels' scheduler metrics reporter: `logger.info(msg)` then
@@ -70,14 +71,15 @@ def sample(state_dir: str, last_decode: Any) -> WatchAnswer:
                     "age_s": (dec or {}).get("age_s"),
                     "age_of": "gauge (set with the last Decode batch line)" if dec else
                     "gauge (no Decode batch line dates it)"})
-        return out
-    if dec:
+    elif dec:
         out.update({"source": "log", "tok_s": dec.get("gen_throughput"), "accept_len": dec.get("accept_len"),
                     "running_req": dec.get("running_req"), "queue_req": dec.get("queue_req"),
                     "age_s": dec.get("age_s"), "age_of": "the last Decode batch line"})
     else:
         out.update({"source": "log (no Decode batch line yet)", "tok_s": None, "accept_len": None,
                     "running_req": None, "queue_req": None, "age_s": None, "age_of": None})
+    # ``tok_s`` kept for scripts; ``gen_tok_s`` names it: SGLang's decode-window throughput, not a bench's output tok/s
+    out["gen_tok_s"] = out.get("tok_s")
     return out
 
 
