@@ -45,8 +45,9 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
     ``state``: running (its process is alive and its readiness endpoint answers 200) | not ready (it answers
     something else) | no answer (alive, but its endpoint does not answer: hung, or busy past the probe) | hung
     (its process is stopped by a signal) | deploying (a deploy holds the host's lock) | exited (the record says
-    running, but its process is gone) | stopped | failed | none (no deploy recorded). ``problem``: a sentence when
-    the host is not in the state its record intends; ``config``/``pid``: the server that runs now, else None.
+    running, but its process is gone) | stopped | failed | cancelled (its last deploy was cancelled) | none (no
+    deploy recorded). ``problem``: a sentence when the host is not in the state its record intends;
+    ``config``/``pid``: the server that runs now, else None.
     """
     rec = d.get("record") or {}
     health = d.get("health") or {}
@@ -76,9 +77,9 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
                                f"{rec.get('pid')}) is gone")
         elif status == "failed":
             # The host serves nothing because its last deploy failed: a problem (exit 1), not a state to pass by.
-            view["problem"] = (f"deploy {rec.get('deploy_id')} ({rec.get('config_name')}) failed and nothing "
-                               "serves: `inv logs` shows why; deploy again, or start the one before it with "
-                               "`inv deploy --previous`")
+            if rec.get("cancelled") or (rec.get("error") or {}).get("kind") == "cancelled":
+                view["state"] = "cancelled"
+            view["problem"] = failed_problem(rec)
     if in_progress:
         # A deploy owns the host right now: what its server is doing is its business until it ends.
         view["state"] = "deploying"
@@ -87,6 +88,44 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
         if new_server:
             view.update(config=new_server.get("config_name"), pid=new_server.get("pid"), health=None)
     return view
+
+
+# The failures the server itself caused (it crashed, stalled, never got ready, answered no generate): its log says
+# why. Any other failed deploy ended on specdeploy's own verdict, and the log's last lines are only SGLang's answer
+# to the stop that followed (a SIGTERM's traceback), so the verdict is named instead.
+SERVER_FAULTS = frozenset({"fatal_log", "process_died", "stalled", "ready_timeout", "generate_failed"})
+_AGAIN = "deploy again, or start the one before it with `inv deploy --previous`"
+
+
+def failed_problem(rec: dict[str, Any]) -> str:
+    """Why a failed deploy's host serves nothing, named by its real cause: the cancel (who, when), specdeploy's own
+    verdict with its evidence (the NCCL values it could not prove, and that it stopped the server itself), or the
+    server's fault, which its log shows."""
+    what = f"deploy {rec.get('deploy_id')} ({rec.get('config_name')})"
+    error = rec.get("error") or {}
+    kind, message = error.get("kind"), str(error.get("message") or "").rstrip(".")
+    cancelled = rec.get("cancelled") or {}
+    if cancelled or kind == "cancelled":
+        # The agent records the reason as the canceller wrote it ("cancelled by ana@laptop with `inv cancel`").
+        reason = str(cancelled.get("reason") or f"cancelled ({message})")
+        reason = reason if reason.startswith("cancelled") else f"cancelled ({reason})"
+        at = f" at {cancelled['at']}" if cancelled.get("at") else ""
+        return f"{what} was {reason}{at}; nothing serves: {_AGAIN}"
+    if kind is None or kind in SERVER_FAULTS:
+        return f"{what} failed and nothing serves: `inv logs` shows why; {_AGAIN}"
+    evidence = unproven_evidence(rec.get("verify") or {})
+    return (f"{what} failed on specdeploy's own verdict ({kind}: {message}{'; ' + evidence if evidence else ''}) "
+            f"and specdeploy stopped its server (the log's last lines are SGLang's answer to that stop); {_AGAIN}")
+
+
+def unproven_evidence(verify: dict[str, Any], most: int = 3) -> str:
+    """The first few values check-env could not prove, each with its rank and evidence ("NCCL_ALGO=Ring in TP1:
+    unconfirmed, evidence markers")."""
+    rows = [r for r in ((verify.get("evaluation") or {}).get("rows") or []) if r.get("status") != "proven"]
+    said = [f"{r.get('var')}={r.get('expected')} in {r.get('label') or 'pid ' + str(r.get('pid'))}: {r.get('status')}"
+            f", evidence {r.get('evidence') or 'none'}" for r in rows[:most]]
+    more = f" (+{len(rows) - most} more)" if len(rows) > most else ""
+    return "; ".join(said) + more
 
 
 def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:

@@ -162,7 +162,9 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
                       highlight=False)
     used = sorted({str(r.get("evidence")) for r in rows if r.get("status") == "proven"} & set(EVIDENCE_LETTER))
     legend = ", ".join(f"{EVIDENCE_LETTER[e]} {EVIDENCE_LABEL[e]}" for e in used)
-    console.print(f"  legend: ok = proven ({legend or 'no evidence'}); ? unconfirmed; DIFF a different value; "
+    # "ok = proven (no evidence)" read as "proven without evidence": with no proven cell, say that none is.
+    proven = f"ok = proven by {legend}" if legend else "ok = proven (no cell here is)"
+    console.print(f"  legend: {proven}; ? unconfirmed; DIFF a different value; "
                   "MISSING not set; OVERRIDDEN taken but NCCL chose around it; launcher = only in the launcher; "
                   "`inv check-env --verbose` lists every cell",
                   markup=False, highlight=False, soft_wrap=False)

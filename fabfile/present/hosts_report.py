@@ -70,7 +70,8 @@ def print_stop(result: HostsResult, *, dry_run: bool) -> None:
 
 
 # -- status ---------------------------------------------------------------------------------------------------
-STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "none": "dim"}
+STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "cancelled": "dim",
+               "none": "dim"}
 
 
 def print_status(result: HostsResult) -> None:
@@ -79,7 +80,7 @@ def print_status(result: HostsResult) -> None:
     outcomes = result.outcomes
     # Key values (host, config, numbers, deploy id) are never cut: at 80 columns the rows print as a list.
     cols = [Col("host"), Col("state"), Col("config"), Col("pid", justify="right"), Col("uptime"),
-            Col("health", key=False), Col("accept len"), Col("tok/s"), Col("deploy")]
+            Col("health", key=False), Col("accept len"), Col("gen tok/s"), Col("deploy")]
     rows: list[list[str]] = []
     for o in outcomes:
         if o.error is not None:
@@ -89,6 +90,13 @@ def print_status(result: HostsResult) -> None:
         rows.append(_status_row(o.host.name, o.data))
     print_table(out, cols, rows)
     _replaced(outcomes)
+    windows = sorted({int((o.data.get("last_decode") or {}).get("window_forwards") or 0) for o in outcomes
+                      if o.ok and (o.data.get("last_decode") or {}).get("accept_len") is not None} - {0})
+    if windows:
+        # One name for one figure: these are SGLang's, over one Decode line's window, not a bench's requests.
+        out.print(f"  accept len, gen tok/s: SGLang's last Decode batch line, over its last "
+                  f"{'/'.join(map(str, windows))} decode forwards (fwd), with its age; `inv bench` measures its own "
+                  "requests", highlight=False)
     _in_progress(outcomes)
     _router_table(outcomes)
     for o in outcomes:
@@ -106,7 +114,9 @@ def _status_row(name: str, d: dict[str, Any]) -> list[str]:
     rec = d.get("record") or {}
     style = STATE_STYLE.get(v["state"], "red")
     decode = (d.get("last_decode") or {}) if v["state"] != "deploying" else {}
-    age = f" ({_duration(decode['age_s'])} ago)" if decode.get("age_s") is not None else ""
+    fwd = f"{decode['window_forwards']} fwd, " if decode.get("window_forwards") else ""
+    age = f" ({fwd}{_duration(decode['age_s'])} ago)" if decode.get("age_s") is not None else \
+        f" ({fwd.rstrip(', ')})" if fwd else ""
     if v["health_path"] and v["state"] != "deploying":
         code = v["health"]
         took = (d.get("health") or {}).get("latency_s")

@@ -485,6 +485,8 @@ class DeployRecord(_DeployRecordRequired, total=False):
     ready_at: str
     timings: dict[str, float]
     error: dict[str, Any]
+    ended_at: str  # when a failed deploy ended
+    cancelled: dict[str, Any]  # {"reason": who asked and how, "at": when}: a cancelled deploy's record
     stopped_at: str
     ended: dict[str, Any]  # how it ended (``records.ended_of`` reads it): kind ready | failed | cancelled | replaced
 
@@ -707,10 +709,13 @@ class WatchAnswer(_WatchAnswerRequired, total=False):
     health: Health
     source: str
     tok_s: float | None
+    gen_tok_s: float | None  # the same figure by its name: SGLang's gen throughput over one Decode window
     accept_len: float | None
     running_req: float | None
     queue_req: float | None
-    age_s: float | None
+    age_s: float | None   # the sample's own age (its Decode line's time), not the read's
+    age_of: str | None    # what the age is of
+    window_forwards: int  # the decode forwards one figure covers (--decode-log-interval)
 
 
 class BenchAnswer(TypedDict, total=False):
@@ -729,6 +734,7 @@ class BenchAnswer(TypedDict, total=False):
     accept_len: float | None
     accept_len_sources: dict[str, float | None]
     accept_len_source: str | None
+    accept_len_windows: dict[str, str]  # each source's window and sample size ("16 requests (...)")
     accept_rate: float | None
     accept_rate_meaning: str | None
     draft_acceptance: float | None

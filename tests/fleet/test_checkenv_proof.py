@@ -200,6 +200,20 @@ def test_stripped_spt_noenv_without_nccl_debug_is_unconfirmed_with_the_true_caus
     assert "env_stripped" not in hints
 
 
+def test_nccl_debug_stripped_by_the_launch_path_names_the_launcher(fleet: Fleet, host: SimHost,
+                                                                   tmp_path: Path) -> None:
+    """nccl_debug on and a launch path that strips NCCL_*: the hint said "NCCL_DEBUG=INFO was not on … deploy with
+    nccl_debug", which it was; it names the launcher that had it and the stripping instead."""
+    host.set_sim_config(strip_env_prefixes=["NCCL_"])
+    inventory = _inventory(fleet, tmp_path, nccl_debug=True)
+    code, _, _ = inv_host_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
+    assert code == 0
+    code, report, _ = inv_json("check-env", inventory=inventory)
+    msg = _hints(report)["no_nccl_debug"]
+    assert "was not on" not in msg and "deploy with nccl_debug" not in msg, msg
+    assert "NCCL_DEBUG=INFO was on in the launcher (pid " in msg and "stripped it" in msg, msg
+
+
 def test_check_env_judges_the_running_deploy_by_its_record_not_an_edited_inventory(fleet: Fleet, host: SimHost,
                                                                                    tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path)

@@ -653,6 +653,14 @@ def test_cancel_a_deploy_whose_client_went_away(inventory: Path, host: SimHost) 
     assert r.returncode == 0, r.stderr
     assert f"deploy {frozen['deploy_id']} cancelled" in r.stdout and "torn down" in r.stdout, r.stdout
     assert_whole(host, servers=0)
+    # `inv status` says who cancelled it and when, not "failed"
+    _, doc, _ = inv_host_json("status", inventory=inventory)
+    assert doc["data"]["state"]["state"] == "cancelled", doc["data"]["state"]
+    problem = doc["data"]["state"]["problem"]
+    assert f"deploy {frozen['deploy_id']} (" in problem and ") was cancelled by " in problem, problem
+    assert "with `inv cancel` at 20" in problem and "failed" not in problem, problem
+    r = run_inv("status", inventory=inventory)
+    assert "cancelled" in r.stdout and " failed " not in r.stdout, r.stdout
     host.set_sim_config(fail=None, load_seconds=0.3)
     r = run_inv("cancel", inventory=inventory)
     assert r.returncode == 0 and "nothing to cancel" in r.stdout

@@ -283,8 +283,18 @@ class _Sequence:
         record, steps, started = self.record, self.steps, self.started
         record["status"] = "failed"
         record["error"] = e.as_dict()
+        record["ended_at"] = _now()
+        if e.kind == "cancelled":
+            # Who cancelled and when, for `inv status` ("cancelled by ... at ..."), not a bare "failed".
+            cancel_file = records.cancel_path(self.state_dir, self.req["deploy_id"])
+            try:
+                at = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(os.path.getmtime(cancel_file)))
+            except OSError:
+                at = record["ended_at"]
+            record["cancelled"] = {"reason": self.cancelled() or e.message, "at": at}
         # A cancel is no failure of the configuration: `inv deploys` and a later start by id tell them apart.
-        record["ended"] = {"kind": "cancelled" if e.kind == "cancelled" else "failed", "at": _now(),
+        record["ended"] = {"kind": "cancelled" if e.kind == "cancelled" else "failed",
+                           "at": record["cancelled"]["at"] if e.kind == "cancelled" else record["ended_at"],
                            "why": e.message}
         e.details["previous"] = record["previous"]
         e.details["changed"] = any(k in steps.timings for k in ("patch", "stop"))

@@ -39,7 +39,12 @@ def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
         else:
             code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
             out["health"] = {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
-        out["last_decode"] = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
+        out["last_decode"] = found = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
+        if found:
+            from ..measure import metrics
+
+            # The window these figures are over (one Decode line's forwards), not a bench's requests.
+            found["window_forwards"] = metrics.decode_log_interval(rec)
     lock_holder = None
     from .lock import DeployLock
 
