@@ -80,7 +80,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
            lock_wait: Any = None, measure: bool = False, no_measure: bool = False,
-           previous: bool = False) -> Any:
+           previous: bool = False, strict: bool = False, sglang_version: Any = None) -> Any:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
@@ -89,7 +89,9 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     flags.excludes("--previous", previous, "starts a recorded deploy as it ran", ("--steps", steps),
                    ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
                    ("--dry-run", dry_run), ("--strategy", strategy), ("--batch", batch), ("--measure", measure),
-                   ("--no-measure", no_measure))
+                   ("--no-measure", no_measure), ("--strict", strict))
+    flags.only_with(dry_run, "only with --dry-run (a deploy judges the knobs on the host's own release)",
+                    ("--sglang-version", sglang_version))
     if previous:
         from fabfile.commands.dispatch import deploy_previous
 
@@ -103,11 +105,13 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     from fabfile.commands.dispatch import deploy_command, deploy_targets
 
     hosts, cluster = deploy_targets(inv, host, rollout_flags=strategy is not None or batch is not None or no_canary)
-    opts = options.measuring(opts, measure, no_measure)
+    from dataclasses import replace
+
+    opts = replace(options.measuring(opts, measure, no_measure), strict_knobs=strict)
     if dry_run:
         from fabfile.commands.render_plan import render_hosts
 
-        return render_hosts(hosts, opts)
+        return render_hosts(hosts, opts, sglang_version=sglang_version, strict=strict)
     return deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
                           canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json)
 
@@ -150,13 +154,14 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
 
 @task(help=STATUS_HELP)
 @cli
-def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
+           verbose: bool = False) -> Any:
     """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
     from fabfile.commands.operations import status_hosts
 
     inv = options.inventory(inventory)
     return status_hosts(inv, inv.select(host),
-                        host_timeout=flags.seconds("--host-timeout", host_timeout))
+                        host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
 
 
 @task(help=LOGS_HELP)

@@ -95,13 +95,16 @@ def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = No
     for o in outcomes:
         if o.ok:
             o.data["state"] = server_view(o.data)
+            # SGLang's own warnings about the recorded launch (read from its log while the deploy waited for ready)
+            o.data["sglang_warnings"] = list((o.data.get("record") or {}).get("sglang_warnings") or [])
     # A server that runs but does not serve, or a record that disagrees with the host, is a problem: exit 1.
     return StatusResult(outcomes)
 
 
-def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CommandResult:
+def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,
+                 verbose: bool = False) -> CommandResult:
     r = status(inv, hosts, host_timeout=host_timeout)
-    return CommandResult(r, lambda: report.print_status(r), r.exit_code)
+    return CommandResult(r, lambda: report.print_status(r, verbose=verbose), r.exit_code)
 
 
 def _bound(hosts: list[Host], flag: float | None) -> float:
