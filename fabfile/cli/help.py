@@ -158,6 +158,8 @@ ADOPT_HELP = {
     "command": "a pasted launch line instead (env assignments, nohup, redirections, `&`, even the ssh line)",
     "name": "the host name for the entry (default: --host, else gpu1)",
     "write": "write a new inventory file with the entry (refuses an existing file) instead of printing it",
+    "sglang_version": "judge a pasted line's knobs on this SGLang release (default: the newest supported; --host "
+                      "reads the running server's)",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
 }

@@ -530,12 +530,13 @@ def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any
 @task(help=ADOPT_HELP)
 @cli
 def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write: Any = None, json: bool = False,
-          inventory: Any = None) -> Any:
+          inventory: Any = None, sglang_version: Any = None) -> Any:
     """Bring a hand-started server under the tool: its inventory entry, rendering the same command."""
     from fabfile.commands.adopt import AdoptOptions, adopt_command
+    from fabfile.plan.knob_effects import checked_version
 
     opts = AdoptOptions(host=host, command=None if command is None else str(command), name=name,
-                        write=flags.path("--write", write))
+                        write=flags.path("--write", write), sglang_version=checked_version(sglang_version))
     return adopt_command(opts, lambda: options.inventory(inventory))
 
 

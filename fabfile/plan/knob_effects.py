@@ -97,6 +97,17 @@ def effect(version: str | None, name: str) -> KnobEffect:
     return KnobEffect(name, "unknown", release)
 
 
+def checked_version(value: Any) -> str | None:
+    """``--sglang-version``'s value (None when not given); a value that is no SGLang version is refused (exit 2)."""
+    from fabfile.errors import FlagError
+
+    if value is None:
+        return None
+    if len(str(value)) > 40 or not versions.valid(str(value)):
+        raise FlagError("--sglang-version: not an SGLang version (write one such as 0.5.16)")
+    return str(value)
+
+
 def current_name(version: str, flag: str) -> str | None:
     """What the tool writes for ``flag`` on ``version`` (see the module docstring): a deprecated alias is rendered as
     the flag it stands for; a removed one as the name its last aliasing release gave it, when ``version`` has that."""
