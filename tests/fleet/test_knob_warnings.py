@@ -43,7 +43,7 @@ def test_deploy_names_knobs_first_and_sglangs_own_warnings_after_once_each(fleet
     sim_host.set_sim_config(moe_kernel_config="default")
     inventory = _inventory(fleet, tmp_path, sglang_args=["--num-continuous-decode-steps", "4",
                                                          "--cuda-graph-max-bs", "8"],
-                           env={"SGLANG_ENABLE_SPEC_V2": "1"})
+                           env={"SGLANG_ENABLE_SPEC_V2": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"})
     code, doc, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
     assert code == 0, err
     assert SEED_KNOB in doc["knob_notes"]
@@ -68,3 +68,13 @@ def test_deploy_names_knobs_first_and_sglangs_own_warnings_after_once_each(fleet
     assert said == [f"sim1: sglang warns: {w}" for w in warnings]
     record = json.loads(sim_host.exec(["cat", "/root/.specdeploy/current.json"]).stdout)
     assert record["sglang_warnings"] == warnings
+    # check-env: the variable SGLang assigns itself is "overridden by SGLang" (its value, 8 on 0.5.16, is what the
+    # workers get), not missing; the NCCL rows are proven as before, so the verdict holds.
+    code, ce, err = inv_json("check-env", inventory=inventory)
+    assert code == 0, err
+    assert ce["hosts"][0]["sglang_overwrites"] == [
+        {"var": "CUDA_DEVICE_MAX_CONNECTIONS", "expected": "1", "observed": "8", "status": "sglang_overrides",
+         "note": "SGLang 0.5.16 sets CUDA_DEVICE_MAX_CONNECTIONS=8 itself: your value never reaches the workers"}]
+    assert all(r["var"] != "CUDA_DEVICE_MAX_CONNECTIONS" for r in ce["hosts"][0]["rows"])
+    people = run_inv("check-env", inventory=inventory)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS: overridden by SGLang, expected 1, observed 8" in people.stdout
