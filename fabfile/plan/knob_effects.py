@@ -117,7 +117,7 @@ def current_name(version: str, flag: str) -> str | None:
     if e.kind in ("used", "unused"):
         return flag
     if e.kind == "removed":
-        renamed = [t["aliases"][flag] for t in _table().values() if flag in t["aliases"]]
+        renamed = [str(t["aliases"][flag]) for t in _table().values() if flag in t["aliases"]]
         if renamed and effect(version, renamed[-1]).kind in ("used", "unused"):
             return renamed[-1]
     return None

@@ -29,6 +29,12 @@ STATUS_STYLE: dict[str, str] = {
 }
 # How a status reads in words (the rest: its name with spaces).
 STATUS_LABEL: dict[str, str] = {"sglang_overrides": "overridden by SGLang"}
+
+
+def status_label(status: str) -> str:
+    return STATUS_LABEL.get(status, status.replace("_", " "))
+
+
 EVIDENCE_LABEL: dict[str, str] = {
     "nccl_log": "NCCL log",
     "marker": "patch marker",
@@ -88,7 +94,7 @@ def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], consol
         cells.append([_rank_label(row), cell(row.get("pid")), Text(cell(row.get("var"))),
                       Text(cell(row.get("expected"))),
                       Text(cell(row.get("observed")), style="red" if status == "different" else ""),
-                      EVIDENCE_LABEL.get(str(evidence), cell(evidence)), Text(STATUS_LABEL.get(status, status.replace("_", " ")), style=style)])
+                      EVIDENCE_LABEL.get(str(evidence), cell(evidence)), Text(status_label(status), style=style)])
     if rows:
         print_table(console, cols, cells, title="NCCL environment per scheduler process")
     else:
@@ -184,7 +190,8 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
         who = (f"{_rank_label(same[0])} pid {cell(same[0].get('pid'))}" if len(same) == 1 else
                f"{len(same)} ranks ({', '.join(_rank_label(r) for r in same)}; pids "
                f"{', '.join(cell(r.get('pid')) for r in same)})")
-        detail = (f"{who} {var}: {STATUS_LABEL.get(status, status.replace('_', ' '))}, expected {want}, observed {observed} ({evs})"
+        said = status_label(status)
+        detail = (f"{who} {var}: {said}, expected {want}, observed {observed} ({evs})"
                   + (f"; {note}" if note != DASH else ""))
         console.print(f"  {escape(detail)}", highlight=False, soft_wrap=False)
 
