@@ -43,6 +43,10 @@ DEPLOY_HELP = {
                "SGLang 0.5.11+): bench, sweep and explain then show measured phases (default: the inventory's "
                "`measure`; unset, on only for a sweep's deploys)",
     "no_measure": "turn the device timer off, whatever the inventory says",
+    "strict": "exit 2, before anything on a host is touched, when a knob has no effect on the host's SGLang "
+              "release (or is a deprecated alias)",
+    "sglang_version": "with --dry-run: judge the knobs on this SGLang release (default: the newest supported; a "
+                      "deploy reads the host's)",
 }
 LOCK_WAIT_HELP = DEPLOY_HELP["lock_wait"]
 BENCH_HELP = {
@@ -157,6 +161,8 @@ ADOPT_HELP = {
     "command": "a pasted launch line instead (env assignments, nohup, redirections, `&`, even the ssh line)",
     "name": "the host name for the entry (default: --host, else gpu1)",
     "write": "write a new inventory file with the entry (refuses an existing file) instead of printing it",
+    "sglang_version": "judge a pasted line's knobs on this SGLang release (default: the newest supported; --host "
+                      "reads the running server's)",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
 }
@@ -180,7 +186,9 @@ STOP_HELP = {"host": HOST_HELP, "dry_run": "list what would be stopped, stop not
              "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP, "lock_wait": LOCK_WAIT_HELP,
              "router": "stop this router of the inventory's `routers:` instead of servers (on the host it runs on)"}
 
-STATUS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP}
+STATUS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
+               "verbose": "also SGLang's own warnings about each launch (a flag or variable deprecated, removed or "
+                          "ignored, a fallback, the default MoE kernel config), read from its log at deploy"}
 
 LOGS_HELP = {"host": HOST_HELP, "follow": "keep printing new lines (Ctrl-C to stop)",
              "lines": "how many lines of the end to show first (default 50)",

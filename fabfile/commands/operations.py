@@ -134,13 +134,16 @@ def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = No
     for o in outcomes:
         if o.ok:
             o.data["state"] = server_view(o.data)
+            # SGLang's own warnings about the recorded launch (read from its log while the deploy waited for ready)
+            o.data["sglang_warnings"] = list((o.data.get("record") or {}).get("sglang_warnings") or [])
     # A server that runs but does not serve, or a record that disagrees with the host, is a problem: exit 1.
     return StatusResult(outcomes)
 
 
-def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CommandResult:
+def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,
+                 verbose: bool = False) -> CommandResult:
     r = status(inv, hosts, host_timeout=host_timeout)
-    return CommandResult(r, lambda: report.print_status(r), r.exit_code)
+    return CommandResult(r, lambda: report.print_status(r, verbose=verbose), r.exit_code)
 
 
 def _bound(hosts: list[Host], flag: float | None) -> float:
@@ -199,8 +202,36 @@ def expected_env(host: Host) -> dict[str, str]:
 
 def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's evidence and its evaluation; exit 1 when a value is not proven on some host."""
-    return CheckEnvResult(for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
-                                        host_timeout=_bound(hosts, host_timeout)))
+    outcomes = for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
+                             host_timeout=_bound(hosts, host_timeout))
+    for o in outcomes:
+        if o.ok:
+            evaluation = o.data["evaluation"]
+            version = (o.data["evidence"].get("facts") or {}).get("sglang_version")
+            evaluation["sglang_overwrites"] = sglang_overwrites(o.host, version, evaluation)
+    return CheckEnvResult(outcomes)
+
+
+def sglang_overwrites(host: Host, version: str | None, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
+    """The inventory's own variables (``env:``) that the host's SGLang release assigns itself at every launch
+    (plan/knob_effects, read from the wheels; CUDA_DEVICE_MAX_CONNECTIONS=8 on 0.5.x): "overridden by SGLang", said
+    beside the rows (the NCCL ones are rows already). They do not change the verdict: no patch mode carries them,
+    and render and deploy said so before the launch (``--strict`` refuses them)."""
+    from fabfile.plan import knob_effects
+
+    if not version:
+        return []
+    rowed = {str(r.get("var")) for r in evaluation.get("rows") or []}
+    out: list[dict[str, Any]] = []
+    for var, value in host.env.items():
+        e = knob_effects.effect(version, var)
+        if var in rowed or e.kind != "overwritten":
+            continue
+        read = "" if e.release == version else f" (read from the {e.release} wheel)"
+        out.append({"var": var, "expected": value, "observed": e.value, "status": "sglang_overrides",
+                    "note": f"SGLang {version} sets {var}={e.value} itself{read}: your value never reaches the "
+                            "workers"})
+    return out
 
 
 def check_env_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,

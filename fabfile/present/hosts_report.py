@@ -74,9 +74,10 @@ STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "fai
                "none": "dim"}
 
 
-def print_status(result: HostsResult) -> None:
+def print_status(result: HostsResult, verbose: bool = False) -> None:
     """The status table (each host's ``data["state"]`` is its :func:`fabfile.commands.operations.server_view`),
-    deploys in progress, the routers, SGLang processes started by hand, and each host's problem."""
+    deploys in progress, the routers, SGLang processes started by hand, and each host's problem; ``verbose`` adds
+    SGLang's own warnings about each host's launch, one line each."""
     outcomes = result.outcomes
     # Key values (host, config, numbers, deploy id) are never cut: at 80 columns the rows print as a list.
     cols = [Col("host"), Col("state"), Col("config"), Col("pid", justify="right"), Col("uptime"),
@@ -103,6 +104,10 @@ def print_status(result: HostsResult) -> None:
         if o.ok and o.data.get("other_sglang_processes"):
             n = len(o.data["other_sglang_processes"])
             out.print(f"[yellow]{o.host.name}: {n} SGLang process(es) not started by specdeploy are running[/yellow]")
+    if verbose:
+        for o in outcomes:
+            for line in (o.data.get("sglang_warnings") or []) if o.ok else []:
+                out.print(f"{o.host.name}: sglang warns: {line}", markup=False, highlight=False, soft_wrap=True)
     for o in outcomes:
         if o.ok and o.data["state"]["problem"]:
             err.print(f"[red]{o.host.name}:[/red] {o.data['state']['problem']}")

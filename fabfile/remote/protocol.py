@@ -478,6 +478,8 @@ class DeployRecord(_DeployRecordRequired, total=False):
     patch: PatchApplyAnswer
     stopped: Stopped
     ready: dict[str, Any]  # ready_path, ready_after_s, probe_latency_s, ...
+    # SGLang's own warnings about the launch, read from its log while waiting for ready (serve/launchwarnings)
+    sglang_warnings: list[str]
     schedulers: list[dict[str, Any]]
     first_request: dict[str, Any]
     accept: dict[str, Any]

@@ -100,6 +100,7 @@ def evaluation_document(evaluation: Mapping[str, Any], facts: Mapping[str, Any])
         "rows": [dict(r) for r in evaluation.get("rows") or []],
         "hints": [dict(h) for h in evaluation.get("hints") or []],
         "used": dict(evaluation.get("used") or {}),
+        "sglang_overwrites": [dict(o) for o in evaluation.get("sglang_overwrites") or []],
         "facts": dict(facts),
     }
 

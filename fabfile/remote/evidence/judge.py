@@ -42,8 +42,10 @@ __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "che
 # ----------------------------------------------------------------------------------------------------
 # evaluation (pure)
 
-# overridden: NCCL took the value, but its TUNING lines show a choice outside it for some all-reduce size
-STATUSES = ("proven", "overridden", "different", "unconfirmed", "missing", "launcher_only")
+# overridden: NCCL took the value, but its TUNING lines show a choice outside it for some all-reduce size;
+# sglang_overrides: the worker holds SGLang's own value, which this release assigns whatever the operator set
+# (facts.sglang_sets; "overridden by SGLang": an in-process patch mode sets it after SGLang does)
+STATUSES = ("proven", "overridden", "sglang_overrides", "different", "unconfirmed", "missing", "launcher_only")
 SOURCES = ("nccl_log", "marker", "environ")
 
 
@@ -319,6 +321,21 @@ def _judge_unseen(run: _Run, proc: _Proc, r: _Row) -> None:
     hint(hints, code, message, var=var, pid=pid)
 
 
+def _by_sglang(run: _Run, r: _Row) -> None:
+    """A value that did not reach the worker because this release assigns the variable itself, unconditionally
+    for this launch (a rule that applies, not one that may): "overridden by SGLang", not missing or different."""
+    if r.status not in ("different", "missing", "unconfirmed", "launcher_only"):
+        return
+    hit = next((x for x in run.rules if x["var"] == r.var and x["action"] == "overrides" and x.get("applies") is True),
+               None)
+    if hit is None or (r.observed is not None and hit.get("value") is not None
+                       and not ncclenv.same(r.var, r.observed, str(hit["value"]))):
+        return
+    r.status = "sglang_overrides"
+    r.notes.append(f"SGLang sets {r.var}={hit.get('value')} itself ({hit['condition']}): the operator's value never "
+                   "reaches the worker; an in-process patch mode (scheduler, plugin) sets it after SGLang does")
+
+
 def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
     """Notes on sources the verdict overrode; for a different value, who most likely changed it."""
     var, pid = r.var, proc.pid
@@ -326,6 +343,8 @@ def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
         for src in SOURCES:
             if r.sources[src] is not None and not ncclenv.same(var, r.sources[src], r.exp):
                 r.notes.append(f"{src} says {r.sources[src]} (superseded by {r.strongest})")
+    if r.status == "sglang_overrides":
+        blame(run.hints, run.rules, var, pid, run.facts)  # names the release's write and the patch mode that wins
     if r.status == "different":
         said = ", ".join(f"{src}={r.sources[src]}" for src in SOURCES if r.sources[src] is not None)
         r.notes.append(f"expected {r.exp}; {said}" if said else f"expected {r.exp}")
@@ -369,6 +388,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
         for var in sorted(expected):
             r = _observe(run, proc, var, expected[var])
             _judge(run, proc, r)
+            _by_sglang(run, r)
             _settle(run, proc, r)
             rows.append({"pid": proc.pid, "rank": s.get("rank"), "label": s.get("label"), "title": s.get("title"),
                          "var": var, "expected": r.exp, "observed": r.observed, "evidence": r.strongest,

@@ -249,6 +249,7 @@ class _Sequence:
             env=(req.get("summary") or {}).get("env")),
             lambda r: f"{r['ready_path']} answered 200 in {r['probe_latency_s']:.2f} s")
         record["ready"] = ready
+        record["sglang_warnings"] = list(ready.pop("sglang_warnings", None) or [])
 
     def finish(self) -> None:
         req, record, steps, started = self.req, self.record, self.steps, self.started

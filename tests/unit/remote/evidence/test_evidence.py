@@ -375,7 +375,13 @@ def test_sglang_override_is_named() -> None:
     }
     s = sched(10, 0, nccl_env={"NCCL_CUMEM_ENABLE": ["0"]})
     res = evidence.evaluate(ev(s, facts=facts), {"NCCL_CUMEM_ENABLE": "1"})
-    assert row(res, 10, "NCCL_CUMEM_ENABLE")["status"] == "different"
+    # Issue 39: SGLang 0.5.3 assigns it unconditionally, so the row says who did it, not "different".
+    got = row(res, 10, "NCCL_CUMEM_ENABLE")
+    assert got["status"] == "sglang_overrides" and res["summary"]["sglang_overrides"] == 1
+    assert "SGLang sets NCCL_CUMEM_ENABLE=0 itself" in got["note"]
+    buf = io.StringIO()
+    checkenv_report.render_matrix(res, facts, Console(file=buf, width=200, color_system=None))
+    assert "NCCL_CUMEM_ENABLE: overridden by SGLang, expected 1, observed 0" in buf.getvalue()
     msg = next(h["message"] for h in res["hints"] if h["code"] == "sglang_overrides_NCCL_CUMEM_ENABLE")
     assert "SGLang itself sets NCCL_CUMEM_ENABLE on this version" in msg
     assert "sglang_touches_NCCL_CUMEM_ENABLE" in codes(res)
