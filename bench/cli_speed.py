@@ -93,7 +93,7 @@ def ratio_rows(commands: list[str], trees: list[tuple[str, Path]], inventory: st
         base = got["ssh true"]
         for label, _, _ in variants[:-1]:
             xs = got[label]
-            ratios = [a[0] / b[0] for a, b in zip(xs, base)]
+            ratios = [a[0] / b[0] for a, b in zip(xs, base, strict=True)]
             rows.append((label, med(ratios), min(ratios), med([w for w, _ in xs]), med([w for w, _ in base]),
                          med([c for _, c in xs]), load()))
         rows.append((f"  (ssh true, beside {name})", 1.0, 1.0, med([w for w, _ in base]), med([w for w, _ in base]),
@@ -181,8 +181,8 @@ def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> li
         rows.append(("host: the status verb, whole call", f"{(call - rt) * 1e3:.0f} ms", "`s.status()` on the open "
                      "session, less the round trip: Python, bootstrap checks, agent imports, the verb's work"))
         payload = base64.b64encode(json.dumps({"deadline_s": 30, "state_dir": host.state_dir}).encode()).decode()
-        cmd = (f"{shlex.quote(host.python)} -I -X importtime -c {shlex.quote(BOOT_SOURCE)} run {t.shell_path(agent.dir)} "
-               f"{agent.bundle.manifest_sha256} status {payload}")
+        cmd = (f"{shlex.quote(host.python)} -I -X importtime -c {shlex.quote(BOOT_SOURCE)} run "
+               f"{t.shell_path(agent.dir)} {agent.bundle.manifest_sha256} status {payload}")
         total, top = import_times([t.run(cmd, 30).stderr for _ in range(runs)])
         rows.append(("host: the agent's imports", f"{total * 1e3:.0f} ms", "`-X importtime` of the status call on the "
                      "host: the top-level imports, each module's least over the runs"))
