@@ -14,7 +14,7 @@ top ten, each the least of the runs), connection set-up (Paramiko's handshake in
 agent's start on the host (the host's ``python -I -c pass`` and the agent's own imports there, under
 ``-X importtime``), the round trips (counted per command in this process through the real session) and the printing.
 
-    .venv/bin/python -m bench.cli_speed [--runs 10] [--commands status,check-env] [--baseline DIR]
+    .venv/bin/python -m bench.cli_speed [--runs 10] [--commands status,check-env] [--baseline DIR] [--no-bytecode]
 
 ``--baseline DIR`` runs an older checkout's ``inv`` in the same loop (A, A(baseline), B): a before/after under the
 same load, against the same ``ssh true``. Invoke puts the tasks folder first on sys.path, so ``inv`` run in DIR
@@ -53,24 +53,27 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_once(argv: list[str], cwd: Path) -> tuple[float, float, int]:
+def run_once(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, int]:
     """(wall s, CPU s of the process and the children it reaped, exit code) of one whole process, output dropped."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, env=None if env is None else {**os.environ, **env})
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     return wall, ru.ru_utime + ru.ru_stime, proc.returncode
 
 
-def paired(variants: list[tuple[str, list[str], Path]], runs: int) -> dict[str, list[tuple[float, float]]]:
+Variant = tuple[str, list[str], Path, "dict[str, str] | None"]  # label, argv, working directory, extra environment
+
+
+def paired(variants: list[Variant], runs: int) -> dict[str, list[tuple[float, float]]]:
     """Each variant once per round, the order reversed every other round; one warm-up round first."""
-    got: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in variants}
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _, _ in variants}
     for i in range(runs + 1):
         order = variants if i % 2 else list(reversed(variants))
-        for name, argv, cwd in order:
-            wall, cpu, code = run_once(argv, cwd)
+        for name, argv, cwd, env in order:
+            wall, cpu, code = run_once(argv, cwd, env)
             if code != 0:
                 raise SystemExit(f"{name}: `{shlex.join(argv)}` exited {code}")
             if i:
@@ -83,15 +86,20 @@ def med(xs: list[float]) -> float:
 
 
 def ratio_rows(commands: list[str], trees: list[tuple[str, Path]], inventory: str, ssh_true: list[str],
-               runs: int) -> list[tuple[str, float, float, float, float, float, str]]:
+               runs: int, uncompiled: Path | None) -> list[tuple[str, float, float, float, float, float, str]]:
     rows = []
     for name in commands:
-        variants = [(f"inv {name}{tag}", [INV, *COMMANDS[name], "--inventory", inventory], tree)
-                    for tag, tree in trees]
-        variants.append(("ssh true", ssh_true, ROOT))
+        variants: list[Variant] = [(f"inv {name}{tag}", [INV, *COMMANDS[name], "--inventory", inventory], tree, None)
+                                   for tag, tree in trees]
+        if uncompiled is not None and name == "status":
+            # A checkout without bytecode and PYTHONDONTWRITEBYTECODE set: every start compiles the tool again
+            # (the installed libraries keep theirs, compiled by pip).
+            variants.append(("inv status (no bytecode)", [INV, "status", "--inventory", inventory], uncompiled,
+                             {"PYTHONDONTWRITEBYTECODE": "1"}))
+        variants.append(("ssh true", ssh_true, ROOT, None))
         got = paired(variants, runs)
         base = got["ssh true"]
-        for label, _, _ in variants[:-1]:
+        for label, _, _, _ in variants[:-1]:
             xs = got[label]
             ratios = [a[0] / b[0] for a, b in zip(xs, base, strict=True)]
             rows.append((label, med(ratios), min(ratios), med([w for w, _ in xs]), med([w for w, _ in base]),
@@ -230,6 +238,8 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, help="a checkout of an older commit (`git worktree add DIR COMMIT`): "
                     "its inv runs in the same loop, against the same ssh true")
     ap.add_argument("--no-anatomy", action="store_true", help="only the ratios")
+    ap.add_argument("--no-bytecode", action="store_true", help="also time `inv status` from a copy of the tree "
+                    "without bytecode, PYTHONDONTWRITEBYTECODE set (what the README says it costs)")
     args = ap.parse_args()
     commands = [c.strip() for c in args.commands.split(",") if c.strip()]
     if unknown := [c for c in commands if c not in COMMANDS]:
@@ -241,6 +251,12 @@ def main() -> int:
     for _, tree in trees:
         subprocess.run([PYTHON, "-m", "compileall", "-q", "fabfile", "tasks.py"], check=True, cwd=tree)
     work = Path(tempfile.mkdtemp(prefix="specdeploy-cli-speed-"))
+    uncompiled = None
+    if args.no_bytecode:
+        uncompiled = work / "uncompiled"
+        for part in ("fabfile", "templates"):
+            shutil.copytree(ROOT / part, uncompiled / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "tasks.py", uncompiled / "tasks.py")
     fleet = simfleet.up(1, work / "fleet", gpus=8, tp=8)
     inventory = str(fleet.inventory_path)
     ssh_true = ["ssh", "-F", str(fleet.ssh_config_path), "sim1", "true"]
@@ -253,7 +269,7 @@ def main() -> int:
             if r.returncode != 0:
                 raise SystemExit(f"the deploy failed ({r.returncode}):\n{r.stdout[-1500:]}{r.stderr[-1500:]}")
         loads = [load()]
-        rows = ratio_rows(commands, trees, inventory, ssh_true, args.runs)
+        rows = ratio_rows(commands, trees, inventory, ssh_true, args.runs, uncompiled)
         loads.append(load())
         parts = [] if args.no_anatomy else anatomy(fleet.inventory_path, fleet.ssh_config_path, work, args.runs)
         loads.append(load())
