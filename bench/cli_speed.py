@@ -4,8 +4,10 @@ One simulated seed host (a real sshd in its namespaces, 8 GPUs, TP 8) with a ser
 runs as a whole process (``inv CMD --inventory FLEET``), paired with ``ssh -F FLEET/ssh_config sim1 true``: the two
 alternate in one loop (A B, then B A, ...) so the pair sees the same load, and the ratio is taken pair by pair; the
 median of those ratios is the figure to quote (absolute times do not carry between machines, ratios do). Every
-process's CPU (user + system, its reaped children included) comes from ``wait4``. The tool's modules are
-byte-compiled first, as ``pip install`` does: with PYTHONDONTWRITEBYTECODE set every start compiles them again.
+process's CPU (user + system, its reaped children included) comes from ``wait4``, and the host's CPU outside the
+server (sshd, the shell, the agent) from ``/proc`` of its PID namespace: figures that the machine's load moves less
+than wall time. The tool's modules are byte-compiled first, as ``pip install`` does: with PYTHONDONTWRITEBYTECODE
+set every start compiles them again (``--no-bytecode`` times that).
 
 Then where the tool's time goes, for ``inv status`` (medians of --runs, each named by how it was measured):
 interpreter start (``python -c pass``), imports (``python -X importtime``: the sum of the top-level imports, the
@@ -67,17 +69,22 @@ def run_once(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> t
 Variant = tuple[str, list[str], Path, "dict[str, str] | None"]  # label, argv, working directory, extra environment
 
 
-def paired(variants: list[Variant], runs: int) -> dict[str, list[tuple[float, float]]]:
-    """Each variant once per round, the order reversed every other round; one warm-up round first."""
-    got: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _, _ in variants}
+def paired(variants: list[Variant], runs: int,
+           host_cpu: Callable[[], float]) -> dict[str, list[tuple[float, float, float]]]:
+    """Each variant once per round, the order reversed every other round; one warm-up round first. Each run's
+    (wall, the process's CPU, the host's CPU outside the server: sshd, the shell, the agent)."""
+    got: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _, _, _ in variants}
     for i in range(runs + 1):
         order = variants if i % 2 else list(reversed(variants))
         for name, argv, cwd, env in order:
+            before = host_cpu()
             wall, cpu, code = run_once(argv, cwd, env)
+            time.sleep(0.05)  # sshd reaps the session (and with it the agent's CPU) a moment after the client ends
+            on_host = host_cpu() - before
             if code != 0:
                 raise SystemExit(f"{name}: `{shlex.join(argv)}` exited {code}")
             if i:
-                got[name].append((wall, cpu))
+                got[name].append((wall, cpu, on_host))
     return got
 
 
@@ -85,8 +92,11 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+Row = tuple[str, float, float, float, float, float, float, str]
+
+
 def ratio_rows(commands: list[str], trees: list[tuple[str, Path]], inventory: str, ssh_true: list[str],
-               runs: int, uncompiled: Path | None) -> list[tuple[str, float, float, float, float, float, str]]:
+               runs: int, uncompiled: Path | None, host_cpu: Callable[[], float]) -> list[Row]:
     rows = []
     for name in commands:
         variants: list[Variant] = [(f"inv {name}{tag}", [INV, *COMMANDS[name], "--inventory", inventory], tree, None)
@@ -97,15 +107,14 @@ def ratio_rows(commands: list[str], trees: list[tuple[str, Path]], inventory: st
             variants.append(("inv status (no bytecode)", [INV, "status", "--inventory", inventory], uncompiled,
                              {"PYTHONDONTWRITEBYTECODE": "1"}))
         variants.append(("ssh true", ssh_true, ROOT, None))
-        got = paired(variants, runs)
+        got = paired(variants, runs, host_cpu)
         base = got["ssh true"]
-        for label, _, _, _ in variants[:-1]:
+        for label, *_ in [*variants[:-1], variants[-1]]:
             xs = got[label]
             ratios = [a[0] / b[0] for a, b in zip(xs, base, strict=True)]
-            rows.append((label, med(ratios), min(ratios), med([w for w, _ in xs]), med([w for w, _ in base]),
-                         med([c for _, c in xs]), load()))
-        rows.append((f"  (ssh true, beside {name})", 1.0, 1.0, med([w for w, _ in base]), med([w for w, _ in base]),
-                     med([c for _, c in base]), load()))
+            shown = label if label != "ssh true" else f"  (ssh true, beside {name})"
+            rows.append((shown, med(ratios), min(ratios), med([x[0] for x in xs]), med([b[0] for b in base]),
+                         med([x[1] for x in xs]), statistics.mean([x[2] for x in xs]), load()))
     return rows
 
 
@@ -269,7 +278,12 @@ def main() -> int:
             if r.returncode != 0:
                 raise SystemExit(f"the deploy failed ({r.returncode}):\n{r.stdout[-1500:]}{r.stderr[-1500:]}")
         loads = [load()]
-        rows = ratio_rows(commands, trees, inventory, ssh_true, args.runs, uncompiled)
+        from bench.fleet_deploy import host_processes, is_server
+
+        def host_cpu() -> float:
+            return sum(own + reaped for cmd, own, reaped in host_processes(fleet, ["sim1"]) if not is_server(cmd))
+
+        rows = ratio_rows(commands, trees, inventory, ssh_true, args.runs, uncompiled, host_cpu)
         loads.append(load())
         parts = [] if args.no_anatomy else anatomy(fleet.inventory_path, fleet.ssh_config_path, work, args.runs)
         loads.append(load())
@@ -278,12 +292,15 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     width = max(len(r[0]) for r in rows)
     print(f"{'command':<{width}}  {'x ssh true':>10}  {'min x':>6}  {'wall s':>7}  {'ssh s':>6}  {'cpu s':>6}  "
-          "load average (1/5/15 min)")
-    for label, ratio, least, wall, ssh_wall, cpu, ld in rows:
-        print(f"{label:<{width}}  {ratio:>9.2f}x  {least:>5.2f}x  {wall:>7.3f}  {ssh_wall:>6.3f}  {cpu:>6.3f}  {ld}")
+          f"{'host cpu s':>10}  load average (1/5/15 min)")
+    for label, ratio, least, wall, ssh_wall, cpu, on_host, ld in rows:
+        print(f"{label:<{width}}  {ratio:>9.2f}x  {least:>5.2f}x  {wall:>7.3f}  {ssh_wall:>6.3f}  {cpu:>6.3f}  "
+              f"{on_host:>10.3f}  {ld}")
     print(f"x ssh true: the median (and least) of the pair-by-pair ratios of {args.runs} alternated runs (one "
           "warm-up round first); wall s, ssh s: the medians of each; cpu s: user + system of the whole process and "
-          f"its children (wait4), median; {os.cpu_count()} core(s); load average before, after the ratios, after "
+          "its children (wait4), median; host cpu s: the host's CPU outside the server (sshd, the shell, the agent: "
+          "/proc of its PID namespace, reaped children included, 10 ms ticks), mean; "
+          f"{os.cpu_count()} core(s); load average before, after the ratios, after "
           f"the anatomy: {' | '.join(loads)}")
     if parts:
         print("\nwhere the time of `inv status` goes (medians of "

@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fabfile.commands.rollout import BatchSize, run_rollout
@@ -34,35 +35,34 @@ def _cpu_s() -> float:
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / ticks
 
 
-def _server_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
-    """CPU seconds used so far by the SGLang simulator processes (launcher, schedulers, detokenizer) of hosts."""
+def is_server(cmdline: bytes) -> bool:
+    """A process of a simulated SGLang server (launcher, schedulers, detokenizer)."""
+    return cmdline.startswith(b"sglang::") or b"sglang.launch_server" in cmdline or b"multiprocessing" in cmdline
+
+
+def host_processes(fl: simfleet.Fleet, names: list[str]) -> Iterator[tuple[bytes, float, float]]:
+    """(command line, own CPU s, CPU s of the children it reaped) of every live process inside the hosts (their PID
+    namespaces): sshd's reaped sessions and their agents land in its reaped part. Other tenants are not counted."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
     for name in names:
         for pid in fl.host(name).pids():
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if cmd.startswith(b"sglang::") or b"sglang.launch_server" in cmd or b"multiprocessing" in cmd:
-                total += (int(stat[11]) + int(stat[12])) / ticks
-    return total
-
-
-def _hosts_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
-    """CPU seconds of everything inside the hosts (their PID namespaces): live processes plus the reaped ones
-    (cutime/cstime of the parents that waited for them: init, sshd, the agents). Other tenants are not counted."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for name in names:
-        for pid in fl.host(name).pids():
-            try:
                 st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            total += int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
-    return total / ticks
+            yield cmd, (int(st[11]) + int(st[12])) / ticks, (int(st[13]) + int(st[14])) / ticks
+
+
+def _server_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
+    """CPU seconds used so far by the SGLang simulator processes of hosts."""
+    return sum(own for cmd, own, _ in host_processes(fl, names) if is_server(cmd))
+
+
+def _hosts_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
+    """CPU seconds of everything inside the hosts: live processes plus the reaped ones (cutime/cstime of the parents
+    that waited for them: init, sshd, the agents)."""
+    return sum(own + reaped for _, own, reaped in host_processes(fl, names))
 
 
 def _client_cpu_s() -> float:
