@@ -12,14 +12,16 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..common import AgentError, EventSink, flag_value
-from ..protocol import GatherRequest
 from . import interconnect, ncclused
 from .nccllog import PidEvidence, Scan, own_markers
 from .sglangnccl import argv_flags, custom_ar, sglang_nccl_rules
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import GatherRequest
 
 SCHEMA = 1
 LOG_CAP_BYTES = 64 << 20

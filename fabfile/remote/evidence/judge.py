@@ -23,16 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common import EventSink, expand
-from ..protocol import CheckEnvAnswer, CheckEnvRequest, Evaluation, GatherRequest
 from . import ncclenv, ncclused
 from .gather import DRAFT_WORKER_NOTE, SCHEMA, evidence_request, gather
 from .hints import IN_PROCESS_MODES, blame, blind_message, hint, mode_advice, run_hints, server_hints
 from .interconnect import parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
 from .sglangnccl import argv_flags, custom_ar, sglang_env_facts_for, sglang_nccl_rules
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import CheckEnvAnswer, CheckEnvRequest, Evaluation, GatherRequest
 
 __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "check_env", "custom_ar", "evaluate",
            "gather",

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import http.client
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..common import EventSink, expand
-from ..protocol import StateRequest, WatchAnswer
 from ..serve import records, server
 from . import metrics
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import StateRequest, WatchAnswer
 
 
 def _get_metrics(listen: str, port: int, timeout: float = 3.0) -> str | None:

@@ -66,15 +66,6 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def schedulers_of(pid: int) -> list[dict[str, Any]]:
-    out = []
-    for p in procs.descendants(pid):
-        if p.cmdline.startswith("sglang::"):
-            out.append({"pid": p.pid, "title": p.cmdline, "rank": procs.scheduler_rank(p.cmdline)})
-    return sorted(out, key=lambda d: (not str(d["title"]).startswith(procs.SCHEDULER_TITLE),
-                                      procs.scheduler_sort_key(str(d["title"])), d["title"]))
-
-
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
          "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch",
@@ -254,7 +245,7 @@ class _Sequence:
     def finish(self) -> None:
         req, record, steps, started = self.req, self.record, self.steps, self.started
         assert started is not None
-        record["schedulers"] = schedulers_of(started["pid"])
+        record["schedulers"] = procs.schedulers_of(started["pid"])
         gate_req = req.get("gates")
         if gate_req:
             _gates(gate_req, req, started, record, steps)
