@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..common import EventSink, atomic_write, ensure_private_dir, expand
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import (CancelAnswer, CancelRequest, DeployRecord, DeploySummary, RecordsAnswer,
-                            RecordsRequest)
+    from ..protocol import CancelAnswer, CancelRequest, DeployRecord, DeploySummary, RecordsAnswer, RecordsRequest
 
 
 def _dir(state_dir: str) -> str:
