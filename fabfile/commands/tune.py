@@ -54,8 +54,11 @@ class Measurement:
         return None
 
     def figures(self) -> dict[str, float]:
-        out = {k: float(v) for k in ("cycle", "draft", "verify", "draft_extend", "other")
+        out = {k: float(v) for k in ("cycle", "draft", "draft_step", "verify", "draft_extend", "other")
                if (v := self.ms(k)) is not None}
+        accept = self.accept if self.accept is not None else self.ms("accept_length")
+        if accept is not None:
+            out["accept_length"] = float(accept)
         verify_k = ((self.anatomy.get("kernels") or {}).get("verify") or {})
         for name, key in (("launch_gap", "launch_gap_ms"), ("allreduce", "allreduce_ms")):
             if verify_k.get(key) is not None:

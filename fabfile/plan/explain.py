@@ -15,6 +15,7 @@ sequence, against one token per baseline decode step; speculation wins when ``ac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ TAGS = {protocol.SOURCE_TIMER: "timer", protocol.SOURCE_TRACE: "trace", protocol
 
 # Thresholds (what `inv explain --rules` prints).
 DRAFT_SHARE = 0.40
+DRAFT_SURPLUS_SHARE = 0.05
 OTHER_SHARE = 0.25
 ALLREDUCE_SHARE = 0.40
 GEMM_GROWTH = 1.5
@@ -171,6 +173,36 @@ def _draft_share(s: Subject) -> Finding | None:
                                   "fewer steps or a smaller draft", {"share": round(share, 4)})
 
 
+def accepted_steps(accept_length: float) -> int:
+    """The draft steps a pass's acceptance reaches on average: accept length − 1 draft tokens are accepted per pass
+    (the other token is verify's own), rounded up, with a 0.05 margin so 1.98 reads as 2, not 2 and a bit."""
+    return max(1, math.ceil(accept_length - 1.0 - 0.05))
+
+
+def _draft_surplus(s: Subject) -> Finding | None:
+    """Steps the draft takes past what acceptance reaches. On the H200's 7B-shaped target the draft is 16 % of the
+    cycle at steps 7 (far below draft_share's 40 %), yet steps 7 ran 12 % slower than steps 2 at the same accept
+    length 2.98: every forward past the second bought nothing (docs/real-sglang.md, 2026-12-03)."""
+    step, accept, cycle = s.fig("draft_step"), s.fig("accept_length"), s.fig("cycle")
+    steps = int(s.anatomy.get("steps") or 0)
+    if not s.speculative or not (step and accept and cycle and steps) or float(cycle["ms"]) <= 0:
+        return None
+    used = accepted_steps(float(accept["ms"]))
+    surplus = steps - used
+    cost = surplus * float(step["ms"])
+    share = cost / float(cycle["ms"])
+    if surplus < 1 or share < DRAFT_SURPLUS_SHARE:
+        return None
+    return Finding("draft_surplus", f"{float(accept['ms']) - 1:.2f} of {steps} draft tokens are accepted per pass "
+                                    f"(accept length {fmt(accept, '')}): the {surplus} draft forwards past step "
+                                    f"{used} cost {cost:.2f} ms [derived] ({fmt(step)} each), {_pct(share)} of the cycle "
+                                    f"({fmt(cycle)}), and buy only what the passes reaching past {used} accept: "
+                                    f"measure --speculative-num-steps {used} (`inv sweep --steps {used},{steps}`, "
+                                    "or `inv tune`)",
+                   {"accepted_steps": float(used), "surplus_steps": float(surplus), "cost_ms": round(cost, 4),
+                    "share": round(share, 4)})
+
+
 def _other_share(s: Subject) -> Finding | None:
     other, cycle = s.fig("other"), s.fig("cycle")
     if not s.speculative or not (other and cycle) or float(cycle["ms"]) <= 0:
@@ -259,6 +291,8 @@ RULES: tuple[Rule, ...] = (
     Rule("break_even", "accept length < cycle ms ÷ the baseline's decode ms (a baseline was measured)",
          "how far speculation is from winning, and what a verify pass costs against a decode step", _break_even),
     Rule("draft_share", f"draft ≥ {DRAFT_SHARE:.0%} of the cycle", "fewer steps or a smaller draft", _draft_share),
+    Rule("draft_surplus", f"the draft forwards past the accepted steps (⌈accept length − 1⌉) cost ≥ "
+                          f"{DRAFT_SURPLUS_SHARE:.0%} of the cycle", "steps acceptance never reaches", _draft_surplus),
     Rule("other_share", f"time outside the measured phases ≥ {OTHER_SHARE:.0%} of the cycle",
          "scheduler and launch overhead between the phases", _other_share),
     Rule("allreduce_bound", f"all-reduce ≥ {ALLREDUCE_SHARE:.0%} of verify's GPU span (trace)",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from fabfile.plan import knob_effects
+from fabfile.plan.explain import accepted_steps
 from fabfile.plan.versioncheck import facts_for
 from fabfile.remote import versions
 
@@ -111,7 +112,8 @@ def diff(before: Config, after: Config) -> list[str]:
 @dataclass(frozen=True)
 class Context:
     """What a remedy reads besides the configuration: the release, the load, TP, the measured figures (ms per cycle:
-    ``cycle``, ``draft``, ``verify``, ``draft_extend``, ``other``, ``launch_gap``, ``allreduce``; ``steps``)."""
+    ``cycle``, ``draft``, ``draft_step``, ``verify``, ``draft_extend``, ``other``, ``launch_gap``, ``allreduce``;
+    ``steps``, ``accept_length``)."""
 
     version: str
     concurrency: int
@@ -186,6 +188,27 @@ def _fewer_steps(cfg: Config, ctx: Context) -> Config | None:
     return out.set_flag("--speculative-num-draft-tokens", str(steps)) if tokens is not None else out
 
 
+def _to_accepted_steps(cfg: Config, ctx: Context) -> Config | None:
+    """Steps cut to what acceptance reaches (plan/explain's draft_surplus), draft tokens with them (chain: steps+1)."""
+    steps = int(cfg.flag("--speculative-num-steps") or ctx.figures.get("steps") or 0)
+    accept = ctx.figures.get("accept_length")
+    if not accept or steps <= 1:
+        return None
+    used = accepted_steps(float(accept))
+    if used >= steps:
+        return None
+    out = cfg.set_flag("--speculative-num-steps", str(used))
+    tokens = cfg.flag("--speculative-num-draft-tokens")
+    return out.set_flag("--speculative-num-draft-tokens", str(used + 1)) if tokens is not None else out
+
+
+def _surplus_saving(ctx: Context) -> float:
+    steps, accept = ctx.figures.get("steps") or 0, ctx.figures.get("accept_length")
+    if not steps or not accept:
+        return 0.0
+    return max(0, int(steps) - accepted_steps(float(accept))) * ctx.ms("draft_step")
+
+
 def _per_step(ctx: Context) -> float:
     steps = ctx.figures.get("steps") or 0
     return ctx.ms("draft") / float(steps) if steps else 0.0
@@ -217,6 +240,10 @@ CATALOG: tuple[Remedy, ...] = (
     Remedy("fewer-steps", "draft_share", "--speculative-num-steps", "one draft step fewer",
            "draft", "server_args:--speculative-num-steps", True, "one draft forward's time, less lost acceptance",
            _per_step, _fewer_steps, source="tune.md §1.9, plan/predict"),
+    Remedy("accepted-steps", "draft_surplus", "--speculative-num-steps", "steps cut to what acceptance reaches",
+           "draft", "server_args:--speculative-num-steps", True,
+           "the surplus draft forwards' time; the passes that reached past them lose those tokens",
+           _surplus_saving, _to_accepted_steps, source="plan/explain draft_surplus, docs/real-sglang.md"),
     Remedy("adaptive", "break_even", "--speculative-adaptive", "let SGLang choose steps per batch size",
            "cycle", "server_args:--speculative-adaptive", True, "one draft forward per cycle at high load",
            _per_step, _flag_to("--speculative-adaptive", None), source="tune.md §1.7"),

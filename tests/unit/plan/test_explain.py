@@ -51,6 +51,11 @@ CASES: dict[str, tuple[Subject, Subject]] = {
     "break_even": (subject(), subject({**SEED, "accept_length": fig(3.2, SOURCE_META)})),
     "draft_share": (subject({**QUIET, "draft": fig(17.0), "cycle": fig(37.3, SOURCE_TOOL)}), subject(QUIET)),
     "other_share": (subject({**QUIET, "other": fig(10.0)}), subject(QUIET)),
+    # The H200 7B-shaped figures: steps 7 and steps 3 at accept length 2.98 (2 draft tokens accepted per pass).
+    "draft_surplus": (subject({**QUIET, "steps": 7, "draft_tokens": 8, "draft_step": fig(0.175),
+                               "cycle": fig(6.54, SOURCE_TOOL), "accept_length": fig(2.98, SOURCE_META)}),
+                      subject({**QUIET, "steps": 3, "draft_tokens": 4, "draft_step": fig(0.175),
+                               "cycle": fig(5.85, SOURCE_TOOL), "accept_length": fig(2.98, SOURCE_META)})),
     "allreduce_bound": (subject({**QUIET, "kernels": {"verify": kernels(29.0, allreduce=17.7, gemm=6.0)}}),
                         subject({**QUIET, "kernels": {"verify": kernels(29.0, allreduce=5.0, gemm=6.0)}})),
     "gemm_growth": (subject({**QUIET, "kernels": {"verify": kernels(29.0, gemm=6.0)}}),
@@ -286,3 +291,22 @@ def test_a_baseline_bench_reads_its_wall_clock_decode_step_from_tpot() -> None:
            "decode_ms_per_token": None, "tpot_ms": {"median": 1.56, "mean": 1.6}}
     a = explain.bench_anatomy(doc)
     assert a["decode_step"]["ms"] == pytest.approx(1.56)
+
+
+REAL = Path(__file__).resolve().parents[2] / "data" / "real-0.5.16-h200"
+
+
+def test_draft_surplus_fires_where_the_real_grid_says_steps_were_wasted() -> None:
+    """Real SGLang 0.5.16 on an H200, 7B-shaped target, draft wrong every 3rd slot (accept length 2.98 from steps
+    2 on), the whole grid measured: steps 5 and 7 ran 7 % and 12 % slower than steps 2 at the same accept length;
+    draft_share (40 %) never fired there. draft_surplus fires at 5 and 7 and is silent at 1, 2 and 3."""
+    doc = json.loads((REAL / "7b-p3-grid-sweep.json").read_text())
+    fired = {s.config: {f.rule for f in found} for s, found in explained(doc)}
+    tok_s = {r["config"]: r["tok_s"] for r in doc["rows"]}
+    assert "draft_surplus" in fired["eagle3-s7-k1-d8"] and "draft_surplus" in fired["eagle3-s5-k1-d6"]
+    assert not any("draft_surplus" in fired[c] for c in ("eagle3-s1-k1-d2", "eagle3-s2-k1-d3", "eagle3-s3-k1-d4"))
+    assert tok_s["eagle3-s2-k1-d3"] > tok_s["eagle3-s5-k1-d6"] > tok_s["eagle3-s7-k1-d8"]
+    assert not any("draft_share" in rules for rules in fired.values())
+    (sentence,) = [f.sentence for s, found in explained(doc) if s.config == "eagle3-s7-k1-d8" for f in found
+                   if f.rule == "draft_surplus"]
+    assert "--speculative-num-steps 2" in sentence and "[timer]" in sentence

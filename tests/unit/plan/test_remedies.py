@@ -10,7 +10,7 @@ from fabfile.plan import remedies
 from fabfile.plan.remedies import CATALOG, Config, Context
 
 FIGURES = {"cycle": 5.0, "draft": 2.0, "verify": 1.0, "other": 2.0, "launch_gap": 0.5, "allreduce": 0.4,
-           "steps": 3}
+           "steps": 3, "draft_step": 0.6, "accept_length": 2.0}
 POOR = Config(flags=(("--disable-cuda-graph", None), ("--disable-overlap-schedule", None),
                      ("--speculative-num-steps", "3")))
 GRAPH_LOW = Config(flags=(("--cuda-graph-max-bs-decode", "4"), ("--speculative-num-steps", "3")))
@@ -77,3 +77,18 @@ def test_candidates_take_each_rules_next_untried_remedy_ranked_by_predicted_savi
     assert [c.remedy.id for c in second] == ["cpu-affinity"]
     ranked = remedies.candidates(["verify_eager", "other_share"], POOR, ctx, tried=set())
     assert [c.predicted_ms for c in ranked] == sorted((c.predicted_ms for c in ranked), reverse=True)
+
+
+def test_steps_are_cut_to_what_acceptance_reaches() -> None:
+    """The H200's 7B-shaped run: steps 7 at accept length 2.98 (2 draft tokens accepted per pass): the remedy goes
+    straight to steps 2, draft tokens 3, and predicts the five surplus draft forwards' time as the saving."""
+    ctx = Context("0.5.16", concurrency=1, tp=1, figures={"cycle": 6.54, "draft": 1.05, "draft_step": 0.175,
+                                                          "steps": 7, "accept_length": 2.98})
+    start = Config(flags=(("--speculative-num-steps", "7"), ("--speculative-num-draft-tokens", "8")))
+    remedy = remedies.by_id("accepted-steps")
+    cfg = remedy.candidate(start, ctx)
+    assert cfg is not None and cfg.flag("--speculative-num-steps") == "2"
+    assert cfg.flag("--speculative-num-draft-tokens") == "3"
+    assert remedy.saving(ctx) == pytest.approx(5 * 0.175)
+    assert [c.remedy.id for c in remedies.candidates(["draft_surplus"], start, ctx, tried=set())] == \
+        ["accepted-steps"]
