@@ -195,8 +195,8 @@ def _draft_surplus(s: Subject) -> Finding | None:
         return None
     return Finding("draft_surplus", f"{float(accept['ms']) - 1:.2f} of {steps} draft tokens are accepted per pass "
                                     f"(accept length {fmt(accept, '')}): the {surplus} draft forwards past step "
-                                    f"{used} cost {cost:.2f} ms [derived] ({fmt(step)} each), {_pct(share)} of the cycle "
-                                    f"({fmt(cycle)}), and buy only what the passes reaching past {used} accept: "
+                                    f"{used} cost {cost:.2f} ms [derived] ({fmt(step)} each), {_pct(share)} of the "
+                                    f"cycle ({fmt(cycle)}), and buy only what the passes reaching past {used} accept: "
                                     f"measure --speculative-num-steps {used} (`inv sweep --steps {used},{steps}`, "
                                     "or `inv tune`)",
                    {"accepted_steps": float(used), "surplus_steps": float(surplus), "cost_ms": round(cost, 4),
