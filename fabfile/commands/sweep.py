@@ -21,8 +21,10 @@ from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError, SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
+from fabfile.plan import ranking
 from fabfile.plan.nccl_skip import Skip, skips
 from fabfile.plan.sla import Limits, broken
+from fabfile.plan.sweep_nccl import nccl_tuning
 from fabfile.plan.sweep_plan import (
     Config,
     add_predictions,
@@ -52,6 +54,8 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
                            "ok": False, "measured": True}
     if cfg.nccl:
         row["nccl"] = cfg.nccl
+        # how many NCCL variables the candidate sets: the tie-break's "fewer changed variables" (plan.ranking)
+        row["nccl_vars"] = len(nccl_tuning(cfg.host or host))
     if cfg.adaptive:
         row["adaptive"] = True
     host = cfg.host or host
@@ -151,13 +155,16 @@ def _mark_limits(rows: list[dict[str, Any]], at: list[dict[str, Any]], c: int, l
 
 
 def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None,
-           limits: Limits | None = None) -> dict[str, Any]:
-    """The winner (highest measured tok/s) per concurrency level, the baseline, speedups, and what to leave running:
-    the first level's winner (list the load you serve first) or ``keep``. Predicted rows never win: a winner was
-    measured. With ``limits``, a winner is the fastest configuration meeting them at that level (None: none did)."""
+           limits: Limits | None = None, running: str | None = None) -> dict[str, Any]:
+    """The winner per concurrency level, the baseline, speedups, and what to leave running: the first level's
+    winner (list the load you serve first) or ``keep``. Predicted rows never win: a winner was measured. The winner
+    is the fastest only beyond its interval; rows within it are a tie, broken by ``plan.ranking``'s stated rule
+    (``running``: what the sweep left running, the second tie-break), each level's decision in ``ranking``. With
+    ``limits``, a winner is chosen among the configurations meeting them at that level (None: none did)."""
     levels = levels or [next((lv["concurrency"] for r in rows for lv in r.get("levels") or []), 1)]
     limits = limits or Limits()
     winners: dict[str, str | None] = {}
+    decisions: dict[str, Any] = {}
     for c in levels:
         at = level_rows(rows, c) if any(r.get("levels") for r in rows) else rows
         ok = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("measured", True)]
@@ -165,8 +172,9 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
         if limits.any:
             _mark_limits(rows, at, c, limits)
         meeting = [r for r in ok if not broken(r, limits)] if limits.any else ok
-        w = max(meeting, key=lambda r: r["tok_s"]) if meeting else None
-        winners[str(c)] = w["config"] if w else None
+        decision = ranking.rank(meeting, running)
+        decisions[str(c)] = decision
+        winners[str(c)] = decision["winner"] if decision else None
         for r in rows:
             lv = next((x for x in r.get("levels") or [] if x["concurrency"] == c), None)
             if lv is not None:
@@ -191,7 +199,8 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
     out: dict[str, Any] = {"winner": winner["config"] if winner else None,
                            "baseline_tok_s": base["tok_s"] if base else None,
                            "baseline_wins": bool(winner and base and winner is base),
-                           "kept": kept["config"] if kept else None, "keep_note": note, "winners": winners}
+                           "kept": kept["config"] if kept else None, "keep_note": note, "winners": winners,
+                           "ranking": decisions}
     if limits.any:
         out["sla"] = {**limits.as_dict(), "describe": limits.describe(),
                       "unmet_levels": [c for c in levels if winners[str(c)] is None]}
@@ -545,7 +554,7 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
     # before the predicted rows join the table; a resumed sweep that measured nothing new cannot tell what runs
     running = _running_config(run.rows) if run.index else None
     add_predictions(doc, cfgs)
-    doc.update(choose(run.rows, keep, run.levels, limits))
+    doc.update(choose(run.rows, keep, run.levels, limits, running))
     if keep is not None and keep in {n for sk in doc.get("nccl_skipped") or [] for n in sk.get("configs") or []}:
         doc["keep_note"] = (f"--keep {keep} was not loaded: its NCCL candidate cannot win (nccl_skipped); keeping "
                             "the winner instead")
