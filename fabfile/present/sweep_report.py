@@ -179,11 +179,27 @@ def details(doc: dict[str, Any]) -> list[str]:
             lines.append(f"{doc['winner']}: predicted {doc['predicted_tok_s']:.1f} tok/s, measured "
                          f"{doc['measured_tok_s']:.1f} tok/s ({err:+.1%})")
     if doc.get("predict") or doc.get("model_loads"):
-        lines.append(f"model loads: {doc.get('model_loads')} (the full grid would have taken {doc.get('grid_loads')})")
+        lines.append(loads_sentence(doc))
     lines += nccl_lines(doc)
     lines += adaptive_lines(doc)
     lines += list(doc.get("notes") or [])
     return lines
+
+
+def loads_sentence(doc: dict[str, Any]) -> str:
+    """The model loads the sweep took, on the same terms as the count it gave before the first load (the loads to
+    measure against the grid's; the winner's redeploy apart, since a grid needs it as much)."""
+    total = int(doc.get("model_loads") or 0)
+    redeploy = int(doc.get("redeploy_loads") or 0)
+    text = f"model loads: {total - redeploy} to measure (the full grid: {doc.get('grid_loads')}"
+    plan = doc.get("planned_loads")
+    if plan:
+        said = f"{plan['least']} to {plan['most']}" if plan["least"] != plan["most"] else f"{plan['most']}"
+        text += f"; planned: {said}"
+    text += ")"
+    if redeploy:
+        text += f", and {redeploy} to leave the winner running (a grid in this order needs it too)"
+    return text
 
 
 def adaptive_lines(doc: dict[str, Any]) -> list[str]:
