@@ -238,7 +238,7 @@ class _Run:
         self.current = cfg
         self.index += 1
         self.progress.total = max(self.progress.total, self.index)
-        self.progress.start(self.index, cfg.name)
+        self.progress.start(self.index, cfg.name, speculative=cfg.steps > 0)
         row = measure(self.inv, self.host, cfg, self.params, self.runs, self.progress, self.levels,
                       trace=bool(self.trace_nccl) and cfg.nccl == self.trace_nccl)
         self.doc["model_loads"] += 1
@@ -292,6 +292,8 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     progress = SweepProgress(host.name, len(todo) + min(len(held_back), len(levels) + 1))
     # The counter counts up to the most loads this sweep can take ([3/≤4]), never past its total ([3/3] → [4/4]).
     progress.at_most = bool(held_back)
+    progress.expect([c.steps > 0 for c in todo if first_nccl is None or c.nccl == first_nccl]
+                    + [c.steps > 0 for c in todo if first_nccl is not None and c.nccl != first_nccl])
     run = _Run(inv, host, params, runs, out_dir, levels, progress, doc, trace_nccl=first_nccl)
     for note in notes:  # what --predict measures and what it cannot save, said before the first load (stderr)
         run.progress.console.print(note if note.startswith("--predict:") else f"{host.name}: {note}", markup=False,
