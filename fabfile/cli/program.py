@@ -210,9 +210,12 @@ class SpecProgram(Program):
                     values = ", ".join(_values_of(self.core.unparsed, ctx.name, twice))
                     self._refuse_words(f"{twice}: given twice ({values})",
                                        f"give {twice} once; `{me} --help {ctx.name}` says what it takes")
-                if "--host" in flags:  # `inv status sim2`: a host named without its flag
+                if "--host" in flags and "/" not in word and not os.path.exists(word):
+                    # `inv status sim2`: a host named without its flag
                     self._refuse_words(f"{quote(word)}: {command} takes no bare word",
                                        f"to name a host: `{command} --host {quote(word)}`")
+                self._refuse_words(f"{quote(word)}: {command} takes no bare word",
+                                   f"`{me} --help {ctx.name}` lists its flags (a file is named by one)")
             self._refuse_words(f"{quote(word)}: no such command" + _suggest(word, self._task_names()),
                                f"`{me} --list` shows the commands")
         no_value = _NO_VALUE.search(text)
