@@ -169,8 +169,10 @@ ADOPT_HELP = {
     "inventory": INVENTORY_HELP,
 }
 DIFF_HELP = {
-    "host": "the host whose deploys to compare (one host)",
-    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous; current with --new now)",
+    "host": "the host whose deploys to compare, or two hosts (A,B) to compare what each runs: their current "
+            "deploys' argv, environment, version, patch mode and files",
+    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous; current with --new now "
+           "or two hosts)",
     "new": "the second side: a deploy id, HOST:ID, current, previous, or now = what render would run now "
          "(default: current)",
     "steps": "with --new now: the steps to render (default: the old deploy's)",
