@@ -13,7 +13,8 @@ traceback.
     │   ├── AuthError                    authentication refused (never retried)
     │   └── ConnectionLost               the session dropped while a command ran (its outcome is unknown)
     ├── RemoteError                      a host-side step failed (the agent said why)
-    │   ├── PreflightError               python, SGLang, paths, GPUs or disk not as required
+    │   ├── PreflightError               python, SGLang, paths, GPUs or disk not as required (exit 2: refused
+    │   │                                before anything was touched, like bad input)
     │   ├── LockHeldError                another deploy holds this host
     │   ├── PatchError                   anchor missing/ambiguous, unsupported mode, file changed
     │   ├── GpuBusyError                 a GPU still held after stopping everything
@@ -125,7 +126,9 @@ class RemoteError(SpecDeployError):
 
 
 class PreflightError(RemoteError):
-    pass
+    # The host does not meet the inventory (a path, its GPUs, its SGLang): refused before anything was touched, so
+    # exit 2 as the README's table says of bad input; one host or a fleet refused at its preflight alike.
+    exit_code = 2
 
 
 class LockHeldError(RemoteError):
