@@ -48,8 +48,9 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
     running, but its process is gone) | stopped | failed | none (no deploy recorded). ``problem``: a sentence when
     the host is not in the state its record intends; ``config``/``pid``: the server that runs now, else None.
     ``serving``: a server of ours is alive and its readiness endpoint answered 200 just now (during a deploy: the
-    one it has not stopped yet, or the one it started), or a router of ours answers; ``idle``: why nothing serves, when that is no problem of
-    the record's (stopped, none, a deploy under way). ``inv status`` exits 1 unless every host serves.
+    one it has not stopped yet, or the one it started), or a router of ours answers; ``idle``: why nothing serves,
+    when that is no problem of the record's (stopped, none, a deploy under way). ``inv status`` exits 1 unless
+    every host serves.
     """
     rec = d.get("record") or {}
     health = d.get("health") or {}

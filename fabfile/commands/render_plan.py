@@ -60,14 +60,17 @@ def render_hosts(hosts: list[Host], opts: Options, sglang_version: str | None = 
                  strict: bool = False) -> CommandResult:
     """``inv render`` (and ``deploy --dry-run``): each host's plan, ``{"ok": true, "hosts": [plan, ...]}`` for one
     host or many (a plan that cannot be built is bad input: the command stops before any document)."""
-    from fabfile.errors import FlagError
+    from fabfile.errors import Collector, FlagError
     from fabfile.present.plan_report import describe
     from fabfile.remote import versions as _versions
     from fabfile.results.hosts import hosts_document
 
     if sglang_version is not None and (len(str(sglang_version)) > 40 or not _versions.valid(sglang_version)):
         raise FlagError("--sglang-version: not an SGLang version (write one such as 0.5.16)")
-    docs = [{"ok": True, **plan_document(h, opts, sglang_version)} for h in hosts]
+    found = Collector()  # every host's refusals at once, not the first host's alone
+    built = [found.check(plan_document, h, opts, sglang_version) for h in hosts]
+    found.done()
+    docs = [{"ok": True, **d} for d in built]
     if strict:
         for d in docs:
             if d["knob_notes"]:
