@@ -1,143 +1,314 @@
-"""Benchmark (not a test): how quick the CLI is, whole-process, on one simulated host (issue 17, point 5).
+"""Benchmark (not a test): each read-only command as a ratio to ``ssh host true`` on the same host (issue 42).
 
-Measured with public tools, as a user would time it: ``hyperfine`` (``apt-get install hyperfine``) for the
-read-only commands, ``/usr/bin/time`` around each deploy. Targets:
-  * read-only commands (status, check-env, gpus, render): mean wall ≤ 0.35 s
-  * deploy overhead: whole-process wall minus the server's own start→ready (the deploy's start + wait_ready steps,
-    from its --json timings) ≤ 0.6 s
-  * ``inv --help deploy``: ≤ 0.2 s
-Wall time on a shared machine depends on its load, so the load average is printed next to every figure, and the
-CPU time (user + system) with it: the part the tool itself decides. The deploy overhead is split in two rows: the
-time the server spends answering the deploy's own ready gates (generation on the server, like start→ready: the
-first real request and, beside it, the accept-length burst of 4 requests of 32 tokens; on the seed machine's
-simulated costs ~0.4 s, the burst's 8 verify passes at batch 4-5), and the rest, what the tool itself costs.
-The tool's modules are byte-compiled first, as ``pip install`` does (``compileall``): a run with
-PYTHONDONTWRITEBYTECODE set would otherwise compile them again on every start.
+One simulated seed host (a real sshd in its namespaces, 8 GPUs, TP 8) with a server deployed on it. Each command
+runs as a whole process (``inv CMD --inventory FLEET``), paired with ``ssh -F FLEET/ssh_config sim1 true``: the two
+alternate in one loop (A B, then B A, ...) so the pair sees the same load, and the ratio is taken pair by pair; the
+median of those ratios is the figure to quote (absolute times do not carry between machines, ratios do). Every
+process's CPU (user + system, its reaped children included) comes from ``wait4``, and the host's CPU outside the
+server (sshd, the shell, the agent) from ``/proc`` of its PID namespace: figures that the machine's load moves less
+than wall time. The tool's modules are byte-compiled first, as ``pip install`` does: with PYTHONDONTWRITEBYTECODE
+set every start compiles them again (``--no-bytecode`` times that).
 
-    .venv/bin/python -m bench.cli_speed [--runs 10] [--deploys 5] [--baseline DIR]
+Then where the tool's time goes, for ``inv status`` (medians of --runs, each named by how it was measured):
+interpreter start (``python -c pass``), imports (``python -X importtime``: the sum of the top-level imports, the
+top ten, each the least of the runs), connection set-up (Paramiko's handshake in this process against OpenSSH's
+``ssh true``, and a ``ssh true`` through an already-open ControlMaster connection: what reuse would give), the
+agent's start on the host (the host's ``python -I -c pass`` and the agent's own imports there, under
+``-X importtime``), the round trips (counted per command in this process through the real session) and the printing.
 
-``--baseline DIR`` times an older checkout beside this one (same venv, same simulated host, each command right
-before this tree's run of it): a before/after under the same load. Invoke puts the tasks folder first on sys.path,
-so ``inv`` run in DIR imports DIR's tasks.py and fabfile/.
+    .venv/bin/python -m bench.cli_speed [--runs 10] [--commands status,check-env] [--baseline DIR] [--no-bytecode]
+
+``--baseline DIR`` runs an older checkout's ``inv`` in the same loop (A, A(baseline), B): a before/after under the
+same load, against the same ``ssh true``. Invoke puts the tasks folder first on sys.path, so ``inv`` run in DIR
+imports DIR's tasks.py and fabfile/.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
+import io
 import json
 import os
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
 INV = str(ROOT / ".venv" / "bin" / "inv")
-TARGETS = {"help": 0.2, "read": 0.35, "deploy_overhead": 0.6}
+COMMANDS = {"status": ["status"], "check-env": ["check-env"], "gpus": ["gpus"], "logs": ["logs", "--lines", "20"],
+            "render": ["render"]}
+IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def hyperfine(name: str, cmd: str, runs: int, out_dir: Path, cwd: Path = ROOT) -> dict[str, float]:
-    out = out_dir / f"{name}.json"
-    subprocess.run(["hyperfine", "--runs", str(runs), "--warmup", "1", "--style", "none", "-N" if " " not in cmd
-                    else "--shell=sh", "--export-json", str(out), cmd], check=True, capture_output=True, cwd=cwd)
-    r = json.loads(out.read_text())["results"][0]
-    return {"wall": r["mean"], "median": r["median"], "min": r["min"], "cpu": r["user"] + r["system"]}
+def run_once(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, int]:
+    """(wall s, CPU s of the process and the children it reaped, exit code) of one whole process, output dropped."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=None if env is None else {**os.environ, **env})
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, ru.ru_utime + ru.ru_stime, proc.returncode
 
 
-def timed(cmd: list[str], out_dir: Path, cwd: Path = ROOT) -> tuple[float, float, str]:
-    """(/usr/bin/time's wall, its user+sys, stdout) of one whole process."""
-    tf = out_dir / "time.txt"
-    r = subprocess.run(["/usr/bin/time", "-o", str(tf), "-f", "%e %U %S", *cmd], capture_output=True, text=True,
-                       cwd=cwd)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
-    e, u, s = (float(x) for x in tf.read_text().split()[-3:])
-    return e, u + s, r.stdout
+Variant = tuple[str, list[str], Path, "dict[str, str] | None"]  # label, argv, working directory, extra environment
 
 
-Row = tuple[str, float, float, float, float, str, "float | None"]
+def paired(variants: list[Variant], runs: int,
+           host_cpu: Callable[[], float]) -> dict[str, list[tuple[float, float, float]]]:
+    """Each variant once per round, the order reversed every other round; one warm-up round first. Each run's
+    (wall, the process's CPU, the host's CPU outside the server: sshd, the shell, the agent)."""
+    got: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _, _, _ in variants}
+    for i in range(runs + 1):
+        order = variants if i % 2 else list(reversed(variants))
+        for name, argv, cwd, env in order:
+            before = host_cpu()
+            wall, cpu, code = run_once(argv, cwd, env)
+            time.sleep(0.05)  # sshd reaps the session (and with it the agent's CPU) a moment after the client ends
+            on_host = host_cpu() - before
+            if code != 0:
+                raise SystemExit(f"{name}: `{shlex.join(argv)}` exited {code}")
+            if i:
+                got[name].append((wall, cpu, on_host))
+    return got
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+Row = tuple[str, float, float, float, float, float, float, str]
+
+
+def ratio_rows(commands: list[str], trees: list[tuple[str, Path]], inventory: str, ssh_true: list[str],
+               runs: int, uncompiled: Path | None, host_cpu: Callable[[], float]) -> list[Row]:
+    rows = []
+    for name in commands:
+        variants: list[Variant] = [(f"inv {name}{tag}", [INV, *COMMANDS[name], "--inventory", inventory], tree, None)
+                                   for tag, tree in trees]
+        if uncompiled is not None and name == "status":
+            # A checkout without bytecode and PYTHONDONTWRITEBYTECODE set: every start compiles the tool again
+            # (the installed libraries keep theirs, compiled by pip).
+            variants.append(("inv status (no bytecode)", [INV, "status", "--inventory", inventory], uncompiled,
+                             {"PYTHONDONTWRITEBYTECODE": "1"}))
+        variants.append(("ssh true", ssh_true, ROOT, None))
+        got = paired(variants, runs, host_cpu)
+        base = got["ssh true"]
+        for label, *_ in [*variants[:-1], variants[-1]]:
+            xs = got[label]
+            ratios = [a[0] / b[0] for a, b in zip(xs, base, strict=True)]
+            shown = label if label != "ssh true" else f"  (ssh true, beside {name})"
+            rows.append((shown, med(ratios), min(ratios), med([x[0] for x in xs]), med([b[0] for b in base]),
+                         med([x[1] for x in xs]), statistics.mean([x[2] for x in xs]), load()))
+    return rows
+
+
+# -- where the time goes ----------------------------------------------------------------------------------------
+def import_times(stderr_texts: list[str]) -> tuple[float, list[tuple[str, float]]]:
+    """(the sum of the top-level imports, the ten heaviest top-level imports), each module's least over the runs."""
+    best: dict[str, int] = {}
+    for text in stderr_texts:
+        for line in text.splitlines():
+            m = IMPORT_LINE.match(line)
+            if m and len(m[3]) == 1:  # one space: imported by the program itself, not by another module
+                best[m[4]] = min(best.get(m[4], 1 << 62), int(m[2]))
+    top = sorted(best.items(), key=lambda kv: -kv[1])[:10]
+    return sum(best.values()) / 1e6, [(n, us / 1e6) for n, us in top]
+
+
+def timed(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
+    walls, last = [], None
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        last = fn()
+        walls.append(time.perf_counter() - t0)
+    return med(walls), last
+
+
+def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> list[tuple[str, str, str]]:
+    """Rows (what, figure, how it was measured) for ``inv status``."""
+    from fabfile.commands import operations
+    from fabfile.commands.render_plan import render_hosts
+    from fabfile.inventory import hosts as inventory
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.present.output import show
+    from fabfile.transport import session
+    from fabfile.transport.agentclient import BOOT_SOURCE, AgentClient
+    from fabfile.transport.base import Transport
+
+    inv = inventory.load(inventory_path)
+    host = next(iter(inv.hosts.values()))
+    rows: list[tuple[str, str, str]] = []
+
+    start, _ = timed(lambda: run_once([PYTHON, "-c", "pass"], ROOT), runs)
+    rows.append(("interpreter start", f"{start * 1e3:.0f} ms", "`.venv/bin/python -c pass`, whole process"))
+    texts = []
+    for _ in range(runs):
+        r = subprocess.run([PYTHON, "-X", "importtime", INV, "status", "--inventory", str(inventory_path)],
+                           capture_output=True, text=True, cwd=ROOT)
+        texts.append(r.stderr)
+    total, top = import_times(texts)
+    rows.append(("imports, all", f"{total * 1e3:.0f} ms", "`python -X importtime inv status`: sum of the top-level "
+                 "imports, each module's least over the runs"))
+    for name, s in top:
+        rows.append((f"  {name}", f"{s * 1e3:.1f} ms", "its cumulative import time (least over the runs)"))
+
+    def handshake() -> None:
+        session.open_transport(inv, host).close()
+
+    hs, _ = timed(handshake, runs)
+    rows.append(("connection: Paramiko handshake", f"{hs * 1e3:.0f} ms", "open + close of the tool's SSH transport "
+                 "in this process (ProxyCommand, key exchange, host key checked, public-key auth)"))
+    ssh = ["ssh", "-F", str(ssh_config)]
+    ossh, _ = timed(lambda: run_once([*ssh, "sim1", "true"], ROOT), runs)
+    rows.append(("connection: OpenSSH `ssh true`", f"{ossh * 1e3:.0f} ms", "whole process: process start, the "
+                 "same handshake, one channel running `true`"))
+    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={work}/cm-%C", "-o", "ControlPersist=60"]
+    run_once([*ssh, *mux, "sim1", "true"], ROOT)  # opens the master
+    reused, _ = timed(lambda: run_once([*ssh, *mux, "sim1", "true"], ROOT), runs)
+    subprocess.run([*ssh, *mux, "-O", "exit", "sim1"], capture_output=True)
+    rows.append(("connection: OpenSSH reused", f"{reused * 1e3:.0f} ms", "`ssh true` through an open ControlMaster "
+                 "(ControlPersist): no handshake"))
+
+    t: Transport = session.open_transport(inv, host)
+    try:
+        rt, _ = timed(lambda: t.run("true", 30), runs)
+        rows.append(("one round trip", f"{rt * 1e3:.0f} ms", "`true` on the open session (one channel)"))
+        py, _ = timed(lambda: t.run(f"{shlex.quote(host.python)} -I -c pass", 30), runs)
+        rows.append(("host: Python start", f"{(py - rt) * 1e3:.0f} ms", "`python -I -c pass` on the host, less the "
+                     "round trip"))
+        agent = AgentClient(t, host.python, host.state_dir)
+        s = session.HostSession(host=host, transport=t, agent=agent)
+        call, _ = timed(lambda: s.status(), runs)
+        rows.append(("host: the status verb, whole call", f"{(call - rt) * 1e3:.0f} ms", "`s.status()` on the open "
+                     "session, less the round trip: Python, bootstrap checks, agent imports, the verb's work"))
+        payload = base64.b64encode(json.dumps({"deadline_s": 30, "state_dir": host.state_dir}).encode()).decode()
+        cmd = (f"{shlex.quote(host.python)} -I -X importtime -c {shlex.quote(BOOT_SOURCE)} run "
+               f"{t.shell_path(agent.dir)} {agent.bundle.manifest_sha256} status {payload}")
+        total, top = import_times([t.run(cmd, 30).stderr for _ in range(runs)])
+        rows.append(("host: the agent's imports", f"{total * 1e3:.0f} ms", "`-X importtime` of the status call on the "
+                     "host: the top-level imports, each module's least over the runs"))
+        for name, sec in top[:5]:
+            rows.append((f"  {name}", f"{sec * 1e3:.1f} ms", "on the host, cumulative"))
+    finally:
+        t.close()
+
+    opened: list[session.HostSession] = []
+
+    def counting(inv: inventory.Inventory, h: inventory.Host, on_open: Any) -> session.HostSession:
+        tr = session.open_transport(inv, h, on_open)
+        hs_ = session.HostSession(host=h, transport=tr, agent=AgentClient(tr, h.python, h.state_dir))
+        opened.append(hs_)
+        return hs_
+
+    commands: dict[str, Callable[[], Any]] = {
+        "status": lambda: operations.status_hosts(inv, [host]),
+        "check-env": lambda: operations.check_env_hosts(inv, [host]),
+        "gpus": lambda: operations.gpus_hosts(inv, [host]),
+        "logs --lines 20": lambda: operations.show_logs(inv, [host], lines=20, follow=False, follow_s=3600.0),
+        "render": lambda: render_hosts([host], Options()),
+    }
+    for name, fn in commands.items():
+        opened.clear()
+        with session.connector(counting), contextlib.redirect_stdout(io.StringIO()):
+            t0 = time.perf_counter()
+            result = fn()
+            took = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            if not isinstance(result, int):
+                show(result.document, result.for_people, as_json=False)
+            printing = time.perf_counter() - t1
+        trips = sum(o.transport.stats.commands for o in opened)
+        rows.append((f"inv {name}: round trips", str(trips), f"SSH commands run ({len(opened)} connection(s)); the "
+                     f"command's work {took * 1e3:.0f} ms, printing {printing * 1e3:.0f} ms (one run, in this "
+                     "process)"))
+    return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--deploys", type=int, default=5)
+    ap.add_argument("--commands", default=",".join(COMMANDS), help=f"a comma list of {', '.join(COMMANDS)}")
     ap.add_argument("--baseline", type=Path, help="a checkout of an older commit (`git worktree add DIR COMMIT`): "
-                    "timed with this venv on the same host, each command right before this tree's, so both see "
-                    "the same load")
+                    "its inv runs in the same loop, against the same ssh true")
+    ap.add_argument("--no-anatomy", action="store_true", help="only the ratios")
+    ap.add_argument("--no-bytecode", action="store_true", help="also time `inv status` from a copy of the tree "
+                    "without bytecode, PYTHONDONTWRITEBYTECODE set (what the README says it costs)")
     args = ap.parse_args()
-    if shutil.which("hyperfine") is None:
-        print("hyperfine is not installed: apt-get install -y hyperfine", file=sys.stderr)
+    commands = [c.strip() for c in args.commands.split(",") if c.strip()]
+    if unknown := [c for c in commands if c not in COMMANDS]:
+        print(f"--commands: unknown {', '.join(unknown)}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     from tests.simhost import fleet as simfleet
 
-    trees = [("", ROOT)] if args.baseline is None else [(" (baseline)", args.baseline.resolve()), ("", ROOT)]
+    trees = [("", ROOT)] if args.baseline is None else [("", ROOT), (" (baseline)", args.baseline.resolve())]
     for _, tree in trees:
-        subprocess.run([sys.executable, "-m", "compileall", "-q", "fabfile", "tasks.py"], check=True, cwd=tree)
+        subprocess.run([PYTHON, "-m", "compileall", "-q", "fabfile", "tasks.py"], check=True, cwd=tree)
     work = Path(tempfile.mkdtemp(prefix="specdeploy-cli-speed-"))
+    uncompiled = None
+    if args.no_bytecode:
+        uncompiled = work / "uncompiled"
+        for part in ("fabfile", "templates"):
+            shutil.copytree(ROOT / part, uncompiled / part, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "tasks.py", uncompiled / "tasks.py")
     fleet = simfleet.up(1, work / "fleet", gpus=8, tp=8)
-    inv = str(fleet.inventory_path)
-    rows: list[Row] = []
+    inventory = str(fleet.inventory_path)
+    ssh_true = ["ssh", "-F", str(fleet.ssh_config_path), "sim1", "true"]
     try:
         for h in fleet.hosts.values():
             h.set_sim_config(**simfleet.SEED_MACHINE)
-        for _, tree in trees:  # a server to look at; the agent of each tree installed
-            timed([INV, "deploy", "--steps", "3", "--json", "--inventory", inv], work, tree)
-        for tag, tree in trees:
-            rows.append((f"inv --help deploy{tag}", *_hf("help", f"{INV} --help deploy", args.runs, work, tree),
-                         TARGETS["help"]))
-        for name in ("status", "check-env", "gpus", "render"):
-            for tag, tree in trees:
-                cmd = f"{INV} {name} --inventory {inv}"
-                rows.append((f"inv {name}{tag}", *_hf(name, cmd, args.runs, work, tree), TARGETS["read"]))
-        per_tree: dict[str, tuple[list[float], list[float], list[float], list[float], list[str]]] = {
-            tag: ([], [], [], [], []) for tag, _ in trees}
-        for _ in range(args.deploys):
-            for tag, tree in trees:
-                overheads, gates, tool, cpus, loads = per_tree[tag]
-                wall, cpu, stdout = timed([INV, "deploy", "--steps", "3", "--json", "--inventory", inv], work, tree)
-                doc = json.loads(stdout)
-                # {"ok", "hosts": [...]}; a baseline tree from before that shape printed one host's document bare
-                t = (doc["hosts"][0] if "hosts" in doc else doc)["timings"]
-                overheads.append(wall - t.get("start", 0.0) - t["wait_ready"])
-                gates.append(t.get("first_request", 0.0) + t.get("accept_gate", 0.0))
-                tool.append(overheads[-1] - gates[-1])
-                cpus.append(cpu)
-                loads.append(load())
-        for tag, _ in trees:
-            overheads, gates, tool, cpus, loads = per_tree[tag]
-            for name, xs, target in ((f"deploy overhead (wall - start→ready){tag}", overheads,
-                                      TARGETS["deploy_overhead"]),
-                                     (f"  of it, the ready gates' generation on the server{tag}", gates, None),
-                                     (f"  of it, the tool's own{tag}", tool, TARGETS["deploy_overhead"])):
-                rows.append((name, statistics.mean(xs), statistics.median(cpus), statistics.median(xs), min(xs),
-                             loads[-1], target))
-        timed([INV, "stop", "--inventory", inv], work)
+        for _, tree in trees:  # a server to look at; each tree's agent installed on the host
+            r = subprocess.run([INV, "deploy", "--steps", "3", "--inventory", inventory], capture_output=True,
+                               text=True, cwd=tree)
+            if r.returncode != 0:
+                raise SystemExit(f"the deploy failed ({r.returncode}):\n{r.stdout[-1500:]}{r.stderr[-1500:]}")
+        loads = [load()]
+        from bench.fleet_deploy import host_processes, is_server
+
+        def host_cpu() -> float:
+            return sum(own + reaped for cmd, own, reaped in host_processes(fleet, ["sim1"]) if not is_server(cmd))
+
+        rows = ratio_rows(commands, trees, inventory, ssh_true, args.runs, uncompiled, host_cpu)
+        loads.append(load())
+        parts = [] if args.no_anatomy else anatomy(fleet.inventory_path, fleet.ssh_config_path, work, args.runs)
+        loads.append(load())
     finally:
         fleet.down()
         shutil.rmtree(work, ignore_errors=True)
     width = max(len(r[0]) for r in rows)
-    print(f"{'command':<{width}} {'wall s':>7} {'median':>7} {'min':>7} {'cpu s':>6} {'target':>7}  "
-          "load average (1/5/15 min)")
-    for name, wall, cpu, median, least, ld, target in rows:
-        mark = "" if target is None else "ok" if wall <= target else "OVER"
-        goal = "" if target is None else f"{target:.2f}"
-        print(f"{name:<{width}} {wall:>7.3f} {median:>7.3f} {least:>7.3f} {cpu:>6.3f} {goal:>7}  {ld}  {mark}")
-    print(f"cores: {os.cpu_count()}; wall = hyperfine mean ({args.runs} runs) or the mean of {args.deploys} deploys "
-          "timed by /usr/bin/time (median, min beside it); cpu = user + system of the whole process (median for "
-          "deploys); the mark compares the mean with the target")
+    print(f"{'command':<{width}}  {'x ssh true':>10}  {'min x':>6}  {'wall s':>7}  {'ssh s':>6}  {'cpu s':>6}  "
+          f"{'host cpu s':>10}  load average (1/5/15 min)")
+    for label, ratio, least, wall, ssh_wall, cpu, on_host, ld in rows:
+        print(f"{label:<{width}}  {ratio:>9.2f}x  {least:>5.2f}x  {wall:>7.3f}  {ssh_wall:>6.3f}  {cpu:>6.3f}  "
+              f"{on_host:>10.3f}  {ld}")
+    print(f"x ssh true: the median (and least) of the pair-by-pair ratios of {args.runs} alternated runs (one "
+          "warm-up round first); wall s, ssh s: the medians of each; cpu s: user + system of the whole process and "
+          "its children (wait4), median; host cpu s: the host's CPU outside the server (sshd, the shell, the agent: "
+          "/proc of its PID namespace, reaped children included, 10 ms ticks), mean; "
+          f"{os.cpu_count()} core(s); load average before, after the ratios, after "
+          f"the anatomy: {' | '.join(loads)}")
+    if parts:
+        print("\nwhere the time of `inv status` goes (medians of "
+              f"{args.runs} runs unless said; one simulated host):")
+        w = max(len(p[0]) for p in parts)
+        for what, figure, how in parts:
+            print(f"{what:<{w}}  {figure:>9}  {how}")
     return 0
-
-
-def _hf(name: str, cmd: str, runs: int, work: Path, cwd: Path) -> tuple[float, float, float, float, str]:
-    r = hyperfine(name, cmd, runs, work, cwd)
-    return r["wall"], r["cpu"], r["median"], r["min"], load()
 
 
 if __name__ == "__main__":

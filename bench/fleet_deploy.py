@@ -18,11 +18,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from fabfile.commands.rollout import BatchSize, run_rollout
 from fabfile.inventory import hosts as inventory
 from fabfile.plan.deploy_plan import Options
+from fabfile.transport.agentclient import AgentClient
+from fabfile.transport.session import HostSession, connector, open_transport
 from tests.simhost import fleet as simfleet
 
 
@@ -34,42 +38,61 @@ def _cpu_s() -> float:
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / ticks
 
 
-def _server_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
-    """CPU seconds used so far by the SGLang simulator processes (launcher, schedulers, detokenizer) of hosts."""
+def is_server(cmdline: bytes) -> bool:
+    """A process of a simulated SGLang server (launcher, schedulers, detokenizer)."""
+    return cmdline.startswith(b"sglang::") or b"sglang.launch_server" in cmdline or b"multiprocessing" in cmdline
+
+
+def host_processes(fl: simfleet.Fleet, names: list[str]) -> Iterator[tuple[bytes, float, float]]:
+    """(command line, own CPU s, CPU s of the children it reaped) of every live process inside the hosts (their PID
+    namespaces): sshd's reaped sessions and their agents land in its reaped part. Other tenants are not counted."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
     for name in names:
         for pid in fl.host(name).pids():
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if cmd.startswith(b"sglang::") or b"sglang.launch_server" in cmd or b"multiprocessing" in cmd:
-                total += (int(stat[11]) + int(stat[12])) / ticks
-    return total
-
-
-def _hosts_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
-    """CPU seconds of everything inside the hosts (their PID namespaces): live processes plus the reaped ones
-    (cutime/cstime of the parents that waited for them: init, sshd, the agents). Other tenants are not counted."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for name in names:
-        for pid in fl.host(name).pids():
-            try:
                 st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            total += int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
-    return total / ticks
+            yield cmd, (int(st[11]) + int(st[12])) / ticks, (int(st[13]) + int(st[14])) / ticks
 
 
-def _client_cpu_s() -> float:
+def _server_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
+    """CPU seconds used so far by the SGLang simulator processes of hosts."""
+    return sum(own for cmd, own, _ in host_processes(fl, names) if is_server(cmd))
+
+
+def _hosts_cpu_s(fl: simfleet.Fleet, names: list[str]) -> float:
+    """CPU seconds of everything inside the hosts: live processes plus the reaped ones (cutime/cstime of the parents
+    that waited for them: init, sshd, the agents)."""
+    return sum(own + reaped for _, own, reaped in host_processes(fl, names))
+
+
+def _client_cpu_s() -> tuple[float, float]:
+    """(this process: the tool, its threads; its reaped children: the ProxyCommands that carry each SSH session)."""
     import resource
 
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+class AgentCPU:
+    """Every session a deploy opens, through the sessions' one seam (``session.connector``): the real transport and
+    agent, so the agents' CPU on the hosts (each result reports its own) can be added up after the deploy."""
+
+    def __init__(self) -> None:
+        self.sessions: list[HostSession] = []
+
+    def open(self, inv: inventory.Inventory, host: inventory.Host, on_open: Any) -> HostSession:
+        transport = open_transport(inv, host, on_open)
+        s = HostSession(host=host, transport=transport, agent=AgentClient(transport, host.python, host.state_dir))
+        self.sessions.append(s)
+        return s
+
+    def take(self) -> float:
+        total = sum(s.agent.cpu_s for s in self.sessions)
+        self.sessions.clear()
+        return total
 
 
 def main() -> int:
@@ -96,19 +119,27 @@ def main() -> int:
                     rollback_on_failure=False, quiet=True)
         rows = []
         base = None
+        agents = AgentCPU()
+        splits: dict[int, list[tuple[float, ...]]] = {}
         for n in sizes:
             walls, cpus, servers, server_cpu, client_cpu, host_cpu = [], [], [], [], [], []
             steps: dict[str, list[float]] = {}
             for i in range(args.runs):
                 names = [h.name for h in hosts[:n]]
-                c0, k0, h0, t0 = _cpu_s(), _client_cpu_s(), _hosts_cpu_s(fl, names), time.monotonic()
-                res = run_rollout(inv, hosts[:n], Options(steps=2 + i % 2), strategy="parallel",
-                                  batch=BatchSize(percent=100), canary=False, rollback_on_failure=False, quiet=True)
+                c0, (k0, p0), h0, t0 = _cpu_s(), _client_cpu_s(), _hosts_cpu_s(fl, names), time.monotonic()
+                with connector(agents.open):
+                    res = run_rollout(inv, hosts[:n], Options(steps=2 + i % 2), strategy="parallel",
+                                      batch=BatchSize(percent=100), canary=False, rollback_on_failure=False,
+                                      quiet=True)
                 wall = time.monotonic() - t0
                 cpus.append(_cpu_s() - c0)
-                client_cpu.append(_client_cpu_s() - k0)
+                k1, p1 = _client_cpu_s()
+                client_cpu.append(k1 - k0 + p1 - p0)
                 host_cpu.append(_hosts_cpu_s(fl, names) - h0)
                 server_cpu.append(_server_cpu_s(fl, names))
+                agent_cpu = agents.take()
+                splits.setdefault(n, []).append((k1 - k0, p1 - p0, agent_cpu, server_cpu[-1],
+                                                 host_cpu[-1] - agent_cpu - server_cpu[-1], cpus[-1]))
                 if not res.ok:
                     bad = [h for h in res.hosts if not h.ok]
                     err = bad[0].deploy.error if bad[0].deploy else None
@@ -130,6 +161,17 @@ def main() -> int:
               f"{'server start->ready':>19}")
         for n, med, lo, hi, ratio, cpu, server, *_ in rows:
             print(f"{n:>5}  {med:>10.3f}s  {lo:>6.3f}  {hi:>6.3f}  {ratio:>7.2f}x  {cpu:>6.2f}  {server:>18.3f}s")
+        print(f"\nCPU seconds per deploy by process kind (median of {args.runs}; {os.cpu_count()} core(s)):")
+        kinds = ("the tool", "its ProxyCommands", "its agents", "new servers", "sshd and the rest", "machine")
+        print(f"{'hosts':>5}  " + "  ".join(f"{k:>17}" for k in kinds))
+        for n, got in splits.items():
+            print(f"{n:>5}  " + "  ".join(f"{statistics.median(col):>17.2f}" for col in zip(*got, strict=True)))
+        print("the tool: this process (getrusage); its ProxyCommands: its reaped children (ip netns exec, socat); "
+              "its agents: what each agent's result reports (os.times, its children included); new servers: the "
+              "simulated servers' own; sshd and the rest: the hosts' PID namespaces' processes, reaped ones "
+              "included (a replaced server counts only what it used while this deploy ran), less the agents and the "
+              "new servers; machine: "
+              "/proc/stat, every tenant")
         if args.profile:
             print("\nper-step median (s) across hosts and runs:")
             names = list(rows[0][7])

@@ -139,6 +139,21 @@ def choice(flag: str, value: Any, choices: Sequence[str], *, what: str = "value"
     return str(value)
 
 
+_DEPLOY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
+
+
+def deploy_id(flag: str, value: Any) -> str | None:
+    """A deploy id as the tool writes them (``20250101T120000-a1b2c3``): letters, digits and dashes, so it names a
+    record file on the host and nothing else."""
+    if value is None:
+        return None
+    text = str(value)
+    if value is True or not _DEPLOY_ID.fullmatch(text):
+        raise FlagError(f"{flag}: {quote(text)} is not a deploy id (letters, digits and dashes, as `inv deploys` "
+                        "lists them)")
+    return text
+
+
 # The ranges every command shares. Seconds: no wait of the tool (a model load, another deploy's lock, a host's
 # answer, a router's health) sanely lasts more than a day; a larger value is a typo, and an hours-long silent
 # wait is the failure the bounds are there to prevent.

@@ -20,6 +20,8 @@ WORK=${PREPARE_WORK:-/tmp/specdeploy-real-sglang}
 PY=${PYTHON:-python3}
 WHEELS=(
   sglang==0.5.16               # the server (0.5.12-0.5.16 pin torch 2.11.0, the GPU image's torch)
+  sgl-deep-gemm==0.1.4.post1   # deep_gemm: CUDA graph capture imports it on Hopper (without it capture fails;
+                               # real-0.5.16-h200/cuda-graphs-on-deep_gemm-missing.log)
   sglang-kernel==0.4.5         # sgl_kernel: rmsnorm/activation/sampling kernels (sm90/common_ops), triton_kernels
   flashinfer-python==0.6.14    # flashinfer.sampling, imported by sglang.srt.layers.sampler
   transformers==5.12.1         # SGLang 0.5.16's pin: the image's 5.17 fails ('qwen3_asr' is already used)
@@ -34,7 +36,6 @@ WHEELS=(
   jiter==0.19.0                # openai
   distro==1.9.0                # openai
   sniffio==1.3.1               # openai
-  openai-harmony==0.0.4        # SGLang's pin; gpt-oss/harmony parsing (lazy; in the hand-run set)
   xgrammar==0.2.1              # sglang.srt.entrypoints.openai.protocol, default grammar backend (libxgrammar.a dropped)
   apache-tvm-ffi==0.1.11       # xgrammar and sglang.jit_kernel (tvm_ffi)
   fastapi==0.121.3             # sglang.srt.entrypoints.http_server (newer fastapi imports opentelemetry)
@@ -63,7 +64,6 @@ WHEELS=(
   soundfile==0.13.1            # SGLang's pin; sglang.srt.entrypoints.openai.streaming_asr
   cffi==2.1.1                  # soundfile
   pycparser==3.12              # cffi
-  llguidance==1.9.1            # sglang.srt.constrained.llguidance_backend (lazy; hand-run set)
   invoke==2.2.1                # the tool's CLI (inv)
   tenacity==9.2.1              # the tool
   jinja2==3.1.6                # the tool's templates (pinned)
@@ -74,6 +74,8 @@ WHEELS=(
   mdurl==0.1.2                 # rich
   pygments==2.21.0             # rich
 )
+# Left out: llguidance and openai-harmony (lazy imports a Llama + EAGLE-3 server never reaches), so the set with
+# deep_gemm stays under a call's 64 MiB.
 PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp)
 for p in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 \
          manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 linux_x86_64 any; do

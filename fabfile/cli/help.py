@@ -21,7 +21,8 @@ DEPLOY_HELP = {
     "draft_tokens": "draft tokens per verify (default steps+1 when topk is 1, SGLang's rule)",
     "patch_mode": "how NCCL settings reach the workers: auto|env|engine|scheduler|plugin|sitecustomize",
     "timeout": "hard bound in seconds on waiting for the server to become ready",
-    "dry_run": "print the plan (command, env, files, steps) and touch no host",
+    "dry_run": "print the plan (command, env, files, steps) and touch no host; with --previous or --id: say which "
+               "recorded deploy would start and what it would replace, start nothing",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
     "no_verify": "skip the check-env step (not recommended: it is the proof the tuning reached the workers)",
@@ -32,14 +33,20 @@ DEPLOY_HELP = {
                    "(default: the inventory's accept_gate, 1.1; 0 turns the gate off)",
     "rollback_on_failure": "when a batch fails, put every host this run changed back to the deploy it ran before "
                            "(default: hosts already deployed stay on the new version)",
-    "lock_wait": "when another deploy holds a host, wait for it up to this many seconds, showing its step "
-                 "(default: timeouts.lock_wait, 600; 0 = fail at once)",
-    "previous": "start again the deploy recorded before the latest one on each host (after `inv cancel` or a "
-                "failed deploy: the one that ran before), from its own launch script; no other flag",
+    "lock_wait": "when another deploy holds a host, queue behind it up to this many seconds, showing its step, "
+                 "then replace what it leaves running (default: timeouts.lock_wait, 0 = refuse at once, naming it)",
+    "previous": "start again, on each host, the deploy recorded before the one that runs (following the chain: "
+                "again goes one further back), from its own launch script",
+    "id_": "start the recorded deploy ID again (`inv deploys --host H` lists them), from its own launch script",
+    "yes": "start a recorded deploy that was cancelled or failed without asking (without a terminal: required)",
     "measure": "turn SGLang's per-phase GPU timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER=1, "
                "SGLang 0.5.11+): bench, sweep and explain then show measured phases (default: the inventory's "
                "`measure`; unset, on only for a sweep's deploys)",
     "no_measure": "turn the device timer off, whatever the inventory says",
+    "strict": "exit 2, before anything on a host is touched, when a knob has no effect on the host's SGLang "
+              "release (or is a deprecated alias)",
+    "sglang_version": "with --dry-run: judge the knobs on this SGLang release (default: the newest supported; a "
+                      "deploy reads the host's)",
 }
 LOCK_WAIT_HELP = DEPLOY_HELP["lock_wait"]
 BENCH_HELP = {
@@ -154,6 +161,8 @@ ADOPT_HELP = {
     "command": "a pasted launch line instead (env assignments, nohup, redirections, `&`, even the ssh line)",
     "name": "the host name for the entry (default: --host, else gpu1)",
     "write": "write a new inventory file with the entry (refuses an existing file) instead of printing it",
+    "sglang_version": "judge a pasted line's knobs on this SGLang release (default: the newest supported; --host "
+                      "reads the running server's)",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
 }
@@ -177,7 +186,9 @@ STOP_HELP = {"host": HOST_HELP, "dry_run": "list what would be stopped, stop not
              "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP, "lock_wait": LOCK_WAIT_HELP,
              "router": "stop this router of the inventory's `routers:` instead of servers (on the host it runs on)"}
 
-STATUS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP}
+STATUS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP,
+               "verbose": "also SGLang's own warnings about each launch (a flag or variable deprecated, removed or "
+                          "ignored, a fallback, the default MoE kernel config), read from its log at deploy"}
 
 LOGS_HELP = {"host": HOST_HELP, "follow": "keep printing new lines (Ctrl-C to stop)",
              "lines": "how many lines of the end to show first (default 50)",
@@ -203,6 +214,8 @@ ROLLBACK_PATCHES_HELP = {"host": HOST_HELP, "dry_run": "say what would be restor
 CANCEL_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP,
                "timeout": "seconds to wait for the cancelled deploy to let go of the host (default: 3 x "
                           "timeouts.stop_grace + 30)"}
+
+DEPLOYS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP}
 
 GPUS_HELP = {"host": HOST_HELP, "json": JSON_HELP, "inventory": INVENTORY_HELP, "host_timeout": HOST_TIMEOUT_HELP}
 

@@ -26,6 +26,7 @@ from fabfile.cli.help import (
     CHECK_ENV_HELP,
     DEPLOY_HELP,
     DEPLOY_ROUTER_HELP,
+    DEPLOYS_HELP,
     DIFF_HELP,
     EXPLAIN_HELP,
     GPUS_HELP,
@@ -80,7 +81,8 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
            lock_wait: Any = None, measure: bool = False, no_measure: bool = False,
-           previous: bool = False) -> Any:
+           previous: bool = False, id_: Any = None, yes: bool = False, strict: bool = False,
+           sglang_version: Any = None) -> Any:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
@@ -88,15 +90,25 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 
     found = Collector()  # every bad flag and inventory field of the run, said at once (exit 2), then nothing runs
     inv = found.check(options.inventory, inventory, lock_wait)
-    found.check(flags.excludes, "--previous", previous, "starts a recorded deploy as it ran", ("--steps", steps),
-                ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
-                ("--dry-run", dry_run), ("--strategy", strategy), ("--batch", batch), ("--measure", measure),
-                ("--no-measure", no_measure))
-    if previous:
-        from fabfile.commands.dispatch import deploy_previous
+    wanted = found.check(flags.deploy_id, "--id", id_)
+    found.check(flags.excludes, "--previous", previous, "goes back one recorded deploy; --id ID names one",
+                ("--id", id_))
+    recorded = "--previous" if previous else "--id"
+    found.check(flags.excludes, recorded, previous or id_ is not None, "starts a recorded deploy as it ran",
+                ("--steps", steps), ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
+                ("--timeout", timeout), ("--no-verify", no_verify), ("--accept-gate", accept_gate),
+                ("--strategy", strategy), ("--batch", batch), ("--no-canary", no_canary),
+                ("--rollback-on-failure", rollback_on_failure), ("--measure", measure),
+                ("--no-measure", no_measure), ("--strict", strict))
+    found.check(flags.only_with, previous or id_ is not None, "only with --previous or --id (it answers their "
+                "question about a deploy that was cancelled or failed)", ("--yes", yes))
+    found.check(flags.only_with, dry_run, "only with --dry-run (a deploy judges the knobs on the host's own "
+                "release)", ("--sglang-version", sglang_version))
+    if previous or id_ is not None:
+        from fabfile.commands.recorded import start_recorded
 
         found.done()
-        return deploy_previous(inv, inv.select(host), as_json=json)
+        return start_recorded(inv, inv.select(host), deploy_id=wanted, dry_run=dry_run, yes=yes, as_json=json)
     opts = found.check(options.deploy, steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify,
                        accept_gate=accept_gate)
     found.check(flags.choice, "--strategy", strategy, STRATEGIES, what="strategy")
@@ -110,13 +122,26 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     from fabfile.commands.dispatch import deploy_command, deploy_targets
 
     hosts, cluster = deploy_targets(inv, host, rollout_flags=strategy is not None or batch is not None or no_canary)
-    opts = options.measuring(opts, measure, no_measure)
+    from dataclasses import replace
+
+    opts = replace(options.measuring(opts, measure, no_measure), strict_knobs=strict)
     if dry_run:
         from fabfile.commands.render_plan import render_hosts
 
-        return render_hosts(hosts, opts)
+        return render_hosts(hosts, opts, sglang_version=sglang_version, strict=strict)
     return deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
                           canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json)
+
+
+@task(help=DEPLOYS_HELP)
+@cli
+def deploys(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+    """List the recorded deploys of host(s), newest first: id, configuration, when, by whom, how it ended (ready,
+    failed, cancelled, replaced); `inv deploy --id ID` starts one again."""
+    from fabfile.commands.recorded import list_deploys
+
+    inv = options.inventory(inventory)
+    return list_deploys(inv, inv.select(host), host_timeout=flags.seconds("--host-timeout", host_timeout))
 
 
 @task(help=RENDER_HELP)
@@ -160,13 +185,14 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
 
 @task(help=STATUS_HELP)
 @cli
-def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
+           verbose: bool = False) -> Any:
     """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
     from fabfile.commands.operations import status_hosts
 
     inv = options.inventory(inventory)
     return status_hosts(inv, inv.select(host),
-                        host_timeout=flags.seconds("--host-timeout", host_timeout))
+                        host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
 
 
 @task(help=LOGS_HELP)
@@ -535,12 +561,13 @@ def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any
 @task(help=ADOPT_HELP)
 @cli
 def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write: Any = None, json: bool = False,
-          inventory: Any = None) -> Any:
+          inventory: Any = None, sglang_version: Any = None) -> Any:
     """Bring a hand-started server under the tool: its inventory entry, rendering the same command."""
     from fabfile.commands.adopt import AdoptOptions, adopt_command
+    from fabfile.plan.knob_effects import checked_version
 
     opts = AdoptOptions(host=host, command=None if command is None else str(command), name=name,
-                        write=flags.path("--write", write))
+                        write=flags.path("--write", write), sglang_version=checked_version(sglang_version))
     return adopt_command(opts, lambda: options.inventory(inventory))
 
 
@@ -597,5 +624,5 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,
-                deploy_router, trust_host, adopt, diff, cancel, profile, tune)
+                deploy_router, trust_host, adopt, diff, cancel, profile, tune, deploys)
 ns.add_task(explain)

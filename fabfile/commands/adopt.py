@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import FlagError
+from fabfile.remote import versions
 
 if TYPE_CHECKING:
     from fabfile.remote.protocol import AdoptAnswer
@@ -284,10 +285,13 @@ def connection_settings(inv: Any) -> dict[str, str]:
     return out
 
 
-def entry_yaml(name: str, entry: dict[str, Any], source: str, settings: dict[str, str] | None = None) -> str:
+def entry_yaml(name: str, entry: dict[str, Any], source: str, settings: dict[str, str] | None = None,
+               knob_notes: list[str] | None = None) -> str:
     import yaml
 
     head = f"# adopted by `inv adopt` from {source}\n"
+    for note in knob_notes or []:
+        head += f"# knob: {note}\n"
     hidden = [k for k, v in (entry.get("env") or {}).items() if v == SECRET_PLACEHOLDER]
     if hidden:
         head += (f"# {', '.join(hidden)}: secret (listed in secret_env); the running server's value is not shown: "
@@ -369,6 +373,7 @@ class AdoptOptions:
     command: str | None = None   # or a pasted launch line
     name: str | None = None      # the entry's name (default: host, else gpu1)
     write: str | None = None     # a new inventory file to write the entry to
+    sglang_version: str | None = None  # a pasted line: the release its knobs are judged on (default the newest)
 
 
 def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
@@ -393,14 +398,19 @@ def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
         if secret:
             entry["secret_env"] = secret
         source = "a pasted launch line"
+        judged_on = opts.sglang_version or versions.NEWEST_SUPPORTED
     else:
         inv = inventory()
         from fabfile.inventory.hosts import one_host
 
-        entry, source, _ = from_host(inv, one_host(inv, opts.host, "adopt"))
+        entry, source, data = from_host(inv, one_host(inv, opts.host, "adopt"))
         settings = connection_settings(inv)
+        judged_on = str(data.get("sglang") or opts.sglang_version or versions.NEWEST_SUPPORTED)
     validate_entry(entry_name, entry)
-    text = entry_yaml(entry_name, entry, source, settings)
+    # What the line's flags and variables do on that release (plan/knob_effects, read from the wheels), said where
+    # the entry is read: in its file's head and in the JSON.
+    knobs = knob_notes(judged_on, entry)
+    text = entry_yaml(entry_name, entry, source, settings, knobs)
     if write is not None:
         # O_EXCL: a file that appeared since the check above is not overwritten either.
         fd = os.open(write, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -413,4 +423,14 @@ def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
         else:
             print(text, end="")
 
-    return CommandResult({"host": entry_name, "entry": entry, "source": source}, for_people)
+    return CommandResult({"host": entry_name, "entry": entry, "source": source, "knob_notes": knobs,
+                          "knob_notes_version": judged_on}, for_people)
+
+
+def knob_notes(version: str, entry: dict[str, Any]) -> list[str]:
+    """The knob lines of an adopted entry on ``version``: its verbatim flags and its variables (the flags the tool
+    renders from fields are its own choice)."""
+    from fabfile.plan import knob_effects
+
+    env = {**(entry.get("nccl_env") or {}), **(entry.get("env") or {})}
+    return knob_effects.notes(version, list(entry.get("sglang_args") or []), env)

@@ -71,6 +71,11 @@ def checked_on_host(session: HostSession, plan: Plan) -> tuple[FactsAnswer, str,
     from fabfile.plan.versioncheck import check as check_version
 
     check_version(list(plan.launch_argv or plan.argv)[3:], dict(plan.env), version, plan.host.name)
+    if plan.strict_knobs and plan.knob_notes:
+        raise FlagError(f"--strict: {plan.knob_notes[0]}" + (f" (and {len(plan.knob_notes) - 1} more)"
+                                                             if len(plan.knob_notes) > 1 else ""),
+                        "remove those knobs from the inventory, or deploy without --strict; nothing was touched",
+                        host=plan.host.name, knob_notes=list(plan.knob_notes))
     return facts, version, mode, patch, plan
 
 
@@ -213,6 +218,9 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
         for note in plan.notes:
             if first_time(note):  # once per command: not again for the next host or the next sweep deploy
                 reporter.info(note)
+        for note in plan.knob_notes:  # before anything is written on the host
+            if first_time(f"knob: {note}"):
+                reporter.info(f"knob: {note}")
         upload_launch_files(session, plan)
         reporter.step_end("preflight", True, detail=f"SGLang {version}, {len(facts['gpu']['gpus'])} GPU(s), "
                                                     f"patch mode {mode}")

@@ -12,7 +12,7 @@ from typing import Any
 from fabfile.commands.cluster import deploy_cluster
 from fabfile.commands.deploy import deploy_behind_routers
 from fabfile.commands.result import CommandResult
-from fabfile.commands.rollout import BatchSize, redeploy, run_rollout
+from fabfile.commands.rollout import BatchSize, run_rollout
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.present.deploy_report import deploy_summary
@@ -70,43 +70,3 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
     return CommandResult(res, lambda: print_rollout(res), res.exit_code)
-
-
-def deploy_previous(inv: Inventory, hosts: list[Host], *, as_json: bool) -> CommandResult:
-    """``inv deploy --previous``: start again, on each host, the deploy recorded before its latest one (after an
-    ``inv cancel``, or a deploy that failed, the one that ran before it), from that deploy's own launch script and
-    patch state (the ``redeploy`` verb a rollback uses). Hosts one after another; the exit code of the worst."""
-    from fabfile.commands.fanout import reporter_for
-    from fabfile.errors import FlagError, SpecDeployError
-    from fabfile.present.output import err, out, print_error
-    from fabfile.transport.session import HostSession
-
-    docs: list[dict[str, Any]] = []
-    code = 0
-    for h in hosts:
-        try:
-            with HostSession.open(inv, h) as s:
-                recs = s.records()
-                cur, prev = recs["current"], recs["previous"]
-                if prev is None or not prev.get("deploy_id"):
-                    raise FlagError(f"--previous: {h.name} has no deploy recorded before "
-                                    f"{cur['deploy_id'] if cur else 'its latest'}; nothing to go back to",
-                                    f"deploy a configuration explicitly: inv deploy --host {h.name} --steps N",
-                                    host=h.name)
-                data = redeploy(s, str(prev["deploy_id"]), reporter_for(h, quiet=as_json, shared_console=False))
-            docs.append({"host": h.name, "ok": True, "from_deploy_id": prev["deploy_id"], **data})
-            if not as_json:
-                out.print(f"[green]✓[/green] [bold]{h.name}[/bold]: deploy {prev['deploy_id']} "
-                          f"({data.get('config_name')}) runs again as {data.get('deploy_id')}, pid {data.get('pid')}",
-                          soft_wrap=True)
-        except SpecDeployError as e:
-            e.host = e.host or h.name
-            code = max(code, e.exit_code)
-            docs.append({"host": h.name, "ok": False, "error": e.as_dict()})
-            if not as_json:
-                print_error(e)
-    def for_people() -> None:  # each host's line was printed as it finished
-        if code:
-            err.print(f"[red]--previous failed on {sum(1 for d in docs if not d['ok'])} of {len(docs)} host(s)[/red]")
-
-    return CommandResult(hosts_document(docs), for_people, code)

@@ -11,15 +11,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.present import output
-from fabfile.present.progress import Reporter
 from fabfile.results.hosts import HostOutcome
 from fabfile.transport.base import Transport
 from fabfile.transport.session import HostSession
+
+if TYPE_CHECKING:  # the live display (rich.live, rich.spinner) is imported by the commands that show one
+    from fabfile.present.progress import Reporter
 
 MAX_PARALLEL = 16
 
@@ -121,6 +123,8 @@ def concurrent(items: list[Any], fn: Callable[[Any], None]) -> None:
 
 def reporter_for(host: Host, *, quiet: bool, shared_console: bool) -> Reporter:
     """Several hosts at once print plain step lines (no spinner: one live display cannot serve many threads)."""
+    from fabfile.present.progress import Reporter
+
     if quiet:
         return Reporter(host.name, enabled=False)
     console = output.console(stderr=True, force_terminal=False) if shared_console else None

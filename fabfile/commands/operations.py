@@ -45,12 +45,12 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
     ``state``: running (its process is alive and its readiness endpoint answers 200) | not ready (it answers
     something else) | no answer (alive, but its endpoint does not answer: hung, or busy past the probe) | hung
     (its process is stopped by a signal) | deploying (a deploy holds the host's lock) | exited (the record says
-    running, but its process is gone) | stopped | failed | none (no deploy recorded). ``problem``: a sentence when
-    the host is not in the state its record intends; ``config``/``pid``: the server that runs now, else None.
-    ``serving``: a server of ours is alive and its readiness endpoint answered 200 just now (during a deploy: the
-    one it has not stopped yet, or the one it started), or a router of ours answers; ``idle``: why nothing serves,
-    when that is no problem of the record's (stopped, none, a deploy under way). ``inv status`` exits 1 unless
-    every host serves.
+    running, but its process is gone) | stopped | failed | cancelled (its last deploy was cancelled) | none (no
+    deploy recorded). ``problem``: a sentence when the host is not in the state its record intends;
+    ``config``/``pid``: the server that runs now, else None. ``serving``: a server of ours is alive and its
+    readiness endpoint answered 200 just now (during a deploy: the one it has not stopped yet, or the one it
+    started), or a router of ours answers; ``idle``: why nothing serves, when that is no problem of the record's
+    (stopped, none, a deploy under way). ``inv status`` exits 1 unless every host serves.
     """
     rec = d.get("record") or {}
     health = d.get("health") or {}
@@ -84,9 +84,9 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
                                f"{rec.get('pid')}) is gone")
         elif status == "failed":
             # The host serves nothing because its last deploy failed: a problem (exit 1), not a state to pass by.
-            view["problem"] = (f"deploy {rec.get('deploy_id')} ({rec.get('config_name')}) failed and nothing "
-                               "serves: `inv logs` shows why; deploy again, or start the one before it with "
-                               "`inv deploy --previous`")
+            if rec.get("cancelled") or (rec.get("error") or {}).get("kind") == "cancelled":
+                view["state"] = "cancelled"
+            view["problem"] = failed_problem(rec)
         elif status == "stopped":
             view["idle"] = (f"nothing serves: deploy {rec.get('deploy_id')} ({rec.get('config_name')}) was stopped "
                             "(`inv stop`); `inv deploy` starts a server again")
@@ -111,20 +111,61 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+# The failures the server itself caused (it crashed, stalled, never got ready, answered no generate): its log says
+# why. Any other failed deploy ended on specdeploy's own verdict, and the log's last lines are only SGLang's answer
+# to the stop that followed (a SIGTERM's traceback), so the verdict is named instead.
+SERVER_FAULTS = frozenset({"fatal_log", "process_died", "stalled", "ready_timeout", "generate_failed"})
+_AGAIN = "deploy again, or start the one before it with `inv deploy --previous`"
+
+
+def failed_problem(rec: dict[str, Any]) -> str:
+    """Why a failed deploy's host serves nothing, named by its real cause: the cancel (who, when), specdeploy's own
+    verdict with its evidence (the NCCL values it could not prove, and that it stopped the server itself), or the
+    server's fault, which its log shows."""
+    what = f"deploy {rec.get('deploy_id')} ({rec.get('config_name')})"
+    error = rec.get("error") or {}
+    kind, message = error.get("kind"), str(error.get("message") or "").rstrip(".")
+    cancelled = rec.get("cancelled") or {}
+    if cancelled or kind == "cancelled":
+        # The agent records the reason as the canceller wrote it ("cancelled by ana@laptop with `inv cancel`").
+        reason = str(cancelled.get("reason") or f"cancelled ({message})")
+        reason = reason if reason.startswith("cancelled") else f"cancelled ({reason})"
+        at = f" at {cancelled['at']}" if cancelled.get("at") else ""
+        return f"{what} was {reason}{at}; nothing serves: {_AGAIN}"
+    if kind is None or kind in SERVER_FAULTS:
+        return f"{what} failed and nothing serves: `inv logs` shows why; {_AGAIN}"
+    evidence = unproven_evidence(rec.get("verify") or {})
+    return (f"{what} failed on specdeploy's own verdict ({kind}: {message}{'; ' + evidence if evidence else ''}) "
+            f"and specdeploy stopped its server (the log's last lines are SGLang's answer to that stop); {_AGAIN}")
+
+
+def unproven_evidence(verify: dict[str, Any], most: int = 3) -> str:
+    """The first few values check-env could not prove, each with its rank and evidence ("NCCL_ALGO=Ring in TP1:
+    unconfirmed, evidence markers")."""
+    rows = [r for r in ((verify.get("evaluation") or {}).get("rows") or []) if r.get("status") != "proven"]
+    said = [f"{r.get('var')}={r.get('expected')} in {r.get('label') or 'pid ' + str(r.get('pid'))}: {r.get('status')}"
+            f", evidence {r.get('evidence') or 'none'}" for r in rows[:most]]
+    more = f" (+{len(rows) - most} more)" if len(rows) > most else ""
+    return "; ".join(said) + more
+
+
 def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's ``status`` answer, with its :func:`server_view` under ``data["state"]``."""
     outcomes = for_each_host(inv, hosts, lambda s: s.status(), host_timeout=_bound(hosts, host_timeout))
     for o in outcomes:
         if o.ok:
             o.data["state"] = server_view(o.data)
+            # SGLang's own warnings about the recorded launch (read from its log while the deploy waited for ready)
+            o.data["sglang_warnings"] = list((o.data.get("record") or {}).get("sglang_warnings") or [])
     # Exit 1 unless every host serves: a server that runs but does not answer, a record that disagrees with the
     # host, and a host where nothing serves (stopped, none, a deploy under way without a server up) alike.
     return StatusResult(outcomes)
 
 
-def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CommandResult:
+def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,
+                 verbose: bool = False) -> CommandResult:
     r = status(inv, hosts, host_timeout=host_timeout)
-    return CommandResult(r, lambda: report.print_status(r), r.exit_code)
+    return CommandResult(r, lambda: report.print_status(r, verbose=verbose), r.exit_code)
 
 
 def _bound(hosts: list[Host], flag: float | None) -> float:
@@ -183,8 +224,36 @@ def expected_env(host: Host) -> dict[str, str]:
 
 def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's evidence and its evaluation; exit 1 when a value is not proven on some host."""
-    return CheckEnvResult(for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
-                                        host_timeout=_bound(hosts, host_timeout)))
+    outcomes = for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
+                             host_timeout=_bound(hosts, host_timeout))
+    for o in outcomes:
+        if o.ok:
+            evaluation = o.data["evaluation"]
+            version = (o.data["evidence"].get("facts") or {}).get("sglang_version")
+            evaluation["sglang_overwrites"] = sglang_overwrites(o.host, version, evaluation)
+    return CheckEnvResult(outcomes)
+
+
+def sglang_overwrites(host: Host, version: str | None, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
+    """The inventory's own variables (``env:``) that the host's SGLang release assigns itself at every launch
+    (plan/knob_effects, read from the wheels; CUDA_DEVICE_MAX_CONNECTIONS=8 on 0.5.x): "overridden by SGLang", said
+    beside the rows (the NCCL ones are rows already). They do not change the verdict: no patch mode carries them,
+    and render and deploy said so before the launch (``--strict`` refuses them)."""
+    from fabfile.plan import knob_effects
+
+    if not version:
+        return []
+    rowed = {str(r.get("var")) for r in evaluation.get("rows") or []}
+    out: list[dict[str, Any]] = []
+    for var, value in host.env.items():
+        e = knob_effects.effect(version, var)
+        if var in rowed or e.kind != "overwritten":
+            continue
+        read = "" if e.release == version else f" (read from the {e.release} wheel)"
+        out.append({"var": var, "expected": value, "observed": e.value, "status": "sglang_overrides",
+                    "note": f"SGLang {version} sets {var}={e.value} itself{read}: your value never reaches the "
+                            "workers"})
+    return out
 
 
 def check_env_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,

@@ -61,12 +61,11 @@ def render_hosts(hosts: list[Host], opts: Options, sglang_version: str | None = 
     """``inv render`` (and ``deploy --dry-run``): each host's plan, ``{"ok": true, "hosts": [plan, ...]}`` for one
     host or many (a plan that cannot be built is bad input: the command stops before any document)."""
     from fabfile.errors import Collector, FlagError
+    from fabfile.plan.knob_effects import checked_version
     from fabfile.present.plan_report import describe
-    from fabfile.remote import versions as _versions
     from fabfile.results.hosts import hosts_document
 
-    if sglang_version is not None and (len(str(sglang_version)) > 40 or not _versions.valid(sglang_version)):
-        raise FlagError("--sglang-version: not an SGLang version (write one such as 0.5.16)")
+    sglang_version = checked_version(sglang_version)
     found = Collector()  # every host's refusals at once, not the first host's alone
     built = [found.check(plan_document, h, opts, sglang_version) for h in hosts]
     found.done()

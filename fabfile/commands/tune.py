@@ -73,6 +73,9 @@ class CandidateFailed(SpecDeployError):
 
 class Trials(Protocol):
     version: str  # the host's SGLang release once known ("" before the first deploy: TuneParams.version then)
+    # Set for the restore after an interrupt: the deploy the interrupt cut short is this run's own and may still run
+    # on the host (a deploy outlives its client), so the restore queues behind it where any other deploy refuses.
+    queue: bool
 
     def run(self, cfg: Config) -> Measurement:
         """Deploy ``cfg`` (replacing what runs) and measure it; CandidateFailed when it does not come up."""
@@ -284,6 +287,7 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
             # The trial it cut short decided nothing: --resume tries that remedy again.
             state.steps[-1].outcome, state.steps[-1].why = "interrupted", state.stop_reason
             state.tried.remove(state.steps[-1].remedy)
+        trials.queue = True
         _restore(trials, state, params, progress)
         raise
     if not deployed or deployed[-1] != state.best:
@@ -352,6 +356,7 @@ class HostTrials:
     load: BenchParams
     log_lines: int = 400
     version: str = ""
+    queue: bool = False
 
     def run(self, cfg: Config) -> Measurement:
         from fabfile.commands.deploy import deploy_host
@@ -360,6 +365,9 @@ class HostTrials:
         from fabfile.transport.session import HostSession
 
         target = with_config(self.host, cfg)
+        if self.queue:
+            t = target.timeouts  # bounded by the host's own ready bound: the cut-short deploy ends within it
+            target = replace(target, timeouts=replace(t, lock_wait=max(t.lock_wait, t.ready)))
         res = deploy_host(self.inv, target, self.opts, Reporter(self.host.name, enabled=False))
         if not res.ok:
             raise CandidateFailed(res.error.message if res.error else "the deploy failed", host=self.host.name)

@@ -62,7 +62,7 @@ class Timeouts:
     stall: float = 600.0
     stop_grace: float = 15.0
     gpu_clean: float = 60.0
-    lock_wait: float = 600.0  # another deploy holds the host: wait for it (bounded, with a progress line)
+    lock_wait: float = 0.0  # another deploy holds the host: refuse (a second deploy never replaces the first unasked)
     host: float = 60.0
     silence: float = 30.0
     first_request: float = 60.0

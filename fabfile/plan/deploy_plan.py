@@ -112,6 +112,7 @@ class Options:
     accept_gate: float | None = None  # --accept-gate: overrides the inventory's (0 turns the gate off)
     measure: bool | None = None  # --measure / --no-measure: overrides the inventory's `measure`
     measuring: bool = False  # the deploy is measured (a sweep's): the device timer is on unless turned off
+    strict_knobs: bool = False  # --strict: a knob without effect on the host's release is refused (exit 2)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,10 @@ class Plan:
     measure_added: tuple[str, ...] = ()
     measure_notes: tuple[str, ...] = ()
     profile_dir: str = ""
+    # Knobs of the launch that do nothing on the release the plan was decided for, or have a new name there
+    # (plan/knob_effects, read from the wheels), in sentences; with ``strict_knobs`` the deploy refuses them.
+    knob_notes: tuple[str, ...] = ()
+    strict_knobs: bool = False
 
     @property
     def plan_hash(self) -> str:
@@ -192,7 +197,7 @@ class Plan:
                 "patch_mode": self.patch_mode, "log_path": self.log_path, "script_path": self.script_path,
                 "steps": list(self.steps), "notes": list(self.notes), "nccl_expected": dict(self.expected),
                 "nccl_notes": list(self.nccl_notes), "accept_gate": self.accept_gate, "measure": self.measure,
-                "profile_dir": self.profile_dir}
+                "profile_dir": self.profile_dir, "knob_notes": list(self.knob_notes)}
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -362,7 +367,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
                 script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
                 steps=tuple(s for s in STEPS if s not in skip), accept_gate=accept_gate, client=client,
                 expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
-                nccl_notes=nccl.notes, profile_dir=profiles, measuring=opts.measuring,
+                nccl_notes=nccl.notes, profile_dir=profiles, measuring=opts.measuring, strict_knobs=opts.strict_knobs,
                 measure_wanted=opts.measure if opts.measure is not None else host.measure,
                 measure_wanted_by=(("--measure" if opts.measure else "--no-measure") if opts.measure is not None
                                    else f"measure: {str(host.measure).lower()} in the inventory"))
@@ -393,7 +398,11 @@ def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None
                          f"{versions.CONFIG_FILE}): other accounts on the host can read it with ps while the server "
                          "runs; upgrade SGLang to keep it private")
     file_env = {k: v for k, v in plan.env.items() if k in plan.host.env}
-    out = replace(plan, launch_argv=tuple(launch), file_env=file_env,
+    from fabfile.plan import knob_effects
+
+    # Judged on the host's release once it is known (render judges on a named or the newest release itself).
+    knobs = tuple(knob_effects.notes(sglang_version, launch, plan.env)) if sglang_version else ()
+    out = replace(plan, launch_argv=tuple(launch), file_env=file_env, knob_notes=knobs,
                   env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,
                   secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)), nccl_advice=advice)
     return replace(out, script=render_launch_script(out))

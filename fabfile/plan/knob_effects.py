@@ -22,6 +22,10 @@ API (also what ``inv tune``'s remedy catalog imports, so that it never proposes 
         KnobEffect.release: the release whose wheel the answer was read from (None for "unknown" versions).
         KnobEffect.acts: False for "unused", "removed" and "overwritten" (setting it changes nothing).
 
+    current_name(version, flag) -> str | None: the name to write for ``flag`` on ``version`` when the tool chooses
+        the flag itself: the flag, its new name where the release (or a later one, once the alias is gone) names
+        one, None when the release has neither.
+
     notes(version, argv, env) -> list[str]: one sentence per knob of a launch (SGLang's arguments and the variables
         the workers would get) that has no effect or has a new name, what render/deploy print before anything is
         touched.
@@ -91,6 +95,32 @@ def effect(version: str | None, name: str) -> KnobEffect:
         since = next(v for v in _table() if versions.feature_key(v) > versions.feature_key(older[-1]))
         return KnobEffect(name, "removed", release, since=since)
     return KnobEffect(name, "unknown", release)
+
+
+def checked_version(value: Any) -> str | None:
+    """``--sglang-version``'s value (None when not given); a value that is no SGLang version is refused (exit 2)."""
+    from fabfile.errors import FlagError
+
+    if value is None:
+        return None
+    if len(str(value)) > 40 or not versions.valid(str(value)):
+        raise FlagError("--sglang-version: not an SGLang version (write one such as 0.5.16)")
+    return str(value)
+
+
+def current_name(version: str, flag: str) -> str | None:
+    """What the tool writes for ``flag`` on ``version`` (see the module docstring): a deprecated alias is rendered as
+    the flag it stands for; a removed one as the name its last aliasing release gave it, when ``version`` has that."""
+    e = effect(version, flag)
+    if e.kind == "alias":
+        return e.replacement
+    if e.kind in ("used", "unused"):
+        return flag
+    if e.kind == "removed":
+        renamed = [str(t["aliases"][flag]) for t in _table().values() if flag in t["aliases"]]
+        if renamed and effect(version, renamed[-1]).kind in ("used", "unused"):
+            return renamed[-1]
+    return None
 
 
 def note(version: str, e: KnobEffect) -> str | None:

@@ -5,8 +5,8 @@ engaged. Pure: a configuration and the measured figures in, candidate changes ou
 Where names come from: launch flags from the generated per-release flag table (``plan/versioncheck.facts_for``, read
 from the wheels); environment variables from ``ENV_RELEASES`` below (the releases that read each, from
 ``../shared/reference/tune.md`` §1, cited per row). Both go through ``knob_acts`` — the one function that says
-whether a knob exists *and acts* on a release. Issue 39's ``plan/knob_effects`` (whether a knob that parses has any
-effect) plugs in there, at the one call site marked ``KNOB EFFECTS``.
+whether a knob exists *and acts* on a release; it asks issue 39's ``plan/knob_effects`` (whether a knob that parses
+has any effect: read from the wheels) at the one call site marked ``KNOB EFFECTS``.
 
 The predicted savings are the tool's arithmetic on measured phases ([derived]); the fractions each remedy assumes
 are stated on its row (``assumes``) so the path table can say what was predicted and why.
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from fabfile.plan import knob_effects
 from fabfile.plan.versioncheck import facts_for
 from fabfile.remote import versions
 
@@ -51,18 +52,17 @@ def knob_acts(knob: str, version: str) -> bool:
             return False
         if span[1] is not None and versions.at_least(version, span[1]):
             return False
-    # KNOB EFFECTS (issue 39): when ``fabfile/plan/knob_effects.py`` exists, ask it here whether the knob has any
-    # effect on this release (a flag that parses but is never read) and return False when it has none.
-    return True
+    # KNOB EFFECTS (issue 39): a flag that parses but is read nowhere, or a variable SGLang overwrites at launch, has
+    # no effect on this release (the table read from the wheels): a search axis on it would be wasted loads.
+    return knob_effects.effect(version, knob).acts
 
 
 def graph_bs_flag(version: str) -> str | None:
     """The CUDA-graph max batch size flag by release: ``--cuda-graph-max-bs-decode`` from 0.5.14 (the old name an
-    alias there, gone from 0.5.20), ``--cuda-graph-max-bs`` before (tune.md §1.5)."""
-    for name in ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"):
-        if knob_acts(name, version):
-            return name
-    return None
+    alias there, gone from 0.5.20), ``--cuda-graph-max-bs`` before (tune.md §1.5): the new name of the alias, as
+    the wheels' alias table gives it (``knob_effects.current_name``)."""
+    name = knob_effects.current_name(version, "--cuda-graph-max-bs")
+    return name if name is not None and knob_acts(name, version) else None
 
 
 @dataclass(frozen=True)

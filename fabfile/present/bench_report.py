@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from fabfile.present.tables import Col, cell, print_table
 
@@ -37,7 +38,8 @@ def print_result(r: dict[str, Any], console: Console) -> None:
     ci = r.get("tok_s_ci")
     console.print(f"  output [bold]{r.get('output_tok_s', 0):.1f} tok/s[/bold]"
                   + (f" ±{ci:.1%} (95 % interval)" if ci is not None else "")
-                  + f" over {r.get('duration_s', 0):.2f} s")
+                  + f" over {r.get('completed')} requests in {r.get('duration_s', 0):.2f} s (measured by the client; "
+                  "`inv status` shows SGLang's gen tok/s of one Decode window)")
     cols = [Col(c, justify="right") for c in ("ms", "mean", "median", "p95", "p99", "max")]
     stats = ("mean", "median", "p95", "p99", "max")
     print_table(console, cols, [[label, *(cell((r.get(key) or {}).get(k), "{:.1f}") for k in stats)]
@@ -45,10 +47,13 @@ def print_result(r: dict[str, Any], console: Console) -> None:
                                                    ("E2E", "e2e_ms"))], boxed=False)
     if r.get("accept_len") is not None:
         chosen = r.get("accept_len_source")
-        others = ", ".join(f"{k} {v:.2f}" for k, v in (r.get("accept_len_sources") or {}).items()
-                           if v is not None and k != chosen)
-        console.print(f"  accept length [bold]{r['accept_len']:.2f}[/bold] from {chosen}"
-                      + (f"  [dim](also {others})[/dim]" if others else ""))
+        windows = r.get("accept_len_windows") or {}
+        over = f" over {windows[chosen]}" if chosen in windows else ""
+        # each other source's figure with its own window: one server, several windows, several figures
+        others = "; ".join(f"{k} {v:.2f}" + (f" over {windows[k]}" if k in windows else "")
+                           for k, v in (r.get("accept_len_sources") or {}).items() if v is not None and k != chosen)
+        console.print(f"  accept length [bold]{r['accept_len']:.2f}[/bold]{escape(over)} from {chosen}"
+                      + (f"  [dim](also {escape(others)})[/dim]" if others else ""))
         console.print(f"  accept rate {cell(r.get('accept_rate'), '{:.2f}')}  [dim]meaning on this version: "
                       f"{r.get('accept_rate_meaning')}[/dim]")
         console.print(f"  drafted tokens accepted {cell(r.get('draft_acceptance'), '{:.0%}')}  "

@@ -21,11 +21,20 @@ from fabfile.present.tables import DASH, Col, cell, fit_table, print_table
 STATUS_STYLE: dict[str, str] = {
     "proven": "bold green",
     "overridden": "bold red",
+    "sglang_overrides": "bold red",
     "different": "bold red",
     "unconfirmed": "yellow",
     "missing": "red",
     "launcher_only": "magenta",
 }
+# How a status reads in words (the rest: its name with spaces).
+STATUS_LABEL: dict[str, str] = {"sglang_overrides": "overridden by SGLang"}
+
+
+def status_label(status: str) -> str:
+    return STATUS_LABEL.get(status, status.replace("_", " "))
+
+
 EVIDENCE_LABEL: dict[str, str] = {
     "nccl_log": "NCCL log",
     "marker": "patch marker",
@@ -85,7 +94,7 @@ def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], consol
         cells.append([_rank_label(row), cell(row.get("pid")), Text(cell(row.get("var"))),
                       Text(cell(row.get("expected"))),
                       Text(cell(row.get("observed")), style="red" if status == "different" else ""),
-                      EVIDENCE_LABEL.get(str(evidence), cell(evidence)), Text(status.replace("_", " "), style=style)])
+                      EVIDENCE_LABEL.get(str(evidence), cell(evidence)), Text(status_label(status), style=style)])
     if rows:
         print_table(console, cols, cells, title="NCCL environment per scheduler process")
     else:
@@ -99,7 +108,8 @@ def render_table(evaluation: Mapping[str, Any], facts: Mapping[str, Any], consol
 
 
 # One mark per cell of the compact matrix; the legend under it says what each one means.
-MARK: dict[str, str] = {"proven": "ok", "overridden": "OVERRIDDEN", "different": "DIFF", "unconfirmed": "?",
+MARK: dict[str, str] = {"proven": "ok", "overridden": "OVERRIDDEN", "sglang_overrides": "SGLANG",
+                        "different": "DIFF", "unconfirmed": "?",
                         "missing": "MISSING", "launcher_only": "launcher"}
 EVIDENCE_LETTER: dict[str, str] = {"nccl_log": "L", "marker": "M", "environ": "E"}
 
@@ -144,7 +154,7 @@ def _mark(r: Mapping[str, Any] | None) -> str:
 
 def _print_grid(full: list[str], body: list[list[str]], console: Console) -> None:
     console.print("[bold]NCCL environment per scheduler process[/] (ranks × variables)")
-    bad = ("DIFF", "MISSING", "OVERRIDDEN")
+    bad = ("DIFF", "MISSING", "OVERRIDDEN", "SGLANG")
     cells = [[Text(v, style="" if i < 2 else "green" if v.startswith("ok") else "red" if v in bad else "yellow")
               for i, v in enumerate(line)] for line in body]
     # Indented under its heading, two spaces between columns, every mark whole.
@@ -162,8 +172,11 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
                       highlight=False)
     used = sorted({str(r.get("evidence")) for r in rows if r.get("status") == "proven"} & set(EVIDENCE_LETTER))
     legend = ", ".join(f"{EVIDENCE_LETTER[e]} {EVIDENCE_LABEL[e]}" for e in used)
-    console.print(f"  legend: ok = proven ({legend or 'no evidence'}); ? unconfirmed; DIFF a different value; "
-                  "MISSING not set; OVERRIDDEN taken but NCCL chose around it; launcher = only in the launcher; "
+    # "ok = proven (no evidence)" read as "proven without evidence": with no proven cell, say that none is.
+    proven = f"ok = proven by {legend}" if legend else "ok = proven (no cell here is)"
+    console.print(f"  legend: {proven}; ? unconfirmed; DIFF a different value; "
+                  "MISSING not set; OVERRIDDEN taken but NCCL chose around it; SGLANG overridden by SGLang itself; "
+                  "launcher = only in the launcher; "
                   "`inv check-env --verbose` lists every cell",
                   markup=False, highlight=False, soft_wrap=False)
     # One line per unproven cause: the ranks where a variable is unproven the same way share it (a failed deploy
@@ -179,7 +192,8 @@ def _matrix_notes(rows: list[Mapping[str, Any]], variables: list[str], numbered:
         who = (f"{_rank_label(same[0])} pid {cell(same[0].get('pid'))}" if len(same) == 1 else
                f"{len(same)} ranks ({', '.join(_rank_label(r) for r in same)}; pids "
                f"{', '.join(cell(r.get('pid')) for r in same)})")
-        detail = (f"{who} {var}: {status.replace('_', ' ')}, expected {want}, observed {observed} ({evs})"
+        said = status_label(status)
+        detail = (f"{who} {var}: {said}, expected {want}, observed {observed} ({evs})"
                   + (f"; {note}" if note != DASH else ""))
         console.print(f"  {escape(detail)}", highlight=False, soft_wrap=False)
 
@@ -217,13 +231,21 @@ def _verdict_facts_hints(evaluation: Mapping[str, Any], facts: Mapping[str, Any]
     verdict = evaluation.get("ok")
     summary: Mapping[str, Any] = evaluation.get("summary") or {}
     counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if v)
+    gone = (evaluation.get("ranks") or {}).get("verdict")
     if verdict:
         console.print(f"[bold green]OK[/]: every expected variable is proven in every rank ({counts})")
+    elif gone:
+        # the rows' counts are of the ranks that run: the missing rank is the verdict
+        console.print(f"[bold red]NOT PROVEN[/]: {escape(str(gone))}" + (f" ({counts})" if counts else ""))
     elif evaluation.get("recorded_deploy") is False:
         console.print("[bold red]NOT PROVEN[/]: the running server is not the recorded deploy"
                       + (f" ({counts})" if counts else ""))
     else:
         console.print("[bold red]NOT PROVEN[/]" + (f" ({counts})" if counts else ""))
+    for o in evaluation.get("sglang_overwrites") or []:
+        # The inventory's own variables SGLang assigns itself (not NCCL's: no row above proves them either way).
+        console.print(f"  {o['var']}: {STATUS_LABEL['sglang_overrides']}, expected {cell(o.get('expected'))}, "
+                      f"observed {cell(o.get('observed'))} ({o.get('note')})", markup=False, highlight=False)
 
     console.print("[bold]Host facts[/]")
     for line in _facts_lines(facts):

@@ -44,6 +44,11 @@ def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
     for note in r.plan.notes:
         if first_time(note):  # said already at preflight (stderr) or for another host: not again
             out.print(f"  note: {note}", markup=False, highlight=False)
+    for note in r.plan.knob_notes:
+        if first_time(f"knob: {note}"):  # said at preflight already (the step lines), else here
+            out.print(f"  knob: {note}", markup=False, highlight=False)
+    for line in rec.get("sglang_warnings") or []:
+        out.print(f"  sglang warns: {line}", markup=False, highlight=False, soft_wrap=True)
     out.print(f"  log: {rec.get('log_path')}   deploy id: {r.plan.deploy_id}   plan: {r.plan.plan_hash}",
               soft_wrap=True)
     out.print("  timings (tool's clock): " + " · ".join(f"{k} {v:.2f}s" for k, v in r.timings.items()),

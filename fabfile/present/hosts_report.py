@@ -70,16 +70,18 @@ def print_stop(result: HostsResult, *, dry_run: bool) -> None:
 
 
 # -- status ---------------------------------------------------------------------------------------------------
-STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "none": "dim"}
+STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "failed": "dim", "cancelled": "dim",
+               "none": "dim"}
 
 
-def print_status(result: HostsResult) -> None:
+def print_status(result: HostsResult, verbose: bool = False) -> None:
     """The status table (each host's ``data["state"]`` is its :func:`fabfile.commands.operations.server_view`),
-    deploys in progress, the routers, SGLang processes started by hand, and each host's problem."""
+    deploys in progress, the routers, SGLang processes started by hand, and each host's problem; ``verbose`` adds
+    SGLang's own warnings about each host's launch, one line each."""
     outcomes = result.outcomes
     # Key values (host, config, numbers, deploy id) are never cut: at 80 columns the rows print as a list.
     cols = [Col("host"), Col("state"), Col("config"), Col("pid", justify="right"), Col("uptime"),
-            Col("health", key=False), Col("accept len"), Col("tok/s"), Col("deploy")]
+            Col("health", key=False), Col("accept len"), Col("gen tok/s"), Col("deploy")]
     rows: list[list[str]] = []
     for o in outcomes:
         if o.error is not None:
@@ -88,12 +90,24 @@ def print_status(result: HostsResult) -> None:
             continue
         rows.append(_status_row(o.host.name, o.data))
     print_table(out, cols, rows)
+    _replaced(outcomes)
+    windows = sorted({int((o.data.get("last_decode") or {}).get("window_forwards") or 0) for o in outcomes
+                      if o.ok and (o.data.get("last_decode") or {}).get("accept_len") is not None} - {0})
+    if windows:
+        # One name for one figure: these are SGLang's, over one Decode line's window, not a bench's requests.
+        out.print(f"  accept len, gen tok/s: SGLang's last Decode batch line, over its last "
+                  f"{'/'.join(map(str, windows))} decode forwards (fwd), with its age; `inv bench` measures its own "
+                  "requests", highlight=False)
     _in_progress(outcomes)
     _router_table(outcomes)
     for o in outcomes:
         if o.ok and o.data.get("other_sglang_processes"):
             n = len(o.data["other_sglang_processes"])
             out.print(f"[yellow]{o.host.name}: {n} SGLang process(es) not started by specdeploy are running[/yellow]")
+    if verbose:
+        for o in outcomes:
+            for line in (o.data.get("sglang_warnings") or []) if o.ok else []:
+                out.print(f"{o.host.name}: sglang warns: {line}", markup=False, highlight=False, soft_wrap=True)
     for o in outcomes:
         if o.ok and o.data["state"]["problem"]:
             err.print(f"[red]{o.host.name}:[/red] {o.data['state']['problem']}")
@@ -108,7 +122,9 @@ def _status_row(name: str, d: dict[str, Any]) -> list[str]:
     rec = d.get("record") or {}
     style = STATE_STYLE.get(v["state"], "red")
     decode = (d.get("last_decode") or {}) if v["state"] != "deploying" else {}
-    age = f" ({_duration(decode['age_s'])} ago)" if decode.get("age_s") is not None else ""
+    fwd = f"{decode['window_forwards']} fwd, " if decode.get("window_forwards") else ""
+    age = f" ({fwd}{_duration(decode['age_s'])} ago)" if decode.get("age_s") is not None else \
+        f" ({fwd.rstrip(', ')})" if fwd else ""
     if v["health_path"] and v["state"] != "deploying":
         code = v["health"]
         took = (d.get("health") or {}).get("latency_s")
@@ -132,6 +148,21 @@ def router_url(host: Host, listen: Any, port: Any) -> str:
     return f"http://{addr}:{port}"
 
 
+def _replaced(outcomes: list[HostOutcome]) -> None:
+    """Who replaced what: the recorded deploy and the one it replaced (a second operator's deploy is never silent)."""
+    for o in outcomes:
+        rec = ((o.data or {}).get("record") or {}) if o.ok else {}
+        prev = rec.get("previous") or {}
+        if not rec.get("deploy_id") or not prev.get("deploy_id"):
+            continue
+        what = "replaced" if prev.get("running") else "came after"
+        out.print(f"[dim]{o.host.name}: deploy {rec['deploy_id']} (from {rec.get('client') or '?'}, started "
+                  f"{rec.get('started_at') or '?'}) {what} deploy {prev['deploy_id']} ({prev.get('config_name')}, "
+                  f"from {prev.get('client') or '?'}, started {prev.get('started_at') or '?'}"
+                  + ("" if prev.get("running") else f", which had ended {(prev.get('ended') or {}).get('kind', '?')}")
+                  + ")[/dim]", soft_wrap=True)
+
+
 def _in_progress(outcomes: list[HostOutcome]) -> None:
     """A deploy (or stop) holding a host now: who, which step, and its journal's last lines."""
     for o in outcomes:
@@ -145,8 +176,8 @@ def _in_progress(outcomes: list[HostOutcome]) -> None:
             out.print(f"  journal: {h['journal']}", markup=False)
             for line in h.get("journal_tail") or []:
                 out.print(f"    {line}", markup=False)
-            out.print("  `inv deploy` waits for it (--lock-wait SECONDS); `inv cancel` stops it and tears its new "
-                      "server down")
+            out.print("  `inv deploy` refuses while it runs (--lock-wait SECONDS queues behind it, then replaces it); "
+                      "`inv cancel` stops it and tears its new server down")
 
 
 def _router_table(outcomes: list[HostOutcome]) -> None:

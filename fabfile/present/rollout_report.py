@@ -41,7 +41,8 @@ def rollout_notes(row: HostRollout) -> list[str]:
     if row.observe_error:
         notes.append(f"not observed: {row.observe_error[:60]}")
     v = row.observed
-    if v is not None and v.get("problem") and not (v.get("state") == "failed" and d is not None and d.error):
+    ended = v is not None and v.get("state") in ("failed", "cancelled")
+    if v is not None and v.get("problem") and not (ended and d is not None and d.error):
         notes.append(v["problem"][:80])
     if row.ok and d is not None and v is not None and v.get("config") != d.plan.config_name:
         notes.append(f"deployed {d.plan.config_name}, but the host now runs {v.get('config') or 'nothing'}")

@@ -26,14 +26,28 @@ class WatchView:
             self.live = Live(console=out, auto_refresh=False)
             self.live.start()
 
-    def sample(self, rows: list[dict[str, Any]], pending: dict[str, str], fired: dict[str, str]) -> None:
+    def sample(self, rows: list[dict[str, Any]], pending: dict[str, str], fired: dict[str, str],
+               stale: dict[str, str], stale_samples: dict[str, int]) -> None:
+        """``stale``: this round's hosts whose sample is no data, and why; ``stale_samples``: how many of the run's
+        samples each host has had so."""
         if self.as_json:
-            out.file.write(json.dumps({"time": time.time(), "hosts": rows, "alarms": fired}) + "\n")
+            out.file.write(json.dumps({"time": time.time(), "hosts": rows, "alarms": fired, "stale": stale,
+                                       "stale_samples": stale_samples}) + "\n")
             out.file.flush()
         elif self.live is not None:
-            self.live.update(_table(rows, pending), refresh=True)
+            self.live.update(_table(rows, {**stale, **pending}), refresh=True)
         else:
-            out.print(_table(rows, pending))
+            out.print(_table(rows, {**stale, **pending}))
+
+    def stale_summary(self, counts: dict[str, int], why: dict[str, str], samples: int, judged: list[str]) -> None:
+        """At the end of a run with a threshold, each host whose samples were no data, counted: a threshold not
+        judged is said, never passed in silence."""
+        if not judged:
+            return
+        self.close()
+        for host, n in counts.items():
+            err.print(f"[yellow]NO DATA[/yellow] {escape(host)}: {n} of {samples} sample{'s' if samples != 1 else ''}"
+                      f" {escape(why[host])}: {', '.join(judged)} not judged on {'it' if n == 1 else 'them'}")
 
     def alarms(self, fired: dict[str, str]) -> None:
         self.close()
@@ -51,7 +65,7 @@ def _table(rows: list[dict[str, Any]], alarms: dict[str, str]) -> Any:
     them to `conf…`, `heal…`, `eagl…`), the alarm text wrapped; narrower still, one block per host."""
     # The figures stay in the narrow layout without a value ("accept len: -"): a row that changes its shape from one
     # round to the next is hard to follow.
-    cols = [Col("host"), Col("config"), Col("health", always=True), Col("tok/s", justify="right", always=True),
+    cols = [Col("host"), Col("config"), Col("health", always=True), Col("gen tok/s", justify="right", always=True),
             Col("accept len", justify="right", always=True), Col("running", justify="right", always=True),
             Col("queued", justify="right", always=True), Col("source"), Col("age", justify="right"),
             Col("alarm", key=False)]

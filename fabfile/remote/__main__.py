@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -21,6 +22,13 @@ def _verbs() -> dict[str, Any]:
     from . import verbs
 
     return verbs.TABLE
+
+
+def _cpu_s() -> float:
+    """This agent's CPU so far, its reaped children (nvidia-smi, ...) included: the result carries it so a benchmark
+    can tell the agents' part of a host's CPU from sshd's and the server's (``bench/fleet_deploy.py``)."""
+    t = os.times()
+    return round(t.user + t.system + t.children_user + t.children_system, 3)
 
 
 class _Deadline(Exception):
@@ -63,21 +71,21 @@ def main(argv: list[str]) -> int:
         # The request is the wire's JSON object: each verb's function reads it as its shape (``protocol``).
         data = table[verb_name].function()(req, sink)
     except AgentError as e:
-        sink.emit("result", ok=False, error=e.as_dict())
+        sink.emit("result", ok=False, error=e.as_dict(), cpu_s=_cpu_s())
         return 0
     except _Deadline:
         step = f" (in step {CONTEXT['step']!r})" if CONTEXT.get("step") else ""
         err = AgentError("deadline", f"the host-side step {verb_name!r}{step} ran past its {deadline:.0f} s bound "
                          "and was stopped on the host", "raise the timeout or look at the host's load")
-        sink.emit("result", ok=False, error=err.as_dict())
+        sink.emit("result", ok=False, error=err.as_dict(), cpu_s=_cpu_s())
         return 0
     except Exception as e:
         # Never a raw traceback on the client's screen: one sentence, and the traceback in a file on the host.
-        sink.emit("result", ok=False, error=unexpected(e).as_dict())
+        sink.emit("result", ok=False, error=unexpected(e).as_dict(), cpu_s=_cpu_s())
         return 0
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    sink.emit("result", ok=True, data=data)
+    sink.emit("result", ok=True, data=data, cpu_s=_cpu_s())
     return 0
 
 

@@ -12,13 +12,15 @@ import shutil
 import socket
 import sys
 import sysconfig
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import gpus, versions
 from .boot import unsafe_reason
 from .common import EventSink, expand
-from .protocol import FactsAnswer, FactsRequest
 from .serve.lock import DeployLock
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from .protocol import FactsAnswer, FactsRequest
 
 LAYOUT = {
     "engine": "srt/entrypoints/engine.py",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import procs
 from .common import AgentError, EventSink
-from .protocol import GpuApp, GpuInfo, GpusAnswer, GpuSnapshot, GpusRequest
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from .protocol import GpuApp, GpuInfo, GpusAnswer, GpuSnapshot, GpusRequest
 
 GPU_FIELDS = "index,uuid,name,memory.used,memory.total"
 APP_FIELDS = "pid,gpu_uuid,used_memory,process_name"

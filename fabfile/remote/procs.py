@@ -7,10 +7,12 @@ import re
 import signal
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import split_argv
-from .protocol import Stopped
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from .protocol import Stopped
 
 PROC = "/proc"
 
@@ -202,10 +204,27 @@ def scheduler_rank(cmdline: str) -> int | None:
     return 0 if not ranks else None
 
 
+def scheduler_label(cmdline: str) -> str:
+    """``sglang::scheduler_DP0_TP1`` → ``DP0_TP1``; ``sglang::scheduler`` → ``TP0``."""
+    ranks = scheduler_ranks(cmdline) or {}
+    return "_".join(f"{k}{v}" for k, v in ranks.items()) or "TP0"
+
+
 def scheduler_sort_key(cmdline: str) -> tuple[int, ...]:
     """Numeric order of scheduler titles (TP2 before TP10; DP, then PP, ..., then TP, then EP)."""
     ranks = scheduler_ranks(cmdline) or {}
     return tuple(ranks.get(part, -1) for part in RANK_PARTS)
+
+
+def schedulers_of(pid: int) -> list[dict[str, Any]]:
+    """The SGLang-titled processes under ``pid`` (schedulers first, by rank). Here rather than in the deploy: the
+    status verb reads them too and should not import the deploy machinery (~25 ms a call on the host)."""
+    out = []
+    for p in descendants(pid):
+        if p.cmdline.startswith("sglang::"):
+            out.append({"pid": p.pid, "title": p.cmdline, "rank": scheduler_rank(p.cmdline)})
+    return sorted(out, key=lambda d: (not str(d["title"]).startswith(SCHEDULER_TITLE),
+                                      scheduler_sort_key(str(d["title"])), d["title"]))
 
 
 def protected_pids() -> set[int]:

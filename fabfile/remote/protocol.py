@@ -203,6 +203,7 @@ class GatherRequest(TypedDict, total=False):
     nccl_debug: bool | None
     launch_env: dict[str, str]
     server: dict[str, Any]
+    recorded_schedulers: list[dict[str, Any]]  # the deploy's schedulers once ready (pid, title, rank)
 
 
 class _BenchRequired(TypedDict):
@@ -436,6 +437,9 @@ class PreviousDeploy(TypedDict):
     running: bool
     pid: int | None
     redeployable: bool
+    client: str | None
+    started_at: str | None
+    ended: dict[str, Any]  # ``records.ended_of``: kind (ready, failed, cancelled, replaced, stopped), at, ...
 
 
 class _DeployRecordRequired(TypedDict):
@@ -474,6 +478,8 @@ class DeployRecord(_DeployRecordRequired, total=False):
     patch: PatchApplyAnswer
     stopped: Stopped
     ready: dict[str, Any]  # ready_path, ready_after_s, probe_latency_s, ...
+    # SGLang's own warnings about the launch, read from its log while waiting for ready (serve/launchwarnings)
+    sglang_warnings: list[str]
     schedulers: list[dict[str, Any]]
     first_request: dict[str, Any]
     accept: dict[str, Any]
@@ -481,7 +487,10 @@ class DeployRecord(_DeployRecordRequired, total=False):
     ready_at: str
     timings: dict[str, float]
     error: dict[str, Any]
+    ended_at: str  # when a failed deploy ended
+    cancelled: dict[str, Any]  # {"reason": who asked and how, "at": when}: a cancelled deploy's record
     stopped_at: str
+    ended: dict[str, Any]  # how it ended (``records.ended_of`` reads it): kind ready | failed | cancelled | replaced
 
 
 class Stopped(TypedDict):
@@ -571,6 +580,23 @@ class AdoptAnswer(TypedDict):
 class RecordsRequest(TypedDict, total=False):
     state_dir: str
     ids: list[str]  # `inv diff`: records to load by id
+    history: bool  # `inv deploys`, `inv deploy --previous/--id`: every recorded deploy, summarised
+
+
+class DeploySummary(TypedDict):
+    """One recorded deploy, as `inv deploys` lists it (``records.summary``)."""
+
+    deploy_id: str
+    config_name: str | None
+    patch_mode: str | None
+    sglang_version: str | None
+    plan_hash: str | None
+    started_at: str | None
+    client: str | None
+    ended: dict[str, Any]  # kind: ready | failed | cancelled | replaced | stopped | unfinished; at, by, why
+    previous: str | None  # the deploy this one replaced
+    rollback_of: str | None  # started again from that recorded deploy (`--previous`, `--id`, a rollback)
+    redeployable: bool
 
 
 class _RecordsAnswerRequired(TypedDict):
@@ -580,6 +606,7 @@ class _RecordsAnswerRequired(TypedDict):
 
 class RecordsAnswer(_RecordsAnswerRequired, total=False):
     loaded: dict[str, DeployRecord | None]  # by id (None: this host has no such record)
+    history: list[DeploySummary]  # newest first
 
 
 class _RedeployRequired(TypedDict):
@@ -593,6 +620,7 @@ class RedeployRequest(_RedeployRequired, total=False):
 
     state_dir: str
     journal: str | None
+    lock_wait: float  # this run's --lock-wait (the recorded request's own is not this run's choice)
 
 
 class CancelRequest(TypedDict, total=False):
@@ -683,10 +711,13 @@ class WatchAnswer(_WatchAnswerRequired, total=False):
     health: Health
     source: str
     tok_s: float | None
+    gen_tok_s: float | None  # the same figure by its name: SGLang's gen throughput over one Decode window
     accept_len: float | None
     running_req: float | None
     queue_req: float | None
-    age_s: float | None
+    age_s: float | None   # the sample's own age (its Decode line's time), not the read's
+    age_of: str | None    # what the age is of
+    window_forwards: int  # the decode forwards one figure covers (--decode-log-interval)
 
 
 class BenchAnswer(TypedDict, total=False):
@@ -705,6 +736,7 @@ class BenchAnswer(TypedDict, total=False):
     accept_len: float | None
     accept_len_sources: dict[str, float | None]
     accept_len_source: str | None
+    accept_len_windows: dict[str, str]  # each source's window and sample size ("16 requests (...)")
     accept_rate: float | None
     accept_rate_meaning: str | None
     draft_acceptance: float | None
@@ -735,6 +767,10 @@ class _EvaluationRequired(TypedDict):
 
 class Evaluation(_EvaluationRequired, total=False):
     """check-env's judgement of the evidence (``evidence.evaluate``)."""
+
+    # how many ranks should run and which are gone (``evidence.gather.rank_census``), with ``verdict``: the
+    # sentence, None while every rank runs
+    ranks: dict[str, Any]
 
 
 class CheckEnvAnswer(TypedDict):

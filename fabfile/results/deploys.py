@@ -56,7 +56,9 @@ class DeployResult:
             "schedulers": self.record.get("schedulers"), "ready": self.record.get("ready"), "check_env": verify,
             "first_request": self.record.get("first_request"), "accept": self.record.get("accept"),
             "stopped": self.record.get("stopped"), "error": self.error.as_dict() if self.error else None,
-            "transport": self.stats, "notes": list(self.plan.notes),
+            "transport": self.stats, "notes": list(self.plan.notes), "knob_notes": list(self.plan.knob_notes),
+            # SGLang's own warnings about the launch, read from its log while waiting for ready (one per line)
+            "sglang_warnings": list(self.record.get("sglang_warnings") or []),
             "outcome_unknown": self.outcome_unknown, "router_notes": list(self.router_notes),
         }
 

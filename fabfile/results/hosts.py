@@ -107,9 +107,11 @@ def evaluation_document(evaluation: Mapping[str, Any], facts: Mapping[str, Any])
         "nranks": evaluation.get("nranks"),
         "nranks_source": evaluation.get("nranks_source"),
         "single_rank": evaluation.get("single_rank"),
+        "ranks": dict(evaluation.get("ranks") or {}),
         "rows": [dict(r) for r in evaluation.get("rows") or []],
         "hints": [dict(h) for h in evaluation.get("hints") or []],
         "used": dict(evaluation.get("used") or {}),
+        "sglang_overwrites": [dict(o) for o in evaluation.get("sglang_overwrites") or []],
         "facts": dict(facts),
     }
 

@@ -87,6 +87,7 @@ class AgentClient:
         self.bundle = bundle()
         self.dir = f"{self.state_dir}/agent/{self.bundle.manifest_sha256[:16]}"
         self.shipped = False
+        self.cpu_s = 0.0  # the agent's CPU on the host over this session's calls, as each result reports it
 
     def _boot(self, mode: str, *args: str) -> str:
         # -I: ignore PYTHON* variables and the user site, and keep the working directory off sys.path.
@@ -178,6 +179,7 @@ class AgentClient:
             raise AgentCrashError(
                 f"the host-side agent ({verb}) ended without an answer ({how}){said}",
                 "run the command again; `inv status` shows what runs on the host", host=host)
+        self.cpu_s += float(final.get("cpu_s") or 0.0)
         if not final.get("ok"):
             raise from_agent(final.get("error") or {}, host)
         data: dict[str, Any] = final.get("data") or {}

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.remote import protocol as p
 from fabfile.remote import verbs
 from fabfile.remote.verbs import Verb
 from fabfile.transport.agentclient import AgentClient
 from fabfile.transport.base import LocalTransport, Transport
+
+if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
+    from fabfile.remote import protocol as p
 
 
 def open_transport(inv: Inventory, host: Host,
@@ -108,8 +110,10 @@ class HostSession:
 
     def redeploy(self, from_deploy_id: str, deploy_id: str, *, timeout: float,
                  on_event: OnEvent | None = None) -> p.DeployRecord:
-        """Start a recorded deploy again from its saved script (a rollback)."""
-        req: p.RedeployRequest = {"from_deploy_id": from_deploy_id, "deploy_id": deploy_id, "client": None}
+        """Start a recorded deploy again from its saved script (a rollback, `--previous`, `--id`), waiting for
+        another deploy's lock as this run says (the host's ``lock_wait``, ``--lock-wait``)."""
+        req: p.RedeployRequest = {"from_deploy_id": from_deploy_id, "deploy_id": deploy_id, "client": _client(),
+                                  "lock_wait": self.host.timeouts.lock_wait}
         return self._call(verbs.REDEPLOY, req, timeout, on_event=on_event)
 
     def cancel(self, *, reason: str, deploy_id: str | None = None, wait_s: float | None = None,
@@ -149,9 +153,12 @@ class HostSession:
         req: p.GpusRequest = {}
         return self._call(verbs.GPUS, req)
 
-    def records(self, ids: list[str] | None = None) -> p.RecordsAnswer:
-        """The current deploy record and the one before it; with ``ids``, those records too (`inv diff`)."""
+    def records(self, ids: list[str] | None = None, *, history: bool = False) -> p.RecordsAnswer:
+        """The current deploy record and the one before it; with ``ids``, those records too (`inv diff`); with
+        ``history``, a summary of every recorded deploy (`inv deploys`, `--previous`, `--id`)."""
         req: p.RecordsRequest = {} if ids is None else {"ids": ids}
+        if history:
+            req["history"] = True
         return self._call(verbs.RECORDS, req)
 
     def logs(self, *, lines: int, follow: bool, follow_s: float, timeout: float,

@@ -65,6 +65,12 @@ def test_env_mode_fails_check_env_when_the_launch_path_strips_the_environment(in
     # The failed deploy tears its server down.
     code, status, _ = inv_json("status", inventory=inventory)
     assert status["hosts"][0]["data"]["running"] is False
+    # `inv status` names the tool's own verdict and its evidence, not `inv logs` (whose last lines are SGLang's
+    # answer to the tool's own stop)
+    r = run_inv("status", inventory=inventory)
+    assert "`inv logs` shows why" not in r.stderr, r.stderr
+    assert "failed on specdeploy's own verdict (env_not_proven" in r.stderr, r.stderr
+    assert "specdeploy stopped its server" in r.stderr and " in TP0: " in r.stderr, r.stderr
     # Deployed without the verify step, check-env itself reports it, names the cause and the fix.
     code, doc, _ = inv_host_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
     assert code == 0

@@ -200,6 +200,20 @@ def test_stripped_spt_noenv_without_nccl_debug_is_unconfirmed_with_the_true_caus
     assert "env_stripped" not in hints
 
 
+def test_nccl_debug_stripped_by_the_launch_path_names_the_launcher(fleet: Fleet, host: SimHost,
+                                                                   tmp_path: Path) -> None:
+    """nccl_debug on and a launch path that strips NCCL_*: the hint said "NCCL_DEBUG=INFO was not on … deploy with
+    nccl_debug", which it was; it names the launcher that had it and the stripping instead."""
+    host.set_sim_config(strip_env_prefixes=["NCCL_"])
+    inventory = _inventory(fleet, tmp_path, nccl_debug=True)
+    code, _, _ = inv_host_json("deploy", "--steps", "2", "--patch-mode", "env", "--no-verify", inventory=inventory)
+    assert code == 0
+    code, report, _ = inv_json("check-env", inventory=inventory)
+    msg = _hints(report)["no_nccl_debug"]
+    assert "was not on" not in msg and "deploy with nccl_debug" not in msg, msg
+    assert "NCCL_DEBUG=INFO was on in the launcher (pid " in msg and "stripped it" in msg, msg
+
+
 def test_check_env_judges_the_running_deploy_by_its_record_not_an_edited_inventory(fleet: Fleet, host: SimHost,
                                                                                    tmp_path: Path) -> None:
     inventory = _inventory(fleet, tmp_path)
@@ -220,3 +234,40 @@ def test_a_failed_verify_step_is_never_printed_with_a_tick(fleet: Fleet, host: S
     text = r.stdout + r.stderr
     line = next(ln for ln in text.splitlines() if "verify env" in ln)
     assert "✓" not in line and "✗" in line, line
+
+
+# ------------------------------------------------------------------------------------- issue 36: one rank gone
+
+
+@pytest.mark.parametrize("dead", [3, 0])
+def test_one_rank_gone_with_the_rest_alive_is_never_proven(fleet: Fleet, host: SimHost, tmp_path: Path,
+                                                           dead: int) -> None:
+    """sgl-project/sglang#6624: one scheduler dies and the launcher never notices; the others run, and their rows
+    alone were "every expected variable proven in every rank". With TP0 gone, NCCL's TUNING lines (logged on rank 0
+    only) are missing although TUNING was on: no advice to turn it on."""
+    trigger = "/tmp/kill-one-rank"
+    host.set_sim_config(fail="scheduler_dead_unnoticed", fail_rank=dead, fail_trigger_file=trigger)
+    inventory = _inventory(fleet, tmp_path, tp=4, env={"NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"})
+    code, _, err = inv_host_json("deploy", "--steps", "2", inventory=inventory)
+    assert code == 0, err
+    pid = _schedulers(host)[f"sglang::scheduler_TP{dead}"]
+    host.exec(["touch", trigger])
+    deadline = waiting.deadline()
+    while pid in _schedulers(host).values():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert len(_schedulers(host)) == 3  # the rest alive, the launcher too
+
+    code, report, _ = inv_json("check-env", inventory=inventory)
+    assert code == 1 and report["ok"] is False
+    one = _one(report)
+    assert one["ranks"]["verdict"] == f"TP{dead} (pid {pid}) is gone: 3 of 4 ranks run", one["ranks"]
+    assert "rank_gone" in _hints(report)
+    used_note = str(one["used"].get("note") or "")
+    assert "add TUNING" not in used_note, used_note
+    if dead == 0:
+        assert f"TP0 (pid {pid}), the rank NCCL logs its TUNING lines on, is gone" in used_note
+    text = run_inv("check-env", inventory=inventory)
+    assert text.returncode == 1
+    assert f"NOT PROVEN: TP{dead} (pid {pid}) is gone: 3 of 4 ranks run" in text.stdout, text.stdout
+    assert "every expected variable is proven" not in text.stdout

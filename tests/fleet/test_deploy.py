@@ -280,12 +280,14 @@ def test_unknown_host_and_bad_flags_exit_2(inventory: Path, sim_host: SimHost) -
 
 
 def test_concurrent_deploys_to_one_host_one_fails_clearly(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    """By default (no --lock-wait) the second deploy refuses: it never silently replaces the first one's server
+    (it waited 600 s, then did, both exiting 0)."""
     inventory = derived_inventory(fleet, tmp_path)
     sim_host.set_sim_config(fail="slow_load", load_seconds=3)
     results: list[subprocess.CompletedProcess[str]] = []
 
     def go() -> None:
-        results.append(run_inv("deploy", "--steps", "2", "--lock-wait", "0", inventory=inventory))
+        results.append(run_inv("deploy", "--steps", "2", inventory=inventory))
 
     threads = [threading.Thread(target=go) for _ in range(2)]
     for t in threads:
@@ -296,7 +298,9 @@ def test_concurrent_deploys_to_one_host_one_fails_clearly(fleet: Fleet, sim_host
     codes = sorted(r.returncode for r in results)
     assert codes == [0, 1], [r.stderr for r in results]
     loser = next(r for r in results if r.returncode == 1)
-    assert "another deploy" in loser.stderr
+    said = " ".join(loser.stderr.split())
+    assert "another deploy (" in said and "holds this host since" in said and "at step" in said, said
+    assert "`--lock-wait SECONDS` queues behind it" in said, said
     assert len([p for p, c in sglang_pids(sim_host) if "sglang.launch_server" in c]) == 1
 
 

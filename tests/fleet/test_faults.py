@@ -261,7 +261,9 @@ def rerun_deploy(inventory: Path, host: SimHost, *args: str) -> subprocess.Compl
 
 @pytest.fixture
 def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
-    return derived_inventory(fleet, tmp_path, defaults={"timeouts": {"silence": 3, "connect_total": 3}})
+    # These cases queue behind the deploy they disturbed (a second deploy refuses by default: test_deploy.py).
+    return derived_inventory(fleet, tmp_path, defaults={"timeouts": {"silence": 3, "connect_total": 3,
+                                                                     "lock_wait": 120}})
 
 
 @pytest.fixture
@@ -653,6 +655,14 @@ def test_cancel_a_deploy_whose_client_went_away(inventory: Path, host: SimHost) 
     assert r.returncode == 0, r.stderr
     assert f"deploy {frozen['deploy_id']} cancelled" in r.stdout and "torn down" in r.stdout, r.stdout
     assert_whole(host, servers=0)
+    # `inv status` says who cancelled it and when, not "failed"
+    _, doc, _ = inv_host_json("status", inventory=inventory)
+    assert doc["data"]["state"]["state"] == "cancelled", doc["data"]["state"]
+    problem = doc["data"]["state"]["problem"]
+    assert f"deploy {frozen['deploy_id']} (" in problem and ") was cancelled by " in problem, problem
+    assert "with `inv cancel` at 20" in problem and "failed" not in problem, problem
+    r = run_inv("status", inventory=inventory)
+    assert "cancelled" in r.stdout and " failed " not in r.stdout, r.stdout
     host.set_sim_config(fail=None, load_seconds=0.3)
     r = run_inv("cancel", inventory=inventory)
     assert r.returncode == 0 and "nothing to cancel" in r.stdout
@@ -662,8 +672,8 @@ def test_cancel_a_deploy_whose_client_went_away(inventory: Path, host: SimHost) 
 def test_two_inventories_deploy_to_one_host_at_once(fleet: Fleet, inventory: Path, host: SimHost,
                                                     tmp_path: Path) -> None:
     """Two teams, two inventories, one host: the second waits for the first and then replaces it; never two."""
-    other = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--max-running-requests", "8"]},
-                              name="other.yaml")
+    other = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--max-running-requests", "8"],
+                                                         "timeouts": {"lock_wait": 120}}, name="other.yaml")
     host.set_sim_config(fail="slow_load", load_seconds=1.5)
     assert run_inv("gpus", inventory=inventory).returncode == 0  # the agent is installed (see the next case)
     results: dict[str, subprocess.CompletedProcess[str]] = {}
@@ -680,6 +690,7 @@ def test_two_inventories_deploy_to_one_host_at_once(fleet: Fleet, inventory: Pat
     assert results["a"].returncode == 0 and results["b"].returncode == 0, (results["a"].stderr, results["b"].stderr)
     waited = [n for n, r in results.items() if "holds this host" in r.stderr]
     assert len(waited) == 1, {n: r.stderr for n, r in results.items()}
+    assert "this deploy now replaces deploy" in results[waited[0]].stderr, results[waited[0]].stderr
     no_traceback(*(r.stderr for r in results.values()))
     doc = assert_whole(host, servers=1)
     last = "b" if waited == ["b"] else "a"

@@ -277,6 +277,11 @@ def test_status_figures_belong_to_the_server_that_runs_now(fleet: Fleet, sim_hos
     _generate(sim_host)
     r = run_inv("status", "--host", "sim1", inventory=inventory)
     assert " ago)" in table_row(r.stdout, "sim1"), r.stdout
+    # one figure, one name: SGLang's figures say their window (one Decode line's forwards), apart from a bench's
+    assert "(40 fwd, " in table_row(r.stdout, "sim1") and "gen tok/s" in r.stdout, r.stdout
+    assert "SGLang's last Decode batch line, over its last 40 decode forwards" in r.stdout, r.stdout
+    code, st, _ = inv_json("status", "--host", "sim1", inventory=inventory)
+    assert st["hosts"][0]["data"]["last_decode"]["window_forwards"] == 40
 
 
 def test_a_hung_server_is_a_problem_not_healthy(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:

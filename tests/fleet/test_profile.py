@@ -223,7 +223,35 @@ def test_a_server_that_dies_during_the_profile_keeps_no_figures(inventory: Path,
             os.killpg(client.pid, signal.SIGKILL)
     assert client.returncode == 1, err
     assert "died during the profile" in err and "no figures were kept" in err, err
+    # the rank that died, not the launcher, and where the host says it (SGLang's watchdog line in its log)
+    assert f"TP1 (pid {sched}) is gone" in err, err
+    assert f"Subprocess scheduler_1 (pid={sched}) crashed with exit code -9" in err, err
     assert "Traceback" not in err
+
+
+def test_a_rank_that_dies_while_the_traces_are_written_leaves_no_figures_and_no_files(inventory: Path,
+                                                                                     sim_host: SimHost) -> None:
+    """The load ends before the 200 steps, so the tool's /stop_profile makes SGLang write a file per rank: TP0's
+    completes, TP1's scheduler dies half-way through its own (its .tmp left) and the launcher's watchdog takes the
+    server down. That profile measured a death: one sentence naming the rank, nothing kept on the host."""
+    sim_host.set_sim_config(**FAST)
+    assert inv_host_json("deploy", "--steps", "3", inventory=inventory)[0] == 0
+    tp1 = next(p for p, c in sglang_pids(sim_host) if c.startswith("sglang::scheduler_TP1"))
+    sim_host.set_sim_config(trace_kill_rank=1)
+    code, doc, err = inv_json("profile", *LOAD, "--trace", "--trace-steps", "200", inventory=inventory)
+    assert code == 1, err
+    host = doc["hosts"][0]
+    assert host["ok"] is False and host["data"] is None, host  # no per-rank figure, no trace reported
+    message = host["error"]["message"]
+    assert "the server died while SGLang wrote its traces" in message, message
+    assert f"TP1 (pid {tp1}) is gone" in message, message
+    assert f"Subprocess scheduler_1 (pid={tp1}) crashed with exit code -9" in message, message
+    assert "no figures or traces were kept" in message
+    # Neither rank 0's complete file nor rank 1's half-written .tmp stays in the profile store.
+    left = sim_host.exec(["find", "/root/.specdeploy/profiles", "-mindepth", "1"]).stdout.split()
+    assert left == [], left
+    log = sim_host.exec("cat /root/sglang-logs/*.log").stdout
+    assert "Stop profiling..." in log and "Profiling done" not in log  # it did die while writing
 
 
 def test_bad_flags_exit_2_before_any_connection(inventory: Path) -> None:

@@ -30,7 +30,9 @@ def _runs(tmp_path: Path) -> dict[str, list[list[str]]]:
     return {
         "render": [["render", *h], ["render", *h, "--json"]],
         "deploy": [["deploy", *h, "--dry-run"], ["deploy", *h, "--dry-run", "--json"], ["deploy", *h, "--json"],
-                   ["deploy", *h, "--steps", "2"]],
+                   ["deploy", *h, "--steps", "2"], ["deploy", *h, "--previous", "--dry-run"],
+                   ["deploy", *h, "--previous", "--dry-run", "--json"]],
+        "deploys": [["deploys", *h], ["deploys", *h, "--json"]],
         "status": [["status", *h], ["status", *h, "--json"]],
         "check-env": [["check-env", *h], ["check-env", *h, "--json"]],
         "logs": [["logs", *h, "--lines", "2000"]],

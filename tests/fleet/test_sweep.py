@@ -103,6 +103,9 @@ def test_bench_reads_every_metric_source_and_stores_the_result(inventory: Path, 
     assert p.returncode == 0, p.stderr
     for words in ("tok/s", "TTFT", "TPOT", "ITL", "accept length", "accept rate"):
         assert words in p.stdout, p.stdout
+    # each accept length with its window and sample size (they differ because their windows do)
+    assert f"over {r['completed']} requests" in p.stdout and "over the mean of " in p.stdout, p.stdout
+    assert r["accept_len_windows"]["meta_info"].startswith(f"{r['completed']} requests"), r["accept_len_windows"]
 
 
 def test_bench_uses_sglangs_own_bench_serving_when_the_host_has_it(inventory: Path, sim_host: SimHost,

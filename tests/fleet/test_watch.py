@@ -84,3 +84,46 @@ def test_watch_bad_flags_exit_2(fleet: Fleet, sim_host: SimHost, tmp_path: Path)
         r = run_inv("watch", *args, inventory=inventory)
         assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
         assert args[0] in r.stderr, r.stderr
+
+
+def _old_decode_line(host: SimHost, log_path: str, age_s: int) -> None:
+    """Append a Decode batch line stamped ``age_s`` seconds ago (the host's clock and zone), as an idle server's
+    last line is: SGLang writes none while it does not decode."""
+    code = ("import sys,time\n"
+            f"t=time.strftime('%Y-%m-%d %H:%M:%S',time.localtime(time.time()-{age_s}))\n"
+            f"open({log_path!r},'a').write('['+t+' TP0] Decode batch, #running-req: 0, #token: 9,"
+            " token usage: 0.00, accept len: 2.00, accept rate: 0.33, cuda graph: True,"
+            " gen throughput (token/s): 20.00, #queue-req: 0\\n')\n")
+    r = host.exec([host.python_in_host, "-c", code])
+    assert r.returncode == 0, r.stderr
+
+
+def test_watch_judges_a_stale_sample_the_same_from_metrics_and_from_the_log(
+        fleet: Fleet, sim_hosts: dict[str, SimHost], tmp_path: Path) -> None:
+    """An idle server's figures are 85 s old whichever way they are read: the gauge's age is its Decode line's
+    (SGLang sets both at once), not the moment of the GET; a stale sample is no data: said, counted, and neither
+    alarmed on nor passed in silence."""
+    inventory = derived_inventory(fleet, tmp_path, hosts={"sim2": {"sglang_args": ["--enable-metrics"]}})
+    code, deployed, err = inv_json("deploy", "--host", "sim1,sim2", "--strategy", "parallel", "--steps", "3",
+                                   inventory=inventory, timeout=200)
+    assert code == 0, err
+    for doc in deployed["hosts"]:
+        _old_decode_line(sim_hosts[doc["host"]], doc["log_path"], 85)
+    r = run_inv("watch", "--host", "sim1,sim2", "--once", "--json", "--min-tok-s", "1000000", inventory=inventory)
+    # no alarm on either: a stale figure is not a breach (the metrics source alarmed on its 0-s-old gauge)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (sample,) = _lines(r.stdout)
+    rows = {h["host"]: h for h in sample["hosts"]}  # type: ignore[union-attr]
+    assert rows["sim1"]["source"] == "log" and rows["sim2"]["source"] == "metrics", rows
+    for host, row in rows.items():
+        assert 84 <= row["age_s"] <= 120, row  # the sample's age, the same from both sources
+        assert row["gen_tok_s"] == row["tok_s"] and row["window_forwards"] >= 1, row  # named: SGLang's gen tok/s
+        assert row["stale"].startswith("stale (") and row["stale"].endswith(" s old)"), row
+        assert sample["stale"][host] == row["stale"] and sample["stale_samples"][host] == 1, sample
+        # said on stderr, counted, with the threshold it could not judge (the log source passed in silence)
+        assert f"NO DATA {host}: 1 of 1 sample stale (" in r.stderr and "--min-tok-s 1e+06 not judged" in r.stderr, \
+            r.stderr
+    assert sample["alarms"] == {}
+    # the table a person reads says it in the row
+    r = run_inv("watch", "--host", "sim1,sim2", "--once", "--min-tok-s", "1000000", inventory=inventory)
+    assert r.returncode == 0 and r.stdout.count("s old)") == 2, r.stdout

@@ -420,6 +420,8 @@ def test_fail_scheduler_killed(sim: Sim, version: str) -> None:
         assert "Exit code: -9" in text
     else:
         assert "Received sigquit from a child process" in text
+        # SGLang's SubprocessWatchdog names the dead scheduler by its place and pid (0.5.12+)
+        assert re.search(r"Subprocess scheduler_1 \(pid=\d+\) crashed with exit code -9\. Triggering SIGQUIT", text)
     assert len(titles) == 3
     assert group_gone(launcher.pid), "children survived the failed launcher"
 

@@ -12,14 +12,16 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import procs
-from ..common import AgentError, EventSink
-from ..protocol import GatherRequest
+from ..common import AgentError, EventSink, flag_value
 from . import interconnect, ncclused
 from .nccllog import PidEvidence, Scan, own_markers
 from .sglangnccl import argv_flags, custom_ar, sglang_nccl_rules
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import GatherRequest
 
 SCHEMA = 1
 LOG_CAP_BYTES = 64 << 20
@@ -118,12 +120,6 @@ def _environ_view(pid: int, names: Iterable[str]) -> tuple[str, dict[str, str | 
     if not env:
         return "wiped", {}, {}
     return "ok", {n: env.get(n) for n in names}, {n: env.get(n) for n in DIAG_VARS}
-
-
-def _label(title: str) -> str:
-    """``sglang::scheduler_DP0_TP1`` → ``DP0_TP1``; ``sglang::scheduler`` → ``TP0``."""
-    ranks = procs.scheduler_ranks(title) or {}
-    return "_".join(f"{k}{v}" for k, v in ranks.items()) or "TP0"
 
 
 def _find_processes(launcher_pid: int | None, launcher_ticks: int | None) -> dict[str, Any]:
@@ -235,7 +231,7 @@ def _scheduler_rows(scheds: list[procs.ProcInfo], scan: Scan, names: list[str]) 
                 "pid": p.pid,
                 "ppid": p.ppid,
                 "title": p.cmdline.split()[0],
-                "label": _label(p.cmdline),
+                "label": procs.scheduler_label(p.cmdline),
                 "rank": procs.scheduler_rank(p.cmdline),
                 "start_ticks": p.start_ticks,
                 "environ_status": st,
@@ -292,6 +288,31 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         "gathered_at": time.time(),
     }
     return facts
+
+
+def rank_census(req: GatherRequest, scheds: list[procs.ProcInfo], world: int | None) -> dict[str, Any]:
+    """How many ranks should run, how many do, and which are gone (sgl-project/sglang#6624: one scheduler dead,
+    the rest alive and judged as if they were the whole server). The deploy's record lists its schedulers as they
+    started (pid, title): one of them no longer under the launcher is gone, named by its pid. Without a record, a
+    single node's TP size (the launch flags, else NCCL's ``nranks``) against the live TP ranks names the missing
+    ranks without a pid."""
+    live = {p.pid for p in scheds}
+    recorded = [r for r in req.get("recorded_schedulers") or []
+                if str(r.get("title") or "").startswith(procs.SCHEDULER_TITLE) and r.get("pid") is not None]
+    if recorded:
+        gone = [{"pid": int(r["pid"]), "rank": procs.scheduler_rank(str(r["title"])),
+                 "label": procs.scheduler_label(str(r["title"])), "title": r["title"]}
+                for r in recorded if int(r["pid"]) not in live]
+        return {"expected": len(recorded), "running": len(recorded) - len(gone), "gone": gone,
+                "source": "the deploy's record of its schedulers, against the launcher's live children"}
+    nnodes = flag_value(list(req.get("launch_argv") or []), "--nnodes")
+    tp_only = all(set(procs.scheduler_ranks(p.cmdline) or {}) <= {"TP"} for p in scheds)
+    if world and scheds and len(scheds) < world and tp_only and nnodes in (None, "1"):
+        have = {procs.scheduler_rank(p.cmdline) for p in scheds}
+        gone = [{"pid": None, "rank": r, "label": f"TP{r}", "title": None} for r in range(world) if r not in have]
+        return {"expected": world, "running": len(scheds), "gone": gone,
+                "source": "the TP size (launch flags, else NCCL's nranks) against the live schedulers"}
+    return {"expected": len(scheds), "running": len(scheds), "gone": [], "source": "the live schedulers"}
 
 
 def _launcher_and_schedulers(req: GatherRequest, names: list[str]) -> dict[str, Any]:
@@ -379,12 +400,15 @@ def gather(req: GatherRequest, sink: EventSink, gpu_facts: dict[str, Any] | None
 
     sink.emit("progress", step="facts")
     facts = _facts(req, found, launcher, schedulers, scan, expected, gpu_facts)
+    inits = [int(i["nranks"]) for s in schedulers for i in s["nccl"]["inits"]]
+    census = rank_census(req, scheds, facts["tp_size"] or (max(inits) if inits else None))
     return {
         "schema": SCHEMA,
         "expected": expected,
         "discovery": found["discovery"],
         "launcher": launcher,
         "schedulers": schedulers,
+        "ranks": census,
         "other_sglang_processes": [{"pid": o.pid, "title": o.cmdline.split()[0]} for o in found["others"]],
         "log": log_info,
         "nccl_debug_files": {"pattern": debug_pattern, "files": debug_files},
@@ -409,4 +433,6 @@ def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path:
             "patch_mode": rec_or_req.get("patch_mode") or patch.get("mode") or "env",
             "nccl_debug": rec_or_req.get("nccl_debug"),
             "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
+            # as the deploy found them once ready (a deploy's own check has none yet: every rank is judged live)
+            "recorded_schedulers": [dict(r) for r in rec_or_req.get("schedulers") or []],
             "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}

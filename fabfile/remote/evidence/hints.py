@@ -59,6 +59,26 @@ def _diag(evidence: dict[str, Any], name: str) -> tuple[str | None, str]:
     return None, "unknown"
 
 
+def _stripped_by(evidence: dict[str, Any], name: str) -> tuple[str, str] | None:
+    """(value, the launcher that had it) when a variable was set upstream of workers whose readable environment
+    lacks it: the launch path stripped it, so "it was not on" would send the operator the wrong way."""
+    workers = [s for s in evidence.get("schedulers") or [] if s.get("environ_status") == "ok"]
+    if not workers or any((s.get("environ_diag") or {}).get(name) is not None for s in workers):
+        return None
+    launcher = evidence.get("launcher") or {}
+    value = (launcher.get("environ_diag") or {}).get(name) if launcher.get("environ_status") == "ok" else None
+    if value is not None:
+        # The program and its module only: a flag's value (an --api-key) has no place in a hint.
+        words = str(launcher.get("cmdline") or "").split()
+        cmd = " ".join(next(iter([words[:i] for i, w in enumerate(words) if w.startswith("-") and w != "-m"]),
+                            words)[:3])
+        return value, f"the launcher (pid {launcher.get('pid')}{', `' + cmd + '`' if cmd else ''})"
+    value = ((evidence.get("facts") or {}).get("launch_env") or {}).get(name)
+    if value is not None:
+        return value, "the recorded launch environment"
+    return None
+
+
 def _no_nccl_debug_message(evidence: dict[str, Any]) -> str:
     """Why NCCL said nothing about its environment, as precisely as the evidence allows."""
     facts = evidence.get("facts") or {}
@@ -75,6 +95,15 @@ def _no_nccl_debug_message(evidence: dict[str, Any]) -> str:
         names = {items[0][1:], *items[1:]} if excluded else set(items)
         if ("ENV" in names) == excluded and "ALL" not in names:
             return f"NCCL_DEBUG_SUBSYS={subsys} in {where} leaves out ENV, so NCCL does not echo its variables"
+    stripped = _stripped_by(evidence, "NCCL_DEBUG")
+    if debug is None and stripped is not None:
+        value, launcher = stripped
+        return (
+            f"NCCL_DEBUG={value} was on in {launcher}, but its workers' environment lacks it: that launcher's "
+            "launch path stripped it before the workers started (sudo env_reset, a container entrypoint, a "
+            "wrapper that resets the environment), so NCCL could not say what it read; keep NCCL_DEBUG through "
+            "it, or let an in-process patch mode (--patch-mode scheduler) set the values inside each worker"
+        )
     if debug is not None:
         return (
             "NCCL_DEBUG=INFO was on but NCCL printed nothing for these processes (not initialised yet, or "

@@ -23,16 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common import EventSink, expand
-from ..protocol import CheckEnvAnswer, CheckEnvRequest, Evaluation, GatherRequest
 from . import ncclenv, ncclused
 from .gather import DRAFT_WORKER_NOTE, SCHEMA, evidence_request, gather
 from .hints import IN_PROCESS_MODES, blame, blind_message, hint, mode_advice, run_hints, server_hints
 from .interconnect import parse_topology
 from .nccllog import parse_nccl_line, parse_nccl_records
 from .sglangnccl import argv_flags, custom_ar, sglang_env_facts_for, sglang_nccl_rules
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import CheckEnvAnswer, CheckEnvRequest, Evaluation, GatherRequest
 
 __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "check_env", "custom_ar", "evaluate",
            "gather",
@@ -42,8 +44,10 @@ __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "che
 # ----------------------------------------------------------------------------------------------------
 # evaluation (pure)
 
-# overridden: NCCL took the value, but its TUNING lines show a choice outside it for some all-reduce size
-STATUSES = ("proven", "overridden", "different", "unconfirmed", "missing", "launcher_only")
+# overridden: NCCL took the value, but its TUNING lines show a choice outside it for some all-reduce size;
+# sglang_overrides: the worker holds SGLang's own value, which this release assigns whatever the operator set
+# (facts.sglang_sets; "overridden by SGLang": an in-process patch mode sets it after SGLang does)
+STATUSES = ("proven", "overridden", "sglang_overrides", "different", "unconfirmed", "missing", "launcher_only")
 SOURCES = ("nccl_log", "marker", "environ")
 
 
@@ -67,6 +71,20 @@ def _world(schedulers: list[dict[str, Any]], facts: dict[str, Any]) -> tuple[int
     if schedulers:
         return len(schedulers), "scheduler_count"
     return None, "unknown"
+
+
+def rank_name(rank: Mapping[str, Any]) -> str:
+    """``TP3 (pid 4242)``; ``TP3`` when no pid is known."""
+    return str(rank.get("label")) + (f" (pid {rank['pid']})" if rank.get("pid") is not None else "")
+
+
+def ranks_gone(census: Mapping[str, Any]) -> str | None:
+    """``TP3 (pid 4242) is gone: 7 of 8 ranks run``; None when every rank runs."""
+    gone = list(census.get("gone") or [])
+    if not gone:
+        return None
+    return (f"{', '.join(rank_name(g) for g in gone)} {'is' if len(gone) == 1 else 'are'} gone: "
+            f"{census.get('running')} of {census.get('expected')} ranks run")
 
 
 @dataclass
@@ -305,6 +323,21 @@ def _judge_unseen(run: _Run, proc: _Proc, r: _Row) -> None:
     hint(hints, code, message, var=var, pid=pid)
 
 
+def _by_sglang(run: _Run, r: _Row) -> None:
+    """A value that did not reach the worker because this release assigns the variable itself, unconditionally
+    for this launch (a rule that applies, not one that may): "overridden by SGLang", not missing or different."""
+    if r.status not in ("different", "missing", "unconfirmed", "launcher_only"):
+        return
+    hit = next((x for x in run.rules if x["var"] == r.var and x["action"] == "overrides" and x.get("applies") is True),
+               None)
+    if hit is None or (r.observed is not None and hit.get("value") is not None
+                       and not ncclenv.same(r.var, r.observed, str(hit["value"]))):
+        return
+    r.status = "sglang_overrides"
+    r.notes.append(f"SGLang sets {r.var}={hit.get('value')} itself ({hit['condition']}): the operator's value never "
+                   "reaches the worker; an in-process patch mode (scheduler, plugin) sets it after SGLang does")
+
+
 def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
     """Notes on sources the verdict overrode; for a different value, who most likely changed it."""
     var, pid = r.var, proc.pid
@@ -312,6 +345,8 @@ def _settle(run: _Run, proc: _Proc, r: _Row) -> None:
         for src in SOURCES:
             if r.sources[src] is not None and not ncclenv.same(var, r.sources[src], r.exp):
                 r.notes.append(f"{src} says {r.sources[src]} (superseded by {r.strongest})")
+    if r.status == "sglang_overrides":
+        blame(run.hints, run.rules, var, pid, run.facts)  # names the release's write and the patch mode that wins
     if r.status == "different":
         said = ", ".join(f"{src}={r.sources[src]}" for src in SOURCES if r.sources[src] is not None)
         r.notes.append(f"expected {r.exp}; {said}" if said else f"expected {r.exp}")
@@ -355,6 +390,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
         for var in sorted(expected):
             r = _observe(run, proc, var, expected[var])
             _judge(run, proc, r)
+            _by_sglang(run, r)
             _settle(run, proc, r)
             rows.append({"pid": proc.pid, "rank": s.get("rank"), "label": s.get("label"), "title": s.get("title"),
                          "var": var, "expected": r.exp, "observed": r.observed, "evidence": r.strongest,
@@ -363,8 +399,17 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
     used = ncclused.used(evidence, expected, nranks)
     _overridden(run.hints, rows, used)
     run_hints(run.hints, evidence, facts, expected, rows, bool(schedulers) and not any_nccl)
+    census = dict(evidence.get("ranks") or {})
+    gone = ranks_gone(census)
+    if gone is not None:
+        # The rows are of the ranks that run: proving all of them proves nothing about a server missing one.
+        for g in census.get("gone") or []:
+            hint(run.hints, "rank_gone", f"{gone}: the server cannot serve with a rank missing, whatever its "
+                 "/health says (sgl-project/sglang#6624); the rows are those of the ranks that run. Deploy again; "
+                 "`inv logs` shows the rank's last lines", pid=g.get("pid"))
     summary = {st: sum(1 for r in rows if r["status"] == st) for st in STATUSES}
-    ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded
+    ok = bool(schedulers) and bool(rows) and all(r["status"] == "proven" for r in rows) and not not_recorded \
+        and gone is None
     order = {"error": 0, "warning": 1, "info": 2}
     return {
         "ok": ok,
@@ -374,6 +419,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
         "nranks_source": nranks_source,
         "single_rank": run.single_rank,
         "schedulers": len(schedulers),
+        "ranks": {**census, "verdict": gone},
         "recorded_deploy": not not_recorded,
         "hints": sorted(run.hints.values(), key=lambda h: (order.get(h["severity"], 3), h["code"])),
         "used": used,

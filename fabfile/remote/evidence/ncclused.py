@@ -200,7 +200,14 @@ def used(evidence: dict[str, Any], expected: dict[str, str], nranks: int | None)
             for var in ncclenv.SELECTION_VARS if var in str(r["note"])}
     result["overridden"] = sorted(over)
     result["summary"] = {st: sum(1 for r in result["rows"] if r["status"] == st) for st in USED_STATUSES}
-    if not tuning:
+    dead_logger = next((g for g in (evidence.get("ranks") or {}).get("gone") or [] if g.get("rank") == 0), None)
+    if not tuning and dead_logger is not None:
+        # NCCL logs its choices on rank 0 only: with that rank gone, the silence of the others says nothing about
+        # NCCL_DEBUG_SUBSYS.
+        pid = f" (pid {dead_logger['pid']})" if dead_logger.get("pid") is not None else ""
+        result["note"] = (f"{dead_logger.get('label') or 'TP0'}{pid}, the rank NCCL logs its TUNING lines on, is "
+                          "gone: what NCCL used cannot be read from the ranks that run")
+    elif not tuning:
         result["note"] = ("NCCL logged no TUNING line: add TUNING to NCCL_DEBUG_SUBSYS (env: NCCL_DEBUG_SUBSYS: "
                           "INIT,ENV,TUNING) for a bounded check; NCCL 2.18-2.19 print none at INFO")
     return result

@@ -301,6 +301,17 @@ def is_speculative(spec_info: dict[str, Any], sources: dict[str, Any]) -> bool:
     return bool(spec_info.get("algorithm")) or any(v is not None and v >= 1.0 for v in sources.values())
 
 
+def accept_len_windows(meta: dict[str, Any], decode: dict[str, Any]) -> dict[str, str]:
+    """Each accept-length source's window and sample size, as a person reads it beside the figure."""
+    return {
+        "meta_info": f"{meta.get('requests')} requests (Σ completion_tokens / Σ spec_verify_ct)",
+        "decode_log": f"the mean of {decode.get('lines')} Decode batch lines",
+        "prometheus": "gauge: SGLang's last Decode window",
+        "bench_serving": "bench_serving's requests",
+        "server_info": "every request since the server started",
+    }
+
+
 def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict[str, Any], client_name: str,
             started_at: str, seen: dict[str, Any]) -> dict[str, Any]:
     """The benchmark's result document: the client's figures and the speculative ones from every source."""
@@ -327,6 +338,9 @@ def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict
         "accept_len": accept_len,
         "accept_len_sources": sources if speculative else {},
         "accept_len_source": next((k for k, v in sources.items() if v is not None), None) if speculative else None,
+        # What each source's figure is over: different windows give different accept lengths for one server.
+        "accept_len_windows": {k: w for k, w in accept_len_windows(meta, decode).items()
+                               if sources.get(k) is not None} if speculative else {},
         "accept_rate": reported_rate if speculative else None,
         "accept_rate_meaning": metrics.accept_rate_meaning(version) if speculative else None,
         "draft_acceptance": (meta.get("draft_acceptance") if meta.get("draft_acceptance") is not None

@@ -107,6 +107,27 @@ def served(record: Mapping[str, Any] | None) -> bool:
     return not isinstance(argv, list) or "--enable-metrics" in argv
 
 
+# SGLang's default --decode-log-interval (server_args.decode_log_interval in every wheel read): a Decode batch line,
+# and the gauges set with it, cover that many decode forwards.
+DECODE_LOG_INTERVAL = 40
+
+
+def decode_log_interval(record: Mapping[str, Any] | None) -> int:
+    """The forwards one Decode batch line (and its gauges) covers: the recorded launch's --decode-log-interval, else
+    SGLang's default. The window a "last Decode line" figure is over, named beside it."""
+    argv = ((record or {}).get("launch") or {}).get("argv")
+    if isinstance(argv, list):
+        for i, a in enumerate(argv):
+            value = a.split("=", 1)[1] if str(a).startswith("--decode-log-interval=") else \
+                argv[i + 1] if a == "--decode-log-interval" and i + 1 < len(argv) else None
+            if value is not None:
+                try:
+                    return max(1, int(value))
+                except ValueError:
+                    break
+    return DECODE_LOG_INTERVAL
+
+
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Prometheus exposition text → ``{metric: [(labels, value), ...]}`` (comments and bad lines skipped)."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import versions
+from .. import procs, versions
 from ..common import AgentError, EventSink, ensure_private_dir, expand
 from ..evidence import interconnect, ncclused
 from ..protocol import (
@@ -43,7 +43,7 @@ from ..protocol import (
     ProfileRequest,
     ProfileResult,
 )
-from ..serve import server
+from ..serve import ranks, server
 from . import bench, devicetimer, loadgen, metrics, trace
 from .profilestore import profiles_dir, prune, ready_traces
 
@@ -98,27 +98,33 @@ def profile_body(version: str, output_dir: str, num_steps: int, prefix: str) -> 
             "with_stack": False, "record_shapes": False, "profile_prefix": prefix}
 
 
-def _wait_traces(out_dir: str, ranks: int, cap: int, target: tuple[str, int], api_key: str | None,
-                 sink: EventSink, stopped: list[bool]) -> dict[int, str]:
+def _wait_traces(ctx: _Run, sink: EventSink) -> dict[int, str]:
     """Wait for every rank's file; ask SGLang to stop (and write) when the load ended before ``num_steps`` (the
-    load is over, so no further step would come: a short look for files it is already writing, then the stop)."""
+    load is over, so no further step would come: a short look for files it is already writing, then the stop).
+    The server's life is looked at on every round: a rank that dies while the files are written leaves some of
+    them complete and the rest never coming, and what it left measures nothing."""
+    assert ctx.out_dir is not None
+    out_dir, want, cap = ctx.out_dir, ctx.tp, ctx.cap
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
+        _alive_while_writing(ctx)
         got = ready_traces(out_dir, cap)
-        if len(got) >= ranks:
+        if len(got) >= want:
             return got
         time.sleep(0.2)
-    _post(*target, "/stop_profile", None, api_key)  # "not in progress" when it just stopped itself: fine
-    stopped[0] = True
+    _post(*ctx.target, "/stop_profile", None, ctx.api_key)  # "not in progress" when it just stopped itself: fine
+    ctx.stopped[0] = True
     deadline = time.monotonic() + TRACE_WAIT_S
     while time.monotonic() < deadline:
+        _alive_while_writing(ctx)
         got = ready_traces(out_dir, cap)
-        if len(got) >= ranks:
+        if len(got) >= want:
             return got
-        sink.emit("progress", phase="trace", ranks=len(got), of=ranks)
+        sink.emit("progress", phase="trace", ranks=len(got), of=want)
         if not sink.stdout_ok:
             break
         time.sleep(0.3)
+    _alive_while_writing(ctx)
     got = ready_traces(out_dir, cap)
     if not got:
         raise AgentError("profile_failed", f"SGLang wrote no trace into {out_dir} within {TRACE_WAIT_S:.0f} s of "
@@ -194,6 +200,29 @@ class _Run:
         self.out_dir: str | None = None
         self.started = False
         self.stopped = [False]
+        # The ranks as the profile found them: which one died is named against this (the launcher may take the
+        # others down a moment later).
+        self.ranks = ranks.snapshot(int(rec["pid"]))
+        self.dead = False
+
+    def death(self) -> str | None:
+        """None while the server and every rank run; else which rank died and where the host says so."""
+        said = ranks.death(int(self.rec["pid"]), self.rec.get("start_ticks"), self.ranks, self.log_path,
+                           self.offset)
+        self.dead = said is not None
+        if said is not None and not procs.alive(int(self.rec["pid"]), self.rec.get("start_ticks")):
+            self.stopped[0] = True  # nothing left to ask /stop_profile of
+        return said
+
+
+_DIED_HINT = "see `inv logs` for why it died, deploy again, then profile"
+
+
+def _alive_while_writing(ctx: _Run) -> None:
+    said = ctx.death()
+    if said is not None:
+        raise AgentError("profile_failed", f"the server died while SGLang wrote its traces: {said}; no figures "
+                         "or traces were kept", _DIED_HINT)
 
 
 def _start(ctx: _Run) -> None:
@@ -226,11 +255,15 @@ def _load_and_trace(ctx: _Run, sink: EventSink) -> tuple[dict[str, Any], devicet
                                    output_len=int(req["output_len"]), num_prompts=int(req["num_prompts"]), warmup=0,
                                    api_key=ctx.api_key, on_progress=progress,
                                    timeout=float(req.get("request_timeout", 600)))
-            # The bench's rule: figures from a run the server did not live through measure its death.
-            if bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") or not measured["completed"] else 0.0):
-                raise AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the profile, after "
-                                 f"{measured.get('completed', 0)} of {req['num_prompts']} requests; no figures "
-                                 "were kept", "see `inv logs` for why it died, deploy again, then profile")
+            # The bench's rule: figures from a run the server did not live through measure its death (a few
+            # seconds for the launcher to finish dying when requests failed, so the death is seen, not blamed on
+            # the requests). One rank gone is the server's death too, whether or not the launcher noticed.
+            bench.died_meanwhile(rec, grace=5.0 if measured.get("failed") or not measured["completed"] else 0.0)
+            said = ctx.death()
+            if said is not None:
+                raise AgentError("bench_failed", f"the server died during the profile, after "
+                                 f"{measured.get('completed', 0)} of {req['num_prompts']} requests: {said}; no "
+                                 "figures were kept", _DIED_HINT)
             after = devicetimer.snapshot(bench.http_get(*ctx.target, "/metrics", ctx.api_key) or "")
             if not measured["completed"]:
                 raise AgentError("bench_failed", f"every profile request failed: {measured['errors'][:1]}",
@@ -239,13 +272,14 @@ def _load_and_trace(ctx: _Run, sink: EventSink) -> tuple[dict[str, Any], devicet
                 raise AgentError("profile_failed", "the client went away during the profile; nothing was kept",
                                  "run `inv profile` again")
             if ctx.started and ctx.out_dir:
-                files = _wait_traces(ctx.out_dir, ctx.tp, ctx.cap, ctx.target, ctx.api_key, sink, ctx.stopped)
+                files = _wait_traces(ctx, sink)
     except _Interrupted as e:
         raise AgentError("profile_failed", f"the profile was interrupted on the host ({e}); the server's profiler "
                          "was stopped", "run `inv profile` again") from None
     finally:
         if ctx.started and not ctx.stopped[0]:
-            _post(*ctx.target, "/stop_profile", None, ctx.api_key)
+            # a server with a dead rank may never answer: a short try, as its profiler dies with it
+            _post(*ctx.target, "/stop_profile", None, ctx.api_key, timeout=5.0 if ctx.dead else 30.0)
     return measured, after, files
 
 

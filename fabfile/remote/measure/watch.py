@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import http.client
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..common import EventSink, expand
-from ..protocol import StateRequest, WatchAnswer
 from ..serve import records, server
 from . import metrics
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import StateRequest, WatchAnswer
 
 
 def _get_metrics(listen: str, port: int, timeout: float = 3.0) -> str | None:
@@ -59,18 +61,27 @@ def sample(state_dir: str, last_decode: Any) -> WatchAnswer:
     out["health"] = {"path": path, "status": code, "latency_s": took}
     text = _get_metrics(str(rec["listen"]), int(rec["port"])) if metrics.served(rec) else None
     prom = metrics.spec_from_prometheus(text) if text else {}
-    if prom:
-        out.update({"source": "metrics", "tok_s": prom.get("gen_throughput"), "accept_len": prom.get("accept_len"),
-                    "running_req": prom.get("running_req"), "queue_req": _queue_from(text or ""), "age_s": 0.0})
-        return out
     dec = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
-    if dec:
+    out["window_forwards"] = metrics.decode_log_interval(rec)  # what one figure covers: one Decode line's window
+    if prom:
+        # A gauge carries no time of its own, but SGLang sets these gauges in the same call that writes the
+        # Decode batch line (the wheels' scheduler metrics reporter: `logger.info(msg)` then
+        # `self.stats.gen_throughput = self.last_gen_throughput` and `log_stats`): the line's time is the
+        # gauge's. Read at 0 s old, an idle server's gauge would pass for a fresh figure.
+        out.update({"source": "metrics", "tok_s": prom.get("gen_throughput"), "accept_len": prom.get("accept_len"),
+                    "running_req": prom.get("running_req"), "queue_req": _queue_from(text or ""),
+                    "age_s": (dec or {}).get("age_s"),
+                    "age_of": "gauge (set with the last Decode batch line)" if dec else
+                    "gauge (no Decode batch line dates it)"})
+    elif dec:
         out.update({"source": "log", "tok_s": dec.get("gen_throughput"), "accept_len": dec.get("accept_len"),
                     "running_req": dec.get("running_req"), "queue_req": dec.get("queue_req"),
-                    "age_s": dec.get("age_s")})
+                    "age_s": dec.get("age_s"), "age_of": "the last Decode batch line"})
     else:
         out.update({"source": "log (no Decode batch line yet)", "tok_s": None, "accept_len": None,
-                    "running_req": None, "queue_req": None, "age_s": None})
+                    "running_req": None, "queue_req": None, "age_s": None, "age_of": None})
+    # ``tok_s`` kept for scripts; ``gen_tok_s`` names it: SGLang's decode-window throughput, not a bench's output tok/s
+    out["gen_tok_s"] = out.get("tok_s")
     return out
 
 

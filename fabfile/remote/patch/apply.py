@@ -11,11 +11,10 @@ import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import versions
 from ..common import AgentError, EventSink, expand, sha256_bytes
-from ..protocol import PatchApplyAnswer, PatchApplyRequest
 from .anchors import has_block, insert_block, strip_blocks
 from .modes import ENGINE_REL, MANIFEST_VERSION, SCHEDULER_REL, SITECUSTOMIZE_REL, check_mode
 from .store import (
@@ -36,6 +35,9 @@ from .store import (
     save_manifest,
     store_backup,
 )
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import PatchApplyAnswer, PatchApplyRequest
 
 
 def _check_installed_version(site: str, version: str) -> None:

@@ -7,11 +7,13 @@ Stdlib only, Python 3.9+; imported by the client too (``fabfile.plan`` checks a 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import versions
 from ..common import AgentError
-from ..protocol import Evaluation
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import Evaluation
 
 MANIFEST_VERSION = 1
 SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"

@@ -6,10 +6,9 @@ Rollback refuses a file that changed behind the engine's back (its hash is not t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common import AgentError, EventSink, expand, sha256_file
-from ..protocol import PatchRollbackAnswer, PatchRollbackRequest
 from .modes import MANIFEST_VERSION
 from .store import (
     Op,
@@ -25,6 +24,9 @@ from .store import (
     require,
     save_manifest,
 )
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import PatchRollbackAnswer, PatchRollbackRequest
 
 
 def _undo_ops(state_dir: str, entries: list[dict[str, Any]], currents: dict[str, bytes | None],

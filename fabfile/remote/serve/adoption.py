@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..common import AgentError, EventSink, atomic_write, expand
-from ..protocol import AdoptAnswer, AdoptRequest
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import AdoptAnswer, AdoptRequest
 
 # Variables a login session sets by itself: not something the operator chose for the server.
 _SESSION_NOISE = {"_", "OLDPWD", "PWD", "SHLVL", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "TERM", "MAIL",

@@ -66,15 +66,6 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def schedulers_of(pid: int) -> list[dict[str, Any]]:
-    out = []
-    for p in procs.descendants(pid):
-        if p.cmdline.startswith("sglang::"):
-            out.append({"pid": p.pid, "title": p.cmdline, "rank": procs.scheduler_rank(p.cmdline)})
-    return sorted(out, key=lambda d: (not str(d["title"]).startswith(procs.SCHEDULER_TITLE),
-                                      procs.scheduler_sort_key(str(d["title"])), d["title"]))
-
-
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
          "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch",
@@ -90,7 +81,8 @@ def _previous(state_dir: str) -> dict[str, Any] | None:
         procs.alive(int(rec["pid"]), rec.get("start_ticks"))
     return {"deploy_id": rec.get("deploy_id"), "config_name": rec.get("config_name"),
             "plan_hash": rec.get("plan_hash"), "status": rec.get("status"), "running": running,
-            "pid": rec.get("pid"), "redeployable": bool(rec.get("request") and rec.get("script_copy"))}
+            "pid": rec.get("pid"), "redeployable": bool(rec.get("request") and rec.get("script_copy")),
+            "client": rec.get("client"), "started_at": rec.get("started_at"), "ended": records.ended_of(rec)}
 
 
 def _keep_script(state_dir: str, req: DeployRequest) -> dict[str, Any]:
@@ -145,14 +137,19 @@ def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
     # Heartbeats from the start: waiting for another deploy's lock can be long and otherwise silent.
     stop_heartbeat = sink.start_heartbeat(float(req.get("heartbeat_s") or 5.0))
     try:
+        # The note says "lock" until the next step begins: a deploy refused meanwhile still names the holder's step.
         steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client"),
-                                                "config_name": req["config_name"], "journal": req.get("journal")},
+                                                "config_name": req["config_name"], "journal": req.get("journal"),
+                                                "step": "lock"},
                                                float(t.get("lock_wait", 0)), _lock_waiter(sink)))
     except BaseException:
         stop_heartbeat()
         raise
     # Read under the lock: a deploy that waited replaces what the one before it left, not what ran when it came.
     record["previous"] = _previous(state_dir)
+    if lock.waited > 0:
+        # This deploy queued behind another (--lock-wait): say, before anything changes, what it now replaces.
+        sink.emit("info", message=_replacing(record["previous"], lock.waited))
     if lock.stale:
         sink.emit("info", message=f"replaced a stale lock note left by deploy {lock.stale.get('deploy_id')} "
                   f"(agent pid {lock.stale.get('pid')} is gone)")
@@ -195,6 +192,11 @@ class _Sequence:
             raise AgentError("gpu_busy", f"PID {s['pid']} ({s['cmdline']}) survived SIGKILL",
                              "it may be stuck in the kernel (D state); the host may need attention")
         record["stopped"] = stopped
+        prev = record.get("previous")
+        if prev and prev.get("running") and prev.get("deploy_id"):
+            # Its server is gone now, stopped by this deploy: that deploy ended "replaced" (`inv deploys`).
+            records.mark_ended(state_dir, str(prev["deploy_id"]), "replaced", by=req["deploy_id"],
+                               by_client=req.get("client"))
         steps.run("gpu_clean", lambda: gpus.wait_clean(req["target_gpus"], int(req["gpu_idle_mib"]),
                                                           float(t["gpu_clean"])),
                   lambda r: f"{len(r['gpus'])} GPU(s) idle")
@@ -238,11 +240,12 @@ class _Sequence:
             env=(req.get("summary") or {}).get("env")),
             lambda r: f"{r['ready_path']} answered 200 in {r['probe_latency_s']:.2f} s")
         record["ready"] = ready
+        record["sglang_warnings"] = list(ready.pop("sglang_warnings", None) or [])
 
     def finish(self) -> None:
         req, record, steps, started = self.req, self.record, self.steps, self.started
         assert started is not None
-        record["schedulers"] = schedulers_of(started["pid"])
+        record["schedulers"] = procs.schedulers_of(started["pid"])
         gate_req = req.get("gates")
         if gate_req:
             _gates(gate_req, req, started, record, steps)
@@ -262,6 +265,7 @@ class _Sequence:
         _still_serving(started, req["log_path"])
         record["status"] = "running"
         record["ready_at"] = _now()
+        record["ended"] = {"kind": "ready", "at": record["ready_at"]}
         record["timings"] = steps.timings
         steps.run("record", lambda: records.write(self.state_dir, record))
         record["timings"] = steps.timings
@@ -271,6 +275,19 @@ class _Sequence:
         record, steps, started = self.record, self.steps, self.started
         record["status"] = "failed"
         record["error"] = e.as_dict()
+        record["ended_at"] = _now()
+        if e.kind == "cancelled":
+            # Who cancelled and when, for `inv status` ("cancelled by ... at ..."), not a bare "failed".
+            cancel_file = records.cancel_path(self.state_dir, self.req["deploy_id"])
+            try:
+                at = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(os.path.getmtime(cancel_file)))
+            except OSError:
+                at = record["ended_at"]
+            record["cancelled"] = {"reason": self.cancelled() or e.message, "at": at}
+        # A cancel is no failure of the configuration: `inv deploys` and a later start by id tell them apart.
+        record["ended"] = {"kind": "cancelled" if e.kind == "cancelled" else "failed",
+                           "at": record["cancelled"]["at"] if e.kind == "cancelled" else record["ended_at"],
+                           "why": e.message}
         e.details["previous"] = record["previous"]
         e.details["changed"] = any(k in steps.timings for k in ("patch", "stop"))
         if started is not None:
@@ -325,6 +342,18 @@ def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], reco
 
     steps.run("accept_gate", accept_step,
               lambda r: f"accept length {r['accept_length']:.2f} over {r['requests']} requests (gate {r['gate']:g})")
+
+
+def _replacing(prev: dict[str, Any] | None, waited: float) -> str:
+    """The queued deploy's line once it holds the host: the deploy it replaces (its id), or that none runs."""
+    head = f"got the host after queueing {waited:.0f} s"
+    if not prev or not prev.get("deploy_id"):
+        return f"{head}; no deploy was recorded here before: this one replaces nothing"
+    who = f"deploy {prev['deploy_id']} ({prev.get('config_name')}, from {prev.get('client') or '?'})"
+    if prev.get("running"):
+        return f"{head}; this deploy now replaces {who}, whose server runs (pid {prev.get('pid')})"
+    return f"{head}; the last deploy here, {who}, ended {(prev.get('ended') or {}).get('kind', '?')}: nothing of " \
+        "it runs to replace"
 
 
 def _patch_mode(req: DeployRequest) -> str | None:
@@ -417,5 +446,8 @@ def redeploy(req: RedeployRequest, sink: EventSink) -> DeployRecord:
     new.update(deploy_id=req["deploy_id"], client=req.get("client"), journal=req.get("journal"),
                script=old["script_copy"], patch=old["request"].get("patch"), rollback_of=old["deploy_id"],
                state_dir=req["state_dir"])
+    if "lock_wait" in req:
+        # This run's own choice (--lock-wait; by default refuse), never the wait recorded with the old deploy.
+        new["timeouts"] = {**(new.get("timeouts") or {}), "lock_wait": float(req["lock_wait"])}
     # The record's request was a DeployRequest when that deploy ran (its ``_KEEP`` keys), plus the one-off keys.
     return run(cast(DeployRequest, new), sink)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common import AgentError, EventSink, expand
-from ..protocol import AttachAnswer, AttachRequest, LogsAnswer, LogsRequest
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import AttachAnswer, AttachRequest, LogsAnswer, LogsRequest
 
 
 def logs(req: LogsRequest, sink: EventSink) -> LogsAnswer:

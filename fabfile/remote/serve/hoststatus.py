@@ -7,24 +7,26 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common import EventSink, expand
-from ..protocol import StateRequest, StatusAnswer
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import StateRequest, StatusAnswer
 
 
 def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
     """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
     figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
     from .. import procs
-    from . import deploy, records, server
+    from . import records, server
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
     out: StatusAnswer = {"record": rec, "running": False, "deploy_in_progress": None, "other_sglang_processes": []}
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         pid = int(rec["pid"])
         out["running"] = True
-        out["schedulers"] = deploy.schedulers_of(pid)
+        out["schedulers"] = procs.schedulers_of(pid)
         ticks = procs.stat(pid)
         if ticks is not None:
             out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
@@ -39,7 +41,12 @@ def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
         else:
             code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
             out["health"] = {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
-        out["last_decode"] = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
+        out["last_decode"] = found = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
+        if found:
+            from ..measure import metrics
+
+            # The window these figures are over (one Decode line's forwards), not a bench's requests.
+            found["window_forwards"] = metrics.decode_log_interval(rec)
     lock_holder = None
     from .lock import DeployLock
 

@@ -28,6 +28,7 @@ class DeployLock:
         self.fd: int | None = None
         self.stale: dict[str, Any] | None = None
         self.info: dict[str, Any] = {}
+        self.waited = 0.0  # seconds this run queued behind another before it got the host
 
     def holder(self) -> dict[str, Any] | None:
         try:
@@ -58,15 +59,14 @@ class DeployLock:
                 if left <= 0:
                     os.close(fd)
                     h = self.holder() or {}
-                    raise AgentError(
-                        "lock_held", f"another deploy {describe(h)} is running on this host"
-                        + (f"; waited {wait_s:.0f} s for it" if wait_s > 0 else ""),
-                        "wait for it (--lock-wait SECONDS), follow it with `inv status`, or stop it with "
-                        "`inv cancel`", holder=h) from None
+                    raise AgentError("lock_held", refusal(h, wait_s),
+                                     "follow it with `inv status`, stop it with `inv cancel`, or queue behind it "
+                                     "with --lock-wait SECONDS", holder=h) from None
                 if on_wait is not None:
                     on_wait(self.live_holder(), left)
                 time.sleep(min(0.2, max(left, 0.01)))
         self.fd = fd
+        self.waited = time.monotonic() + wait_s - deadline if wait_s > 0 else 0.0
         previous = self.holder()
         if previous is not None:
             # We hold the flock, so whoever wrote this file is gone without cleaning up.
@@ -118,3 +118,16 @@ def describe(h: dict[str, Any]) -> str:
     if h.get("step"):
         parts.append(f"at step {h['step']}")
     return "(" + ", ".join(parts) + ")"
+
+
+def refusal(h: dict[str, Any], wait_s: float) -> str:
+    """The one sentence of a run refused because another holds the host: who, since when, at which step, and how
+    to queue behind it (a second deploy never replaces the first unasked: waiting is opt-in, ``--lock-wait``)."""
+    who = f"from {h.get('client', '?')}"
+    what = f"deploy ({h.get('deploy_id', 'of unknown id')}, {who})" if h.get("journal") or "config_name" in h else \
+        f"command (`inv {h.get('deploy_id', '?')}`, {who})"
+    step = f", now at step {h['step']}" + (f" (since {h['step_since']})" if h.get("step_since") else "") \
+        if h.get("step") else ""
+    waited = f"; waited {wait_s:.0f} s for it (--lock-wait)" if wait_s > 0 else \
+        "; nothing was changed here: `--lock-wait SECONDS` queues behind it (then replaces what it leaves running)"
+    return f"another {what} holds this host since {h.get('since', '?')}{step}, agent pid {h.get('pid', '?')}{waited}"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..common import EventSink, atomic_write, ensure_private_dir, expand
-from ..protocol import CancelAnswer, CancelRequest, DeployRecord, RecordsAnswer, RecordsRequest
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import CancelAnswer, CancelRequest, DeployRecord, DeploySummary, RecordsAnswer, RecordsRequest
 
 
 def _dir(state_dir: str) -> str:
@@ -65,10 +68,83 @@ def read(req: RecordsRequest, sink: EventSink) -> RecordsAnswer:
     prev_id = prev.get("deploy_id") if prev else None
     full_prev = load(state_dir, prev_id) if prev_id else None
     out: RecordsAnswer = {"current": cur, "previous": full_prev}
+    if req.get("history"):
+        out["history"] = history(state_dir)
     if req.get("ids"):
         out["loaded"] = {str(i): load(state_dir, str(i)) if str(i).replace("-", "").isalnum() else None
                          for i in req["ids"]}
     return out
+
+
+HISTORY_MAX = 200  # `inv deploys` lists the newest this many (each record is a few KiB; the host keeps them all)
+
+
+def ended_of(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """How a deploy ended: ``ready``, ``failed``, ``cancelled``, ``replaced`` (a later deploy stopped its server),
+    ``stopped`` (`inv stop`) or ``unfinished`` (still starting, or its agent died). Records written before the
+    ``ended`` key existed are read from their status and error."""
+    ended = dict(rec.get("ended") or {})
+    if not ended:
+        status = rec.get("status")
+        if status == "failed":
+            kind = (rec.get("error") or {}).get("kind")
+            ended = {"kind": "cancelled" if kind == "cancelled" else "failed"}
+        elif rec.get("ready_at") or status in ("running", "stopped", "adopted"):
+            ended = {"kind": "ready", "at": rec.get("ready_at")}
+        else:
+            ended = {"kind": "unfinished"}
+    if ended.get("kind") == "ready" and rec.get("status") == "stopped":
+        ended = {"kind": "stopped", "at": rec.get("stopped_at"), "after": "ready"}
+    return ended
+
+
+def mark_ended(state_dir: str, deploy_id: str, kind: str, **facts: Any) -> None:
+    """Record how an earlier deploy ended (``replaced``: a later deploy stopped its server); best effort: the
+    record only describes it, and a full disk must not fail the deploy that replaces it."""
+    rec = load(state_dir, deploy_id)
+    if rec is None:
+        return
+    ended: dict[str, Any] = {"kind": kind, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **facts}
+    was = rec.get("ended")
+    if was:
+        ended["after"] = was.get("kind")
+    data = dict(rec, ended=ended)
+    cur = current(state_dir)
+    try:
+        write(state_dir, data, make_current=bool(cur and cur.get("deploy_id") == deploy_id))
+    except OSError:
+        pass
+
+
+def summary(rec: Mapping[str, Any]) -> DeploySummary:
+    """One line of `inv deploys`: which deploy, what it ran, when, by whom, how it ended."""
+    prev = rec.get("previous") or {}
+    return {"deploy_id": str(rec.get("deploy_id")), "config_name": rec.get("config_name"),
+            "patch_mode": rec.get("patch_mode"), "sglang_version": rec.get("sglang_version"),
+            "plan_hash": rec.get("plan_hash"), "started_at": rec.get("started_at"), "client": rec.get("client"),
+            "ended": ended_of(rec), "previous": prev.get("deploy_id"), "rollback_of": rec.get("rollback_of"),
+            "redeployable": bool(rec.get("request") and rec.get("script_copy"))}
+
+
+def history(state_dir: str) -> list[DeploySummary]:
+    """Every recorded deploy of this host, newest first (by start time, then file time: ids are random)."""
+    d = os.path.join(state_dir, "deploys")
+    try:
+        names = [n for n in os.listdir(d) if n.endswith(".json")]
+    except OSError:
+        return []
+    found: list[tuple[str, float, DeploySummary]] = []
+    for n in names:
+        rec = load(state_dir, n[:-len(".json")])
+        if rec is None or not rec.get("deploy_id"):
+            continue
+        try:
+            mtime = os.path.getmtime(os.path.join(d, n))
+        except OSError:
+            mtime = 0.0
+        found.append((str(rec.get("started_at") or ""), mtime, summary(rec)))
+    found.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    return [x[2] for x in found[:HISTORY_MAX]]
 
 
 def cancel(req: CancelRequest, sink: EventSink) -> CancelAnswer:
@@ -78,8 +154,6 @@ def cancel(req: CancelRequest, sink: EventSink) -> CancelAnswer:
     ``deploy_id`` omitted: the deploy holding the host's lock now. With ``wait_s``, wait (bounded) until that deploy
     has let go of the host and report how it ended, from its record.
     """
-    import time
-
     from .lock import DeployLock
 
     state_dir = expand(req["state_dir"])

@@ -10,19 +10,21 @@ import json
 import os
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand
-from ..protocol import (
-    RouterStartAnswer,
-    RouterStartRequest,
-    RouterStopAnswer,
-    RouterStopRequest,
-    RouterWorkerAnswer,
-    RouterWorkerRequest,
-)
 from . import server
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import (
+        RouterStartAnswer,
+        RouterStartRequest,
+        RouterStopAnswer,
+        RouterStopRequest,
+        RouterWorkerAnswer,
+        RouterWorkerRequest,
+    )
 
 
 def _dir(state_dir: str) -> str:

@@ -263,11 +263,15 @@ def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: in
             path: str, timeout: float, started: float, ready_s: float, stall_s: float,
             on_lines: Callable[[list[str]], None], interval: float,
             cancelled: Callable[[], str | None] | None) -> dict[str, Any]:
+    from .launchwarnings import Collector
+
     fired_up = False
+    warned = Collector()
     while True:
         lines = follower.read_lines()
         if lines:
             on_lines(lines)
+            warned.feed(lines)
         for line in lines:
             if READY_LINE in line:
                 fired_up = True
@@ -299,7 +303,8 @@ def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: in
         if prober.ready_latency is not None:
             return {"ready_path": path, "ready_after_s": round(time.monotonic() - started, 3),
                     "log_offset": follower.offset, "fired_up_line": fired_up,
-                    "probe_latency_s": prober.ready_latency, "probe_timeout_s": timeout, "probes": prober.count}
+                    "probe_latency_s": prober.ready_latency, "probe_timeout_s": timeout, "probes": prober.count,
+                    "sglang_warnings": warned.lines}
         now = time.monotonic()
         if now - follower.last_growth > stall_s:
             raise AgentError("stalled", f"the server's log has not grown for {stall_s:.0f} s and it is not ready",

@@ -4,12 +4,14 @@ or holds one of the GPUs the new server needs. TERM, grace, KILL, and confirmati
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import gpus, procs
 from ..common import EventSink, expand
-from ..protocol import GpuApp, Proc, StopAnswer, Stopped, StopRequest
 from . import records
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import GpuApp, Proc, StopAnswer, Stopped, StopRequest
 
 ROUTER_TITLE = "sglang::router"
 

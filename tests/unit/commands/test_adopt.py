@@ -114,3 +114,23 @@ def test_adopt_refuses_to_overwrite_a_file(tmp_path: Path) -> None:
     r = run_cli("adopt", "--command", SEED_SSH_LINE, "--write", str(out))
     assert r.returncode == 2 and "already exists" in r.stderr
     assert out.read_text() == "hosts: {}\n"
+
+
+def test_adopt_names_the_knobs_of_a_hand_started_line_that_do_nothing_on_the_release(tmp_path: Path) -> None:
+    """Issue 39: the seed's --num-continuous-decode-steps is parsed and read nowhere; adopt says so in the entry's
+    head and in the JSON, on the release named (default the newest supported)."""
+    said = "--num-continuous-decode-steps has no effect on SGLang 0.5.16: it is parsed and read nowhere; remove it"
+    r = run_cli("adopt", "--command", SEED_SSH_LINE, "--sglang-version", "0.5.16", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["knob_notes"] == [said] and doc["knob_notes_version"] == "0.5.16"
+    out = tmp_path / "adopted.yaml"
+    r = run_cli("adopt", "--command", SEED_SSH_LINE, "--sglang-version", "0.5.16", "--write", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"# knob: {said}\n" in out.read_text()
+    line = SEED_SSH_LINE.replace("EAGLE3_PROFILE=1", "CUDA_DEVICE_MAX_CONNECTIONS=1")
+    r = run_cli("adopt", "--command", line, "--json")
+    assert "SGLang sets CUDA_DEVICE_MAX_CONNECTIONS=8 itself: your value never reaches the workers" in \
+        json.loads(r.stdout)["knob_notes"]
+    r = run_cli("adopt", "--command", SEED_SSH_LINE, "--sglang-version", "five")
+    assert r.returncode == 2 and "--sglang-version" in r.stderr

@@ -34,6 +34,7 @@ class CostModel:
     interrupt_at: int = 0  # raise KeyboardInterrupt on this deploy
     ran: list[Config] = field(default_factory=list)
     version: str = "0.5.16"
+    queue: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)

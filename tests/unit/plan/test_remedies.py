@@ -50,6 +50,12 @@ def test_a_graph_batch_size_at_or_above_the_load_is_left_alone() -> None:
     ("--speculative-adaptive", "0.5.9", False),
     ("--speculative-adaptive", "0.5.16", True),
     ("SGLANG_NOT_A_KNOB", "0.5.23", False),
+    # parsed and read nowhere on these releases (plan/knob_effects, read from the wheels), though not in NEVER
+    ("--triton-attention-reduce-in-fp32", "0.5.11", False),
+    ("--triton-attention-reduce-in-fp32", "0.5.16", False),
+    ("--triton-attention-reduce-in-fp32", "0.5.23", False),
+    ("--enable-piecewise-cuda-graph", "0.5.12", False),
+    ("--enable-piecewise-cuda-graph", "0.5.9", True),
 ])
 def test_knob_acts_by_release(knob: str, version: str, acts: bool) -> None:
     assert remedies.knob_acts(knob, version) is acts

@@ -55,6 +55,18 @@ def test_check_env_default_is_a_compact_matrix_with_details_only_for_unproven_ce
     assert len(long.splitlines()) > len(lines)  # --verbose: every cell in its own row
 
 
+def test_check_env_legend_never_says_proven_without_evidence() -> None:
+    """With no proven cell the legend read `ok = proven (no evidence)`, as if a cell could be proven without
+    evidence; with proven cells it names the letters' evidence."""
+    ev = _evaluation()
+    for row in ev["rows"]:  # type: ignore[attr-defined]
+        row["status"], row["evidence"] = "unconfirmed", None
+    text = _render(checkenv_report.render_matrix, 200, ev, {})
+    assert "no evidence" not in text and "ok = proven (no cell here is)" in text, text
+    text = _render(checkenv_report.render_matrix, 200, _evaluation(), {})
+    assert "ok = proven by E start environ, L NCCL log;" in text, text
+
+
 def test_check_env_matrix_numbers_its_columns_when_the_variables_do_not_fit() -> None:
     ev = _evaluation()
     for row in list(ev["rows"]):  # type: ignore[arg-type]
@@ -274,7 +286,7 @@ def test_watch_prints_a_missing_figure_with_the_same_dash_as_every_table(
     monkeypatch.setattr(watch_report, "out", console)
     row = {"host": "gpu1", "config_name": "eagle3-s3-k1-d4", "running": True, "health": {"status": 200},
            "tok_s": None, "accept_len": 2.1, "running_req": 1, "queue_req": None, "source": None, "age_s": None}
-    watch_report.WatchView(as_json=False, once=True).sample([row], {}, {})
+    watch_report.WatchView(as_json=False, once=True).sample([row], {}, {}, {}, {})
     text = buf.getvalue()
     assert "—" not in text and "eagle3-s3-k1-d4" in text, text
     if width == 200:

@@ -126,11 +126,11 @@ def test_deploys_rollouts_and_routers_carry_their_exit_code() -> None:
 def test_deploy_previous_json_has_the_same_shape_for_one_host(inv: inventory.Inventory,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """`deploy --previous --json` was the host's document alone for one host, {"ok", "hosts"} for several."""
-    from fabfile.commands.dispatch import deploy_previous
+    from fabfile.commands.recorded import start_recorded
 
-    fleet = FakeFleet({"a": {"records": {"current": {"deploy_id": "d-2"}, "previous": None}}})
+    fleet = FakeFleet({"a": {"records": {"current": {"deploy_id": "d-2"}, "previous": None, "history": []}}})
     with connector(fleet):
-        res = deploy_previous(inv, inv.select("a"), as_json=True)
+        res = start_recorded(inv, inv.select("a"), deploy_id=None, dry_run=False, yes=False, as_json=True)
         show(res.document, res.for_people, as_json=True)
         code = res.exit_code
     doc = json.loads(capsys.readouterr().out)

@@ -375,7 +375,13 @@ def test_sglang_override_is_named() -> None:
     }
     s = sched(10, 0, nccl_env={"NCCL_CUMEM_ENABLE": ["0"]})
     res = evidence.evaluate(ev(s, facts=facts), {"NCCL_CUMEM_ENABLE": "1"})
-    assert row(res, 10, "NCCL_CUMEM_ENABLE")["status"] == "different"
+    # Issue 39: SGLang 0.5.3 assigns it unconditionally, so the row says who did it, not "different".
+    got = row(res, 10, "NCCL_CUMEM_ENABLE")
+    assert got["status"] == "sglang_overrides" and res["summary"]["sglang_overrides"] == 1
+    assert "SGLang sets NCCL_CUMEM_ENABLE=0 itself" in got["note"]
+    buf = io.StringIO()
+    checkenv_report.render_matrix(res, facts, Console(file=buf, width=200, color_system=None))
+    assert "NCCL_CUMEM_ENABLE: overridden by SGLang, expected 1, observed 0" in buf.getvalue()
     msg = next(h["message"] for h in res["hints"] if h["code"] == "sglang_overrides_NCCL_CUMEM_ENABLE")
     assert "SGLang itself sets NCCL_CUMEM_ENABLE on this version" in msg
     assert "sglang_touches_NCCL_CUMEM_ENABLE" in codes(res)
@@ -761,3 +767,20 @@ def test_a_marker_from_an_older_process_with_the_same_pid_is_not_evidence(tmp_pa
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
+
+
+def test_nccl_debug_stripped_by_the_launch_path_names_the_launcher_not_nccl_debug() -> None:
+    """NCCL_DEBUG=INFO was on in the launcher and its workers lack it: the hint names the launcher that stripped
+    it, never "NCCL_DEBUG=INFO was not on … deploy with nccl_debug" (it was on: deploying with it again changes
+    nothing)."""
+    s = sched(10, 0, environ={"NCCL_BUFFSIZE": "16777216"}, nccl_env=None,
+              markers=[marker(10, {"NCCL_PROTO": "LL"})])
+    s["environ_diag"] = {"NCCL_DEBUG": None}  # as gather reads it: every diagnostic name, None when absent
+    launcher = {"pid": 7, "alive": True, "environ_status": "ok", "environ": {}, "markers": [], "nccl": {"env": {}},
+                "environ_diag": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"},
+                "cmdline": "python3 -m sglang.launch_server --api-key sk-hidden --port 8000"}
+    res = evidence.evaluate(ev(s, launcher=launcher, facts={"nccl_debug": True}), EXP)
+    msg = next(h["message"] for h in res["hints"] if h["code"] == "no_nccl_debug")
+    assert "was not on" not in msg and "deploy with nccl_debug" not in msg, msg
+    assert "NCCL_DEBUG=INFO was on in the launcher (pid 7, `python3 -m sglang.launch_server`)" in msg, msg
+    assert "stripped" in msg and "sk-hidden" not in msg, msg

@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     "nccl_version": "2.28.9+cuda13.0",
     "cost_profile": None,  # a key of COST_PROFILES: its costs, under this host's own keys
     "accept_wrong_every": 0,  # P > 0: the partial draft's deterministic acceptance (generation.py)
+    # "default": no tuned fused-MoE config for this GPU and shape, so every rank logs SGLang's "Using default MoE
+    # kernel config" warning after loading the weights (fused_moe_triton_config.py, every release read)
+    "moe_kernel_config": "tuned",
 }
 
 

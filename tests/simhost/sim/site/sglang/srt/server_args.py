@@ -22,6 +22,39 @@ logger = logging.getLogger(__name__)
 SPEC_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
 
 
+# Deprecated aliases the simulator parses (old -> (new, first release aliasing, first release without)), as the
+# wheels' knob facts say (fabfile/plan/sglang_knob_facts.py; tests/unit/plan/test_sim_knobs.py holds them equal).
+DEPRECATED_ALIASES: dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]] = {
+    "--cuda-graph-max-bs": ("--cuda-graph-max-bs-decode", (0, 5, 14), (0, 5, 20)),
+    "--cuda-graph-bs": ("--cuda-graph-bs-decode", (0, 5, 14), (0, 5, 20)),
+}
+# Variables SGLang reads only to say they are gone (first release that says so, its words: speculative_hook.py).
+REMOVED_ENV: dict[str, tuple[tuple[int, ...], str]] = {
+    "SGLANG_ENABLE_SPEC_V2": ((0, 5, 14), "SGLANG_ENABLE_SPEC_V2 has been removed: speculative decoding always runs "
+                              "the V2 worker. Use --disable-overlap-schedule to select the non-overlap "
+                              "(synchronous) path."),
+}
+
+
+def print_deprecated_warning(message: str) -> None:
+    logger.warning(f"\033[1;33m{message}\033[0m")
+
+
+class DeprecatedAliasStoreAction(argparse.Action):
+    """Deprecated alias that stores its value and prints a warning (SGLang's words, 0.5.14+)."""
+
+    def __init__(self, option_strings: list[str], dest: str, new_flag: str | None = None, **kwargs: Any) -> None:
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        replacement = f" Use '{self.new_flag}' instead." if self.new_flag else ""
+        print_deprecated_warning(
+            f"'{option_string}' is deprecated and will be removed in a future release.{replacement}"
+        )
+        setattr(namespace, self.dest, values)
+
+
 def spec_algorithm_choices() -> list[str] | None:
     """``--speculative-algorithm``'s argparse choices in this version (docs/sglang-contract.md); from 0.5.12
     SGLang declares none (any registered name) and rejects an unknown one after parsing."""
@@ -157,6 +190,9 @@ class ServerArgs:
         if self.speculative_algorithm is not None:
             self._handle_speculative_decoding()
         self._handle_deterministic_inference()
+        for name, (since, words) in REMOVED_ENV.items():
+            if version() >= since and os.getenv(name) is not None:
+                logger.warning(words)
 
     def _handle_deterministic_inference(self) -> None:
         # SGLang writes these in its argument post-processing (ServerArgs._handle_deterministic_inference,
@@ -300,7 +336,14 @@ class ServerArgs:
         a("--sampling-backend", type=str, default=None)
         a("--grammar-backend", type=str, default=None)
         a("--disable-radix-cache", action="store_true")
-        if ver < (0, 5, 20):  # 0.5.20 folded them into the cuda-graph config
+        if ver >= (0, 5, 14):  # the per-phase names; the old ones are deprecated aliases of them to 0.5.19
+            a("--cuda-graph-max-bs-decode", type=int, default=None, dest="cuda_graph_max_bs")
+            a("--cuda-graph-bs-decode", type=int, nargs="+", default=None, dest="cuda_graph_bs")
+        for old, (new, since, gone) in DEPRECATED_ALIASES.items():
+            if since <= ver < gone:
+                a(old, type=int, nargs="+" if old == "--cuda-graph-bs" else None, action=DeprecatedAliasStoreAction,
+                  new_flag=new, dest=old[2:].replace("-", "_"), default=None)  # the field the new name fills
+        if ver < (0, 5, 14):  # their own flags before; 0.5.20 folded them into the cuda-graph config
             a("--cuda-graph-max-bs", type=int, default=None)
             a("--cuda-graph-bs", type=int, nargs="+", default=None)
         a("--disable-cuda-graph", action="store_true")

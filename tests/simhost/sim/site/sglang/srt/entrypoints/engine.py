@@ -179,7 +179,7 @@ class LaunchedEngine:
             rank, proc = sentinels[ready[0]]
             proc.join(1.0)
             if not _shutting_down.is_set():
-                on_death(rank, proc)
+                on_death(rank, proc, self.scheduler_procs.index(proc))
 
         threading.Thread(target=watch, name="scheduler-watchdog", daemon=True).start()
 
@@ -251,7 +251,13 @@ def _launch(server_args: ServerArgs) -> LaunchedEngine:
     return LaunchedEngine(server_args, scheduler_procs, infos, ranks)
 
 
-def scheduler_died_after_ready(rank: int, proc: Any) -> None:
+def scheduler_died_after_ready(rank: int, proc: Any, index: int) -> None:
+    if runtime.version() >= (0, 5, 12):
+        # SGLang's SubprocessWatchdog (sglang/srt/utils/watchdog.py, in the 0.5.12 wheel, not in 0.5.9's): it names
+        # the process by its place in the launcher's list (``scheduler_{i}``, i from 0 on every node) and its pid,
+        # then SIGQUITs the launcher.
+        logger.error(f"Subprocess scheduler_{index} (pid={proc.pid}) crashed with exit code {proc.exitcode}. "
+                     "Triggering SIGQUIT for cleanup...")
     if runtime.version() >= (0, 5, 10):
         if not _sigquit_received.is_set():
             logger.error("Received sigquit from a child process. It usually means the child failed.")

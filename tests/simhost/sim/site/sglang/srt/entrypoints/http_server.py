@@ -539,7 +539,8 @@ def launch_server(server_args: ServerArgs) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    if cfg.get("fail") != "scheduler_dead_health_ok":  # that fault is a launcher that does not notice (sglang#6624)
+    # Those faults are a launcher that does not notice a dead rank (sglang#6624: one rank dead, the rest alive).
+    if cfg.get("fail") not in ("scheduler_dead_health_ok", "scheduler_dead_unnoticed"):
         launched.start_watchdog(engine.scheduler_died_after_ready)
     threading.Thread(target=httpd.serve_forever, name="http", daemon=True).start()
 

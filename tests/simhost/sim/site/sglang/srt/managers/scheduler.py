@@ -83,7 +83,9 @@ class Scheduler:
 
     def run_event_loop(self) -> None:
         cfg = self.cfg
-        if cfg.get("fail") == "scheduler_killed" and int(cfg.get("fail_rank", 0)) == self.tp_rank:
+        # scheduler_dead_unnoticed: the same death, but the launcher never notices (no watchdog: sglang#6624)
+        if cfg.get("fail") in ("scheduler_killed", "scheduler_dead_unnoticed") and \
+                int(cfg.get("fail_rank", 0)) == self.tp_rank:
             trigger = cfg.get("fail_trigger_file")
             if trigger:
                 # a test that must see the schedulers alive first says when, instead of racing a delay

@@ -115,6 +115,14 @@ class ModelRunner:
             f"Load weight end. type={arch}, dtype=torch.bfloat16, avail mem={avail - weights_gb:.2f} GB, "
             f"mem usage={weights_gb:.2f} GB."
         )
+        if self.cfg.get("moe_kernel_config") == "default":
+            logger.warning(
+                "Using default MoE kernel config. Performance might be sub-optimal! Config file not found at %s, "
+                "you can create them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/"
+                "fused_moe_triton",
+                f"{os.path.dirname(__file__)}/configs/triton_3_4_0/E=256,N=256,device_name="
+                f"{str(self.cfg['gpu_name']).replace(' ', '_')}.json",
+            )
         if self.server_args.speculative:
             draft = runtime.read_model_config(self.server_args.speculative_draft_model_path)
             darch = (draft.get("architectures") or ["LlamaForCausalLMEagle3"])[0]

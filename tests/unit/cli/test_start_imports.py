@@ -1,0 +1,34 @@
+"""What a read-only command's start imports (issue 42): an operator runs status, check-env, gpus and logs many
+times a day and from cron, so their start loads only what they use. Behaviour, not timing: which modules end up
+in ``sys.modules`` of a fresh interpreter, never how long they took."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Everything the read-only commands' tasks reach before the first host answers: the tasks, the commands, the SSH
+# transport, the session and the tables they print.
+READ_ONLY_PATH = ("fabfile.cli.tasks", "fabfile.commands.operations", "fabfile.transport.ssh",
+                  "fabfile.transport.session", "fabfile.present.hosts_report", "fabfile.present.checkenv_report",
+                  "fabfile.inventory.hosts")
+# What none of them needs: the templates (jinja2), the inventory's validator (pydantic; only on a cache miss), the
+# live spinner (a deploy's) and the protocol's TypedDicts (annotations only; the deploy machinery neither).
+NOT_NEEDED = ("jinja2", "pydantic", "fabfile.render.jinja", "fabfile.inventory.schema", "rich.live", "rich.spinner",
+              "fabfile.present.progress", "fabfile.remote.protocol", "fabfile.remote.serve.deploy")
+
+
+def loaded_after(code: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    return list(json.loads(out.splitlines()[-1]))
+
+
+def test_the_read_only_commands_start_without_templates_validator_spinner_or_protocol_shapes() -> None:
+    modules = loaded_after("\n".join(f"import {m}" for m in READ_ONLY_PATH))
+    assert "paramiko" in modules  # the import ran: the path really reaches the SSH transport
+    assert [m for m in NOT_NEEDED if m in modules] == []

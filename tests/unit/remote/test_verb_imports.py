@@ -1,0 +1,38 @@
+"""What the agent imports for a read-only verb (issue 42): every call starts a fresh Python on the host, so a status,
+gpus, logs, check-env or watch call loads its own room and nothing of the deploy's, and never builds the protocol's
+TypedDicts (the shapes are annotations for mypy and the tests; building them cost ~10 ms of every call). Behaviour,
+not timing: which modules a fresh interpreter holds after the call."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+HEAVY = ("fabfile.remote.protocol", "fabfile.remote.serve.deploy", "fabfile.remote.gpus")
+
+
+def loaded(code: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-I", "-c", code + "\nprint(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    return list(json.loads(out.splitlines()[-1]))
+
+
+def test_a_status_call_loads_neither_the_deploy_nor_the_protocol_shapes(tmp_path: Path) -> None:
+    code = (f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom fabfile.remote import verbs\n"
+            "from fabfile.remote.common import EventSink\n"
+            f"answer = verbs.STATUS.function()({{'state_dir': {str(tmp_path)!r}}}, EventSink())\n"
+            "assert answer['running'] is False and answer['record'] is None, answer")
+    modules = loaded(code)
+    assert "fabfile.remote.serve.hoststatus" in modules  # the verb ran
+    assert [m for m in HEAVY if m in modules] == []
+
+
+def test_the_other_read_only_verbs_import_their_room_without_the_protocol_shapes() -> None:
+    for verb in ("GPUS", "LOGS", "EVIDENCE", "WATCH"):
+        modules = loaded(f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom fabfile.remote import verbs\n"
+                         f"verbs.{verb}.function()")
+        assert "fabfile.remote.protocol" not in modules, verb
+        assert "fabfile.remote.serve.deploy" not in modules, verb
