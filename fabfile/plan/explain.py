@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabfile.remote import protocol
@@ -72,6 +72,7 @@ class Subject:
     rank: int = 0
     difference_pct: Mapping[str, float] = field(default_factory=dict)  # trace vs timer, per phase (a profile)
     cuda_graph: bool | None = None
+    version: str = ""  # the SGLang release that measured it ("" unknown)
 
     @property
     def speculative(self) -> bool:
@@ -264,9 +265,17 @@ def _verify_eager(s: Subject) -> Finding | None:
     launches, gap = float(k.get("kernel_launches") or 0), float(k.get("launch_gap_ms") or 0)
     also = " while decode replays a CUDA graph" if graph_decode else ""
     return Finding("verify_eager", f"verify ran eagerly ({launches:.0f} kernel launches, {gap:.1f} ms of launch gaps "
-                                   f"per pass [trace]){also}: raise --cuda-graph-max-bs or use a backend whose "
-                                   "verify graph this version supports",
+                                   f"per pass [trace]){also}: raise {_graph_bs_spelling(s.version)} or use a backend "
+                                   "whose verify graph this version supports",
                    {"kernel_launches": launches, "launch_gap_ms": gap})
+
+
+def _graph_bs_spelling(version: str) -> str:
+    """The CUDA graph batch-size flag as ``version`` spells it (``--cuda-graph-max-bs-decode`` from 0.5.14, where
+    the old name became its alias; 0.5.20 has only the new one); the old name where the release is unknown."""
+    from fabfile.plan.knob_effects import current_name
+
+    return (current_name(version, "--cuda-graph-max-bs") if version else None) or "--cuda-graph-max-bs"
 
 
 def _sources_differ(s: Subject) -> Finding | None:
@@ -450,6 +459,15 @@ def row_anatomy(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def subjects(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
              baseline_from: str = "") -> list[Subject]:
+    """:func:`document_subjects`, each knowing the SGLang release that measured it (a sentence then names a flag as
+    that release spells it)."""
+    version = str(doc.get("sglang_version") or "")
+    return [s if s.version else replace(s, version=version)
+            for s in document_subjects(doc, baseline, baseline_from)]
+
+
+def document_subjects(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
+                      baseline_from: str = "") -> list[Subject]:
     """What ``inv explain`` judges in a saved document: every configuration of a sweep (against its own baseline),
     every rank of a profile, the one server of a bench. ``baseline`` (another document) supplies the decode step
     where the document has none of its own."""
@@ -458,7 +476,8 @@ def subjects(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
     base = own if own is not None and kind == "sweep" else baseline_of(baseline)
     where = "this sweep's baseline row" if own is not None and kind == "sweep" else baseline_from
     if kind == "sweep":
-        return [Subject(config=str(r.get("config")), anatomy=row_anatomy(r), baseline=base, baseline_from=where)
+        return [Subject(config=str(r.get("config")), anatomy=row_anatomy(r), baseline=base, baseline_from=where,
+                        version=str(r.get("sglang_version") or ""))
                 for r in doc.get("rows") or [] if r.get("ok") and r.get("steps")]
     if kind == "profile":
         config = str(doc.get("config_name") or "")

@@ -310,3 +310,19 @@ def test_draft_surplus_fires_where_the_real_grid_says_steps_were_wasted() -> Non
     (sentence,) = [f.sentence for s, found in explained(doc) if s.config == "eagle3-s7-k1-d8" for f in found
                    if f.rule == "draft_surplus"]
     assert "--speculative-num-steps 2" in sentence and "[timer]" in sentence
+
+
+@pytest.mark.parametrize("version, flag", [("0.5.12", "--cuda-graph-max-bs "), ("0.5.16", "--cuda-graph-max-bs-decode"),
+                                           ("0.5.23", "--cuda-graph-max-bs-decode")])
+def test_verify_eager_names_the_graph_flag_as_the_measuring_release_spells_it(version: str, flag: str) -> None:
+    """0.5.20 has no --cuda-graph-max-bs at all: advice in the old name would be refused by the server it is for."""
+    eager, _ = CASES["verify_eager"]
+    from dataclasses import replace
+
+    (finding,) = [f for f in explain.explain(replace(eager, version=version)) if f.rule == "verify_eager"]
+    assert f"raise {flag}" in finding.sentence + " ", finding.sentence
+
+
+def test_a_documents_subjects_know_the_release_that_measured_them() -> None:
+    doc = json.loads((REAL / "7b-p3-grid-sweep.json").read_text())
+    assert {s.version for s in explain.subjects(doc)} == {r["sglang_version"] for r in doc["rows"]} == {"0.5.16"}
