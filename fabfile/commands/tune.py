@@ -283,9 +283,11 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                     incumbent_ms = a_ms
             trial_seconds = clock() - t0
             _save(state, params)
-    except (KeyboardInterrupt, SpecDeployError, OSError) as e:
+    except (KeyboardInterrupt, Exception) as e:
+        # Whatever it is (a library's own exception from a link that died under a Ctrl-C included), the host gets
+        # the best configuration back before it goes up; the restore opens a connection of its own.
         state.stop = "interrupted"
-        state.stop_reason = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else str(e)
+        state.stop_reason = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else (str(e) or type(e).__name__)
         if state.steps and not state.steps[-1].outcome:
             # The trial it cut short decided nothing: --resume tries that remedy again.
             state.steps[-1].outcome, state.steps[-1].why = "interrupted", state.stop_reason
@@ -306,7 +308,7 @@ def _restore(trials: Trials, state: TuneState, params: TuneParams, progress: Cal
         state.loads += 1
         trials.run(state.best)
         state.restored = "the best configuration so far was deployed again"
-    except (SpecDeployError, OSError) as e:
+    except Exception as e:  # said in the path, and the user told what to run: never a second traceback
         state.restored = f"re-deploying the best configuration failed: {e}; run `inv deploy` on the host"
     _save(state, params)
 
@@ -418,7 +420,7 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
     done = tune(trials, state, params, progress)
     doc = done.to_json()
     doc["host"] = host.name
-    doc["state_file"] = str(state_file)
+    doc["state_file"] = str(state_file.resolve())
     from fabfile.present.tune_report import tune_figure
 
     fig = tune_figure(doc)

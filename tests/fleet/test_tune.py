@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import ROOT, derived_inventory, inv_json, run_inv, sglang_pids, start_inv
+from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids, start_inv
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]
-# Every test here saves its path to the same runs/tune-sim1.json: one worker runs them.
-pytestmark = pytest.mark.xdist_group("tune-state")
+# Each test runs `inv tune` in its own folder (tmp_path): its saved path (runs/tune-sim1.json) is its own, never one
+# a previous run left in the checkout.
 
 
 @pytest.fixture
@@ -30,8 +30,8 @@ def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
                                          (["--max-loads", "0"], "--max-loads"),
                                          (["--max-minutes", "0"], "--max-minutes")])
 def test_bad_input_is_refused_before_any_host_is_touched(inventory: Path, sim_host: SimHost, args: list[str],
-                                                         words: str) -> None:
-    r = run_inv("tune", *args, inventory=inventory)
+                                                         words: str, tmp_path: Path) -> None:
+    r = run_inv("tune", *args, inventory=inventory, cwd=tmp_path)
     assert r.returncode == 2 and words in r.stderr, r.stderr
     assert not sglang_pids(sim_host)
 
@@ -40,7 +40,7 @@ def test_tune_measures_and_leaves_the_host_serving_its_best(inventory: Path, sim
                                                              tmp_path: Path) -> None:
     sim_host.set_sim_config(**FAST)
     code, doc, err = inv_json("tune", *LOAD, "--max-loads", "8", "--write", str(tmp_path / "diff.json"),
-                              inventory=inventory)
+                              inventory=inventory, cwd=tmp_path)
     assert code == 0, err
     assert doc["loads"] >= 1 and doc["stop"] in ("nothing-left", "below-resolution", "budget")
     assert json.loads(Path(doc["state_file"]).read_text())["loads"] == doc["loads"]
@@ -57,7 +57,7 @@ def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_
         "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
         "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
     sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
-    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "12", inventory=inventory)
+    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
     assert code == 0, err
     step = doc["steps"][0]
     assert step["rule"] == "other_share" and step["remedy"] == "overlap-on", step
@@ -76,7 +76,8 @@ def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, s
         "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
         "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
     sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0)
-    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory)
+    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
+    err = ""
     try:
         deadline = time.monotonic() + 90
         def candidate_serves() -> bool:
@@ -87,12 +88,13 @@ def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, s
             assert time.monotonic() < deadline and client.poll() is None
             time.sleep(0.2)
         os.killpg(client.pid, signal.SIGINT)
-        client.communicate(timeout=120)
+        _out, err = client.communicate(timeout=120)
     finally:
         if client.poll() is None:
             os.killpg(client.pid, signal.SIGKILL)
     assert client.returncode != 0
-    saved = json.loads((ROOT / "runs" / "tune-sim1.json").read_text())
+    assert "Traceback" not in err, err
+    saved = json.loads((tmp_path / "runs" / "tune-sim1.json").read_text())
     assert saved["stop"] == "interrupted" and "deployed again" in saved["restored"], saved
     running = " ".join(c for _p, c in sglang_pids(sim_host) if "launch_server" in c)
     assert "--disable-overlap-schedule" in running, running

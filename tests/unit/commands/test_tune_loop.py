@@ -114,6 +114,32 @@ def test_ctrl_c_deploys_the_best_so_far_again_and_the_path_resumes(tmp_path: Pat
     assert not resumed.best.has("--disable-overlap-schedule")
 
 
+class ProxyDied(Exception):
+    """What a library raises when the link dies under a Ctrl-C (paramiko's ProxyCommandFailure is no OSError and no
+    error of the tool's)."""
+
+
+@dataclass
+class LinkDiesOnce(CostModel):
+    die_at: int = 0
+
+    def run(self, cfg: Config) -> Measurement:
+        if len(self.ran) + 1 == self.die_at:
+            self.ran.append(cfg)
+            raise ProxyDied("ProxyCommand exited with status 130")
+        return super().run(cfg)
+
+
+def test_a_foreign_exception_mid_trial_still_deploys_the_best_again(tmp_path: Path) -> None:
+    host = LinkDiesOnce(3, die_at=12)  # inside the second trial
+    state_file = tmp_path / "tune.json"
+    with pytest.raises(ProxyDied):
+        tune(host, TuneState(POOR, POOR), _params(state_file=state_file))
+    saved = TuneState.from_json(__import__("json").loads(state_file.read_text()))
+    assert saved.stop == "interrupted" and "status 130" in saved.stop_reason
+    assert "deployed again" in saved.restored and host.ran[-1] == saved.best
+
+
 def test_stops_at_the_load_budget_and_says_so() -> None:
     host = CostModel(5)
     st = tune(host, TuneState(POOR, POOR), _params(max_loads=8))
