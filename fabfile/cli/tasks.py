@@ -379,14 +379,8 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     from dataclasses import replace
 
     from fabfile.errors import FlagError
-    from fabfile.plan.sla import Limits
 
-    def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float | None:
-        return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
-
-    limits = Limits(max_ttft_ms=limit("--max-ttft-ms", max_ttft_ms, MAX_MS, "ms", "a number of milliseconds"),
-                    max_tpot_ms=limit("--max-tpot-ms", max_tpot_ms, MAX_MS, "ms", "a number of milliseconds"),
-                    min_tok_s=limit("--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s", "a number of tokens per second"))
+    limits = options.sla_limits(max_ttft_ms, max_tpot_ms, min_tok_s)
 
     out = flags.path("--out", out)
     step_list = flags.int_list("--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
@@ -576,7 +570,8 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
 @cli
 def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = None, input_len: Any = None,
          output_len: Any = None, num_prompts: Any = None, max_loads: Any = None, max_minutes: Any = None,
-         resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None) -> Any:
+         resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
+         max_tpot_ms: Any = None, min_tok_s: Any = None) -> Any:
     """Measure, explain, change the one thing a rule names, keep it only when it wins beyond the spread between
     deploys (A B B A), until nothing is left to fix; the host runs the best configuration when it ends."""
     from pathlib import Path
@@ -589,7 +584,8 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     from fabfile.commands.tune import OBJECTIVES
 
     flags.choice("--objective", objective, OBJECTIVES, what="objective")
-    check_params(str(objective), 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3)
+    limits = options.sla_limits(max_ttft_ms, max_tpot_ms, min_tok_s)
+    check_params(str(objective), 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3, limits)
     load = options.bench(concurrency, input_len, output_len, num_prompts, None, None)
     write_to = flags.path("--write", write)
     if write_to and Path(write_to).is_dir():
@@ -608,7 +604,8 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     say = (lambda line: None) if json else (lambda line: console.print(line, markup=False))
     doc = run_tune(inv, h, load, max_loads=40 if loads is None else loads,
                    max_minutes=60.0 if minutes is None else minutes, state_file=state_file, resume=resume,
-                   write=Path(write_to) if write_to else None, progress=say)
+                   write=Path(write_to) if write_to else None, progress=say, objective=str(objective),
+                   limits=limits)
     return CommandResult(doc, lambda: console.print(render(doc), markup=False), 0)
 
 

@@ -25,9 +25,12 @@ from fabfile.plan import explain as rules
 from fabfile.plan import remedies, tune_rule
 from fabfile.plan.deploy_plan import Options
 from fabfile.plan.remedies import Candidate, Config, Context
+from fabfile.plan.sla import Limits, broken
 from fabfile.plan.tune_rule import Arm
 
-OBJECTIVES = ("tok-s",)
+# tok-s: output tok/s at the bench's load, the SLA limits (if given) a guard on every challenger deploy; sla: the
+# sweep's limits first (a configuration meeting them on every deploy beats one that misses them), then tok/s.
+OBJECTIVES = ("tok-s", "sla")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class Measurement:
     accept: float | None = None
     memory_gib: float | None = None
     sla_met: bool = True
+    sla_broken: tuple[str, ...] = ()  # the limits this deploy broke (plan/sla.broken's words)
+    sla: Mapping[str, float | None] = field(default_factory=dict)  # the figures judged: ttft_ms, tpot_ms, tok_s
     log: tuple[str, ...] = ()
     server_args: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -139,9 +144,11 @@ class TuneState:
     stop: str = ""
     stop_reason: str = ""
     restored: str = ""
+    incumbent: list[dict[str, Any]] = field(default_factory=list)  # the best's latest deploys, as measured
 
     def to_json(self) -> dict[str, Any]:
         return {"start": self.start.describe(), "best": self.best.describe(), "best_objective": self.best_objective,
+                "incumbent": self.incumbent,
                 "tried": self.tried, "loads": self.loads, "stop": self.stop, "stop_reason": self.stop_reason,
                 "restored": self.restored, "diff": remedies.diff(self.start, self.best),
                 "steps": [vars(s) for s in self.steps]}
@@ -154,7 +161,7 @@ class TuneState:
         st = TuneState(cfg(doc["start"]), cfg(doc["best"]), list(doc.get("best_objective") or []),
                        list(doc.get("tried") or []), [Step(**s) for s in doc.get("steps") or []],
                        int(doc.get("loads") or 0), str(doc.get("stop") or ""), str(doc.get("stop_reason") or ""),
-                       str(doc.get("restored") or ""))
+                       str(doc.get("restored") or ""), list(doc.get("incumbent") or []))
         return st
 
 
@@ -168,11 +175,13 @@ class TuneParams:
     max_minutes: float = 60.0
     memory_limit_gib: float | None = None
     state_file: Path | None = None
+    objective: str = "tok-s"
+    limits: Limits = field(default_factory=Limits)
 
 
 def _record(m: Measurement, arm: str) -> dict[str, Any]:
     return {"arm": arm, "tok_s": m.tok_s, "accept": m.accept, "memory_gib": m.memory_gib, "sla_met": m.sla_met,
-            "figures": m.figures()}
+            "sla_broken": list(m.sla_broken), "sla": dict(m.sla), "figures": m.figures()}
 
 
 def _arm(ms: list[Measurement], mechanism: str, engaged_flags: list[bool] | None = None) -> Arm:
@@ -182,7 +191,7 @@ def _arm(ms: list[Measurement], mechanism: str, engaged_flags: list[bool] | None
     return Arm(tuple(m.tok_s for m in ms), tuple(mechs) if len(mechs) == len(ms) else (),
                tuple(m.accept for m in ms if m.accept is not None),
                tuple(m.memory_gib for m in ms if m.memory_gib is not None), tuple(m.sla_met for m in ms),
-               tuple(engaged_flags or ()))
+               tuple(engaged_flags or ()), tuple(b for m in ms for b in m.sla_broken))
 
 
 def _resolvable(incumbent: list[Measurement], mechanism: str, pairs: int) -> float:
@@ -220,6 +229,7 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
         while True:
             if not incumbent_ms:
                 incumbent_ms = [run(state.best, "incumbent")]
+            state.incumbent = [_record(m, "A") for m in incumbent_ms]
             head = incumbent_ms[-1]
             findings = _findings(state.best, head)
             ctx = Context(trials.version or params.version, params.concurrency, params.tp, head.figures())
@@ -264,10 +274,16 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                 if not ok:
                     step.outcome, step.why = "not engaged", f"the change did not engage ({step.evidence}): not scored"
                     break
+                if not m.sla_met:
+                    # decide() keeps no change one of whose deploys missed the SLA: the rest of the trial's loads
+                    # could not save it.
+                    step.outcome, step.why = "guard", (f"a challenger deploy missed the SLA "
+                                                       f"({', '.join(m.sla_broken) or 'a limit'}): not kept")
+                    break
             if not step.outcome:
                 inc, ch = _arm(a_ms, best.remedy.mechanism), _arm(b_ms, best.remedy.mechanism, flags)
                 v = tune_rule.decide(inc, ch, moves_accept=best.remedy.moves_accept,
-                                     memory_limit_gib=params.memory_limit_gib)
+                                     memory_limit_gib=params.memory_limit_gib, sla_first=params.objective == "sla")
                 step.outcome, step.why = v.outcome, v.why
                 step.before, step.after = list(inc.objective), list(ch.objective)
                 step.before_spread, step.after_spread = tune_rule.spread(inc.objective), tune_rule.spread(ch.objective)
@@ -321,12 +337,16 @@ def _save(state: TuneState, params: TuneParams) -> None:
     tmp.replace(params.state_file)
 
 
-def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int) -> None:
+def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int,
+                 limits: Limits | None = None) -> None:
     """Bad input refused before anything is touched (a sentence naming the field; the CLI exits 2)."""
     from fabfile.errors import FlagError
 
     if objective not in OBJECTIVES:
         raise FlagError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if objective == "sla" and not (limits and limits.any):
+        raise FlagError("--objective sla: give the limits to meet (--max-ttft-ms, --max-tpot-ms, --min-tok-s), as "
+                        "`inv sweep` takes them")
     if max_loads < 2 * pairs + 1:
         raise FlagError(f"--max-loads {max_loads} cannot fit one trial ({2 * pairs + 1} loads: the incumbent and "
                         f"{pairs} deploys of each arm)")
@@ -359,6 +379,7 @@ class HostTrials:
     host: Host
     opts: Options
     load: BenchParams
+    limits: Limits = field(default_factory=Limits)
     log_lines: int = 400
     version: str = ""
     queue: bool = False
@@ -394,13 +415,38 @@ class HostTrials:
         accept_fig = anatomy.get("accept_length")
         accept = accept_fig.get("ms") if isinstance(accept_fig, Mapping) else None
         args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        sla = sla_figures(bench)
+        missed = tuple(broken(dict(sla), self.limits)) if self.limits.any else ()
         return Measurement(tok_s=float(bench.get("output_tok_s") or 0.0), anatomy=anatomy,
-                           accept=float(accept) if accept else None, log=tuple(log), server_args=args,
+                           accept=float(accept) if accept else None, sla_met=not missed, sla_broken=missed, sla=sla,
+                           log=tuple(log), server_args=args,
                            env=env_seen, trace=frozenset({"verify_graph"}) if doc.get("cuda_graph") else frozenset())
 
 
+def sla_figures(bench: Mapping[str, Any]) -> dict[str, float | None]:
+    """The figures the SLA is judged on, as the sweep judges them: median TTFT and TPOT over the load's requests
+    [tool: bench timings], output tok/s [tool]."""
+    def median(key: str) -> float | None:
+        v = (bench.get(key) or {}).get("median")
+        return None if v is None else float(v)
+    tok_s = bench.get("output_tok_s")
+    return {"ttft_ms": median("ttft_ms"), "tpot_ms": median("tpot_ms"),
+            "tok_s": None if tok_s is None else float(tok_s)}
+
+
+def sla_summary(state: TuneState, limits: Limits) -> dict[str, Any] | None:
+    """Whether the final configuration met the limits on its latest measured deploys (None without limits)."""
+    if not limits.any:
+        return None
+    ms = state.incumbent
+    return {**limits.as_dict(), "describe": limits.describe(),
+            "best_met": bool(ms) and all(m.get("sla_met", True) for m in ms),
+            "best_broken": sorted({b for m in ms for b in m.get("sla_broken") or []})}
+
+
 def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
-             state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
+             state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None],
+             objective: str = "tok-s", limits: Limits | None = None) -> dict[str, Any]:
     """``inv tune``: the loop on one host from the inventory's configuration (or the saved path with ``resume``);
     the path document (``--json`` prints it), the inventory diff written to ``write``."""
     from fabfile.present.tune_report import inventory_diff
@@ -414,11 +460,15 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
     else:
         start = host_config(host)
         state = TuneState(start, start)
-    trials = HostTrials(inv, host, Options(), load)
+    limits = limits or Limits()
+    trials = HostTrials(inv, host, Options(), load, limits)
     params = TuneParams(version="", concurrency=load.concurrency, tp=1, max_loads=max_loads,
-                        max_minutes=max_minutes, state_file=state_file)
+                        max_minutes=max_minutes, state_file=state_file, objective=objective, limits=limits)
     done = tune(trials, state, params, progress)
     doc = done.to_json()
+    doc["objective"] = objective
+    if (sla := sla_summary(done, limits)) is not None:
+        doc["sla"] = sla
     doc["host"] = host.name
     doc["state_file"] = str(state_file.resolve())
     from fabfile.present.tune_report import tune_figure

@@ -35,6 +35,10 @@ def render(doc: dict[str, Any]) -> str:
     diff = doc.get("diff") or []
     lines.append("final configuration (inventory diff): " + (" ".join(diff) if diff else "unchanged"))
     lines.append(f"stopped: {doc.get('stop')}" + (f" — {doc['stop_reason']}" if doc.get("stop_reason") else ""))
+    if sla := doc.get("sla"):
+        met = "met" if sla.get("best_met") else "missed (" + ", ".join(sla.get("best_broken") or []) + ")"
+        lines.append(f"SLA {sla['describe']} [tool: bench timings, medians]: {met} by the final configuration's "
+                     f"latest deploys" + (" (the objective)" if doc.get("objective") == "sla" else " (a guard)"))
     if doc.get("restored"):
         lines.append(doc["restored"])
     lines.append(f"model loads: {doc.get('loads', 0)}")

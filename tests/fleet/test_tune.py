@@ -28,7 +28,9 @@ def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("args, words", [(["--objective", "latency"], "--objective"),
                                          (["--max-loads", "0"], "--max-loads"),
-                                         (["--max-minutes", "0"], "--max-minutes")])
+                                         (["--max-minutes", "0"], "--max-minutes"),
+                                         (["--objective", "sla"], "--objective sla"),
+                                         (["--max-ttft-ms", "0"], "--max-ttft-ms")])
 def test_bad_input_is_refused_before_any_host_is_touched(inventory: Path, sim_host: SimHost, args: list[str],
                                                          words: str, tmp_path: Path) -> None:
     r = run_inv("tune", *args, inventory=inventory, cwd=tmp_path)
@@ -66,6 +68,28 @@ def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_
     assert "--disable-overlap-schedule" not in doc["best"]["flags"]
     running = " ".join(cmd for _pid, cmd in sglang_pids(sim_host))
     assert running and "--disable-overlap-schedule" not in running
+
+
+def test_an_sla_nothing_meets_guards_the_change_and_says_what_broke(fleet: Fleet, sim_host: SimHost,
+                                                                     tmp_path: Path) -> None:
+    """The same winning change as above (overlap back on), but under a TPOT limit no deploy meets: each deploy's
+    median TPOT [tool: the load's timings] is judged as `inv sweep` judges it, the change is not kept (guard, the
+    broken limit named) and its trial ends there, and the path says the final configuration misses the SLA."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
+    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "7", "--max-tpot-ms", "0.01", inventory=inventory,
+                              cwd=tmp_path)
+    assert code == 0, err
+    step = doc["steps"][0]
+    assert step["remedy"] == "overlap-on" and step["outcome"] == "guard", step
+    assert "missed the SLA (TPOT" in step["why"], step["why"]
+    # The first challenger deploy that misses ends the trial: no later load could get the change kept.
+    assert [m["arm"] for m in step["measurements"]] == ["A", "B"]
+    assert all(m["sla"]["tpot_ms"] > 0.01 and not m["sla_met"] for m in step["measurements"])
+    assert "--disable-overlap-schedule" in doc["best"]["flags"]
+    assert doc["sla"]["max_tpot_ms"] == 0.01 and doc["sla"]["best_met"] is False
 
 
 def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, sim_host: SimHost,

@@ -6,7 +6,7 @@ configuration when it returns."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ import pytest
 from fabfile.commands.tune import CandidateFailed, Measurement, TuneParams, TuneState, check_params, tune
 from fabfile.errors import FlagError
 from fabfile.plan.remedies import Config
+from fabfile.plan.sla import Limits, broken
 from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TRACE
 
 POOR = Config(flags=(("--disable-cuda-graph", None), ("--disable-overlap-schedule", None),
@@ -138,6 +139,50 @@ def test_a_foreign_exception_mid_trial_still_deploys_the_best_again(tmp_path: Pa
     saved = TuneState.from_json(__import__("json").loads(state_file.read_text()))
     assert saved.stop == "interrupted" and "status 130" in saved.stop_reason
     assert "deployed again" in saved.restored and host.ran[-1] == saved.best
+
+
+@dataclass
+class SlaModel(CostModel):
+    """TTFT [tool: bench timings] per configuration: overlap on queues new requests behind a longer cycle (900 ms
+    against 300 ms); without CPU affinity the scheduler's first token waits on a busy core (600 ms)."""
+
+    limits: Limits = field(default_factory=Limits)
+
+    def run(self, cfg: Config) -> Measurement:
+        m = super().run(cfg)
+        ttft = 900.0 if not cfg.has("--disable-overlap-schedule") else 300.0
+        if "SGLANG_SET_CPU_AFFINITY" not in dict(cfg.env):
+            ttft = max(ttft, 600.0)
+        missed = tuple(broken({"ttft_ms": ttft}, self.limits))
+        return replace(m, sla_met=not missed, sla_broken=missed, sla={"ttft_ms": ttft})
+
+
+def test_the_sla_guards_every_change_a_faster_one_that_breaks_it_is_not_kept() -> None:
+    limits = Limits(max_ttft_ms=800.0)
+    host = SlaModel(0, limits=limits)
+    st = tune(host, TuneState(POOR, POOR), _params(limits=limits))
+    step = next(s for s in st.steps if s.remedy == "overlap-on")
+    assert step.outcome == "guard" and "missed the SLA (TTFT 900.0)" in step.why, step.why
+    assert [m["arm"] for m in step.measurements] == ["A", "B"]  # no later load could get it kept
+    assert st.best.has("--disable-overlap-schedule") and host.ran[-1] == st.best
+
+
+def test_the_sla_objective_keeps_what_meets_the_limits_the_start_missed() -> None:
+    limits = Limits(max_ttft_ms=500.0)
+    start = POOR.drop_flag("--disable-cuda-graph")  # graphs on: host time is the finding
+    by_sla = tune(SlaModel(1, limits=limits), TuneState(start, start), _params(limits=limits, objective="sla"))
+    step = next(s for s in by_sla.steps if s.remedy == "cpu-affinity")
+    assert step.outcome == "kept" and "meets the SLA" in step.why, step.why
+    assert dict(by_sla.best.env).get("SGLANG_SET_CPU_AFFINITY") == "1"
+    # tok/s the objective, the same limits a guard: the no-op on tok/s is not kept.
+    by_tok = tune(SlaModel(1, limits=limits), TuneState(start, start), _params(limits=limits))
+    assert next(s for s in by_tok.steps if s.remedy == "cpu-affinity").outcome == "reverted"
+
+
+def test_the_sla_objective_without_a_limit_is_refused_naming_the_flags() -> None:
+    with pytest.raises(FlagError, match=r"--objective sla.*--max-ttft-ms"):
+        check_params("sla", 20, 10.0, 3, Limits())
+    check_params("sla", 20, 10.0, 3, Limits(max_tpot_ms=40.0))
 
 
 def test_stops_at_the_load_budget_and_says_so() -> None:
