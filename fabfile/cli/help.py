@@ -77,6 +77,8 @@ TUNE_HELP = {
                    "with --objective sla, the objective)",
     "max_tpot_ms": "service limit: median time per output token at most this many ms (see --max-ttft-ms)",
     "min_tok_s": "service limit: output tok/s at least this (see --max-ttft-ms)",
+    "trace_steps": "scheduler steps the profiler records when a measurement is traced (default 12, at most 200): "
+                   "only while a rule that reads kernel classes has an untried remedy",
 }
 
 PROFILE_HELP = {

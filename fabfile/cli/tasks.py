@@ -571,7 +571,7 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
 def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = None, input_len: Any = None,
          output_len: Any = None, num_prompts: Any = None, max_loads: Any = None, max_minutes: Any = None,
          resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
-         max_tpot_ms: Any = None, min_tok_s: Any = None) -> Any:
+         max_tpot_ms: Any = None, min_tok_s: Any = None, trace_steps: Any = None) -> Any:
     """Measure, explain, change the one thing a rule names, keep it only when it wins beyond the spread between
     deploys (A B B A), until nothing is left to fix; the host runs the best configuration when it ends."""
     from pathlib import Path
@@ -585,6 +585,10 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
 
     flags.choice("--objective", objective, OBJECTIVES, what="objective")
     limits = options.sla_limits(max_ttft_ms, max_tpot_ms, min_tok_s)
+    from fabfile.commands.profile import DEFAULT_TRACE_STEPS
+    from fabfile.remote.protocol import MAX_TRACE_STEPS
+
+    steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS) or DEFAULT_TRACE_STEPS
     check_params(str(objective), 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3, limits)
     load = options.bench(concurrency, input_len, output_len, num_prompts, None, None)
     write_to = flags.path("--write", write)
@@ -605,7 +609,7 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     doc = run_tune(inv, h, load, max_loads=40 if loads is None else loads,
                    max_minutes=60.0 if minutes is None else minutes, state_file=state_file, resume=resume,
                    write=Path(write_to) if write_to else None, progress=say, objective=str(objective),
-                   limits=limits)
+                   limits=limits, trace_steps=steps)
     return CommandResult(doc, lambda: console.print(render(doc), markup=False), 0)
 
 

@@ -50,7 +50,8 @@ class Measurement:
     log: tuple[str, ...] = ()
     server_args: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
-    trace: frozenset[str] = frozenset()
+    trace: frozenset[str] = frozenset()  # facts the profiler trace showed (``verify_graph``, ``allreduce:<impl>``)
+    traced: bool = False  # measured with the profiler's bounded trace (kernel classes in ``anatomy["kernels"]``)
 
     def ms(self, phase: str) -> float | None:
         v = self.anatomy.get(phase)
@@ -79,14 +80,19 @@ class CandidateFailed(SpecDeployError):
     """A configuration that did not come up (its launch failed, or the server died before measuring)."""
 
 
+def never(version: str) -> bool:
+    return False
+
+
 class Trials(Protocol):
     version: str  # the host's SGLang release once known ("" before the first deploy: TuneParams.version then)
     # Set for the restore after an interrupt: the deploy the interrupt cut short is this run's own and may still run
     # on the host (a deploy outlives its client), so the restore queues behind it where any other deploy refuses.
     queue: bool
 
-    def run(self, cfg: Config) -> Measurement:
-        """Deploy ``cfg`` (replacing what runs) and measure it; CandidateFailed when it does not come up."""
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        """Deploy ``cfg`` (replacing what runs) and measure it; CandidateFailed when it does not come up. ``trace``,
+        asked with the release the deploy found: whether to measure with the profiler's bounded trace too."""
         ...
 
 
@@ -145,10 +151,12 @@ class TuneState:
     stop_reason: str = ""
     restored: str = ""
     incumbent: list[dict[str, Any]] = field(default_factory=list)  # the best's latest deploys, as measured
+    # The measurements outside a trial (the first deploy, a traced deploy of a new best), so --json has them all.
+    outside_trials: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"start": self.start.describe(), "best": self.best.describe(), "best_objective": self.best_objective,
-                "incumbent": self.incumbent,
+                "incumbent": self.incumbent, "outside_trials": self.outside_trials,
                 "tried": self.tried, "loads": self.loads, "stop": self.stop, "stop_reason": self.stop_reason,
                 "restored": self.restored, "diff": remedies.diff(self.start, self.best),
                 "steps": [vars(s) for s in self.steps]}
@@ -161,7 +169,8 @@ class TuneState:
         st = TuneState(cfg(doc["start"]), cfg(doc["best"]), list(doc.get("best_objective") or []),
                        list(doc.get("tried") or []), [Step(**s) for s in doc.get("steps") or []],
                        int(doc.get("loads") or 0), str(doc.get("stop") or ""), str(doc.get("stop_reason") or ""),
-                       str(doc.get("restored") or ""), list(doc.get("incumbent") or []))
+                       str(doc.get("restored") or ""), list(doc.get("incumbent") or []),
+                       list(doc.get("outside_trials") or []))
         return st
 
 
@@ -177,10 +186,13 @@ class TuneParams:
     state_file: Path | None = None
     objective: str = "tok-s"
     limits: Limits = field(default_factory=Limits)
+    trace_steps: int = 12  # scheduler steps a traced measurement records (profile's default; at most 200)
 
 
 def _record(m: Measurement, arm: str) -> dict[str, Any]:
-    return {"arm": arm, "tok_s": m.tok_s, "accept": m.accept, "memory_gib": m.memory_gib, "sla_met": m.sla_met,
+    return {"arm": arm, "traced": m.traced, "trace_facts": sorted(m.trace), "tok_s": m.tok_s, "accept": m.accept,
+            "traced_passes": ((m.anatomy.get("kernels") or {}).get("verify") or {}).get("passes") if m.traced else None,
+            "memory_gib": m.memory_gib, "sla_met": m.sla_met,
             "sla_broken": list(m.sla_broken), "sla": dict(m.sla), "figures": m.figures()}
 
 
@@ -204,6 +216,14 @@ def _resolvable(incumbent: list[Measurement], mechanism: str, pairs: int) -> flo
     return min(e2e, tune_rule.resolvable(mech, pairs)) if len(mech) >= 2 else e2e
 
 
+def _with_kernels(head: Measurement, traced: Measurement | None) -> Measurement:
+    """The latest measurement of the best, with the kernel classes of a traced deploy of the same configuration in
+    this run where it has none of its own (the trace rules judge those; the timer's phases stay the latest)."""
+    if head.traced or traced is None or not traced.anatomy.get("kernels"):
+        return head
+    return replace(head, anatomy={**head.anatomy, "kernels": traced.anatomy["kernels"]}, trace=traced.trace)
+
+
 def _findings(cfg: Config, m: Measurement) -> list[rules.Finding]:
     return rules.explain(rules.Subject(config="eagle3-tune", anatomy=m.anatomy,
                                        cuda_graph=not cfg.has("--disable-cuda-graph")))
@@ -215,22 +235,41 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
     started = clock()
     deployed: list[Config] = []
     trial_seconds = 0.0
+    traced_of: dict[Config, Measurement] = {}  # the latest traced deploy of each configuration in this run
 
-    def run(cfg: Config, what: str) -> Measurement:
+    def wants_trace(cfg: Config) -> Callable[[str], bool]:
+        def want(version: str) -> bool:
+            ctx = Context(version or params.version, params.concurrency, params.tp)
+            return bool(remedies.needs_trace(cfg, ctx, set(state.tried)))
+        return want
+
+    def run(cfg: Config, what: str, trace: Callable[[str], bool] = never) -> Measurement:
         progress(f"iteration {len(state.steps) + 1}: deploy {state.loads + 1} ({what}); "
                  f"{params.max_loads - state.loads} loads, "
                  f"{max(0.0, params.max_minutes - (clock() - started) / 60):.1f} min left")
         state.loads += 1
         deployed.append(cfg)
-        return trials.run(cfg)
+        m = trials.run(cfg, trace)
+        if m.traced:
+            progress(f"  measured with a {params.trace_steps}-step trace: a rule that reads kernel classes "
+                     "may fire")
+            traced_of[cfg] = m
+        return m
 
     try:
         incumbent_ms: list[Measurement] = []
         while True:
             if not incumbent_ms:
-                incumbent_ms = [run(state.best, "incumbent")]
+                incumbent_ms = [run(state.best, "incumbent", wants_trace(state.best))]
+                state.outside_trials.append({**_record(incumbent_ms[0], "A"), "what": "first deploy"})
+            elif (not incumbent_ms[-1].traced and state.best not in traced_of
+                  and wants_trace(state.best)(trials.version)):
+                # A new best, and a remedy only a trace can call for is still untried: one traced deploy of it
+                # (kept apart from the spread: the profiler's cost is not deploy-to-deploy noise).
+                m = run(state.best, "incumbent, traced", lambda v: True)
+                state.outside_trials.append({**_record(m, "A"), "what": "traced deploy of the new best"})
             state.incumbent = [_record(m, "A") for m in incumbent_ms]
-            head = incumbent_ms[-1]
+            head = _with_kernels(incumbent_ms[-1], traced_of.get(state.best))
             findings = _findings(state.best, head)
             ctx = Context(trials.version or params.version, params.concurrency, params.tp, head.figures())
             found = {f.rule: f for f in findings}
@@ -256,14 +295,18 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
             a_ms: list[Measurement] = []
             b_ms: list[Measurement] = []
             flags: list[bool] = []
+            # Both arms traced where the remedy's rule reads kernel classes (its mechanism figure and the evidence
+            # it engaged are the trace's); otherwise neither pays the profiler's cost.
+            arm_trace: Callable[[str], bool] = ((lambda v: True) if best.remedy.rule in remedies.TRACE_RULES
+                                                else never)
             for arm in tune_rule.schedule(params.pairs):
                 if arm == "A":
-                    m = run(state.best, "incumbent")
+                    m = run(state.best, "incumbent", arm_trace)
                     a_ms.append(m)
                     step.measurements.append(_record(m, "A"))
                     continue
                 try:
-                    m = run(best.config, f"candidate {best.remedy.id}")
+                    m = run(best.config, f"candidate {best.remedy.id}", arm_trace)
                 except CandidateFailed as e:
                     step.outcome, step.why = "failed", f"the candidate did not come up: {e}"
                     break
@@ -322,7 +365,7 @@ def _restore(trials: Trials, state: TuneState, params: TuneParams, progress: Cal
     progress("deploying the best configuration so far again")
     try:
         state.loads += 1
-        trials.run(state.best)
+        trials.run(state.best)  # untraced: the restore only has to serve
         state.restored = "the best configuration so far was deployed again"
     except Exception as e:  # said in the path, and the user told what to run: never a second traceback
         state.restored = f"re-deploying the best configuration failed: {e}; run `inv deploy` on the host"
@@ -380,11 +423,12 @@ class HostTrials:
     opts: Options
     load: BenchParams
     limits: Limits = field(default_factory=Limits)
+    trace_steps: int = 12
     log_lines: int = 400
     version: str = ""
     queue: bool = False
 
-    def run(self, cfg: Config) -> Measurement:
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
         from fabfile.commands.deploy import deploy_host
         from fabfile.commands.profile import ProfileParams, new_profile_id, profile_request
         from fabfile.present.progress import Reporter
@@ -398,7 +442,7 @@ class HostTrials:
         if not res.ok:
             raise CandidateFailed(res.error.message if res.error else "the deploy failed", host=self.host.name)
         self.version = res.sglang_version or self.version
-        pp = ProfileParams(load=self.load)
+        pp = ProfileParams(load=self.load, trace=trace(self.version), trace_steps=self.trace_steps)
         log: list[str] = []
         with HostSession.open(self.inv, target) as s:
             doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
@@ -411,6 +455,7 @@ class HostTrials:
                     env_seen.update({k: str(v) for k, v in (sched.get("environ") or {}).items()})
         subjects = rules.subjects(doc)
         anatomy = dict(subjects[0].anatomy) if subjects else {}
+        kernels = (anatomy.get("kernels") or {}) if pp.trace else {}
         bench: Mapping[str, Any] = doc.get("bench") or {}
         accept_fig = anatomy.get("accept_length")
         accept = accept_fig.get("ms") if isinstance(accept_fig, Mapping) else None
@@ -419,8 +464,23 @@ class HostTrials:
         missed = tuple(broken(dict(sla), self.limits)) if self.limits.any else ()
         return Measurement(tok_s=float(bench.get("output_tok_s") or 0.0), anatomy=anatomy,
                            accept=float(accept) if accept else None, sla_met=not missed, sla_broken=missed, sla=sla,
-                           log=tuple(log), server_args=args,
-                           env=env_seen, trace=frozenset({"verify_graph"}) if doc.get("cuda_graph") else frozenset())
+                           log=tuple(log), server_args=args, env=env_seen, trace=trace_facts(kernels),
+                           traced=bool(kernels))
+
+
+def trace_facts(kernels: Mapping[str, Any]) -> frozenset[str]:
+    """What the profiler trace showed, as the catalog's ``trace:`` evidence names it: how verify's kernels were
+    launched (``verify_graph``: a CUDA graph replay; ``verify_eager``: one by one) and, where it ran, the all-reduce
+    implementation (``allreduce:<impl>``). Nothing without a trace: the server's own claim is not trace evidence."""
+    verify: Mapping[str, Any] = kernels.get("verify") or {}
+    out = set()
+    if verify.get("launch") == "cuda graph":
+        out.add("verify_graph")
+    elif verify.get("launch") == "eager":
+        out.add("verify_eager")
+    if verify.get("allreduce_impl"):
+        out.add(f"allreduce:{verify['allreduce_impl']}")
+    return frozenset(out)
 
 
 def sla_figures(bench: Mapping[str, Any]) -> dict[str, float | None]:
@@ -446,7 +506,7 @@ def sla_summary(state: TuneState, limits: Limits) -> dict[str, Any] | None:
 
 def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
              state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None],
-             objective: str = "tok-s", limits: Limits | None = None) -> dict[str, Any]:
+             objective: str = "tok-s", limits: Limits | None = None, trace_steps: int = 12) -> dict[str, Any]:
     """``inv tune``: the loop on one host from the inventory's configuration (or the saved path with ``resume``);
     the path document (``--json`` prints it), the inventory diff written to ``write``."""
     from fabfile.present.tune_report import inventory_diff
@@ -461,9 +521,10 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
         start = host_config(host)
         state = TuneState(start, start)
     limits = limits or Limits()
-    trials = HostTrials(inv, host, Options(), load, limits)
-    params = TuneParams(version="", concurrency=load.concurrency, tp=1, max_loads=max_loads,
-                        max_minutes=max_minutes, state_file=state_file, objective=objective, limits=limits)
+    trials = HostTrials(inv, host, Options(), load, limits, trace_steps)
+    params = TuneParams(version="", concurrency=load.concurrency, tp=host.tp, max_loads=max_loads,
+                        max_minutes=max_minutes, state_file=state_file, objective=objective, limits=limits,
+                        trace_steps=trace_steps)
     done = tune(trials, state, params, progress)
     doc = done.to_json()
     doc["objective"] = objective

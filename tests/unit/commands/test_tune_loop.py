@@ -6,12 +6,13 @@ configuration when it returns."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
-from fabfile.commands.tune import CandidateFailed, Measurement, TuneParams, TuneState, check_params, tune
+from fabfile.commands.tune import CandidateFailed, Measurement, TuneParams, TuneState, check_params, never, tune
 from fabfile.errors import FlagError
 from fabfile.plan.remedies import Config
 from fabfile.plan.sla import Limits, broken
@@ -34,14 +35,16 @@ class CostModel:
     fail: str = ""  # a flag whose presence makes the launch fail
     interrupt_at: int = 0  # raise KeyboardInterrupt on this deploy
     ran: list[Config] = field(default_factory=list)
+    traced: list[bool] = field(default_factory=list)  # whether each deploy was measured with the trace
     version: str = "0.5.16"
     queue: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
-    def run(self, cfg: Config) -> Measurement:
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
         self.ran.append(cfg)
+        self.traced.append(trace(self.version))
         if self.interrupt_at and len(self.ran) == self.interrupt_at:
             raise KeyboardInterrupt
         if self.fail and (cfg.has(self.fail) or self.fail in dict(cfg.env)):
@@ -57,14 +60,17 @@ class CostModel:
         anatomy = {"cycle": {"ms": cycle, "source": SOURCE_TIMER}, "draft": {"ms": draft, "source": SOURCE_TIMER},
                    "verify": {"ms": verify + gap, "source": SOURCE_TIMER},
                    "draft_extend": {"ms": extend, "source": SOURCE_TIMER},
-                   "other": {"ms": other, "source": SOURCE_TIMER}, "steps": steps,
-                   "kernels": {"verify": {"launch": "cuda graph" if graph else "eager", "kernel_launches": 300,
-                                          "launch_gap_ms": gap, "source": SOURCE_TRACE}}}
+                   "other": {"ms": other, "source": SOURCE_TIMER}, "steps": steps}
+        if self.traced[-1]:  # kernel classes only from the profiler's trace
+            anatomy["kernels"] = {"verify": {"launch": "cuda graph" if graph else "eager", "kernel_launches": 300,
+                                             "launch_gap_ms": gap, "source": SOURCE_TRACE}}
         env = {} if self.drop_env else dict(cfg.env)
         args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
         return Measurement(tok_s=CONCURRENCY * accept * 1000 / cycle, anatomy=anatomy, accept=accept,
                            memory_gib=60.0, log=("Capture cuda graph end.",) if graph else (), server_args=args,
-                           env=env, trace=frozenset({"verify_graph"}) if graph else frozenset())
+                           env=env, traced=self.traced[-1],
+                           trace=frozenset({"verify_graph" if graph else "verify_eager"}) if self.traced[-1]
+                           else frozenset())
 
 
 def _params(**kw: object) -> TuneParams:
@@ -84,6 +90,22 @@ def test_keeps_real_gains_reverts_the_no_op_and_ends_on_the_best(seed: int) -> N
     assert "SGLANG_SET_CPU_AFFINITY" not in dict(st.best.env)
     assert host.ran[-1] == st.best
     assert st.stop in ("nothing-left", "below-resolution")
+
+
+def test_the_trace_is_taken_only_while_a_rule_that_reads_kernel_classes_has_an_untried_remedy() -> None:
+    host = CostModel(0)
+    st = tune(host, TuneState(POOR, POOR), _params())
+    # Graphs off: verify_eager (trace-only) has graph-on to try: the first deploy is traced, and fires it.
+    assert host.traced[0] and st.steps[0].remedy == "graph-on" and st.steps[0].rule == "verify_eager"
+    assert all(m["traced"] for m in st.steps[0].measurements)  # its mechanism (launch gaps) and evidence: the trace's
+    assert "trace: verify_graph" in st.steps[0].evidence
+    overlap = next(s for s in st.steps if s.remedy == "overlap-on")
+    assert not any(m["traced"] for m in overlap.measurements)  # host time: the device timer says it alone
+    # Graphs on, graph batch size up to the load, TP 1: no remedy a trace could call for: nothing is traced.
+    good = Config(flags=(("--cuda-graph-max-bs-decode", "8"), ("--disable-overlap-schedule", None)))
+    host = CostModel(1)
+    tune(host, TuneState(good, good), _params())
+    assert len(host.traced) > 1 and not any(host.traced)
 
 
 def test_a_change_that_did_not_engage_is_reverted_unscored() -> None:
@@ -124,11 +146,11 @@ class ProxyDied(Exception):
 class LinkDiesOnce(CostModel):
     die_at: int = 0
 
-    def run(self, cfg: Config) -> Measurement:
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
         if len(self.ran) + 1 == self.die_at:
             self.ran.append(cfg)
             raise ProxyDied("ProxyCommand exited with status 130")
-        return super().run(cfg)
+        return super().run(cfg, trace)
 
 
 def test_a_foreign_exception_mid_trial_still_deploys_the_best_again(tmp_path: Path) -> None:
@@ -148,8 +170,8 @@ class SlaModel(CostModel):
 
     limits: Limits = field(default_factory=Limits)
 
-    def run(self, cfg: Config) -> Measurement:
-        m = super().run(cfg)
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        m = super().run(cfg, trace)
         ttft = 900.0 if not cfg.has("--disable-overlap-schedule") else 300.0
         if "SGLANG_SET_CPU_AFFINITY" not in dict(cfg.env):
             ttft = max(ttft, 600.0)
