@@ -65,7 +65,9 @@ BENCH_HELP = {
 }
 TUNE_HELP = {
     **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "json", "inventory")},
-    "host": "the host to tune (one host; default: the inventory's default host)",
+    "host": "the host to tune (default: the inventory's default host); a group or list: its first host is tuned, "
+            "the others are told what they would get (their running configuration against the final one, as an "
+            "inventory diff) and never deployed",
     "num_prompts": "requests of the load each deploy is measured under (default 16)",
     "objective": "what to maximise: tok-s (output tokens per second at the bench's load; the service limits, if "
                  "given, guard every change) or sla (meet the service limits first, then tok/s; needs a limit)",

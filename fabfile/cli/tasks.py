@@ -597,7 +597,9 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     inv = options.inventory(inventory)
     from fabfile.inventory.hosts import one_host
 
-    h = one_host(inv, host, "tune")
+    # A group: the first of its hosts is tuned, the others are told what they would get (never deployed).
+    group = inv.select(host)
+    h = group[0] if len(group) > 1 else one_host(inv, host, "tune")
     from fabfile.commands.result import CommandResult
     from fabfile.present.output import out as console
     from fabfile.present.tune_report import render
@@ -609,7 +611,7 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     doc = run_tune(inv, h, load, max_loads=40 if loads is None else loads,
                    max_minutes=60.0 if minutes is None else minutes, state_file=state_file, resume=resume,
                    write=Path(write_to) if write_to else None, progress=say, objective=str(objective),
-                   limits=limits, trace_steps=steps)
+                   limits=limits, trace_steps=steps, others=group[1:])
     return CommandResult(doc, lambda: console.print(render(doc), markup=False), 0)
 
 

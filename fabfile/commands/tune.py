@@ -504,11 +504,66 @@ def sla_summary(state: TuneState, limits: Limits) -> dict[str, Any] | None:
             "best_broken": sorted({b for m in ms for b in m.get("sla_broken") or []})}
 
 
+def tuner_keys(state: TuneState) -> tuple[set[str], set[str]]:
+    """The flags and variables the tuner's view of a configuration covers: the start's, the best's and every
+    catalog knob (a host's other launch arguments — model, port, TP — are its own, not the tune's)."""
+    flags = set(dict(state.start.flags)) | set(dict(state.best.flags))
+    env = set(dict(state.start.env)) | set(dict(state.best.env))
+    for r in remedies.CATALOG:
+        (flags if r.knob.startswith("--") else env).add(r.knob)
+    flags |= {"--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"}  # the graph batch size under either name
+    # Rendered from the host's speculative settings, not its sglang_args: compared only where the tune set them.
+    flags -= {"--speculative-num-steps", "--speculative-num-draft-tokens", "--speculative-eagle-topk"} - (
+        set(dict(state.start.flags)) | set(dict(state.best.flags)))
+    return flags, env
+
+
+def running_config(launch: Mapping[str, Any], flag_keys: set[str], env_keys: set[str]) -> Config:
+    """A running deploy's launch (its record's argv and env) as the tuner sees a configuration."""
+    from fabfile.remote.common import split_argv
+
+    flags = {f.name: f.value for f in split_argv([str(a) for a in launch.get("argv") or []])
+             if f.name in flag_keys}
+    env = {k: str(v) for k, v in (launch.get("env") or {}).items() if k in env_keys}
+    return Config(flags=tuple(sorted(flags.items())), env=tuple(sorted(env.items())))
+
+
+def others_would_get(inv: Inventory, others: list[Host], state: TuneState) -> list[dict[str, Any]]:
+    """For each host of the group that was not tuned: what it runs now (its running deploy's launch, else its
+    inventory configuration) against the final configuration, as an inventory diff. Read with `status`; nothing
+    is deployed on them."""
+    from fabfile.commands.fanout import for_each_host
+    from fabfile.present.tune_report import inventory_diff
+    from fabfile.transport.session import HostSession
+
+    flag_keys, env_keys = tuner_keys(state)
+
+    def work(s: HostSession) -> dict[str, Any]:
+        st = s.status(timeout=60.0)
+        rec = st.get("record")
+        if rec and st.get("running"):
+            cfg = running_config(rec.get("launch") or {}, flag_keys, env_keys)
+            source = f"running deploy {rec.get('deploy_id')} [host's deploy record]"
+        else:
+            cfg = host_config(s.host)
+            source = "the inventory (no server running) [inventory]"
+        return {"source": source, "running": cfg.describe(), "changes": remedies.diff(cfg, state.best),
+                "inventory_diff": inventory_diff({"start": cfg.describe(), "best": state.best.describe()})}
+
+    out: list[dict[str, Any]] = []
+    for o in for_each_host(inv, others, work, host_timeout=90.0):
+        out.append({"host": o.host.name, "deployed": False,
+                    **(o.data if o.ok else {"error": o.error.message if o.error else "no answer"})})
+    return out
+
+
 def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
              state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None],
-             objective: str = "tok-s", limits: Limits | None = None, trace_steps: int = 12) -> dict[str, Any]:
+             objective: str = "tok-s", limits: Limits | None = None, trace_steps: int = 12,
+             others: list[Host] | None = None) -> dict[str, Any]:
     """``inv tune``: the loop on one host from the inventory's configuration (or the saved path with ``resume``);
-    the path document (``--json`` prints it), the inventory diff written to ``write``."""
+    the path document (``--json`` prints it), the inventory diff written to ``write``. ``others``: the rest of a
+    group, told what they would get, never deployed."""
     from fabfile.present.tune_report import inventory_diff
 
     if resume:
@@ -538,7 +593,11 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
     if fig is not None:
         fig.savefig(state_file.with_suffix(".png"))
         doc["plot"] = str(state_file.with_suffix(".png"))
+    if others:
+        doc["others"] = others_would_get(inv, others, done)
     if write is not None:
-        write.write_text(json.dumps({host.name: inventory_diff(doc)}, indent=1) + "\n")
+        diffs = {host.name: inventory_diff(doc),
+                 **{o["host"]: o["inventory_diff"] for o in doc.get("others") or [] if "inventory_diff" in o}}
+        write.write_text(json.dumps(diffs, indent=1) + "\n")
         doc["written"] = str(write)
     return doc

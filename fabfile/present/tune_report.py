@@ -42,6 +42,12 @@ def render(doc: dict[str, Any]) -> str:
     if doc.get("restored"):
         lines.append(doc["restored"])
     lines.append(f"model loads: {doc.get('loads', 0)}")
+    for o in doc.get("others") or []:
+        if "error" in o:
+            lines.append(f"{o['host']} (not tuned, not deployed): could not read what it runs: {o['error']}")
+            continue
+        change = " ".join(o["changes"]) or "nothing: it runs the final configuration"
+        lines.append(f"{o['host']} (not tuned, not deployed) would get: {change} — against {o['source']}")
     return "\n".join(lines)
 
 

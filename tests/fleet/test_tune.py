@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids, start_inv
@@ -74,18 +75,29 @@ def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_
     assert running and "--disable-overlap-schedule" not in running
 
 
-def test_an_sla_nothing_meets_guards_the_change_and_says_what_broke(fleet: Fleet, sim_host: SimHost,
-                                                                     tmp_path: Path) -> None:
-    """The same winning change as above (overlap back on), but under a TPOT limit no deploy meets: each deploy's
-    median TPOT [tool: the load's timings] is judged as `inv sweep` judges it, the change is not kept (guard, the
-    broken limit named) and its trial ends there, and the path says the final configuration misses the SLA."""
+def test_a_group_tunes_its_first_host_under_an_sla_and_tells_the_others_what_they_would_get(
+        fleet: Fleet, sim_hosts: dict[str, SimHost], tmp_path: Path) -> None:
+    """`--host pair` (sim1, sim2): sim1 is tuned; the winning change (overlap back on) is tried under a TPOT limit no
+    deploy meets — each deploy's median TPOT [tool: the load's timings] judged as `inv sweep` judges it — so it is
+    not kept (guard, the broken limit named) and its trial ends there; sim2, which runs overlap on, is told what the
+    final configuration would change on it, as an inventory diff against its running deploy, and is never
+    deployed (its server's pid is the same after)."""
     inventory = derived_inventory(fleet, tmp_path, defaults={
         "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
-        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
-    sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
-    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "7", "--max-tpot-ms", "0.01", inventory=inventory,
-                              cwd=tmp_path)
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}},
+        hosts={"sim2": {"sglang_args": ["--enable-metrics"]}})
+    data = yaml.safe_load(inventory.read_text())
+    data["groups"] = {"pair": ["sim1", "sim2"]}
+    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    sim1, sim2 = sim_hosts["sim1"], sim_hosts["sim2"]
+    for h in (sim1, sim2):
+        h.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
+    assert run_inv("deploy", "--host", "sim2", inventory=inventory, cwd=tmp_path).returncode == 0
+    before = sglang_pids(sim2)
+    code, doc, err = inv_json("tune", "--host", "pair", *LOAD, "--max-loads", "7", "--max-tpot-ms", "0.01",
+                              "--write", str(tmp_path / "diff.json"), inventory=inventory, cwd=tmp_path)
     assert code == 0, err
+    assert doc["host"] == "sim1"
     step = doc["steps"][0]
     assert step["remedy"] == "overlap-on" and step["outcome"] == "guard", step
     assert "missed the SLA (TPOT" in step["why"], step["why"]
@@ -94,6 +106,12 @@ def test_an_sla_nothing_meets_guards_the_change_and_says_what_broke(fleet: Fleet
     assert all(m["sla"]["tpot_ms"] > 0.01 and not m["sla_met"] for m in step["measurements"])
     assert "--disable-overlap-schedule" in doc["best"]["flags"]
     assert doc["sla"]["max_tpot_ms"] == 0.01 and doc["sla"]["best_met"] is False
+    [other] = doc["others"]
+    assert other["host"] == "sim2" and other["deployed"] is False and "running deploy" in other["source"]
+    assert other["changes"] == ["+--disable-overlap-schedule"], other
+    assert other["inventory_diff"]["sglang_args"] == {"--disable-overlap-schedule": None}
+    assert json.loads((tmp_path / "diff.json").read_text())["sim2"] == other["inventory_diff"]
+    assert sglang_pids(sim2) == before  # never deployed
 
 
 def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, sim_host: SimHost,

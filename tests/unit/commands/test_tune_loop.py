@@ -237,3 +237,26 @@ def test_the_path_table_diff_and_plot_say_what_happened(tmp_path: Path) -> None:
     if fig is not None:
         fig.savefig(tmp_path / "tune.png")
         assert (tmp_path / "tune.png").stat().st_size > 0
+
+
+def test_a_group_member_is_told_its_changes_against_its_running_launch() -> None:
+    from fabfile.commands.tune import running_config, tuner_keys
+    from fabfile.plan.remedies import diff
+    from fabfile.present import tune_report
+
+    best = POOR.drop_flag("--disable-cuda-graph")
+    state = TuneState(POOR, best)
+    launch = {"argv": ["python", "-m", "sglang.launch_server", "--model-path", "/m", "--port=8000",
+                       "--speculative-num-steps", "3", "--disable-cuda-graph", "--cuda-graph-max-bs=4"],
+              "env": {"SGLANG_SET_CPU_AFFINITY": "1", "PATH": "/usr/bin"}}
+    running = running_config(launch, *tuner_keys(state))
+    assert dict(running.flags) == {"--speculative-num-steps": "3", "--disable-cuda-graph": None,
+                                   "--cuda-graph-max-bs": "4"}  # not the model, the port
+    changes = diff(running, best)
+    assert "---disable-cuda-graph" in changes and "-SGLANG_SET_CPU_AFFINITY" in changes
+    doc = {**tune(CostModel(0), state, _params()).to_json(),
+           "others": [{"host": "gpu2", "deployed": False, "source": "running deploy d1 [host's deploy record]",
+                       "changes": changes}, {"host": "gpu3", "deployed": False, "error": "cannot connect"}]}
+    text = tune_report.render(doc)
+    assert "gpu2 (not tuned, not deployed) would get: " in text and "---disable-cuda-graph" in text
+    assert "gpu3 (not tuned, not deployed): could not read what it runs: cannot connect" in text
