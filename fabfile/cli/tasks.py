@@ -86,31 +86,39 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
+    from fabfile.errors import Collector
 
-    inv = options.inventory(inventory, lock_wait)
-    wanted = flags.deploy_id("--id", id_)
-    flags.excludes("--previous", previous, "goes back one recorded deploy; --id ID names one", ("--id", id_))
+    found = Collector()  # every bad flag and inventory field of the run, said at once (exit 2), then nothing runs
+    inv = found.check(options.inventory, inventory, lock_wait)
+    wanted = found.check(flags.deploy_id, "--id", id_)
+    found.check(flags.excludes, "--previous", previous, "goes back one recorded deploy; --id ID names one",
+                ("--id", id_))
     recorded = "--previous" if previous else "--id"
-    flags.excludes(recorded, previous or id_ is not None, "starts a recorded deploy as it ran", ("--steps", steps),
-                   ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
-                   ("--timeout", timeout), ("--no-verify", no_verify), ("--accept-gate", accept_gate),
-                   ("--strategy", strategy), ("--batch", batch), ("--no-canary", no_canary),
-                   ("--rollback-on-failure", rollback_on_failure), ("--measure", measure),
-                   ("--no-measure", no_measure), ("--strict", strict))
-    flags.only_with(previous or id_ is not None, "only with --previous or --id (it answers their question about a "
-                    "deploy that was cancelled or failed)", ("--yes", yes))
-    flags.only_with(dry_run, "only with --dry-run (a deploy judges the knobs on the host's own release)",
-                    ("--sglang-version", sglang_version))
-    if previous or wanted is not None:
+    found.check(flags.excludes, recorded, previous or id_ is not None, "starts a recorded deploy as it ran",
+                ("--steps", steps), ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
+                ("--timeout", timeout), ("--no-verify", no_verify), ("--accept-gate", accept_gate),
+                ("--strategy", strategy), ("--batch", batch), ("--no-canary", no_canary),
+                ("--rollback-on-failure", rollback_on_failure), ("--measure", measure),
+                ("--no-measure", no_measure), ("--strict", strict))
+    found.check(flags.only_with, previous or id_ is not None, "only with --previous or --id (it answers their "
+                "question about a deploy that was cancelled or failed)", ("--yes", yes))
+    found.check(flags.only_with, dry_run, "only with --dry-run (a deploy judges the knobs on the host's own "
+                "release)", ("--sglang-version", sglang_version))
+    if previous or id_ is not None:
         from fabfile.commands.recorded import start_recorded
 
+        found.done()
         return start_recorded(inv, inv.select(host), deploy_id=wanted, dry_run=dry_run, yes=yes, as_json=json)
-    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
-    flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
-    flags.only_with(strategy != "parallel", "only with --strategy rolling (parallel deploys every host at once)",
-                    ("--batch", batch))
-    flags.only_with(strategy != "parallel", "only with --strategy rolling", ("--no-canary", no_canary))
-    batch_size = parse_batch(batch if batch is not None else "25%")
+    opts = found.check(options.deploy, steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify,
+                       accept_gate=accept_gate)
+    found.check(flags.choice, "--strategy", strategy, STRATEGIES, what="strategy")
+    found.check(flags.only_with, strategy != "parallel",
+                "only with --strategy rolling (parallel deploys every host at once)", ("--batch", batch))
+    found.check(flags.only_with, strategy != "parallel", "only with --strategy rolling", ("--no-canary", no_canary))
+    batch_size = found.check(parse_batch, batch if batch is not None else "25%")
+    found.check(flags.excludes, "--measure", measure, "give one of --measure and --no-measure (or neither: the "
+                "inventory's `measure`)", ("--no-measure", no_measure))
+    found.done()
     from fabfile.commands.dispatch import deploy_command, deploy_targets
 
     hosts, cluster = deploy_targets(inv, host, rollout_flags=strategy is not None or batch is not None or no_canary)
@@ -144,9 +152,12 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            strict: bool = False) -> Any:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     from fabfile.commands.render_plan import render_hosts
+    from fabfile.errors import Collector
 
-    inv = options.inventory(inventory)
-    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout)
+    found = Collector()  # every bad flag and inventory field at once
+    inv = found.check(options.inventory, inventory)
+    opts = found.check(options.deploy, steps, topk, draft_tokens, patch_mode, timeout)
+    found.done()
     return render_hosts(inv.select(host), options.measuring(opts, measure, no_measure),
                         sglang_version=sglang_version, strict=strict)
 
@@ -378,19 +389,37 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
-    from fabfile.errors import FlagError
+    from fabfile.errors import Collector, FlagError
+    from fabfile.plan.sla import Limits
 
-    limits = options.sla_limits(max_ttft_ms, max_tpot_ms, min_tok_s)
+    limit = options.limit
 
-    out = flags.path("--out", out)
-    step_list = flags.int_list("--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
-    if not step_list:
-        raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
+    # Every bad flag of the sweep at once, one line each (exit 2), before the inventory is read or a host touched.
+    found = Collector()
+    limits = Limits(max_ttft_ms=found.check(limit, "--max-ttft-ms", max_ttft_ms, MAX_MS, "ms",
+                                            "a number of milliseconds"),
+                    max_tpot_ms=found.check(limit, "--max-tpot-ms", max_tpot_ms, MAX_MS, "ms",
+                                            "a number of milliseconds"),
+                    min_tok_s=found.check(limit, "--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s",
+                                          "a number of tokens per second"))
+    out = found.check(flags.path, "--out", out)
+    step_list = found.check(flags.int_list, "--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
+    if steps is None or step_list == []:
+        found.found.append(FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4"))
     # Each level is a benchmark of every configuration: 16 of them is already hours.
-    levels = flags.int_list("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY, max_items=16) or [1]
-    params = options.bench(levels[0], input_len, output_len, num_prompts, client, None)
-    params = replace(params, **options.sweep_length(num_prompts, target_ci, min_requests, max_requests),
-                     need_histogram=predict)
+    levels = found.check(flags.int_list, "--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY,
+                         max_items=16) or [1]
+    params = found.check(options.bench, levels[0], input_len, output_len, num_prompts, client, None)
+    length = found.check(options.sweep_length, num_prompts, target_ci, min_requests, max_requests)
+    topks = found.check(flags.int_list, "--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK)
+    draft_list = found.check(flags.int_list, "--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS,
+                             max_items=64)
+    deploy_opts = found.check(options.deploy, None, None, None, patch_mode, timeout)
+    if predict and adaptive:
+        found.found.append(FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict "
+                                     "cannot model; leave one of them out"))
+    found.done()
+    params = replace(params, **length, need_histogram=predict)
     if predict and params.client == "sglang":
         raise FlagError("--client: --predict needs each request's meta_info and stream, which sglang.bench_serving "
                         "does not keep; use --client builtin or auto")
@@ -398,8 +427,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
                         "sglang.bench_serving")
     # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
-    base = replace(options.measuring(options.deploy(None, None, None, patch_mode, timeout), measure, no_measure),
-                   measuring=True)
+    base = replace(options.measuring(deploy_opts, measure, no_measure), measuring=True)
     inv = options.inventory(inventory)
     from fabfile.inventory.hosts import one_host
 
@@ -410,12 +438,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
 
     cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env),
                        inv.nccl_presets)
-    if predict and adaptive:
-        raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
-                        "leave one of them out")
-    cfgs = configs(h, base, step_list, flags.int_list("--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK),
-                   flags.int_list("--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS, max_items=64),
-                   cands, adaptive)
+    cfgs = configs(h, base, step_list, topks, draft_list, cands, adaptive)
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
