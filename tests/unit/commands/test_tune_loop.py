@@ -124,12 +124,16 @@ def test_a_failed_candidate_is_reported_and_the_best_is_deployed_again() -> None
     assert host.ran[-1] == st.best and not st.best.has("--disable-cuda-graph")
 
 
+def _interrupted(host: CostModel, raised: type[BaseException], state_file: Path) -> TuneState:
+    """Tune until ``raised`` comes out of the host; the path it saved."""
+    with pytest.raises(raised):
+        tune(host, TuneState(POOR, POOR), _params(state_file=state_file))
+    return TuneState.from_json(__import__("json").loads(state_file.read_text()))
+
+
 def test_ctrl_c_deploys_the_best_so_far_again_and_the_path_resumes(tmp_path: Path) -> None:
     host = CostModel(3, interrupt_at=12)  # inside the second trial
-    state_file = tmp_path / "tune.json"
-    with pytest.raises(KeyboardInterrupt):
-        tune(host, TuneState(POOR, POOR), _params(state_file=state_file))
-    saved = TuneState.from_json(__import__("json").loads(state_file.read_text()))
+    saved = _interrupted(host, KeyboardInterrupt, tmp_path / "tune.json")
     assert saved.stop == "interrupted" and "deployed again" in saved.restored
     assert host.ran[-1] == saved.best and not saved.best.has("--disable-cuda-graph")
     resumed = tune(CostModel(4), saved, _params())
@@ -155,10 +159,7 @@ class LinkDiesOnce(CostModel):
 
 def test_a_foreign_exception_mid_trial_still_deploys_the_best_again(tmp_path: Path) -> None:
     host = LinkDiesOnce(3, die_at=12)  # inside the second trial
-    state_file = tmp_path / "tune.json"
-    with pytest.raises(ProxyDied):
-        tune(host, TuneState(POOR, POOR), _params(state_file=state_file))
-    saved = TuneState.from_json(__import__("json").loads(state_file.read_text()))
+    saved = _interrupted(host, ProxyDied, tmp_path / "tune.json")
     assert saved.stop == "interrupted" and "status 130" in saved.stop_reason
     assert "deployed again" in saved.restored and host.ran[-1] == saved.best
 
