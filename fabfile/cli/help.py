@@ -65,13 +65,22 @@ BENCH_HELP = {
 }
 TUNE_HELP = {
     **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "json", "inventory")},
-    "host": "the host to tune (one host; default: the inventory's default host)",
+    "host": "the host to tune (default: the inventory's default host); a group or list: its first host is tuned, "
+            "the others are told what they would get (their running configuration against the final one, as an "
+            "inventory diff) and never deployed",
     "num_prompts": "requests of the load each deploy is measured under (default 16)",
-    "objective": "what to maximise: tok-s (output tokens per second at the bench's load)",
+    "objective": "what to maximise: tok-s (output tokens per second at the bench's load; the service limits, if "
+                 "given, guard every change) or sla (meet the service limits first, then tok/s; needs a limit)",
     "max_loads": "model loads the tuner may spend (default 40; a trial is 6 plus its incumbent)",
     "max_minutes": "wall-clock minutes the tuner may spend (default 60)",
     "resume": "continue the path saved after each trial in runs/tune-<host>.json (beside it: tune.png)",
     "write": "write the final configuration as an inventory diff to FILE",
+    "max_ttft_ms": "service limit: median TTFT at most this many ms on every deploy a change is kept on (a guard; "
+                   "with --objective sla, the objective)",
+    "max_tpot_ms": "service limit: median time per output token at most this many ms (see --max-ttft-ms)",
+    "min_tok_s": "service limit: output tok/s at least this (see --max-ttft-ms)",
+    "trace_steps": "scheduler steps the profiler records when a measurement is traced (default 12, at most 200): "
+                   "only while a rule that reads kernel classes has an untried remedy",
 }
 
 PROFILE_HELP = {

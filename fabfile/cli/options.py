@@ -7,7 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from fabfile import flags
-from fabfile.flags import MAX_ACCEPT, MAX_CONCURRENCY, MAX_DRAFT_TOKENS, MAX_REQUESTS, MAX_STEPS, MAX_TOKENS, MAX_TOPK
+from fabfile.flags import (
+    MAX_ACCEPT,
+    MAX_CONCURRENCY,
+    MAX_DRAFT_TOKENS,
+    MAX_MS,
+    MAX_REQUESTS,
+    MAX_STEPS,
+    MAX_TOK_S,
+    MAX_TOKENS,
+    MAX_TOPK,
+)
 
 
 def inventory(path: str | None, lock_wait: Any = None) -> Any:
@@ -105,3 +115,17 @@ def measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
     if measure and no_measure:
         raise FlagError("--measure and --no-measure: give one of them (or neither: the inventory's `measure`)")
     return replace(opts, measure=True if measure else False if no_measure else None)
+
+
+def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float | None:
+    """One service limit of `inv sweep` and `inv tune`: > 0 and bounded, or absent."""
+    return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
+
+
+def sla_limits(max_ttft_ms: Any, max_tpot_ms: Any, min_tok_s: Any) -> Any:
+    """The service limits of `inv tune` (``plan.sla.Limits``), each through ``limit``."""
+    from fabfile.plan.sla import Limits
+
+    return Limits(max_ttft_ms=limit("--max-ttft-ms", max_ttft_ms, MAX_MS, "ms", "a number of milliseconds"),
+                  max_tpot_ms=limit("--max-tpot-ms", max_tpot_ms, MAX_MS, "ms", "a number of milliseconds"),
+                  min_tok_s=limit("--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s", "a number of tokens per second"))

@@ -389,13 +389,10 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
-    from fabfile.errors import FlagError
+    from fabfile.errors import Collector, FlagError
     from fabfile.plan.sla import Limits
 
-    def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float | None:
-        return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
-
-    from fabfile.errors import Collector
+    limit = options.limit
 
     # Every bad flag of the sweep at once, one line each (exit 2), before the inventory is read or a host touched.
     found = Collector()
@@ -596,7 +593,8 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
 @cli
 def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = None, input_len: Any = None,
          output_len: Any = None, num_prompts: Any = None, max_loads: Any = None, max_minutes: Any = None,
-         resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None) -> Any:
+         resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
+         max_tpot_ms: Any = None, min_tok_s: Any = None, trace_steps: Any = None) -> Any:
     """Measure, explain, change the one thing a rule names, keep it only when it wins beyond the spread between
     deploys (A B B A), until nothing is left to fix; the host runs the best configuration when it ends."""
     from pathlib import Path
@@ -609,7 +607,12 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     from fabfile.commands.tune import OBJECTIVES
 
     flags.choice("--objective", objective, OBJECTIVES, what="objective")
-    check_params(str(objective), 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3)
+    limits = options.sla_limits(max_ttft_ms, max_tpot_ms, min_tok_s)
+    from fabfile.commands.profile import DEFAULT_TRACE_STEPS
+    from fabfile.remote.protocol import MAX_TRACE_STEPS
+
+    steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS) or DEFAULT_TRACE_STEPS
+    check_params(str(objective), 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3, limits)
     load = options.bench(concurrency, input_len, output_len, num_prompts, None, None)
     write_to = flags.path("--write", write)
     if write_to and Path(write_to).is_dir():
@@ -617,7 +620,9 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     inv = options.inventory(inventory)
     from fabfile.inventory.hosts import one_host
 
-    h = one_host(inv, host, "tune")
+    # A group: the first of its hosts is tuned, the others are told what they would get (never deployed).
+    group = inv.select(host)
+    h = group[0] if len(group) > 1 else one_host(inv, host, "tune")
     from fabfile.commands.result import CommandResult
     from fabfile.present.output import out as console
     from fabfile.present.tune_report import render
@@ -628,7 +633,8 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     say = (lambda line: None) if json else (lambda line: console.print(line, markup=False))
     doc = run_tune(inv, h, load, max_loads=40 if loads is None else loads,
                    max_minutes=60.0 if minutes is None else minutes, state_file=state_file, resume=resume,
-                   write=Path(write_to) if write_to else None, progress=say)
+                   write=Path(write_to) if write_to else None, progress=say, objective=str(objective),
+                   limits=limits, trace_steps=steps, others=group[1:])
     return CommandResult(doc, lambda: console.print(render(doc), markup=False), 0)
 
 

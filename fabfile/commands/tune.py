@@ -25,9 +25,12 @@ from fabfile.plan import explain as rules
 from fabfile.plan import remedies, tune_rule
 from fabfile.plan.deploy_plan import Options
 from fabfile.plan.remedies import Candidate, Config, Context
+from fabfile.plan.sla import Limits, broken
 from fabfile.plan.tune_rule import Arm
 
-OBJECTIVES = ("tok-s",)
+# tok-s: output tok/s at the bench's load, the SLA limits (if given) a guard on every challenger deploy; sla: the
+# sweep's limits first (a configuration meeting them on every deploy beats one that misses them), then tok/s.
+OBJECTIVES = ("tok-s", "sla")
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,13 @@ class Measurement:
     accept: float | None = None
     memory_gib: float | None = None
     sla_met: bool = True
+    sla_broken: tuple[str, ...] = ()  # the limits this deploy broke (plan/sla.broken's words)
+    sla: Mapping[str, float | None] = field(default_factory=dict)  # the figures judged: ttft_ms, tpot_ms, tok_s
     log: tuple[str, ...] = ()
     server_args: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
-    trace: frozenset[str] = frozenset()
+    trace: frozenset[str] = frozenset()  # facts the profiler trace showed (``verify_graph``, ``allreduce:<impl>``)
+    traced: bool = False  # measured with the profiler's bounded trace (kernel classes in ``anatomy["kernels"]``)
 
     def ms(self, phase: str) -> float | None:
         v = self.anatomy.get(phase)
@@ -74,14 +80,19 @@ class CandidateFailed(SpecDeployError):
     """A configuration that did not come up (its launch failed, or the server died before measuring)."""
 
 
+def never(version: str) -> bool:
+    return False
+
+
 class Trials(Protocol):
     version: str  # the host's SGLang release once known ("" before the first deploy: TuneParams.version then)
     # Set for the restore after an interrupt: the deploy the interrupt cut short is this run's own and may still run
     # on the host (a deploy outlives its client), so the restore queues behind it where any other deploy refuses.
     queue: bool
 
-    def run(self, cfg: Config) -> Measurement:
-        """Deploy ``cfg`` (replacing what runs) and measure it; CandidateFailed when it does not come up."""
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        """Deploy ``cfg`` (replacing what runs) and measure it; CandidateFailed when it does not come up. ``trace``,
+        asked with the release the deploy found: whether to measure with the profiler's bounded trace too."""
         ...
 
 
@@ -139,9 +150,13 @@ class TuneState:
     stop: str = ""
     stop_reason: str = ""
     restored: str = ""
+    incumbent: list[dict[str, Any]] = field(default_factory=list)  # the best's latest deploys, as measured
+    # The measurements outside a trial (the first deploy, a traced deploy of a new best), so --json has them all.
+    outside_trials: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"start": self.start.describe(), "best": self.best.describe(), "best_objective": self.best_objective,
+                "incumbent": self.incumbent, "outside_trials": self.outside_trials,
                 "tried": self.tried, "loads": self.loads, "stop": self.stop, "stop_reason": self.stop_reason,
                 "restored": self.restored, "diff": remedies.diff(self.start, self.best),
                 "steps": [vars(s) for s in self.steps]}
@@ -154,7 +169,8 @@ class TuneState:
         st = TuneState(cfg(doc["start"]), cfg(doc["best"]), list(doc.get("best_objective") or []),
                        list(doc.get("tried") or []), [Step(**s) for s in doc.get("steps") or []],
                        int(doc.get("loads") or 0), str(doc.get("stop") or ""), str(doc.get("stop_reason") or ""),
-                       str(doc.get("restored") or ""))
+                       str(doc.get("restored") or ""), list(doc.get("incumbent") or []),
+                       list(doc.get("outside_trials") or []))
         return st
 
 
@@ -168,11 +184,16 @@ class TuneParams:
     max_minutes: float = 60.0
     memory_limit_gib: float | None = None
     state_file: Path | None = None
+    objective: str = "tok-s"
+    limits: Limits = field(default_factory=Limits)
+    trace_steps: int = 12  # scheduler steps a traced measurement records (profile's default; at most 200)
 
 
 def _record(m: Measurement, arm: str) -> dict[str, Any]:
-    return {"arm": arm, "tok_s": m.tok_s, "accept": m.accept, "memory_gib": m.memory_gib, "sla_met": m.sla_met,
-            "figures": m.figures()}
+    return {"arm": arm, "traced": m.traced, "trace_facts": sorted(m.trace), "tok_s": m.tok_s, "accept": m.accept,
+            "traced_passes": ((m.anatomy.get("kernels") or {}).get("verify") or {}).get("passes") if m.traced else None,
+            "memory_gib": m.memory_gib, "sla_met": m.sla_met,
+            "sla_broken": list(m.sla_broken), "sla": dict(m.sla), "figures": m.figures()}
 
 
 def _arm(ms: list[Measurement], mechanism: str, engaged_flags: list[bool] | None = None) -> Arm:
@@ -182,7 +203,7 @@ def _arm(ms: list[Measurement], mechanism: str, engaged_flags: list[bool] | None
     return Arm(tuple(m.tok_s for m in ms), tuple(mechs) if len(mechs) == len(ms) else (),
                tuple(m.accept for m in ms if m.accept is not None),
                tuple(m.memory_gib for m in ms if m.memory_gib is not None), tuple(m.sla_met for m in ms),
-               tuple(engaged_flags or ()))
+               tuple(engaged_flags or ()), tuple(b for m in ms for b in m.sla_broken))
 
 
 def _resolvable(incumbent: list[Measurement], mechanism: str, pairs: int) -> float:
@@ -193,6 +214,14 @@ def _resolvable(incumbent: list[Measurement], mechanism: str, pairs: int) -> flo
     mech = [v for m in incumbent if (v := m.figures().get(mechanism)) is not None]
     e2e = tune_rule.resolvable([m.tok_s for m in incumbent], pairs)
     return min(e2e, tune_rule.resolvable(mech, pairs)) if len(mech) >= 2 else e2e
+
+
+def _with_kernels(head: Measurement, traced: Measurement | None) -> Measurement:
+    """The latest measurement of the best, with the kernel classes of a traced deploy of the same configuration in
+    this run where it has none of its own (the trace rules judge those; the timer's phases stay the latest)."""
+    if head.traced or traced is None or not traced.anatomy.get("kernels"):
+        return head
+    return replace(head, anatomy={**head.anatomy, "kernels": traced.anatomy["kernels"]}, trace=traced.trace)
 
 
 def _findings(cfg: Config, m: Measurement) -> list[rules.Finding]:
@@ -206,21 +235,41 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
     started = clock()
     deployed: list[Config] = []
     trial_seconds = 0.0
+    traced_of: dict[Config, Measurement] = {}  # the latest traced deploy of each configuration in this run
 
-    def run(cfg: Config, what: str) -> Measurement:
+    def wants_trace(cfg: Config) -> Callable[[str], bool]:
+        def want(version: str) -> bool:
+            ctx = Context(version or params.version, params.concurrency, params.tp)
+            return bool(remedies.needs_trace(cfg, ctx, set(state.tried)))
+        return want
+
+    def run(cfg: Config, what: str, trace: Callable[[str], bool] = never) -> Measurement:
         progress(f"iteration {len(state.steps) + 1}: deploy {state.loads + 1} ({what}); "
                  f"{params.max_loads - state.loads} loads, "
                  f"{max(0.0, params.max_minutes - (clock() - started) / 60):.1f} min left")
         state.loads += 1
         deployed.append(cfg)
-        return trials.run(cfg)
+        m = trials.run(cfg, trace)
+        if m.traced:
+            progress(f"  measured with a {params.trace_steps}-step trace: a rule that reads kernel classes "
+                     "may fire")
+            traced_of[cfg] = m
+        return m
 
     try:
         incumbent_ms: list[Measurement] = []
         while True:
             if not incumbent_ms:
-                incumbent_ms = [run(state.best, "incumbent")]
-            head = incumbent_ms[-1]
+                incumbent_ms = [run(state.best, "incumbent", wants_trace(state.best))]
+                state.outside_trials.append({**_record(incumbent_ms[0], "A"), "what": "first deploy"})
+            elif (not incumbent_ms[-1].traced and state.best not in traced_of
+                  and wants_trace(state.best)(trials.version)):
+                # A new best, and a remedy only a trace can call for is still untried: one traced deploy of it
+                # (kept apart from the spread: the profiler's cost is not deploy-to-deploy noise).
+                m = run(state.best, "incumbent, traced", lambda v: True)
+                state.outside_trials.append({**_record(m, "A"), "what": "traced deploy of the new best"})
+            state.incumbent = [_record(m, "A") for m in incumbent_ms]
+            head = _with_kernels(incumbent_ms[-1], traced_of.get(state.best))
             findings = _findings(state.best, head)
             ctx = Context(trials.version or params.version, params.concurrency, params.tp, head.figures())
             found = {f.rule: f for f in findings}
@@ -246,14 +295,18 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
             a_ms: list[Measurement] = []
             b_ms: list[Measurement] = []
             flags: list[bool] = []
+            # Both arms traced where the remedy's rule reads kernel classes (its mechanism figure and the evidence
+            # it engaged are the trace's); otherwise neither pays the profiler's cost.
+            arm_trace: Callable[[str], bool] = ((lambda v: True) if best.remedy.rule in remedies.TRACE_RULES
+                                                else never)
             for arm in tune_rule.schedule(params.pairs):
                 if arm == "A":
-                    m = run(state.best, "incumbent")
+                    m = run(state.best, "incumbent", arm_trace)
                     a_ms.append(m)
                     step.measurements.append(_record(m, "A"))
                     continue
                 try:
-                    m = run(best.config, f"candidate {best.remedy.id}")
+                    m = run(best.config, f"candidate {best.remedy.id}", arm_trace)
                 except CandidateFailed as e:
                     step.outcome, step.why = "failed", f"the candidate did not come up: {e}"
                     break
@@ -264,10 +317,16 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                 if not ok:
                     step.outcome, step.why = "not engaged", f"the change did not engage ({step.evidence}): not scored"
                     break
+                if not m.sla_met:
+                    # decide() keeps no change one of whose deploys missed the SLA: the rest of the trial's loads
+                    # could not save it.
+                    step.outcome, step.why = "guard", (f"a challenger deploy missed the SLA "
+                                                       f"({', '.join(m.sla_broken) or 'a limit'}): not kept")
+                    break
             if not step.outcome:
                 inc, ch = _arm(a_ms, best.remedy.mechanism), _arm(b_ms, best.remedy.mechanism, flags)
                 v = tune_rule.decide(inc, ch, moves_accept=best.remedy.moves_accept,
-                                     memory_limit_gib=params.memory_limit_gib)
+                                     memory_limit_gib=params.memory_limit_gib, sla_first=params.objective == "sla")
                 step.outcome, step.why = v.outcome, v.why
                 step.before, step.after = list(inc.objective), list(ch.objective)
                 step.before_spread, step.after_spread = tune_rule.spread(inc.objective), tune_rule.spread(ch.objective)
@@ -283,9 +342,11 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                     incumbent_ms = a_ms
             trial_seconds = clock() - t0
             _save(state, params)
-    except (KeyboardInterrupt, SpecDeployError, OSError) as e:
+    except (KeyboardInterrupt, Exception) as e:
+        # Whatever it is (a library's own exception from a link that died under a Ctrl-C included), the host gets
+        # the best configuration back before it goes up; the restore opens a connection of its own.
         state.stop = "interrupted"
-        state.stop_reason = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else str(e)
+        state.stop_reason = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else (str(e) or type(e).__name__)
         if state.steps and not state.steps[-1].outcome:
             # The trial it cut short decided nothing: --resume tries that remedy again.
             state.steps[-1].outcome, state.steps[-1].why = "interrupted", state.stop_reason
@@ -304,9 +365,9 @@ def _restore(trials: Trials, state: TuneState, params: TuneParams, progress: Cal
     progress("deploying the best configuration so far again")
     try:
         state.loads += 1
-        trials.run(state.best)
+        trials.run(state.best)  # untraced: the restore only has to serve
         state.restored = "the best configuration so far was deployed again"
-    except (SpecDeployError, OSError) as e:
+    except Exception as e:  # said in the path, and the user told what to run: never a second traceback
         state.restored = f"re-deploying the best configuration failed: {e}; run `inv deploy` on the host"
     _save(state, params)
 
@@ -319,12 +380,16 @@ def _save(state: TuneState, params: TuneParams) -> None:
     tmp.replace(params.state_file)
 
 
-def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int) -> None:
+def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int,
+                 limits: Limits | None = None) -> None:
     """Bad input refused before anything is touched (a sentence naming the field; the CLI exits 2)."""
     from fabfile.errors import FlagError
 
     if objective not in OBJECTIVES:
         raise FlagError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if objective == "sla" and not (limits and limits.any):
+        raise FlagError("--objective sla: give the limits to meet (--max-ttft-ms, --max-tpot-ms, --min-tok-s), as "
+                        "`inv sweep` takes them")
     if max_loads < 2 * pairs + 1:
         raise FlagError(f"--max-loads {max_loads} cannot fit one trial ({2 * pairs + 1} loads: the incumbent and "
                         f"{pairs} deploys of each arm)")
@@ -357,11 +422,13 @@ class HostTrials:
     host: Host
     opts: Options
     load: BenchParams
+    limits: Limits = field(default_factory=Limits)
+    trace_steps: int = 12
     log_lines: int = 400
     version: str = ""
     queue: bool = False
 
-    def run(self, cfg: Config) -> Measurement:
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
         from fabfile.commands.deploy import deploy_host
         from fabfile.commands.profile import ProfileParams, new_profile_id, profile_request
         from fabfile.present.progress import Reporter
@@ -375,7 +442,7 @@ class HostTrials:
         if not res.ok:
             raise CandidateFailed(res.error.message if res.error else "the deploy failed", host=self.host.name)
         self.version = res.sglang_version or self.version
-        pp = ProfileParams(load=self.load)
+        pp = ProfileParams(load=self.load, trace=trace(self.version), trace_steps=self.trace_steps)
         log: list[str] = []
         with HostSession.open(self.inv, target) as s:
             doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
@@ -388,19 +455,115 @@ class HostTrials:
                     env_seen.update({k: str(v) for k, v in (sched.get("environ") or {}).items()})
         subjects = rules.subjects(doc)
         anatomy = dict(subjects[0].anatomy) if subjects else {}
+        kernels = (anatomy.get("kernels") or {}) if pp.trace else {}
         bench: Mapping[str, Any] = doc.get("bench") or {}
         accept_fig = anatomy.get("accept_length")
         accept = accept_fig.get("ms") if isinstance(accept_fig, Mapping) else None
         args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        sla = sla_figures(bench)
+        missed = tuple(broken(dict(sla), self.limits)) if self.limits.any else ()
         return Measurement(tok_s=float(bench.get("output_tok_s") or 0.0), anatomy=anatomy,
-                           accept=float(accept) if accept else None, log=tuple(log), server_args=args,
-                           env=env_seen, trace=frozenset({"verify_graph"}) if doc.get("cuda_graph") else frozenset())
+                           accept=float(accept) if accept else None, sla_met=not missed, sla_broken=missed, sla=sla,
+                           log=tuple(log), server_args=args, env=env_seen, trace=trace_facts(kernels),
+                           traced=bool(kernels))
+
+
+def trace_facts(kernels: Mapping[str, Any]) -> frozenset[str]:
+    """What the profiler trace showed, as the catalog's ``trace:`` evidence names it: how verify's kernels were
+    launched (``verify_graph``: a CUDA graph replay; ``verify_eager``: one by one) and, where it ran, the all-reduce
+    implementation (``allreduce:<impl>``). Nothing without a trace: the server's own claim is not trace evidence."""
+    verify: Mapping[str, Any] = kernels.get("verify") or {}
+    out = set()
+    if verify.get("launch") == "cuda graph":
+        out.add("verify_graph")
+    elif verify.get("launch") == "eager":
+        out.add("verify_eager")
+    if verify.get("allreduce_impl"):
+        out.add(f"allreduce:{verify['allreduce_impl']}")
+    return frozenset(out)
+
+
+def sla_figures(bench: Mapping[str, Any]) -> dict[str, float | None]:
+    """The figures the SLA is judged on, as the sweep judges them: median TTFT and TPOT over the load's requests
+    [tool: bench timings], output tok/s [tool]."""
+    def median(key: str) -> float | None:
+        v = (bench.get(key) or {}).get("median")
+        return None if v is None else float(v)
+    tok_s = bench.get("output_tok_s")
+    return {"ttft_ms": median("ttft_ms"), "tpot_ms": median("tpot_ms"),
+            "tok_s": None if tok_s is None else float(tok_s)}
+
+
+def sla_summary(state: TuneState, limits: Limits) -> dict[str, Any] | None:
+    """Whether the final configuration met the limits on its latest measured deploys (None without limits)."""
+    if not limits.any:
+        return None
+    ms = state.incumbent
+    return {**limits.as_dict(), "describe": limits.describe(),
+            "best_met": bool(ms) and all(m.get("sla_met", True) for m in ms),
+            "best_broken": sorted({b for m in ms for b in m.get("sla_broken") or []})}
+
+
+def tuner_keys(state: TuneState) -> tuple[set[str], set[str]]:
+    """The flags and variables the tuner's view of a configuration covers: the start's, the best's and every
+    catalog knob (a host's other launch arguments — model, port, TP — are its own, not the tune's)."""
+    flags = set(dict(state.start.flags)) | set(dict(state.best.flags))
+    env = set(dict(state.start.env)) | set(dict(state.best.env))
+    for r in remedies.CATALOG:
+        (flags if r.knob.startswith("--") else env).add(r.knob)
+    flags |= {"--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"}  # the graph batch size under either name
+    # Rendered from the host's speculative settings, not its sglang_args: compared only where the tune set them.
+    flags -= {"--speculative-num-steps", "--speculative-num-draft-tokens", "--speculative-eagle-topk"} - (
+        set(dict(state.start.flags)) | set(dict(state.best.flags)))
+    return flags, env
+
+
+def running_config(launch: Mapping[str, Any], flag_keys: set[str], env_keys: set[str]) -> Config:
+    """A running deploy's launch (its record's argv and env) as the tuner sees a configuration."""
+    from fabfile.remote.common import split_argv
+
+    flags = {f.name: f.value for f in split_argv([str(a) for a in launch.get("argv") or []])
+             if f.name in flag_keys}
+    env = {k: str(v) for k, v in (launch.get("env") or {}).items() if k in env_keys}
+    return Config(flags=tuple(sorted(flags.items())), env=tuple(sorted(env.items())))
+
+
+def others_would_get(inv: Inventory, others: list[Host], state: TuneState) -> list[dict[str, Any]]:
+    """For each host of the group that was not tuned: what it runs now (its running deploy's launch, else its
+    inventory configuration) against the final configuration, as an inventory diff. Read with `status`; nothing
+    is deployed on them."""
+    from fabfile.commands.fanout import for_each_host
+    from fabfile.present.tune_report import inventory_diff
+    from fabfile.transport.session import HostSession
+
+    flag_keys, env_keys = tuner_keys(state)
+
+    def work(s: HostSession) -> dict[str, Any]:
+        st = s.status(timeout=60.0)
+        rec = st.get("record")
+        if rec and st.get("running"):
+            cfg = running_config(rec.get("launch") or {}, flag_keys, env_keys)
+            source = f"running deploy {rec.get('deploy_id')} [host's deploy record]"
+        else:
+            cfg = host_config(s.host)
+            source = "the inventory (no server running) [inventory]"
+        return {"source": source, "running": cfg.describe(), "changes": remedies.diff(cfg, state.best),
+                "inventory_diff": inventory_diff({"start": cfg.describe(), "best": state.best.describe()})}
+
+    out: list[dict[str, Any]] = []
+    for o in for_each_host(inv, others, work, host_timeout=90.0):
+        out.append({"host": o.host.name, "deployed": False,
+                    **(o.data if o.ok else {"error": o.error.message if o.error else "no answer"})})
+    return out
 
 
 def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
-             state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None]) -> dict[str, Any]:
+             state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None],
+             objective: str = "tok-s", limits: Limits | None = None, trace_steps: int = 12,
+             others: list[Host] | None = None) -> dict[str, Any]:
     """``inv tune``: the loop on one host from the inventory's configuration (or the saved path with ``resume``);
-    the path document (``--json`` prints it), the inventory diff written to ``write``."""
+    the path document (``--json`` prints it), the inventory diff written to ``write``. ``others``: the rest of a
+    group, told what they would get, never deployed."""
     from fabfile.present.tune_report import inventory_diff
 
     if resume:
@@ -412,20 +575,29 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
     else:
         start = host_config(host)
         state = TuneState(start, start)
-    trials = HostTrials(inv, host, Options(), load)
-    params = TuneParams(version="", concurrency=load.concurrency, tp=1, max_loads=max_loads,
-                        max_minutes=max_minutes, state_file=state_file)
+    limits = limits or Limits()
+    trials = HostTrials(inv, host, Options(), load, limits, trace_steps)
+    params = TuneParams(version="", concurrency=load.concurrency, tp=host.tp, max_loads=max_loads,
+                        max_minutes=max_minutes, state_file=state_file, objective=objective, limits=limits,
+                        trace_steps=trace_steps)
     done = tune(trials, state, params, progress)
     doc = done.to_json()
+    doc["objective"] = objective
+    if (sla := sla_summary(done, limits)) is not None:
+        doc["sla"] = sla
     doc["host"] = host.name
-    doc["state_file"] = str(state_file)
+    doc["state_file"] = str(state_file.resolve())
     from fabfile.present.tune_report import tune_figure
 
     fig = tune_figure(doc)
     if fig is not None:
         fig.savefig(state_file.with_suffix(".png"))
         doc["plot"] = str(state_file.with_suffix(".png"))
+    if others:
+        doc["others"] = others_would_get(inv, others, done)
     if write is not None:
-        write.write_text(json.dumps({host.name: inventory_diff(doc)}, indent=1) + "\n")
+        diffs = {host.name: inventory_diff(doc),
+                 **{o["host"]: o["inventory_diff"] for o in doc.get("others") or [] if "inventory_diff" in o}}
+        write.write_text(json.dumps(diffs, indent=1) + "\n")
         doc["written"] = str(write)
     return doc

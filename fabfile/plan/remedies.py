@@ -258,6 +258,18 @@ CATALOG: tuple[Remedy, ...] = (
 )
 
 
+# The rules of plan/explain that read the profiler trace's kernel classes (launch mode, all-reduce share, GEMM
+# time): they cannot fire on the device timer's phases alone. gemm_growth has no remedy in the catalog (its cause is
+# the model's memory traffic), so it never asks for a trace here.
+TRACE_RULES = frozenset({"verify_eager", "allreduce_bound", "gemm_growth"})
+
+
+def needs_trace(cfg: Config, ctx: Context, tried: set[str]) -> list[str]:
+    """The untried remedies applicable to ``cfg`` whose rule only a trace can fire: measure with a (bounded) trace
+    when this is not empty, so the rule gets its chance; else the device timer alone, without the profiler's cost."""
+    return [r.id for r in CATALOG if r.rule in TRACE_RULES and r.id not in tried and r.candidate(cfg, ctx) is not None]
+
+
 @dataclass(frozen=True)
 class Candidate:
     remedy: Remedy

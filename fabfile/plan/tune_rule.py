@@ -13,6 +13,10 @@ deploys. A challenger is kept only when
 and the guards hold: it engaged on every deploy (else it is never scored), every deploy meets the SLA, accept length
 did not move (beyond its spread, at least 3 %) for a change that should not move it, GPU memory stayed under the
 limit. A loop that keeps a change on one measurement each by a strict ``>`` keeps a no-op half the time.
+
+With the SLA as the objective (``sla_first``) meeting the limits comes before tok/s: a challenger that meets them on
+every deploy where the incumbent missed them on one is kept whatever its tok/s (the sweep's rule: the fastest of
+those that meet the limits, and none that misses them beats one that meets them).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class Arm:
     memory_gib: tuple[float, ...] = ()
     sla_met: tuple[bool, ...] = ()
     engaged: tuple[bool, ...] = ()
+    sla_broken: tuple[str, ...] = ()  # the limits its deploys broke, as ``plan/sla.broken`` words them
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,12 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
 
-def decide(incumbent: Arm, challenger: Arm, *, moves_accept: bool, memory_limit_gib: float | None = None) -> Verdict:
+def _missed(arm: Arm) -> int:
+    return arm.sla_met.count(False)
+
+
+def decide(incumbent: Arm, challenger: Arm, *, moves_accept: bool, memory_limit_gib: float | None = None,
+           sla_first: bool = False) -> Verdict:
     a, b = incumbent.objective, challenger.objective
     if len(a) < 2 or len(b) < 2:
         raise ValueError("each arm needs at least two deploys: one deploy has no spread to compare against")
@@ -98,8 +108,10 @@ def decide(incumbent: Arm, challenger: Arm, *, moves_accept: bool, memory_limit_
     gain = statistics.median(b) / statistics.median(a) - 1
     s = max(spread(a), spread(b))
     base = dict(gain=gain, spread=s)
-    if challenger.sla_met and not all(challenger.sla_met):
-        return Verdict(False, "guard", "a challenger deploy missed the SLA", gain, s)
+    if _missed(challenger):
+        broke = f" ({', '.join(dict.fromkeys(challenger.sla_broken))})" if challenger.sla_broken else ""
+        return Verdict(False, "guard", f"{_missed(challenger)} of {len(challenger.sla_met)} challenger deploys missed "
+                                       f"the SLA{broke}", gain, s)
     if memory_limit_gib is not None and challenger.memory_gib and max(challenger.memory_gib) > memory_limit_gib:
         return Verdict(False, "guard", f"GPU memory {max(challenger.memory_gib):.1f} GiB over the "
                                        f"{memory_limit_gib:.1f} GiB limit", gain, s)
@@ -109,6 +121,11 @@ def decide(incumbent: Arm, challenger: Arm, *, moves_accept: bool, memory_limit_
         if ma and abs(mb / ma - 1) > tol:
             return Verdict(False, "guard", f"accept length moved {ma:.2f} → {mb:.2f} for a change that should not "
                                            "move it: the comparison is invalid", gain, s)
+    if sla_first and _missed(incumbent) and challenger.sla_met:
+        broke = f" ({', '.join(dict.fromkeys(incumbent.sla_broken))})" if incumbent.sla_broken else ""
+        return Verdict(True, "kept", f"meets the SLA on every deploy, where the incumbent missed it on "
+                                     f"{_missed(incumbent)} of {len(incumbent.sla_met)}{broke}; end to end "
+                                     f"{_pct(gain)}", gain, s, details=base)
     if _beats_all(b, a, higher=True) and gain > s:
         return Verdict(True, "kept", f"end to end {_pct(gain)}: every challenger deploy beat every incumbent "
                                      f"deploy, beyond the spread {s * 100:.1f} %", gain, s, details=base)

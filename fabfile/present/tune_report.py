@@ -35,9 +35,19 @@ def render(doc: dict[str, Any]) -> str:
     diff = doc.get("diff") or []
     lines.append("final configuration (inventory diff): " + (" ".join(diff) if diff else "unchanged"))
     lines.append(f"stopped: {doc.get('stop')}" + (f" — {doc['stop_reason']}" if doc.get("stop_reason") else ""))
+    if sla := doc.get("sla"):
+        met = "met" if sla.get("best_met") else "missed (" + ", ".join(sla.get("best_broken") or []) + ")"
+        lines.append(f"SLA {sla['describe']} [tool: bench timings, medians]: {met} by the final configuration's "
+                     f"latest deploys" + (" (the objective)" if doc.get("objective") == "sla" else " (a guard)"))
     if doc.get("restored"):
         lines.append(doc["restored"])
     lines.append(f"model loads: {doc.get('loads', 0)}")
+    for o in doc.get("others") or []:
+        if "error" in o:
+            lines.append(f"{o['host']} (not tuned, not deployed): could not read what it runs: {o['error']}")
+            continue
+        change = " ".join(o["changes"]) or "nothing: it runs the final configuration"
+        lines.append(f"{o['host']} (not tuned, not deployed) would get: {change} — against {o['source']}")
     return "\n".join(lines)
 
 

@@ -452,10 +452,22 @@ class SSHTransport(Transport):
                 pass
 
     def close(self) -> None:
-        if self.cxn is not None:
+        """Let go of the connection; never raises. Closing says goodbye over the link (the SFTP channel's close
+        message), and a link that died under us — Ctrl-C reaches the whole process group, ProxyCommand included —
+        fails that send: the error would replace whatever the caller was handling (a Ctrl-C, a failed deploy) with
+        a paramiko traceback, and nothing is left to say goodbye to. The transport is then closed without the
+        goodbye, so its thread and socket (or ProxyCommand) are let go either way."""
+        cxn, self.cxn = self.cxn, None
+        if cxn is None:
+            return
+        try:
+            cxn.close()
+        except (SSHException, EOFError, OSError):
             try:
-                self.cxn.close()
-            finally:
-                self.cxn = None
+                client = getattr(cxn, "client", None)
+                if client is not None:
+                    client.close()
+            except (SSHException, EOFError, OSError):
+                pass
 
 

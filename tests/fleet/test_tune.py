@@ -10,14 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.simhost.fleet import Fleet, SimHost
-from tests.support.invoke_cli import ROOT, derived_inventory, inv_json, run_inv, sglang_pids, start_inv
+from tests.support.invoke_cli import derived_inventory, inv_json, run_inv, sglang_pids, start_inv
 
 FAST = {"time_scale": 0.5, "load_seconds": 0.1}
 LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]
-# Every test here saves its path to the same runs/tune-sim1.json: one worker runs them.
-pytestmark = pytest.mark.xdist_group("tune-state")
+# Each test runs `inv tune` in its own folder (tmp_path): its saved path (runs/tune-sim1.json) is its own, never one
+# a previous run left in the checkout.
 
 
 @pytest.fixture
@@ -28,10 +29,12 @@ def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("args, words", [(["--objective", "latency"], "--objective"),
                                          (["--max-loads", "0"], "--max-loads"),
-                                         (["--max-minutes", "0"], "--max-minutes")])
+                                         (["--max-minutes", "0"], "--max-minutes"),
+                                         (["--objective", "sla"], "--objective sla"),
+                                         (["--max-ttft-ms", "0"], "--max-ttft-ms")])
 def test_bad_input_is_refused_before_any_host_is_touched(inventory: Path, sim_host: SimHost, args: list[str],
-                                                         words: str) -> None:
-    r = run_inv("tune", *args, inventory=inventory)
+                                                         words: str, tmp_path: Path) -> None:
+    r = run_inv("tune", *args, inventory=inventory, cwd=tmp_path)
     assert r.returncode == 2 and words in r.stderr, r.stderr
     assert not sglang_pids(sim_host)
 
@@ -39,10 +42,14 @@ def test_bad_input_is_refused_before_any_host_is_touched(inventory: Path, sim_ho
 def test_tune_measures_and_leaves_the_host_serving_its_best(inventory: Path, sim_host: SimHost,
                                                              tmp_path: Path) -> None:
     sim_host.set_sim_config(**FAST)
-    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "8", "--write", str(tmp_path / "diff.json"),
-                              inventory=inventory)
+    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "8", "--trace-steps", "4", "--write",
+                              str(tmp_path / "diff.json"), inventory=inventory, cwd=tmp_path)
     assert code == 0, err
     assert doc["loads"] >= 1 and doc["stop"] in ("nothing-left", "below-resolution", "budget")
+    # TP 2: the NCCL remedies of allreduce_bound (a rule only the trace can fire) are untried, so the first deploy
+    # is measured with the profiler's trace too, bounded by --trace-steps.
+    first = doc["outside_trials"][0]
+    assert first["traced"] and 0 < first["traced_passes"] <= 4, first
     assert json.loads(Path(doc["state_file"]).read_text())["loads"] == doc["loads"]
     assert json.loads((tmp_path / "diff.json").read_text())
     assert sglang_pids(sim_host), "tune left the host without a server"
@@ -57,7 +64,7 @@ def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_
         "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
         "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
     sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
-    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "12", inventory=inventory)
+    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
     assert code == 0, err
     step = doc["steps"][0]
     assert step["rule"] == "other_share" and step["remedy"] == "overlap-on", step
@@ -68,6 +75,45 @@ def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_
     assert running and "--disable-overlap-schedule" not in running
 
 
+def test_a_group_tunes_its_first_host_under_an_sla_and_tells_the_others_what_they_would_get(
+        fleet: Fleet, sim_hosts: dict[str, SimHost], tmp_path: Path) -> None:
+    """`--host pair` (sim1, sim2): sim1 is tuned; the winning change (overlap back on) is tried under a TPOT limit no
+    deploy meets — each deploy's median TPOT [tool: the load's timings] judged as `inv sweep` judges it — so it is
+    not kept (guard, the broken limit named) and its trial ends there; sim2, which runs overlap on, is told what the
+    final configuration would change on it, as an inventory diff against its running deploy, and is never
+    deployed (its server's pid is the same after)."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}},
+        hosts={"sim2": {"sglang_args": ["--enable-metrics"]}})
+    data = yaml.safe_load(inventory.read_text())
+    data["groups"] = {"pair": ["sim1", "sim2"]}
+    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    sim1, sim2 = sim_hosts["sim1"], sim_hosts["sim2"]
+    for h in (sim1, sim2):
+        h.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
+    assert run_inv("deploy", "--host", "sim2", inventory=inventory, cwd=tmp_path).returncode == 0
+    before = sglang_pids(sim2)
+    code, doc, err = inv_json("tune", "--host", "pair", *LOAD, "--max-loads", "7", "--max-tpot-ms", "0.01",
+                              "--write", str(tmp_path / "diff.json"), inventory=inventory, cwd=tmp_path)
+    assert code == 0, err
+    assert doc["host"] == "sim1"
+    step = doc["steps"][0]
+    assert step["remedy"] == "overlap-on" and step["outcome"] == "guard", step
+    assert "missed the SLA (TPOT" in step["why"], step["why"]
+    # The first challenger deploy that misses ends the trial: no later load could get the change kept.
+    assert [m["arm"] for m in step["measurements"]] == ["A", "B"]
+    assert all(m["sla"]["tpot_ms"] > 0.01 and not m["sla_met"] for m in step["measurements"])
+    assert "--disable-overlap-schedule" in doc["best"]["flags"]
+    assert doc["sla"]["max_tpot_ms"] == 0.01 and doc["sla"]["best_met"] is False
+    [other] = doc["others"]
+    assert other["host"] == "sim2" and other["deployed"] is False and "running deploy" in other["source"]
+    assert other["changes"] == ["+--disable-overlap-schedule"], other
+    assert other["inventory_diff"]["sglang_args"] == {"--disable-overlap-schedule": None}
+    assert json.loads((tmp_path / "diff.json").read_text())["sim2"] == other["inventory_diff"]
+    assert sglang_pids(sim2) == before  # never deployed
+
+
 def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, sim_host: SimHost,
                                                                  tmp_path: Path) -> None:
     """SIGINT to the real `inv tune` process while the candidate (overlap back on) serves: the incumbent (the
@@ -76,7 +122,8 @@ def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, s
         "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
         "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
     sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0)
-    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory)
+    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
+    err = ""
     try:
         deadline = time.monotonic() + 90
         def candidate_serves() -> bool:
@@ -87,12 +134,13 @@ def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, s
             assert time.monotonic() < deadline and client.poll() is None
             time.sleep(0.2)
         os.killpg(client.pid, signal.SIGINT)
-        client.communicate(timeout=120)
+        _out, err = client.communicate(timeout=120)
     finally:
         if client.poll() is None:
             os.killpg(client.pid, signal.SIGKILL)
     assert client.returncode != 0
-    saved = json.loads((ROOT / "runs" / "tune-sim1.json").read_text())
+    assert "Traceback" not in err, err
+    saved = json.loads((tmp_path / "runs" / "tune-sim1.json").read_text())
     assert saved["stop"] == "interrupted" and "deployed again" in saved["restored"], saved
     running = " ".join(c for _p, c in sglang_pids(sim_host) if "launch_server" in c)
     assert "--disable-overlap-schedule" in running, running

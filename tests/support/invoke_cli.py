@@ -38,9 +38,9 @@ def run_inv(*args: str, inventory: Path | None = None, timeout: float = 120, env
                           stdin=subprocess.DEVNULL)
 
 
-def inv_json(*args: str, inventory: Path, timeout: float = 120,
-             process: bool = False) -> tuple[int, dict[str, Any], str]:
-    r = run_inv(*args, "--json", inventory=inventory, timeout=timeout, process=process)
+def inv_json(*args: str, inventory: Path, timeout: float = 120, process: bool = False,
+             cwd: Path | None = None) -> tuple[int, dict[str, Any], str]:
+    r = run_inv(*args, "--json", inventory=inventory, timeout=timeout, process=process, cwd=cwd)
     try:
         doc = json.loads(r.stdout)
     except ValueError as e:
@@ -118,8 +118,9 @@ def ssh_logins(host: SimHost) -> int:
     return log.read_text(errors="replace").count("Accepted publickey") if log.exists() else 0
 
 
-def start_inv(*args: str, inventory: Path) -> subprocess.Popen[str]:
-    """`inv ...` in its own process group (so the test can kill the client and its ssh ProxyCommand together)."""
-    return subprocess.Popen([*INV, *args, "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,
+def start_inv(*args: str, inventory: Path, cwd: Path | None = None) -> subprocess.Popen[str]:
+    """`inv ...` in its own process group (so the test can kill the client and its ssh ProxyCommand together);
+    ``cwd``: a folder of the test's own for what the command writes beside it (``runs/``)."""
+    return subprocess.Popen([*INV, *args, "--inventory", str(inventory)], cwd=cwd or ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})

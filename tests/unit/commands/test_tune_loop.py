@@ -6,14 +6,16 @@ configuration when it returns."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
-from fabfile.commands.tune import CandidateFailed, Measurement, TuneParams, TuneState, check_params, tune
+from fabfile.commands.tune import CandidateFailed, Measurement, TuneParams, TuneState, check_params, never, tune
 from fabfile.errors import FlagError
 from fabfile.plan.remedies import Config
+from fabfile.plan.sla import Limits, broken
 from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TRACE
 
 POOR = Config(flags=(("--disable-cuda-graph", None), ("--disable-overlap-schedule", None),
@@ -33,14 +35,16 @@ class CostModel:
     fail: str = ""  # a flag whose presence makes the launch fail
     interrupt_at: int = 0  # raise KeyboardInterrupt on this deploy
     ran: list[Config] = field(default_factory=list)
+    traced: list[bool] = field(default_factory=list)  # whether each deploy was measured with the trace
     version: str = "0.5.16"
     queue: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
-    def run(self, cfg: Config) -> Measurement:
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
         self.ran.append(cfg)
+        self.traced.append(trace(self.version))
         if self.interrupt_at and len(self.ran) == self.interrupt_at:
             raise KeyboardInterrupt
         if self.fail and (cfg.has(self.fail) or self.fail in dict(cfg.env)):
@@ -56,14 +60,17 @@ class CostModel:
         anatomy = {"cycle": {"ms": cycle, "source": SOURCE_TIMER}, "draft": {"ms": draft, "source": SOURCE_TIMER},
                    "verify": {"ms": verify + gap, "source": SOURCE_TIMER},
                    "draft_extend": {"ms": extend, "source": SOURCE_TIMER},
-                   "other": {"ms": other, "source": SOURCE_TIMER}, "steps": steps,
-                   "kernels": {"verify": {"launch": "cuda graph" if graph else "eager", "kernel_launches": 300,
-                                          "launch_gap_ms": gap, "source": SOURCE_TRACE}}}
+                   "other": {"ms": other, "source": SOURCE_TIMER}, "steps": steps}
+        if self.traced[-1]:  # kernel classes only from the profiler's trace
+            anatomy["kernels"] = {"verify": {"launch": "cuda graph" if graph else "eager", "kernel_launches": 300,
+                                             "launch_gap_ms": gap, "source": SOURCE_TRACE}}
         env = {} if self.drop_env else dict(cfg.env)
         args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
         return Measurement(tok_s=CONCURRENCY * accept * 1000 / cycle, anatomy=anatomy, accept=accept,
                            memory_gib=60.0, log=("Capture cuda graph end.",) if graph else (), server_args=args,
-                           env=env, trace=frozenset({"verify_graph"}) if graph else frozenset())
+                           env=env, traced=self.traced[-1],
+                           trace=frozenset({"verify_graph" if graph else "verify_eager"}) if self.traced[-1]
+                           else frozenset())
 
 
 def _params(**kw: object) -> TuneParams:
@@ -85,6 +92,22 @@ def test_keeps_real_gains_reverts_the_no_op_and_ends_on_the_best(seed: int) -> N
     assert st.stop in ("nothing-left", "below-resolution")
 
 
+def test_the_trace_is_taken_only_while_a_rule_that_reads_kernel_classes_has_an_untried_remedy() -> None:
+    host = CostModel(0)
+    st = tune(host, TuneState(POOR, POOR), _params())
+    # Graphs off: verify_eager (trace-only) has graph-on to try: the first deploy is traced, and fires it.
+    assert host.traced[0] and st.steps[0].remedy == "graph-on" and st.steps[0].rule == "verify_eager"
+    assert all(m["traced"] for m in st.steps[0].measurements)  # its mechanism (launch gaps) and evidence: the trace's
+    assert "trace: verify_graph" in st.steps[0].evidence
+    overlap = next(s for s in st.steps if s.remedy == "overlap-on")
+    assert not any(m["traced"] for m in overlap.measurements)  # host time: the device timer says it alone
+    # Graphs on, graph batch size up to the load, TP 1: no remedy a trace could call for: nothing is traced.
+    good = Config(flags=(("--cuda-graph-max-bs-decode", "8"), ("--disable-overlap-schedule", None)))
+    host = CostModel(1)
+    tune(host, TuneState(good, good), _params())
+    assert len(host.traced) > 1 and not any(host.traced)
+
+
 def test_a_change_that_did_not_engage_is_reverted_unscored() -> None:
     host = CostModel(1, drop_env=True)
     st = tune(host, TuneState(POOR, POOR), _params())
@@ -101,17 +124,88 @@ def test_a_failed_candidate_is_reported_and_the_best_is_deployed_again() -> None
     assert host.ran[-1] == st.best and not st.best.has("--disable-cuda-graph")
 
 
+def _interrupted(host: CostModel, raised: type[BaseException], state_file: Path) -> TuneState:
+    """Tune until ``raised`` comes out of the host; the path it saved."""
+    with pytest.raises(raised):
+        tune(host, TuneState(POOR, POOR), _params(state_file=state_file))
+    return TuneState.from_json(__import__("json").loads(state_file.read_text()))
+
+
 def test_ctrl_c_deploys_the_best_so_far_again_and_the_path_resumes(tmp_path: Path) -> None:
     host = CostModel(3, interrupt_at=12)  # inside the second trial
-    state_file = tmp_path / "tune.json"
-    with pytest.raises(KeyboardInterrupt):
-        tune(host, TuneState(POOR, POOR), _params(state_file=state_file))
-    saved = TuneState.from_json(__import__("json").loads(state_file.read_text()))
+    saved = _interrupted(host, KeyboardInterrupt, tmp_path / "tune.json")
     assert saved.stop == "interrupted" and "deployed again" in saved.restored
     assert host.ran[-1] == saved.best and not saved.best.has("--disable-cuda-graph")
     resumed = tune(CostModel(4), saved, _params())
     assert resumed.tried[0] == "graph-on" and resumed.tried.count("graph-on") == 1
     assert not resumed.best.has("--disable-overlap-schedule")
+
+
+class ProxyDied(Exception):
+    """What a library raises when the link dies under a Ctrl-C (paramiko's ProxyCommandFailure is no OSError and no
+    error of the tool's)."""
+
+
+@dataclass
+class LinkDiesOnce(CostModel):
+    die_at: int = 0
+
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        if len(self.ran) + 1 == self.die_at:
+            self.ran.append(cfg)
+            raise ProxyDied("ProxyCommand exited with status 130")
+        return super().run(cfg, trace)
+
+
+def test_a_foreign_exception_mid_trial_still_deploys_the_best_again(tmp_path: Path) -> None:
+    host = LinkDiesOnce(3, die_at=12)  # inside the second trial
+    saved = _interrupted(host, ProxyDied, tmp_path / "tune.json")
+    assert saved.stop == "interrupted" and "status 130" in saved.stop_reason
+    assert "deployed again" in saved.restored and host.ran[-1] == saved.best
+
+
+@dataclass
+class SlaModel(CostModel):
+    """TTFT [tool: bench timings] per configuration: overlap on queues new requests behind a longer cycle (900 ms
+    against 300 ms); without CPU affinity the scheduler's first token waits on a busy core (600 ms)."""
+
+    limits: Limits = field(default_factory=Limits)
+
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        m = super().run(cfg, trace)
+        ttft = 900.0 if not cfg.has("--disable-overlap-schedule") else 300.0
+        if "SGLANG_SET_CPU_AFFINITY" not in dict(cfg.env):
+            ttft = max(ttft, 600.0)
+        missed = tuple(broken({"ttft_ms": ttft}, self.limits))
+        return replace(m, sla_met=not missed, sla_broken=missed, sla={"ttft_ms": ttft})
+
+
+def test_the_sla_guards_every_change_a_faster_one_that_breaks_it_is_not_kept() -> None:
+    limits = Limits(max_ttft_ms=800.0)
+    host = SlaModel(0, limits=limits)
+    st = tune(host, TuneState(POOR, POOR), _params(limits=limits))
+    step = next(s for s in st.steps if s.remedy == "overlap-on")
+    assert step.outcome == "guard" and "missed the SLA (TTFT 900.0)" in step.why, step.why
+    assert [m["arm"] for m in step.measurements] == ["A", "B"]  # no later load could get it kept
+    assert st.best.has("--disable-overlap-schedule") and host.ran[-1] == st.best
+
+
+def test_the_sla_objective_keeps_what_meets_the_limits_the_start_missed() -> None:
+    limits = Limits(max_ttft_ms=500.0)
+    start = POOR.drop_flag("--disable-cuda-graph")  # graphs on: host time is the finding
+    by_sla = tune(SlaModel(1, limits=limits), TuneState(start, start), _params(limits=limits, objective="sla"))
+    step = next(s for s in by_sla.steps if s.remedy == "cpu-affinity")
+    assert step.outcome == "kept" and "meets the SLA" in step.why, step.why
+    assert dict(by_sla.best.env).get("SGLANG_SET_CPU_AFFINITY") == "1"
+    # tok/s the objective, the same limits a guard: the no-op on tok/s is not kept.
+    by_tok = tune(SlaModel(1, limits=limits), TuneState(start, start), _params(limits=limits))
+    assert next(s for s in by_tok.steps if s.remedy == "cpu-affinity").outcome == "reverted"
+
+
+def test_the_sla_objective_without_a_limit_is_refused_naming_the_flags() -> None:
+    with pytest.raises(FlagError, match=r"--objective sla.*--max-ttft-ms"):
+        check_params("sla", 20, 10.0, 3, Limits())
+    check_params("sla", 20, 10.0, 3, Limits(max_tpot_ms=40.0))
 
 
 def test_stops_at_the_load_budget_and_says_so() -> None:
@@ -144,3 +238,26 @@ def test_the_path_table_diff_and_plot_say_what_happened(tmp_path: Path) -> None:
     if fig is not None:
         fig.savefig(tmp_path / "tune.png")
         assert (tmp_path / "tune.png").stat().st_size > 0
+
+
+def test_a_group_member_is_told_its_changes_against_its_running_launch() -> None:
+    from fabfile.commands.tune import running_config, tuner_keys
+    from fabfile.plan.remedies import diff
+    from fabfile.present import tune_report
+
+    best = POOR.drop_flag("--disable-cuda-graph")
+    state = TuneState(POOR, best)
+    launch = {"argv": ["python", "-m", "sglang.launch_server", "--model-path", "/m", "--port=8000",
+                       "--speculative-num-steps", "3", "--disable-cuda-graph", "--cuda-graph-max-bs=4"],
+              "env": {"SGLANG_SET_CPU_AFFINITY": "1", "PATH": "/usr/bin"}}
+    running = running_config(launch, *tuner_keys(state))
+    assert dict(running.flags) == {"--speculative-num-steps": "3", "--disable-cuda-graph": None,
+                                   "--cuda-graph-max-bs": "4"}  # not the model, the port
+    changes = diff(running, best)
+    assert "---disable-cuda-graph" in changes and "-SGLANG_SET_CPU_AFFINITY" in changes
+    doc = {**tune(CostModel(0), state, _params()).to_json(),
+           "others": [{"host": "gpu2", "deployed": False, "source": "running deploy d1 [host's deploy record]",
+                       "changes": changes}, {"host": "gpu3", "deployed": False, "error": "cannot connect"}]}
+    text = tune_report.render(doc)
+    assert "gpu2 (not tuned, not deployed) would get: " in text and "---disable-cuda-graph" in text
+    assert "gpu3 (not tuned, not deployed): could not read what it runs: cannot connect" in text

@@ -111,3 +111,18 @@ def test_stop_reasons(kw: dict[str, object], reason: str) -> None:
     assert stop is not None and stop.reason == reason
     assert tune_rule.stop_reason(best_predicted=0.5, resolvable_fraction=0.1, loads_left=10, loads_per_trial=4,
                                  seconds_left=600.0, seconds_per_trial=120.0) is None
+
+
+def test_the_sla_objective_keeps_a_slower_change_that_meets_the_limits_the_incumbent_missed() -> None:
+    inc = Arm((200.0, 201.0, 199.0), sla_met=(True, False, False), sla_broken=("TTFT 812.0", "TTFT 790.0"))
+    slower_but_within = Arm((180.0, 181.0, 179.0), sla_met=(True, True, True))
+    v = decide(inc, slower_but_within, moves_accept=False, sla_first=True)
+    assert v.kept and "meets the SLA" in v.why and "TTFT 812.0" in v.why
+    # tok/s as the objective: the SLA only guards, and a slower change is not kept.
+    assert not decide(inc, slower_but_within, moves_accept=False).kept
+
+
+def test_the_sla_guard_names_the_limit_a_challenger_broke() -> None:
+    v = decide(Arm((100.0, 101.0)), Arm((200.0, 201.0), sla_met=(True, False), sla_broken=("TPOT 41.5",)),
+               moves_accept=False, sla_first=True)
+    assert (v.kept, v.outcome) == (False, "guard") and "1 of 2" in v.why and "TPOT 41.5" in v.why
