@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import FlagError
-from fabfile.inventory.launch_flags import BY_SPELLING, row_of
+from fabfile.inventory.launch_flags import BY_SPELLING, LAUNCH_FLAGS, row_of
 from fabfile.remote import versions
 
 if TYPE_CHECKING:
@@ -221,8 +221,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
     entry.update({"python": launch.python, "model": fields["model"], "tp": tp, "gpus": max(gpus or 0, tp)})
     if "draft_model" in fields:
         entry["draft_model"] = fields["draft_model"]
-    if "served_model_name" in fields:
-        entry["served_model_name"] = fields["served_model_name"]
+    entry.update({row.field: fields[row.field] for row in LAUNCH_FLAGS if row.when_set and row.field in fields})
     # SGLang's own defaults (server_args.py: host 127.0.0.1, port 30000), written out so the entry does not depend
     # on the tool's defaults.
     entry["listen"] = fields.get("listen", "127.0.0.1")

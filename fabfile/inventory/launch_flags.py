@@ -22,6 +22,10 @@ class LaunchFlag:
     # Accepted in sglang_args as well: served-model-name was read there before it had a field, and inventories
     # still write it so; every other flag of the table is refused there.
     in_args_too: bool = False
+    # An optional top-level field: render writes the flag only when the host sets the field, and adopt fills the
+    # field from the flag, both by this row alone (a new such flag is one row here and the field itself). The other
+    # rows each have their own place in the launch line and their own defaults in an adopted entry.
+    when_set: bool = False
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -38,7 +42,7 @@ LAUNCH_FLAGS: tuple[LaunchFlag, ...] = (
     LaunchFlag("--tp-size", "tp", ("--tensor-parallel-size", "--tp"), whole=True),
     LaunchFlag("--host", "listen"),
     LaunchFlag("--port", "port", whole=True),
-    LaunchFlag("--served-model-name", "served_model_name", in_args_too=True),
+    LaunchFlag("--served-model-name", "served_model_name", in_args_too=True, when_set=True),
     LaunchFlag("--speculative-algorithm", "speculative.algorithm"),
     LaunchFlag("--speculative-draft-model-path", "draft_model", ("--speculative-draft-model",)),
     LaunchFlag("--speculative-num-steps", "speculative.steps", whole=True, deploy_flag="--steps"),

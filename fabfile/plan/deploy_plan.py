@@ -17,7 +17,7 @@ from typing import Any
 from fabfile import __version__
 from fabfile.errors import FlagError, InventoryError
 from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, Host, Speculative, check_speculative
-from fabfile.inventory.launch_flags import FLAG_OF
+from fabfile.inventory.launch_flags import FLAG_OF, LAUNCH_FLAGS
 from fabfile.plan.argv import opt
 from fabfile.remote import versions
 from fabfile.remote.common import split_argv
@@ -260,8 +260,10 @@ def launch_argv(host: Host, spec: Speculative) -> list[str]:
     if host.node is not None:
         argv += [opt("--nnodes", host.node.nnodes), opt("--node-rank", host.node.rank),
                  opt("--dist-init-addr", host.node.dist_init_addr)]
-    if host.served_model_name:
-        argv.append(opt(f["served_model_name"], host.served_model_name))
+    for row in LAUNCH_FLAGS:
+        value = getattr(host, row.field) if row.when_set else None
+        if value:
+            argv.append(opt(row.flag, value))
     if spec.steps > 0:
         argv.append(opt(f["speculative.algorithm"], spec.algorithm))
         if host.draft_model:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.support.invoke_cli import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 # [text](target): a relative target, without its #anchor; http(s), mailto and pure anchors are not files.
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")

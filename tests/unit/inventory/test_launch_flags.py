@@ -17,8 +17,9 @@ from fabfile.inventory import hosts as inventory
 from fabfile.inventory.launch_flags import BY_SPELLING, FLAG_OF, LAUNCH_FLAGS, canonical, row_of
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.versioncheck import check
-from tests.support.invoke_cli import ROOT
 from tests.support.sources import modules, nodes
+
+ROOT = Path(__file__).resolve().parents[3]
 
 ENTRY = {"python": "/p", "gpus": 2, "model": "/m", "draft_model": "/d/eagle3", "served_model_name": "kimi", "tp": 2,
          "listen": "127.0.0.1", "port": 30001,
