@@ -13,7 +13,8 @@ traceback.
     │   ├── AuthError                    authentication refused (never retried)
     │   └── ConnectionLost               the session dropped while a command ran (its outcome is unknown)
     ├── RemoteError                      a host-side step failed (the agent said why)
-    │   ├── PreflightError               python, SGLang, paths, GPUs or disk not as required
+    │   ├── PreflightError               python, SGLang, paths, GPUs or disk not as required (exit 2: refused
+    │   │                                before anything was touched, like bad input)
     │   ├── LockHeldError                another deploy holds this host
     │   ├── PatchError                   anchor missing/ambiguous, unsupported mode, file changed
     │   ├── GpuBusyError                 a GPU still held after stopping everything
@@ -86,10 +87,51 @@ class SpecDeployError(Exception):
 
 class UsageError(SpecDeployError):
     exit_code = 2
+    each: tuple[UsageError, ...] = ()  # the errors it stands for when it says several at once (:func:`several`)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), **({"errors": [e.as_dict() for e in self.each]} if self.each else {})}
 
 
 class InventoryError(UsageError):
     pass
+
+
+def several(found: list[UsageError]) -> UsageError:
+    """Every input error of a run as one error (exit 2): each one's sentence on its own line (``each``, which
+    ``present.output.print_error`` prints one line each and ``--json`` lists under ``errors``), their hints once
+    each. One error stays itself."""
+    flat = [x for e in found for x in (e.each or [e])]
+    if len(flat) == 1:
+        return flat[0]
+    kinds = {type(e) for e in flat}
+    cls: type[UsageError] = kinds.pop() if len(kinds) == 1 else UsageError
+    hints = "; ".join(dict.fromkeys(e.hint for e in flat if e.hint))
+    hosts = {e.host for e in flat}
+    lines = [(f"{e.host}: " if e.host and len(hosts) > 1 else "") + e.message for e in flat]
+    combined = cls("\n".join(lines), hints, host=hosts.pop() if len(hosts) == 1 else None)
+    combined.each = tuple(flat)
+    return combined
+
+
+class Collector:
+    """Independent input checks run one after another, every refusal kept: ``check(fn, ...)`` returns ``fn``'s value,
+    or None when it refused (a :class:`UsageError`), and :meth:`done` raises them all at once (:func:`several`).
+    Call ``done`` before any value is used or any host touched: a refused value is None only until then."""
+
+    def __init__(self) -> None:
+        self.found: list[UsageError] = []
+
+    def check(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as e:
+            self.found.append(e)
+            return None
+
+    def done(self) -> None:
+        if self.found:
+            raise several(self.found)
 
 
 class FlagError(UsageError):
@@ -125,7 +167,9 @@ class RemoteError(SpecDeployError):
 
 
 class PreflightError(RemoteError):
-    pass
+    # The host does not meet the inventory (a path, its GPUs, its SGLang): refused before anything was touched, so
+    # exit 2 as the README's table says of bad input; one host or a fleet refused at its preflight alike.
+    exit_code = 2
 
 
 class LockHeldError(RemoteError):

@@ -20,30 +20,40 @@ def inventory(path: str | None, lock_wait: Any = None) -> Any:
 def deploy(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
            accept_gate: Any = None) -> Any:
     """A deploy's (and render's, a sweep's base) ``Options`` from its flags."""
+    from fabfile.errors import Collector
     from fabfile.plan.deploy_plan import Options
     from fabfile.remote.patch.modes import PATCH_MODES
 
-    return Options(steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS),
-                   topk=flags.whole("--topk", topk, minimum=1, maximum=MAX_TOPK),
-                   draft_tokens=flags.whole("--draft-tokens", draft_tokens, minimum=1, maximum=MAX_DRAFT_TOKENS),
-                   patch_mode=flags.choice("--patch-mode", patch_mode, PATCH_MODES, what="mode"),
-                   timeout=flags.seconds("--timeout", timeout), verify=verify,
-                   accept_gate=flags.number("--accept-gate", accept_gate, minimum=0.0, maximum=MAX_ACCEPT,
-                                            open_maximum=True, what="an accept length (e.g. 1.1, or 0 for no gate)"))
+    found = Collector()  # every bad flag at once, one line each
+    values = dict(
+        steps=found.check(flags.whole, "--steps", steps, minimum=0, maximum=MAX_STEPS),
+        topk=found.check(flags.whole, "--topk", topk, minimum=1, maximum=MAX_TOPK),
+        draft_tokens=found.check(flags.whole, "--draft-tokens", draft_tokens, minimum=1, maximum=MAX_DRAFT_TOKENS),
+        patch_mode=found.check(flags.choice, "--patch-mode", patch_mode, PATCH_MODES, what="mode"),
+        timeout=found.check(flags.seconds, "--timeout", timeout),
+        accept_gate=found.check(flags.number, "--accept-gate", accept_gate, minimum=0.0, maximum=MAX_ACCEPT,
+                                open_maximum=True, what="an accept length (e.g. 1.1, or 0 for no gate)"))
+    found.done()
+    return Options(verify=verify, **values)
 
 
 def bench(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any, timeout: Any) -> Any:
     """A benchmark's load (``BenchParams``: bench, profile, explain, a sweep's first level), defaults filled in."""
     from fabfile.commands.bench import CLIENTS, BenchParams
+    from fabfile.errors import Collector
 
-    flags.choice("--client", client, CLIENTS, what="client")
+    found = Collector()  # every bad flag at once, one line each
+    found.check(flags.choice, "--client", client, CLIENTS, what="client")
     d = BenchParams()
-    return BenchParams(
-        concurrency=flags.whole("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY) or d.concurrency,
-        input_len=flags.whole("--input-len", input_len, minimum=1, maximum=MAX_TOKENS) or d.input_len,
-        output_len=flags.whole("--output-len", output_len, minimum=2, maximum=MAX_TOKENS) or d.output_len,
-        num_prompts=flags.whole("--num-prompts", num_prompts, minimum=1, maximum=MAX_REQUESTS) or d.num_prompts,
-        client=client or d.client, timeout=flags.seconds("--timeout", timeout))
+    concurrency = found.check(flags.whole, "--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY)
+    input_len = found.check(flags.whole, "--input-len", input_len, minimum=1, maximum=MAX_TOKENS)
+    output_len = found.check(flags.whole, "--output-len", output_len, minimum=2, maximum=MAX_TOKENS)
+    num_prompts = found.check(flags.whole, "--num-prompts", num_prompts, minimum=1, maximum=MAX_REQUESTS)
+    seconds = found.check(flags.seconds, "--timeout", timeout)
+    found.done()
+    return BenchParams(concurrency=concurrency or d.concurrency, input_len=input_len or d.input_len,
+                       output_len=output_len or d.output_len, num_prompts=num_prompts or d.num_prompts,
+                       client=client or d.client, timeout=seconds)
 
 
 def resume_path(value: Any) -> Any:

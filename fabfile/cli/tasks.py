@@ -86,31 +86,39 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.commands.rollout import STRATEGIES, parse_batch
+    from fabfile.errors import Collector
 
-    inv = options.inventory(inventory, lock_wait)
-    wanted = flags.deploy_id("--id", id_)
-    flags.excludes("--previous", previous, "goes back one recorded deploy; --id ID names one", ("--id", id_))
+    found = Collector()  # every bad flag and inventory field of the run, said at once (exit 2), then nothing runs
+    inv = found.check(options.inventory, inventory, lock_wait)
+    wanted = found.check(flags.deploy_id, "--id", id_)
+    found.check(flags.excludes, "--previous", previous, "goes back one recorded deploy; --id ID names one",
+                ("--id", id_))
     recorded = "--previous" if previous else "--id"
-    flags.excludes(recorded, previous or id_ is not None, "starts a recorded deploy as it ran", ("--steps", steps),
-                   ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
-                   ("--timeout", timeout), ("--no-verify", no_verify), ("--accept-gate", accept_gate),
-                   ("--strategy", strategy), ("--batch", batch), ("--no-canary", no_canary),
-                   ("--rollback-on-failure", rollback_on_failure), ("--measure", measure),
-                   ("--no-measure", no_measure), ("--strict", strict))
-    flags.only_with(previous or id_ is not None, "only with --previous or --id (it answers their question about a "
-                    "deploy that was cancelled or failed)", ("--yes", yes))
-    flags.only_with(dry_run, "only with --dry-run (a deploy judges the knobs on the host's own release)",
-                    ("--sglang-version", sglang_version))
-    if previous or wanted is not None:
+    found.check(flags.excludes, recorded, previous or id_ is not None, "starts a recorded deploy as it ran",
+                ("--steps", steps), ("--topk", topk), ("--draft-tokens", draft_tokens), ("--patch-mode", patch_mode),
+                ("--timeout", timeout), ("--no-verify", no_verify), ("--accept-gate", accept_gate),
+                ("--strategy", strategy), ("--batch", batch), ("--no-canary", no_canary),
+                ("--rollback-on-failure", rollback_on_failure), ("--measure", measure),
+                ("--no-measure", no_measure), ("--strict", strict))
+    found.check(flags.only_with, previous or id_ is not None, "only with --previous or --id (it answers their "
+                "question about a deploy that was cancelled or failed)", ("--yes", yes))
+    found.check(flags.only_with, dry_run, "only with --dry-run (a deploy judges the knobs on the host's own "
+                "release)", ("--sglang-version", sglang_version))
+    if previous or id_ is not None:
         from fabfile.commands.recorded import start_recorded
 
+        found.done()
         return start_recorded(inv, inv.select(host), deploy_id=wanted, dry_run=dry_run, yes=yes, as_json=json)
-    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify, accept_gate=accept_gate)
-    flags.choice("--strategy", strategy, STRATEGIES, what="strategy")
-    flags.only_with(strategy != "parallel", "only with --strategy rolling (parallel deploys every host at once)",
-                    ("--batch", batch))
-    flags.only_with(strategy != "parallel", "only with --strategy rolling", ("--no-canary", no_canary))
-    batch_size = parse_batch(batch if batch is not None else "25%")
+    opts = found.check(options.deploy, steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify,
+                       accept_gate=accept_gate)
+    found.check(flags.choice, "--strategy", strategy, STRATEGIES, what="strategy")
+    found.check(flags.only_with, strategy != "parallel",
+                "only with --strategy rolling (parallel deploys every host at once)", ("--batch", batch))
+    found.check(flags.only_with, strategy != "parallel", "only with --strategy rolling", ("--no-canary", no_canary))
+    batch_size = found.check(parse_batch, batch if batch is not None else "25%")
+    found.check(flags.excludes, "--measure", measure, "give one of --measure and --no-measure (or neither: the "
+                "inventory's `measure`)", ("--no-measure", no_measure))
+    found.done()
     from fabfile.commands.dispatch import deploy_command, deploy_targets
 
     hosts, cluster = deploy_targets(inv, host, rollout_flags=strategy is not None or batch is not None or no_canary)
@@ -144,9 +152,12 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            strict: bool = False) -> Any:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     from fabfile.commands.render_plan import render_hosts
+    from fabfile.errors import Collector
 
-    inv = options.inventory(inventory)
-    opts = options.deploy(steps, topk, draft_tokens, patch_mode, timeout)
+    found = Collector()  # every bad flag and inventory field at once
+    inv = found.check(options.inventory, inventory)
+    opts = found.check(options.deploy, steps, topk, draft_tokens, patch_mode, timeout)
+    found.done()
     return render_hosts(inv.select(host), options.measuring(opts, measure, no_measure),
                         sglang_version=sglang_version, strict=strict)
 

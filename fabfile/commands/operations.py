@@ -47,7 +47,10 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
     (its process is stopped by a signal) | deploying (a deploy holds the host's lock) | exited (the record says
     running, but its process is gone) | stopped | failed | cancelled (its last deploy was cancelled) | none (no
     deploy recorded). ``problem``: a sentence when the host is not in the state its record intends;
-    ``config``/``pid``: the server that runs now, else None.
+    ``config``/``pid``: the server that runs now, else None. ``serving``: a server of ours is alive and its
+    readiness endpoint answered 200 just now (during a deploy: the one it has not stopped yet, or the one it
+    started), or a router of ours answers; ``idle``: why nothing serves, when that is no problem of the record's
+    (stopped, none, a deploy under way). ``inv status`` exits 1 unless every host serves.
     """
     rec = d.get("record") or {}
     health = d.get("health") or {}
@@ -55,7 +58,11 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
     in_progress = d.get("deploy_in_progress")
     new_server = d.get("deploying_server") or {}
     view: dict[str, Any] = {"state": "none", "config": None, "pid": None, "deploy_id": rec.get("deploy_id"),
-                            "health": code, "health_path": health.get("path"), "problem": None}
+                            "health": code, "health_path": health.get("path"), "problem": None,
+                            "serving": bool(d.get("running")) and d.get("process_state") != "T" and code == 200,
+                            "idle": None}
+    # A router of ours that runs and answers /health serves the host's clients, with or without a server beside it.
+    routed = any(r.get("running") and r.get("health") == 200 for r in d.get("routers") or [])
     if d.get("running"):
         view.update(config=rec.get("config_name"), pid=rec.get("pid"))
         if d.get("process_state") == "T":
@@ -80,10 +87,24 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
             if rec.get("cancelled") or (rec.get("error") or {}).get("kind") == "cancelled":
                 view["state"] = "cancelled"
             view["problem"] = failed_problem(rec)
+        elif status == "stopped":
+            view["idle"] = (f"nothing serves: deploy {rec.get('deploy_id')} ({rec.get('config_name')}) was stopped "
+                            "(`inv stop`); `inv deploy` starts a server again")
+        else:
+            view["idle"] = (f"nothing serves: deploy {rec.get('deploy_id')} ({rec.get('config_name')}) is recorded "
+                            f"as {status} and no process of it runs; `inv deploy` starts a server again")
+    else:
+        view["idle"] = "nothing serves: no deploy is recorded on this host; `inv deploy` starts one"
+    if routed:
+        view["serving"], view["idle"] = True, None
     if in_progress:
         # A deploy owns the host right now: what its server is doing is its business until it ends.
         view["state"] = "deploying"
         view["problem"] = None
+        view["idle"] = None if view["serving"] else (
+            f"nothing serves yet: deploy {in_progress.get('deploy_id')} is under way (step "
+            f"{in_progress.get('step', '?')}) and no server of ours answers its readiness endpoint; `inv status` "
+            "again when it ends")
         view["deploy_id"] = in_progress.get("deploy_id")
         if new_server:
             view.update(config=new_server.get("config_name"), pid=new_server.get("pid"), health=None)
@@ -136,7 +157,8 @@ def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = No
             o.data["state"] = server_view(o.data)
             # SGLang's own warnings about the recorded launch (read from its log while the deploy waited for ready)
             o.data["sglang_warnings"] = list((o.data.get("record") or {}).get("sglang_warnings") or [])
-    # A server that runs but does not serve, or a record that disagrees with the host, is a problem: exit 1.
+    # Exit 1 unless every host serves: a server that runs but does not answer, a record that disagrees with the
+    # host, and a host where nothing serves (stopped, none, a deploy under way without a server up) alike.
     return StatusResult(outcomes)
 
 

@@ -60,13 +60,16 @@ def render_hosts(hosts: list[Host], opts: Options, sglang_version: str | None = 
                  strict: bool = False) -> CommandResult:
     """``inv render`` (and ``deploy --dry-run``): each host's plan, ``{"ok": true, "hosts": [plan, ...]}`` for one
     host or many (a plan that cannot be built is bad input: the command stops before any document)."""
-    from fabfile.errors import FlagError
+    from fabfile.errors import Collector, FlagError
     from fabfile.plan.knob_effects import checked_version
     from fabfile.present.plan_report import describe
     from fabfile.results.hosts import hosts_document
 
     sglang_version = checked_version(sglang_version)
-    docs = [{"ok": True, **plan_document(h, opts, sglang_version)} for h in hosts]
+    found = Collector()  # every host's refusals at once, not the first host's alone
+    built = [found.check(plan_document, h, opts, sglang_version) for h in hosts]
+    found.done()
+    docs = [{"ok": True, **d} for d in built]
     if strict:
         for d in docs:
             if d["knob_notes"]:

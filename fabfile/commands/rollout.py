@@ -150,7 +150,12 @@ def refused_at_preflight(inv: Inventory, hosts: list[Host], opts: Options, rows:
     from fabfile.plan.deploy_plan import build
     from fabfile.results.deploys import DeployResult
 
-    plans = plans or {h.name: build(h, opts) for h in hosts}
+    if plans is None:
+        from fabfile.errors import Collector
+
+        found = Collector()  # every host's refusals at once (exit 2), before any host is asked anything
+        plans = {h.name: found.check(build, h, opts) for h in hosts}
+        found.done()
     errors = preflight_all(inv, hosts, plans)
     if not errors:
         return False

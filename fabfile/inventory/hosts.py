@@ -15,8 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fabfile.errors import InventoryError
-from fabfile.inventory.resolve import build, check_files
+from fabfile.errors import InventoryError, several
+from fabfile.inventory.resolve import Problems, build, check_files
 from fabfile.inventory.values import (
     BUILTIN_NCCL_PRESETS,
     DEFAULT_ACCEPT_GATE,
@@ -49,9 +49,13 @@ def load(path: str | Path, *, cache: bool = False) -> Inventory:
     try:
         return _load(path, cache)
     except InventoryError as e:
-        # One line, always: a key or value with a newline or control character in it is shown escaped.
-        e.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in e.message)
-        e.args = (e.message,)
+        # One line each, always: a key or value with a newline or control character in it is shown escaped.
+        for one in e.each or (e,):
+            one.message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in one.message)
+            one.args = (one.message,)
+        if e.each:
+            e.message = "\n".join(one.message for one in e.each)
+            e.args = (e.message,)
         raise
 
 
@@ -85,7 +89,10 @@ def _load(path: str | Path, cache: bool) -> Inventory:
     try:
         inv = build(p, raw)
     except schema.InvalidField as e:
-        raise InventoryError(f"{p}: {schema.pydantic_message(e, '')}") from None
+        # every bad field at once, one line each (a file is fixed in one go, not one run per field)
+        raise several([InventoryError(f"{p}: {line}") for line in schema.pydantic_messages(e, "")]) from None
+    except Problems as e:
+        raise several([InventoryError(f"{p}: {line}") for line in e.lines]) from None
     except ValueError as e:
         raise InventoryError(f"{p}: {e}") from None
     if key is not None:

@@ -26,7 +26,7 @@ from fabfile.inventory.values import (
 )
 
 if TYPE_CHECKING:  # pydantic and PyYAML are imported only to validate a file the cache has not seen
-    from fabfile.inventory.schema import InventoryFields
+    from fabfile.inventory.schema import ClusterFields, GroupFields, InventoryFields, RouterFields
 
 
 def _merge(*layers: dict[str, Any]) -> dict[str, Any]:
@@ -57,8 +57,37 @@ def check_files(ssh_config: Path | None, known_hosts: Path | None) -> None:
             raise ValueError(f"{key}: file {value} does not exist")
 
 
+class Problems(ValueError):
+    """Several fields refused at once, one line each (``lines``): a file is fixed in one go, not one run a field."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+class Found:
+    """Independent checks run one after another, every refusal kept: ``check(fn, ...)`` is ``fn``'s value, or None
+    when it refused; :meth:`done` raises them all (:class:`Problems`)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def check(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Problems as e:
+            self.lines += e.lines
+        except ValueError as e:
+            self.lines.append(str(e))
+        return None
+
+    def done(self) -> None:
+        if self.lines:
+            raise Problems(self.lines)
+
+
 def build(p: Path, raw: dict[str, Any]) -> Inventory:
-    from fabfile.inventory.schema import GroupFields, validate
+    from fabfile.inventory.schema import validate
 
     inv = validate(raw)
     if not inv.hosts:
@@ -66,125 +95,166 @@ def build(p: Path, raw: dict[str, Any]) -> Inventory:
     presets = dict(BUILTIN_NCCL_PRESETS)
     if inv.presets is not None:
         presets.update(inv.presets.nccl)
-
+    found = Found()
     groups: dict[str, tuple[str, ...]] = {}
     group_defaults: dict[str, dict[str, Any]] = {}
     for gname, g in (inv.groups or {}).items():
-        check_name(gname, f"groups.{gname}", "group")
-        members = g if isinstance(g, list) else g.hosts
-        for m in members:
-            if m not in inv.hosts:
-                raise ValueError(f"groups.{gname}: unknown host {m!r}")
-        if gname in inv.hosts:
-            raise ValueError(f"groups.{gname}: a group may not share its name with a host")
-        groups[gname] = tuple(members)
-        if isinstance(g, GroupFields) and g.defaults is not None:
-            group_defaults[gname] = g.defaults.model_dump(exclude_unset=True)
+        checked = found.check(_group, gname, g, inv)
+        if checked is not None:
+            groups[gname] = checked[0]
+            if checked[1] is not None:
+                group_defaults[gname] = checked[1]
 
     base = inv.defaults.model_dump(exclude_unset=True) if inv.defaults else {}
     hosts: dict[str, Host] = {}
     for name, hf in inv.hosts.items():
-        check_name(name, f"hosts.{name}", "host")
         layers = [base] + [group_defaults[g] for g, members in groups.items() if name in members and g in
                            group_defaults]
         own = hf.model_dump(exclude_unset=True) if hf else {}
-        merged = _merge(*layers, own)
-        hosts[name] = _resolve(name, merged, presets, str(p))
+        host = found.check(_host, name, _merge(*layers, own), presets, str(p))
+        if host is not None:
+            hosts[name] = host
 
     defaults = [h.name for h in hosts.values() if h.is_default]
     if len(defaults) > 1:
-        raise ValueError(f"hosts: only one host may be `default: true`, found {', '.join(defaults)}")
+        found.lines.append(f"hosts: only one host may be `default: true`, found {', '.join(defaults)}")
     base_dir = p.parent
     ssh_config = (base_dir / Path(inv.ssh_config).expanduser()) if inv.ssh_config else None
     known_hosts = (base_dir / Path(inv.known_hosts).expanduser()) if inv.known_hosts else None
-    check_files(ssh_config, known_hosts)
+    found.check(check_files, ssh_config, known_hosts)
+    # Clusters and routers are checked against the hosts and groups: with one of those refused, what they would say
+    # of it follows from that refusal, so they wait for the next run.
+    if found.lines:
+        found.done()
     clusters = _clusters(inv, hosts, groups)
     routers = _routers(inv, hosts, groups, clusters)
     return Inventory(path=p, hosts=hosts, groups=groups, ssh_config=ssh_config, known_hosts=known_hosts,
                      clusters=clusters, routers=routers, nccl_presets=presets)
 
 
+def _group(gname: str, g: GroupFields | list[str],
+           inv: InventoryFields) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+    """A group's members (every one a host) and its defaults."""
+    from fabfile.inventory.schema import GroupFields
+
+    check_name(gname, f"groups.{gname}", "group")
+    members = g if isinstance(g, list) else g.hosts
+    for m in members:
+        if m not in inv.hosts:
+            raise ValueError(f"groups.{gname}: unknown host {m!r}")
+    if gname in inv.hosts:
+        raise ValueError(f"groups.{gname}: a group may not share its name with a host")
+    defaults = g.defaults.model_dump(exclude_unset=True) if isinstance(g, GroupFields) and g.defaults is not None \
+        else None
+    return tuple(members), defaults
+
+
+def _host(name: str, merged: dict[str, Any], presets: dict[str, dict[str, str]], source: str) -> Host:
+    check_name(name, f"hosts.{name}", "host")
+    return _resolve(name, merged, presets, source)
+
+
 def _clusters(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]]) -> dict[str, Cluster]:
+    found = Found()
     out: dict[str, Cluster] = {}
     for name, c in (inv.clusters or {}).items():
-        check_name(name, f"clusters.{name}", "cluster")
-        where = f"clusters.{name}"
-        if name in hosts or name in groups:
-            raise ValueError(f"{where}: a cluster may not share its name with a host or group")
-        if len(c.hosts) < 2:
-            raise ValueError(f"{where}.hosts: a multi-node cluster needs at least 2 hosts, got {len(c.hosts)}")
-        for h in c.hosts:
-            if h not in hosts:
-                raise ValueError(f"{where}.hosts: unknown host {h!r}")
-        if len(set(c.hosts)) != len(c.hosts):
-            raise ValueError(f"{where}.hosts: a host is listed twice")
-        n = len(c.hosts)
-        if c.tp % n:
-            raise ValueError(f"{where}.tp: total TP size {c.tp} does not divide over {n} nodes")
-        per = c.tp // n
-        for h in c.hosts:
-            if hosts[h].gpus < per:
-                raise ValueError(f"{where}.tp: {c.tp} over {n} nodes needs {per} GPUs per node but {h} has "
-                                 f"gpus: {hosts[h].gpus}")
-        addr = c.dist_init_addr or hosts[c.hosts[0]].address
-        if not addr:
-            raise ValueError(f"{where}.dist_init_addr: required (or set hosts.{c.hosts[0]}.address: rank 0's "
-                             "address as the other nodes reach it)")
-        out[name] = Cluster(name=name, hosts=tuple(c.hosts), tp=c.tp, dist_init_addr=f"{addr}:{c.dist_init_port}")
+        one = found.check(_cluster, name, c, hosts, groups)
+        if one is not None:
+            out[name] = one
+    found.done()
     return out
+
+
+def _cluster(name: str, c: ClusterFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]]) -> Cluster:
+    check_name(name, f"clusters.{name}", "cluster")
+    where = f"clusters.{name}"
+    if name in hosts or name in groups:
+        raise ValueError(f"{where}: a cluster may not share its name with a host or group")
+    if len(c.hosts) < 2:
+        raise ValueError(f"{where}.hosts: a multi-node cluster needs at least 2 hosts, got {len(c.hosts)}")
+    for h in c.hosts:
+        if h not in hosts:
+            raise ValueError(f"{where}.hosts: unknown host {h!r}")
+    if len(set(c.hosts)) != len(c.hosts):
+        raise ValueError(f"{where}.hosts: a host is listed twice")
+    n = len(c.hosts)
+    if c.tp % n:
+        raise ValueError(f"{where}.tp: total TP size {c.tp} does not divide over {n} nodes")
+    per = c.tp // n
+    for h in c.hosts:
+        if hosts[h].gpus < per:
+            raise ValueError(f"{where}.tp: {c.tp} over {n} nodes needs {per} GPUs per node but {h} has "
+                             f"gpus: {hosts[h].gpus}")
+    addr = c.dist_init_addr or hosts[c.hosts[0]].address
+    if not addr:
+        raise ValueError(f"{where}.dist_init_addr: required (or set hosts.{c.hosts[0]}.address: rank 0's "
+                         "address as the other nodes reach it)")
+    return Cluster(name=name, hosts=tuple(c.hosts), tp=c.tp, dist_init_addr=f"{addr}:{c.dist_init_port}")
 
 
 def _routers(inv: InventoryFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]],
              clusters: dict[str, Cluster]) -> dict[str, Router]:
+    found = Found()
     out: dict[str, Router] = {}
     for name, r in (inv.routers or {}).items():
-        check_name(name, f"routers.{name}", "router")
-        where = f"routers.{name}"
-        if r.host not in hosts:
-            raise ValueError(f"{where}.host: unknown host {r.host!r}")
-        if not 0 <= r.drain_s <= 3600:
-            raise ValueError(f"{where}.drain_s: seconds from 0 to 3600, got {r.drain_s:g}")
-        members: list[str] = []
-        for token in (t.strip() for t in r.group.split(",") if t.strip()):
-            if token in groups:
-                members += groups[token]
-            elif token in clusters:
-                members.append(clusters[token].hosts[0])  # a cluster serves through its rank 0
-            elif token in hosts:
-                members.append(token)
-            else:
-                raise ValueError(f"{where}.group: unknown group or host {token!r}")
-        for m in members:
-            if not hosts[m].address:
-                raise ValueError(f"{where}.group: host {m} has no `address` (the router reaches replicas by it)")
-        python = r.python or hosts[r.host].python
-        _remote_path(python, f"{where}.python")
-        out[name] = Router(name=name, host=r.host, members=tuple(dict.fromkeys(members)), group=r.group,
-                           port=r.port, listen=r.listen, policy=r.policy, python=python, args=tuple(r.args),
-                           drain_s=float(r.drain_s))
+        one = found.check(_router, name, r, hosts, groups, clusters)
+        if one is not None:
+            out[name] = one
+    found.done()
     return out
+
+
+def _router(name: str, r: RouterFields, hosts: dict[str, Host], groups: dict[str, tuple[str, ...]],
+            clusters: dict[str, Cluster]) -> Router:
+    check_name(name, f"routers.{name}", "router")
+    where = f"routers.{name}"
+    if r.host not in hosts:
+        raise ValueError(f"{where}.host: unknown host {r.host!r}")
+    if not 0 <= r.drain_s <= 3600:
+        raise ValueError(f"{where}.drain_s: seconds from 0 to 3600, got {r.drain_s:g}")
+    members: list[str] = []
+    for token in (t.strip() for t in r.group.split(",") if t.strip()):
+        if token in groups:
+            members += groups[token]
+        elif token in clusters:
+            members.append(clusters[token].hosts[0])  # a cluster serves through its rank 0
+        elif token in hosts:
+            members.append(token)
+        else:
+            raise ValueError(f"{where}.group: unknown group or host {token!r}")
+    for m in members:
+        if not hosts[m].address:
+            raise ValueError(f"{where}.group: host {m} has no `address` (the router reaches replicas by it)")
+    python = r.python or hosts[r.host].python
+    _remote_path(python, f"{where}.python")
+    return Router(name=name, host=r.host, members=tuple(dict.fromkeys(members)), group=r.group,
+                  port=r.port, listen=r.listen, policy=r.policy, python=python, args=tuple(r.args),
+                  drain_s=float(r.drain_s))
 
 
 def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], source: str) -> Host:
     where = f"hosts.{name}"
     m = {k: v for k, v in m.items() if v is not None}  # an explicit `field: null` means the built-in default
-    _check_paths(m, where)
+    found = Found()  # every field's own rule, each refusal kept: one line each
+    found.check(_check_paths, m, where)
     gpus = int(m["gpus"]) if m.get("gpus") is not None else 1  # `gpus: null` (explicit) means the default too
     tp = int(m["tp"]) if m.get("tp") is not None else gpus
     if tp > gpus:
-        raise ValueError(f"{where}.tp: tensor parallel size {tp} needs {tp} GPUs but the host has gpus: {gpus}")
+        found.lines.append(f"{where}.tp: tensor parallel size {tp} needs {tp} GPUs but the host has gpus: {gpus}")
     preset_name = m.get("nccl_preset")
-    nccl_env = _nccl_env(m, presets, where)
-    spec = _speculative(m, where)
+    nccl_env = found.check(_nccl_env, m, presets, where)
+    spec = found.check(_speculative, m, where)
     accept_gate = float(m["accept_gate"]) if m.get("accept_gate") is not None else DEFAULT_ACCEPT_GATE
     if not 0 <= accept_gate < 64:
-        raise ValueError(f"{where}.accept_gate: an accept length from 0 (no gate) to below 64, got {accept_gate:g}")
-    t = _timeouts(m, where)
+        found.lines.append(f"{where}.accept_gate: an accept length from 0 (no gate) to below 64, got "
+                           f"{accept_gate:g}")
+    t = found.check(_timeouts, m, where)
     if m.get("gpu_idle_mib", 0) < 0:
-        raise ValueError(f"{where}.gpu_idle_mib: must be 0 or more MiB, got {m['gpu_idle_mib']}")
+        found.lines.append(f"{where}.gpu_idle_mib: must be 0 or more MiB, got {m['gpu_idle_mib']}")
     free = float(m.get("min_free_disk_gb", 1.0))
     if not math.isfinite(free) or free < 0:
-        raise ValueError(f"{where}.min_free_disk_gb: must be 0 or more GB, got {m['min_free_disk_gb']}")
+        found.lines.append(f"{where}.min_free_disk_gb: must be 0 or more GB, got {m['min_free_disk_gb']}")
+    found.done()
     return Host(
         name=name,
         connection=m.get("connection") or "ssh",
@@ -222,13 +292,16 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
 
 
 def _check_paths(m: dict[str, Any], where: str) -> None:
+    found = Found()
     for req in ("python", "model"):
         if not m.get(req):
-            raise ValueError(f"{where}.{req}: required (set it on the host or under defaults)")
+            found.lines.append(f"{where}.{req}: required (set it on the host or under defaults)")
     for key in ("python", "model", "draft_model"):
-        _remote_path(m.get(key), f"{where}.{key}")
+        if m.get(key):
+            found.check(_remote_path, m.get(key), f"{where}.{key}")
     for key in ("log_dir", "state_dir"):
-        _remote_path(m.get(key), f"{where}.{key}", allow_home=True)
+        found.check(lambda v, w: _remote_path(v, w, allow_home=True), m.get(key), f"{where}.{key}")
+    found.done()
 
 
 def _nccl_env(m: dict[str, Any], presets: dict[str, dict[str, str]], where: str) -> dict[str, str]:

@@ -299,13 +299,34 @@ def _loc(err: Any, prefix: str) -> str:
 
 
 def pydantic_message(e: ValidationError, prefix: str) -> str:
-    err = e.errors()[0]
-    where = _loc(err, prefix)
-    msg = str(err.get("msg", "invalid"))
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown field (a typo?)"
-    msg = msg.removeprefix("Value error, ")
-    return f"{where}: {msg}"
+    """The first bad field, in one line: ``where: what``."""
+    return pydantic_messages(e, prefix)[0]
+
+
+def pydantic_messages(e: ValidationError, prefix: str) -> list[str]:
+    """Every bad field, one line each (``where: what``), so a file is fixed in one go. A value that fits no branch
+    of a union (a group: a list of hosts, or a mapping) is said for the first branch only: the others' complaints
+    about the same value are noise."""
+    out: list[str] = []
+    branch: dict[tuple[Any, ...], Any] = {}
+    for err in e.errors():
+        loc = tuple(err.get("loc", ()))
+        tag = next((i for i, part in enumerate(loc) if isinstance(part, str) and _is_branch(part)), None)
+        if tag is not None and branch.setdefault(loc[:tag], loc[tag]) != loc[tag]:
+            continue
+        msg = str(err.get("msg", "invalid"))
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field (a typo?)"
+        line = f"{_loc(err, prefix)}: {msg.removeprefix('Value error, ')}"
+        if line not in out:
+            out.append(line)
+    return out or ["invalid"]
+
+
+def _is_branch(part: str) -> bool:
+    """A union branch's name in an error's location (``GroupFields``, ``list[str]``): fields are lower case, and a
+    key named after one of these classes would only hide a duplicate complaint."""
+    return "[" in part or part in {c.__name__ for c in _Strict.__subclasses__()}
 
 
 # Deeper than any inventory needs (a host's `env: {...}` inside `hosts: {...}` is three). PyYAML's scanner keeps one
@@ -371,5 +392,5 @@ def read(p: Path, data: bytes) -> Any:
 
 
 def validate(raw: Any) -> InventoryFields:
-    """The file's fields checked (pydantic); ``ValidationError`` names the first bad one (:func:`pydantic_message`)."""
+    """The file's fields checked (pydantic); ``ValidationError`` names every bad one (:func:`pydantic_messages`)."""
     return InventoryFields.model_validate(raw)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fabfile import __version__
-from fabfile.errors import FlagError, InventoryError
+from fabfile.errors import FlagError, InventoryError, UsageError, several
 from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, Host, Speculative, check_speculative
 from fabfile.inventory.launch_flags import FLAG_OF, LAUNCH_FLAGS
 from fabfile.plan.argv import opt
@@ -296,6 +296,7 @@ def nccl_settings(host: Host) -> NcclSettings:
     logging: dict[str, str] = dict(NCCL_DEBUG_ENV) if host.nccl_debug else {}
     notes: list[str] = []
     preset = f"nccl_preset {host.nccl_preset}" if host.nccl_preset else "nccl_env"
+    refusals: list[UsageError] = []
     for where, values in (("nccl_env", host.nccl_env), ("env", host.env)):
         for k, v in values.items():
             # Any case: a lower-case nccl_* name is refused (NCCL reads names case-sensitively), not passed on.
@@ -303,9 +304,12 @@ def nccl_settings(host: Host) -> NcclSettings:
                 continue
             refused = refusal(k, v)
             if refused is not None:
-                # Before anything is stopped: otherwise the deploy loaded the model and check-env found it.
-                raise InventoryError(f"{where}.{refused}", f"fix {where}.{k} in the inventory (or the preset "
-                                     "it comes from), then render again; nothing was touched", host=host.name)
+                # Before anything is stopped: otherwise the deploy loaded the model and check-env found it. Every
+                # value refused is said, one line each, so the inventory is fixed in one go.
+                refusals.append(InventoryError(f"{where}.{refused}", f"fix {where}.{k} in the inventory (or the "
+                                               "preset it comes from), then render again; nothing was touched",
+                                               host=host.name))
+                continue
             if ncclenv.kind(k) == "unknown" and k in unknown_names({k: v}):
                 notes.append(f"{where}.{k} is not a variable NCCL 2.28 reads (kept as written: a newer NCCL or "
                              "PyTorch may read it); check-env cannot prove it")
@@ -317,6 +321,8 @@ def nccl_settings(host: Host) -> NcclSettings:
             if where == "env" and k in tuning and tuning[k] != v:
                 notes.append(f"env.{k}={v} replaces {preset}'s {tuning[k]} (env wins; check-env expects {v})")
             tuning[k] = v
+    if refusals:
+        raise several(refusals)
     return NcclSettings(tuning=tuning, logging=logging, notes=tuple(notes))
 
 

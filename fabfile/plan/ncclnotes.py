@@ -24,12 +24,28 @@ def _proto_note(value: str, nccl: tuple[int, int] | None) -> str | None:
         return f"{e}: NCCL fails the communicator's init, so the server will not start"
     if "Simple" in allreduce:
         return None
-    offer = "NCCL_PROTO=\"LL,Simple\" keeps Simple for large messages"
+    from fabfile.plan.nccl_model import enabled
+
+    left = [p for p in ncclenv.PROTOCOLS if p in allreduce]  # what the value leaves, in NCCL's order
+    # What the large messages run instead of Simple, by what is left away from NVLink (nccl_model's protocol facts:
+    # LL128 is on by default only over NVLink-class paths, and a value naming it forces it on): it said "every size
+    # runs LL" of NCCL_PROTO=LL128 too.
+    pcie = [p for p in ncclenv.PROTOCOLS if p in enabled({"NCCL_PROTO": value}, "pcie")[0]]
+    if "LL128" in pcie:
+        runs = (f"every size runs {' or '.join(pcie)}, LL128 forced on even where NCCL keeps it off (it enables "
+                "LL128 by default only over NVLink-class paths), prefill's too (TTFT)")
+    elif left == ["LL"]:
+        runs = "every size runs LL at half the bandwidth, prefill's too (TTFT)"
+    else:
+        runs = (f"without NVLink every size runs LL at half the bandwidth ({' or '.join(left)} over NVLink), "
+                "prefill's too (TTFT)")
+    keep = ",".join([*left, "Simple"])
+    offer = f"NCCL_PROTO=\"{keep}\" keeps Simple for large messages"
     if nccl is None or nccl >= ncclenv.PER_COLLECTIVE_SINCE:
-        offer += " (2.24+: per-collective \"allreduce:LL,Simple\")"
+        offer += f" (2.24+: per-collective \"allreduce:{keep}\")"
     # Short: it was ~600 characters, printed per deploy, per host and in the summary.
-    return (f"NCCL_PROTO={value} leaves all-reduce no Simple protocol: without NVLink every size runs LL at half "
-            f"the bandwidth, prefill's too (TTFT); {offer}; `inv sweep --nccl-env` measures both (kept as written)")
+    return (f"NCCL_PROTO={value} leaves all-reduce no Simple protocol: {runs}; {offer}; `inv sweep --nccl-env` "
+            "measures both (kept as written)")
 
 
 def nccl_notes(tuning: Mapping[str, str], argv: Sequence[str], sglang_version: str | None,

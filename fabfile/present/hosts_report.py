@@ -111,6 +111,9 @@ def print_status(result: HostsResult, verbose: bool = False) -> None:
     for o in outcomes:
         if o.ok and o.data["state"]["problem"]:
             err.print(f"[red]{o.host.name}:[/red] {o.data['state']['problem']}")
+        elif o.ok and o.data["state"].get("idle"):
+            # exit 1 (nothing serves): the sentence says why, on stderr with the problems
+            err.print(f"[yellow]{o.host.name}:[/yellow] {escape(o.data['state']['idle'])}")
     print_errors(outcomes)
 
 

@@ -121,6 +121,13 @@ def show(result: Any, for_people: Callable[[], object], *, as_json: bool) -> Non
 
 
 def print_error(e: SpecDeployError) -> None:
+    each = getattr(e, "each", ())
+    if each:
+        # Every input error of the run, one line each (its hint below it), then how many: all fixed in one go.
+        for one in each:
+            err.print(f"[red]error:[/red] {one.describe()}", markup=True)
+        err.print(f"{len(each)} input errors; nothing was touched on any host", markup=False)
+        return
     err.print(f"[red]error:[/red] {e.describe()}", markup=True)
     excerpt = e.details.get("excerpt")
     if excerpt:

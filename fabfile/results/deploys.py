@@ -132,8 +132,9 @@ class RolloutResult:
 
     @property
     def exit_code(self) -> int:
-        """1 for a failed run; a run refused at preflight for bad input (what a host's SGLang does not accept) alone
-        exits 2 like any bad input, nothing having been touched."""
+        """1 for a failed run; a run refused at preflight (bad input, what a host's SGLang does not accept, a host
+        that does not meet the inventory: every refusing host's error an exit-2 one) exits 2 like any bad input,
+        nothing having been touched; a host that could not be reached there keeps it 1 (try again)."""
         if self.ok:
             return 0
         errs = [r.deploy.error for r in self.hosts if r.deploy is not None and r.deploy.error is not None]

@@ -57,11 +57,22 @@ class StopResult(HostsResult):
 
 
 class StatusResult(HostsResult):
-    """``inv status``: a server that runs but does not serve, or a record the host disagrees with (each host's
-    ``data["state"]["problem"]``), is a problem: exit 1."""
+    """``inv status``: exit 0 only when every host serves (``data["state"]["serving"]``: our server alive, its
+    readiness endpoint 200 just now). A server that runs but does not serve, a record the host disagrees with
+    (``problem``), and a host where nothing serves (``idle``: stopped, none, a deploy under way with no server up)
+    are exit 1, and that host's ``ok`` is false in ``--json``."""
 
     def verdict(self) -> int:
-        return 1 if any(o.ok and o.data["state"]["problem"] for o in self.outcomes) else 0
+        return 1 if any(o.ok and not serves(o) for o in self.outcomes) else 0
+
+    def host_document(self, o: HostOutcome) -> dict[str, Any]:
+        return {**super().host_document(o), "ok": o.ok and serves(o)}
+
+
+def serves(o: HostOutcome) -> bool:
+    """A host that answered ``status`` and serves: our server alive and ready, nothing the record disagrees with."""
+    state = o.data["state"]
+    return bool(state.get("serving")) and not state.get("problem")
 
 
 class CancelResult(HostsResult):

@@ -47,7 +47,7 @@ def test_adopt_host_reads_proc_and_the_next_deploy_replaces_that_server(fleet: F
     # The file carries how the host was reached (it wrote only hosts:, and could not reach the host by itself)
     written = yaml.safe_load(out.read_text())
     assert Path(written["ssh_config"]).is_absolute() and Path(written["ssh_config"]).exists()
-    assert run_inv("status", "--host", sim_host.name, inventory=out).returncode == 0
+    assert run_inv("gpus", "--host", sim_host.name, inventory=out).returncode == 0
     # The adopted entry, merged into the fleet's inventory (its ssh and timeouts), deploys and replaces the server.
     data = yaml.safe_load(inv_path.read_text())
     data["hosts"][sim_host.name].update({k: v for k, v in entry.items() if k not in ("log_dir",)})

@@ -414,6 +414,10 @@ def test_stop_status_logs(inventory: Path, sim_host: SimHost) -> None:
     code, doc, _ = inv_json("status", inventory=inventory)
     d = doc["hosts"][0]["data"]
     assert d["running"] is False and d["record"]["status"] == "stopped"
+    # nothing serves after the stop: exit 1 and `"ok": false` (both said all was well), as the README says
+    assert code == 1 and doc["ok"] is False and doc["hosts"][0]["ok"] is False, doc
+    r = run_inv("status", inventory=inventory)
+    assert r.returncode == 1 and "nothing serves" in r.stderr and "was stopped" in r.stderr, r.stderr
 
 
 def test_gpu_holder_whose_main_thread_exited_is_still_stopped(inventory: Path, sim_host: SimHost) -> None:
@@ -459,7 +463,7 @@ def test_secrets_never_shown_even_though_sglang_logs_them(fleet: Fleet, sim_host
 def test_wrong_python_path_is_a_sentence_and_nothing_runs(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
     inventory = derived_inventory(fleet, tmp_path, hosts={"sim1": {"python": "/root/no-env/bin/python3"}})
     code, doc, err = inv_host_json("deploy", "--steps", "1", inventory=inventory)
-    assert code == 1
+    assert code == 2  # refused before anything was touched: the inventory's python is wrong
     assert doc["error"]["kind"] == "PreflightError"
     assert "/root/no-env/bin/python3" in doc["error"]["message"] and "inventory" in doc["error"]["hint"]
     assert sglang_pids(sim_host) == [] and "Traceback" not in err

@@ -1,5 +1,5 @@
 """The simulator's 7B-like cost profile (``cost_profile: 7b-h200``, the real H200 run of issue 37) with the real
-kit's partial draft (wrong every 3 slots): a sweep with --explain measures a GPU-bound cycle, verify ≈ 1.21× the
+kit's partial draft (wrong every 3 slots): a sweep with --explain measures a GPU-bound cycle, verify ≈ 1.17× the
 baseline's decode step, an accept length of 3 where 7 drafts are proposed, and the host-side rule stays silent."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def test_a_gpu_bound_7b_like_host_measures_its_phases_and_partial_acceptance(fle
     spec = next(row for row in doc["rows"] if row["steps"] == 7)
     decode = base["phases"]["ranks"][0]["decode"]["ms"]
     verify = spec["phases"]["ranks"][0]["verify"]["ms"]
-    assert abs(verify / decode - 5.37 / 4.41) < 0.1, (verify, decode)
+    # the real grid's ratio at 8 draft tokens (5.21 / 4.45 ms [timer], tests/data/real-0.5.16-h200)
+    assert abs(verify / decode - 5.21 / 4.45) < 0.1, (verify, decode)
     # the partial draft: the accept length make_models predicts (hidden 3: the pattern of slots mod 3, no wrap)
     low, high = make_models.accept_length_range(OUTPUT, 7, 3, hidden=3)
     assert low - 0.01 <= spec["accept_len"] <= high + 0.01 < 8

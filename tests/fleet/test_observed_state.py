@@ -202,7 +202,7 @@ def test_failed_rows_show_what_runs_and_the_last_line_names_who_is_on_the_new_ve
     # Point 2: sim3's preflight fails (no draft model); its old server still runs and the row says so.
     code, doc, err = inv_json("deploy", "--host", ALL, "--strategy", "parallel", "--steps", "3",
                               inventory=inventory)
-    assert code == 1
+    assert code == 2  # refused at preflight, no host touched: the README's exit 2 (it was 1)
     rows = _rows(doc)
     assert rows["sim3"]["outcome"] == "failed (unchanged)"
     assert rows["sim3"]["config_now"] == "eagle3-s2-k1-d3" and rows["sim3"]["pid_now"], rows["sim3"]

@@ -49,7 +49,7 @@ def test_transient_network_failure_is_retried_until_the_host_answers(fleet: Flee
     ns = sim_host.netns
     subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "down"], check=True)
     try:
-        proc = subprocess.Popen([*INV, "status", "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*INV, "gpus", "--inventory", str(inventory)], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         time.sleep(1.5)
     finally:

@@ -99,6 +99,9 @@ def main(argv: list[str]) -> int:
         section = (table.render_every(every, datetime.datetime.now(datetime.timezone.utc).date().isoformat())
                    if args.all else table.every_section(doc.read_text() if doc.exists() else ""))
         doc.write_text(table.render({v: results[v] for v in matrix() if v in results}, meta, section))
+        for line in table.stale_rows(doc.read_text()):
+            # the every-release table is kept as the last --all left it: say where it no longer agrees
+            print(f"{line}: re-run with --all --write", file=sys.stderr)
     return 1 if bad else 0
 
 

@@ -247,6 +247,27 @@ def every_section(doc: str) -> str:
     return doc[a : b + len(EVERY_END)] + "\n" if a >= 0 and b > a else ""
 
 
+SECTION = re.compile(r"^## SGLang (\S+) \((\S+)\)\n\n(\d+/\d+) facts match\.", re.M)
+EVERY_ROW = re.compile(r"^\| (\S+) \| (\S+) \| (\d+/\d+) \| ", re.M)
+
+
+def stale_rows(doc: str) -> list[str]:
+    """Where the doc's every-release table disagrees with its own per-version sections (the same release, another
+    wheel or facts count; a section's release missing from the table): each a sentence, empty when they agree. A
+    plain ``--write`` keeps the every-release table as the last ``--all`` left it, so the contract can grow facts
+    (66 to 68) under a table that still says the old count."""
+    every = {m[1]: (m[2], m[3]) for m in EVERY_ROW.finditer(every_section(doc))}
+    out = []
+    for version, wheel, count in SECTION.findall(doc):
+        row = every.get(version)
+        if row is None:
+            out.append(f"{version}: a section ({count}) but no row in the every-release table")
+        elif row != (wheel, count):
+            said = (f"{row[1]} of {row[0]}", f"{count} of {wheel}") if row[0] != wheel else (row[1], count)
+            out.append(f"{version}: the every-release table says {said[0]} facts match, its section {said[1]}")
+    return out
+
+
 def lookups(w: real.Wheel) -> list[str]:
     """Where the committed tables, looked up for this release as the tool does, differ from its own wheel."""
     from fabfile.plan import versioncheck

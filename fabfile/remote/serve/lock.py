@@ -47,6 +47,17 @@ class DeployLock:
             return None
         return h
 
+    def settled_holder(self, within_s: float = 1.0) -> dict[str, Any]:
+        """The live holder's note, waiting up to ``within_s`` for it: the holder takes the flock first and writes
+        its note just after, so a refusal in between would name nobody ("another command (`inv ?`) holds this host
+        since ?"). A note left by a dead agent is returned only when no live one appears."""
+        end = time.monotonic() + within_s
+        while True:
+            h = self.live_holder()
+            if h is not None or time.monotonic() >= end:
+                return h or self.holder() or {}
+            time.sleep(0.05)
+
     def acquire(self, owner: dict[str, Any], wait_s: float = 0.0, on_wait: OnWait | None = None) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + wait_s
@@ -58,7 +69,7 @@ class DeployLock:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     os.close(fd)
-                    h = self.holder() or {}
+                    h = self.settled_holder()
                     raise AgentError("lock_held", refusal(h, wait_s),
                                      "follow it with `inv status`, stop it with `inv cancel`, or queue behind it "
                                      "with --lock-wait SECONDS", holder=h) from None

@@ -171,9 +171,49 @@ def test_status_exits_non_zero_when_the_recorded_deploy_failed_and_nothing_serve
     with connector(fleet):
         both = status(inv, _hosts(inv, "a", "b"))
         only_b = status(inv, _hosts(inv, "b"))
-    assert both.exit_code == 1 and only_b.exit_code == 0  # a stop on purpose is no problem
+    assert both.exit_code == 1 and only_b.exit_code == 1  # nothing serves on either (README: exit 1)
     view = both.outcomes[0].data["state"]
     assert view["state"] == "failed" and "d-9" in view["problem"] and "nothing serves" in view["problem"]
+
+
+UP = {"running": True, "record": {"deploy_id": "d-1", "config_name": "baseline", "pid": 7, "status": "running"},
+      "health": {"status": 200, "path": "/health_generate"}}
+LOCK = {"deploy_id": "d-2", "step": "wait_ready", "pid": 99, "client": "ops@laptop", "since": "12:00"}
+STATES = {
+    # state: (the host's `status` answer, exit code, the sentence on stderr)
+    "running": (UP, 0, None),
+    "deploying, the old server still up": ({**UP, "deploy_in_progress": LOCK}, 0, None),
+    "deploying, nothing up yet": ({"running": False, "record": {**UP["record"], "status": "stopped"},
+                                   "deploy_in_progress": LOCK}, 1, "nothing serves yet: deploy d-2"),
+    "stopped": ({"running": False, "record": {**UP["record"], "status": "stopped"}}, 1, "was stopped"),
+    "failed": ({"running": False, "record": {**UP["record"], "status": "failed"}}, 1, "failed and nothing serves"),
+    "exited": ({"running": False, "record": UP["record"]}, 1, "is gone"),
+    "not ready": ({**UP, "health": {"status": 503, "path": "/health_generate"}}, 1, "answered 503"),
+    "none": ({"running": False, "record": None}, 1, "no deploy is recorded"),
+    "a router's host": ({"running": False, "record": None, "routers": [{"name": "front", "running": True,
+                                                                         "health": 200, "workers": []}]}, 0, None),
+}
+
+
+@pytest.mark.parametrize("name", list(STATES))
+def test_status_exits_0_only_when_the_host_serves_and_json_says_ok_only_then(
+        inv: inventory.Inventory, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`inv status` exited 0 with `"ok": true` while a deploy was under way with nothing serving and after `inv stop`;
+    the README says it exits 1 when nothing serves. Each state: its exit code, `ok` in --json, the sentence why."""
+    from fabfile.commands.operations import status_hosts
+
+    answer, code, sentence = STATES[name]
+    with connector(FakeFleet({"a": {"status": answer}})):
+        r = status_hosts(inv, _hosts(inv, "a"))
+    assert r.exit_code == code
+    doc = r.document.as_dict()
+    assert doc["ok"] is (code == 0) and doc["hosts"][0]["ok"] is (code == 0), doc
+    r.for_people()
+    err = capsys.readouterr().err
+    if sentence is None:
+        assert "nothing serves" not in err, err
+    else:
+        assert sentence in " ".join(err.split()), err
 
 
 def test_host_all_covers_the_inventory_and_json_has_one_shape_for_one_host_or_many(inv: inventory.Inventory,

@@ -98,6 +98,7 @@ def test_every_host_passes_preflight_before_the_first_host_is_touched(inv: inven
                           rollback_on_failure=True, quiet=True)
     by = {r.host.name: r for r in res.hosts}
     assert not res.ok and res.extra["preflight_failed"] == ["c"]
+    assert res.exit_code == 2  # refused before any host was touched (it was 1): the README's bad-input code
     assert not fleet.requests("deploy") and not fleet.requests("redeploy") and not fleet.requests("stop")
     assert by["c"].outcome == "failed (unchanged)" and by["c"].deploy is not None
     assert by["c"].deploy.error is not None and "does not exist" in by["c"].deploy.error.message

@@ -93,3 +93,15 @@ def test_the_proto_note_is_short_and_said_once_per_command() -> None:
     assert output.first_time(note) and not output.first_time(note)  # the second host, the summary: not again
     output.begin_command()  # the next command says it again
     assert output.first_time(note)
+
+
+def test_ll128_alone_is_not_called_ll_and_keeping_simple_offers_ll128_with_it() -> None:
+    """With NCCL_PROTO: LL128 the note said "every size runs LL at half the bandwidth": LL128 is another protocol
+    (about 95 % of the bandwidth), and naming it forces it on links where NCCL keeps it off by default."""
+    (note,) = nccl_notes({"NCCL_PROTO": "LL128"}, [], "0.5.16", nccl_version="2.28.9")
+    assert "runs LL " not in note and "runs LL at" not in note, note
+    assert "every size runs LL128" in note and "NVLink" in note and "forced" in note
+    assert "NCCL_PROTO=\"LL128,Simple\"" in note and "allreduce:LL128,Simple" in note
+    (excluded,) = nccl_notes({"NCCL_PROTO": "^Simple"}, [], "0.5.16")
+    # an exclusion leaves LL128 at its default (off away from NVLink): no word of forcing it
+    assert "without NVLink every size runs LL" in excluded and "forced" not in excluded

@@ -104,8 +104,9 @@ def test_every_category_is_an_exception_class_and_hints_are_sentences() -> None:
         assert category in protocol.CATEGORIES, kind
         assert hint.strip(), kind
         cls = errors.class_of_kind(kind)
-        # Exit 1 (a step failed), except bad input (a host path refused as unsafe, no server to adopt): exit 2.
-        bad_input = category in ("unsafe_path", "usage")
+        # Exit 1 (a step failed), except bad input (a host path refused as unsafe, no server to adopt, a host
+        # that does not meet the inventory at preflight): exit 2.
+        bad_input = category in ("unsafe_path", "usage", "preflight")
         assert issubclass(cls, errors.SpecDeployError) and cls.exit_code == (2 if bad_input else 1)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fabfile.commands.operations import check_env, check_env_hosts, gpus, status
-from fabfile.errors import FlagError
+from fabfile.errors import ConnectError, FlagError, PreflightError
 from fabfile.inventory import hosts as inventory
 from fabfile.present.output import show
 from fabfile.transport.session import connector
@@ -110,6 +110,13 @@ def test_deploys_rollouts_and_routers_carry_their_exit_code() -> None:
     assert rollout(ok).exit_code == 0
     assert rollout(bad_input, preflight_failed=[h.name]).exit_code == 2  # refused before any host: bad input
     assert rollout(bad_input).exit_code == 1 and rollout(failed, preflight_failed=[h.name]).exit_code == 1
+    # A host that does not meet the inventory refuses at preflight, nothing touched: exit 2 (it was 1), one host or
+    # a fleet; a host that could not be reached there is no refusal of bad input: 1, try again.
+    missing = PreflightError("model path /models/m does not exist on the host", host="gpu1")
+    refused = DeployResult(host="gpu1", ok=False, plan=plan, error=missing)
+    assert refused.exit_code == 2 and rollout(refused, preflight_failed=[h.name]).exit_code == 2
+    unreachable = DeployResult(host="gpu1", ok=False, plan=plan, error=ConnectError("cannot resolve gpu1"))
+    assert rollout(unreachable, preflight_failed=[h.name]).exit_code == 1
     r = inventory.Router(name="front", host="gpu1", members=("gpu1",), group="g", port=30000, listen="0.0.0.0",
                          policy="round_robin", python="python3", args=())
     assert RouterResult(r).exit_code == 0

@@ -66,12 +66,13 @@ DEFAULTS: dict[str, Any] = {
 
 
 # Named cost profiles (``cost_profile`` in a host's config; its own keys still override). "7b-h200": the real
-# 0.5.16 run of a Llama-2-7B-shaped target on one H200 with CUDA graphs on (../shared/reference/real-0.5.16-h200/
-# 7b-shaped.md): decode 4.41 ms, verify 5.35 ms at 4 tokens and 5.37 at 8 (1.21x a decode step), draft 0.17 ms per
-# step, draft-extend 0.21 ms; GPU-bound, the host side a few % of the cycle. With the kit's partial draft (wrong
-# every 3 slots) the accept length is 3 from steps 2 up.
+# 0.5.16 run of a Llama-2-7B-shaped target on one H200 with CUDA graphs on, the whole grid at concurrency 1
+# (docs/real-sglang.md, 2026-12-03; tests/data/real-0.5.16-h200/7b-p3-grid-sweep.json, which
+# tests/unit/bench/test_sim_cost_profile.py holds these figures to): decode 4.45 ms, verify 5.15 ms at 2 tokens to
+# 5.21 at 8 (1.16-1.17x a decode step), draft 0.175 ms per forward, draft-extend 0.21 ms; GPU-bound, the host side
+# 2 % of the cycle. With the kit's partial draft (wrong every 3 slots) the accept length is 3 from steps 2 up.
 COST_PROFILES: dict[str, dict[str, Any]] = {
-    "7b-h200": {"decode_ms": 4.41, "verify_ms_base": 5.33, "verify_ms_per_token": 0.005, "draft_ms_per_step": 0.17,
+    "7b-h200": {"decode_ms": 4.45, "verify_ms_base": 5.13, "verify_ms_per_token": 0.01, "draft_ms_per_step": 0.175,
                 "draft_extend_ms": 0.21, "decode_ms_per_seq": 0.02, "draft_ms_per_seq": 0.005,
                 "verify_ms_per_batch_token": 0.01, "accept_wrong_every": 3},
 }
