@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -19,9 +20,9 @@ from fabfile.remote.serve import server
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
-    answers: dict[str, int] = {}
+    answers: ClassVar[dict[str, int]] = {}  # each fixture's subclass has its own
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.send_response(self.answers.get(self.path, 404))
         self.end_headers()
 
