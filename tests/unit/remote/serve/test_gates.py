@@ -86,11 +86,12 @@ def test_a_request_that_hangs_is_bounded_by_the_gates_timeout(
 
 
 def test_the_accept_length_is_judged_against_the_gate() -> None:
-    burst = {"requests": 4, "meta": {"accept_len": 1.03, "verify_ct": 124, "completion_tokens": 128}}
+    meta = {"accept_len": 1.03, "verify_ct": 124, "completion_tokens": 128}
+    burst: dict[str, Any] = {"requests": 4, "meta": meta}
     with pytest.raises(AgentError) as e:
         gates.judge_accept(burst, 1.1)
     assert e.value.kind == "accept_gate" and "accept length 1.03 over 4 requests" in e.value.message
-    ok = gates.judge_accept({**burst, "meta": {**burst["meta"], "accept_len": 3.2}}, 1.1)
+    ok = gates.judge_accept({**burst, "meta": {**meta, "accept_len": 3.2}}, 1.1)
     assert ok["accept_length"] == 3.2 and ok["source"] == "meta_info completion_tokens / spec_verify_ct"
     with pytest.raises(AgentError, match="the server is not speculating"):
         gates.judge_accept({"requests": 4, "meta": {"accept_len": 1.0}}, 1.1)
