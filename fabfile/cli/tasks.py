@@ -395,19 +395,34 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float | None:
         return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
 
-    limits = Limits(max_ttft_ms=limit("--max-ttft-ms", max_ttft_ms, MAX_MS, "ms", "a number of milliseconds"),
-                    max_tpot_ms=limit("--max-tpot-ms", max_tpot_ms, MAX_MS, "ms", "a number of milliseconds"),
-                    min_tok_s=limit("--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s", "a number of tokens per second"))
+    from fabfile.errors import Collector
 
-    out = flags.path("--out", out)
-    step_list = flags.int_list("--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
-    if not step_list:
-        raise FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4")
+    # Every bad flag of the sweep at once, one line each (exit 2), before the inventory is read or a host touched.
+    found = Collector()
+    limits = Limits(max_ttft_ms=found.check(limit, "--max-ttft-ms", max_ttft_ms, MAX_MS, "ms",
+                                            "a number of milliseconds"),
+                    max_tpot_ms=found.check(limit, "--max-tpot-ms", max_tpot_ms, MAX_MS, "ms",
+                                            "a number of milliseconds"),
+                    min_tok_s=found.check(limit, "--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s",
+                                          "a number of tokens per second"))
+    out = found.check(flags.path, "--out", out)
+    step_list = found.check(flags.int_list, "--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
+    if steps is None or step_list == []:
+        found.found.append(FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4"))
     # Each level is a benchmark of every configuration: 16 of them is already hours.
-    levels = flags.int_list("--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY, max_items=16) or [1]
-    params = options.bench(levels[0], input_len, output_len, num_prompts, client, None)
-    params = replace(params, **options.sweep_length(num_prompts, target_ci, min_requests, max_requests),
-                     need_histogram=predict)
+    levels = found.check(flags.int_list, "--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY,
+                         max_items=16) or [1]
+    params = found.check(options.bench, levels[0], input_len, output_len, num_prompts, client, None)
+    length = found.check(options.sweep_length, num_prompts, target_ci, min_requests, max_requests)
+    topks = found.check(flags.int_list, "--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK)
+    draft_list = found.check(flags.int_list, "--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS,
+                             max_items=64)
+    deploy_opts = found.check(options.deploy, None, None, None, patch_mode, timeout)
+    if predict and adaptive:
+        found.found.append(FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict "
+                                     "cannot model; leave one of them out"))
+    found.done()
+    params = replace(params, **length, need_histogram=predict)
     if predict and params.client == "sglang":
         raise FlagError("--client: --predict needs each request's meta_info and stream, which sglang.bench_serving "
                         "does not keep; use --client builtin or auto")
@@ -415,8 +430,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
                         "sglang.bench_serving")
     # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
-    base = replace(options.measuring(options.deploy(None, None, None, patch_mode, timeout), measure, no_measure),
-                   measuring=True)
+    base = replace(options.measuring(deploy_opts, measure, no_measure), measuring=True)
     inv = options.inventory(inventory)
     from fabfile.inventory.hosts import one_host
 
@@ -427,12 +441,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
 
     cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env),
                        inv.nccl_presets)
-    if predict and adaptive:
-        raise FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict cannot model; "
-                        "leave one of them out")
-    cfgs = configs(h, base, step_list, flags.int_list("--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK),
-                   flags.int_list("--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS, max_items=64),
-                   cands, adaptive)
+    cfgs = configs(h, base, step_list, topks, draft_list, cands, adaptive)
     if keep is not None and keep not in {x.name for x in cfgs}:
         raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")

@@ -76,3 +76,15 @@ def test_one_error_stays_one_line_as_before(tmp_path: Path) -> None:
     p = _file(tmp_path, "  a: {ssh_host: gpu-a, tp: 4, gpus: 2}\n")
     r = run_cli("render", inventory=p)
     assert r.returncode == 2 and len(_errors(r.stderr)) == 1 and "input errors" not in r.stderr, r.stderr
+
+
+def test_every_bad_flag_of_a_sweep_is_said_at_once(tmp_path: Path) -> None:
+    """A sweep has the most flags of any command; each was its own run to find."""
+    p = _file(tmp_path, "  a: {ssh_host: gpu-a}\n")
+    r = run_cli("sweep", "--steps", "x", "--concurrency", "0", "--num-prompts", "-3", "--max-ttft-ms", "nan",
+                "--topk", "0", "--predict", "--adaptive", inventory=p)
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    said = _errors(r.stderr)
+    flags = ["--max-ttft-ms:", "--steps:", "--concurrency:", "--num-prompts:", "--topk:", "--adaptive:"]
+    assert [next(f for f in flags if ln.startswith(f)) for ln in said] == flags, r.stderr
+    assert f"{len(flags)} input errors; nothing was touched on any host" in r.stderr
