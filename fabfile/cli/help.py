@@ -101,10 +101,12 @@ SWEEP_HELP = {
                  "default 2)",
     "min_requests": "adaptive length: at least this many requests (default 8)",
     "max_requests": "adaptive length: at most this many requests (default 256)",
-    "predict": "measure the baseline and the smallest and largest chain step counts, predict the other topk-1 "
-               "configurations from the accepted-drafts histogram and the cycle fit, deploy only the predicted "
-               "winner to confirm it (topk > 1 and other draft-token counts are measured); with NCCL candidates "
-               "at TP >= 2, load the first candidate (with a short profiler trace) and only the others that can win",
+    "predict": "measure the baseline and the largest chain step count (the smallest too where SGLang's device "
+               "timer is off: --no-measure or a release without it), predict the other topk-1 configurations from "
+               "the accepted-drafts histogram and the measured phases (or the cycle fit), deploy only the "
+               "predicted winner to confirm it (topk > 1 and other draft-token counts are measured); with NCCL "
+               "candidates at TP >= 2, load the first candidate (with a short profiler trace) and only the others "
+               "that can win. The sweep says its model-load count before the first load and the same at the end",
     "nccl": "NCCL candidates crossed with every configuration (each its own server start): built-in presets "
             "(pcie, none = no NCCL tuning variables) or host (the inventory's own), e.g. pcie,none",
     "nccl_env": "NCCL values to try, laid over each --nccl candidate: 'NCCL_PROTO=LL|Simple|-' (- = unset; "
@@ -167,8 +169,10 @@ ADOPT_HELP = {
     "inventory": INVENTORY_HELP,
 }
 DIFF_HELP = {
-    "host": "the host whose deploys to compare (one host)",
-    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous; current with --new now)",
+    "host": "the host whose deploys to compare, or two hosts (A,B) to compare what each runs: their current "
+            "deploys' argv, environment, version, patch mode and files",
+    "old": "the first side: a deploy id, HOST:ID, current or previous (default: previous; current with --new now "
+           "or two hosts)",
     "new": "the second side: a deploy id, HOST:ID, current, previous, or now = what render would run now "
          "(default: current)",
     "steps": "with --new now: the steps to render (default: the old deploy's)",

@@ -204,6 +204,18 @@ class SpecProgram(Program):
                 self._refuse_words(f"{quote(flag)}: {command} has no such flag" + _suggest(flag, flags),
                                    f"`{me} --help {ctx.name}` lists its flags" if ctx is not None and ctx.name
                                    else f"`{me} --help` lists the options")
+            if ctx is not None and ctx.name:
+                twice = _given_twice(self.core.unparsed, ctx.name, flags)
+                if twice:
+                    values = ", ".join(_values_of(self.core.unparsed, ctx.name, twice))
+                    self._refuse_words(f"{twice}: given twice ({values})",
+                                       f"give {twice} once; `{me} --help {ctx.name}` says what it takes")
+                if "--host" in flags and "/" not in word and not os.path.exists(word):
+                    # `inv status sim2`: a host named without its flag
+                    self._refuse_words(f"{quote(word)}: {command} takes no bare word",
+                                       f"to name a host: `{command} --host {quote(word)}`")
+                self._refuse_words(f"{quote(word)}: {command} takes no bare word",
+                                   f"`{me} --help {ctx.name}` lists its flags (a file is named by one)")
             self._refuse_words(f"{quote(word)}: no such command" + _suggest(word, self._task_names()),
                                f"`{me} --list` shows the commands")
         no_value = _NO_VALUE.search(text)
@@ -246,6 +258,35 @@ class SpecProgram(Program):
         for name in sorted({*inv.hosts, *inv.groups, *inv.clusters, "all"}):
             print(before + name)
         raise Exit
+
+
+def _task_words(argv: list[str], task: str) -> list[str]:
+    """The words after ``task`` on the command line (Invoke has split ``--flag=value`` into two)."""
+    return argv[argv.index(task) + 1:] if task in argv else list(argv)
+
+
+def _given_twice(argv: list[str], task: str, flags: list[str]) -> str | None:
+    """The first of ``task``'s flags given more than once (Invoke then read the second one's value as a command)."""
+    seen: set[str] = set()
+    for word in _task_words(argv, task):
+        name = word.split("=", 1)[0]
+        if name in flags:
+            if name in seen:
+                return name
+            seen.add(name)
+    return None
+
+
+def _values_of(argv: list[str], task: str, flag: str) -> list[str]:
+    """Each value ``flag`` was given, in order, quoted."""
+    words = _task_words(argv, task)
+    out = []
+    for i, word in enumerate(words):
+        if word.startswith(flag + "="):
+            out.append(quote(word.split("=", 1)[1]))
+        elif word == flag and i + 1 < len(words):
+            out.append(quote(words[i + 1]))
+    return out
 
 
 def _pipe_closed() -> None:

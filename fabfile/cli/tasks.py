@@ -584,8 +584,8 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
 @cli
 def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any = None, json: bool = False,
          inventory: Any = None) -> Any:
-    """What changed between two deploys (argv, env, SGLang version, patch mode, patched files, check-env), or
-    between a deploy and what render would run now."""
+    """What changed between two deploys (argv, env, SGLang version, patch mode, patched files, check-env), between
+    a deploy and what render would run now, or between two hosts' running configurations (--host A,B)."""
     from fabfile.commands.diff import DiffOptions, diff_command
 
     opts = DiffOptions(host=host, old=None if old is None else str(old), new=None if new is None else str(new),

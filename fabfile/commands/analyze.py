@@ -9,6 +9,7 @@ from pathlib import Path
 from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError
 from fabfile.plan.analysis import analyze_sweep, from_numbers
+from fabfile.plan.ranking import rank
 from fabfile.present.analyze_report import print_analysis, print_break_even
 
 
@@ -34,5 +35,8 @@ def analyze_file(path: str) -> CommandResult:
     doc.setdefault("host", "?")
     doc.setdefault("sweep_id", p.parent.name)
     analysis = analyze_sweep(doc["rows"])
+    # the same decision as the sweep's: a winner beyond its interval, else a tie and its stated tie-break
+    analysis["ranking"] = rank([r for r in doc["rows"] if isinstance(r, dict) and r.get("ok")
+                                and r.get("measured", True)], doc.get("running"))
     doc["analysis"] = analysis
     return CommandResult(analysis, lambda: print_analysis(analysis))

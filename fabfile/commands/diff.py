@@ -179,14 +179,20 @@ def diff_command(inv: Any, opts: DiffOptions) -> Any:
     from fabfile.present.diff_report import print_diff
 
     hb, rb = parse_ref("--new", opts.new if opts.new is not None else "current")
+    listed = [x.strip() for x in (opts.host or "").split(",") if x.strip()]
+    if len(listed) > 2 or len(set(listed)) < len(listed):
+        raise FlagError(f"--host: {quote(opts.host or '', as_repr=True)}: a diff compares one host's deploys or two "
+                        "hosts' running configurations", "name one host, or two: --host sim1,sim2")
+    old_host = parse_ref("--old", opts.old)[0] if opts.old else None
+    if len(listed) == 2 or len({x for x in (old_host, hb, *listed) if x}) == 2:
+        return _two_hosts(inv, opts, listed, old_host, hb, rb)
     # Against what render would run now, the side to compare is what runs now (it compared the previous deploy and
     # said "no difference" while the running configuration differed).
     ha, ra = parse_ref("--old", opts.old if opts.old is not None else "current" if rb == NOW else "previous")
-    named = {x for x in (ha, hb, opts.host) if x}
+    named = {x for x in (ha, hb, *listed) if x}
     if len(named) > 1:
-        raise FlagError(f"--old/--new: records from different hosts ({', '.join(sorted(named))}); a diff compares the "
-                        "deploys of one host", "compare what the hosts run with `inv status --host "
-                        f"{','.join(sorted(named))}`")
+        raise FlagError(f"--old/--new: records from {len(named)} hosts ({', '.join(sorted(named))}); a diff compares "
+                        "one host's deploys or two hosts' running configurations", "name two: --host A,B")
     if ra == NOW:
         raise FlagError("--old: `now` goes on the new side (--new now); the old side is a recorded deploy")
     if rb != NOW and opts.steps is not None:
@@ -204,3 +210,30 @@ def diff_command(inv: Any, opts: DiffOptions) -> Any:
     va["host"] = vb["host"] = h.name
     rows = compare(va, vb)
     return CommandResult({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows))
+
+
+def _two_hosts(inv: Any, opts: DiffOptions, listed: list[str], ha: str | None, hb: str | None, rb: str) -> Any:
+    """Two hosts' configurations side by side (default: what each runs now, its current deploy): the drift
+    between hosts that should run the same server. Each side is fetched from its own host."""
+    from fabfile.commands.result import CommandResult
+    from fabfile.inventory.hosts import one_host
+    from fabfile.present.diff_report import print_diff
+
+    if rb == NOW or (opts.old and parse_ref("--old", opts.old)[1] == NOW):
+        raise FlagError("--new now: render compares with one host's deploy, not across two hosts",
+                        "drop --new now, or name one host")
+    if opts.steps is not None:
+        raise FlagError("--steps: only with --new now (a recorded deploy has its own steps)")
+    rest = [x for x in listed if x not in (ha, hb)]
+    a_host = ha or (rest.pop(0) if rest else None)
+    b_host = hb or (rest.pop(0) if rest else None)
+    if not a_host or not b_host or a_host == b_host:
+        raise FlagError("--host: name the two hosts to compare (--host A,B)")
+    ra = parse_ref("--old", opts.old)[1] if opts.old else "current"
+    hosts = [one_host(inv, a_host, "diff"), one_host(inv, b_host, "diff")]
+    va, vb = (view_of_record(fetch(inv, h, [r])[r]) for h, r in zip(hosts, (ra, rb), strict=True))
+    va["host"], vb["host"] = hosts[0].name, hosts[1].name
+    va["label"], vb["label"] = f"{hosts[0].name} {va['label']}", f"{hosts[1].name} {vb['label']}"
+    rows = compare(va, vb)
+    doc = {"hosts": [hosts[0].name, hosts[1].name], "a": va, "b": vb, "differences": rows}
+    return CommandResult(doc, lambda: print_diff(va, vb, rows, sides=(hosts[0].name, hosts[1].name)))

@@ -24,6 +24,7 @@ from fabfile.errors import SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.nccl_skip import Skip, skips
 from fabfile.plan.sla import Limits
+from fabfile.plan.sweep_nccl import nccl_tuning
 from fabfile.plan.sweep_plan import (
     Config,
     add_predictions,
@@ -53,6 +54,8 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
                            "ok": False, "measured": True}
     if cfg.nccl:
         row["nccl"] = cfg.nccl
+        # how many NCCL variables the candidate sets: the tie-break's "fewer changed variables" (plan.ranking)
+        row["nccl_vars"] = len(nccl_tuning(cfg.host or host))
     if cfg.adaptive:
         row["adaptive"] = True
     host = cfg.host or host
@@ -163,7 +166,7 @@ class _Run:
         self.current = cfg
         self.index += 1
         self.progress.total = max(self.progress.total, self.index)
-        self.progress.start(self.index, cfg.name)
+        self.progress.start(self.index, cfg.name, speculative=cfg.steps > 0)
         row = measure(self.inv, self.host, cfg, self.params, self.runs, self.progress, self.levels,
                       trace=bool(self.trace_nccl) and cfg.nccl == self.trace_nccl)
         self.doc["model_loads"] += 1
@@ -209,19 +212,16 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
     todo = [c for c in order if c.name not in kept]
     out_dir = resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
     if predict:
-        # Said before the first load: how many loads prediction can save here (it reported "model loads: 4 (the
-        # full grid would have taken 4)" only at the end). At most: the first loads, one predicted winner per level
-        # and one more if the refit on the measured winner names another.
-        most = len(order) + min(len(held_back), len(levels) + 1)
-        up_front = (f"--predict: nothing to predict among these configurations: all {len(cfgs)} are measured, "
-                    f"{len(cfgs)} model loads as without --predict" if not held_back else
-                    f"--predict: {len(order)} configuration(s) measured first, {len(held_back)} predicted; a predicted "
-                    f"winner among those is measured too: {len(order)} to {most} model loads (the full grid: "
-                    f"{len(cfgs)})" + ("; here prediction may save none" if most >= len(cfgs) else ""))
-        notes.insert(0, up_front)
+        # Said before the first load, from the one count the end says again (``load_count``): how many loads
+        # prediction (and the NCCL skip) can save here.
+        least, most = load_count(order, held_back, levels, first_nccl)
+        doc["planned_loads"] = {"least": least, "most": most}
+        notes.insert(0, "--predict: " + planned_loads_sentence(least, most, len(cfgs), len(held_back)))
     progress = SweepProgress(host.name, len(todo) + min(len(held_back), len(levels) + 1))
     # The counter counts up to the most loads this sweep can take ([3/≤4]), never past its total ([3/3] → [4/4]).
     progress.at_most = bool(held_back)
+    progress.expect([c.steps > 0 for c in todo if first_nccl is None or c.nccl == first_nccl]
+                    + [c.steps > 0 for c in todo if first_nccl is not None and c.nccl != first_nccl])
     run = _Run(inv, host, params, runs, out_dir, levels, progress, doc, trace_nccl=first_nccl)
     for note in notes:  # what --predict measures and what it cannot save, said before the first load (stderr)
         run.progress.console.print(note if note.startswith("--predict:") else f"{host.name}: {note}", markup=False,
@@ -274,6 +274,26 @@ def _tp1_skips(host: Host, cfgs: list[Config]) -> list[Skip]:
     return skips([], cands[1:], tp=host.tp)
 
 
+def load_count(order: list[Config], held_back: list[Config], levels: list[int],
+                first_nccl: str | None) -> tuple[int, int]:
+    """The fewest and most model loads the sweep takes to measure (the final redeploy of the winner, which a grid
+    needs as much, apart): the loads up front (only the first NCCL candidate's when the others may be skipped),
+    then at most one predicted winner per level and one more if the refit names another."""
+    least = len([c for c in order if first_nccl is None or c.nccl == first_nccl])
+    return least, len(order) + min(len(held_back), len(levels) + 1)
+
+
+def planned_loads_sentence(least: int, most: int, grid: int, predicted: int) -> str:
+    """The plan's count, said before the first load (``load_count``); ``loads_sentence`` says the end's."""
+    if least == most == grid:
+        return (f"nothing to predict or skip among these configurations: all {grid} are measured, {grid} model "
+                "loads as without --predict")
+    span = f"{least} to {most}" if least != most else f"{most}"
+    text = (f"{span} model loads to measure (the full grid: {grid}; {predicted} configuration(s) predicted, a "
+            "predicted winner is measured too")
+    return text + ("); here prediction may save none" if most >= grid else ")")
+
+
 def _first_traced(host: Host, cfgs: list[Config], order: list[Config], notes: list[str]) -> str | None:
     """The NCCL candidate measured (and traced) first when others may be skipped (at TP ≥ 2, with two or more):
     its configurations are moved to the front of ``order`` (the others are loaded after them, if they can win)."""
@@ -306,7 +326,7 @@ def _skip_after_first(run: _Run, cfgs: list[Config], first: str) -> set[str]:
                f"({missing[0].get('allreduce_error') or 'no trace'})" if missing else
                "each could beat the best measured row" if any(r.get("ok") for r in rows) else
                f"none of {first}'s configurations was measured")
-        doc["notes"].append(f"every NCCL candidate is loaded: {why}")
+        doc["notes"].append(f"no NCCL candidate could be ruled out, so every one is loaded: {why}")
     for sk in found:
         entry = sk.as_dict()
         entry["configs"] = [c.name for c in cfgs if c.nccl == sk.candidate]
@@ -405,7 +425,7 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
     # before the predicted rows join the table; a resumed sweep that measured nothing new cannot tell what runs
     running = _running_config(run.rows) if run.index else None
     add_predictions(doc, cfgs)
-    doc.update(choose(run.rows, keep, run.levels, limits))
+    doc.update(choose(run.rows, keep, run.levels, limits, running))
     if keep is not None and keep in {n for sk in doc.get("nccl_skipped") or [] for n in sk.get("configs") or []}:
         doc["keep_note"] = (f"--keep {keep} was not loaded: its NCCL candidate cannot win (nccl_skipped); keeping "
                             "the winner instead")
@@ -422,6 +442,7 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
 
         res = deploy_host(run.inv, cfg.host or run.host, cfg.opts, run.progress.deploy_reporter())
         doc["model_loads"] += 1
+        doc["redeploy_loads"] = 1  # the winner was not the last loaded: a grid in this order would load it too
         run.progress.finish(res.ok, "left running" if res.ok else
                             f"redeploy failed: {res.error.message if res.error else '?'}", counted=False)
         run.progress.close()

@@ -35,10 +35,15 @@ GEMM_GROWTH = 1.5
 SOURCES_DIFFER_PCT = 10.0
 
 
+PREDICTED = "predicted (plan/predict: a sweep row never deployed)"
+
+
 def tag(source: str) -> str:
     if source in TAGS:
         return TAGS[source]
     s = source.lower()
+    if s.startswith("predicted"):
+        return "predicted"
     if s.startswith("derived"):
         return "derived"
     if "meta_info" in s:
@@ -309,6 +314,8 @@ RULES: tuple[Rule, ...] = (
 
 
 def explain(s: Subject) -> list[Finding]:
+    if s.anatomy.get("predicted"):
+        return []  # a prediction is no measurement to find anything in: its verdict says so and what would measure it
     return [f for f in (r.check(s) for r in RULES) if f is not None]
 
 
@@ -319,6 +326,11 @@ _VERDICT_PHASES = (("verify", "verify"), ("draft", "the draft"), ("draft_extend"
 def verdict(s: Subject) -> str:
     """The one sentence ``inv explain`` ends a subject with, whether or not a rule fired: the phase that dominates
     the cycle, its share, its ratio to a baseline decode step, and the next measurement that would tell more."""
+    if s.anatomy.get("predicted"):
+        steps = s.anatomy.get("steps")
+        how = f"`inv deploy --steps {steps}` then `inv profile`" if steps else "deploying it and `inv profile`"
+        return (f"verdict: predicted, not measured (never deployed): cycle {fmt(s.fig('cycle'))}; {how} would "
+                "measure where its time goes")
     cycle = s.fig("cycle")
     phases = [(label, fig) for key, label in _VERDICT_PHASES if (fig := s.fig(key)) is not None]
     if not s.speculative:
@@ -426,6 +438,11 @@ def row_anatomy(row: Mapping[str, Any]) -> dict[str, Any]:
     """A sweep row's anatomy: the first level's measured phases (``phases``) over the row's own figures."""
     base = derived_anatomy(row)
     base["config"] = row.get("config") or ""
+    if row.get("measured") is False:
+        # never deployed: its cycle and accept length are the sweep's prediction, not a measurement ([meta] and
+        # [derived] read as measured ones)
+        return {k: ({**v, "source": PREDICTED} if isinstance(v, Mapping) and "source" in v else v)
+                for k, v in base.items()} | {"predicted": True}
     ph = row.get("phases") or {}
     ranks = ph.get("ranks") or []
     return {**base, **{k: v for k, v in (ranks[0] if ranks else {}).items() if v is not None}}

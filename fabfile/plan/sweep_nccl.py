@@ -114,3 +114,10 @@ def apply(host: Host, cand: NcclCandidate) -> Host:
         else:
             nccl_env[var] = value
     return replace(host, env=env, nccl_env=nccl_env, nccl_preset=preset)
+
+
+def nccl_tuning(host: Host) -> set[str]:
+    """The NCCL tuning variables ``host`` launches with (``nccl_env`` and the tuning ``NCCL_*`` of ``env``; the
+    logging ones are not a change to the all-reduce)."""
+    return set(host.nccl_env) | {k for k in host.env if k.startswith("NCCL_") and ncclenv.kind(k) not in
+                                 ("logging", "not_param")}

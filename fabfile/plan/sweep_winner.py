@@ -1,11 +1,13 @@
-"""The sweep's winner rule, pure: per concurrency level the fastest measured configuration (the fastest meeting the
-limits, with ``--max-ttft`` and the like), the baseline and each row's speedup over it, and which configuration to
-leave running. ``commands/sweep`` measures; this decides, on rows shaped as its ``measure`` writes them."""
+"""The sweep's winner rule, pure: per concurrency level the fastest measured configuration beyond its interval (a tie
+broken by ``plan.ranking``; among those meeting the limits, with ``--max-ttft`` and the like), the baseline and each
+row's speedup over it, and which configuration to leave running. ``commands/sweep`` measures; this decides, on
+rows shaped as its ``measure`` writes them."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from fabfile.plan import ranking
 from fabfile.plan.sla import Limits, broken
 from fabfile.plan.sweep_plan import level_rows
 
@@ -25,13 +27,16 @@ def _mark_limits(rows: list[dict[str, Any]], at: list[dict[str, Any]], c: int, l
 
 
 def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None,
-           limits: Limits | None = None) -> dict[str, Any]:
-    """The winner (highest measured tok/s) per concurrency level, the baseline, speedups, and what to leave running:
-    the first level's winner (list the load you serve first) or ``keep``. Predicted rows never win: a winner was
-    measured. With ``limits``, a winner is the fastest configuration meeting them at that level (None: none did)."""
+           limits: Limits | None = None, running: str | None = None) -> dict[str, Any]:
+    """The winner per concurrency level, the baseline, speedups, and what to leave running: the first level's
+    winner (list the load you serve first) or ``keep``. Predicted rows never win: a winner was measured. The winner
+    is the fastest only beyond its interval; rows within it are a tie, broken by ``plan.ranking``'s stated rule
+    (``running``: what the sweep left running, the second tie-break), each level's decision in ``ranking``. With
+    ``limits``, a winner is chosen among the configurations meeting them at that level (None: none did)."""
     levels = levels or [next((lv["concurrency"] for r in rows for lv in r.get("levels") or []), 1)]
     limits = limits or Limits()
     winners: dict[str, str | None] = {}
+    decisions: dict[str, Any] = {}
     for c in levels:
         at = level_rows(rows, c) if any(r.get("levels") for r in rows) else rows
         ok = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("measured", True)]
@@ -39,8 +44,9 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
         if limits.any:
             _mark_limits(rows, at, c, limits)
         meeting = [r for r in ok if not broken(r, limits)] if limits.any else ok
-        w = max(meeting, key=lambda r: r["tok_s"]) if meeting else None
-        winners[str(c)] = w["config"] if w else None
+        decision = ranking.rank(meeting, running)
+        decisions[str(c)] = decision
+        winners[str(c)] = decision["winner"] if decision else None
         for r in rows:
             lv = next((x for x in r.get("levels") or [] if x["concurrency"] == c), None)
             if lv is not None:
@@ -65,7 +71,8 @@ def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | Non
     out: dict[str, Any] = {"winner": winner["config"] if winner else None,
                            "baseline_tok_s": base["tok_s"] if base else None,
                            "baseline_wins": bool(winner and base and winner is base),
-                           "kept": kept["config"] if kept else None, "keep_note": note, "winners": winners}
+                           "kept": kept["config"] if kept else None, "keep_note": note, "winners": winners,
+                           "ranking": decisions}
     if limits.any:
         out["sla"] = {**limits.as_dict(), "describe": limits.describe(),
                       "unmet_levels": [c for c in levels if winners[str(c)] is None]}

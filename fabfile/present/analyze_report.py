@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from fabfile.plan import ranking
 from fabfile.plan.analysis import BreakEven
 from fabfile.present.output import out
 from fabfile.present.tables import Col, cell, print_table
@@ -38,3 +39,7 @@ def print_analysis(analysis: dict[str, Any]) -> None:
     print_table(out, cols, rows)
     for r in analysis["rows"]:
         out.print(f"  {r['config']}: {r['sentence']}", markup=False, soft_wrap=False)
+    d = analysis.get("ranking")
+    if d:
+        out.print(f"measured tok/s (the sweep's benchmark): {ranking.sentence(d)}",
+                  markup=False, soft_wrap=False)

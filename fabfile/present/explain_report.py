@@ -27,7 +27,8 @@ def phase_line(a: Mapping[str, Any]) -> str:
 
 def document(pairs: list[tuple[Subject, list[Finding]]]) -> dict[str, Any]:
     """The JSON form: per subject its anatomy and findings."""
-    return {"subjects": [{"config": s.config, "rank": s.rank, "anatomy": dict(s.anatomy),
+    return {"subjects": [{"config": s.config, "rank": s.rank, "predicted": bool(s.anatomy.get("predicted")),
+                          "anatomy": dict(s.anatomy),
                           "baseline_decode": dict(s.decode() or {}) or None, "baseline_from": s.baseline_from or None,
                           "findings": [{"rule": f.rule, "sentence": f.sentence, "figures": f.figures} for f in found],
                           "verdict": verdict(s)}
@@ -60,12 +61,13 @@ def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console
     for s, found, ranks in same_ranks_together(pairs):
         where = f" ranks {rank_span(ranks)} (the same figures and findings)" if len(ranks) > 1 \
             else f" rank {s.rank}" if s.rank else ""
-        console.print(f"[bold]{escape(s.config)}[/bold]{where}: {escape(phase_line(s.anatomy))}", markup=True)
+        label = " (predicted, never deployed)" if s.anatomy.get("predicted") else ""
+        console.print(f"[bold]{escape(s.config)}[/bold]{label}{where}: {escape(phase_line(s.anatomy))}", markup=True)
         decode = s.decode()
         if decode:
             console.print(f"  baseline decode step {fmt(decode)}"
                           + (f" ({s.baseline_from})" if s.baseline_from else ""), markup=False)
-        if not found:
+        if not found and not s.anatomy.get("predicted"):
             console.print("  [dim]no rule fired (`inv explain --rules` lists them and their thresholds)[/dim]")
         for f in found:
             console.print(f"  [cyan]{f.rule}[/cyan]: {escape(f.sentence)}", markup=True)

@@ -77,7 +77,7 @@ STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "fai
 def print_status(result: HostsResult, verbose: bool = False) -> None:
     """The status table (each host's ``data["state"]`` is its :func:`fabfile.commands.operations.server_view`),
     deploys in progress, the routers, SGLang processes started by hand, and each host's problem; ``verbose`` adds
-    SGLang's own warnings about each host's launch, one line each."""
+    each host's recorded launch (command line and environment) and SGLang's own warnings about it, one line each."""
     outcomes = result.outcomes
     # Key values (host, config, numbers, deploy id) are never cut: at 80 columns the rows print as a list.
     cols = [Col("host"), Col("state"), Col("config"), Col("pid", justify="right"), Col("uptime"),
@@ -106,6 +106,8 @@ def print_status(result: HostsResult, verbose: bool = False) -> None:
             out.print(f"[yellow]{o.host.name}: {n} SGLang process(es) not started by specdeploy are running[/yellow]")
     if verbose:
         for o in outcomes:
+            for line in launch_lines(o.host.name, o.data.get("record") or {}) if o.ok else []:
+                out.print(line, markup=False, highlight=False, soft_wrap=True)  # a command is never wrapped
             for line in (o.data.get("sglang_warnings") or []) if o.ok else []:
                 out.print(f"{o.host.name}: sglang warns: {line}", markup=False, highlight=False, soft_wrap=True)
     for o in outcomes:
@@ -115,6 +117,20 @@ def print_status(result: HostsResult, verbose: bool = False) -> None:
             # exit 1 (nothing serves): the sentence says why, on stderr with the problems
             err.print(f"[yellow]{o.host.name}:[/yellow] {escape(o.data['state']['idle'])}")
     print_errors(outcomes)
+
+
+def launch_lines(name: str, rec: dict[str, Any]) -> list[str]:
+    """The recorded deploy's launch (``status --verbose``): its command line and its environment, one line each, as
+    the deploy recorded them (secrets masked by the plan), so two hosts' drift shows side by side."""
+    import shlex
+
+    launch = rec.get("launch") or {}
+    if not launch.get("argv"):
+        return []
+    said = f"deploy {rec.get('deploy_id')}"
+    env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted((launch.get("env") or {}).items()))
+    return [f"{name}: launch ({said}): {shlex.join(str(a) for a in launch['argv'])}",
+            f"{name}: env ({said}): {env or '(none set)'}"]
 
 
 def _status_row(name: str, d: dict[str, Any]) -> list[str]:

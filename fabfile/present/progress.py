@@ -7,7 +7,7 @@ import re
 import time
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
@@ -24,6 +24,21 @@ STEP_TITLES = {
 
 # An HTTP server's access-log line (uvicorn's, as SGLang logs it): `127.0.0.1:51234 - "GET /ready HTTP/1.1" 503`.
 ACCESS_LINE = re.compile(r'"(?:GET|POST|HEAD) /\S* HTTP/[0-9.]+" \d{3}')
+
+
+def one_line(text: Text) -> Text:
+    """A live line never wraps: what does not fit is cut at the end (…), so a log line keeps its start."""
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
+class LineSpinner(Spinner):
+    """rich's spinner, its line kept to one (rich assembles the frame and the text anew, dropping no_wrap)."""
+
+    def render(self, time: float) -> RenderableType:
+        shown = super().render(time)
+        return one_line(shown) if isinstance(shown, Text) else shown
 
 
 class Reporter:
@@ -44,13 +59,18 @@ class Reporter:
         self.hidden: list[str] = []  # secret values to mask in log lines (set by the deploy from the plan)
 
     # -- rendering ----------------------------------------------------------------------------------------------
-    def _spinner(self) -> Spinner:
+    def status_text(self) -> Text:
+        """The live line beside the spinner: host, step, its clock and SGLang's last log line, cut at the end of the
+        terminal (its start says what SGLang is doing: it was cut from the left, `...oad weight end.`)."""
         elapsed = time.monotonic() - self.current_started
         title = STEP_TITLES.get(self.current or "", self.current or "")
         text = Text.assemble((f"{self.host} ", "bold"), f"{title} ", (f"{elapsed:5.1f}s", "cyan"))
         if self.last_line:
-            text.append(f"  {self.last_line[-100:]}", style="dim")
-        return Spinner("dots", text=text)
+            text.append(f"  {self.last_line}", style="dim")
+        return one_line(text)
+
+    def _spinner(self) -> Spinner:
+        return LineSpinner("dots", text=self.status_text())
 
     def _refresh(self) -> None:
         if self.live is not None:
@@ -175,8 +195,8 @@ class BenchProgress:
             if self.done:
                 text.append(f", ~{elapsed / self.done * (self.total - self.done):.0f}s left", style="dim")
         if self.last_line:
-            text.append(f"  {self.last_line[-80:]}", style="dim")
-        return text
+            text.append(f"  {self.last_line}", style="dim")
+        return one_line(text)
 
     def event(self, ev: dict[str, Any]) -> None:
         kind = ev.get("event")
@@ -190,10 +210,10 @@ class BenchProgress:
             self.console.print(f"  [yellow]•[/yellow] {self.host}: {ev.get('message')}")
         if self.enabled and self.console.is_terminal:
             if self.live is None:
-                self.live = Live(Spinner("dots", text=self.text()), console=self.console, refresh_per_second=10,
+                self.live = Live(LineSpinner("dots", text=self.text()), console=self.console, refresh_per_second=10,
                                  transient=True)
                 self.live.start()
-            self.live.update(Spinner("dots", text=self.text()))
+            self.live.update(LineSpinner("dots", text=self.text()))
 
     def close(self) -> None:
         if self.live is not None:
@@ -216,6 +236,9 @@ class SweepProgress:
         self.config = ""
         self.phase = ""
         self.finished: list[float] = []
+        self.kinds: list[bool] = []  # per finished configuration: speculative (True) or the baseline
+        self.upcoming: list[bool] = []
+        self.speculative = True
         self.config_t0 = self.t0
         self.live: Live | None = None
         self.bench: BenchProgress | None = None
@@ -228,12 +251,26 @@ class SweepProgress:
         """The counter's total: ``≤4`` while predicted winners may still be measured."""
         return f"≤{self.total}" if self.at_most else str(self.total)
 
+    def expect(self, speculative: list[bool]) -> None:
+        """The kinds of the configurations to come, in order (a baseline loads no draft model and benchmarks
+        faster); those past the list (predicted winners) are speculative."""
+        self.upcoming = list(speculative)
+
     def remaining(self) -> float | None:
-        if not self.finished:
-            return None
-        left = self.total - len(self.finished)
+        """Seconds left: each configuration to come (the current one included, less its time so far) at the mean
+        measured deploy-and-bench time of its kind. None until each kind to come has one measurement: a
+        baseline's 19 s said ~95 s left for five speculative loads of 40 s each."""
+        done = len(self.finished)
+        left = [self.upcoming[i] if i < len(self.upcoming) else True for i in range(done, self.total)]
+        times: dict[bool, list[float]] = {}
+        for took, kind in zip(self.finished, self.kinds, strict=True):
+            times.setdefault(kind, []).append(took)
+        means = {k: sum(v) / len(v) for k, v in times.items()}
+        if not left or any(k not in means for k in left):
+            return None if left else 0.0
         current = time.monotonic() - self.config_t0 if self.config else 0.0
-        return max(0.0, sum(self.finished) / len(self.finished) * left - current)
+        first = max(0.0, means[left[0]] - current) if self.config else means[left[0]]
+        return first + sum(means[k] for k in left[1:])
 
     def _text(self) -> Text:
         rem = self.remaining()
@@ -250,10 +287,10 @@ class SweepProgress:
         if not (self.enabled and self.console.is_terminal):
             return
         if self.live is None:
-            self.live = Live(Spinner("dots", text=self._text()), console=self.console, refresh_per_second=10,
+            self.live = Live(LineSpinner("dots", text=self._text()), console=self.console, refresh_per_second=10,
                              transient=True)
             self.live.start()
-        self.live.update(Spinner("dots", text=self._text()))
+        self.live.update(LineSpinner("dots", text=self._text()))
 
     def _print(self, message: str) -> None:
         if not self.enabled:
@@ -266,8 +303,9 @@ class SweepProgress:
         if live is not None:
             self._refresh()
 
-    def start(self, index: int, config: str) -> None:
+    def start(self, index: int, config: str, speculative: bool = True) -> None:
         self.index, self.config, self.config_t0 = index, config, time.monotonic()
+        self.speculative = speculative
         self.set_phase("deploy")
         rem = self.remaining()
         self._print(f"[bold]{self.host}[/bold] [{index}/{self.of}] [bold]{config}[/bold]: deploying "
@@ -289,6 +327,7 @@ class SweepProgress:
         took = time.monotonic() - self.config_t0
         if counted:
             self.finished.append(took)
+            self.kinds.append(self.speculative)
         mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
         where = f"[{self.index}/{self.of}] " if counted else ""
         self._print(f"{mark} [bold]{self.host}[/bold] {where}[bold]{self.config}[/bold] "

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from fabfile.plan import ranking
 from fabfile.plan.analysis import analyze_sweep
 from fabfile.present.output import out
 from fabfile.present.tables import DASH, Col, cell, print_table
@@ -30,15 +31,29 @@ def columns(doc: dict[str, Any]) -> list[str]:
     return ["config", "how", *[f"tok/s @{c}" for c in levels], *COLUMNS[3:]]
 
 
-def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool) -> str:
+def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool, tie: bool = False) -> str:
     if not lv or lv.get("tok_s") is None:
         return DASH
     text = f"{lv['tok_s']:.1f}"
     if measured and lv.get("tok_s_ci") is not None:
         text += f" ±{lv['tok_s_ci']:.1%}"
     # One tok/s per row: measured rows show the measurement only (their prediction is a labelled line under the
-    # table: three figures for one configuration read as three measurements).
-    return text + (" ★" if star else "")
+    # table: three figures for one configuration read as three measurements). A tie is marked on every row in it:
+    # ★ alone is a winner beyond its interval.
+    return text + (" ★" if star else "") + (" tie" if tie else "")
+
+
+def decision(doc: dict[str, Any], level: int | None = None) -> dict[str, Any] | None:
+    """The ranking at ``level`` (default the first): ``plan.ranking.rank``'s dict, None for an older document."""
+    levels = concurrency_levels(doc)
+    key = str(level if level is not None else (levels[0] if levels else 1))
+    ranks = doc.get("ranking") or {}
+    return ranks.get(key) or (next(iter(ranks.values()), None) if level is None else None)
+
+
+def _tied(doc: dict[str, Any], level: int | None, name: str) -> bool:
+    d = decision(doc, level)
+    return bool(d and not d["clear"] and name in d["tied"])
 
 
 def table_rows(doc: dict[str, Any]) -> list[list[str]]:
@@ -64,10 +79,11 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
             verdict = "predicted"
         verdict += sla_mark(r, levels)
         if len(levels) <= 1:
-            tok = [_tok_cell(r, measured, r["config"] == doc.get("winner"))]
+            tok = [_tok_cell(r, measured, r["config"] == doc.get("winner"), _tied(doc, None, r["config"]))]
         else:
             by_level = {int(lv["concurrency"]): lv for lv in r.get("levels") or []}
-            tok = [_tok_cell(by_level.get(c), measured, winners.get(str(c)) == r["config"]) for c in levels]
+            tok = [_tok_cell(by_level.get(c), measured, winners.get(str(c)) == r["config"],
+                             _tied(doc, c, r["config"])) for c in levels]
         speedup = r.get("speedup")
         if speedup is None and base and r.get("tok_s"):
             speedup = r["tok_s"] / base["tok_s"]
@@ -105,7 +121,13 @@ def conclusion(doc: dict[str, Any]) -> str:
         return "no configuration could be measured"
     rows = {r["config"]: r for r in doc.get("rows") or []}
     w = rows[winner]
-    if doc.get("baseline_wins"):
+    d = decision(doc)
+    if d and not d["clear"]:
+        text = ("speculation does not beat the baseline beyond the noise: " if doc.get("baseline_wins") else "") + \
+            ranking.sentence(d) + (f" (meeting {sla['describe']})" if sla else "")
+        if w.get("speedup") and not doc.get("baseline_wins"):
+            text += f", ×{w['speedup']:.2f} over the baseline ({doc.get('baseline_tok_s') or 0:.1f} tok/s)"
+    elif doc.get("baseline_wins"):
         best_spec = max((r for r in rows.values() if r.get("ok") and r["steps"] > 0 and r.get("tok_s") and
                          r.get("measured", True)), key=lambda r: r["tok_s"], default=None)
         text = f"speculation loses to the baseline on this host: baseline {w['tok_s']:.1f} tok/s"
@@ -114,6 +136,8 @@ def conclusion(doc: dict[str, Any]) -> str:
                      f"(×{best_spec['speedup']:.2f})")
     else:
         text = f"winner: {winner}, {w['tok_s']:.1f} tok/s" + (f" (meeting {sla['describe']})" if sla else "")
+        if d:
+            text += f", beyond its ±{d['within']:.1%} interval"
         if w.get("speedup"):
             text += f", ×{w['speedup']:.2f} over the baseline ({doc.get('baseline_tok_s') or 0:.1f} tok/s)"
     if kept:
@@ -131,7 +155,13 @@ def details(doc: dict[str, Any]) -> list[str]:
     levels = concurrency_levels(doc)
     winners = doc.get("winners") or {}
     if len(levels) > 1:
-        lines.append("winner per concurrency: " + ", ".join(f"{c}: {winners.get(str(c)) or '-'}" for c in levels))
+        def named(c: int) -> str:
+            d = decision(doc, c)
+            tie = f" (tie within ±{d['within']:.1%} with {len(d['tied']) - 1} more; tie-break: {d['tie_break']})" \
+                if d and not d["clear"] else ""
+            return f"{c}: {winners.get(str(c)) or '-'}{tie}"
+
+        lines.append("winner per concurrency: " + ", ".join(named(c) for c in levels))
     pred = doc.get("prediction") or {}
     if pred.get("rows"):
         methods = sorted(set((pred.get("methods") or {}).values())) or ["the cycle fit"]
@@ -149,11 +179,27 @@ def details(doc: dict[str, Any]) -> list[str]:
             lines.append(f"{doc['winner']}: predicted {doc['predicted_tok_s']:.1f} tok/s, measured "
                          f"{doc['measured_tok_s']:.1f} tok/s ({err:+.1%})")
     if doc.get("predict") or doc.get("model_loads"):
-        lines.append(f"model loads: {doc.get('model_loads')} (the full grid would have taken {doc.get('grid_loads')})")
+        lines.append(loads_sentence(doc))
     lines += nccl_lines(doc)
     lines += adaptive_lines(doc)
     lines += list(doc.get("notes") or [])
     return lines
+
+
+def loads_sentence(doc: dict[str, Any]) -> str:
+    """The model loads the sweep took, on the same terms as the count it gave before the first load (the loads to
+    measure against the grid's; the winner's redeploy apart, since a grid needs it as much)."""
+    total = int(doc.get("model_loads") or 0)
+    redeploy = int(doc.get("redeploy_loads") or 0)
+    text = f"model loads: {total - redeploy} to measure (the full grid: {doc.get('grid_loads')}"
+    plan = doc.get("planned_loads")
+    if plan:
+        said = f"{plan['least']} to {plan['most']}" if plan["least"] != plan["most"] else f"{plan['most']}"
+        text += f"; planned: {said}"
+    text += ")"
+    if redeploy:
+        text += f", and {redeploy} to leave the winner running (a grid in this order needs it too)"
+    return text
 
 
 def adaptive_lines(doc: dict[str, Any]) -> list[str]:
@@ -176,13 +222,23 @@ def nccl_lines(doc: dict[str, Any]) -> list[str]:
     rows = [r for r in doc.get("rows") or [] if r.get("nccl") and r.get("ok") and r.get("measured", True)]
     if not rows:
         return []
-    best: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        spec = str(r["config"]).rsplit("@", 1)[0]
-        if r.get("tok_s") and (spec not in best or r["tok_s"] > best[spec]["tok_s"]):
-            best[spec] = r
-    out = ["best NCCL candidate per configuration (tok/s measured by the benchmark): " + ", ".join(
-        f"{spec} → {r['nccl']} ({r['tok_s']:.1f})" for spec, r in best.items())]
+        groups.setdefault(str(r["config"]).rsplit("@", 1)[0], []).append(r)
+    said = []
+    for spec, group in groups.items():
+        d = ranking.rank(group, doc.get("running"))
+        if d is None:
+            continue
+        by_name = {r["config"]: r for r in group}
+        w = by_name[d["winner"]]
+        if d["clear"]:
+            said.append(f"{spec} → {w['nccl']} ({w['tok_s']:.1f}, beyond ±{d['within']:.1%})")
+        else:
+            said.append(f"{spec} → tie within ±{d['within']:.1%} (" + ", ".join(
+                f"{by_name[n]['nccl']} {by_name[n]['tok_s']:.1f}" for n in d["tied"])
+                + f"); chose {w['nccl']} (tie-break: {d['tie_break']})")
+    out = ["best NCCL candidate per configuration (tok/s measured by the benchmark): " + ", ".join(said)]
     out.append("median TTFT per NCCL candidate (measured by the benchmark): " + ", ".join(
         f"{r['config']} {cell(r.get('ttft_ms'), '{:.0f}')} ms" for r in rows))
     return out

@@ -362,6 +362,12 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     timeout = float(req.get("request_timeout", 600))
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", str(req["profile_id"])):
         raise AgentError("bad_request", f"profile id {req['profile_id']!r} is not a plain name")
+    if rec.get("measure") is False and not req.get("trace"):
+        # Said before the load (it was said after it, some 20 s on): the deploy record knows the timer is off, so
+        # this profile can only derive its cycle from the bench's figures.
+        sink.emit("info", message=("this server was deployed without SGLang's device timer (its deploy record, "
+                                   f"{rec.get('deploy_id')}): the profile can only derive the cycle from TPOT × "
+                                   f"accept length; {TIMER_HOWTO}"))
     # The bench's own warm-up, outside the window: its compile and first-batch costs are not a cycle's.
     loadgen.run(*target, concurrency=1, input_len=input_len, output_len=output_len, num_prompts=0, warmup=1,
                 api_key=api_key, timeout=timeout)

@@ -109,7 +109,8 @@ def test_the_report_names_each_configurations_best_candidate_and_each_ttft() -> 
                                      ("eagle3-s7-k1-d8", 7, "LL", 90.0, 181.0),
                                      ("eagle3-s7-k1-d8", 7, "Simple", 99.0, 96.0))]
     best, ttft = nccl_lines({"rows": rows})
-    assert best.endswith("baseline → PROTO=LL (60.0), eagle3-s7-k1-d8 → PROTO=Simple (99.0)")
+    assert best.endswith("baseline → PROTO=LL (60.0, beyond ±2.0%), "
+                         "eagle3-s7-k1-d8 → PROTO=Simple (99.0, beyond ±2.0%)")
     assert "baseline@PROTO=LL 180 ms" in ttft and "eagle3-s7-k1-d8@PROTO=Simple 96 ms" in ttft
 
 

@@ -1,0 +1,75 @@
+"""Issue 40, points 5 and 6, on two simulated hosts: `inv diff --host sim1,sim2` compares the two hosts' running
+configurations (it refused: "records from different hosts"); `inv status --verbose` shows each host's launch (argv
+and environment, as recorded, secrets masked), one line each, never wrapped; `inv profile` on a server deployed
+without SGLang's device timer says so before its load (the record knows; it said so after the load). In a pipe
+beside a terminal and on the terminal, at 80 and 200 columns."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.simhost.fleet import Fleet, SimHost
+from tests.support.invoke_cli import derived_inventory, run_inv
+from tests.support.terminal import WIDTHS, run_on_terminal
+
+FAST = {"time_scale": 0.5, "load_seconds": 0.1}
+
+
+def test_two_hosts_drift_is_shown_by_diff_and_status_verbose(fleet: Fleet, sim_hosts: dict[str, SimHost],
+                                                             tmp_path: Path) -> None:
+    inv = derived_inventory(fleet, tmp_path, hosts={"sim2": {"sglang_args": ["--mem-fraction-static", "0.88"],
+                                                             "nccl_env": {"NCCL_PROTO": "LL,Simple"},
+                                                             "env": {"HF_TOKEN": "hf_secret_never_shown"}}})
+    for h in ("sim1", "sim2"):
+        sim_hosts[h].set_sim_config(**FAST)
+    r = run_inv("deploy", "--host", "sim1,sim2", "--steps", "3", "--strategy", "parallel", inventory=inv, timeout=180)
+    assert r.returncode == 0, r.stderr
+    try:
+        r = run_inv("diff", "--host", "sim1,sim2", "--json", inventory=inv)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        got = {d["what"]: (d["a"], d["b"]) for d in doc["differences"]}
+        assert doc["hosts"] == ["sim1", "sim2"]
+        assert got["argv --mem-fraction-static"] == ("(absent)", "0.88")
+        assert got["env NCCL_PROTO"] == ("LL", "LL,Simple")
+        assert "hf_secret_never_shown" not in r.stdout
+        for columns in WIDTHS:
+            code, piped, _ = run_on_terminal("diff", "--host", "sim1,sim2", columns=columns, inventory=inv,
+                                             stdout_tty=False)
+            assert code == 0 and piped.splitlines()[0].startswith("sim1 deploy "), piped
+            assert re.search(r"argv --mem-fraction-static\s+sim1: \(absent\)\n\s+sim2: 0\.88", piped), piped
+            for on_terminal in (True, False):
+                code, shown, _ = run_on_terminal("status", "--host", "sim1,sim2", "--verbose", columns=columns,
+                                                 inventory=inv, stdout_tty=on_terminal)
+                assert code == 0, shown
+                flat = shown.replace("\n", "") if on_terminal else shown  # the terminal folds, nothing else does
+                assert re.search(r"sim2: launch \(deploy [0-9T-]+[0-9a-f]+\): \S*python3 -m sglang.launch_server "
+                                 r".*--mem-fraction-static[= ]0\.88", flat), shown
+                assert "hf_secret_never_shown" not in shown
+                if not on_terminal:
+                    env = next(ln for ln in shown.splitlines() if ln.startswith("sim1: env ("))
+                    assert "NCCL_PROTO=LL" in env  # one line, whole
+    finally:
+        run_inv("stop", "--host", "sim1,sim2", inventory=inv)
+
+
+def test_profile_without_the_device_timer_says_so_before_the_load(fleet: Fleet, sim_host: SimHost,
+                                                                  tmp_path: Path) -> None:
+    inv = derived_inventory(fleet, tmp_path)
+    sim_host.set_sim_config(**FAST)
+    assert run_inv("deploy", "--steps", "3", "--no-measure", inventory=inv).returncode == 0
+    try:
+        for columns in WIDTHS:
+            code, piped, shown = run_on_terminal("profile", "--num-prompts", "4", "--output-len", "16", columns=columns,
+                                                 inventory=inv, stdout_tty=False)
+            assert code == 0, shown
+            flat = re.sub(r"\s+", " ", shown)
+            said = "this server was deployed without SGLang's device timer (its deploy record"
+            assert said in flat, shown
+            # before the load's own progress (its requests) on the terminal, and the table on stdout
+            assert flat.index(said) < flat.find("requests") or "requests" not in flat, shown
+            assert "no device timer" in piped
+    finally:
+        run_inv("stop", inventory=inv)
