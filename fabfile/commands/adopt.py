@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import FlagError
+from fabfile.inventory.launch_flags import BY_SPELLING, LAUNCH_FLAGS, row_of
 from fabfile.remote import versions
 
 if TYPE_CHECKING:
@@ -33,15 +34,6 @@ _REDIRECTS = {">", ">>", ">&", "&>", "&>>", "<", ">|", "<>", "<<", "<<<", "<&"}
 _SSH_VALUE_OPTS = set("BbcDEeFIiJLlmOoPpQRSWw")
 _ENV_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 
-# SGLang flag -> the inventory field the tool renders it from (every other flag is kept verbatim).
-_FIELD_OF = {
-    "--model-path": "model", "--model": "model", "--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp",
-    "--host": "listen", "--port": "port", "--served-model-name": "served_model_name",
-    "--speculative-algorithm": "algorithm", "--speculative-draft-model-path": "draft_model",
-    "--speculative-draft-model": "draft_model", "--speculative-num-steps": "steps",
-    "--speculative-eagle-topk": "topk", "--speculative-num-draft-tokens": "draft_tokens",
-}
-_INT_FIELDS = {"tp", "port", "steps", "topk", "draft_tokens"}
 
 
 @dataclass
@@ -190,12 +182,13 @@ def split_flags(args: list[str]) -> tuple[dict[str, str], list[str]]:
     rest: list[str] = []
     for item in split_argv(args):
         flag = item.name
-        if flag not in _FIELD_OF:
+        row = row_of(flag)
+        if row is None:
             rest.extend(item.words)
             continue
         if item.value is None:
             raise FlagError(f"--command: {flag} has no value")
-        if flag in managed or any(_FIELD_OF[f] == _FIELD_OF[flag] for f in managed):
+        if flag in managed or any(row_of(f) == row for f in managed):
             raise FlagError(f"--command: {flag} is given twice; SGLang would take the last, keep one")
         managed[flag] = item.value
     return managed, rest
@@ -210,8 +203,9 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
     managed, rest = split_flags(launch.args)
     fields: dict[str, Any] = {}
     for flag, value in managed.items():
-        name = _FIELD_OF[flag]
-        if name in _INT_FIELDS:
+        row = BY_SPELLING[flag]  # split_flags keeps only the table's flags
+        name = row.field
+        if row.whole:
             try:
                 fields[name] = int(value)
             except ValueError:
@@ -227,8 +221,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
     entry.update({"python": launch.python, "model": fields["model"], "tp": tp, "gpus": max(gpus or 0, tp)})
     if "draft_model" in fields:
         entry["draft_model"] = fields["draft_model"]
-    if "served_model_name" in fields:
-        entry["served_model_name"] = fields["served_model_name"]
+    entry.update({row.field: fields[row.field] for row in LAUNCH_FLAGS if row.when_set and row.field in fields})
     # SGLang's own defaults (server_args.py: host 127.0.0.1, port 30000), written out so the entry does not depend
     # on the tool's defaults.
     entry["listen"] = fields.get("listen", "127.0.0.1")
@@ -244,12 +237,13 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
         entry["nccl_env"] = tuning
     if other:
         entry["env"] = other
-    steps = int(fields.get("steps", 0)) if "algorithm" in fields or "steps" in fields else 0
-    spec: dict[str, Any] = {"algorithm": fields.get("algorithm", "EAGLE3"), "steps": steps}
+    given = "speculative.algorithm" in fields or "speculative.steps" in fields
+    steps = int(fields.get("speculative.steps", 0)) if given else 0
+    spec: dict[str, Any] = {"algorithm": fields.get("speculative.algorithm", "EAGLE3"), "steps": steps}
     if steps:
-        spec["topk"] = int(fields.get("topk", 1))
-        if "draft_tokens" in fields:
-            spec["draft_tokens"] = int(fields["draft_tokens"])
+        spec["topk"] = int(fields.get("speculative.topk", 1))
+        if "speculative.draft_tokens" in fields:
+            spec["draft_tokens"] = int(fields["speculative.draft_tokens"])
     entry["speculative"] = spec
     if rest:
         entry["sglang_args"] = rest

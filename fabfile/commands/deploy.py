@@ -140,8 +140,6 @@ def deploy_request(session: HostSession, plan: Plan, patch: PatchApplyRequest | 
         "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},
         # Several heartbeats fit in the client's silence bound, so only a dead link can exhaust it.
         "heartbeat_s": max(0.5, min(5.0, t.silence / 4)),
-        # A multi-node rank >= 1 serves only SGLang's stub health server (/ping, /health, /health_generate).
-        "ready_path": "/health" if h.node is not None and h.node.rank > 0 else None,
         "node": asdict(h.node) if h.node is not None else None,
         # Ready means it answers: a real request (and the accept-length gate) after the readiness endpoint's 200.
         "gates": {"timeout": t.first_request, "accept_gate": plan.accept_gate} if "first_request" in plan.steps

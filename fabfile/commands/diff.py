@@ -32,14 +32,17 @@ def parse_ref(flag: str, value: str) -> tuple[str | None, str]:
 
 
 def flag_map(argv: list[str]) -> dict[str, str]:
-    """``--flag value`` / ``--flag=value`` / ``--switch`` -> {flag: value or ""}; the program and module as ``argv``."""
+    """``--flag value`` / ``--flag=value`` / ``--switch`` -> {flag: value or ""}; the program and module as ``argv``.
+    A flag the tool writes from a field is keyed by render's spelling: an adopted server's ``--tp 2`` and render's
+    ``--tp-size=2`` are one flag with one value (the last, as argparse reads it)."""
+    from fabfile.inventory.launch_flags import canonical
     from fabfile.remote.common import split_argv
 
     flags = split_argv(argv)
     first = next((i for i, f in enumerate(flags) if f.name.startswith("--")), len(flags))
     m: dict[str, str] = {"(program)": " ".join(w for f in flags[:first] for w in f.words)}
     for f in flags[first:]:
-        m[f.name or f.words[0]] = f.value or ""
+        m[canonical(f.name) if f.name else f.words[0]] = f.value or ""
     return m
 
 

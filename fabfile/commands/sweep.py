@@ -10,7 +10,6 @@ results, and exits 130.
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -19,20 +18,21 @@ from typing import Any
 
 from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.commands.result import CommandResult
-from fabfile.errors import FlagError, SpecDeployError, SweepError
+from fabfile.commands.sweep_files import load_resume, resume_dir, resumed, write_outputs
+from fabfile.commands.sweep_files import save as save_doc
+from fabfile.errors import SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.plan import ranking
 from fabfile.plan.nccl_skip import Skip, skips
-from fabfile.plan.sla import Limits, broken
+from fabfile.plan.sla import Limits
 from fabfile.plan.sweep_nccl import nccl_tuning
 from fabfile.plan.sweep_plan import (
     Config,
     add_predictions,
-    level_rows,
     measurement_order,
     next_loads,
     predict_from_rows,
 )
+from fabfile.plan.sweep_winner import choose
 from fabfile.present.progress import SweepProgress
 from fabfile.results.documents import SweepResult
 from fabfile.transport.session import HostSession
@@ -140,78 +140,6 @@ def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict
     }
 
 
-def _mark_limits(rows: list[dict[str, Any]], at: list[dict[str, Any]], c: int, limits: Limits) -> None:
-    """Write each measured configuration's broken limits at level ``c`` on its level entry and (first level) row."""
-    for r in at:
-        if not (r.get("ok") and r.get("measured", True)):
-            continue
-        broke = broken(r, limits)
-        row = next((x for x in rows if x["config"] == r["config"]), None)
-        lv = next((x for x in (row or {}).get("levels") or [] if x["concurrency"] == c), None)
-        if lv is not None:
-            lv["sla_broke"] = broke
-        if row is not None and (lv is None or row["levels"][0] is lv):
-            row["sla_broke"] = broke
-
-
-def choose(rows: list[dict[str, Any]], keep: str | None, levels: list[int] | None = None,
-           limits: Limits | None = None, running: str | None = None) -> dict[str, Any]:
-    """The winner per concurrency level, the baseline, speedups, and what to leave running: the first level's
-    winner (list the load you serve first) or ``keep``. Predicted rows never win: a winner was measured. The winner
-    is the fastest only beyond its interval; rows within it are a tie, broken by ``plan.ranking``'s stated rule
-    (``running``: what the sweep left running, the second tie-break), each level's decision in ``ranking``. With
-    ``limits``, a winner is chosen among the configurations meeting them at that level (None: none did)."""
-    levels = levels or [next((lv["concurrency"] for r in rows for lv in r.get("levels") or []), 1)]
-    limits = limits or Limits()
-    winners: dict[str, str | None] = {}
-    decisions: dict[str, Any] = {}
-    for c in levels:
-        at = level_rows(rows, c) if any(r.get("levels") for r in rows) else rows
-        ok = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("measured", True)]
-        base = next((r for r in ok if r["steps"] == 0), None)
-        if limits.any:
-            _mark_limits(rows, at, c, limits)
-        meeting = [r for r in ok if not broken(r, limits)] if limits.any else ok
-        decision = ranking.rank(meeting, running)
-        decisions[str(c)] = decision
-        winners[str(c)] = decision["winner"] if decision else None
-        for r in rows:
-            lv = next((x for x in r.get("levels") or [] if x["concurrency"] == c), None)
-            if lv is not None:
-                lv["speedup"] = lv["tok_s"] / base["tok_s"] if base and lv.get("tok_s") else None
-    ok = [r for r in rows if r.get("ok") and r.get("tok_s") and r.get("measured", True)]
-    base = next((r for r in ok if r["steps"] == 0), None)
-    for r in rows:
-        r["speedup"] = (r["tok_s"] / base["tok_s"]) if (base and r.get("ok") and r.get("tok_s")) else None
-    winner = next((r for r in ok if r["config"] == winners[str(levels[0])]), None)
-    kept = winner
-    note = None
-    if limits.any and winner is None and ok:
-        # none meets the limits: a clear result (exit 1); the fastest stays up rather than nothing
-        kept = max(ok, key=lambda r: r["tok_s"])
-        note = f"no configuration meets {limits.describe()}; left running the fastest, {kept['config']}"
-    if keep is not None:
-        wanted = next((r for r in rows if r["config"] == keep), None)
-        if wanted is not None and wanted.get("ok"):
-            kept = wanted  # measured, or predicted only: then it is deployed now
-        else:
-            note = f"--keep {keep} failed during the sweep; keeping the winner instead"
-    out: dict[str, Any] = {"winner": winner["config"] if winner else None,
-                           "baseline_tok_s": base["tok_s"] if base else None,
-                           "baseline_wins": bool(winner and base and winner is base),
-                           "kept": kept["config"] if kept else None, "keep_note": note, "winners": winners,
-                           "ranking": decisions}
-    if limits.any:
-        out["sla"] = {**limits.as_dict(), "describe": limits.describe(),
-                      "unmet_levels": [c for c in levels if winners[str(c)] is None]}
-    if winner is not None and winner.get("predicted_tok_s") is not None:
-        out["winner_predicted_tok_s"] = winner["predicted_tok_s"]
-        out["winner_measured_tok_s"] = winner["tok_s"]
-        out["predicted_tok_s"] = winner["predicted_tok_s"]
-        out["measured_tok_s"] = winner["tok_s"]
-    return out
-
-
 @dataclass
 class _Run:
     """One sweep in progress: what it measures with, the document it fills (saved after every configuration), and
@@ -248,7 +176,7 @@ class _Run:
         return row
 
     def save(self) -> None:
-        _save(self.out_dir, self.doc)
+        save_doc(self.out_dir, self.doc)
 
     def elapsed(self) -> float:
         return round(time.monotonic() - self.t0, 2)
@@ -280,9 +208,9 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
                            "nccl_skipped": [{**x.as_dict(), "configs": [c.name for c in cfgs if c.nccl == x.candidate]}
                                             for x in skipped],
                            "plan_hashes": {c.name: c.plan_hash for c in cfgs}}
-    kept = _resumed(doc, saved, resume) if saved else set()
+    kept = resumed(doc, saved, resume) if saved else set()
     todo = [c for c in order if c.name not in kept]
-    out_dir = _resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
+    out_dir = resume_dir(resume) if resume is not None else runs / host.name / f"sweep-{sweep_id}"
     if predict:
         # Said before the first load, from the one count the end says again (``load_count``): how many loads
         # prediction (and the NCCL skip) can save here.
@@ -336,38 +264,6 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
             print_explained(pairs, out)
 
     return CommandResult(doc, for_people, SweepResult(doc).exit_code)
-
-
-def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
-    """The sweep's files beside its ``sweep.json``: ``report.md`` and, with the plot extra, ``sweep.png``; their
-    paths (also under ``doc["paths"]``)."""
-    from fabfile.present.sweep_report import markdown
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": str(out_dir / "sweep.json")}
-    png = out_dir / "sweep.png"
-    if save_plot(doc, png):
-        paths["plot"] = str(png)
-    else:
-        # Said, not silently missing (one line under the table, and in report.md and sweep.json): the plot needs
-        # matplotlib, the package's optional `plot` extra.
-        doc["plot_missing"] = "no sweep.png: matplotlib is not installed (pip install 'specdeploy[plot]')"
-    doc["paths"] = paths
-    md = out_dir / "report.md"
-    paths["report"] = str(md)
-    md.write_text(markdown(doc))
-    return paths
-
-
-def save_plot(doc: dict[str, Any], path: Path) -> bool:
-    """``sweep.png``; False without matplotlib."""
-    from fabfile.present.plot import sweep_figure
-
-    fig = sweep_figure(doc)
-    if fig is None:
-        return False
-    fig.savefig(path)
-    return True
 
 
 def _tp1_skips(host: Host, cfgs: list[Config]) -> list[Skip]:
@@ -450,48 +346,6 @@ def _skip_after_first(run: _Run, cfgs: list[Config], first: str) -> set[str]:
     run.progress.total = max(run.index, run.progress.total - sum(1 for c in cfgs if c.nccl in gone))
     run.save()
     return gone
-
-
-def _resume_dir(path: Path) -> Path:
-    return path.parent if path.name == "sweep.json" else path
-
-
-def load_resume(path: Path, host: Host, cfgs: list[Config], params: BenchParams, levels: list[int],
-                predict: bool) -> dict[str, Any]:
-    """The saved sweep ``--resume DIR`` names, when it is this very sweep: the same configurations with the same
-    deploy plans (plan hashes), benchmark parameters and levels; FlagError (exit 2) otherwise, nothing started."""
-    f = _resume_dir(path) / "sweep.json"
-    try:
-        saved = json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise FlagError(f"--resume: cannot read {f} ({e})", "name the sweep-<id> folder an interrupted sweep "
-                        "printed") from None
-    if not isinstance(saved, dict) or not isinstance(saved.get("rows"), list):
-        raise FlagError(f"--resume: {f} is not a sweep's sweep.json")
-    want = {c.name: c.plan_hash for c in cfgs}
-    hint = "run the same `inv sweep` command with the same inventory, or start a new sweep without --resume"
-    if saved.get("host") != host.name:
-        raise FlagError(f"--resume: {f} is a sweep of host {saved.get('host')}, not {host.name}", hint)
-    if saved.get("configs") != list(want) or not isinstance(saved.get("plan_hashes"), dict):
-        raise FlagError(f"--resume: {f} swept other configurations ({', '.join(saved.get('configs') or [])})", hint)
-    changed = [n for n, h in want.items() if saved["plan_hashes"].get(n) != h]
-    if changed:
-        raise FlagError(f"--resume: the deploy plan of {', '.join(changed)} changed since {f} was saved (the "
-                        "inventory or the flags differ): its measurements are of another plan", hint)
-    if saved.get("params") != json.loads(json.dumps(asdict(params))) or saved.get("concurrency_levels") != levels \
-            or bool(saved.get("predict")) != predict:
-        raise FlagError(f"--resume: {f} was benchmarked with other parameters (load, levels or --predict)", hint)
-    return saved
-
-
-def _resumed(doc: dict[str, Any], saved: dict[str, Any], resume: Path | None) -> set[str]:
-    """Carry the saved sweep's measured rows (failed and predicted ones are measured again) into ``doc``."""
-    rows = [r for r in saved["rows"] if r.get("ok") and r.get("measured", True)]
-    doc.update(rows=rows, started_at=saved.get("started_at", doc["started_at"]),
-               model_loads=int(saved.get("model_loads") or 0),
-               resumed={"from": str(resume), "kept": [r["config"] for r in rows],
-                        "interrupted": saved.get("interrupted")})
-    return {str(r["config"]) for r in rows}
 
 
 def _check_adaptive(inv: Inventory, host: Host, cfgs: list[Config]) -> None:
@@ -617,11 +471,6 @@ def _row_summary(row: dict[str, Any]) -> str:
     elif row.get("decode_ms_per_token"):
         text += f", {row['decode_ms_per_token']:.1f} ms/token"
     return text
-
-
-def _save(out_dir: Path, doc: dict[str, Any]) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "sweep.json").write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def interrupted_state(inv: Inventory, host: Host, progress: SweepProgress,

@@ -25,13 +25,13 @@ def trust_host(inv: Inventory, host: str | None, fingerprint: str | None,
     offered = fetch_key(inv, h)
     path = known_hosts_file(inv, h)
     out.print(f"{h.name} ({offered.entry_name}) offers a {offered.key.get_name()} key: {offered.fingerprint}")
-    doc = {"host": h.name, "fingerprint": offered.fingerprint, "known_hosts": str(path)}
     state = already_known(path, offered)
+    # trust-host has no --json: it talks to a person at a terminal, so its result is only what it prints.
     if state is True:
-        return CommandResult({**doc, "trusted": "already"}, lambda: out.print(f"already trusted in {path}"))
+        return CommandResult(None, lambda: out.print(f"already trusted in {path}"))
     if state is False:
         raise HostKeyError(f"{path} already holds a DIFFERENT key for {offered.entry_name}; not touching it",
                            f"if the host was reinstalled, verify the new key, then `ssh-keygen -R {offered.entry_name} "
                            f"-f {path}` and run trust-host again", host=h.name)
     trust(path, offered, fingerprint, fingerprint is None and ask())
-    return CommandResult({**doc, "trusted": "added"}, lambda: out.print(f"trusted: added to {path}"))
+    return CommandResult(None, lambda: out.print(f"trusted: added to {path}"))

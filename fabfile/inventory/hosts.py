@@ -117,7 +117,7 @@ def _cache_key(p: Path, data: bytes) -> str | None:
     try:
         parts = [CACHE_FORMAT, str(p), os.getcwd(), os.path.expanduser("~")]
         here = Path(__file__).resolve().parent
-        for name in ("hosts.py", "values.py", "resolve.py", "schema.py"):
+        for name in ("hosts.py", "values.py", "resolve.py", "schema.py", "launch_flags.py"):
             h.update(hashlib.sha256((here / name).read_bytes()).digest())
         for lib in ("yaml", "pydantic"):
             spec = importlib.util.find_spec(lib)

@@ -16,19 +16,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from fabfile.errors import InventoryError
 from fabfile.flags import quote
+from fabfile.inventory.launch_flags import LAUNCH_FLAGS, row_of
 from fabfile.remote.common import is_flag_word
 from fabfile.remote.procs import SECRET_FLAGS
 
 InvalidField = ValidationError  # what validate() raises (a ValueError): pydantic_message() words it
 
-# Flags the tool derives from inventory fields; accepting them in sglang_args would make two sources of truth.
-MANAGED_FLAGS = {
-    "--model-path": "model", "--model": "model", "--tp-size": "tp", "--tensor-parallel-size": "tp",
-    "--port": "port", "--host": "listen", "--speculative-algorithm": "speculative.algorithm",
-    "--speculative-draft-model-path": "draft_model", "--speculative-draft-model": "draft_model",
-    "--speculative-num-steps": "speculative.steps / --steps", "--speculative-eagle-topk": "speculative.topk / --topk",
-    "--speculative-num-draft-tokens": "speculative.draft_tokens / --draft-tokens",
-}
 
 # Always used with fullmatch: `$` would also accept a trailing newline.
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -44,7 +37,7 @@ def valid_ssh_host(value: str) -> bool:
 
 # Flags of sglang_args the tool itself reads a value from (the secret flags it moves into --config) or renders
 # from a field: each takes exactly one value in every release (``type=str``, read from the wheels).
-ONE_VALUE_FLAGS = (*SECRET_FLAGS, "--served-model-name")
+ONE_VALUE_FLAGS = (*SECRET_FLAGS, *(row.flag for row in LAUNCH_FLAGS if row.in_args_too))
 
 
 def check_flag_words(items: list[str]) -> None:
@@ -201,8 +194,10 @@ class HostFields(_Strict):
             if isinstance(item, bool) or not isinstance(item, (str, int, float)):
                 raise ValueError(f"{item!r} is not a string")
             flag = str(item).split("=", 1)[0]
-            if flag in MANAGED_FLAGS:
-                raise ValueError(f"{flag} is set by the tool from `{MANAGED_FLAGS[flag]}`; remove it here")
+            row = row_of(flag)
+            # A flag the tool writes from a field, here too, would be a second source of truth.
+            if row is not None and not row.in_args_too:
+                raise ValueError(f"{flag} is set by the tool from `{row.source}`; remove it here")
             out.append(str(item))
         check_flag_words(out)
         return out

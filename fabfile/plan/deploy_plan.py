@@ -17,6 +17,7 @@ from typing import Any
 from fabfile import __version__
 from fabfile.errors import FlagError, InventoryError, UsageError, several
 from fabfile.inventory.hosts import MAX_DRAFT_TOKENS, Host, Speculative, check_speculative
+from fabfile.inventory.launch_flags import FLAG_OF, LAUNCH_FLAGS
 from fabfile.plan.argv import opt
 from fabfile.remote import versions
 from fabfile.remote.common import split_argv
@@ -253,19 +254,22 @@ def launch_argv(host: Host, spec: Speculative) -> list[str]:
     """The launch command. Every value follows its flag in the same word (``--model-path=/m``; ``plan.argv`` says
     why): a served name ``--warmups`` or a model path ``-m`` is then that flag's value, not another flag."""
     tp = host.node.total_tp if host.node is not None else host.tp
-    argv = [host.python, "-m", "sglang.launch_server", opt("--model-path", host.model), opt("--tp-size", tp),
-            opt("--host", host.listen), opt("--port", host.port)]
+    f = FLAG_OF  # the spelling of each field's flag: inventory/launch_flags, which adopt and the checks read too
+    argv = [host.python, "-m", "sglang.launch_server", opt(f["model"], host.model), opt(f["tp"], tp),
+            opt(f["listen"], host.listen), opt(f["port"], host.port)]
     if host.node is not None:
         argv += [opt("--nnodes", host.node.nnodes), opt("--node-rank", host.node.rank),
                  opt("--dist-init-addr", host.node.dist_init_addr)]
-    if host.served_model_name:
-        argv.append(opt("--served-model-name", host.served_model_name))
+    for row in LAUNCH_FLAGS:
+        value = getattr(host, row.field) if row.when_set else None
+        if value:
+            argv.append(opt(row.flag, value))
     if spec.steps > 0:
-        argv.append(opt("--speculative-algorithm", spec.algorithm))
+        argv.append(opt(f["speculative.algorithm"], spec.algorithm))
         if host.draft_model:
-            argv.append(opt("--speculative-draft-model-path", host.draft_model))
-        argv += [opt("--speculative-num-steps", spec.steps), opt("--speculative-eagle-topk", spec.topk),
-                 opt("--speculative-num-draft-tokens", spec.draft_tokens)]
+            argv.append(opt(f["draft_model"], host.draft_model))
+        argv += [opt(f["speculative.steps"], spec.steps), opt(f["speculative.topk"], spec.topk),
+                 opt(f["speculative.draft_tokens"], spec.draft_tokens)]
     return argv + list(host.sglang_args)
 
 

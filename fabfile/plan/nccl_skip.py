@@ -17,8 +17,6 @@ from typing import Any
 
 SOURCE_AR = "SGLang profiler trace"
 DEFAULT_CI = 0.02  # a measured row without its interval (a fixed --num-prompts): as sweep_plan takes it
-RULE = ("NCCL settings change only all-reduce time: a candidate is loaded only if, with its all-reduce time "
-        "predicted (or set to zero where the tool has no model of it), it could beat the best measured row")
 
 
 @dataclass(frozen=True)

@@ -75,14 +75,11 @@ def refusal(var: str, raw: str) -> str | None:
                 f"only); write the number itself, e.g. {var}={n}")
     if var in ("NCCL_PROTO", "NCCL_ALGO"):
         # NCCL's parseList refuses an unknown protocol or algorithm name and the communicator's init fails (the
-        # server never starts). Its rules live beside the others in ncclenv (``selection``, added with check-env's
-        # reading of NCCL's TUNING lines); until that reader is there, these two values pass as before.
-        parse = getattr(ncclenv, "selection", None)
-        if parse is not None:
-            try:
-                parse(var, raw)
-            except ValueError as e:
-                return f"{e}: NCCL fails the communicator's init, so the server would not start"
+        # server never starts); ncclenv.selection reads a list by the same rules.
+        try:
+            ncclenv.selection(var, raw)
+        except ValueError as e:
+            return f"{e}: NCCL fails the communicator's init, so the server would not start"
         return None
     if k == "unknown":
         close = difflib.get_close_matches(var, sorted(KNOWN), n=1, cutoff=_TYPO_CUTOFF)

@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from fabfile.inventory.launch_flags import FLAG_OF
 from fabfile.plan import knob_effects
 from fabfile.plan.explain import accepted_steps
 from fabfile.plan.versioncheck import facts_for
 from fabfile.remote import versions
+
+STEPS_FLAG, DRAFT_TOKENS_FLAG = FLAG_OF["speculative.steps"], FLAG_OF["speculative.draft_tokens"]
 
 # Environment variables a remedy may set: (first release that reads it, first release that no longer does or None).
 # Sources: ../shared/reference/tune.md (0.5.x wheels read there).
@@ -180,26 +183,26 @@ def _env_to(name: str, value: str) -> Callable[[Config, Context], Config | None]
 
 
 def _fewer_steps(cfg: Config, ctx: Context) -> Config | None:
-    steps = int(cfg.flag("--speculative-num-steps") or ctx.figures.get("steps") or 0)
+    steps = int(cfg.flag(STEPS_FLAG) or ctx.figures.get("steps") or 0)
     if steps <= 1:
         return None
-    out = cfg.set_flag("--speculative-num-steps", str(steps - 1))
-    tokens = cfg.flag("--speculative-num-draft-tokens")
-    return out.set_flag("--speculative-num-draft-tokens", str(steps)) if tokens is not None else out
+    out = cfg.set_flag(STEPS_FLAG, str(steps - 1))
+    tokens = cfg.flag(DRAFT_TOKENS_FLAG)
+    return out.set_flag(DRAFT_TOKENS_FLAG, str(steps)) if tokens is not None else out
 
 
 def _to_accepted_steps(cfg: Config, ctx: Context) -> Config | None:
     """Steps cut to what acceptance reaches (plan/explain's draft_surplus), draft tokens with them (chain: steps+1)."""
-    steps = int(cfg.flag("--speculative-num-steps") or ctx.figures.get("steps") or 0)
+    steps = int(cfg.flag(STEPS_FLAG) or ctx.figures.get("steps") or 0)
     accept = ctx.figures.get("accept_length")
     if not accept or steps <= 1:
         return None
     used = accepted_steps(float(accept))
     if used >= steps:
         return None
-    out = cfg.set_flag("--speculative-num-steps", str(used))
-    tokens = cfg.flag("--speculative-num-draft-tokens")
-    return out.set_flag("--speculative-num-draft-tokens", str(used + 1)) if tokens is not None else out
+    out = cfg.set_flag(STEPS_FLAG, str(used))
+    tokens = cfg.flag(DRAFT_TOKENS_FLAG)
+    return out.set_flag(DRAFT_TOKENS_FLAG, str(used + 1)) if tokens is not None else out
 
 
 def _surplus_saving(ctx: Context) -> float:
@@ -237,10 +240,10 @@ CATALOG: tuple[Remedy, ...] = (
            "capture attention-metadata preparation in a graph", "other", "env:SGLANG_ENABLE_METADATA_GLUE_GRAPH",
            False, "20 % of host time (metadata dispatch)", lambda c: 0.2 * c.ms("other"),
            _env_to("SGLANG_ENABLE_METADATA_GLUE_GRAPH", "1"), source="tune.md §1.2"),
-    Remedy("fewer-steps", "draft_share", "--speculative-num-steps", "one draft step fewer",
+    Remedy("fewer-steps", "draft_share", STEPS_FLAG, "one draft step fewer",
            "draft", "server_args:--speculative-num-steps", True, "one draft forward's time, less lost acceptance",
            _per_step, _fewer_steps, source="tune.md §1.9, plan/predict"),
-    Remedy("accepted-steps", "draft_surplus", "--speculative-num-steps", "steps cut to what acceptance reaches",
+    Remedy("accepted-steps", "draft_surplus", STEPS_FLAG, "steps cut to what acceptance reaches",
            "draft", "server_args:--speculative-num-steps", True,
            "the surplus draft forwards' time; the passes that reached past them lose those tokens",
            _surplus_saving, _to_accepted_steps, source="plan/explain draft_surplus, docs/real-sglang.md"),

@@ -9,6 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fabfile.inventory.hosts import Host
+from fabfile.inventory.launch_flags import FLAG_OF
 from fabfile.plan.argv import value_of
 from fabfile.plan.deploy_plan import Options, build
 from fabfile.plan.sweep_nccl import NcclCandidate, apply
@@ -90,8 +91,8 @@ def _spec_of(argv: tuple[str, ...]) -> tuple[int, int, int | None]:
         value = value_of(argv, name)
         return int(value) if value is not None else None
 
-    steps = flag("--speculative-num-steps") or 0
-    return steps, flag("--speculative-eagle-topk") or 1, flag("--speculative-num-draft-tokens")
+    steps = flag(FLAG_OF["speculative.steps"]) or 0
+    return steps, flag(FLAG_OF["speculative.topk"]) or 1, flag(FLAG_OF["speculative.draft_tokens"])
 
 
 def level_rows(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from fabfile.errors import FlagError
+from fabfile.inventory.launch_flags import FLAG_OF, row_of
 from fabfile.plan.argv import value_of
 from fabfile.remote import versions
 from fabfile.remote.common import split_argv
@@ -102,12 +103,14 @@ def check(argv: list[str], env: dict[str, str], version: str, host: str) -> None
     same = "" if release == version else f" (read from the {release} wheel, the newest release not newer)"
     for name in _flag_names(argv):
         if name not in flags:
+            row = row_of(name)
+            where = (f"the tool writes it from {row.source}: change that" if row is not None and not
+                     row.in_args_too else "remove it from sglang_args")
             raise FlagError(f"SGLang {version} on {host} has no {name} flag{same}; releases that have it: "
                             f"{_releases_with(lambda f, fl, n=name: n in fl)}",
-                            "remove it from sglang_args (or the speculative settings), or upgrade SGLang on the "
-                            "host; nothing was changed there", host=host)
+                            f"{where}, or upgrade SGLang on the host; nothing was changed there", host=host)
     algos = facts.get("speculative_algorithms")
-    algo = value_of(argv, "--speculative-algorithm")
+    algo = value_of(argv, FLAG_OF["speculative.algorithm"])
     if isinstance(algos, list) and algo and algo not in algos:
         raise FlagError(f"SGLang {version} on {host} has no speculative algorithm {algo}{same} (it knows "
                         f"{', '.join(algos)})", "choose one of those in speculative.algorithm, or upgrade "

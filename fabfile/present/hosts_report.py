@@ -283,7 +283,7 @@ def print_rollback(result: HostsResult, *, dry_run: bool) -> None:
         if o.error is not None:
             continue
         d = o.data or {}
-        items = d.get("files") or d.get("restored") or []
+        items = d.get("files") or []
         verb = "would roll back" if dry_run else "rolled back"
         if not items:
             out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: nothing to roll back")

@@ -19,7 +19,7 @@ PIPE_CLOSED_EXIT = 141  # 128 + SIGPIPE: what a shell reports for `cat` when its
 def pipe_closed() -> NoReturn:
     """stdout's reader has gone (``inv logs | head -1``): end the process at once and quietly, as ``cat`` does
     when SIGPIPE kills it. Python ignores SIGPIPE, so every later write (from any thread, and the flush at exit)
-    raised BrokenPipeError: 636 lines of tracebacks. Nothing a command leaves on a host depends on this process
+    would raise BrokenPipeError, one traceback each. Nothing a command leaves on a host depends on this process
     (a deploy goes on there, as after Ctrl-C)."""
     with contextlib.suppress(Exception):
         sys.stderr.flush()

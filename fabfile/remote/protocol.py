@@ -153,7 +153,6 @@ class _DeployRequired(TypedDict):
     verify: VerifySpec | None
     summary: LaunchSummary
     heartbeat_s: float
-    ready_path: str | None  # None: the version's own readiness endpoint (``versions.readiness_path``)
     node: dict[str, Any] | None  # a multi-node rank (the inventory's ``node``), None on one node
     gates: GateSpec | None
     profile_dir: str  # SGLANG_TORCH_PROFILER_DIR: created 0700 before the start, never through a symlink

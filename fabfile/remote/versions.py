@@ -166,13 +166,22 @@ SPEC_V2_ENV_REMOVED = "0.5.14"  # ... and removed in 0.5.14: V2 always runs (spe
 HEALTH_CHECK_TIMEOUT_S = 20
 
 
-def readiness_path(version: str) -> str:
-    """The cheapest endpoint whose 200 means "ready" on this version.
+# sglang_router's own health endpoint, and the one of each worker it reads before it routes to that worker (a
+# router is no SGLang server: no version of its own decides this).
+ROUTER_HEALTH_PATH = "/health"
+
+
+def readiness_path(version: str, node_rank: int = 0) -> str:
+    """The cheapest endpoint whose 200 means "ready" on this version: every probe of a server's health (a deploy's
+    wait, ``status``, ``watch``, a rollback's start) asks this one function.
 
     0.5.20+ has ``/ready`` (200 once the server is up, answered at once). 0.5.1 ... 0.5.19 ``/health`` waits for the
     scheduler (and on most of them runs a one-token generate); 0.4.x ``/health`` answers 200 as soon as uvicorn is up,
-    before warmup, so only ``/health_generate`` means ready there.
+    before warmup, so only ``/health_generate`` means ready there. A multi-node rank >= 1 serves only SGLang's stub
+    health server (``/ping``, ``/health``, ``/health_generate``), whatever the version: ``/health`` there.
     """
+    if node_rank > 0:
+        return "/health"
     v = version if valid(version) else NEWEST_SUPPORTED
     if at_least(v, READY_ENDPOINT):
         return "/ready"

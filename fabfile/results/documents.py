@@ -8,16 +8,6 @@ from typing import Any
 
 
 @dataclass
-class Document:
-    """A command's document and the exit code its command judged (0: it did what was asked)."""
-    doc: dict[str, Any]
-    exit_code: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.doc
-
-
-@dataclass
 class SweepResult:
     """``inv sweep``'s document (``sweep.json``): exit 1 when a configuration failed, a level met no limit, or the
     final deploy left nothing running."""

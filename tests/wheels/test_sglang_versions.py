@@ -120,7 +120,7 @@ def test_probe_fits_the_health_endpoint_of_the_release(version: str) -> None:
     """The readiness endpoint the tool picks exists in that release, and the probe waits longer than its handler
     can take: one second at least, SGLANG_HEALTH_CHECK_TIMEOUT at most (then SGLang itself says 503)."""
     c = health_contract(wheel_path(version))
-    path = server.readiness_path(version)
+    path = versions.readiness_path(version)
     assert (path == "/ready") == c["ready_route"]
     assert c["sleeps_a_second"] and c["timeout_20"]
     if path == "/health" or path == "/health_generate":

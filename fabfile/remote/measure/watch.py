@@ -54,11 +54,7 @@ def sample(state_dir: str, last_decode: Any) -> WatchAnswer:
         return out
     out.update({"running": True, "config_name": rec.get("config_name"), "deploy_id": rec.get("deploy_id"),
                 "sglang_version": rec.get("sglang_version")})
-    request = rec.get("request") or {}
-    path = request.get("ready_path") or server.readiness_path(rec.get("sglang_version") or "")
-    timeout = server.probe_timeout_s(path, (request.get("summary") or {}).get("env"))
-    code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
-    out["health"] = {"path": path, "status": code, "latency_s": took}
+    out["health"] = server.recorded_health(rec)
     text = _get_metrics(str(rec["listen"]), int(rec["port"])) if metrics.served(rec) else None
     prom = metrics.spec_from_prometheus(text) if text else {}
     dec = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))

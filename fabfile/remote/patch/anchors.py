@@ -114,7 +114,7 @@ def find_scheduler_anchor(text: str, rel: str, version: str) -> int:
     raise _anchor_err("anchor_not_found", rel, anchor2, version, 0)
 
 
-def _verify_placement(role: str, orig: str, new: str, rel: str, version: str, block_lines: int) -> None:
+def _verify_placement(role: str, orig: str, new: str, rel: str, version: str) -> None:
     """Self-check with ast (when this Python can parse the file): it compiles and the block sits right."""
     if _try_parse(orig, rel) is None:
         return
@@ -180,5 +180,5 @@ def insert_block(role: str, original: str, block: str, rel: str, version: str) -
         nl = _newline_of(lines[at - 1])
     text = _indent_block(block, "    ", nl)
     new = "".join(lines[:at]) + text + "".join(lines[at:])
-    _verify_placement(role, original, new, rel, version, text.count(nl))
+    _verify_placement(role, original, new, rel, version)
     return new

@@ -68,7 +68,7 @@ def _now() -> str:
 
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
 _KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
-         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "ready_path", "node", "state_dir", "patch",
+         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "node", "state_dir", "patch",
          "expected", "nccl_debug", "gates", "profile_dir", "measure")
 
 
@@ -235,8 +235,8 @@ class _Sequence:
         ready = self.steps.run("wait_ready", lambda: server.wait_ready(
             pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
             log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
-            sglang_version=req["sglang_version"], ready_s=float(t["ready"]), stall_s=float(t["stall"]),
-            on_lines=on_lines, ready_path=req.get("ready_path"), cancelled=self.cancelled,
+            ready_path=server.ready_path_of(req, req["sglang_version"]), ready_s=float(t["ready"]),
+            stall_s=float(t["stall"]), on_lines=on_lines, cancelled=self.cancelled,
             env=(req.get("summary") or {}).get("env")),
             lambda r: f"{r['ready_path']} answered 200 in {r['probe_latency_s']:.2f} s")
         record["ready"] = ready

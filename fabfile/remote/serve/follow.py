@@ -105,8 +105,8 @@ def attach(req: AttachRequest, sink: EventSink) -> AttachAnswer:
                 sink.emit("heartbeat")
                 continue
             if event.get("event") == "result":
-                # Whatever ``skip`` says: the result is what the caller follows the journal for (a skip past it,
-                # as a rollout's re-check asks, used to miss it and report the finished deploy as lost).
+                # Whatever ``skip`` says: the result is what the caller follows the journal for, and a skip past
+                # it (a rollout's re-check asks for one) must not hide it, or a finished deploy reads as lost.
                 return {"replayed": True, "result": event}
             seen += 1
             if seen <= skip:

@@ -32,15 +32,7 @@ def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
             out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
             # "T": stopped by a signal (SIGSTOP, a debugger): alive, but it serves nothing.
             out["process_state"] = ticks.state
-        request = rec.get("request") or {}
-        path = request.get("ready_path") or server.readiness_path(rec.get("sglang_version") or "")
-        timeout = server.probe_timeout_s(path, (request.get("summary") or {}).get("env"))
-        if ticks is not None and ticks.state == "T":
-            # A stopped process cannot answer: do not spend the probe's bound to learn it.
-            out["health"] = {"path": path, "status": None, "latency_s": None, "timeout_s": timeout}
-        else:
-            code, took = server.timed_probe(rec["listen"], int(rec["port"]), path, timeout)
-            out["health"] = {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
+        out["health"] = server.recorded_health(rec, answers=ticks is None or ticks.state != "T")
         out["last_decode"] = found = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
         if found:
             from ..measure import metrics

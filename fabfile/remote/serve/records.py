@@ -6,7 +6,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..common import EventSink, atomic_write, ensure_private_dir, expand
 
@@ -29,22 +29,25 @@ def write(state_dir: str, record: Mapping[str, Any], make_current: bool = True) 
     return path
 
 
-def current(state_dir: str) -> DeployRecord | None:
+def _read_record(path: str) -> DeployRecord | None:
+    """What ``write`` wrote there: a deploy's record; None for a missing, torn or foreign file (a JSON list in
+    ``deploys/`` made `inv deploys` fail with the agent's traceback)."""
     try:
-        with open(os.path.join(state_dir, "current.json"), encoding="utf-8") as f:
-            data: DeployRecord = json.load(f)  # what ``write`` wrote: a deploy's record
-            return data
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    if not isinstance(data, dict):
+        return None
+    return cast("DeployRecord", data)  # the JSON object ``write`` wrote
+
+
+def current(state_dir: str) -> DeployRecord | None:
+    return _read_record(os.path.join(state_dir, "current.json"))
 
 
 def load(state_dir: str, deploy_id: str) -> DeployRecord | None:
-    try:
-        with open(os.path.join(state_dir, "deploys", f"{deploy_id}.json"), encoding="utf-8") as f:
-            data: DeployRecord = json.load(f)
-            return data
-    except (OSError, ValueError):
-        return None
+    return _read_record(os.path.join(state_dir, "deploys", f"{deploy_id}.json"))
 
 
 def cancel_path(state_dir: str, deploy_id: str) -> str:

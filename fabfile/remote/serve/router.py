@@ -12,7 +12,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import procs
+from .. import procs, versions
 from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand
 from . import server
 
@@ -100,10 +100,9 @@ def start(state_dir: str, req: dict[str, Any]) -> RouterStartAnswer:
     atomic_write(_path(state_dir, name), json.dumps(rec, indent=2).encode(), 0o600)
     try:
         server.wait_ready(pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
-                                  log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
-                                  sglang_version="0", ready_s=float(req.get("ready_s", 60)),
-                                  stall_s=float(req.get("ready_s", 60)), on_lines=lambda lines: None,
-                                  ready_path="/health")
+                          log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
+                          ready_path=versions.ROUTER_HEALTH_PATH, ready_s=float(req.get("ready_s", 60)),
+                          stall_s=float(req.get("ready_s", 60)), on_lines=lambda lines: None)
         listed = _wait_listed(rec, {str(u).rstrip("/") for u in req["workers"]},
                               started_t + float(req.get("ready_s", 60)))
     except AgentError as e:
@@ -192,7 +191,7 @@ def live_workers(rec: dict[str, Any]) -> dict[str, Any]:
     for url, router_healthy in said.items():
         where = _split_url(url)
         # A worker's /health runs a one-token generation on current SGLang (over a second): same bound as above.
-        code = server.probe(where[0], where[1], "/health", 5.0) if where else None
+        code = server.probe(where[0], where[1], versions.ROUTER_HEALTH_PATH, 5.0) if where else None
         items.append({"url": url, "health": code, "router_says_healthy": router_healthy})
     return {"source": source, "workers": items}
 
@@ -205,7 +204,8 @@ def status(state_dir: str) -> list[dict[str, Any]]:
                                         "log_path")}
         item["workers_at_start"] = rec.get("workers")
         item["running"] = running
-        item["health"] = server.probe(rec["listen"], int(rec["port"]), "/health", 5.0) if running else None
+        item["health"] = server.probe(rec["listen"], int(rec["port"]), versions.ROUTER_HEALTH_PATH, 5.0) \
+            if running else None
         if running:
             live = live_workers(rec)
             item["workers"] = live["workers"]

@@ -12,10 +12,14 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import procs, versions
 from ..common import AgentError, ensure_private_dir, open_private
+
+if TYPE_CHECKING:
+    from ..protocol import Health
 
 # (pattern, what it means, what to do). Order matters: the first match names the failure.
 FATAL_PATTERNS: list[tuple[re.Pattern[str], str, str]] = [
@@ -50,8 +54,22 @@ TAIL_LINES = 40
 CAUSE_WINDOW = 400
 
 
-def readiness_path(sglang_version: str) -> str:
-    return versions.readiness_path(sglang_version)
+def ready_path_of(request: Mapping[str, Any], sglang_version: str) -> str:
+    """The endpoint whose 200 means a deploy's server is ready: its version's, at its node's rank (a deploy's
+    ``node``; none on one node)."""
+    node = request.get("node") or {}
+    return versions.readiness_path(sglang_version, node_rank=int(node.get("rank") or 0))
+
+
+def recorded_health(rec: Mapping[str, Any], *, answers: bool = True) -> Health:
+    """The recorded server's health this moment (``status`` and ``watch`` both show it): the endpoint its deploy
+    waited on, what it answers, how long that took. ``answers=False`` (a process stopped by a signal cannot
+    answer): the probe's bound is not spent to learn it."""
+    request = rec.get("request") or {}
+    path = ready_path_of(request, rec.get("sglang_version") or "")
+    timeout = probe_timeout_s(path, (request.get("summary") or {}).get("env"))
+    code, took = timed_probe(rec["listen"], int(rec["port"]), path, timeout) if answers else (None, None)
+    return {"path": path, "status": code, "latency_s": took, "timeout_s": timeout}
 
 
 def probe_timeout_s(path: str, env: dict[str, str] | None = None) -> float:
@@ -232,8 +250,8 @@ def classify(line: str) -> tuple[str, str] | None:
 
 
 def wait_ready(*, pid: int, start_ticks: int | None, log_path: str, log_offset: int, listen: str, port: int,
-               sglang_version: str, ready_s: float, stall_s: float, on_lines: Callable[[list[str]], None],
-               interval: float = 0.1, ready_path: str | None = None,
+               ready_path: str, ready_s: float, stall_s: float, on_lines: Callable[[list[str]], None],
+               interval: float = 0.1,
                cancelled: Callable[[], str | None] | None = None,
                env: dict[str, str] | None = None) -> dict[str, Any]:
     """Follow the log and probe readiness until ready; raise AgentError at the first sign of failure.
@@ -241,11 +259,12 @@ def wait_ready(*, pid: int, start_ticks: int | None, log_path: str, log_offset: 
     Fails at once on a fatal log line or the launcher's death (exit status when it is our child), on no log growth
     for ``stall_s``, and at ``ready_s`` overall. The readiness probe runs in its own thread, one GET after another
     ``interval`` apart, each allowed :func:`probe_timeout_s`; its 200 is seen within ``interval``.
-    ``ready_path`` overrides the version's endpoint (a multi-node rank >= 1 serves only SGLang's stub health server);
+    ``ready_path``: the endpoint whose 200 means ready (a deploy's: :func:`ready_path_of`; a router's:
+    ``versions.ROUTER_HEALTH_PATH``);
     ``cancelled`` returns a reason when the client asked to abandon the wait (another rank of the cluster failed).
     ``env`` is the server's environment (SGLANG_HEALTH_CHECK_TIMEOUT bounds how long its health endpoint may take).
     """
-    path = ready_path or readiness_path(sglang_version)
+    path = ready_path
     timeout = probe_timeout_s(path, env)
     follower = LogFollower(log_path, log_offset)
     started = time.monotonic()

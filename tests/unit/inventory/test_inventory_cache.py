@@ -164,3 +164,19 @@ def test_the_same_bytes_under_another_path_are_validated_for_that_path(full: Pat
     (other / "inventory.yaml").write_text(FULL)
     with pytest.raises(InventoryError, match=r"ssh_config: file .*elsewhere/ssh_config does not exist"):
         inventory.load(other / "inventory.yaml", cache=True)
+
+
+def test_the_cache_key_covers_every_inventory_module_the_validation_reads() -> None:
+    """The key hashes the validating modules' own bytes; schema.py came to read inventory/launch_flags.py (the
+    flags refused in sglang_args), and a key without that file kept a stale verdict after the table changed."""
+    import ast
+
+    from tests.support.sources import nodes
+
+    here = Path(inventory.__file__).resolve().parent
+    hashed = next({e.value for e in n.elts if isinstance(e, ast.Constant)} for n in nodes(here / "hosts.py")
+                  if isinstance(n, ast.Tuple) and any(isinstance(e, ast.Constant) and e.value == "schema.py"
+                                                      for e in n.elts))
+    read = {f"{n.module.rsplit('.', 1)[1]}.py" for name in hashed for n in nodes(here / str(name))
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("fabfile.inventory.")}
+    assert read - {"cache.py"} <= hashed, read - hashed

@@ -253,7 +253,7 @@ def test_sweep_png_gains_a_stacked_bar_per_configuration(tmp_path: Path) -> None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fabfile.commands.sweep import save_plot as plot
+    from fabfile.commands.sweep_files import save_plot as plot
     from fabfile.present.plot import phase_bars
 
     fig, ax = plt.subplots()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fabfile.commands.sweep import save_plot as plot
+from fabfile.commands.sweep_files import save_plot as plot
 from fabfile.errors import FlagError
 from fabfile.inventory import hosts as inventory
 from fabfile.plan.deploy_plan import Options, build

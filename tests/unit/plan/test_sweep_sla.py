@@ -1,5 +1,5 @@
 """Winners under service limits: ``inv sweep --max-ttft-ms --max-tpot-ms --min-tok-s`` (fabfile/plan/sla.py,
-``commands.sweep.choose``, the sweep table's marks). Pure, on sweep rows shaped as ``measure`` writes them."""
+``plan.sweep_winner.choose``, the sweep table's marks). Pure, on sweep rows shaped as ``measure`` writes them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from fabfile.commands.sweep import choose
 from fabfile.plan.sla import Limits
+from fabfile.plan.sweep_winner import choose
 from fabfile.present.sweep_report import conclusion, table_rows
 from tests.support.invoke_cli import run_inv
 

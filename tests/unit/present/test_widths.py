@@ -186,7 +186,7 @@ def test_a_sweep_without_matplotlib_says_why_there_is_no_plot(tmp_path: Path, mo
     """Without the plot extra, sweep.png was silently missing."""
     import sys
 
-    from fabfile.commands.sweep import write_outputs
+    from fabfile.commands.sweep_files import write_outputs
     from fabfile.present import sweep_report as report
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
@@ -205,7 +205,7 @@ def test_a_sweep_without_matplotlib_says_so_in_one_line_and_in_its_report(tmp_pa
     """The sentence ran to 137 characters (two lines at 80 columns) and report.md did not mention the plot at all."""
     import sys
 
-    from fabfile.commands.sweep import write_outputs
+    from fabfile.commands.sweep_files import write_outputs
     from fabfile.present import sweep_report as report
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)

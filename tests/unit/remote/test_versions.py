@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -54,7 +55,27 @@ def test_garbage_is_not_a_version(bad: str) -> None:
 ])
 def test_readiness_path(version: str, path: str) -> None:
     # server.version_tuple turned "0.5.20rc1" into (0, 5): the wrong endpoint for a release candidate
-    assert server.readiness_path(version) == path
+    assert versions.readiness_path(version) == path
+
+
+def test_readiness_is_decided_in_versions_for_a_deploy_and_for_its_record() -> None:
+    """A multi-node rank >= 1 serves only SGLang's stub health server: /health there on every release. The client
+    once chose that endpoint itself and sent it; the agent's deploy wait and the status/watch probes of the record
+    now ask versions.readiness_path with the node's rank, and nothing else names an SGLang health endpoint."""
+    assert versions.readiness_path("0.5.23", node_rank=1) == "/health" != versions.readiness_path("0.5.23")
+    assert versions.readiness_path("0.4.9", node_rank=2) == "/health"
+    rank1 = {"sglang_version": "0.5.23", "listen": "127.0.0.1", "port": 1,
+             "request": {"node": {"rank": 1, "nnodes": 2}, "summary": {"env": {"SGLANG_HEALTH_CHECK_TIMEOUT": "40"}}}}
+    assert server.recorded_health(rank1, answers=False) == \
+        {"path": "/health", "status": None, "latency_s": None, "timeout_s": 45.0}
+    one_node = {**rank1, "request": {"node": None}}
+    assert server.recorded_health(one_node, answers=False)["path"] == "/ready"
+    assert server.ready_path_of({"node": {"rank": 0}}, "0.4.9") == "/health_generate"
+    from fabfile.commands import deploy
+
+    # The client sends the node; the endpoint is not its choice.
+    assert not any(isinstance(n, ast.Constant) and n.value == "ready_path"
+                   for n in sources.nodes(Path(deploy.__file__).resolve()))
 
 
 def test_every_version_gate_asks_versions_py() -> None:
