@@ -507,13 +507,17 @@ def sla_summary(state: TuneState, limits: Limits) -> dict[str, Any] | None:
 def tuner_keys(state: TuneState) -> tuple[set[str], set[str]]:
     """The flags and variables the tuner's view of a configuration covers: the start's, the best's and every
     catalog knob (a host's other launch arguments — model, port, TP — are its own, not the tune's)."""
+    from fabfile.inventory.launch_flags import FLAG_OF, LAUNCH_FLAGS
+
     flags = set(dict(state.start.flags)) | set(dict(state.best.flags))
     env = set(dict(state.start.env)) | set(dict(state.best.env))
     for r in remedies.CATALOG:
         (flags if r.knob.startswith("--") else env).add(r.knob)
     flags |= {"--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"}  # the graph batch size under either name
     # Rendered from the host's speculative settings, not its sglang_args: compared only where the tune set them.
-    flags -= {"--speculative-num-steps", "--speculative-num-draft-tokens", "--speculative-eagle-topk"} - (
+    speculative = {row.flag for row in LAUNCH_FLAGS if row.field.startswith("speculative.")} - {
+        FLAG_OF["speculative.algorithm"]}
+    flags -= speculative - (
         set(dict(state.start.flags)) | set(dict(state.best.flags)))
     return flags, env
 
