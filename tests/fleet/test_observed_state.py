@@ -326,7 +326,10 @@ def test_status_during_a_deploy_shows_the_new_server_as_ours(fleet: Fleet, sim_h
                              str(inventory)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: any(f"speculative-num-steps{sep}3" in c for sep in "= " for _, c in sglang_pids(sim_host)))
+        _wait_for(lambda: proc.poll() is not None or any(f"speculative-num-steps{sep}3" in c for sep in "= "
+                                                         for _, c in sglang_pids(sim_host)))
+        # A deploy that ended before its server showed up says why here, not after the 180-s guard.
+        assert proc.poll() is None, proc.communicate()
         code, st, err = inv_json("status", "--host", "sim1", inventory=inventory)
         r = run_inv("status", "--host", "sim1", inventory=inventory)
         out, _ = proc.communicate(timeout=90)
