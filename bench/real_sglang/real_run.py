@@ -708,16 +708,18 @@ def phase_tp8(python: str, models: Path, site: Path, before: dict[str, str]) -> 
     stop_and_rollback(site, before, 8)
 
 
-TUNE_LOAD = ["--input-len", "64", "--output-len", "256", "--num-prompts", "32", "--concurrency", "16"]
+# The grid7b phase's load, so that tune's answer is checked against that grid's (steps 2 best, 7 loads for
+# 0, 1, 2, 3, 5, 7; 9 for the whole 0..7 grid): the same server, shape and draft.
+TUNE_LOAD = LOAD_7B
 
 
-def step_tune() -> None:
-    """Issue 38: `inv tune` from a deliberately poor start (steps 1, graphs captured up to 4 requests under a load of
-    16): its path table (the text output) and its JSON document with every measurement, within ~400 s."""
-    minutes = max(1.0, (time_left() - 90) / 60)
-    code, doc, err, wall = inv("tune", *TUNE_LOAD, "--max-loads", "14", "--max-minutes", f"{minutes:.1f}",
+def step_tune(start: str) -> None:
+    """Issue 38: `inv tune` from a deliberately poor start: its path table (the text output) and its JSON document
+    with every measurement."""
+    minutes = max(1.0, (time_left() - RESERVE - 20) / 60)
+    code, doc, err, wall = inv("tune", *TUNE_LOAD, "--max-loads", "8", "--max-minutes", f"{minutes:.1f}",
                                "--json", timeout=max(60, time_left() - 30))
-    record("tune from steps 1, graph max bs 4 < load 16", code == 0,
+    record(f"tune from {start}", code == 0,
            f"{wall:.0f} s; " + json.dumps(doc, default=str)[:3000], doc=doc, wall_s=round(wall, 1))
     state = Path("runs") / "tune-h200.json"
     if state.is_file():
@@ -734,8 +736,10 @@ def step_tune() -> None:
 
 
 def phase_tune7b(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
-    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True, steps=1)
-    run_steps([("tune", 420, step_tune)], RESERVE)
+    """From steps 7, where the grid measured 438 tok/s against steps 2's 499 (draft forwards past what acceptance
+    reaches): draft_surplus should fire and its remedy reach steps 2 in one trial (7 loads)."""
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True, steps=7)
+    run_steps([("tune", 430, lambda: step_tune("steps 7 (grid: 438 tok/s; steps 2 best, 499)"))], RESERVE)
     stop_and_rollback(site, before, 1)
 
 
