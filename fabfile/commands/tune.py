@@ -22,7 +22,7 @@ from fabfile.commands.bench import BenchParams
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan import explain as rules
-from fabfile.plan import remedies, tune_rule
+from fabfile.plan import remedies, tune_rule, versioncheck
 from fabfile.plan.deploy_plan import Options
 from fabfile.plan.remedies import Candidate, Config, Context
 from fabfile.plan.sla import Limits, broken
@@ -224,6 +224,11 @@ def _with_kernels(head: Measurement, traced: Measurement | None) -> Measurement:
     return replace(head, anatomy={**head.anatomy, "kernels": traced.anatomy["kernels"]}, trace=traced.trace)
 
 
+def _timed(m: Measurement) -> bool:
+    """Whether the measurement has the device timer's GPU phases (a speculative cycle's verify, a decode step)."""
+    return m.ms("verify") is not None or m.ms("decode") is not None
+
+
 def _findings(cfg: Config, m: Measurement) -> list[rules.Finding]:
     return rules.explain(rules.Subject(config="eagle3-tune", anatomy=m.anatomy,
                                        cuda_graph=not cfg.has("--disable-cuda-graph")))
@@ -284,6 +289,14 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                                          loads_left=params.max_loads - state.loads, loads_per_trial=2 * params.pairs,
                                          seconds_left=params.max_minutes * 60 - (clock() - started),
                                          seconds_per_trial=per_trial)
+            if best is None and not _timed(head):
+                # No phase to read is not "nothing to fix": say what is missing and how to get it.
+                state.stop, state.stop_reason = "unmeasured", (
+                    "the deploy reported no per-phase device timer (SGLang's `--enable-metrics` with "
+                    f"{versioncheck.DEVICE_TIMER_ENV}=1; releases that have it: "
+                    f"{versioncheck.device_timer_releases()}), so no rule had a phase to read; remove `measure: "
+                    "false` from the inventory, or deploy a release that has it")
+                break
             if stop is not None or best is None:
                 state.stop, state.stop_reason = (stop.reason, stop.sentence) if stop else ("nothing-left", "")
                 break
@@ -580,7 +593,9 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
         start = host_config(host)
         state = TuneState(start, start)
     limits = limits or Limits()
-    trials = HostTrials(inv, host, Options(), load, limits, trace_steps)
+    # Tune's deploys are measured deploys, as a sweep's are: the device timer on wherever the release has it
+    # (a plain deploy leaves it off on 0.5.16, and then no rule has a phase to read).
+    trials = HostTrials(inv, host, Options(measuring=True), load, limits, trace_steps)
     params = TuneParams(version="", concurrency=load.concurrency, tp=host.tp, max_loads=max_loads,
                         max_minutes=max_minutes, state_file=state_file, objective=objective, limits=limits,
                         trace_steps=trace_steps)

@@ -146,7 +146,7 @@ def decide(incumbent: Arm, challenger: Arm, *, moves_accept: bool, memory_limit_
 
 @dataclass(frozen=True)
 class Stop:
-    reason: str  # nothing-left | below-resolution | budget
+    reason: str  # nothing-left | below-resolution | budget (the loop also stops "unmeasured": no timer phases)
     sentence: str
 
 

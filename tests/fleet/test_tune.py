@@ -23,8 +23,9 @@ LOAD = ["--num-prompts", "4", "--output-len", "48", "--input-len", "32"]
 
 @pytest.fixture
 def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
-    return derived_inventory(fleet, tmp_path, defaults={
-        "sglang_args": ["--enable-metrics"], "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    # No `measure` and no timer variable: tune's deploys turn SGLang's device timer on themselves, as a sweep's do
+    # (the real H200 run found a tune on a plain inventory reading no phase at all, so no rule could fire).
+    return derived_inventory(fleet, tmp_path)
 
 
 @pytest.mark.parametrize("args, words", [(["--objective", "latency"], "--objective"),
@@ -50,6 +51,7 @@ def test_tune_measures_and_leaves_the_host_serving_its_best(inventory: Path, sim
     # is measured with the profiler's trace too, bounded by --trace-steps.
     first = doc["outside_trials"][0]
     assert first["traced"] and 0 < first["traced_passes"] <= 4, first
+    assert {"verify", "draft", "other"} <= set(first["figures"]), first["figures"]  # the device timer's phases
     assert json.loads(Path(doc["state_file"]).read_text())["loads"] == doc["loads"]
     assert json.loads((tmp_path / "diff.json").read_text())
     assert sglang_pids(sim_host), "tune left the host without a server"
@@ -60,14 +62,14 @@ def test_tune_keeps_overlap_back_on_where_host_time_dominates(fleet: Fleet, sim_
     """The simulator's host time (``host_ms``) doubles with --disable-overlap-schedule: the profile's "other" is a
     third of the cycle, the other_share rule fires, overlap comes back on in A B B A A B and wins beyond the spread
     of deploys that each draw their own ±5 % host-time factor."""
-    inventory = derived_inventory(fleet, tmp_path, defaults={
-        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
-        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--disable-overlap-schedule"]})
     sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
     code, doc, err = inv_json("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
     assert code == 0, err
+    assert all({"verify", "other"} <= set(m["figures"]) for m in doc["outside_trials"])  # the device timer's
     step = doc["steps"][0]
     assert step["rule"] == "other_share" and step["remedy"] == "overlap-on", step
+    assert all({"verify", "other"} <= set(m["figures"]) for m in step["measurements"])  # phases, every deploy
     assert step["outcome"] == "kept", step["why"]
     assert len(step["measurements"]) == 6 and [m["arm"] for m in step["measurements"]] == list("ABBAAB")
     assert "--disable-overlap-schedule" not in doc["best"]["flags"]
@@ -118,9 +120,7 @@ def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, s
                                                                  tmp_path: Path) -> None:
     """SIGINT to the real `inv tune` process while the candidate (overlap back on) serves: the incumbent (the
     start, overlap off) is deployed again before it exits, and the saved path says so."""
-    inventory = derived_inventory(fleet, tmp_path, defaults={
-        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
-        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--disable-overlap-schedule"]})
     sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0)
     client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
     err = ""

@@ -261,3 +261,19 @@ def test_a_group_member_is_told_its_changes_against_its_running_launch() -> None
     text = tune_report.render(doc)
     assert "gpu2 (not tuned, not deployed) would get: " in text and "---disable-cuda-graph" in text
     assert "gpu3 (not tuned, not deployed): could not read what it runs: cannot connect" in text
+
+
+@dataclass
+class Untimed(CostModel):
+    """A host whose deploys report no device timer: tok/s and accept length only (``measure: false``, a release
+    before 0.5.11)."""
+
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        m = super().run(cfg, trace)
+        return replace(m, anatomy={"cycle": m.anatomy["cycle"], "steps": m.anatomy["steps"]})
+
+
+def test_no_device_timer_is_said_not_called_nothing_to_fix() -> None:
+    st = tune(Untimed(seed=1), TuneState(POOR, POOR), _params())
+    assert st.stop == "unmeasured" and "no per-phase device timer" in st.stop_reason, st.stop_reason
+    assert not st.steps and st.loads == 1 and st.best == POOR
