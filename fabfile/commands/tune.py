@@ -43,7 +43,8 @@ class Measurement:
     tok_s: float
     anatomy: Mapping[str, Any]
     accept: float | None = None
-    memory_gib: float | None = None
+    memory_gib: float | None = None  # the most any GPU of the host held after the load [nvidia-smi]
+    memory_total_gib: float | None = None  # the smallest GPU's total [nvidia-smi]
     sla_met: bool = True
     sla_broken: tuple[str, ...] = ()  # the limits this deploy broke (plan/sla.broken's words)
     sla: Mapping[str, float | None] = field(default_factory=dict)  # the figures judged: ttft_ms, tpot_ms, tok_s
@@ -224,6 +225,19 @@ def _with_kernels(head: Measurement, traced: Measurement | None) -> Measurement:
     return replace(head, anatomy={**head.anatomy, "kernels": traced.anatomy["kernels"]}, trace=traced.trace)
 
 
+# Without a stated limit, a challenger may use GPU memory up to this share of the smallest GPU's total: above it the
+# next longer prompt or larger batch runs the server out of memory (SGLang sizes its KV pool by
+# --mem-fraction-static, so a change that grows the CUDA graphs' or the draft's memory shows here).
+MEMORY_SHARE_LIMIT = 0.97
+
+
+def _memory_limit(params: TuneParams, ms: list[Measurement]) -> float | None:
+    if params.memory_limit_gib is not None:
+        return params.memory_limit_gib
+    totals = [m.memory_total_gib for m in ms if m.memory_total_gib]
+    return MEMORY_SHARE_LIMIT * min(totals) if totals else None
+
+
 def _timed(m: Measurement) -> bool:
     """Whether the measurement has the device timer's GPU phases (a speculative cycle's verify, a decode step)."""
     return m.ms("verify") is not None or m.ms("decode") is not None
@@ -339,7 +353,8 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
             if not step.outcome:
                 inc, ch = _arm(a_ms, best.remedy.mechanism), _arm(b_ms, best.remedy.mechanism, flags)
                 v = tune_rule.decide(inc, ch, moves_accept=best.remedy.moves_accept,
-                                     memory_limit_gib=params.memory_limit_gib, sla_first=params.objective == "sla")
+                                     memory_limit_gib=_memory_limit(params, a_ms + b_ms),
+                                     sla_first=params.objective == "sla")
                 step.outcome, step.why = v.outcome, v.why
                 step.before, step.after = list(inc.objective), list(ch.objective)
                 step.before_spread, step.after_spread = tune_rule.spread(inc.objective), tune_rule.spread(ch.objective)
@@ -461,6 +476,7 @@ class HostTrials:
             doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
             s.logs(lines=self.log_lines, follow=False, follow_s=0.0, timeout=30.0,
                    on_event=lambda ev: log.append(str(ev.get("line") or "")))
+            gpus = s.gpus().get("gpus") or []
             env_seen: dict[str, str] = {}
             if cfg.env:
                 evidence: dict[str, Any] = dict(s.check_env(dict(cfg.env))["evidence"] or {})
@@ -475,8 +491,12 @@ class HostTrials:
         args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
         sla = sla_figures(bench)
         missed = tuple(broken(dict(sla), self.limits)) if self.limits.any else ()
+        used = [g["used_mib"] / 1024 for g in gpus[:self.host.gpus] if g.get("used_mib") is not None]
+        total = [g["total_mib"] / 1024 for g in gpus[:self.host.gpus] if g.get("total_mib")]
         return Measurement(tok_s=float(bench.get("output_tok_s") or 0.0), anatomy=anatomy,
-                           accept=float(accept) if accept else None, sla_met=not missed, sla_broken=missed, sla=sla,
+                           accept=float(accept) if accept else None, memory_gib=max(used) if used else None,
+                           memory_total_gib=min(total) if total else None, sla_met=not missed, sla_broken=missed,
+                           sla=sla,
                            log=tuple(log), server_args=args, env=env_seen, trace=trace_facts(kernels),
                            traced=bool(kernels))
 

@@ -52,6 +52,7 @@ def test_tune_measures_and_leaves_the_host_serving_its_best(inventory: Path, sim
     first = doc["outside_trials"][0]
     assert first["traced"] and 0 < first["traced_passes"] <= 4, first
     assert {"verify", "draft", "other"} <= set(first["figures"]), first["figures"]  # the device timer's phases
+    assert first["memory_gib"] and first["memory_gib"] > 0, first  # the GPU memory guard has a figure [nvidia-smi]
     assert json.loads(Path(doc["state_file"]).read_text())["loads"] == doc["loads"]
     assert json.loads((tmp_path / "diff.json").read_text())
     assert sglang_pids(sim_host), "tune left the host without a server"

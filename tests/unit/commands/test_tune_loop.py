@@ -277,3 +277,20 @@ def test_no_device_timer_is_said_not_called_nothing_to_fix() -> None:
     st = tune(Untimed(seed=1), TuneState(POOR, POOR), _params())
     assert st.stop == "unmeasured" and "no per-phase device timer" in st.stop_reason, st.stop_reason
     assert not st.steps and st.loads == 1 and st.best == POOR
+
+
+@dataclass
+class GraphsFillTheGpu(CostModel):
+    """CUDA graphs win by far but their memory takes the GPU to 138 of 141 GiB [nvidia-smi]."""
+
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        m = super().run(cfg, trace)
+        used = 60.0 if cfg.has("--disable-cuda-graph") else 138.0
+        return replace(m, memory_gib=used, memory_total_gib=141.0)
+
+
+def test_a_change_that_fills_the_gpu_is_not_kept_without_a_stated_limit() -> None:
+    st = tune(GraphsFillTheGpu(seed=3), TuneState(POOR, POOR), _params())
+    graph = next(s for s in st.steps if s.remedy == "graph-on")
+    assert graph.outcome == "guard" and "GPU memory 138.0 GiB" in graph.why, graph.why
+    assert st.best.has("--disable-cuda-graph")
