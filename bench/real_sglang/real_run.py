@@ -624,13 +624,15 @@ def phase_prof7b(python: str, models: Path, site: Path, before: dict[str, str]) 
 
 
 def phase_eager7b(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
-    """Verify's graph off (CUDA graphs off: verify runs on the decode graph runner) for verify_eager; s3 again with
-    graphs on to compare in the same call."""
+    """Verify's graph off (CUDA graphs off: verify runs eager) for verify_eager, with its trace; then tp1a's checks on
+    the 7B shape with graphs on (the plugin patch mode, check-env proven per rank, accept length as predicted, the
+    scheduler patch mode). The eager baseline was measured on 2026-12-03 (15.9 ms [timer])."""
     write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=False)
-    run_steps([("profile s3 eager (trace, explain)", 220,
-                lambda: step_profile(3, load=LOAD_7B, bench_explain=False, tag=" (CUDA graphs off)")),
-               ("profile baseline eager", 120,
-                lambda: step_profile(0, load=LOAD_7B, trace=False, tag=" (CUDA graphs off)"))], RESERVE)
+    run_steps([("profile s3 eager (trace, explain)", 200,
+                lambda: step_profile(3, load=LOAD_7B, bench_explain=False, tag=" (CUDA graphs off)"))], RESERVE)
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True)
+    run_steps([("eagle plugin (7B, graphs on)", 130, lambda: step_eagle(1, "plugin")),
+               ("check-env scheduler (7B)", 80, lambda: check_modes(["scheduler"], 1))], RESERVE)
     stop_and_rollback(site, before, 1)
 
 
