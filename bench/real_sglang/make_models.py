@@ -62,6 +62,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -207,6 +208,23 @@ def verify_experts(steps: int, shape: Shape) -> int:
     """Distinct experts per layer one verify pass of D = steps + 1 tokens reaches (decode: top_k). A pass's tokens
     are consecutive slots (the far wrong proposal shares the block of the slot it replaced), so D · top_k up to E."""
     return min(shape.experts, (steps + 1) * shape.top_k)
+
+
+def moe_traffic(shape: Shape) -> dict[str, Any]:
+    """The MoE target's bf16 weights (GB) and what one forward of n tokens (consecutive slots, n = 1 decode, 4 and 8
+    verify) reads of them: each layer's attention, router and norms once, min(E, n · top_k) experts, the lm_head
+    (the n embedding rows it reads are negligible)."""
+    h, q, kv = shape.hidden, shape.heads * shape.hd, shape.kv * shape.hd
+    expert = 3 * h * shape.intermediate * 2
+    dense = (2 * q * h + 2 * kv * h + shape.experts * h + 2 * shape.hd + 2 * h) * 2
+    head = VOCAB * h * 2
+    total = shape.layers * (dense + shape.experts * expert) + 2 * head + 2 * h
+
+    def read(n: int) -> float:
+        return (shape.layers * (dense + min(shape.experts, n * shape.top_k) * expert) + head) / 1e9
+
+    return {"total_gb": total / 1e9, "experts_gb": shape.layers * shape.experts * expert / 1e9,
+            "read_gb": {n: read(n) for n in (1, 4, 8)}}
 
 
 def _router(shape: Shape) -> np.ndarray:

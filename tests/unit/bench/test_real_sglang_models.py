@@ -235,6 +235,9 @@ def moe(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, np.ndarray]
     # the first H rows is the argmax over the whole vocabulary: each step reads those rows only (the test stays fast)
     assert not t["lm_head.weight"][MOE.hidden:].any()
     t["lm_head.slots"] = t["lm_head.weight"][:MOE.hidden]
+    # the weight figures the real run reports (moe_traffic) are the file's own: every byte after the header
+    raw = (paths["target"] / "model.safetensors").read_bytes()
+    assert mm.moe_traffic(MOE)["total_gb"] * 1e9 == len(raw) - 8 - struct.unpack("<Q", raw[:8])[0]
     return t, read_safetensors(paths["draft"] / "model.safetensors"), cfg
 
 
@@ -268,7 +271,7 @@ def moe_target_step(t: dict[str, np.ndarray], token: int, cfg: dict) -> tuple[in
         prob = np.exp(logits - logits.max())
         weight = prob[chosen] / prob[chosen].sum()
         out = np.zeros_like(residual)
-        for w, e in zip(weight, chosen):
+        for w, e in zip(weight, chosen, strict=True):
             e_ = f"{p}mlp.experts.{e}."
             out += w * (t[e_ + "down_proj.weight"] @ (silu(t[e_ + "gate_proj.weight"] @ x) *
                                                        (t[e_ + "up_proj.weight"] @ x)))
