@@ -809,9 +809,12 @@ def step_moe_explain(steps: int) -> None:
     found = {f.get("rule"): f for f in subject.get("findings") or []}
     verify = dict((((subject.get("anatomy") or {}).get("kernels") or {}).get("verify")) or {})
     decode = _decode_kernels(base)
+    read = make_models.moe_traffic(shape)["read_gb"]
+    expect = f"; weights read per pass [derived]: {read[1]:.2f} GB decode, {read[steps + 1]:.2f} GB verify " \
+             f"({read[steps + 1] / read[1]:.2f}×)" if steps + 1 in read else ""
     record(f"moe: kernels by class [trace], baseline decode → verify at steps {steps}", None
-           if code == 0 else False, _by_class(decode, verify) if code == 0 else err[-400:], decode=decode,
-           verify=verify)
+           if code == 0 else False, (_by_class(decode, verify) + expect) if code == 0 else err[-400:],
+           decode=decode, verify=verify)
     g = found.get("gemm_growth")
     gv = float((verify.get("classes_ms") or {}).get("gemm") or 0)
     gd = float((decode.get("classes_ms") or {}).get("gemm") or 0)
