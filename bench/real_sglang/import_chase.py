@@ -1,10 +1,11 @@
 """Which third-party packages a Llama + EAGLE-3 SGLang server imports, read statically from the unpacked wheels.
 
 Walks the module-level imports (including those under module-level ``if``/``try``, which run on a CUDA host)
-from the entry points a ``sglang.launch_server`` with a Llama target, an EAGLE-3 draft, the Triton attention
-backend and the PyTorch sampler loads, following SGLang's own modules and every package unpacked beside it.
-Imports inside functions are lazy and not followed. Prints, for each distribution found in SITE, the first
-module that pulls it in. Needs no torch and no GPU, so it runs on the CPU machine:
+from the entry points a ``sglang.launch_server`` with a Llama or Qwen3-MoE target (the MoE shape: SGLang's Triton
+fused-MoE runner), an EAGLE-3 draft, the Triton attention backend and the PyTorch sampler loads, following
+SGLang's own modules and every package unpacked beside it. Imports inside functions are lazy and not followed.
+Prints, for each distribution found in SITE, the first module that pulls it in. Needs no torch and no GPU, so it
+runs on the CPU machine:
 
     python3 bench/real_sglang/import_chase.py SITE
 """
@@ -24,6 +25,8 @@ ENTRY = [
     "sglang.srt.speculative.eagle_worker", "sglang.srt.speculative.eagle_worker_v2",
     "sglang.srt.layers.attention.triton_backend", "sglang.srt.layers.sampler",
     "sglang.srt.model_loader.loader", "sglang.srt.plugins",
+    "sglang.srt.models.qwen3_moe", "sglang.srt.layers.moe.fused_moe_triton.layer", "sglang.srt.layers.moe.topk",
+    "sglang.srt.layers.moe.moe_runner.triton", "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe",
 ]
 
 

@@ -8,8 +8,8 @@
 # Usage: bench/real_sglang/prepare.sh [DEST]      (default DEST: .gpu, which .git/info/exclude must ignore)
 #
 # Every wheel and why (the "imported by" column is bench/real_sglang/import_chase.py's output on the unpacked
-# set: the first SGLang module that pulls the package in at module level on a Llama + EAGLE-3 server with the
-# Triton attention backend; see docs/real-sglang.md). The GPU image already has torch, triton, numpy, scipy,
+# set: the first SGLang module that pulls the package in at module level on a Llama or Qwen3-MoE + EAGLE-3 server
+# with the Triton attention backend; see docs/real-sglang.md). The GPU image already has torch, triton, numpy, scipy,
 # einops, aiohttp, requests, psutil, pillow, sentencepiece, tiktoken, tqdm, uvloop, prometheus-client,
 # nvidia-ml-py, packaging, filelock, huggingface-hub, safetensors, httpx, anyio, h11, click, annotated-doc,
 # accelerate, jinja2, pyyaml, rich: those are not carried unless SGLang or the tool pins another version.

@@ -11,6 +11,8 @@ tp1: deploy --steps 0 and --steps 3, check-env in the env, plugin, scheduler and
 tp2: --tp 2 on two GPUs: every patch mode with check-env proving 6 NCCL variables × 2 ranks from NCCL's lines,
      then a launch path that strips the six variables (a python wrapper), bench, stop, rollback.
 tp8: the seed's launch shape at --tp 8 (issue 20).
+profmoe: the MoE shape (issue 37 point 5): inv profile --trace of the baseline and steps 7 and 3, kernels by class,
+     inv explain --from each against the baseline's traced profile (does gemm_growth fire?), accept length checked.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -82,9 +85,11 @@ def record(check: str, ok: bool | None, detail: Any, **extra: Any) -> None:
     save()
 
 
-def inv(*args: str, inventory: Path | None = None, timeout: float = 540) -> tuple[int, Any, str, float]:
-    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args, "--inventory",
-            str(inventory or WORK / "inventory.yaml")]
+def inv(*args: str, inventory: Path | None = None, timeout: float = 540,
+        local: bool = False) -> tuple[int, Any, str, float]:
+    """``inv ARGS --inventory ...``; local: a command on saved documents (``explain --from``), which takes none."""
+    argv = [sys.executable, "-m", "invoke", "--search-root", str(ROOT), *args,
+            *([] if local else ["--inventory", str(inventory or WORK / "inventory.yaml")])]
     print(f"\n[{now()}] $ inv {' '.join(args)}", flush=True)
     timeout = min(timeout, max(30.0, time_left() + 20))   # never run past the call's own limit
     t0 = time.monotonic()
@@ -493,8 +498,11 @@ def _phases(doc: Any) -> str:
 
 
 def step_profile(steps: int, *, load: list[str] | None = None, trace: bool = True, bench_explain: bool = True,
-                 tag: str = "") -> None:
+                 tag: str = "") -> dict[str, Any]:
+    """Deploy, bench, profile (timer), profile --trace, explain. Returns the bench document and the path the traced
+    profile's document was saved to (``inv explain --from`` reads it), where they came."""
     load = load or PROFILE_LOAD
+    got: dict[str, Any] = {}
     label = ("baseline" if steps == 0 else f"EAGLE-3 steps {steps}") + tag
     code, doc, err, wall = inv_one("deploy", "--steps", str(steps), "--measure", "--json", timeout=400)
     record(f"profile: deploy --steps {steps} --measure (CUDA graphs on)", deploy_ok(doc, code),
@@ -502,9 +510,10 @@ def step_profile(steps: int, *, load: list[str] | None = None, trace: bool = Tru
     if not deploy_ok(doc, code):
         log = server_log("baseline" if steps == 0 else f"eagle3-s{steps}-k1-d{steps + 1}")
         print(log.read_text(errors="replace")[-6000:] if log.is_file() else "no server log")
-        return
+        return got
     code, bdoc, err, bwall = inv_one("bench", "--client", "builtin", *load, "--out", str(WORK / "runs"),
                                      "--json", timeout=240)
+    got["bench"] = bdoc
     record(f"profile: bench {label} (timer on)", code == 0, f"{bwall:.1f} s; " + _phases(bdoc), doc=bdoc,
            wall_s=round(bwall, 2))
     code, pdoc, err, pwall = inv("profile", *load, "--json", timeout=240)
@@ -513,14 +522,20 @@ def step_profile(steps: int, *, load: list[str] | None = None, trace: bool = Tru
     # under the work tree (server-logs.tar.gz): several traced configurations stay within the 8 files that come back
     traces = WORK / "runs" / f"traces-s{steps}{'-eager' if tag else ''}"
     if not trace:
-        return _explain(steps, label, load, bench_explain)
+        _explain(steps, label, load, bench_explain)
+        return got
     code, tdoc, err, twall = inv("profile", *load, "--trace", "--trace-steps", "12", "--out", str(traces),
                                  "--json", timeout=300)
     sizes = {p.name: p.stat().st_size for p in traces.glob("*.trace.json.gz")} if traces.is_dir() else {}
     record(f"profile: inv profile --trace {label} (timer + profiler trace, 12 steps)", code == 0,
            f"{twall:.1f} s; trace files {sizes}; " + _phases(tdoc), doc=tdoc, wall_s=round(twall, 2),
            trace_bytes=sizes)
+    if code == 0 and tdoc:
+        traces.mkdir(parents=True, exist_ok=True)
+        got["trace_doc"] = traces / "profile.json"
+        got["trace_doc"].write_text(json.dumps(tdoc, default=str))
     _explain(steps, label, load, bench_explain)
+    return got
 
 
 def _explain(steps: int, label: str, load: list[str], bench_explain: bool) -> None:
@@ -745,27 +760,134 @@ def phase_tune7b(python: str, models: Path, site: Path, before: dict[str, str]) 
     stop_and_rollback(site, before, 1)
 
 
+# -- issue 37 point 5: an MoE target (Qwen3-MoE, each slot routed to its own experts), partial draft ------------
+# The Triton fused-MoE runner: what "auto" resolves to for a bf16 Qwen3-MoE at TP 1 on Hopper (flashinfer_trtllm only
+# on sm100), said explicitly so a later SGLang's default cannot move the run onto a backend the kit does not carry.
+MOE_ARGS = ["--moe-runner-backend", "triton"]
+MOE_RESERVE = 45.0   # the closing stop + rollback took 9 s in each 7B call; 45 leaves room for a slow stop
+MOE_TRACED: dict[int, Path] = {}   # steps → the saved `inv profile --trace --json` document of that configuration
+MOE_LOG = re.compile(r"MoE|moe_runner|fused_moe|[Ee]xpert|Qwen3Moe|ModuleNotFoundError|ImportError|No module")
+
+
+def moe_facts() -> str:
+    shape = make_models.SHAPES[MODEL["shape"]]
+    t = make_models.moe_traffic(shape)
+    return (f"Qwen3MoeForCausalLM hidden {shape.hidden}, {shape.layers} layers, {shape.heads} query / {shape.kv} KV "
+            f"heads of {shape.hd}, {shape.experts} experts of width {shape.intermediate}, top-{shape.top_k}; "
+            f"weights {t['total_gb']:.1f} GB (experts {t['experts_gb']:.1f} GB) [make_models]; weights read per "
+            f"forward [derived]: decode {t['read_gb'][1]:.2f} GB ({shape.top_k} experts/layer), verify of 4 "
+            f"tokens {t['read_gb'][4]:.2f} GB ({make_models.verify_experts(3, shape)}), of 8 {t['read_gb'][8]:.2f} GB "
+            f"({make_models.verify_experts(7, shape)}); MoE runner flags {MOE_ARGS}")
+
+
+def _decode_kernels(path: Path) -> dict[str, Any]:
+    """The baseline's decode kernels by class from its saved traced profile (``inv profile --json``'s document)."""
+    doc = json.loads(path.read_text())
+    rank = ((one_host(doc).get("data") or {}).get("ranks") or [{}])[0]
+    return dict((((rank.get("trace") or {}).get("kernels") or {}).get("decode")) or {})
+
+
+def _by_class(decode: dict[str, Any], verify: dict[str, Any]) -> str:
+    d, v = decode.get("classes_ms") or {}, verify.get("classes_ms") or {}
+    parts = []
+    for cls in sorted(set(d) | set(v), key=lambda c: -float(v.get(c) or 0)):
+        a, b = float(d.get(cls) or 0), float(v.get(cls) or 0)
+        parts.append(f"{cls} {a:.3f} → {b:.3f} ms" + (f" ({b / a:.2f}×)" if a > 0 else ""))
+    return (f"span {decode.get('span_ms')} → {verify.get('span_ms')} ms per pass, launch {decode.get('launch')} / "
+            f"{verify.get('launch')}; " + ", ".join(parts))
+
+
+def step_moe_explain(steps: int) -> None:
+    """`inv explain --from` the configuration's traced profile `--baseline` the baseline's: gemm_growth reads the
+    verify GEMM time of one against the decode GEMM time of the other. Records the kernels by class and whether
+    the rule fired, where this construction predicts it should (the pass reaches D × the experts of decode)."""
+    shape = make_models.SHAPES[MODEL["shape"]]
+    base, spec = MOE_TRACED.get(0), MOE_TRACED.get(steps)
+    reach = f"{steps + 1} tokens reach {make_models.verify_experts(steps, shape)} of {shape.experts} experts " \
+            f"per layer, a decode token {shape.top_k}"
+    if base is None or spec is None:
+        record(f"moe: gemm_growth at steps {steps} ({reach})", False,
+               f"no traced profile of the {'baseline' if base is None else f'steps {steps} server'} to read")
+        return
+    code, xdoc, err, _ = inv("explain", "--from", str(spec), "--baseline", str(base), "--json", local=True,
+                             timeout=120)
+    subject = ((xdoc or {}).get("subjects") or [{}])[0]
+    found = {f.get("rule"): f for f in subject.get("findings") or []}
+    verify = dict((((subject.get("anatomy") or {}).get("kernels") or {}).get("verify")) or {})
+    decode = _decode_kernels(base)
+    read = make_models.moe_traffic(shape)["read_gb"]
+    expect = f"; weights read per pass [derived]: {read[1]:.2f} GB decode, {read[steps + 1]:.2f} GB verify " \
+             f"({read[steps + 1] / read[1]:.2f}×)" if steps + 1 in read else ""
+    record(f"moe: kernels by class [trace], baseline decode → verify at steps {steps}", None
+           if code == 0 else False, (_by_class(decode, verify) + expect) if code == 0 else err[-400:],
+           decode=decode, verify=verify)
+    g = found.get("gemm_growth")
+    gv = float((verify.get("classes_ms") or {}).get("gemm") or 0)
+    gd = float((decode.get("classes_ms") or {}).get("gemm") or 0)
+    record(f"moe: gemm_growth at steps {steps} ({reach})", g is not None,
+           g.get("sentence") if g else f"silent: verify GEMM {gv:.3f} ms against decode {gd:.3f} ms per pass "
+           "[trace] (the rule fires at 1.5×)", growth=round(gv / gd, 3) if gd else None)
+    record(f"moe: inv explain --from steps {steps} --baseline the baseline (traces of both)", code == 0,
+           f"rules fired: {sorted(found) or 'none'}; " + str(subject.get("verdict")),
+           findings=[found[r] for r in sorted(found)], doc=xdoc)
+
+
+def step_moe_profile(steps: int) -> None:
+    if steps and 0 not in MOE_TRACED:
+        record(f"skipped: moe steps {steps}", None, "the baseline was not profiled with a trace (see above)")
+        return
+    got = step_profile(steps, load=LOAD_7B, bench_explain=False)
+    log = server_log("baseline" if steps == 0 else f"eagle3-s{steps}-k1-d{steps + 1}")
+    lines = [ln.strip()[:300] for ln in log.read_text(errors="replace").splitlines() if MOE_LOG.search(ln)] \
+        if log.is_file() else []
+    record(f"moe: SGLang's MoE path at steps {steps} (server log lines naming it)", None, lines[-10:] or "none")
+    if got.get("trace_doc"):
+        MOE_TRACED[steps] = got["trace_doc"]
+    if not steps:
+        return
+    acc = (got.get("bench") or {}).get("accept_len")
+    low, high = make_models.accept_length_range(256, steps, MODEL["wrong_every"],
+                                                make_models.SHAPES[MODEL["shape"]].hidden)
+    record(f"moe: accept length at steps {steps} as make_models predicts (MoE layers in the residual path)",
+           acc is not None and accept_as_predicted(acc, 256, steps),
+           f"{acc} [meta_info], predicted {predicted_accept(256, steps):.3f} (per request {low:.3f}–{high:.3f})")
+    step_moe_explain(steps)
+
+
+def phase_profmoe(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    """The MoE shape with the partial draft: baseline, then 8 draft tokens (steps 7) before 4 (steps 3), so the
+    pass that reaches every expert is measured first; each `inv profile --trace`, kernels by class, explained."""
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True, extra_args=MOE_ARGS)
+    record("moe: the shape", None, moe_facts())
+    run_steps([("moe profile baseline (trace)", 230, lambda: step_moe_profile(0)),
+               ("moe profile s7 (trace, explain)", 85, lambda: step_moe_profile(7)),
+               ("moe profile s3 (trace, explain)", 85, lambda: step_moe_profile(3))], MOE_RESERVE)
+    stop_and_rollback(site, before, 1)
+
+
 def main() -> int:
     global OUT, DEADLINE
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8", "profile", "profileb",
-                                       "three", "threeb", "prof7b", "eager7b", "sweep7b", "grid7b", "tune7b"),
+                                       "three", "threeb", "prof7b", "eager7b", "sweep7b", "grid7b", "tune7b",
+                                       "profmoe"),
                     required=True)
     ap.add_argument("--budget-s", type=float, default=560.0, help="seconds this run may take in all")
     ap.add_argument("--python", required=True, help="the venv python that has the real SGLang")
     ap.add_argument("--models", default="/tmp/rs/models")
     ap.add_argument("--shape", choices=sorted(make_models.SHAPES), default=None,
-                    help="model shape (default: 7b for the *7b phases, tiny otherwise)")
+                    help="model shape (default: 7b for the *7b phases, moe for profmoe, tiny otherwise)")
     ap.add_argument("--wrong-every", type=int, default=None,
-                    help="the draft is wrong where the slot is 0 mod P (default: 3 for the *7b phases, else 0)")
+                    help="the draft is wrong where the slot is 0 mod P (default: 3 for the *7b phases and "
+                         "profmoe, else 0)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     DEADLINE = time.monotonic() + a.budget_s
     OUT = Path(a.out)
     OUT.mkdir(parents=True, exist_ok=True)
     (WORK / "logs").mkdir(parents=True, exist_ok=True)
-    big = a.phase.endswith("7b")
-    MODEL["shape"] = a.shape or ("7b" if big else "tiny")
+    big = a.phase.endswith("7b") or a.phase == "profmoe"
+    MODEL["shape"] = a.shape or ("moe" if a.phase == "profmoe" else "7b" if big else "tiny")
     MODEL["wrong_every"] = a.wrong_every if a.wrong_every is not None else (3 if big else 0)
     models = Path(a.models) / f"{MODEL['shape']}-p{MODEL['wrong_every']}"
     made = models / "made.json"
@@ -788,7 +910,8 @@ def main() -> int:
     phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp2b": phase_tp2b,
               "tp8": phase_tp8, "profile": phase_profile, "profileb": phase_profileb,
               "three": phase_three, "threeb": phase_threeb, "prof7b": phase_prof7b, "eager7b": phase_eager7b,
-              "sweep7b": phase_sweep7b, "grid7b": phase_grid7b, "tune7b": phase_tune7b}
+              "sweep7b": phase_sweep7b, "grid7b": phase_grid7b, "tune7b": phase_tune7b,
+              "profmoe": phase_profmoe}
     phases[a.phase](a.python, models, site, before)
     print("\n| check | result | detail |\n|---|---|---|")
     for r in results:

@@ -4,7 +4,8 @@
 # run real_run.py for one phase. Everything lands under $OUT (log, results.json, server logs).
 #   bench/real_sglang/run.sh PHASE [real_run.py options, e.g. --shape 7b --wrong-every 3]
 # PHASE: tp1 tp1a tp1b tp2 tp2b tp8 profile profileb three threeb (tiny shape by default) or
-#        prof7b eager7b sweep7b grid7b (7B shape, draft wrong every 3 slots, models written inside the call).
+#        prof7b eager7b sweep7b grid7b (7B shape, draft wrong every 3 slots, models written inside the call),
+#        profmoe (the Qwen3-MoE shape, 20 GB written inside the call, draft wrong every 3 slots).
 set -uo pipefail
 PHASE=${1:?phase: tp1, tp2, tp8, profile, prof7b, sweep7b, ... (see the header)}
 shift

@@ -82,6 +82,12 @@ _NCCL = re.compile(r"ncclDevKernel_|ncclSymkDevKernel_")  # NCCL's own (the rest
 _SAMPLING = re.compile(r"VerifyTreeGreedy|verify_tree_greedy|TopP|TopK|top_p|top_k|Renorm|renorm|_draft_topk1_|"
                        r"Sampling|sampling", re.I)
 _GEMM = re.compile(r"nvjet|cutlass|gemm|cublas|sm90_xmma|Gemm", re.I)
+# MoE layers (SGLang's Triton runner, the default for bf16 at TP 1 on Hopper): the expert GEMMs are the Triton kernel
+# fused_moe_kernel (the weight traffic that grows with the experts a pass reaches); the router's top-k
+# (sgl_kernel's topkGatingSoftmax), the token sort (moe_align_block_size) and the weighted sum (moe_sum_reduce) are
+# bookkeeping, not sampling: named before the sampling pattern, whose "TopK" would otherwise take the router.
+_MOE_GEMM = re.compile(r"fused_moe_kernel")
+_MOE_ROUTING = re.compile(r"topkGating|moeSoftmax|moeTopK|moe_align_block_size|moe_sum_reduce", re.I)
 _ATTENTION = re.compile(r"_fwd_kernel|flash|flashinfer::.*(Prefill|Decode|Attention)|attention|mla_|fmha", re.I)
 _NORM_ACT = re.compile(r"RMSNorm|LayerNorm|rms_norm|layer_norm|act_and_mul|silu|gelu|swiglu|Activation", re.I)
 
@@ -92,6 +98,10 @@ def kernel_class(name: str, cat: str = "kernel") -> str:
         return "copy"
     if _ALLREDUCE.search(name):
         return "allreduce"
+    if _MOE_GEMM.search(name):
+        return "gemm"
+    if _MOE_ROUTING.search(name):
+        return "other"
     if _SAMPLING.search(name):
         return "sampling_verify"
     if _NORM_ACT.search(name):

@@ -129,6 +129,12 @@ def test_the_real_traces_cycle_anatomy_names_its_source() -> None:
     ("void VerifyTreeGreedy<int, long>(int*)", "sampling_verify"),
     ("_draft_topk1_partial_argmax_kernel", "sampling_verify"), ("TopPRenormProbKernel", "sampling_verify"),
     ("Memcpy DtoD (Device -> Device)", "copy"), ("void at::native::elementwise_kernel<128, 4>", "other"),
+    # an MoE layer on SGLang's Triton runner: the expert GEMMs are GEMM (gemm_growth reads them), the router's
+    # top-k and the token sort are no sampling
+    ("fused_moe_kernel", "gemm"),
+    ("void topkGatingSoftmax<__nv_bfloat16, 8, 64, 4, 16>(__nv_bfloat16 const*, bool const*, float*)", "other"),
+    ("void moe_align_block_size_small_batch_expert_kernel<int, 256>(int const*, int*)", "other"),
+    ("void moe_sum_reduce_kernel<__nv_bfloat16, 8>(__nv_bfloat16 const*)", "other"),
 ])
 def test_kernel_classes_by_name(name: str, cls: str) -> None:
     assert trace.kernel_class(name) == cls
