@@ -380,21 +380,33 @@ def _save(state: TuneState, params: TuneParams) -> None:
     tmp.replace(params.state_file)
 
 
-def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int,
-                 limits: Limits | None = None) -> None:
-    """Bad input refused before anything is touched (a sentence naming the field; the CLI exits 2)."""
-    from fabfile.errors import FlagError
+def check_params(objective: str, max_loads: int | None, max_minutes: float | None, pairs: int,
+                 limits: Limits | None = None, concurrency: int = 1, max_steps: int = 0) -> None:
+    """Bad input refused before anything is touched, every refusal at once (a sentence each naming its flag; the CLI
+    exits 2). A budget already refused by its flag's own parser comes as None and is not judged again; an SLA no
+    configuration of at most ``max_steps`` draft steps could meet at ``concurrency`` is refused
+    (``plan/sla.unmeetable``: a stated floor, never a guess)."""
+    from fabfile.errors import Collector, FlagError
+    from fabfile.plan.sla import unmeetable
+
+    found = Collector()
+
+    def refuse(message: str) -> None:
+        raise FlagError(message)
 
     if objective not in OBJECTIVES:
-        raise FlagError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+        found.check(refuse, f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
     if objective == "sla" and not (limits and limits.any):
-        raise FlagError("--objective sla: give the limits to meet (--max-ttft-ms, --max-tpot-ms, --min-tok-s), as "
-                        "`inv sweep` takes them")
-    if max_loads < 2 * pairs + 1:
-        raise FlagError(f"--max-loads {max_loads} cannot fit one trial ({2 * pairs + 1} loads: the incumbent and "
-                        f"{pairs} deploys of each arm)")
-    if max_minutes <= 0:
-        raise FlagError(f"--max-minutes {max_minutes:g} leaves no time to tune")
+        found.check(refuse, "--objective sla: give the limits to meet (--max-ttft-ms, --max-tpot-ms, --min-tok-s), "
+                            "as `inv sweep` takes them")
+    if max_loads is not None and max_loads < 2 * pairs + 1:
+        found.check(refuse, f"--max-loads {max_loads} cannot fit one trial ({2 * pairs + 1} loads: the incumbent "
+                            f"and {pairs} deploys of each arm)")
+    if max_minutes is not None and max_minutes <= 0:
+        found.check(refuse, f"--max-minutes {max_minutes:g} leaves no time to tune")
+    for sentence in unmeetable(limits or Limits(), concurrency, max(max_steps, remedies.TUNE_MAX_STEPS)):
+        found.check(refuse, sentence)
+    found.done()
 
 
 def host_config(host: Host) -> Config:

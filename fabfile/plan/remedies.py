@@ -24,6 +24,9 @@ from fabfile.plan.versioncheck import facts_for
 from fabfile.remote import versions
 
 STEPS_FLAG, DRAFT_TOKENS_FLAG = FLAG_OF["speculative.steps"], FLAG_OF["speculative.draft_tokens"]
+# The most draft steps the tuner proposes (the real H200 grid's widest, steps 1-7 with 2-8 draft tokens, is inside
+# it); `inv sweep` measures more. The SLA the tune is asked to meet is judged against it (plan/sla.unmeetable).
+TUNE_MAX_STEPS = 8
 
 # Environment variables a remedy may set: (first release that reads it, first release that no longer does or None).
 # Sources: ../shared/reference/tune.md (0.5.x wheels read there).

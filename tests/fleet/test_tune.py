@@ -31,11 +31,23 @@ def inventory(fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> Path:
                                          (["--max-loads", "0"], "--max-loads"),
                                          (["--max-minutes", "0"], "--max-minutes"),
                                          (["--objective", "sla"], "--objective sla"),
-                                         (["--max-ttft-ms", "0"], "--max-ttft-ms")])
+                                         (["--max-ttft-ms", "0"], "--max-ttft-ms"),
+                                         (["--max-tpot-ms", "0.01"], "--max-tpot-ms 0.01: no server can meet it"),
+                                         (["--min-tok-s", "1e6", "--concurrency", "2"],
+                                          "--min-tok-s 1e+06: no server can meet it at --concurrency 2")])
 def test_bad_input_is_refused_before_any_host_is_touched(inventory: Path, sim_host: SimHost, args: list[str],
                                                          words: str, tmp_path: Path) -> None:
     r = run_inv("tune", *args, inventory=inventory, cwd=tmp_path)
     assert r.returncode == 2 and words in r.stderr, r.stderr
+    assert not sglang_pids(sim_host)
+
+
+def test_every_bad_flag_is_said_at_once(inventory: Path, sim_host: SimHost, tmp_path: Path) -> None:
+    r = run_inv("tune", "--objective", "latency", "--max-loads", "0", "--max-minutes", "0", "--max-tpot-ms", "0.001",
+                "--trace-steps", "0", inventory=inventory, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    for flag in ("--objective", "--max-loads", "--max-minutes", "--max-tpot-ms", "--trace-steps"):
+        assert flag in r.stderr, (flag, r.stderr)
     assert not sglang_pids(sim_host)
 
 
@@ -94,7 +106,7 @@ def test_a_group_tunes_its_first_host_under_an_sla_and_tells_the_others_what_the
         h.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0, deploy_noise=0.05)
     assert run_inv("deploy", "--host", "sim2", inventory=inventory, cwd=tmp_path).returncode == 0
     before = sglang_pids(sim2)
-    code, doc, err = inv_json("tune", "--host", "pair", *LOAD, "--max-loads", "7", "--max-tpot-ms", "0.01",
+    code, doc, err = inv_json("tune", "--host", "pair", *LOAD, "--max-loads", "7", "--max-tpot-ms", "0.5",
                               "--write", str(tmp_path / "diff.json"), inventory=inventory, cwd=tmp_path)
     assert code == 0, err
     assert doc["host"] == "sim1"
@@ -103,9 +115,9 @@ def test_a_group_tunes_its_first_host_under_an_sla_and_tells_the_others_what_the
     assert "missed the SLA (TPOT" in step["why"], step["why"]
     # The first challenger deploy that misses ends the trial: no later load could get the change kept.
     assert [m["arm"] for m in step["measurements"]] == ["A", "B"]
-    assert all(m["sla"]["tpot_ms"] > 0.01 and not m["sla_met"] for m in step["measurements"])
+    assert all(m["sla"]["tpot_ms"] > 0.5 and not m["sla_met"] for m in step["measurements"])
     assert "--disable-overlap-schedule" in doc["best"]["flags"]
-    assert doc["sla"]["max_tpot_ms"] == 0.01 and doc["sla"]["best_met"] is False
+    assert doc["sla"]["max_tpot_ms"] == 0.5 and doc["sla"]["best_met"] is False
     [other] = doc["others"]
     assert other["host"] == "sim2" and other["deployed"] is False and "running deploy" in other["source"]
     assert other["changes"] == ["+--disable-overlap-schedule"], other
