@@ -624,6 +624,7 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
                 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3, limits,
                 load.concurrency if load is not None else 1, h.speculative.steps if h is not None else 0)
     found.done()
+    assert h is not None and group is not None and load is not None  # found.done() raised otherwise
     steps = steps or DEFAULT_TRACE_STEPS
     if write_to and Path(write_to).is_dir():
         write_to = str(Path(write_to) / "tune-inventory-diff.json")  # a folder: the diff goes inside it

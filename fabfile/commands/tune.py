@@ -12,8 +12,10 @@ path says so (``restored``). The path is saved after every trial so ``--resume``
 from __future__ import annotations
 
 import json
+import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -573,6 +575,57 @@ def others_would_get(inv: Inventory, others: list[Host], state: TuneState) -> li
     return out
 
 
+@contextmanager
+def hold_host(inv: Inventory, host: Host, tune_id: str, minutes: float,
+              progress: Callable[[str], None] = lambda s: None) -> Iterator[None]:
+    """One tune per host for the whole tune: the ``tune_lease`` verb holds the host (its call lasts as long as the
+    tune; every deploy or stop but this tune's own is refused meanwhile, naming it), and is released on every exit
+    path, a Ctrl-C's included. A host another deploy or tune holds refuses the lease: nothing is touched."""
+    import threading
+
+    from fabfile.transport.session import HostSession
+
+    held, done = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+    sessions: list[HostSession] = []
+
+    def on_event(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "held":
+            held.set()
+
+    def hold() -> None:
+        try:
+            s = HostSession.open(inv, host)
+            sessions.append(s)
+            # Bounded on the host too: the tune's budget, its closing re-deploy and an hour of slack.
+            s.tune_lease(tune_id, timeout=minutes * 60 + 3600, on_event=on_event)
+        except BaseException as e:  # said by the main thread (a refusal), or the end of a released hold
+            failed.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=hold, name="tune-lease", daemon=True)
+    t.start()
+    try:
+        while not held.wait(0.1):
+            if done.is_set():
+                raise failed[0] if failed else CandidateFailed("the tune's lease ended before it was held",
+                                                               host=host.name)
+        progress(f"holding {host.name} for this tune ({tune_id}): other deploys and tunes are refused until it ends")
+        yield
+    finally:
+        if held.is_set():
+            try:
+                with HostSession.open(inv, host) as s:
+                    s.tune_lease(tune_id, release=True)
+            except Exception as e:  # the holder still ends with its channel (closed below) or its deadline
+                progress(f"letting go of {host.name} said: {e}")
+            t.join(timeout=10.0)  # the released holder answers and its call returns
+        for s in sessions:
+            s.transport.abort()
+        t.join(timeout=5.0)
+
+
 def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
              state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None],
              objective: str = "tok-s", limits: Limits | None = None, trace_steps: int = 12,
@@ -592,11 +645,13 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
         start = host_config(host)
         state = TuneState(start, start)
     limits = limits or Limits()
-    trials = HostTrials(inv, host, Options(), load, limits, trace_steps)
+    tune_id = f"tune-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+    trials = HostTrials(inv, host, Options(tune_id=tune_id), load, limits, trace_steps)
     params = TuneParams(version="", concurrency=load.concurrency, tp=host.tp, max_loads=max_loads,
                         max_minutes=max_minutes, state_file=state_file, objective=objective, limits=limits,
                         trace_steps=trace_steps)
-    done = tune(trials, state, params, progress)
+    with hold_host(inv, host, tune_id, max_minutes, progress):
+        done = tune(trials, state, params, progress)
     doc = done.to_json()
     doc["objective"] = objective
     if (sla := sla_summary(done, limits)) is not None:

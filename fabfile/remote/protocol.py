@@ -163,6 +163,7 @@ class DeployRequest(_DeployRequired, total=False):
     """``deploy`` (built by ``commands.deploy.deploy_request``; ``redeploy`` rebuilds one from a record)."""
 
     rollback_of: str | None  # the deploy id a rollback starts again
+    tune_id: str  # a tune's own deploy: admitted while that tune holds the host (serve/tunelease)
 
 
 class StopRequest(TypedDict, total=False):
@@ -174,6 +175,25 @@ class StopRequest(TypedDict, total=False):
     dry_run: bool
     lock_wait: float
     client: str
+
+
+class _TuneLeaseRequired(TypedDict):
+    tune_id: str
+    action: str  # hold (until the channel closes) | release
+
+
+class TuneLeaseRequest(_TuneLeaseRequired, total=False):
+    """``tune_lease`` (built by ``HostSession.tune_lease`` only): one tune per host for the whole tune."""
+
+    state_dir: str
+    client: str
+    wait_s: float  # release: how long to wait for the holder to let go
+
+
+class TuneLeaseAnswer(TypedDict, total=False):
+    released: bool
+    held_s: float
+    holder: Holder | None  # release: the holder found (None: nobody held the host)
 
 
 class CheckEnvRequest(TypedDict, total=False):

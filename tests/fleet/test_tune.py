@@ -156,3 +156,43 @@ def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, s
     assert saved["stop"] == "interrupted" and "deployed again" in saved["restored"], saved
     running = " ".join(c for _p, c in sglang_pids(sim_host) if "launch_server" in c)
     assert "--disable-overlap-schedule" in running, running
+    # The tune let go of the host on its way out: a deploy takes it at once.
+    after = run_inv("deploy", "--host", "sim1", inventory=inventory, cwd=tmp_path, timeout=180)
+    assert after.returncode == 0, after.stderr
+
+
+def test_one_tune_per_host_a_deploy_or_a_second_tune_between_its_deploys_is_refused(
+        fleet: Fleet, sim_host: SimHost, tmp_path: Path) -> None:
+    """While `inv tune` runs, a deploy that queues for the host (`--lock-wait`: it would get the deploy lock
+    between two of the tune's deploys) and a second tune are refused, naming the tune, and nothing of theirs runs;
+    once the tune ends, the host is free again."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0)
+    (tmp_path / "second").mkdir()
+    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 90
+        while not any("launch_server" in c for _p, c in sglang_pids(sim_host)):
+            assert time.monotonic() < deadline and client.poll() is None
+            time.sleep(0.2)
+        racer = run_inv("deploy", "--host", "sim1", "--lock-wait", "120", "--steps", "4", inventory=inventory,
+                        cwd=tmp_path, timeout=180)
+        assert racer.returncode != 0 and "a tune (`inv tune`, tune-" in racer.stderr, racer.stderr
+        assert "nothing was changed here" in racer.stderr
+        second = run_inv("tune", *LOAD, "--max-loads", "8", inventory=inventory, cwd=tmp_path / "second")
+        assert second.returncode != 0 and "a tune (`inv tune`, tune-" in second.stderr, second.stderr
+        assert not (tmp_path / "second" / "runs" / "tune-sim1.json").exists()
+        assert not any("--speculative-num-steps=4" in c or "--speculative-num-steps 4" in c
+                       for _p, c in sglang_pids(sim_host))
+        _out, err = client.communicate(timeout=300)
+    finally:
+        if client.poll() is None:
+            os.killpg(client.pid, signal.SIGKILL)
+    assert client.returncode == 0, err
+    saved = json.loads((tmp_path / "runs" / "tune-sim1.json").read_text())
+    # Every deploy the tune scored was its own: the path's deploys are all measured on its configurations.
+    assert saved["stop"] in ("nothing-left", "below-resolution", "budget"), saved["stop"]
+    after = run_inv("deploy", "--host", "sim1", inventory=inventory, cwd=tmp_path, timeout=180)
+    assert after.returncode == 0, after.stderr
