@@ -12,6 +12,7 @@ path says so (``restored``). The path is saved after every trial so ``--resume``
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -102,10 +103,11 @@ def engaged(remedy: remedies.Remedy, cfg: Config, m: Measurement) -> tuple[bool,
     """Whether the change shows in what the deploy left, and the evidence in words."""
     kind, _, what = remedy.engaged_by.partition(":")
     if kind == "log":
-        line = next((ln for ln in m.log if what in ln), None)
-        return line is not None, (f"log: {line.strip()}" if line else f"no log line with {what!r}")
+        pattern = re.compile(what, re.IGNORECASE)
+        line = next((ln for ln in m.log if pattern.search(ln)), None)
+        return line is not None, (f"log: {line.strip()}" if line else f"no log line matching {what!r}")
     if kind == "server_args":
-        key = what.lstrip("-").replace("-", "_")
+        key = remedies.server_arg(what)
         want = cfg.flag(what) if cfg.has(what) else None
         got = m.server_args.get(key)
         if not cfg.has(what):  # the change removed the flag: the server reports the default
@@ -456,7 +458,8 @@ class HostTrials:
         if not res.ok:
             raise CandidateFailed(res.error.message if res.error else "the deploy failed", host=self.host.name)
         self.version = res.sglang_version or self.version
-        pp = ProfileParams(load=self.load, trace=trace(self.version), trace_steps=self.trace_steps)
+        pp = ProfileParams(load=self.load, trace=trace(self.version), trace_steps=self.trace_steps,
+                           server_args=remedies.SERVER_ARGS)
         log: list[str] = []
         with HostSession.open(self.inv, target) as s:
             doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
@@ -473,7 +476,10 @@ class HostTrials:
         bench: Mapping[str, Any] = doc.get("bench") or {}
         accept_fig = anatomy.get("accept_length")
         accept = accept_fig.get("ms") if isinstance(accept_fig, Mapping) else None
-        args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        # The server's own word on its args (its /server_info), never the configuration the tune asked for.
+        args = dict(doc.get("server_args") or {})
+        if bench.get("accept_histogram"):
+            anatomy["accept_histogram"] = list(bench["accept_histogram"])
         sla = sla_figures(bench)
         missed = tuple(broken(dict(sla), self.limits)) if self.limits.any else ()
         return Measurement(tok_s=float(bench.get("output_tok_s") or 0.0), anatomy=anatomy,

@@ -137,7 +137,10 @@ class Remedy:
     knob: str  # the flag or variable it sets (gated through knob_acts)
     what: str
     mechanism: str  # the figure its rule predicts moves (a phase of Context.figures)
-    engaged_by: str  # the evidence kind: "log:<text>", "server_args:<flag>", "trace:verify_graph", "env:<name>"
+    # the evidence kind: "log:<regex>" (searched in each line of the server's log, case-insensitive; each matches a
+    # line real SGLang prints: tests/wheels/test_remedy_evidence.py), "server_args:<flag>" (the running server's own
+    # /server_info), "trace:verify_graph", "env:<name>"
+    engaged_by: str
     moves_accept: bool  # whether accept length may legitimately change
     assumes: str  # the predicted saving's assumption, in words
     saving: Callable[[Context], float]  # predicted ms per cycle saved [derived]
@@ -225,7 +228,8 @@ CATALOG: tuple[Remedy, ...] = (
            "launch_gap", "trace:verify_graph", False, "80 % of verify's launch gaps go",
            lambda c: 0.8 * c.ms("launch_gap"), _graph_on, source="tune.md §1.5"),
     Remedy("graph-bs", "verify_eager", "--cuda-graph-max-bs", "capture graphs up to the load's batch size",
-           "launch_gap", "log:Capture cuda graph", False, "80 % of verify's launch gaps go (bs > max bs ran eager)",
+           "launch_gap", "log:Capture (target verify )?CUDA graph end", False,
+           "80 % of verify's launch gaps go (bs > max bs ran eager)",
            lambda c: 0.8 * c.ms("launch_gap"), _graph_bs, source="tune.md §1.5, cuda_graph_runner.py:765"),
     Remedy("overlap-on", "other_share", "--disable-overlap-schedule", "turn the overlap scheduler back on",
            "other", "server_args:--disable-overlap-schedule", False,
@@ -296,6 +300,17 @@ def candidates(rules_fired: list[str], cfg: Config, ctx: Context, tried: set[str
                 out.append(Candidate(r, nxt, max(0.0, r.saving(ctx))))
                 break
     return sorted(out, key=lambda c: -c.predicted_ms)
+
+
+def server_arg(flag: str) -> str:
+    """The name a launch flag's value has in the server's own args (SGLang's ServerArgs field, which its
+    /server_info reports): the flag without its dashes, ``_`` for ``-``."""
+    return flag.lstrip("-").replace("-", "_")
+
+
+# The server args the catalog's ``server_args:`` evidence reads, asked of the running server by each measurement.
+SERVER_ARGS: tuple[str, ...] = tuple(sorted({server_arg(r.engaged_by.partition(":")[2]) for r in CATALOG
+                                             if r.engaged_by.startswith("server_args:")}))
 
 
 def by_id(remedy_id: str) -> Remedy:

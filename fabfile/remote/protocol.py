@@ -266,6 +266,9 @@ class ProfileRequest(_ProfileRequired, total=False):
     request_timeout: float
     trace_cap_bytes: int  # the most one rank's trace file may weigh before it is refused (read or kept)
     keep_bytes: int  # the profiles directory's bound: oldest traces removed first
+    # The server's own args to answer with (``server_args``), by name: what the running server reports in its
+    # /server_info (SGLang's ServerArgs, as dataclasses.asdict gives them), never all of it (api_key is one).
+    server_args: list[str]
 
 
 # --- what `profile` measures (the agent's answer; `inv explain`, bench and sweep read the same shapes) ------------
@@ -354,6 +357,7 @@ class ProfileResult(TypedDict, total=False):
     ranks: list[ProfileRank]
     derived: CycleAnatomy | None  # the fallback: TPOT × accept length, when no timer
     bench: dict[str, Any]  # the load generator's own figures (completed, duration_s, output_tok_s, tpot_ms, ...)
+    server_args: dict[str, Any]  # the request's ``server_args`` as the server reported them (absent: not there)
     wall_s: float  # the verb's own time on the host
     trace_dir: str | None
     # with a trace: what sizes and carries the all-reduces (hidden size and dtype from the model's config.json and

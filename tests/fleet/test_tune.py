@@ -196,3 +196,22 @@ def test_one_tune_per_host_a_deploy_or_a_second_tune_between_its_deploys_is_refu
     assert saved["stop"] in ("nothing-left", "below-resolution", "budget"), saved["stop"]
     after = run_inv("deploy", "--host", "sim1", inventory=inventory, cwd=tmp_path, timeout=180)
     assert after.returncode == 0, after.stderr
+
+
+def test_a_flag_the_server_did_not_take_is_not_engaged_by_its_own_server_info(fleet: Fleet, sim_host: SimHost,
+                                                                               tmp_path: Path) -> None:
+    """overlap-on drops --disable-overlap-schedule, but this server runs without overlap whatever its command line
+    says (``server_args_override``: a flag that did not take): its own /get_server_info reports
+    disable_overlap_schedule true, so the change is "not engaged" and never scored — not judged by the
+    configuration the tune asked for."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={
+        "sglang_args": ["--enable-metrics", "--disable-overlap-schedule"],
+        "env": {"SGLANG_ENABLE_METRICS_DEVICE_TIMER": "1"}})
+    sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0,
+                            server_args_override={"disable_overlap_schedule": True})
+    code, doc, err = inv_json("tune", *LOAD, "--max-loads", "8", inventory=inventory, cwd=tmp_path)
+    assert code == 0, err
+    step = next(s for s in doc["steps"] if s["remedy"] == "overlap-on")
+    assert step["outcome"] == "not engaged", step
+    assert "disable_overlap_schedule=True [SGLang /get_server_info]" in step["evidence"], step["evidence"]
+    assert [m["arm"] for m in step["measurements"]] == ["A", "B"] and not step["after"]
