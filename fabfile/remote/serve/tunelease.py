@@ -83,14 +83,9 @@ class TuneLease:
         return info
 
     def let_go(self) -> None:
-        if self.fd is None:
-            return
-        try:
-            os.unlink(self.info_path)
-        except FileNotFoundError:
-            pass
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
+        from .lock import let_go
+
+        let_go(self.fd, self.info_path)
         self.fd = None
 
 
