@@ -599,30 +599,35 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     deploys (A B B A), until nothing is left to fix; the host runs the best configuration when it ends."""
     from pathlib import Path
 
-    from fabfile.commands.tune import check_params, run_tune
-
-    loads = flags.whole("--max-loads", max_loads, minimum=0, maximum=10_000)
-    minutes = flags.number("--max-minutes", max_minutes, minimum=0.0, maximum=10_000.0, unit="min",
-                           what="a number of minutes")
-    from fabfile.commands.tune import OBJECTIVES
-
-    flags.choice("--objective", objective, OBJECTIVES, what="objective")
-    limits = options.sla_limits(max_ttft_ms, max_tpot_ms, min_tok_s)
     from fabfile.commands.profile import DEFAULT_TRACE_STEPS
+    from fabfile.commands.tune import OBJECTIVES, check_params, run_tune
+    from fabfile.errors import Collector
     from fabfile.remote.protocol import MAX_TRACE_STEPS
 
-    steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS) or DEFAULT_TRACE_STEPS
-    check_params(str(objective), 40 if loads is None else loads, 60.0 if minutes is None else minutes, 3, limits)
-    load = options.bench(concurrency, input_len, output_len, num_prompts, None, None)
-    write_to = flags.path("--write", write)
-    if write_to and Path(write_to).is_dir():
-        write_to = str(Path(write_to) / "tune-inventory-diff.json")  # a folder: the diff goes inside it
-    inv = options.inventory(inventory)
+    found = Collector()  # every bad flag of the run at once (exit 2), then nothing runs
+    loads = found.check(flags.whole, "--max-loads", max_loads, minimum=0, maximum=10_000)
+    minutes = found.check(flags.number, "--max-minutes", max_minutes, minimum=0.0, maximum=10_000.0, unit="min",
+                          what="a number of minutes")
+    good_objective = found.check(flags.choice, "--objective", objective, OBJECTIVES, what="objective")
+    limits = found.check(options.sla_limits, max_ttft_ms, max_tpot_ms, min_tok_s)
+    steps = found.check(flags.whole, "--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
+    load = found.check(options.bench, concurrency, input_len, output_len, num_prompts, None, None)
+    write_to = found.check(flags.path, "--write", write)
+    inv = found.check(options.inventory, inventory)
     from fabfile.inventory.hosts import one_host
 
     # A group: the first of its hosts is tuned, the others are told what they would get (never deployed).
-    group = inv.select(host)
-    h = group[0] if len(group) > 1 else one_host(inv, host, "tune")
+    group = found.check(inv.select, host) if inv is not None else None
+    h = (group[0] if len(group) > 1 else found.check(one_host, inv, host, "tune")) if group else None
+    # The objective's own parser has said what is wrong with it already; judged here only for --objective sla.
+    found.check(check_params, str(good_objective or "tok-s"),
+                40 if loads is None else loads, 60.0 if minutes is None else minutes, 3, limits,
+                load.concurrency if load is not None else 1, h.speculative.steps if h is not None else 0)
+    found.done()
+    assert h is not None and group is not None and load is not None  # found.done() raised otherwise
+    steps = steps or DEFAULT_TRACE_STEPS
+    if write_to and Path(write_to).is_dir():
+        write_to = str(Path(write_to) / "tune-inventory-diff.json")  # a folder: the diff goes inside it
     from fabfile.commands.result import CommandResult
     from fabfile.present.output import out as console
     from fabfile.present.tune_report import render

@@ -123,7 +123,7 @@ def deploy_request(session: HostSession, plan: Plan, patch: PatchApplyRequest | 
     ``fabfile.remote.serve.deploy.run``)."""
     h = plan.host
     t = h.timeouts
-    return {
+    req: DeployRequest = {
         "deploy_id": plan.deploy_id, "client": plan.client, "tool_version": __version__,
         "state_dir": session.resolve(h.state_dir), "journal": None, "config_name": plan.config_name,
         "plan_hash": plan.plan_hash, "script": session.resolve(plan.script_path),
@@ -146,6 +146,9 @@ def deploy_request(session: HostSession, plan: Plan, patch: PatchApplyRequest | 
         else None,
         "profile_dir": session.resolve(plan.profile_dir), "measure": plan.measure,
     }
+    if plan.tune_id:
+        req["tune_id"] = plan.tune_id
+    return req
 
 
 def upload_launch_files(session: HostSession, plan: Plan) -> None:

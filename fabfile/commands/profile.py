@@ -32,6 +32,7 @@ class ProfileParams:
     trace: bool = False
     trace_steps: int = DEFAULT_TRACE_STEPS  # bounded by MAX_TRACE_STEPS (tasks.py refuses more)
     out: str | None = None  # fetch the traces into this local directory
+    server_args: tuple[str, ...] = ()  # the server's own args to report (/server_info's names), e.g. for `inv tune`
 
     def bound(self) -> float:
         # The bench's bound, plus the profiler's own writing of the traces (seconds per step of a big model).
@@ -44,9 +45,12 @@ def new_profile_id() -> str:
 
 def profile_request(params: ProfileParams, profile_id: str) -> ProfileRequest:
     b = params.load
-    return {"profile_id": profile_id, "concurrency": b.concurrency, "input_len": b.input_len,
-            "output_len": b.output_len, "num_prompts": b.num_prompts, "trace": params.trace,
-            "trace_steps": min(params.trace_steps, MAX_TRACE_STEPS)}
+    req: ProfileRequest = {"profile_id": profile_id, "concurrency": b.concurrency, "input_len": b.input_len,
+                           "output_len": b.output_len, "num_prompts": b.num_prompts, "trace": params.trace,
+                           "trace_steps": min(params.trace_steps, MAX_TRACE_STEPS)}
+    if params.server_args:
+        req["server_args"] = list(params.server_args)
+    return req
 
 
 def trace_name(host: str, deploy_id: str | None, rank: int) -> str:

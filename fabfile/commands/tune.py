@@ -12,8 +12,11 @@ path says so (``restored``). The path is saved after every trial so ``--resume``
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -101,10 +104,11 @@ def engaged(remedy: remedies.Remedy, cfg: Config, m: Measurement) -> tuple[bool,
     """Whether the change shows in what the deploy left, and the evidence in words."""
     kind, _, what = remedy.engaged_by.partition(":")
     if kind == "log":
-        line = next((ln for ln in m.log if what in ln), None)
-        return line is not None, (f"log: {line.strip()}" if line else f"no log line with {what!r}")
+        pattern = re.compile(what, re.IGNORECASE)
+        line = next((ln for ln in m.log if pattern.search(ln)), None)
+        return line is not None, (f"log: {line.strip()}" if line else f"no log line matching {what!r}")
     if kind == "server_args":
-        key = what.lstrip("-").replace("-", "_")
+        key = remedies.server_arg(what)
         want = cfg.flag(what) if cfg.has(what) else None
         got = m.server_args.get(key)
         if not cfg.has(what):  # the change removed the flag: the server reports the default
@@ -408,21 +412,33 @@ def _save(state: TuneState, params: TuneParams) -> None:
     tmp.replace(params.state_file)
 
 
-def check_params(objective: str, max_loads: int, max_minutes: float, pairs: int,
-                 limits: Limits | None = None) -> None:
-    """Bad input refused before anything is touched (a sentence naming the field; the CLI exits 2)."""
-    from fabfile.errors import FlagError
+def check_params(objective: str, max_loads: int | None, max_minutes: float | None, pairs: int,
+                 limits: Limits | None = None, concurrency: int = 1, max_steps: int = 0) -> None:
+    """Bad input refused before anything is touched, every refusal at once (a sentence each naming its flag; the CLI
+    exits 2). A budget already refused by its flag's own parser comes as None and is not judged again; an SLA no
+    configuration of at most ``max_steps`` draft steps could meet at ``concurrency`` is refused
+    (``plan/sla.unmeetable``: a stated floor, never a guess)."""
+    from fabfile.errors import Collector, FlagError
+    from fabfile.plan.sla import unmeetable
+
+    found = Collector()
+
+    def refuse(message: str) -> None:
+        raise FlagError(message)
 
     if objective not in OBJECTIVES:
-        raise FlagError(f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+        found.check(refuse, f"--objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
     if objective == "sla" and not (limits and limits.any):
-        raise FlagError("--objective sla: give the limits to meet (--max-ttft-ms, --max-tpot-ms, --min-tok-s), as "
-                        "`inv sweep` takes them")
-    if max_loads < 2 * pairs + 1:
-        raise FlagError(f"--max-loads {max_loads} cannot fit one trial ({2 * pairs + 1} loads: the incumbent and "
-                        f"{pairs} deploys of each arm)")
-    if max_minutes <= 0:
-        raise FlagError(f"--max-minutes {max_minutes:g} leaves no time to tune")
+        found.check(refuse, "--objective sla: give the limits to meet (--max-ttft-ms, --max-tpot-ms, --min-tok-s), "
+                            "as `inv sweep` takes them")
+    if max_loads is not None and max_loads < 2 * pairs + 1:
+        found.check(refuse, f"--max-loads {max_loads} cannot fit one trial ({2 * pairs + 1} loads: the incumbent "
+                            f"and {pairs} deploys of each arm)")
+    if max_minutes is not None and max_minutes <= 0:
+        found.check(refuse, f"--max-minutes {max_minutes:g} leaves no time to tune")
+    for sentence in unmeetable(limits or Limits(), concurrency, max(max_steps, remedies.TUNE_MAX_STEPS)):
+        found.check(refuse, sentence)
+    found.done()
 
 
 def host_config(host: Host) -> Config:
@@ -470,7 +486,8 @@ class HostTrials:
         if not res.ok:
             raise CandidateFailed(res.error.message if res.error else "the deploy failed", host=self.host.name)
         self.version = res.sglang_version or self.version
-        pp = ProfileParams(load=self.load, trace=trace(self.version), trace_steps=self.trace_steps)
+        pp = ProfileParams(load=self.load, trace=trace(self.version), trace_steps=self.trace_steps,
+                           server_args=remedies.SERVER_ARGS)
         log: list[str] = []
         with HostSession.open(self.inv, target) as s:
             doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
@@ -488,7 +505,10 @@ class HostTrials:
         bench: Mapping[str, Any] = doc.get("bench") or {}
         accept_fig = anatomy.get("accept_length")
         accept = accept_fig.get("ms") if isinstance(accept_fig, Mapping) else None
-        args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        # The server's own word on its args (its /server_info), never the configuration the tune asked for.
+        args = dict(doc.get("server_args") or {})
+        if bench.get("accept_histogram"):
+            anatomy["accept_histogram"] = list(bench["accept_histogram"])
         sla = sla_figures(bench)
         missed = tuple(broken(dict(sla), self.limits)) if self.limits.any else ()
         used = [g["used_mib"] / 1024 for g in gpus[:self.host.gpus] if g.get("used_mib") is not None]
@@ -594,6 +614,57 @@ def others_would_get(inv: Inventory, others: list[Host], state: TuneState) -> li
     return out
 
 
+@contextmanager
+def hold_host(inv: Inventory, host: Host, tune_id: str, minutes: float,
+              progress: Callable[[str], None] = lambda s: None) -> Iterator[None]:
+    """One tune per host for the whole tune: the ``tune_lease`` verb holds the host (its call lasts as long as the
+    tune; every deploy or stop but this tune's own is refused meanwhile, naming it), and is released on every exit
+    path, a Ctrl-C's included. A host another deploy or tune holds refuses the lease: nothing is touched."""
+    import threading
+
+    from fabfile.transport.session import HostSession
+
+    held, done = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+    sessions: list[HostSession] = []
+
+    def on_event(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "held":
+            held.set()
+
+    def hold() -> None:
+        try:
+            s = HostSession.open(inv, host)
+            sessions.append(s)
+            # Bounded on the host too: the tune's budget, its closing re-deploy and an hour of slack.
+            s.tune_lease(tune_id, timeout=minutes * 60 + 3600, on_event=on_event)
+        except BaseException as e:  # said by the main thread (a refusal), or the end of a released hold
+            failed.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=hold, name="tune-lease", daemon=True)
+    t.start()
+    try:
+        while not held.wait(0.1):
+            if done.is_set():
+                raise failed[0] if failed else CandidateFailed("the tune's lease ended before it was held",
+                                                               host=host.name)
+        progress(f"holding {host.name} for this tune ({tune_id}): other deploys and tunes are refused until it ends")
+        yield
+    finally:
+        if held.is_set():
+            try:
+                with HostSession.open(inv, host) as s:
+                    s.tune_lease(tune_id, release=True)
+            except Exception as e:  # the holder still ends with its channel (closed below) or its deadline
+                progress(f"letting go of {host.name} said: {e}")
+            t.join(timeout=10.0)  # the released holder answers and its call returns
+        for s in sessions:
+            s.transport.abort()
+        t.join(timeout=5.0)
+
+
 def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
              state_file: Path, resume: bool, write: Path | None, progress: Callable[[str], None],
              objective: str = "tok-s", limits: Limits | None = None, trace_steps: int = 12,
@@ -613,13 +684,15 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
         start = host_config(host)
         state = TuneState(start, start)
     limits = limits or Limits()
+    tune_id = f"tune-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     # Tune's deploys are measured deploys, as a sweep's are: the device timer on wherever the release has it
     # (a plain deploy leaves it off on 0.5.16, and then no rule has a phase to read).
-    trials = HostTrials(inv, host, Options(measuring=True), load, limits, trace_steps)
+    trials = HostTrials(inv, host, Options(measuring=True, tune_id=tune_id), load, limits, trace_steps)
     params = TuneParams(version="", concurrency=load.concurrency, tp=host.tp, max_loads=max_loads,
                         max_minutes=max_minutes, state_file=state_file, objective=objective, limits=limits,
                         trace_steps=trace_steps)
-    done = tune(trials, state, params, progress)
+    with hold_host(inv, host, tune_id, max_minutes, progress):
+        done = tune(trials, state, params, progress)
     doc = done.to_json()
     doc["objective"] = objective
     if (sla := sla_summary(done, limits)) is not None:

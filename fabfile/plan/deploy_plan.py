@@ -114,6 +114,7 @@ class Options:
     measure: bool | None = None  # --measure / --no-measure: overrides the inventory's `measure`
     measuring: bool = False  # the deploy is measured (a sweep's): the device timer is on unless turned off
     strict_knobs: bool = False  # --strict: a knob without effect on the host's release is refused (exit 2)
+    tune_id: str = ""  # a deploy of `inv tune`'s: admitted while that tune holds the host (remote/serve/tunelease)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class Plan:
     expected: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the tool changed in, or adds to, the inventory's settings, in sentences
     accept_gate: float | None = None  # the accept length a speculative deploy must exceed (None: no gate)
+    tune_id: str = ""  # Options.tune_id
     nccl_logging: dict[str, str] = field(default_factory=dict)
     nccl_notes: tuple[str, ...] = ()
     # NCCL settings that will hurt, for the SGLang version the plan was last decided for (ncclnotes; in notes too)
@@ -370,6 +372,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
                 nccl_values=dict(nccl.tuning), force_env=host.force_env, log_path=log_path,
                 script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
                 steps=tuple(s for s in STEPS if s not in skip), accept_gate=accept_gate, client=client,
+                tune_id=opts.tune_id,
                 expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
                 nccl_notes=nccl.notes, profile_dir=profiles, measuring=opts.measuring, strict_knobs=opts.strict_knobs,
                 measure_wanted=opts.measure if opts.measure is not None else host.measure,

@@ -24,6 +24,9 @@ from fabfile.plan.versioncheck import facts_for
 from fabfile.remote import versions
 
 STEPS_FLAG, DRAFT_TOKENS_FLAG = FLAG_OF["speculative.steps"], FLAG_OF["speculative.draft_tokens"]
+# The most draft steps the tuner proposes (the real H200 grid's widest, steps 1-7 with 2-8 draft tokens, is inside
+# it); `inv sweep` measures more. The SLA the tune is asked to meet is judged against it (plan/sla.unmeetable).
+TUNE_MAX_STEPS = 8
 
 # Environment variables a remedy may set: (first release that reads it, first release that no longer does or None).
 # Sources: ../shared/reference/tune.md (0.5.x wheels read there).
@@ -134,7 +137,10 @@ class Remedy:
     knob: str  # the flag or variable it sets (gated through knob_acts)
     what: str
     mechanism: str  # the figure its rule predicts moves (a phase of Context.figures)
-    engaged_by: str  # the evidence kind: "log:<text>", "server_args:<flag>", "trace:verify_graph", "env:<name>"
+    # the evidence kind: "log:<regex>" (searched in each line of the server's log, case-insensitive; each matches a
+    # line real SGLang prints: tests/wheels/test_remedy_evidence.py), "server_args:<flag>" (the running server's own
+    # /server_info), "trace:verify_graph", "env:<name>"
+    engaged_by: str
     moves_accept: bool  # whether accept length may legitimately change
     assumes: str  # the predicted saving's assumption, in words
     saving: Callable[[Context], float]  # predicted ms per cycle saved [derived]
@@ -222,7 +228,8 @@ CATALOG: tuple[Remedy, ...] = (
            "launch_gap", "trace:verify_graph", False, "80 % of verify's launch gaps go",
            lambda c: 0.8 * c.ms("launch_gap"), _graph_on, source="tune.md §1.5"),
     Remedy("graph-bs", "verify_eager", "--cuda-graph-max-bs", "capture graphs up to the load's batch size",
-           "launch_gap", "log:Capture cuda graph", False, "80 % of verify's launch gaps go (bs > max bs ran eager)",
+           "launch_gap", "log:Capture (target verify )?CUDA graph end", False,
+           "80 % of verify's launch gaps go (bs > max bs ran eager)",
            lambda c: 0.8 * c.ms("launch_gap"), _graph_bs, source="tune.md §1.5, cuda_graph_runner.py:765"),
     Remedy("overlap-on", "other_share", "--disable-overlap-schedule", "turn the overlap scheduler back on",
            "other", "server_args:--disable-overlap-schedule", False,
@@ -293,6 +300,17 @@ def candidates(rules_fired: list[str], cfg: Config, ctx: Context, tried: set[str
                 out.append(Candidate(r, nxt, max(0.0, r.saving(ctx))))
                 break
     return sorted(out, key=lambda c: -c.predicted_ms)
+
+
+def server_arg(flag: str) -> str:
+    """The name a launch flag's value has in the server's own args (SGLang's ServerArgs field, which its
+    /server_info reports): the flag without its dashes, ``_`` for ``-``."""
+    return flag.lstrip("-").replace("-", "_")
+
+
+# The server args the catalog's ``server_args:`` evidence reads, asked of the running server by each measurement.
+SERVER_ARGS: tuple[str, ...] = tuple(sorted({server_arg(r.engaged_by.partition(":")[2]) for r in CATALOG
+                                             if r.engaged_by.startswith("server_args:")}))
 
 
 def by_id(remedy_id: str) -> Remedy:

@@ -163,6 +163,7 @@ class DeployRequest(_DeployRequired, total=False):
     """``deploy`` (built by ``commands.deploy.deploy_request``; ``redeploy`` rebuilds one from a record)."""
 
     rollback_of: str | None  # the deploy id a rollback starts again
+    tune_id: str  # a tune's own deploy: admitted while that tune holds the host (serve/tunelease)
 
 
 class StopRequest(TypedDict, total=False):
@@ -174,6 +175,25 @@ class StopRequest(TypedDict, total=False):
     dry_run: bool
     lock_wait: float
     client: str
+
+
+class _TuneLeaseRequired(TypedDict):
+    tune_id: str
+    action: str  # hold (until the channel closes) | release
+
+
+class TuneLeaseRequest(_TuneLeaseRequired, total=False):
+    """``tune_lease`` (built by ``HostSession.tune_lease`` only): one tune per host for the whole tune."""
+
+    state_dir: str
+    client: str
+    wait_s: float  # release: how long to wait for the holder to let go
+
+
+class TuneLeaseAnswer(TypedDict, total=False):
+    released: bool
+    held_s: float
+    holder: Holder | None  # release: the holder found (None: nobody held the host)
 
 
 class CheckEnvRequest(TypedDict, total=False):
@@ -246,6 +266,9 @@ class ProfileRequest(_ProfileRequired, total=False):
     request_timeout: float
     trace_cap_bytes: int  # the most one rank's trace file may weigh before it is refused (read or kept)
     keep_bytes: int  # the profiles directory's bound: oldest traces removed first
+    # The server's own args to answer with (``server_args``), by name: what the running server reports in its
+    # /server_info (SGLang's ServerArgs, as dataclasses.asdict gives them), never all of it (api_key is one).
+    server_args: list[str]
 
 
 # --- what `profile` measures (the agent's answer; `inv explain`, bench and sweep read the same shapes) ------------
@@ -334,6 +357,7 @@ class ProfileResult(TypedDict, total=False):
     ranks: list[ProfileRank]
     derived: CycleAnatomy | None  # the fallback: TPOT × accept length, when no timer
     bench: dict[str, Any]  # the load generator's own figures (completed, duration_s, output_tok_s, tpot_ms, ...)
+    server_args: dict[str, Any]  # the request's ``server_args`` as the server reported them (absent: not there)
     wall_s: float  # the verb's own time on the host
     trace_dir: str | None
     # with a trace: what sizes and carries the all-reduces (hidden size and dtype from the model's config.json and

@@ -85,3 +85,4 @@ EVIDENCE: Verb[p.CheckEnvRequest, p.CheckEnvAnswer] = Verb("evidence", "evidence
 PATCH_APPLY: Verb[p.PatchApplyRequest, p.PatchApplyAnswer] = Verb("patch_apply", "patch.apply:apply_verb")
 PATCH_ROLLBACK: Verb[p.PatchRollbackRequest, p.PatchRollbackAnswer] = Verb("patch_rollback",
                                                                           "patch.rollback:rollback_verb")
+TUNE_LEASE: Verb[p.TuneLeaseRequest, p.TuneLeaseAnswer] = Verb("tune_lease", "serve.tunelease:run")

@@ -217,6 +217,16 @@ class HostSession:
                                       "drain_s": drain_s, "wait_s": 30.0}
         return self._call(verbs.ROUTER_WORKER, req, timeout=drain_s + 60.0)
 
+    def tune_lease(self, tune_id: str, *, release: bool = False, timeout: float = 30.0,
+                   on_event: OnEvent | None = None) -> p.TuneLeaseAnswer:
+        """Hold the host for a whole tune (``release`` False: the call lasts until its channel closes, its ``held``
+        event says when the lease is taken), or end this tune's hold (``release``)."""
+        req: p.TuneLeaseRequest = {"tune_id": tune_id, "action": "release" if release else "hold",
+                                   "client": _client()}
+        # The holder beats every second (serve/tunelease.HOLD_BEAT_S): silence means its link is gone.
+        return self._call(verbs.TUNE_LEASE, req, timeout, on_event=on_event,
+                          idle_timeout=None if release else max(30.0, self.host.timeouts.silence))
+
     def close(self) -> None:
         self.transport.close()
 

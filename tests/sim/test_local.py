@@ -116,6 +116,10 @@ def test_every_verb_answers_in_its_shape(local_host: tuple[Path, dict[str, str]]
             s.profile(profile_request(ProfileParams(load=BenchParams(num_prompts=4, output_len=8)),
                                       new_profile_id()), timeout=120)
             s.cancel(reason="nothing runs: nothing to cancel")
+            from fabfile.commands.tune import hold_host
+
+            with hold_host(inv, host, "tune-shape", 1.0):  # the hold, then its release
+                pass
             s.redeploy(rec["deploy_id"], new_deploy_id(), timeout=deadline_for(build(host, Options())))
             # a router in front of the server (the simulator's: it takes no worker out, so a URL it does not list
             # is "taken out", and the server it lists is "put back"), then stopped

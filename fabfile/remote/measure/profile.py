@@ -402,7 +402,8 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
                    if not versions.at_least(version, versions.DEVICE_TIMER) else
                    f"the server runs without the device timer: {TIMER_HOWTO}")
     bench_figs = {k: measured.get(k) for k in ("completed", "failed", "duration_s", "output_tok_s", "tpot_ms",
-                                               "ttft_ms", "cycle_ms", "output_tokens")}
+                                               "ttft_ms", "cycle_ms", "output_tokens", "accept_histogram",
+                                               "accept_histogram_source")}
     out: ProfileResult = {
         "profile_id": req["profile_id"], "deploy_id": rec.get("deploy_id"), "config_name": config or None,
         "sglang_version": version,
@@ -412,4 +413,7 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
         "bench": bench_figs, "wall_s": round(time.monotonic() - t_start, 3), "trace_dir": out_dir}
     if files:
         out["allreduce_context"] = allreduce_context(info, tp)
+    if req.get("server_args"):
+        # Read before the load: what the server says it runs with (the tuner's evidence that a flag engaged).
+        out["server_args"] = {k: info[k] for k in req["server_args"] if k in info}
     return out

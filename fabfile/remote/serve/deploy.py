@@ -138,10 +138,7 @@ def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
     stop_heartbeat = sink.start_heartbeat(float(req.get("heartbeat_s") or 5.0))
     try:
         # The note says "lock" until the next step begins: a deploy refused meanwhile still names the holder's step.
-        steps.run("lock", lambda: lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client"),
-                                                "config_name": req["config_name"], "journal": req.get("journal"),
-                                                "step": "lock"},
-                                               float(t.get("lock_wait", 0)), _lock_waiter(sink)))
+        steps.run("lock", lambda: _take(lock, state_dir, req, float(t.get("lock_wait", 0)), _lock_waiter(sink)))
     except BaseException:
         stop_heartbeat()
         raise
@@ -165,6 +162,21 @@ def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
     finally:
         stop_heartbeat()
         lock.release()
+
+
+def _take(lock: DeployLock, state_dir: str, req: DeployRequest, wait_s: float,
+          on_wait: Callable[[dict[str, Any] | None, float], None]) -> None:
+    """The deploy lock, then the tune lease's word (``tunelease.admit``): a tune that holds the host admits only its
+    own deploys, and a refused deploy lets go of the lock before it says so."""
+    from . import tunelease
+
+    lock.acquire({"deploy_id": req["deploy_id"], "client": req.get("client"), "config_name": req["config_name"],
+                  "journal": req.get("journal"), "step": "lock"}, wait_s, on_wait)
+    try:
+        tunelease.admit(state_dir, req.get("tune_id"))
+    except BaseException:
+        lock.release()
+        raise
 
 
 class _Sequence:

@@ -111,15 +111,21 @@ class DeployLock:
         self.note(**fields)
 
     def release(self) -> None:
-        if self.fd is None:
-            return
-        try:
-            os.unlink(self.info_path)
-        except FileNotFoundError:
-            pass
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
+        let_go(self.fd, self.info_path)
         self.fd = None
+
+
+def let_go(fd: int | None, info_path: str) -> None:
+    """Drop an flock held on ``fd`` and its holder note (the note first: a note never outlives its holder's
+    hold): the deploy lock's and the tune lease's."""
+    if fd is None:
+        return
+    try:
+        os.unlink(info_path)
+    except FileNotFoundError:
+        pass
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def describe(h: dict[str, Any]) -> str:

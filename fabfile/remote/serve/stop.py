@@ -131,6 +131,10 @@ def run(req: StopRequest, sink: EventSink) -> StopAnswer:
     lock = DeployLock(state_dir)
     lock.acquire({"deploy_id": "stop", "client": req.get("client"), "step": "stop"}, float(req.get("lock_wait", 0)))
     try:
+        from .tunelease import admit
+
+        if not req.get("dry_run"):
+            admit(state_dir, None)  # a tune holds the host: its next score would be of no server
         routers = [r["name"] for r in router.all_records(state_dir) if router.is_running(r)]
         if req.get("dry_run"):
             return {"dry_run": True, "would_stop": _listed(find_stale(state_dir, targets)),

@@ -6,6 +6,7 @@ configuration when it returns."""
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -294,3 +295,28 @@ def test_a_change_that_fills_the_gpu_is_not_kept_without_a_stated_limit() -> Non
     graph = next(s for s in st.steps if s.remedy == "graph-on")
     assert graph.outcome == "guard" and "GPU memory 138.0 GiB" in graph.why, graph.why
     assert st.best.has("--disable-cuda-graph")
+
+
+@pytest.mark.parametrize("limits, concurrency, words", [
+    (Limits(max_tpot_ms=0.01), 8, "--max-tpot-ms 0.01: no server can meet it"),
+    (Limits(min_tok_s=1e6), 8, "--min-tok-s 1e+06: no server can meet it at --concurrency 8"),
+])
+def test_an_sla_nothing_can_meet_is_refused_up_front(limits: Limits, concurrency: int, words: str) -> None:
+    with pytest.raises(FlagError, match=re.escape(words)):
+        check_params("tok-s", 20, 10.0, 3, limits, concurrency, 3)
+
+
+def test_the_sla_bound_takes_every_limit_a_fast_server_could_meet() -> None:
+    """The bound is a floor, not a guess: the real H200's own figures (TPOT 1.6 ms, 1032 tok/s at concurrency 1,
+    docs/real-sglang.md) and limits ten times tighter are all taken."""
+    limits = Limits(max_tpot_ms=0.16, min_tok_s=10_320.0, max_ttft_ms=0.1)
+    assert check_params("tok-s", 20, 10.0, 3, limits, 1, 3) is None  # no refusal
+
+
+def test_every_bad_budget_and_limit_is_said_at_once() -> None:
+    with pytest.raises(FlagError) as e:
+        check_params("sla", 0, 0.0, 3, Limits(max_tpot_ms=0.001), 1, 1)
+    said = [x.message for x in e.value.each]
+    assert len(said) == 3 and [w for w in ("--max-loads", "--max-minutes", "--max-tpot-ms")
+                               if any(s.startswith(w) for s in said)] == ["--max-loads", "--max-minutes",
+                                                                         "--max-tpot-ms"], said

@@ -244,7 +244,8 @@ def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path)
 
     required, optional = _keys(protocol.DeployRequest)
     deploy = fleet.requests("deploy")["a"]
-    assert set(deploy) == required and optional == {"rollback_of"}  # rollback_of: only a redeploy sets it
+    # rollback_of: only a redeploy sets it; tune_id: only a tune's deploys
+    assert set(deploy) == required and optional == {"rollback_of", "tune_id"}
     assert deploy["journal"] == f"{deploy['state_dir']}/deploys/{deploy['deploy_id']}.events"
     assert set(deploy["timeouts"]) == _keys(protocol.Timeouts)[0]
     assert set(deploy["summary"]) == _keys(protocol.LaunchSummary)[0]

@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
     "fail_rank": 0,
     "fail_after_seconds": 0.3,  # scheduler_killed: delay after ready before the SIGKILL
     "strip_env_prefixes": [],
+    # ServerArgs fields the server runs with whatever its command line says, e.g. {"disable_overlap_schedule": true}
+    # (what a launcher wrapper or a release that overrides a flag does: 0.5.9 turns overlap off under speculation)
+    "server_args_override": {},
     "decode_log_interval": 40,  # used when --decode-log-interval is not given
     # cost model of /generate (milliseconds of simulated GPU time)
     "decode_ms": 12.2,

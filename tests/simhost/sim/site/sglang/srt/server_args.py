@@ -105,6 +105,7 @@ class ServerArgs:
     page_size: int | None = None
     stream_interval: int = 1
     num_continuous_decode_steps: int = 1
+    scheduler_recv_interval: int = 1  # every 0.5.x read (server_args.py: "The interval to poll requests")
 
     # Runtime
     tp_size: int = 1
@@ -170,6 +171,10 @@ class ServerArgs:
 
     # ------------------------------------------------------------------ post-processing
     def __post_init__(self) -> None:
+        from sglang._sim.runtime import load_config
+
+        for name, value in (load_config().get("server_args_override") or {}).items():
+            setattr(self, name, value)  # the sim's stand-in for a flag the server does not take as given
         if self.tokenizer_path is None:
             self.tokenizer_path = self.model_path
         if self.served_model_name is None:
@@ -294,6 +299,7 @@ class ServerArgs:
         a("--page-size", type=int, default=None)
         a("--stream-interval", type=int, default=1)
         a("--num-continuous-decode-steps", type=int, default=1)
+        a("--scheduler-recv-interval", type=int, default=1)
         a("--tensor-parallel-size", "--tp-size", type=int, default=1, dest="tp_size")
         if ver >= (0, 4, 6, 2):
             a("--pipeline-parallel-size", "--pp-size", type=int, default=1, dest="pp_size")

@@ -101,6 +101,10 @@ class ServerState:
         if avg is not None:
             internal["avg_spec_accept_length"] = avg
         info: dict[str, Any] = dataclasses.asdict(self.sa)
+        if self.ver >= (0, 5, 14):
+            # The field behind --cuda-graph-max-bs-decode (the old flag its alias, dest cuda_graph_max_bs_decode in
+            # 0.5.16's server_args.py), so /server_info names it so; the simulator keeps one field for both.
+            info["cuda_graph_max_bs_decode"] = info.pop("cuda_graph_max_bs")
         info.update(
             max_total_num_tokens=self.scheduler_info.get("max_total_num_tokens"),
             max_req_input_len=self.scheduler_info.get("max_req_input_len"),

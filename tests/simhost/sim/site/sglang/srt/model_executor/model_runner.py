@@ -146,10 +146,23 @@ class ModelRunner:
     def init_device_graphs(self) -> None:
         avail = (int(self.cfg["gpu_memory_mib"]) - int(self.cfg["per_gpu_memory_mib"])) / 1024
         bs = self.server_args.cuda_graph_max_bs
-        logger.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
+        # 0.5.16 logs each capture by its role and phase (model_runner_components/cuda_graph_setup.py: "Capture
+        # {capture_name} CUDA graph begin/end.", capture_name "target verify" under speculation, "target decode"
+        # without); the releases before it, the older lines below.
+        new_lines = runtime.version() >= (0, 5, 16)
+        sa0 = self.server_args
+        what = "target verify" if sa0.speculative_algorithm else "target decode"
+        per_req = int(sa0.speculative_num_draft_tokens or 1) if sa0.speculative_algorithm else 1
+        capture_bs = [1, 2, 4, 8, *range(16, int(bs or 8) + 1, 8)]
+        if new_lines:
+            logger.info(f"Capture {what} CUDA graph begin. backend=full, num_tokens_per_req={per_req}, "
+                        f"bs={capture_bs}, avail mem={avail:.2f} GB")
+        else:
+            logger.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
         start = time.monotonic()
         self._sleep("graph")
-        logger.info(f"Capture cuda graph bs [1, 2, 4, 8, ..., {bs}]")
+        if not new_lines:
+            logger.info(f"Capture cuda graph bs [1, 2, 4, 8, ..., {bs}]")
         if self.tp_rank == 0 and self.tp_size > 1 and not self.cfg.get("real_cuda"):
             # NCCL schedules each captured all-reduce once, at capture: its rank 0 logs the choice then, and never
             # for the replays. Decode (and the draft's steps) carry bs tokens, verify bs x draft tokens.
@@ -162,10 +175,14 @@ class ModelRunner:
                 if draft:
                     sizes += allreduce_sizes(self.model_config, b * draft)
             emit_tuning(os.getpid(), self.gpu_id, sizes, self.tp_size, self.cfg, os.environ)
-        logger.info(
-            f"Capture cuda graph end. Time elapsed: {time.monotonic() - start:.2f} s. mem usage=0.85 GB. "
-            f"avail mem={avail - 0.85:.2f} GB."
-        )
+        if new_lines:
+            logger.info(f"Capture {what} CUDA graph end. elapsed={time.monotonic() - start:.2f} s, "
+                        f"mem usage=0.85 GB, avail mem={avail - 0.85:.2f} GB.")
+        else:
+            logger.info(
+                f"Capture cuda graph end. Time elapsed: {time.monotonic() - start:.2f} s. mem usage=0.85 GB. "
+                f"avail mem={avail - 0.85:.2f} GB."
+            )
 
     @property
     def context_len(self) -> int:
