@@ -16,7 +16,8 @@ def _phases(config: str, steps: int, verify: float, draft: float, extend: float,
         return {"ms": ms, "count": 80, "source": "SGLang device timer"}
 
     rank = {"config": config, "steps": steps, "rank": 0, "verify": timer(verify), "draft": timer(draft),
-            "draft_extend": timer(extend), "cycle": {"ms": cycle, "count": 4, "source": "derived: TPOT × accept length"}}
+            "draft_extend": timer(extend),
+            "cycle": {"ms": cycle, "count": 4, "source": "derived: TPOT × accept length"}}
     return {"ranks": [rank], "cuda_graph": True, "missing": None}
 
 
