@@ -73,3 +73,37 @@ def test_profile_without_the_device_timer_says_so_before_the_load(fleet: Fleet, 
             assert "no device timer" in piped
     finally:
         run_inv("stop", inventory=inv)
+
+
+def test_check_env_across_hosts_is_one_table_with_details_for_the_failing_host(fleet: Fleet,
+                                                                                sim_hosts: dict[str, SimHost],
+                                                                                tmp_path: Path) -> None:
+    """Issue 40, point 4: `check-env --host all` printed every host's matrix and facts (~40 lines each), the one
+    that failed among them. One table across hosts (ranks proven, verdict, worst hint), then the failing host's
+    details only."""
+    inv = derived_inventory(fleet, tmp_path)
+    for h in ("sim1", "sim2"):
+        sim_hosts[h].set_sim_config(**FAST)
+    sim_hosts["sim2"].set_sim_config(strip_env_prefixes=["NCCL_"])  # env mode cannot reach the schedulers there
+    r = run_inv("deploy", "--host", "sim1,sim2", "--steps", "2", "--patch-mode", "env", "--no-verify",
+                "--strategy", "parallel", inventory=inv, timeout=180)
+    assert r.returncode == 0, r.stderr
+    try:
+        for columns in WIDTHS:
+            for on_terminal in (True, False):
+                code, shown, _ = run_on_terminal("check-env", "--host", "sim1,sim2", columns=columns,
+                                                 inventory=inv, stdout_tty=on_terminal)
+                assert code == 1, shown  # sim2 is not proven
+                table = [ln for ln in shown.splitlines() if ln.startswith("│ sim")]
+                assert re.search(r"│ sim1 │\s+2/2 │ proven\s+│ info custom all-reduce", table[0]), shown
+                assert re.search(r"│ sim2 │\s+0/2 │ not proven │ error the launch path strips", table[1]), shown
+                assert "ranks proven" in shown and "worst hint" in shown
+                # the details: sim2's matrix and facts, not sim1's
+                assert shown.count("NCCL environment per scheduler process") == 1, shown
+                assert re.search(r"^sim2$", shown, re.M) and not re.search(r"^sim1$", shown, re.M), shown
+                assert shown.count("Host facts") == 1 and "NOT PROVEN" in shown
+        code, shown, _ = run_on_terminal("check-env", "--host", "sim1,sim2", "--verbose", columns=80, inventory=inv,
+                                         stdout_tty=False)
+        assert code == 1 and shown.count("Host facts") == 2, shown  # --verbose: every host's
+    finally:
+        run_inv("stop", "--host", "sim1,sim2", inventory=inv)
