@@ -246,29 +246,30 @@ def print_logs_summary(result: HostsResult, *, prefix: bool) -> None:
 
 # -- check-env ------------------------------------------------------------------------------------------------
 def print_check_env(result: HostsResult, *, verbose: bool) -> None:
-    """One host: its matrix (``--verbose``: every cell). Several: one compact table across hosts (ranks proven, the
-    verdict, the worst hint), then the details of the hosts that fail only (every host's with ``--verbose``): 16
+    """One host: its matrix (``--verbose``: every cell). Several: the details of the hosts that fail only (every
+    host's with ``--verbose``), then one compact table across hosts (ranks proven, the verdict, the worst hint): 16
     hosts of 8 proven ranks were 16 matrices and their facts, ~40 lines each, to find the one that failed."""
     from fabfile.present.checkenv_report import render_matrix, render_table
 
     several = len(result.outcomes) > 1
-    if several:
-        rows = []
-        for o in result.outcomes:
-            if o.error is None:
-                proven, total = ranks_proven(o.data)
-                rows.append([o.host.name, f"{proven}/{total}", _checkenv_verdict(o.data), worst_hint(o.data)])
-            else:
-                what = "timed out" if isinstance(o.error, HostTimeoutError) else "failed"
-                rows.append([o.host.name, DASH, f"[red]{what}[/red]", BELOW])
-        print_table(out, [Col("host"), Col("ranks proven", justify="right"), Col("verdict"),
-                          Col("worst hint", key=False)], rows)
     for o in result.outcomes:
         if o.error is not None or (several and not verbose and o.data["evaluation"].get("ok") is True):
             continue
         role = f" (cluster {o.host.node.cluster}, node rank {o.host.node.rank})" if o.host.node else ""
         out.print(f"[bold]{o.host.name}[/bold]{role}")
         (render_table if verbose else render_matrix)(o.data["evaluation"], o.data["evidence"].get("facts") or {}, out)
+    if several:  # last: what a terminal shows at the end is the fleet at a glance
+        rows = []
+        for o in result.outcomes:
+            if o.error is None:
+                proven, total = ranks_proven(o.data)
+                rows.append([o.host.name, f"{proven}/{total}" if total else DASH, _checkenv_verdict(o.data),
+                             worst_hint(o.data)])
+            else:
+                what = "timed out" if isinstance(o.error, HostTimeoutError) else "failed"
+                rows.append([o.host.name, DASH, f"[red]{what}[/red]", BELOW])
+        print_table(out, [Col("host"), Col("ranks proven", justify="right"), Col("verdict"),
+                          Col("worst hint", key=False)], rows)
     print_errors(result.outcomes)
 
 

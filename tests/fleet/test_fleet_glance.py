@@ -79,8 +79,8 @@ def test_check_env_across_hosts_is_one_table_with_details_for_the_failing_host(f
                                                                                 sim_hosts: dict[str, SimHost],
                                                                                 tmp_path: Path) -> None:
     """Issue 40, point 4: `check-env --host all` printed every host's matrix and facts (~40 lines each), the one
-    that failed among them. One table across hosts (ranks proven, verdict, worst hint), then the failing host's
-    details only."""
+    that failed among them. The failing host's details only, then one table across hosts (ranks proven, verdict,
+    worst hint)."""
     inv = derived_inventory(fleet, tmp_path)
     for h in ("sim1", "sim2"):
         sim_hosts[h].set_sim_config(**FAST)
