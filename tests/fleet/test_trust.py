@@ -52,8 +52,9 @@ def test_a_changed_key_is_never_overwritten(fleet: Fleet, sim_host: SimHost, tmp
 
 def test_several_hosts_show_every_fingerprint_then_ask_once(fleet: Fleet, sim_hosts: dict[str, SimHost],
                                                             tmp_path: Path) -> None:
-    """Issue 40, point 6: trust-host took one host at a time. `--host all`: every fingerprint first, then one
-    question for the new keys (`--host sim1,sim2`, as a group or `all` selects them); no answer (no terminal), or a fingerprint that is not one given: nothing written."""
+    """Issue 40, point 6: trust-host took one host at a time. Several (`sim1,sim2`, as a group or `all` selects
+    them): every fingerprint first, then one question for the new keys; no answer (no terminal), or a fingerprint
+    that is not one given: nothing written."""
     from fabfile.commands.trust import trust_host
     from fabfile.errors import FlagError
     from fabfile.inventory import hosts as inventory_hosts
