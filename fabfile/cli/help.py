@@ -85,7 +85,8 @@ TUNE_HELP = {
 
 PROFILE_HELP = {
     **{k: BENCH_HELP[k] for k in ("concurrency", "input_len", "output_len", "timeout", "json", "inventory")},
-    "host": "the host to profile (one host; default: the inventory's default host)",
+    "host": "the host(s) to profile: a host, a group, a comma list or all, each under its own load at once "
+            "(default: the inventory's default host); each profile is saved as runs/<host>/profiles/<id>.json",
     "num_prompts": "requests of the load the phases are measured under (default 16)",
     "trace": "also record SGLang's profiler trace (bounded: --trace-steps) and break each phase down by kernel",
     "trace_steps": "scheduler steps the profiler records with --trace (default 12, at most 200)",
@@ -158,12 +159,17 @@ EXPLAIN_HELP = {
     "trace": "without --from: also take SGLang's profiler trace (kernels, all-reduces, CUDA graphs)",
     "num_prompts": "without --from: requests of the profile's load (default 16)",
     "concurrency": "without --from: requests in flight (default 1)",
+    "fresh": "without --from: profile the server now, even when a profile of the same deploy was saved lately",
+    "max_age": "without --from: reuse a saved profile of the deploy running now (same concurrency; a trace when "
+               "--trace) measured less than SECONDS ago (default 300), instead of loading the server again",
     "json": JSON_HELP,
     "inventory": INVENTORY_HELP,
 }
 TRUST_HELP = {
-    "host": "the host whose key to fetch and trust (one host)",
-    "fingerprint": "the SHA256:... fingerprint you verified out of band; written only if the host offers exactly it",
+    "host": "the host(s) whose key to fetch and trust: a host, a group, a comma list or all (every fingerprint is "
+            "shown, then one question for the new ones)",
+    "fingerprint": "the SHA256:... fingerprint you verified out of band (a comma list for several hosts); written "
+                   "only if each host offers exactly one of them, else nothing is written",
     "inventory": INVENTORY_HELP,
 }
 ADOPT_HELP = {

@@ -38,7 +38,8 @@ CORE = ("help", "list", "list-format", "list-depth", "version", "complete", "pri
 # What each value flag takes, as help shows it (``--steps=N``); a flag not named here shows its own name.
 METAVARS = {
     "host": "HOST", "inventory": "PATH", "steps": "N", "topk": "K", "draft-tokens": "N", "patch-mode": "MODE",
-    "timeout": "SECONDS", "host-timeout": "SECONDS", "lock-wait": "SECONDS", "interval": "SECONDS",
+    "timeout": "SECONDS", "host-timeout": "SECONDS", "max-age": "SECONDS", "lock-wait": "SECONDS",
+    "interval": "SECONDS",
     "for": "SECONDS", "duration": "SECONDS", "strategy": "rolling|parallel", "batch": "N|PCT%",
     "accept-gate": "LEN", "min-accept": "LEN", "accept-len": "LEN", "min-tok-s": "TOK_S", "lines": "N",
     "concurrency": "N", "input-len": "TOKENS", "output-len": "TOKENS", "num-prompts": "N", "client": "CLIENT",

@@ -353,19 +353,28 @@ def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = 
     flags.only_with(trace, "only with --trace", ("--trace-steps", steps), ("--out", out))
     params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
     inv = options.inventory(inventory)
-    from fabfile.inventory.hosts import one_host
-
-    h = one_host(inv, host, "profile")
-    from fabfile.commands.profile import profile_host
+    hosts = inv.select(host)
+    from fabfile.commands.profile import profile_host, profile_hosts
     from fabfile.commands.result import CommandResult
     from fabfile.present.output import out as console
     from fabfile.present.output import print_error
     from fabfile.present.profile_report import print_result
     from fabfile.present.progress import BenchProgress
 
+    if len(hosts) > 1:  # each host under its own load at once; one block per host, then each failure
+        result = profile_hosts(inv, hosts, params, runs_dir="runs")
+
+        def for_people() -> None:
+            print_result(result, console, verbose=verbose)
+            for o in result.outcomes:
+                if o.error is not None:
+                    print_error(o.error)
+
+        return CommandResult(result, for_people, result.exit_code)
+    h = hosts[0]
     progress = BenchProgress(h.name, enabled=not json, prefix="profile ")
     try:
-        result = profile_host(inv, h, params, on_event=progress.event)
+        result = profile_host(inv, h, params, on_event=progress.event, runs_dir="runs")
     finally:
         progress.close()
     error = result.outcomes[0].error
@@ -480,7 +489,7 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
 @cli
 def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False,
             host: Any = None, trace: bool = False, num_prompts: Any = None, concurrency: Any = None,
-            inventory: Any = None) -> Any:
+            inventory: Any = None, fresh: bool = False, max_age: Any = None) -> Any:
     """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
     and named by the rule that produced it."""
     from fabfile.commands.result import CommandResult
@@ -494,12 +503,14 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
     src, base = flags.path("--from", from_), flags.path("--baseline", baseline)
     flags.only_with(src is None, "only without --from (it measures the running server)", ("--host", host),
                     ("--trace", trace), ("--num-prompts", num_prompts), ("--concurrency", concurrency),
-                    ("--inventory", inventory))
+                    ("--inventory", inventory), ("--fresh", fresh), ("--max-age", max_age))
+    age = flags.seconds("--max-age", max_age)
+    flags.excludes("--fresh", fresh, "measures again whatever the age of the last profile", ("--max-age", age))
     from fabfile.commands.explain import explained, load_document
 
     if src is None:
         from fabfile.commands.explain import explain_running
-        from fabfile.commands.profile import ProfileParams
+        from fabfile.commands.profile import REUSE_MAX_AGE_S, ProfileParams
         from fabfile.present.progress import BenchProgress
 
         params = ProfileParams(load=options.bench(concurrency, None, None, num_prompts, None, None), trace=trace)
@@ -509,7 +520,8 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
         hosts = inv.select(host)
         progress = BenchProgress(",".join(h.name for h in hosts), enabled=not json, prefix="profile ")
         try:
-            pairs, docs, code = explain_running(inv, hosts, params, base, "runs", on_event=progress.event)
+            pairs, docs, code = explain_running(inv, hosts, params, base, "runs", on_event=progress.event,
+                                                max_age_s=None if fresh else age or REUSE_MAX_AGE_S)
         finally:
             progress.close()
 
@@ -518,6 +530,8 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
                 if not d["ok"]:
                     console.print(f"{d['host']}: the profile failed: {(d['error'] or {}).get('message')}",
                                   markup=False)
+                elif d.get("reused"):
+                    console.print(f"{d['host']}: {d['reused']['sentence']}", markup=False, highlight=False)
             print_explained(pairs, console)
 
         from fabfile.results.hosts import hosts_document
@@ -556,10 +570,12 @@ def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any
 
     from fabfile.commands.trust import trust_host as trust_one
 
-    def ask() -> bool:
+    def ask(new: int) -> bool:
         if not sys.stdin.isatty():
             return False
-        return input("Did you verify this fingerprint out of band? Type yes to trust it: ").strip().lower() == "yes"
+        question = "Did you verify this fingerprint out of band? Type yes to trust it: " if new == 1 else \
+            f"Did you verify these {new} fingerprints out of band? Type yes to trust them all: "
+        return input(question).strip().lower() == "yes"
 
     return trust_one(options.inventory(inventory), host, fingerprint, ask)
 

@@ -143,7 +143,7 @@ def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir
     result per host, printed host by host when all have ended; the exit code of the worst."""
     from fabfile.commands.fanout import concurrent
     from fabfile.commands.result import CommandResult
-    from fabfile.present.bench_report import print_result
+    from fabfile.present.bench_report import print_comparison, print_result
     from fabfile.present.output import out, print_error
     from fabfile.results.hosts import hosts_document
 
@@ -164,7 +164,11 @@ def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir
         for h in hosts:
             if h.name in done:
                 print_result(done[h.name], out)
-            else:
+        # one table across hosts at the end, then each failed host's error (not cut into a cell)
+        print_comparison([done[h.name] for h in hosts if h.name in done], [h.name for h in hosts if h.name in failed],
+                         out)
+        for h in hosts:
+            if h.name in failed:
                 print_error(failed[h.name])
 
     return CommandResult(hosts_document(docs), for_people,

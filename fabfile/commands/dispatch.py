@@ -55,7 +55,7 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
         build(h, opts)
     if cluster is not None:
         cres = deploy_cluster(inv, cluster, opts, quiet=as_json, rollback_on_failure=rollback_on_failure)
-        return CommandResult(cres, lambda: print_cluster(cres), cres.exit_code)
+        return CommandResult(cres, lambda: print_cluster(cres, inv.ssh_config), cres.exit_code)
     if len(hosts) == 1 and strategy is None and not rollback_on_failure:
         r = deploy_behind_routers(inv, hosts[0], opts, Reporter(hosts[0].name))
         if as_json and r.error is not None:
@@ -69,4 +69,4 @@ def deploy_command(inv: Inventory, hosts: list[Host], cluster: Any, opts: Option
         return CommandResult(hosts_document([r.as_dict()]), lambda: deploy_summary(r, inv.ssh_config), r.exit_code)
     res = run_rollout(inv, hosts, opts, strategy=strategy or "rolling", batch=batch, canary=canary,
                       rollback_on_failure=rollback_on_failure, quiet=as_json)
-    return CommandResult(res, lambda: print_rollout(res), res.exit_code)
+    return CommandResult(res, lambda: print_rollout(res, inv.ssh_config), res.exit_code)

@@ -70,24 +70,32 @@ def for_bench(result: dict[str, Any], runs_dir: Path | str,
 
 
 def explain_running(inv: Any, hosts: list[Any], params: Any, baseline_path: str | None, runs_dir: Path | str,
-                    on_event: Any = None) -> tuple[list[tuple[Subject, list[Finding]]], list[dict[str, Any]], int]:
-    """``inv explain`` without ``--from``: profile each running server now (``inv profile``'s own call, its bounded
-    load) and explain what it measured. (findings, the profile documents or errors per host, the exit code: 1 when
-    a host's measurement failed.)"""
-    from fabfile.commands.profile import profile_host
+                    on_event: Any = None, max_age_s: float | None = None,
+                    ) -> tuple[list[tuple[Subject, list[Finding]]], list[dict[str, Any]], int]:
+    """``inv explain`` without ``--from``: explain each running server's profile: one of the same deploy saved
+    less than ``max_age_s`` ago (None: never reuse, ``--fresh``), else one taken now (``inv profile``'s own call,
+    its bounded load, saved for the next). (findings, the profile documents or errors per host, each reused one
+    with ``reused``: its path and age; the exit code: 1 when a host's measurement failed.)"""
+    from fabfile.commands.profile import profile_host, reusable, running_deploy
 
     pairs: list[tuple[Subject, list[Finding]]] = []
     docs: list[dict[str, Any]] = []
     code = 0
     for h in hosts:
-        res = profile_host(inv, h, params, on_event=on_event)
-        o = res.outcomes[0]
-        if o.error is not None or not isinstance(o.data, dict):
-            docs.append({"host": h.name, "ok": False, "error": o.error.as_dict() if o.error else None})
-            code = max(code, res.exit_code or 1)
-            continue
-        doc = o.data
-        docs.append({"host": h.name, "ok": True, "profile": doc})
+        old = None if max_age_s is None else reusable(runs_dir, h.name, running_deploy(inv, h), params, max_age_s)
+        if old is not None:
+            doc = old.doc
+            docs.append({"host": h.name, "ok": True, "profile": doc,
+                         "reused": {"path": old.path, "age_s": round(old.age_s, 1), "sentence": old.sentence()}})
+        else:
+            res = profile_host(inv, h, params, on_event=on_event, runs_dir=runs_dir)
+            o = res.outcomes[0]
+            if o.error is not None or not isinstance(o.data, dict):
+                docs.append({"host": h.name, "ok": False, "error": o.error.as_dict() if o.error else None})
+                code = max(code, res.exit_code or 1)
+                continue
+            doc = o.data
+            docs.append({"host": h.name, "ok": True, "profile": doc})
         if baseline_path:
             pairs += explained(doc, load_document(baseline_path, "--baseline"), f"from {baseline_path}")
             continue

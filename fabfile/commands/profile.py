@@ -8,6 +8,7 @@ them as they are).
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -24,6 +25,10 @@ from fabfile.transport.session import HostSession
 
 DEFAULT_TRACE_STEPS = 12
 FETCH_MAX_BYTES = 1024 * 1024 * 1024
+# `inv explain` reuses a profile of the same deploy measured this recently (--max-age S; --fresh never reuses): each
+# profile loads the server for the bench's bounded load, ~20 s, to learn what a profile a minute old already says.
+REUSE_MAX_AGE_S = 300.0
+PROFILES_DIR = "profiles"  # RUNS/<host>/profiles/<profile id>.json: beside the benches, never read as one
 
 
 @dataclass(frozen=True)
@@ -72,18 +77,97 @@ def fetch_traces(session: HostSession, data: dict[str, Any], out: Path) -> list[
 
 
 def profile_host(inv: Inventory, host: Host, params: ProfileParams,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> HostsResult:
+                 on_event: Callable[[dict[str, Any]], None] | None = None,
+                 runs_dir: Path | str | None = None) -> HostsResult:
     """One ``profile`` call on ``host``; a failed measurement is the host's error (exit 1), bad input never
-    reaches here (exit 2 in tasks.py)."""
+    reaches here (exit 2 in tasks.py). With ``runs_dir`` the document is saved there (:func:`save_profile`)."""
     pid = new_profile_id()
     try:
         with HostSession.open(inv, host) as s:
             answer = s.profile(profile_request(params, pid), timeout=params.bound(), on_event=on_event)
-            # The result document: the host's answer, with where it ran and what was asked.
-            data: dict[str, Any] = {**answer, "host": host.name, "requested": {
+            # The result document: the host's answer, with where it ran, what was asked and when (the tool's clock).
+            data: dict[str, Any] = {**answer, "host": host.name, "measured_at": time.time(), "requested": {
                 **asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}}
             if params.out and params.trace:
                 data["fetched"] = fetch_traces(s, data, Path(params.out))
     except SpecDeployError as e:
         return HostsResult([HostOutcome(host, error=e)])
+    if runs_dir is not None:
+        data["local_path"] = str(save_profile(data, runs_dir))
     return HostsResult([HostOutcome(host, data=data)])
+
+
+def profile_hosts(inv: Inventory, hosts: list[Host], params: ProfileParams,
+                  runs_dir: Path | str | None = None) -> HostsResult:
+    """``inv profile`` on several hosts at once, each under its own load from the host itself: one outcome per
+    host, in the inventory's order."""
+    from fabfile.commands.fanout import concurrent
+
+    got: dict[str, HostOutcome] = {}
+
+    def one(h: Host) -> None:
+        got[h.name] = profile_host(inv, h, params, runs_dir=runs_dir).outcomes[0]
+
+    concurrent(hosts, one)
+    return HostsResult([got[h.name] for h in hosts])
+
+
+def save_profile(doc: dict[str, Any], runs_dir: Path | str) -> Path:
+    """``RUNS/<host>/profiles/<profile id>.json``: what ``inv explain`` may reuse (:func:`reusable`)."""
+    d = Path(runs_dir) / str(doc["host"]) / PROFILES_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{doc['profile_id']}.json"
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    return path
+
+
+@dataclass(frozen=True)
+class Reused:
+    doc: dict[str, Any]
+    path: str
+    age_s: float
+
+    def sentence(self) -> str:
+        return (f"reusing the profile of deploy {self.doc.get('deploy_id')} measured {self.age_s:.0f} s ago [tool] "
+                f"({self.path}; --fresh measures again)")
+
+
+def reusable(runs_dir: Path | str, host: str, deploy_id: str | None, params: ProfileParams, max_age_s: float,
+             now: float | None = None) -> Reused | None:
+    """The newest saved profile of ``host`` that says what a new one would: of the deploy running now
+    (``deploy_id``), at the same concurrency, with a trace when one is asked for, measured less than ``max_age_s``
+    ago by the tool's clock. None when there is none (or no deploy runs)."""
+    d = Path(runs_dir) / host / PROFILES_DIR
+    if not deploy_id or not d.is_dir():
+        return None
+    now = time.time() if now is None else now
+    best: Reused | None = None
+    for f in d.glob("*.json"):
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        asked = doc.get("requested") if isinstance(doc, dict) else None
+        at = doc.get("measured_at") if isinstance(doc, dict) else None
+        if not isinstance(asked, dict) or not isinstance(at, (int, float)) or doc.get("deploy_id") != deploy_id:
+            continue
+        age = now - float(at)
+        if not 0 <= age < max_age_s or asked.get("concurrency") != params.load.concurrency:
+            continue
+        if params.trace and not asked.get("trace"):
+            continue
+        if best is None or age < best.age_s:
+            best = Reused(doc, str(f), age)
+    return best
+
+
+def running_deploy(inv: Inventory, host: Host) -> str | None:
+    """The deploy id of the server running on ``host`` now (None: none runs, or the host did not answer: a fresh
+    profile then says why)."""
+    try:
+        with HostSession.open(inv, host) as s:
+            st = s.status()
+    except SpecDeployError:
+        return None
+    rec: dict[str, Any] = dict(st.get("record") or {})
+    return str(rec.get("deploy_id")) if st.get("running") and rec.get("deploy_id") else None

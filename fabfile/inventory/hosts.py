@@ -149,7 +149,8 @@ def _from_doc(d: Any) -> Inventory | None:
     try:
         hosts = {n: Host(**{**h, "speculative": Speculative(**h["speculative"]), "timeouts": Timeouts(**h["timeouts"]),
                             "sglang_args": tuple(h["sglang_args"]), "secret_env": tuple(h["secret_env"]),
-                            "node": None}) for n, h in d["hosts"].items()}
+                            "quiet_notes": tuple(h.get("quiet_notes") or ()), "node": None})
+                 for n, h in d["hosts"].items()}
         return Inventory(
             path=Path(d["path"]), hosts=hosts, groups={g: tuple(m) for g, m in d["groups"].items()},
             ssh_config=None if d["ssh_config"] is None else Path(d["ssh_config"]),

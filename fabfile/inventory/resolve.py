@@ -288,6 +288,7 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         address=m.get("address"),
         accept_gate=accept_gate,
         measure=bool(m["measure"]) if m.get("measure") is not None else None,
+        quiet_notes=tuple(dict.fromkeys((m.get("notes") or {}).get("quiet") or ())),
     )
 
 

@@ -108,6 +108,11 @@ class TimeoutFields(_Strict):
     first_request: float | None = None  # bound on the first real request after ready, and on the accept burst
 
 
+class NotesFields(_Strict):
+    # Notes the tool raises about its own settings, silenced by kind (values.QUIET_NOTES says what each is).
+    quiet: list[Literal["nccl_preset", "timer_cost"]] = []
+
+
 class HostFields(_Strict):
     """Every field a host, a group's defaults or the global defaults may set. All optional here."""
 
@@ -141,6 +146,7 @@ class HostFields(_Strict):
     # EAGLE accept length at or below which a deploy fails (measured after ready); 0 turns the gate off
     accept_gate: float | None = None
     timeouts: TimeoutFields | None = None
+    notes: NotesFields | None = None  # `notes: {quiet: [nccl_preset, timer_cost]}`
     address: str | None = None        # how the other hosts reach this one (cluster rendezvous, router workers)
 
     @field_validator("ssh_host")

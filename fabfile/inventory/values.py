@@ -28,6 +28,12 @@ BUILTIN_NCCL_PRESETS: dict[str, dict[str, str]] = {
 
 DEFAULT_LOG_DIR = "~/.specdeploy/logs"
 
+# The notes an inventory may silence (``notes: {quiet: [...]}``), each the tool's advice on a setting it was asked
+# for: the NCCL advice on a value the tool's built-in preset the host names gives unchanged (pcie's NCCL_PROTO=LL and
+# NCCL_MAX_NCHANNELS), and the device timer's recorded cost beside "measurement on". A value refused, or one
+# that SGLang replaces, is said whatever this says. The schema's ``NotesFields`` lists the same names.
+QUIET_NOTES = ("nccl_preset", "timer_cost")
+
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MAX_INVENTORY_BYTES = 4 << 20
 
@@ -140,6 +146,7 @@ class Host:
     address: str | None = None
     node: NodeRole | None = None
     measure: bool | None = None  # the inventory's `measure` (None: the tool's default, plan/measure.py)
+    quiet_notes: tuple[str, ...] = ()  # `notes: {quiet: [...]}`: kinds of QUIET_NOTES not said
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,8 @@ class Plan:
                 "patch_mode": self.patch_mode, "log_path": self.log_path, "script_path": self.script_path,
                 "steps": list(self.steps), "notes": list(self.notes), "nccl_expected": dict(self.expected),
                 "nccl_notes": list(self.nccl_notes), "accept_gate": self.accept_gate, "measure": self.measure,
-                "profile_dir": self.profile_dir, "knob_notes": list(self.knob_notes)}
+                "profile_dir": self.profile_dir, "knob_notes": list(self.knob_notes),
+                "notes_quiet": list(self.host.quiet_notes)}
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -391,7 +392,8 @@ def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None
     launch = list(plan.argv)
     from fabfile.plan.ncclnotes import nccl_notes
 
-    advice = tuple(nccl_notes({**plan.expected, **plan.nccl_logging}, plan.argv, sglang_version, nccl_version))
+    advice = tuple(nccl_notes({**plan.expected, **plan.nccl_logging}, plan.argv, sglang_version, nccl_version,
+                              quiet=preset_values_quiet(plan.host, plan.expected)))
     notes = [n for n in plan.notes if n not in plan.nccl_advice] + list(advice)
     config_file = f"{deploys}/{plan.deploy_id}.yaml" if secret_cfg else ""
     if secret_cfg:
@@ -413,6 +415,19 @@ def for_version(plan: Plan, sglang_version: str | None, nccl_version: str | None
                   env_file=f"{deploys}/{plan.deploy_id}.env" if file_env else "", config_file=config_file,
                   secret_config=secret_cfg, notes=tuple(dict.fromkeys(notes)), nccl_advice=advice)
     return replace(out, script=render_launch_script(out))
+
+
+def preset_values_quiet(host: Host, expected: dict[str, str]) -> frozenset[str]:
+    """The variables whose NCCL advice the inventory silenced (``notes: {quiet: [nccl_preset]}``): those the host's
+    ``nccl_preset`` gives and nothing laid over it changed. A value written in ``nccl_env`` or ``env`` is the
+    operator's own and keeps its advice."""
+    if "nccl_preset" not in host.quiet_notes or not host.nccl_preset:
+        return frozenset()
+    from fabfile.inventory.values import BUILTIN_NCCL_PRESETS
+
+    preset = BUILTIN_NCCL_PRESETS.get(host.nccl_preset, {})
+    return frozenset(k for k, v in preset.items() if expected.get(k) == v and host.nccl_env.get(k, v) == v
+                     and host.env.get(k, v) == v)
 
 
 def _check_config_values(host: Host, values: dict[str, str]) -> None:
@@ -451,7 +466,8 @@ def _measured(plan: Plan, sglang_version: str | None) -> Plan:
     from fabfile.plan import measure
 
     m = measure.launch(list(plan.argv), dict(plan.env), plan.measure_added, plan.measure_wanted,
-                       plan.measure_wanted_by, plan.measuring, sglang_version)
+                       plan.measure_wanted_by, plan.measuring, sglang_version,
+                       quiet_cost="timer_cost" in plan.host.quiet_notes)
     host = plan.host
     notes = m.notes + measure.profiler_notes(host.listen in LOOPBACK, host.listen, host.port, host.sglang_args,
                                              plan.profile_dir)

@@ -14,6 +14,7 @@ the host), which the agent creates 0700 and never through a symlink before the s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from fabfile.plan import versioncheck
@@ -40,6 +41,7 @@ class TimerCost:
     setup: str              # GPU, model, CUDA graphs: what the figure is true of
     pairs: tuple[tuple[float, float], ...]  # (tok/s timer on, tok/s timer off), one pair per run
     measured_by: str        # who measured and where it is written down
+    label: str = ""         # the setup in a few words, for the plan's one-line note (default: ``setup``)
 
     @property
     def cost_pct(self) -> tuple[float, float]:
@@ -47,14 +49,23 @@ class TimerCost:
         costs = [(off - on) / off * 100 for on, off in self.pairs if off > 0]
         return min(costs), max(costs)
 
-    def sentence(self) -> str:
+    def span(self) -> str:
         lo, hi = self.cost_pct
-        where = f"in {len(self.pairs)} on/off pair(s) on SGLang {self.release}, {self.setup} ({self.measured_by})"
         if lo < 0 < hi:
             # Pairs on both sides of zero ("−41.6–28.7 %"): a fresh deploy moved tok/s more than the timer did.
-            return f"the device timer's cost was not measurable against the deploy-to-deploy spread {where}"
-        span = f"{lo:.1f} %" if abs(hi - lo) < 0.05 else f"{lo:.1f}–{hi:.1f} %"
+            return "not measurable against the deploy-to-deploy spread"
+        return f"{lo:.1f} %" if abs(hi - lo) < 0.05 else f"{lo:.1f}–{hi:.1f} %"
+
+    def sentence(self) -> str:
+        where = f"in {len(self.pairs)} on/off pair(s) on SGLang {self.release}, {self.setup} ({self.measured_by})"
+        span = self.span()
+        if span.startswith("not "):
+            return f"the device timer's cost was {span} {where}"
         return f"the device timer cost {span} of served tok/s {where}"
+
+    def cites(self) -> list[str]:
+        """The files of this repository the figure is written down in."""
+        return re.findall(r"[\w./-]+\.(?:md|py|log)", self.measured_by)
 
 
 # Where the measured costs go (newest last). The figures below were measured on one H200 with real SGLang 0.5.16 and
@@ -62,15 +73,18 @@ class TimerCost:
 # on the GPU (issue 26, docs/real-sglang.md) add their rows here. A sentence cites only files in this repository.
 MEASURED_COSTS: tuple[TimerCost, ...] = (
     TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft, CUDA graphs off",
-              ((280.5, 302.6), (315.1, 319.8)), "measured by hand, docs/measured.md"),
+              ((280.5, 302.6), (315.1, 319.8)), "measured by hand, docs/measured.md",
+              "by hand, CUDA graphs off"),
     TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft, CUDA graphs on",
-              ((1268.7, 1306.2), (1216.8, 1409.9)), "measured by hand, docs/measured.md"),
+              ((1268.7, 1306.2), (1216.8, 1409.9)), "measured by hand, docs/measured.md",
+              "by hand, CUDA graphs on"),
     # The tool's own run (bench/real_sglang/real_run.py --phase profileb, 2026-12-01): three alternated pairs of a
     # fresh deploy each, 16 requests of 256 tokens at concurrency 1; mean 1002.6 on against 1064.1 off (5.8 %), the
     # pairs themselves spread from -41 % to +29 % (docs/real-sglang.md): noisy on a model this small.
     TimerCost("0.5.16", "one H200, synthetic target + EAGLE-3 draft (steps 3), CUDA graphs on, the tool's bench",
               ((1149.2, 811.7), (932.4, 1307.1), (926.2, 1073.6)),
-              "measured by the tool, bench/real_sglang/real_run.py --phase profileb (docs/real-sglang.md)"),
+              "measured by the tool, bench/real_sglang/real_run.py --phase profileb (docs/real-sglang.md)",
+              "the tool's bench, CUDA graphs on"),
 )
 
 
@@ -112,12 +126,16 @@ def decide(wanted: bool | None, wanted_by: str, measuring: bool, has_timer: bool
 
 
 def cost_note(version: str | None) -> str:
-    """What the plan says about the timer's price on this release."""
+    """What the plan says about the timer's price on this release, in one clause: each recorded setup's span and
+    the files they are written down in (the sentences of :meth:`TimerCost.sentence` ran to ~900 characters, said on
+    every deploy that turned the timer on; an inventory's ``notes: {quiet: [timer_cost]}`` silences it)."""
     costs = recorded_costs(version)
     if not costs:
         return ("its cost on served tok/s is not measured for this release yet: `inv bench` against a deploy with "
                 "and one without --measure measures it")
-    return "; ".join(c.sentence() for c in costs)
+    spans = ", ".join(f"{c.span()} ({c.label or c.setup})" for c in costs)
+    cited = ", ".join(dict.fromkeys(f for c in costs for f in c.cites() if f.endswith(".md")))  # the write-ups
+    return f"its recorded cost in % of served tok/s on SGLang {costs[0].release}: {spans} ({cited})"
 
 
 @dataclass(frozen=True)
@@ -130,10 +148,11 @@ class Launch:
 
 
 def launch(argv: list[str], env: dict[str, str], added_before: tuple[str, ...], wanted: bool | None,
-           wanted_by: str, measuring: bool, version: str | None) -> Launch:
+           wanted_by: str, measuring: bool, version: str | None, quiet_cost: bool = False) -> Launch:
     """The launch's argv and environment with the device timer on or off for ``version``: what an earlier decision
     added is taken back first (a plan is rendered before preflight, with the newest release assumed, and again for
-    the host's version), a flag or variable the operator gave is never removed."""
+    the host's version), a flag or variable the operator gave is never removed. ``quiet_cost``: the inventory's
+    ``notes: {quiet: [timer_cost]}``, the note says who turned the timer on and not its recorded cost."""
     if METRICS_FLAG in added_before and METRICS_FLAG in argv:
         argv.remove(METRICS_FLAG)
     if TIMER_ENV in added_before:
@@ -149,7 +168,7 @@ def launch(argv: list[str], env: dict[str, str], added_before: tuple[str, ...], 
             env[TIMER_ENV] = "1"
             added.append(TIMER_ENV)
     # Said when it is on (what it costs), or when a measured deploy cannot have it; a deploy left off says nothing.
-    notes = [f"{choice.why}; {cost_note(version)}"] if choice.on else \
+    notes = [choice.why if quiet_cost else f"{choice.why}; {cost_note(version)}"] if choice.on else \
         [choice.why] if measuring and wanted is None else []
     return Launch(argv, env, choice.on, tuple(added), notes)
 

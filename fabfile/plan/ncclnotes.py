@@ -49,11 +49,18 @@ def _proto_note(value: str, nccl: tuple[int, int] | None) -> str | None:
 
 
 def nccl_notes(tuning: Mapping[str, str], argv: Sequence[str], sglang_version: str | None,
-               nccl_version: str | None = None) -> list[str]:
-    """The notes for a plan asking for ``tuning`` (the NCCL_* values the server gets)."""
+               nccl_version: str | None = None, quiet: frozenset[str] = frozenset()) -> list[str]:
+    """The notes for a plan asking for ``tuning`` (the NCCL_* values the server gets). ``quiet``: variables whose
+    advice is not said (the preset's own values, under ``notes: {quiet: [nccl_preset]}``); a value NCCL would
+    refuse, or one SGLang replaces, is said all the same."""
     nccl = ncclenv.nccl_release(nccl_version)
     notes: list[str] = []
-    if "NCCL_PROTO" in tuning:
+    if "NCCL_PROTO" in tuning and "NCCL_PROTO" in quiet:
+        try:
+            ncclenv.selection("NCCL_PROTO", tuning["NCCL_PROTO"], nccl)
+        except ncclenv.SelectionError as e:
+            notes.append(f"{e}: NCCL fails the communicator's init, so the server will not start")
+    elif "NCCL_PROTO" in tuning:
         note = _proto_note(tuning["NCCL_PROTO"], nccl)
         if note:
             notes.append(note)
@@ -63,7 +70,7 @@ def nccl_notes(tuning: Mapping[str, str], argv: Sequence[str], sglang_version: s
         except ncclenv.SelectionError as e:
             notes.append(f"{e}: NCCL fails the communicator's init, so the server will not start")
     for old, new in DEPRECATED.items():
-        if old in tuning:
+        if old in tuning and old not in quiet:
             notes.append(f"{old} is deprecated since NCCL 2.17 in favour of {new} (NCCL still reads it); "
                          f"{new}={tuning[old]} says the same in the current name (kept as written)")
     for rule in sglang_nccl_rules(sglang_version, argv_flags(list(argv))):

@@ -67,3 +67,25 @@ def print_result(r: dict[str, Any], console: Console) -> None:
                       f"{cost['timer_off_tok_s']:.1f} without; measured by the tool against {cost['against']})",
                       markup=False)
     console.print(f"  saved: {r.get('local_path')} (host: {r.get('host_path')})", markup=False)
+
+
+def print_comparison(results: list[dict[str, Any]], failed: list[str], console: Console) -> None:
+    """``inv bench --host all``'s last table: one row per host, side by side (each host's own block above has the
+    rest), then the line naming each column's source; a host that failed is named, its error said below."""
+    cols = [Col("host"), Col("config"), Col("SGLang"), Col("tok/s", justify="right"), Col("±95 %", justify="right"),
+            Col("TTFT p50 ms", justify="right"), Col("TPOT p50 ms", justify="right"),
+            Col("accept len", justify="right"), Col("requests", justify="right")]
+    rows = []
+    for r in results:
+        ci = r.get("tok_s_ci")
+        rows.append([str(r["host"]), cell(r.get("config_name")), cell(r.get("sglang_version")),
+                     cell(r.get("output_tok_s"), "{:.1f}"), cell(ci, "{:.1%}"),
+                     cell((r.get("ttft_ms") or {}).get("median"), "{:.1f}"),
+                     cell((r.get("tpot_ms") or {}).get("median"), "{:.1f}"), cell(r.get("accept_len"), "{:.2f}"),
+                     f"{r.get('completed')}/{(r.get('params') or {}).get('num_prompts')}"])
+    rows += [[name, "[red]failed[/red]", *([""] * 6), "error below"] for name in failed]
+    print_table(console, cols, rows, title="hosts side by side")
+    accept = ", ".join(f"{r['host']}: {r.get('accept_len_source')}" for r in results if r.get("accept_len") is not None)
+    console.print("  sources: tok/s, ±95 %, TTFT, TPOT: the load client on each host [tool]"
+                  + (f"; accept len: SGLang's, as each host's block above chose ({accept})" if accept else ""),
+                  markup=False)

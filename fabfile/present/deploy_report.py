@@ -55,7 +55,7 @@ def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
               markup=False, soft_wrap=False)
 
 
-def tunnel_line(host: Host, ssh_config: Path | None = None) -> str | None:
+def tunnel_line(host: Host, ssh_config: Path | None = None, local_port: int | None = None) -> str | None:
     """The address a deploy serves at is on the remote host: the ``ssh -L`` line that reaches it from here (None for
     a local host), through the inventory's own ssh_config when it names one. A server listening on every address is
     reached through the host's loopback."""
@@ -63,5 +63,6 @@ def tunnel_line(host: Host, ssh_config: Path | None = None) -> str | None:
         return None
     target = "127.0.0.1" if host.listen in ("0.0.0.0", "::", "") else host.listen
     config = f"-F {shlex.quote(str(ssh_config))} " if ssh_config is not None else ""
-    return (f"from this machine: ssh {config}-N -L {host.port}:{target}:{host.port} {host.ssh_host}  "
-            f"then http://127.0.0.1:{host.port}")
+    here = local_port or host.port  # several hosts on one port: each tunnel its own port here
+    return (f"from this machine: ssh {config}-N -L {here}:{target}:{host.port} {host.ssh_host}  "
+            f"then http://127.0.0.1:{here}")

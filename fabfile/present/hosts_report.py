@@ -246,17 +246,55 @@ def print_logs_summary(result: HostsResult, *, prefix: bool) -> None:
 
 # -- check-env ------------------------------------------------------------------------------------------------
 def print_check_env(result: HostsResult, *, verbose: bool) -> None:
+    """One host: its matrix (``--verbose``: every cell). Several: the details of the hosts that fail only (every
+    host's with ``--verbose``), then one compact table across hosts (ranks proven, the verdict, the worst hint): 16
+    hosts of 8 proven ranks were 16 matrices and their facts, ~40 lines each, to find the one that failed."""
     from fabfile.present.checkenv_report import render_matrix, render_table
 
+    several = len(result.outcomes) > 1
     for o in result.outcomes:
-        if o.error is not None:
+        if o.error is not None or (several and not verbose and o.data["evaluation"].get("ok") is True):
             continue
         role = f" (cluster {o.host.node.cluster}, node rank {o.host.node.rank})" if o.host.node else ""
         out.print(f"[bold]{o.host.name}[/bold]{role}")
         (render_table if verbose else render_matrix)(o.data["evaluation"], o.data["evidence"].get("facts") or {}, out)
-    if len(result.outcomes) > 1:
-        print_summary(out, result.outcomes, _checkenv_figures, verdict=_checkenv_verdict)
+    if several:  # last: what a terminal shows at the end is the fleet at a glance
+        rows = []
+        for o in result.outcomes:
+            if o.error is None:
+                proven, total = ranks_proven(o.data)
+                rows.append([o.host.name, f"{proven}/{total}" if total else DASH, _checkenv_verdict(o.data),
+                             worst_hint(o.data)])
+            else:
+                what = "timed out" if isinstance(o.error, HostTimeoutError) else "failed"
+                rows.append([o.host.name, DASH, f"[red]{what}[/red]", BELOW])
+        print_table(out, [Col("host"), Col("ranks proven", justify="right"), Col("verdict"),
+                          Col("worst hint", key=False)], rows)
     print_errors(result.outcomes)
+
+
+def ranks_proven(d: Any) -> tuple[int, int]:
+    """The scheduler ranks where every expected value is proven, of the ranks the server should have (its world
+    size, when a rank is gone: those count as not proven)."""
+    ev = d["evaluation"]
+    by_rank: dict[Any, bool] = {}
+    for r in ev.get("rows") or []:
+        key = r.get("pid")
+        by_rank[key] = by_rank.get(key, True) and r.get("status") == "proven"
+    total = max(len(by_rank), int(ev.get("nranks") or 0), int(ev.get("schedulers") or 0))
+    return sum(by_rank.values()), total
+
+
+def worst_hint(d: Any) -> str:
+    """The first hint of the most severe kind (the evaluation sorts them so), in words; the dash when none."""
+    from fabfile.present.checkenv_report import SEVERITY_STYLE
+
+    hints = d["evaluation"].get("hints") or []
+    if not hints:
+        return DASH
+    h = hints[0]
+    sev = str(h.get("severity") or "info")
+    return f"[{SEVERITY_STYLE.get(sev, 'default')}]{escape(sev)}[/] {escape(str(h.get('message')))}"
 
 
 def _checkenv_verdict(d: Any) -> str:
@@ -266,15 +304,6 @@ def _checkenv_verdict(d: Any) -> str:
     if not (d.get("evidence") or {}).get("schedulers"):
         return "[red]no server[/red]"
     return "[red]not proven[/red]"
-
-
-def _checkenv_figures(d: Any) -> str:
-    ev = d["evaluation"]
-    rows = ev.get("rows") or []
-    proven = sum(1 for x in rows if x.get("status") == "proven")
-    ranks = len((d.get("evidence") or {}).get("schedulers") or [])
-    verdict = "proven" if ev.get("ok") else "[red]NOT proven[/red]"
-    return f"{verdict}: {proven}/{len(rows)} values, {ranks} scheduler rank(s)"
 
 
 # -- rollback-patches -----------------------------------------------------------------------------------------

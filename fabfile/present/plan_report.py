@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.syntax import Syntax
 
-from fabfile.present.output import out
+from fabfile.present.output import first_time, out
 
 
 def describe(doc: dict[str, Any]) -> None:
@@ -19,8 +19,14 @@ def describe(doc: dict[str, Any]) -> None:
     for note in doc.get("knob_notes") or []:
         out.print(f"  knob: {note}", markup=False, highlight=False)
     out.print("  steps: " + " → ".join(doc["steps"]))
+    said = 0
     for note in doc.get("notes") or []:
-        out.print(f"  note: {note}", markup=False, highlight=False)
+        if first_time(note):  # once per command: the next host's plan has the same notes about the same preset
+            out.print(f"  note: {note}", markup=False, highlight=False)
+        else:
+            said += 1
+    if said:
+        out.print(f"  note: {said} more, said above for another host", markup=False, highlight=False)
     out.print("[bold]launch command[/bold]")
     out.print(doc["launch_command"], markup=False, highlight=False)
     for path, text in doc["files"].items():

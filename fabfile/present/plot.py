@@ -62,6 +62,7 @@ def sweep_figure(doc: dict[str, Any]) -> Figure | None:
         ax.set_xlabel("speculative steps")
         ax.set_ylabel("output tok/s")
         ax2.set_ylabel("accept length")
+        accept_axis(ax2, [r["accept_len"] for r in spec if r.get("accept_len") is not None])
         ax.set_xticks(sorted({r["steps"] for r in rows} | {0}))
         ax.set_title(f"{doc['host']} sweep {doc['sweep_id']}, concurrency {c}")
         h1, l1 = ax.get_legend_handles_labels()
@@ -69,6 +70,15 @@ def sweep_figure(doc: dict[str, Any]) -> Figure | None:
         ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
     fig.tight_layout()
     return fig
+
+
+def accept_axis(ax2: Any, accept: list[float]) -> None:
+    """The accept-length axis from 0, its top above the longest: both axes autoscaled put each one's lowest point at
+    the same height, so the shortest accept length's marker sat on the baseline's line, as if the baseline had one
+    (it has none). From 0 the shortest (at least 1: the verified token) sits well above the bottom margin where a
+    baseline below every configuration's tok/s is drawn."""
+    if accept:
+        ax2.set_ylim(0, max(accept) * 1.15)
 
 
 def plot_series(spec: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -105,7 +115,8 @@ def phase_bars(ax: Any, doc: dict[str, Any]) -> None:
     if base:
         ax.axhline(float(base["ms"]), color="black", linestyle="--",
                    label=f"baseline decode {float(base['ms']):.2f} ms [{tag(str(base.get('source')))}]")
-    ax.set_ylabel("ms per cycle (phases: SGLang device timer; other: cycle − phases)")
-    ax.set_title("where a cycle's time goes")
+    # Short: the long label ran past the figure's top and bottom, cut at both ends; the sources go in the title.
+    ax.set_ylabel("ms per cycle")
+    ax.set_title("where a cycle's time goes\n(phases: SGLang device timer; other: cycle − phases)", fontsize=10)
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     ax.legend(fontsize=7, loc="best")

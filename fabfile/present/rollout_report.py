@@ -3,9 +3,11 @@ then the failures and a one-line verdict. ``RolloutResult.as_dict`` is the JSON 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.markup import escape
 
-from fabfile.present.deploy_report import deploy_summary
+from fabfile.present.deploy_report import deploy_summary, tunnel_line
 from fabfile.present.output import err, out, print_error
 from fabfile.present.tables import Col, cell, print_table
 from fabfile.results.deploys import HostRollout, RolloutResult
@@ -49,8 +51,9 @@ def rollout_notes(row: HostRollout) -> list[str]:
     return notes
 
 
-def print_rollout(result: RolloutResult) -> None:
-    """The final word: per host, what happened and what runs there now (observed); then each failure in detail."""
+def print_rollout(result: RolloutResult, ssh_config: Path | None = None) -> None:
+    """The final word: per host, what happened and what runs there now (observed), each deployed host's address
+    and tunnel line; then each failure in detail."""
     for row in result.hosts:
         if row.deploy is not None and not row.deploy.ok:
             deploy_summary(row.deploy)
@@ -66,6 +69,7 @@ def print_rollout(result: RolloutResult) -> None:
         rows.append([row.host.name, str(row.batch), f"[{color}]{row.outcome}[/{color}]", escape(running_now(row)),
                      cell(row.pid_now or None), escape("; ".join(rollout_notes(row)))])
     print_table(out, cols, rows, title=title)
+    print_addresses(result, ssh_config)
     unknown = [r.host.name for r in result.hosts if r.config_now == "unknown"]
     if result.extra.get("preflight_failed"):
         err.print(f"[red]deploy refused at preflight[/red] on {', '.join(result.extra['preflight_failed'])}: no "
@@ -101,8 +105,27 @@ def print_rollout(result: RolloutResult) -> None:
                   "unknown: check with `inv status` once it answers")
 
 
-def print_cluster(result: RolloutResult) -> None:
-    print_rollout(result)
+def print_addresses(result: RolloutResult, ssh_config: Path | None) -> None:
+    """Each deployed host's address, deploy id and ``ssh -L`` line, one line a host (``inv deploy --host all | grep
+    'ssh -F'``: a line per host, whole): a one-host deploy prints them, a rollout printed none. Hosts serving on
+    the same port get a local port each (8000, 8001, ...), so every tunnel can be open at once. A cluster's API is
+    its rank 0's alone."""
+    used: set[int] = set()
+    for row in result.hosts:
+        d = row.deploy
+        if not row.ok or d is None or (row.host.node is not None and row.host.node.rank != 0):
+            continue
+        here = row.host.port
+        while here in used:
+            here += 1
+        used.add(here)
+        tunnel = tunnel_line(row.host, ssh_config, here)
+        out.print(f"  {row.host.name}: ready at {d.plan.url}  deploy id: {d.plan.deploy_id}"
+                  + (f"  {tunnel}" if tunnel else ""), markup=False, highlight=False, soft_wrap=True)
+
+
+def print_cluster(result: RolloutResult, ssh_config: Path | None = None) -> None:
+    print_rollout(result, ssh_config)
     if result.ok:
         rank0 = result.hosts[0]
         url = rank0.deploy.plan.url if rank0.deploy else "?"

@@ -48,3 +48,34 @@ def test_a_changed_key_is_never_overwritten(fleet: Fleet, sim_host: SimHost, tmp
     r = run_inv("trust-host", "--host", "sim1", inventory=inventory)
     assert r.returncode == 1 and "DIFFERENT key" in r.stderr
     assert known.read_text() == before
+
+
+def test_several_hosts_show_every_fingerprint_then_ask_once(fleet: Fleet, sim_hosts: dict[str, SimHost],
+                                                            tmp_path: Path) -> None:
+    """Issue 40, point 6: trust-host took one host at a time. Several (`sim1,sim2`, as a group or `all` selects
+    them): every fingerprint first, then one question for the new keys; no answer (no terminal), or a fingerprint
+    that is not one given: nothing written."""
+    from fabfile.commands.trust import trust_host
+    from fabfile.errors import FlagError
+    from fabfile.inventory import hosts as inventory_hosts
+
+    inventory, known = _fresh_known_hosts(fleet, tmp_path)
+    r = run_inv("trust-host", "--host", "sim1,sim2", inventory=inventory)  # no terminal to answer
+    assert r.returncode == 2 and "2 new fingerprint(s)" in r.stderr and not known.exists(), r.stderr
+    offered = dict(re.findall(r"^(sim\d) \(\S+\) offers a \S+ key: (SHA256:\S+)$", r.stdout, re.M))
+    assert sorted(offered) == ["sim1", "sim2"], r.stdout
+    r = run_inv("trust-host", "--host", "sim1,sim2", "--fingerprint", offered["sim1"], inventory=inventory)
+    assert r.returncode == 2 and f"sim2 offers {offered['sim2']}, not among those given" in r.stderr
+    assert not known.exists()  # not even sim1's: all or none
+    asked: list[int] = []
+    inv = inventory_hosts.load(inventory)
+    trust_host(inv, "sim1,sim2", None, lambda n: asked.append(n) is None)  # answers yes, once
+    assert asked == [2] and sorted(ln.split()[0] for ln in known.read_text().splitlines()) == ["sim1", "sim2"]
+    r = run_inv("trust-host", "--host", "sim1,sim2", inventory=inventory)
+    assert r.returncode == 0 and r.stdout.count("already trusted in") == 2, r.stdout
+    with_one = ",".join(offered.values())
+    assert run_inv("trust-host", "--host", "sim1,sim2", "--fingerprint", with_one, inventory=inventory).returncode == 0
+    try:
+        trust_host(inv, "sim1", "SHA256:wrong", lambda n: True)
+    except FlagError as e:  # one host: the sentence it always said
+        assert "nothing was written" in e.message

@@ -362,7 +362,7 @@ PROBES = ["0", "1", "2", "4", "16", "2,4"]
 NOT_NUMERIC = {"host", "out", "old", "new", "fingerprint", "name", "write", "command", "router", "keep", "client",
                "patch_mode", "strategy", "sweep", "verbose", "predict", "once", "nccl", "nccl_env", "resume",
                "adaptive", "measure", "no_measure", "explain", "baseline", "from_", "rules", "trace", "previous",
-               "objective", "strict", "sglang_version", "id_", "yes"}
+               "objective", "strict", "sglang_version", "id_", "yes", "fresh"}
 
 
 def _numeric_run(name: str, param: str, value: str, inv: Path) -> tuple[int, str, str]:

@@ -242,3 +242,30 @@ def test_every_recorded_cost_cites_a_file_in_the_repository() -> None:
     for cost in measure.MEASURED_COSTS:
         cited = re.findall(r"[\w./-]+\.(?:md|py|log)", cost.measured_by)
         assert cited and all((root / c).is_file() for c in cited), cost.measured_by
+
+
+def test_the_inventory_silences_the_notes_on_its_own_preset_and_the_timer_cost(tmp_path: Path) -> None:
+    """Issue 40, point 4: the tool's notes about its own built-in preset and the timer's recorded cost, silenced by
+    `notes: {quiet: [...]}`; said, and short, without it."""
+    from fabfile.inventory.schema import NotesFields
+    from fabfile.inventory.values import QUIET_NOTES
+
+    said = build(_host(tmp_path, "nccl_preset: pcie"), Options(measure=True), sglang_version="0.5.16")
+    timer = next(n for n in said.notes if n.startswith("measurement on (--measure)"))
+    assert len(timer) < 330 and "docs/measured.md" in timer and "not measurable against" in timer, timer
+    assert any(n.startswith("NCCL_PROTO=LL leaves all-reduce") for n in said.notes)
+    assert any(n.startswith("NCCL_MAX_NCHANNELS is deprecated") for n in said.notes)
+    quiet = build(_host(tmp_path, "nccl_preset: pcie\nnotes: {quiet: [nccl_preset, timer_cost]}"),
+                  Options(measure=True), sglang_version="0.5.16")
+    assert "measurement on (--measure)" in quiet.notes  # who turned it on is still said, its cost not
+    assert not [n for n in quiet.notes if "NCCL_PROTO" in n or "NCCL_MAX_NCHANNELS" in n or "% of served" in n]
+    assert quiet.summary()["notes_quiet"] == ["nccl_preset", "timer_cost"]
+    # A value the operator wrote over the preset is theirs: its advice stays.
+    own = build(_host(tmp_path, "nccl_preset: pcie\nnccl_env: {NCCL_PROTO: LL128}\nnotes: {quiet: [nccl_preset]}"),
+                Options(), sglang_version="0.5.16")
+    assert any(n.startswith("NCCL_PROTO=LL128 leaves") for n in own.notes)
+    assert not any("NCCL_MAX_NCHANNELS" in n for n in own.notes)
+    assert tuple(NotesFields.model_fields["quiet"].annotation.__args__[0].__args__) == QUIET_NOTES
+    with pytest.raises(InventoryError) as e:
+        _host(tmp_path, "notes: {quiet: [nccl_proto]}")
+    assert "hosts.g1.notes.quiet.0" in e.value.message and "'nccl_preset' or 'timer_cost'" in e.value.message
