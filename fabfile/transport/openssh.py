@@ -15,6 +15,11 @@ added or updated key); never a prompt (BatchMode). The control socket lives in a
 (0700, under $XDG_RUNTIME_DIR, else the cache directory), named by ``%C`` and by a tag of everything ``ssh -G``
 resolved for the alias, so a connection is reused only under the settings and trust store it was opened with.
 
+A changed or unknown host key, a refused login and a name that does not resolve are refused at once, in the words
+of the Paramiko path (``sshfailures``). A connection that fails for the network's sake (a timeout, a refused port, a
+ProxyCommand that ended) is handed to Paramiko for the rest of the command: it retries within the same budget and
+reports what the ProxyCommand said, which ssh sends to /dev/null once a master may persist.
+
 ``open_openssh`` returns None where this carrier cannot be used, and the caller takes Paramiko: no ``ssh`` binary,
 no private directory, a socket path too long for the system's limit, a path ``ssh`` could not take as an option
 value, an ssh_config ``ssh -G`` refuses, or an alias with ProxyJump (OpenSSH checks each hop with the jump alias's
@@ -28,7 +33,6 @@ import codecs
 import hashlib
 import math
 import os
-import random
 import re
 import select
 import shutil
@@ -127,7 +131,7 @@ def open_openssh(host_name: str, alias: str, *, ssh_config: Path | None, known_h
     if len(path) - 2 + _HEX_C > SUN_PATH_MAX or any(re.search(_UNSAFE_IN_OPTION, p) for p in [path, *files]):
         return None
     return OpenSSHTransport(host_name, alias, ssh=ssh, ssh_config=ssh_config, known_hosts=files,
-                            control_path=path, timeouts=timeouts, on_open=on_open)
+                            control_path=path, timeouts=timeouts, extra_known_hosts=known_hosts, on_open=on_open)
 
 
 # -- what ssh said (patterns compiled only when ssh failed: ``re`` caches them then) -----------------------------
@@ -138,10 +142,9 @@ _UNKNOWN = r"host key is known for|Host key verification failed"
 _AUTH = r"(Permission denied \([^)]*\)|Too many authentication failures)"
 _RESOLVE = r"(?m)Could not resolve hostname [^:]+: (.+?)\s*$"
 _DROPPED = r"Connection to \S+ closed by remote host|client_loop: |mux_client_\w+: "
-# Refused: something answered "no" (a closed port; a ProxyCommand that ended, which ssh sees as "port 65535").
-_REFUSED = r"Connection refused|UNKNOWN port 65535"
-_TRANSIENT = (r"timed out|Connection reset|No route to host|Network is unreachable|kex_exchange_identification|"
-              r"banner exchange|Connection closed by|Broken pipe")
+# The network's failures (a ProxyCommand that ended shows as a connection closed in the key exchange).
+_TRANSIENT = (r"Connection refused|timed out|Connection reset|No route to host|Network is unreachable|"
+              r"kex_exchange_identification|banner exchange|Connection closed by|Broken pipe")
 
 
 def _md5_of_known(entry: str) -> str:
@@ -161,16 +164,21 @@ def _last_words(stderr: str) -> str:
 
 
 class _Failed(Exception):
-    """ssh could not open the connection; ``transient`` ones are retried (``refused``: briefly)."""
+    """ssh could not open the connection; a ``transient`` failure is handed to Paramiko, which retries it."""
 
-    def __init__(self, error: SpecDeployError, why: str, transient: bool = False, refused: bool = False) -> None:
+    def __init__(self, error: SpecDeployError, why: str, transient: bool = False) -> None:
         super().__init__(why)
-        self.error, self.why, self.transient, self.refused = error, why, transient, refused
+        self.error, self.why, self.transient = error, why, transient
+
+
+class _HandedOver(Exception):
+    """The call goes over Paramiko from now on (``OpenSSHTransport.paramiko``)."""
 
 
 class OpenSSHTransport(Transport):
     def __init__(self, host_name: str, alias: str, *, ssh: str, ssh_config: Path | None, known_hosts: list[str],
-                 control_path: str, timeouts: Timeouts, on_open: Callable[[Transport], None] | None = None) -> None:
+                 control_path: str, timeouts: Timeouts, extra_known_hosts: Path | None = None,
+                 on_open: Callable[[Transport], None] | None = None) -> None:
         super().__init__(host_name)
         self.alias = alias
         self.timeouts = timeouts
@@ -192,6 +200,9 @@ class OpenSSHTransport(Transport):
         self.argv = [ssh, *(["-F", str(ssh_config)] if ssh_config else [])]
         for key, value in options.items():
             self.argv += ["-o", f"{key}={value}"]
+        self.ssh_config, self.extra_known_hosts = ssh_config, extra_known_hosts
+        self.paramiko: Transport | None = None  # once a connection failed for the network's sake (``_call``)
+        self.held: Transport | None = None      # that Paramiko transport from its first moment, for abort()
         self._procs: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self.aborted = False
@@ -296,64 +307,94 @@ class OpenSSHTransport(Transport):
         if re.search(_DROPPED, stderr):
             return _Failed(ConnectionLost(f"the SSH session to {alias} dropped while a command ran: {said}",
                                           host=name), said)
-        refused = bool(re.search(_REFUSED, stderr))
-        if refused or re.search(_TRANSIENT, stderr):
+        if re.search(_TRANSIENT, stderr):
             error = ConnectError(f"could not reach {alias}: {said}", "check the network, the ssh_config alias "
                                  "and sshd", host=name)
-            return _Failed(error, said, transient=True, refused=refused)
+            return _Failed(error, said, transient=True)
         return None
 
     def _call(self, command: str, timeout: float, on_text: Callable[[str], object], *, data: bytes | None = None,
               idle_timeout: float | None = None, last_activity: Callable[[], float] | None = None,
               ) -> tuple[int, str]:
-        """``_exchange``, retrying a connection that failed before the command ran, as ``SSHTransport`` retries
-        its connect: transient failures for ``sshfailures.retry_budget``, never a host key or a login refused."""
-        first = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            self.stats.commands += 1
-            self.stats.commands_log.append(command)
-            code, stderr, got_output = self._exchange(command, timeout, on_text, data=data,
-                                                      idle_timeout=idle_timeout, last_activity=last_activity)
-            failed = self._failure(code, stderr, got_output)
-            if failed is None:
-                return code, stderr
-            budget, _ = sshfailures.retry_budget(self.timeouts, failed.refused)
-            wait = min(0.3 * 2 ** (attempt - 1) + random.uniform(0, 1), 4.0)
-            if not failed.transient or self.aborted or time.monotonic() - first + wait >= budget:
-                raise failed.error from None
-            if attempt == 1:
-                sshfailures.say_retrying(self.host_name, failed.why, self.timeouts, failed.refused)
-            time.sleep(wait)
+        """``_exchange``; a refused host key, login or name is refused at once, in Paramiko's words. A connection
+        that failed for the network's sake (a timeout, a reset, a refused port, a ProxyCommand that ended) is handed
+        to Paramiko (:meth:`_over_paramiko`), which retries it within the same budget and says what the proxy said:
+        ssh sends a ProxyCommand's own words to /dev/null once a master may persist."""
+        self.stats.commands += 1
+        self.stats.commands_log.append(command)
+        code, stderr, got_output = self._exchange(command, timeout, on_text, data=data, idle_timeout=idle_timeout,
+                                                  last_activity=last_activity)
+        failed = self._failure(code, stderr, got_output)
+        if failed is None:
+            return code, stderr
+        if not failed.transient or self.aborted:
+            raise failed.error from None
+        self._over_paramiko()
+        raise _HandedOver
+
+    def _over_paramiko(self) -> None:
+        from fabfile.transport.ssh import SSHTransport
+
+        with self._lock:
+            if self.aborted:
+                raise ConnectError(f"the session to {self.alias} was aborted", host=self.host_name)
+        self.paramiko = SSHTransport(self.host_name, self.alias, ssh_config=self.ssh_config,
+                                     known_hosts=self.extra_known_hosts, timeouts=self.timeouts,
+                                     on_open=self._hold)
+
+    def _hold(self, t: Transport) -> None:
+        with self._lock:
+            self.held = t
+        if self.aborted:
+            t.abort()
 
     # -- the Transport interface ------------------------------------------------------------------------------
     def run(self, command: str, timeout: float) -> CommandResult:
-        out: list[str] = []
-        code, stderr = self._call(command, timeout, out.append)
-        return CommandResult(code, "".join(out), stderr)
+        if self.paramiko is None:
+            out: list[str] = []
+            try:
+                code, stderr = self._call(command, timeout, out.append)
+                return CommandResult(code, "".join(out), stderr)
+            except _HandedOver:
+                pass
+        assert self.paramiko is not None
+        return self.paramiko.run(command, timeout)
 
     def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
                idle_timeout: float | None = None) -> CommandResult:
-        sink = LineBuffer(on_line)
-        try:
-            code, stderr = self._call(command, timeout, sink.write, idle_timeout=idle_timeout,
-                                      last_activity=lambda: sink.last_activity)
-        finally:
-            sink.close()
-        return CommandResult(code, "", stderr)
+        if self.paramiko is None:
+            sink = LineBuffer(on_line)
+            try:
+                code, stderr = self._call(command, timeout, sink.write, idle_timeout=idle_timeout,
+                                          last_activity=lambda: sink.last_activity)
+                sink.close()
+                return CommandResult(code, "", stderr)
+            except _HandedOver:
+                pass  # nothing came on stdout: nothing was handed to on_line
+        assert self.paramiko is not None
+        return self.paramiko.stream(command, on_line, timeout, idle_timeout)
 
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
         """A shell write through the same connection (the agent's install, when a read-only command finds none)."""
-        out: list[str] = []
-        code, stderr = self._call(self.shell_write_command(path, mode), self.timeouts.command, out.append, data=data)
-        self.shell_write_done(CommandResult(code, "".join(out), stderr), path)
+        if self.paramiko is None:
+            out: list[str] = []
+            try:
+                code, stderr = self._call(self.shell_write_command(path, mode), self.timeouts.command, out.append,
+                                          data=data)
+                self.shell_write_done(CommandResult(code, "".join(out), stderr), path)
+                return
+            except _HandedOver:
+                pass
+        assert self.paramiko is not None
+        self.paramiko.put(data, path, mode)
 
     def abort(self) -> None:
         """End whatever ssh process runs now (from another thread: a host past its bound); the master stays."""
-        self.aborted = True
         with self._lock:
-            procs = list(self._procs)
+            self.aborted = True
+            procs, held = list(self._procs), self.held
+        if held is not None:
+            held.abort()
         for proc in procs:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -361,4 +402,6 @@ class OpenSSHTransport(Transport):
                 pass
 
     def close(self) -> None:
-        """Nothing to close: the master connection outlives this command on purpose (ControlPersist)."""
+        """The master connection outlives this command on purpose (ControlPersist); a Paramiko one is closed."""
+        if self.paramiko is not None:
+            self.paramiko.close()

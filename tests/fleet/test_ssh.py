@@ -122,7 +122,8 @@ def test_closing_a_session_whose_proxy_died_is_quiet_and_lets_the_proxy_go(fleet
 
 
 # -- read-only commands over OpenSSH's client (fabfile/transport/openssh.py) ------------------------------------
-VOLATILE = {"uptime_s", "gathered_at", "latency_s"}  # what changes between two runs a second apart, whatever carries them
+# what changes between two runs a second apart, whatever carries them
+VOLATILE = {"uptime_s", "gathered_at", "latency_s"}
 
 
 def _steady(x: object) -> object:
