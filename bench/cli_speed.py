@@ -12,7 +12,8 @@ set every start compiles them again (``--no-bytecode`` times that).
 Then where the tool's time goes, for ``inv status`` (medians of --runs, each named by how it was measured):
 interpreter start (``python -c pass``), imports (``python -X importtime``: the sum of the top-level imports, the
 top ten, each the least of the runs), connection set-up (Paramiko's handshake in this process against OpenSSH's
-``ssh true``, and a ``ssh true`` through an already-open ControlMaster connection: what reuse would give), the
+``ssh true``, a ``ssh true`` through an already-open ControlMaster connection, and the carrier the read-only commands
+use, ``transport/openssh.py``: its set-up and one ``true`` through it), the
 agent's start on the host (the host's ``python -I -c pass`` and the agent's own imports there, under
 ``-X importtime``), the round trips (counted per command in this process through the real session) and the printing.
 
@@ -185,6 +186,14 @@ def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> li
     rows.append(("connection: OpenSSH reused", f"{reused * 1e3:.0f} ms", "`ssh true` through an open ControlMaster "
                  "(ControlPersist): no handshake"))
 
+    resolving, carried = timed(lambda: session.open_transport(inv, host, read_only=True), runs)
+    rows.append(("connection: the read-only carrier's set-up", f"{resolving * 1e3:.0f} ms", f"opening "
+                 f"{type(carried).__name__} in this process (for OpenSSH: `ssh -G` resolving the alias, the "
+                 "private socket directory checked)"))
+    carried.run("true", 30)  # the master, if none is open yet
+    through, _ = timed(lambda: carried.run("true", 30), runs)
+    rows.append(("connection: the read-only carrier's `true`", f"{through * 1e3:.0f} ms", "one `true` through it "
+                 "(for OpenSSH: one `ssh` process through the open master)"))
     t: Transport = session.open_transport(inv, host)
     try:
         rt, _ = timed(lambda: t.run("true", 30), runs)
@@ -211,7 +220,7 @@ def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> li
     opened: list[session.HostSession] = []
 
     def counting(inv: inventory.Inventory, h: inventory.Host, on_open: Any) -> session.HostSession:
-        tr = session.open_transport(inv, h, on_open)
+        tr = session.open_transport(inv, h, on_open, read_only=True)  # every command below only reads
         hs_ = session.HostSession(host=h, transport=tr, agent=AgentClient(tr, h.python, h.state_dir))
         opened.append(hs_)
         return hs_
@@ -234,7 +243,9 @@ def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> li
                 show(result.document, result.for_people, as_json=False)
             printing = time.perf_counter() - t1
         trips = sum(o.transport.stats.commands for o in opened)
-        rows.append((f"inv {name}: round trips", str(trips), f"SSH commands run ({len(opened)} connection(s)); the "
+        carriers = ", ".join(sorted({type(o.transport).__name__ for o in opened})) or "none"
+        rows.append((f"inv {name}: round trips", str(trips), f"SSH commands run over {carriers} ({len(opened)} "
+                     "session(s)); the "
                      f"command's work {took * 1e3:.0f} ms, printing {printing * 1e3:.0f} ms (one run, in this "
                      "process)"))
     return rows

@@ -47,6 +47,25 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     mp.undo()
 
 
+@pytest.fixture(autouse=True)
+def control_sockets(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Each test its own directory of OpenSSH control sockets (fabfile/transport/openssh.py), so a connection a
+    read-only command left open never carries into the next test (one that rotates a host key, say), and every
+    master it opened is told to exit at its end. Short and private (/tmp/sd-XXXXXXXX, 0700): a pytest tmp_path
+    would make the socket's path longer than sun_path allows."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    runtime = Path(tempfile.mkdtemp(prefix="sd-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    yield runtime / "specdeploy" / "ssh"
+    for sock in (runtime / "specdeploy" / "ssh").glob("*") if shutil.which("ssh") else ():
+        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "master"], capture_output=True,
+                       stdin=subprocess.DEVNULL, timeout=30, check=False)
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
 UNIT = TESTS / "unit"
 FLEET_WORKERS = 6
 

@@ -27,10 +27,10 @@ MAX_PARALLEL = 16
 
 
 def _run_one(inv: Inventory, h: Host, work: Callable[[HostSession], Any],
-             on_open: Callable[[Transport], None] | None) -> HostOutcome:
+             on_open: Callable[[Transport], None] | None, read_only: bool) -> HostOutcome:
     """One host's part: open its session, run ``work``; any failure becomes the host's outcome, never a raise."""
     try:
-        with HostSession.open(inv, h, on_open) as s:
+        with HostSession.open(inv, h, on_open, read_only=read_only) as s:
             return HostOutcome(h, data=work(s))
     except SpecDeployError as e:
         if e.host is None:
@@ -49,7 +49,7 @@ def _timed_out(h: Host, host_timeout: float) -> HostTimeoutError:
 
 def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], Any],
                   parallel: bool = True, host_timeout: float | None = None,
-                  answered: set[str] | None = None) -> list[HostOutcome]:
+                  answered: set[str] | None = None, read_only: bool = False) -> list[HostOutcome]:
     """Run ``work`` on every host (at most MAX_PARALLEL at once); outcomes in the order of ``hosts``.
 
     With ``host_timeout``, a host whose part takes longer (counted from when it started, connecting included) is
@@ -57,9 +57,10 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
     that host's SSH session, which unblocks the thread; the thread is a daemon and its late result is ignored.
     ``answered``: a set the work adds its host's name to once the host has answered; from then on ``host_timeout``
     no longer applies to it (a long ``logs --follow`` is bounded by its own duration, only its start by this).
+    ``read_only``: ``work`` only reads the hosts (``session.open_transport`` says what carries it then).
     """
     if not parallel or (len(hosts) == 1 and host_timeout is None):
-        return [_run_one(inv, h, work, None) for h in hosts]
+        return [_run_one(inv, h, work, None, read_only) for h in hosts]
     cv = threading.Condition()
     results: dict[str, HostOutcome] = {}
     started: dict[str, float] = {}
@@ -70,7 +71,7 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
             with cv:
                 transports[h.name] = t
 
-        outcome = _run_one(inv, h, work, on_open)
+        outcome = _run_one(inv, h, work, on_open, read_only)
         with cv:
             results.setdefault(h.name, outcome)
             cv.notify_all()

@@ -151,7 +151,8 @@ def unproven_evidence(verify: dict[str, Any], most: int = 3) -> str:
 
 def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's ``status`` answer, with its :func:`server_view` under ``data["state"]``."""
-    outcomes = for_each_host(inv, hosts, lambda s: s.status(), host_timeout=_bound(hosts, host_timeout))
+    outcomes = for_each_host(inv, hosts, lambda s: s.status(), host_timeout=_bound(hosts, host_timeout),
+                             read_only=True)
     for o in outcomes:
         if o.ok:
             o.data["state"] = server_view(o.data)
@@ -204,7 +205,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
     # --host-timeout bounds each host until it answers (a stopped sshd is reported in seconds, not after the
     # follow); a host that answered is bounded by --timeout of the follow itself (the agent's call timeout).
     outcomes = for_each_host(inv, hosts, work, host_timeout=_bound(hosts, host_timeout),
-                             answered=answered if follow else None)
+                             answered=answered if follow else None, read_only=True)
     if prefix and not follow:
         for h in hosts:
             report.print_log_lines(h.name, collected[h.name], prefix=True, width=width)
@@ -225,7 +226,7 @@ def expected_env(host: Host) -> dict[str, str]:
 def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
     """Each host's evidence and its evaluation; exit 1 when a value is not proven on some host."""
     outcomes = for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
-                             host_timeout=_bound(hosts, host_timeout))
+                             host_timeout=_bound(hosts, host_timeout), read_only=True)
     for o in outcomes:
         if o.ok:
             evaluation = o.data["evaluation"]
@@ -277,7 +278,8 @@ def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> Comma
 
 # -- gpus -----------------------------------------------------------------------------------------------------
 def gpus(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
-    outcomes = for_each_host(inv, hosts, lambda s: s.gpus(), host_timeout=_bound(hosts, host_timeout))
+    outcomes = for_each_host(inv, hosts, lambda s: s.gpus(), host_timeout=_bound(hosts, host_timeout),
+                             read_only=True)
     return HostsResult(outcomes)
 
 

@@ -80,7 +80,7 @@ def breach(row: dict[str, Any], o: WatchOptions) -> str | None:
 
 def _sample(inv: Inventory, hosts: list[Host]) -> list[dict[str, Any]]:
     outcomes: list[HostOutcome] = for_each_host(inv, hosts, lambda s: s.watch(),
-                                                host_timeout=max(h.timeouts.host for h in hosts))
+                                                host_timeout=max(h.timeouts.host for h in hosts), read_only=True)
     rows = []
     for o in outcomes:
         if o.error is not None:

@@ -259,6 +259,7 @@ def _resolve(name: str, m: dict[str, Any], presets: dict[str, dict[str, str]], s
         name=name,
         connection=m.get("connection") or "ssh",
         ssh_host=m.get("ssh_host") or name,
+        ssh_client=m.get("ssh_client") or "openssh",
         is_default=bool(m.get("default", False)),
         gpus=gpus,
         tp=tp,

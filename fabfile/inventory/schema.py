@@ -118,6 +118,7 @@ class HostFields(_Strict):
 
     connection: Literal["ssh", "local"] | None = None
     ssh_host: str | None = None
+    ssh_client: Literal["openssh", "paramiko"] | None = None  # what carries a read-only command (values.Host)
     default: bool | None = None
     gpus: int | None = None
     tp: int | None = None

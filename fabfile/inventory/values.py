@@ -147,6 +147,10 @@ class Host:
     node: NodeRole | None = None
     measure: bool | None = None  # the inventory's `measure` (None: the tool's default, plan/measure.py)
     quiet_notes: tuple[str, ...] = ()  # `notes: {quiet: [...]}`: kinds of QUIET_NOTES not said
+    # What carries a read-only command (status, check-env, gpus, logs, watch): "openssh", the `ssh` binary with one
+    # connection kept open and reused (transport/openssh.py), or "paramiko", a connection of its own each time, as
+    # every deploy and file write has (transport/ssh.py). OpenSSH falls back to Paramiko where it cannot be used.
+    ssh_client: str = "openssh"
 
 
 @dataclass(frozen=True)

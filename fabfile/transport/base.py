@@ -8,6 +8,7 @@ identical, and both count what they do so benchmarks can report connections and 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -81,6 +82,24 @@ class Transport(ABC):
         if path.startswith("~/"):
             return '"$HOME"/' + shlex.quote(path[2:])
         return shlex.quote(path)
+
+    def shell_write_command(self, path: str, mode: int) -> str:
+        """The command that writes its stdin to ``path``: ``cat`` into a temporary file in the target directory,
+        then rename: atomic, and the mode is set before any content lands."""
+        target = self.shell_path(path)
+        tmp = self.shell_path(f"{path}.specdeploy-{secrets.token_hex(6)}")
+        cmd = (f"umask 077 && mkdir -p -- \"$(dirname -- {target})\" && cat > {tmp} && chmod {mode:o} {tmp} "
+               f"&& mv -f -- {tmp} {target} || {{ rm -f -- {tmp}; exit 1; }}")
+        return f"sh -c {shlex.quote(cmd)}"
+
+    def shell_write_done(self, r: CommandResult, path: str, why: str = "") -> None:
+        """Count a shell write, or say why it failed."""
+        if r.exit_code != 0:
+            raise RemoteError(f"could not write {path} on the host ({why}shell write failed): "
+                              f"{r.stderr.strip()[-300:]}",
+                              "check that the directory is writable by the SSH user and the disk is not full",
+                              host=self.host_name)
+        self.stats.uploads += 1
 
     def __enter__(self) -> Transport:
         return self

@@ -17,13 +17,23 @@ if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts 
     from fabfile.remote import protocol as p
 
 
-def open_transport(inv: Inventory, host: Host,
-                   on_open: Callable[[Transport], None] | None = None) -> Transport:
+def open_transport(inv: Inventory, host: Host, on_open: Callable[[Transport], None] | None = None, *,
+                   read_only: bool = False) -> Transport:
+    """The host's transport. ``read_only`` (status, check-env, gpus, logs, watch): the OpenSSH client through a
+    reused connection (``openssh``) unless the host's ``ssh_client`` is paramiko or that carrier cannot be used
+    here; everything else, and every deploy, Paramiko (``ssh``)."""
     if host.connection == "local":
         local = LocalTransport(host.name)
         if on_open is not None:
             on_open(local)
         return local
+    if read_only and host.ssh_client == "openssh":
+        from fabfile.transport.openssh import open_openssh
+
+        carrier = open_openssh(host.name, host.ssh_host, ssh_config=inv.ssh_config, known_hosts=inv.known_hosts,
+                               timeouts=host.timeouts, on_open=on_open)
+        if carrier is not None:
+            return carrier
     from fabfile.transport.ssh import SSHTransport  # paramiko is slow to import; `inv --list` should not pay for it
 
     return SSHTransport(host.name, host.ssh_host, ssh_config=inv.ssh_config, known_hosts=inv.known_hosts,
@@ -65,12 +75,13 @@ class HostSession:
     facts: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, inv: Inventory, host: Host,
-             on_open: Callable[[Transport], None] | None = None) -> HostSession:
-        """Connect; ``on_open`` gets the transport before the handshake, so another thread can abort it."""
+    def open(cls, inv: Inventory, host: Host, on_open: Callable[[Transport], None] | None = None, *,
+             read_only: bool = False) -> HostSession:
+        """Connect; ``on_open`` gets the transport before the handshake, so another thread can abort it;
+        ``read_only``: the session only reads the host (``open_transport`` says what carries it then)."""
         if _connector is not None:
             return _connector(inv, host, on_open)
-        transport = open_transport(inv, host, on_open)
+        transport = open_transport(inv, host, on_open, read_only=read_only)
         return cls(host=host, transport=transport, agent=AgentClient(transport, host.python, host.state_dir))
 
     def resolve(self, path: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shlex
 import socket
 import subprocess
 import threading
@@ -32,8 +31,9 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
-from fabfile.errors import AuthError, ConnectError, ConnectionLost, HostKeyError, RemoteError
+from fabfile.errors import ConnectError, ConnectionLost, RemoteError
 from fabfile.inventory.hosts import Timeouts
+from fabfile.transport import sshfailures
 from fabfile.transport.base import CommandResult, LineBuffer, Transport
 from fabfile.transport.proxy import HopConnection, hops
 
@@ -49,6 +49,11 @@ logging.getLogger("paramiko").propagate = False
 
 def _unknown_host(e: BaseException) -> bool:
     return isinstance(e, SSHException) and "not found in known_hosts" in str(e)
+
+
+def _refused(e: BaseException | None) -> bool:
+    """Something answered "no" (the ProxyCommand exited, the port is closed): retried only briefly."""
+    return isinstance(e, (paramiko.ProxyCommandFailure, ConnectionRefusedError, NoValidConnectionsError))
 
 
 def _transient(e: BaseException) -> bool:
@@ -178,34 +183,22 @@ class SSHTransport(Transport):
         return cxn
 
     def _say_retrying(self, state: RetryCallState) -> None:
-        """The first failed attempt is said at once (what the ProxyCommand printed, or the socket error), so a
-        dead path is visible now, not only after the connect budget."""
+        """The first failed attempt is said at once (what the ProxyCommand printed, or the socket error)."""
         if state.attempt_number != 1 or state.outcome is None:
             return
         e = state.outcome.exception()
         why = f"its ProxyCommand {e.error}" if isinstance(e, paramiko.ProxyCommandFailure) else \
             (str(e) or type(e).__name__)
-        from rich.markup import escape
-
-        from fabfile.present.output import err
-
-        refused = isinstance(e, (paramiko.ProxyCommandFailure, ConnectionRefusedError, NoValidConnectionsError))
-        budget = (f"{self.timeouts.connect_refused:g} s (timeouts.connect_refused)" if refused
-                  else f"{self.timeouts.connect_total:.0f} s (timeouts.connect_total)")
-        err.print(f"[yellow]{self.host_name}[/yellow]: cannot connect yet ({escape(why)}); retrying for up to "
-                  f"{budget}", markup=True, highlight=False)
+        sshfailures.say_retrying(self.host_name, why, self.timeouts, _refused(e))
 
     def _stop_connecting(self, state: RetryCallState) -> bool:
-        """Give up after connect_total; after a refusal (the ProxyCommand exited, the port is closed) already after
-        connect_refused: something answered "no", which ``ssh`` reports at once, and retrying it for a minute only
-        hides that answer. A short window still covers an sshd that is restarting or a network coming back."""
+        """Give up after the budget ``sshfailures.retry_budget`` names: connect_total, or connect_refused after a
+        refusal (the ProxyCommand exited, the port is closed), which ``ssh`` reports at once."""
         from tenacity import stop_before_delay
 
-        if stop_before_delay(self.timeouts.connect_total)(state):
-            return True
         e = state.outcome.exception() if state.outcome is not None else None
-        refused = isinstance(e, (paramiko.ProxyCommandFailure, ConnectionRefusedError, NoValidConnectionsError))
-        return refused and stop_before_delay(self.timeouts.connect_refused)(state)
+        budget, _ = sshfailures.retry_budget(self.timeouts, _refused(e))
+        return bool(stop_before_delay(budget)(state))
 
     def _connect(self) -> None:
         from tenacity import Retrying, retry_if_exception, wait_exponential_jitter
@@ -218,16 +211,10 @@ class SSHTransport(Transport):
                 with attempt:
                     self.cxn = self._open_once()
         except BadHostKeyException as e:
-            raise HostKeyError(
-                f"the host key of {self.alias} does not match known_hosts: expected "
-                f"{e.expected_key.get_fingerprint().hex()}, got {e.key.get_fingerprint().hex()}; refusing to "
-                "connect (this is what a man-in-the-middle looks like)",
-                f"if the host was reinstalled, verify the new key out of band, then `ssh-keygen -R {self.alias}` "
-                "and add the new one", host=self.host_name) from None
+            raise sshfailures.changed_key(self.alias, self.host_name, e.expected_key.get_fingerprint().hex(),
+                                          e.key.get_fingerprint().hex()) from None
         except AuthenticationException as e:
-            raise AuthError(f"SSH authentication to {self.alias} was refused ({e})",
-                            "check User and IdentityFile for this alias in your ssh_config", host=self.host_name) \
-                from None
+            raise sshfailures.auth_refused(self.alias, self.host_name, str(e)) from None
         except paramiko.ProxyCommandFailure as e:
             raise ConnectError(f"could not reach {self.alias}: its ProxyCommand (`{e.command}`) {e.error}",
                                f"run the ProxyCommand by hand to see why; it was retried for "
@@ -235,17 +222,11 @@ class SSHTransport(Transport):
                                host=self.host_name) from None
         except SSHException as e:
             if _unknown_host(e):
-                raise HostKeyError(
-                    f"{self.alias} is not in known_hosts, and the tool never trusts an unknown host key silently",
-                    f"run `inv trust-host --host {self.host_name}`: it shows the fingerprint to check out of band "
-                    "and adds the key once you confirm it",
-                    host=self.host_name) from None
+                raise sshfailures.unknown_key(self.alias, self.host_name) from None
             raise ConnectError(f"could not open an SSH session to {self.alias}: {e}",
                                "check that the host is up and its sshd answers", host=self.host_name) from None
         except socket.gaierror as e:
-            raise ConnectError(f"cannot resolve the host name of {self.alias} ({e.strerror or e})",
-                               f"is `{self.alias}` a Host in your ssh_config (or `ssh_host` in the inventory) with a "
-                               "HostName that resolves?", host=self.host_name) from None
+            raise sshfailures.unresolvable(self.alias, self.host_name, str(e.strerror or e)) from None
         except (OSError, EOFError) as e:
             raise ConnectError(f"could not reach {self.alias} within {self.timeouts.connect_total:.0f} s: "
                                f"{e or type(e).__name__}", "check the network, the ssh_config alias and sshd",
@@ -373,17 +354,8 @@ class SSHTransport(Transport):
         """``cat`` the bytes from stdin into a temporary file in the target directory, then rename: atomic, and the
         mode is set before any content lands. The bytes go straight onto the channel: Invoke's stdin pump is
         text-only and reads a non-terminal stream one byte per 10 ms tick."""
-        target = self.shell_path(path)
-        tmp = self.shell_path(f"{path}.specdeploy-{secrets.token_hex(6)}")
-        cmd = (f"umask 077 && mkdir -p -- \"$(dirname -- {target})\" && cat > {tmp} && chmod {mode:o} {tmp} "
-               f"&& mv -f -- {tmp} {target} || {{ rm -f -- {tmp}; exit 1; }}")
-        r = self._exec_with_stdin(f"sh -c {shlex.quote(cmd)}", data, self.timeouts.command)
-        if r.exit_code != 0:
-            raise RemoteError(f"could not write {path} on the host (no SFTP; shell write failed): "
-                              f"{r.stderr.strip()[-300:]}",
-                              "check that the directory is writable by the SSH user and the disk is not full",
-                              host=self.host_name)
-        self.stats.uploads += 1
+        r = self._exec_with_stdin(self.shell_write_command(path, mode), data, self.timeouts.command)
+        self.shell_write_done(r, path, "no SFTP; ")
 
     def _exec_with_stdin(self, command: str, data: bytes, timeout: float) -> CommandResult:
         self.stats.commands += 1

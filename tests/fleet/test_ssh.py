@@ -4,6 +4,7 @@ fails."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -118,3 +119,82 @@ def test_closing_a_session_whose_proxy_died_is_quiet_and_lets_the_proxy_go(fleet
         assert t2.run("echo ok", 30).stdout.strip() == "ok"
     finally:
         t2.close()
+
+
+# -- read-only commands over OpenSSH's client (fabfile/transport/openssh.py) ------------------------------------
+# what changes between two runs a second apart, whatever carries them
+VOLATILE = {"uptime_s", "gathered_at", "latency_s"}
+
+
+def _steady(x: object) -> object:
+    if isinstance(x, dict):
+        return {k: _steady(v) for k, v in x.items() if k not in VOLATILE}
+    if isinstance(x, list):
+        return [_steady(v) for v in x]
+    return x
+
+
+def _carriers(fleet: Fleet, tmp_path: Path) -> tuple[Path, Path]:
+    """The fleet's inventory as it is (read-only commands over OpenSSH, the default), and with `ssh_client:
+    paramiko` (every command over Paramiko, as before)."""
+    openssh = derived_inventory(fleet, tmp_path, name="openssh.yaml")
+    paramiko_ = derived_inventory(fleet, tmp_path, defaults={"ssh_client": "paramiko"}, name="paramiko.yaml")
+    return openssh, paramiko_
+
+
+def test_read_only_commands_answer_the_same_over_either_client(fleet: Fleet, sim_host: SimHost, tmp_path: Path,
+                                                               control_sockets: Path) -> None:
+    """status, check-env and gpus of a running deploy: the same documents and the same tables over the reused
+    OpenSSH connection as over Paramiko (their timestamps aside), and the inventory's `ssh_client: paramiko` is
+    what the fallback takes: no control socket."""
+    from tests.support.invoke_cli import inv_json
+
+    openssh, paramiko_ = _carriers(fleet, tmp_path)
+    assert run_inv("deploy", "--steps", "3", inventory=paramiko_).returncode == 0
+    commands = ("status", "check-env", "gpus")
+    over_p = {c: inv_json(c, inventory=paramiko_)[:2] for c in commands}
+    assert not control_sockets.exists() or list(control_sockets.iterdir()) == []
+    for command in commands:
+        code_o, doc_o, _ = inv_json(command, inventory=openssh)
+        code_p, doc_p = over_p[command]
+        assert (code_o, _steady(doc_o)) == (code_p, _steady(doc_p)), command
+    assert len(list(control_sockets.iterdir())) == 1  # they came over the OpenSSH master
+    for command in ("check-env", "gpus"):
+        over_p, over_o = run_inv(command, inventory=paramiko_), run_inv(command, inventory=openssh)
+        assert (over_o.returncode, over_o.stdout, over_o.stderr) == \
+            (over_p.returncode, over_p.stdout, over_p.stderr), command
+    logs_p, logs_o = (run_inv("logs", "--lines", "20", inventory=i) for i in (paramiko_, openssh))
+    assert logs_o.returncode == logs_p.returncode == 0 and "ready to roll" in logs_o.stdout
+    assert logs_o.stdout.splitlines()[:5] == logs_p.stdout.splitlines()[:5]  # the log grows with every /ready
+
+
+def test_one_connection_is_reused_across_commands_from_a_private_socket(fleet: Fleet, sim_host: SimHost,
+                                                                        tmp_path: Path,
+                                                                        control_sockets: Path) -> None:
+    from tests.support.invoke_cli import ssh_logins
+
+    openssh, _ = _carriers(fleet, tmp_path)
+    before = ssh_logins(sim_host)
+    for _ in range(3):
+        assert run_inv("status", inventory=openssh).returncode == 1  # nothing deployed: exit 1, but it answered
+    assert ssh_logins(sim_host) - before == 1  # three commands, one login: the master's
+    assert stat.S_IMODE(os.lstat(control_sockets).st_mode) == 0o700
+    (sock,) = control_sockets.iterdir()
+    assert stat.S_ISSOCK(os.lstat(sock).st_mode) and not os.lstat(sock).st_mode & 0o077
+    check = subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "check", "sim1"], capture_output=True,
+                           text=True, stdin=subprocess.DEVNULL)
+    assert check.returncode == 0 and "Master running" in check.stderr
+
+
+def test_a_changed_host_key_is_refused_over_openssh_in_paramikos_words(fleet: Fleet, sim_host: SimHost,
+                                                                       tmp_path: Path,
+                                                                       control_sockets: Path) -> None:
+    openssh, paramiko_ = _carriers(fleet, tmp_path)
+    sim_host.rotate_host_key()
+    over_p = run_inv("status", inventory=paramiko_)
+    over_o = run_inv("status", inventory=openssh)
+    assert over_o.returncode == over_p.returncode == 1
+    assert "does not match known_hosts: expected " in over_o.stderr and "retrying" not in over_o.stderr
+    assert over_o.stderr == over_p.stderr  # the sentence, both fingerprints and the hint, word for word
+    assert list(control_sockets.iterdir()) == []  # nothing was opened to reuse
+    assert run_inv("check-env", inventory=openssh).stderr == run_inv("check-env", inventory=paramiko_).stderr

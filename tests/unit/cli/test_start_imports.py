@@ -11,15 +11,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# Everything the read-only commands' tasks reach before the first host answers: the tasks, the commands, the SSH
-# transport, the session and the tables they print.
-READ_ONLY_PATH = ("fabfile.cli.tasks", "fabfile.commands.operations", "fabfile.transport.ssh",
+# Everything the read-only commands' tasks reach before the first host answers: the tasks, the commands, their
+# carrier (OpenSSH's client: fabfile/transport/openssh.py), the session and the tables they print.
+READ_ONLY_PATH = ("fabfile.cli.tasks", "fabfile.commands.operations", "fabfile.transport.openssh",
                   "fabfile.transport.session", "fabfile.present.hosts_report", "fabfile.present.checkenv_report",
                   "fabfile.inventory.hosts")
 # What none of them needs: the templates (jinja2), the inventory's validator (pydantic; only on a cache miss), the
 # live spinner (a deploy's) and the protocol's TypedDicts (annotations only; the deploy machinery neither).
+# Nor Paramiko, Fabric and tenacity: a deploy's SSH client, and a read-only command's only when its connection failed.
 NOT_NEEDED = ("jinja2", "pydantic", "fabfile.render.jinja", "fabfile.inventory.schema", "rich.live", "rich.spinner",
-              "fabfile.present.progress", "fabfile.remote.protocol", "fabfile.remote.serve.deploy")
+              "fabfile.present.progress", "fabfile.remote.protocol", "fabfile.remote.serve.deploy", "paramiko",
+              "fabric", "tenacity", "fabfile.transport.ssh")
 
 
 def loaded_after(code: str) -> list[str]:
@@ -30,5 +32,5 @@ def loaded_after(code: str) -> list[str]:
 
 def test_the_read_only_commands_start_without_templates_validator_spinner_or_protocol_shapes() -> None:
     modules = loaded_after("\n".join(f"import {m}" for m in READ_ONLY_PATH))
-    assert "paramiko" in modules  # the import ran: the path really reaches the SSH transport
+    assert "fabfile.transport.sshfailures" in modules  # the import ran: the path really reaches the SSH carrier
     assert [m for m in NOT_NEEDED if m in modules] == []
