@@ -264,9 +264,12 @@ def _verify_eager(s: Subject) -> Finding | None:
     graph_decode = bool(kd and kd.get("launch") == "cuda graph")
     launches, gap = float(k.get("kernel_launches") or 0), float(k.get("launch_gap_ms") or 0)
     also = " while decode replays a CUDA graph" if graph_decode else ""
+    # The deploy turned CUDA graphs off altogether (the real H200 run: --disable-cuda-graph, 466 launches per pass):
+    # the batch-size flag would change nothing there, so the advice names the flag that did it.
+    todo = ("CUDA graphs are off for this deploy (--disable-cuda-graph): launch without it" if s.cuda_graph is False
+            else f"raise {_graph_bs_spelling(s.version)} or use a backend whose verify graph this version supports")
     return Finding("verify_eager", f"verify ran eagerly ({launches:.0f} kernel launches, {gap:.1f} ms of launch gaps "
-                                   f"per pass [trace]){also}: raise {_graph_bs_spelling(s.version)} or use a backend "
-                                   "whose verify graph this version supports",
+                                   f"per pass [trace]){also}: {todo}",
                    {"kernel_launches": launches, "launch_gap_ms": gap})
 
 

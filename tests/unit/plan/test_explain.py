@@ -326,3 +326,17 @@ def test_verify_eager_names_the_graph_flag_as_the_measuring_release_spells_it(ve
 def test_a_documents_subjects_know_the_release_that_measured_them() -> None:
     doc = json.loads((REAL / "7b-p3-grid-sweep.json").read_text())
     assert {s.version for s in explain.subjects(doc)} == {r["sglang_version"] for r in doc["rows"]} == {"0.5.16"}
+
+
+def test_verify_eager_fires_on_the_real_eager_verify_and_names_the_flag_that_caused_it() -> None:
+    """Real SGLang 0.5.16, one H200, 7B shape, CUDA graphs off (`inv profile --trace`, 2026-12-04): verify launched
+    466 kernels per pass with 28 ms of gaps. The advice names --disable-cuda-graph, not the batch-size flag (which
+    changes nothing while graphs are off); the baseline is the eager decode step of 2026-12-03 (15.9 ms [timer])."""
+    doc = json.loads((REAL / "7b-p3-s3-eager-profile-trace.json").read_text())["hosts"][0]["data"]
+    base = json.loads((REAL / "7b-p3-baseline-eager-profile.json").read_text())["hosts"][0]["data"]
+    (s,) = explain.subjects(doc, base)
+    found = {f.rule: f for f in explain.explain(s)}
+    assert "verify_eager" in found and found["verify_eager"].figures["kernel_launches"] == 466
+    assert "--disable-cuda-graph" in found["verify_eager"].sentence, found["verify_eager"].sentence
+    assert "--cuda-graph-max-bs" not in found["verify_eager"].sentence
+    assert "break_even" not in found  # 2.98 tokens per 44 ms cycle against one per 15.9 ms decode step: it wins
