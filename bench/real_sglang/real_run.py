@@ -651,6 +651,14 @@ def phase_eager7b(python: str, models: Path, site: Path, before: dict[str, str])
     stop_and_rollback(site, before, 1)
 
 
+def phase_fail7b(python: str, models: Path, site: Path, before: dict[str, str]) -> None:
+    """tp1b's failure paths on the 7B shape (a flag 0.5.16 rejects, a CUDA out-of-memory start, the port held),
+    then the stop and the byte-exact rollback."""
+    write_inventory(WORK / "inventory.yaml", python=python, tp=1, models=models, graphs=True)
+    run_steps([("failure paths (7B)", 100, lambda: failure_paths(python, models, 1))], 30.0)
+    stop_and_rollback(site, before, 1)
+
+
 def step_sweep_7b(steps: str, predict: bool) -> None:
     label = f"--steps {steps}" + (" --predict" if predict else "")
     code, doc, _err, wall = inv("sweep", "--steps", steps, "--client", "builtin", *LOAD_7B,
@@ -870,7 +878,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", choices=("tp1", "tp1a", "tp1b", "tp2", "tp2b", "tp8", "profile", "profileb",
                                        "three", "threeb", "prof7b", "eager7b", "sweep7b", "grid7b", "tune7b",
-                                       "profmoe"),
+                                       "profmoe", "fail7b"),
                     required=True)
     ap.add_argument("--budget-s", type=float, default=560.0, help="seconds this run may take in all")
     ap.add_argument("--python", required=True, help="the venv python that has the real SGLang")
@@ -910,7 +918,7 @@ def main() -> int:
     phases = {"tp1": phase_tp1, "tp1a": phase_tp1a, "tp1b": phase_tp1b, "tp2": phase_tp2, "tp2b": phase_tp2b,
               "tp8": phase_tp8, "profile": phase_profile, "profileb": phase_profileb,
               "three": phase_three, "threeb": phase_threeb, "prof7b": phase_prof7b, "eager7b": phase_eager7b,
-              "sweep7b": phase_sweep7b, "grid7b": phase_grid7b, "tune7b": phase_tune7b,
+              "sweep7b": phase_sweep7b, "grid7b": phase_grid7b, "tune7b": phase_tune7b, "fail7b": phase_fail7b,
               "profmoe": phase_profmoe}
     phases[a.phase](a.python, models, site, before)
     print("\n| check | result | detail |\n|---|---|---|")
