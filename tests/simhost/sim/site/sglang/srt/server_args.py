@@ -299,7 +299,8 @@ class ServerArgs:
         a("--page-size", type=int, default=None)
         a("--stream-interval", type=int, default=1)
         a("--num-continuous-decode-steps", type=int, default=1)
-        a("--scheduler-recv-interval", type=int, default=1)
+        if ver >= (0, 5, 3):  # the oldest wheel read that has it (0.4.9 does not)
+            a("--scheduler-recv-interval", type=int, default=1)
         a("--tensor-parallel-size", "--tp-size", type=int, default=1, dest="tp_size")
         if ver >= (0, 4, 6, 2):
             a("--pipeline-parallel-size", "--pp-size", type=int, default=1, dest="pp_size")
