@@ -8,7 +8,6 @@ SSH session by re-attaching to the deploy's journal, and turns the outcome into 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import cast
 
 from fabfile import __version__
@@ -140,7 +139,9 @@ def deploy_request(session: HostSession, plan: Plan, patch: PatchApplyRequest | 
         "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},
         # Several heartbeats fit in the client's silence bound, so only a dead link can exhaust it.
         "heartbeat_s": max(0.5, min(5.0, t.silence / 4)),
-        "node": asdict(h.node) if h.node is not None else None,
+        "node": None if h.node is None else {
+            "cluster": h.node.cluster, "rank": h.node.rank, "nnodes": h.node.nnodes, "total_tp": h.node.total_tp,
+            "dist_init_addr": h.node.dist_init_addr},
         # Ready means it answers: a real request (and the accept-length gate) after the readiness endpoint's 200.
         "gates": {"timeout": t.first_request, "accept_gate": plan.accept_gate} if "first_request" in plan.steps
         else None,

@@ -18,7 +18,8 @@ safe there; ``tests/unit/remote/test_agent_pythons.py`` imports this module unde
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict, Union
 
 from .versions import PLUGIN_SYSTEM
 
@@ -94,6 +95,25 @@ def hint_of(kind: str) -> str:
     return ERROR_KINDS.get(kind, ("remote", ""))[1]
 
 
+# --- JSON --------------------------------------------------------------------------------------------------------
+# What ``json.dumps`` writes, for documents the tool builds and saves or prints whole (a sweep's row, a report's
+# figures). Read-only containers (Sequence, Mapping), so a ``list[str]`` or ``dict[str, float]`` is one. A document
+# read back, whose shape nothing promises, is ``Mapping[str, object]`` and narrowed where read. A runtime alias (the
+# agent's Python 3.9 has no ``X | Y`` at run time): ``Union``.
+JSONValue = Union[None, bool, int, float, str, Sequence["JSONValue"], Mapping[str, "JSONValue"]]
+JSONObject = dict[str, JSONValue]
+
+
+class NodeSpec(TypedDict):
+    """A multi-node rank (``inventory.values.NodeRole`` as a dict): SGLang's --nnodes/--node-rank/--dist-init-addr."""
+
+    cluster: str
+    rank: int
+    nnodes: int
+    total_tp: int
+    dist_init_addr: str
+
+
 # --- request shapes -------------------------------------------------------------------------------------------
 # ``state_dir`` of the verbs other than deploy is filled in by ``HostSession.call`` (the host's own), so it is
 # optional where the client builds the request. ``deadline_s`` is added to every request by the agent client.
@@ -153,7 +173,7 @@ class _DeployRequired(TypedDict):
     verify: VerifySpec | None
     summary: LaunchSummary
     heartbeat_s: float
-    node: dict[str, Any] | None  # a multi-node rank (the inventory's ``node``), None on one node
+    node: NodeSpec | None  # a multi-node rank (the inventory's ``node``), None on one node
     gates: GateSpec | None
     profile_dir: str  # SGLANG_TORCH_PROFILER_DIR: created 0700 before the start, never through a symlink
     measure: bool  # the launch has SGLang's device timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER)
@@ -202,7 +222,7 @@ class GatherRequest(TypedDict, total=False):
     nccl_debug: bool | None
     launch_env: dict[str, str]
     server: dict[str, Any]
-    recorded_schedulers: list[dict[str, Any]]  # the deploy's schedulers once ready (pid, title, rank)
+    recorded_schedulers: list[Scheduler]  # the deploy's schedulers once ready
 
 
 class _BenchRequired(TypedDict):
@@ -347,8 +367,110 @@ class ProfileResult(TypedDict, total=False):
 # some answers carry is in a ``total=False`` part (NotRequired is Python 3.11; the agent runs on 3.9). Nested objects
 # the client only shows (a process table, a record's request, NCCL evidence) stay ``dict[str, Any]``.
 
-Proc = dict[str, Any]  # ``procs.ProcInfo.as_dict()``: pid, ppid, pgid, state, start_ticks, cmdline (+ ``why``)
-Holder = dict[str, Any]  # the lock's holder note (``lock.DeployLock``): deploy_id, client, step, pid, journal, ...
+class _ProcRequired(TypedDict):
+    pid: int
+    ppid: int
+    pgid: int
+    state: str  # /proc's one letter: R, S, T (stopped by a signal), Z, ...
+    start_ticks: int
+    cmdline: str
+
+
+class Proc(_ProcRequired, total=False):
+    """A process as ``procs.ProcInfo.as_dict()`` gives it; ``why`` when a stop names why it was chosen."""
+
+    why: str
+
+
+class Holder(TypedDict, total=False):
+    """The lock's holder note (``lock.DeployLock``): who holds the host, since when, at which step; a deploy's adds
+    its journal and, once started, its new server."""
+
+    deploy_id: str
+    client: str | None
+    config_name: str
+    journal: str | None
+    step: str
+    step_since: str
+    pid: int
+    start_ticks: int | None
+    since: str
+    server_pid: int
+    server_start_ticks: int
+    log_path: str
+    log_offset: int
+    journal_tail: list[str]  # added by ``status``: the deploy's last step lines
+
+
+class _SchedulerRequired(TypedDict):
+    pid: int
+    title: str  # its process title (``sglang::scheduler_TP0``)
+    rank: int | None
+
+
+class Scheduler(_SchedulerRequired, total=False):
+    """One SGLang process under a launcher (``procs.schedulers_of``; ``serve.ranks.snapshot`` adds the rest)."""
+
+    start_ticks: int
+    label: str  # ``TP0``, ``PP1 TP0``: how the launcher names the rank
+
+
+class Ended(TypedDict, total=False):
+    """How a deploy ended (``records.ended_of``): ``kind`` ready | failed | cancelled | replaced | stopped |
+    unfinished, when, and by whom or what."""
+
+    kind: str
+    at: str | None
+    after: str  # how it had ended before (a ready deploy later stopped or replaced)
+    by: str  # the deploy that replaced it
+    by_client: str | None
+    why: str
+
+
+class ErrorDoc(TypedDict):
+    """An ``AgentError`` as the wire and a record carry it (``common.AgentError.as_dict``)."""
+
+    kind: str
+    message: str
+    hint: str | None
+    details: dict[str, Any]  # what the error names beside its sentence (a holder, a measured length, ...)
+
+
+class Cancelled(TypedDict):
+    reason: str  # who asked and how ("cancelled by ana@laptop with `inv cancel`")
+    at: str
+
+
+class _ReadyRequired(TypedDict):
+    ready_path: str
+    ready_after_s: float
+    probe_latency_s: float
+
+
+class Ready(_ReadyRequired, total=False):
+    """What ``server.wait_ready`` saw: the endpoint that answered 200, after how long, and how fast it answered."""
+
+    sglang_warnings: list[str]  # moved to the record's own ``sglang_warnings`` by the deploy
+
+
+class FirstRequest(TypedDict):
+    """The first real generation after ready (``gates.first_request``)."""
+
+    latency_s: float
+    completion_tokens: int
+    timeout_s: float
+
+
+class Accept(TypedDict):
+    """The accept-length gate's measurement (``gates.judge_accept``)."""
+
+    accept_length: float
+    source: str
+    requests: int
+    completion_tokens: int | None
+    verify_ct: int | None
+    gate: float
+    draft_acceptance: float | None
 
 
 class GpuInfo(TypedDict):
@@ -438,7 +560,7 @@ class PreviousDeploy(TypedDict):
     redeployable: bool
     client: str | None
     started_at: str | None
-    ended: dict[str, Any]  # ``records.ended_of``: kind (ready, failed, cancelled, replaced, stopped), at, ...
+    ended: Ended
 
 
 class _DeployRecordRequired(TypedDict):
@@ -454,10 +576,10 @@ class _DeployRecordRequired(TypedDict):
     port: int
     log_path: str
     script: str
-    launch: dict[str, Any]  # a ``LaunchSummary``
+    launch: LaunchSummary
     patch_mode: str
     previous: PreviousDeploy | None
-    node: dict[str, Any] | None
+    node: NodeSpec | None
     rollback_of: str | None
     expected: dict[str, str] | None
     measure: bool
@@ -476,20 +598,20 @@ class DeployRecord(_DeployRecordRequired, total=False):
     log_offset: int
     patch: PatchApplyAnswer
     stopped: Stopped
-    ready: dict[str, Any]  # ready_path, ready_after_s, probe_latency_s, ...
+    ready: Ready
     # SGLang's own warnings about the launch, read from its log while waiting for ready (serve/launchwarnings)
     sglang_warnings: list[str]
-    schedulers: list[dict[str, Any]]
-    first_request: dict[str, Any]
-    accept: dict[str, Any]
-    verify: dict[str, Any]  # evidence and evaluation, as ``evidence`` answers
+    schedulers: list[Scheduler]
+    first_request: FirstRequest
+    accept: Accept
+    verify: Verified
     ready_at: str
     timings: dict[str, float]
-    error: dict[str, Any]
+    error: ErrorDoc
     ended_at: str  # when a failed deploy ended
-    cancelled: dict[str, Any]  # {"reason": who asked and how, "at": when}: a cancelled deploy's record
+    cancelled: Cancelled
     stopped_at: str
-    ended: dict[str, Any]  # how it ended (``records.ended_of`` reads it): kind ready | failed | cancelled | replaced
+    ended: Ended  # how it ended (``records.ended_of`` reads it)
 
 
 class Stopped(TypedDict):
@@ -537,7 +659,7 @@ class _StatusAnswerRequired(TypedDict):
 class StatusAnswer(_StatusAnswerRequired, total=False):
     """``status``: what runs on the host now, observed (``commands.operations.server_view`` reads it)."""
 
-    schedulers: list[dict[str, Any]]
+    schedulers: list[Scheduler]
     uptime_s: float
     process_state: str
     health: Health
@@ -592,7 +714,7 @@ class DeploySummary(TypedDict):
     plan_hash: str | None
     started_at: str | None
     client: str | None
-    ended: dict[str, Any]  # kind: ready | failed | cancelled | replaced | stopped | unfinished; at, by, why
+    ended: Ended
     previous: str | None  # the deploy this one replaced
     rollback_of: str | None  # started again from that recorded deploy (`--previous`, `--id`, a rollback)
     redeployable: bool
@@ -638,7 +760,7 @@ class CancelAnswer(_CancelAnswerRequired, total=False):
     step: str | None
     ended: bool
     status: str | None  # how it ended, from its record
-    error: dict[str, Any] | None
+    error: ErrorDoc | None
 
 
 class _RouterStartRequired(TypedDict):
@@ -751,16 +873,47 @@ class BenchAnswer(TypedDict, total=False):
     host_path: str
 
 
+class _EnvRowRequired(TypedDict):
+    var: str
+    expected: str | None
+    observed: str | None
+    status: str  # ``judge.STATUSES``: proven, overridden, sglang_overrides, ...
+    note: str
+
+
+class EnvRow(_EnvRowRequired, total=False):
+    """One (scheduler, variable) row of check-env (``judge.evaluate``); the client adds rows of the inventory's own
+    variables SGLang assigns itself (``operations.sglang_overwrites``), which name no process."""
+
+    pid: int
+    rank: int | None
+    label: str | None
+    title: str | None
+    evidence: str | None  # the strongest source seen (``judge.SOURCES``), None: nothing seen
+    sources: dict[str, Any]  # source -> what it showed, and the launcher's value
+    environ_status: str | None
+
+
+class Hint(TypedDict):
+    """One piece of advice beside check-env's rows (``hints.hint``), with the variables and processes it names."""
+
+    code: str
+    severity: str  # error | warning | info
+    message: str
+    vars: list[str]
+    pids: list[int]
+
+
 class _EvaluationRequired(TypedDict):
     ok: bool
-    rows: list[dict[str, Any]]  # one per (scheduler, variable): pid, rank, var, expected, observed, status, ...
+    rows: list[EnvRow]  # one per (scheduler, variable)
     summary: dict[str, int]  # status -> rows
     nranks: int | None
     nranks_source: str
     single_rank: bool
     schedulers: int
     recorded_deploy: bool
-    hints: list[dict[str, Any]]
+    hints: list[Hint]
     used: dict[str, Any]
 
 
@@ -770,6 +923,14 @@ class Evaluation(_EvaluationRequired, total=False):
     # how many ranks should run and which are gone (``evidence.gather.rank_census``), with ``verdict``: the
     # sentence, None while every rank runs
     ranks: dict[str, Any]
+    sglang_overwrites: list[EnvRow]  # added by the client (``operations.sglang_overwrites``), never the agent
+
+
+class Verified(TypedDict):
+    """check-env right after a deploy's readiness (``serve.deploy``): what was read and its judgement."""
+
+    evidence: dict[str, Any]
+    evaluation: Evaluation
 
 
 class CheckEnvAnswer(TypedDict):

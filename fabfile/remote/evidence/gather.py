@@ -434,5 +434,5 @@ def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path:
             "nccl_debug": rec_or_req.get("nccl_debug"),
             "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
             # as the deploy found them once ready (a deploy's own check has none yet: every rank is judged live)
-            "recorded_schedulers": [dict(r) for r in rec_or_req.get("schedulers") or []],
+            "recorded_schedulers": list(rec_or_req.get("schedulers") or []),
             "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}

@@ -13,7 +13,7 @@ from .. import versions
 from ..common import AgentError
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import Evaluation
+    from ..protocol import Evaluation, Hint
 
 MANIFEST_VERSION = 1
 SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"
@@ -82,7 +82,7 @@ def explain_unloaded_plugin(evaluation: Evaluation, mode: str | None, launcher_p
         value, where = planned_env.get("SGLANG_PLUGINS"), "the launch environment"
     if not plugin_excluded_by(value):
         return
-    hint = {"code": "plugin_not_allowed", "severity": "error", "vars": [], "pids": [launcher_pid] if launcher_pid
+    hint: Hint = {"code": "plugin_not_allowed", "severity": "error", "vars": [], "pids": [launcher_pid] if launcher_pid
             else [],
             "message": f"SGLANG_PLUGINS={value!r} in {where} does not name {PLUGIN_NAME}: SGLang 0.5.11+ loads only "
                        f"the plugins it names, so specdeploy's plugin never ran. Add {PLUGIN_NAME} to it (set in the "

@@ -15,7 +15,7 @@ from typing import Any, Callable, cast
 from .. import failpoints, gpus, procs
 from ..common import CONTEXT, AgentError, EventSink, expand, unexpected
 from ..measure import profilestore
-from ..protocol import DeployRecord, DeployRequest, GateSpec, RedeployRequest, VerifySpec
+from ..protocol import DeployRecord, DeployRequest, GateSpec, Holder, RedeployRequest, VerifySpec
 from . import records, server, stop
 from .lock import DeployLock
 from .prefetch import Prefetch
@@ -361,12 +361,12 @@ def _patch_mode(req: DeployRequest) -> str | None:
     return patch["mode"] if patch else None
 
 
-def _lock_waiter(sink: EventSink) -> Callable[[dict[str, Any] | None, float], None]:
+def _lock_waiter(sink: EventSink) -> Callable[[Holder | None, float], None]:
     """While another deploy holds the host: a ``lock_wait`` event at once, on each step it moves to, and every 10 s
     (so the waiting user sees who holds the host and what it does)."""
     last: dict[str, Any] = {"key": None, "at": 0.0}
 
-    def on_wait(holder: dict[str, Any] | None, left: float) -> None:
+    def on_wait(holder: Holder | None, left: float) -> None:
         key = (holder or {}).get("deploy_id"), (holder or {}).get("step")
         now = time.monotonic()
         if key != last["key"] or now - last["at"] >= 10.0:

@@ -181,7 +181,8 @@ def test_each_request_is_built_in_one_host_session_method_that_returns_the_answe
 def test_the_shape_checker_sees_a_wrong_answer() -> None:
     from tests.support.shapes import problems
 
-    good: protocol.StopAnswer = {"routers_running": [], "terminated": [{"pid": 1}], "killed": [], "survivors": []}
+    proc: protocol.Proc = {"pid": 1, "ppid": 0, "pgid": 1, "state": "S", "start_ticks": 5, "cmdline": "sglang"}
+    good: protocol.StopAnswer = {"routers_running": [], "terminated": [proc], "killed": [], "survivors": []}
     assert problems(good, protocol.StopAnswer) == []
     assert problems({"terminated": []}, protocol.StopAnswer) == [
         "answer: missing required key 'routers_running' (StopAnswer)"]
