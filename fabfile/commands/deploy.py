@@ -225,7 +225,7 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
                                                     f"patch mode {mode}")
         req = deploy_request(session, plan, patch, version)
         result.remote_started = True
-        result.record = dict(run_remote_deploy(session, req, deadline_for(plan), reporter))
+        result.record = run_remote_deploy(session, req, deadline_for(plan), reporter)
         result.ok = True
     except KeyboardInterrupt:
         step = reporter.current

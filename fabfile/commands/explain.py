@@ -9,6 +9,7 @@ FILE`` names one, and without it the newest saved bench of the baseline on the s
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def newest_baseline(runs_dir: Path | str, host: str, version: str | None) -> tup
     return found[-1] if found else None
 
 
-def explained(doc: dict[str, Any], baseline: dict[str, Any] | None = None,
+def explained(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
               baseline_from: str = "") -> list[tuple[Subject, list[Finding]]]:
     return [(s, explain.explain(s)) for s in explain.subjects(doc, baseline, baseline_from)]
 

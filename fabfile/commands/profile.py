@@ -18,7 +18,7 @@ from typing import Any
 from fabfile.commands.bench import BenchParams
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.remote.protocol import MAX_TRACE_STEPS, ProfileRequest
+from fabfile.remote.protocol import MAX_TRACE_STEPS, ProfileDocument, ProfileRequest, ProfileResult
 from fabfile.results.hosts import HostOutcome, HostsResult
 from fabfile.transport.session import HostSession
 
@@ -53,7 +53,7 @@ def trace_name(host: str, deploy_id: str | None, rank: int) -> str:
     return f"{host}-{deploy_id or 'unrecorded'}-TP{rank}.trace.json.gz"
 
 
-def fetch_traces(session: HostSession, data: dict[str, Any], out: Path) -> list[str]:
+def fetch_traces(session: HostSession, data: ProfileResult, out: Path) -> list[str]:
     """Copy every rank's trace into ``out``; the local paths."""
     got = []
     for r in data.get("ranks") or []:
@@ -68,7 +68,7 @@ def fetch_traces(session: HostSession, data: dict[str, Any], out: Path) -> list[
 
 
 def profile_host(inv: Inventory, host: Host, params: ProfileParams,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> HostsResult:
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> HostsResult[ProfileDocument]:
     """One ``profile`` call on ``host``; a failed measurement is the host's error (exit 1), bad input never
     reaches here (exit 2 in tasks.py)."""
     pid = new_profile_id()
@@ -76,10 +76,9 @@ def profile_host(inv: Inventory, host: Host, params: ProfileParams,
         with HostSession.open(inv, host) as s:
             answer = s.profile(profile_request(params, pid), timeout=params.bound(), on_event=on_event)
             # The result document: the host's answer, with where it ran and what was asked.
-            data: dict[str, Any] = {**answer, "host": host.name, "requested": {
-                **asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}}
-            if params.out and params.trace:
-                data["fetched"] = fetch_traces(s, data, Path(params.out))
+            fetched = fetch_traces(s, answer, Path(params.out)) if params.out and params.trace else []
+            data: ProfileDocument = {**answer, "host": host.name, "requested": {
+                **asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}, "fetched": fetched}
     except SpecDeployError as e:
         return HostsResult([HostOutcome(host, error=e)])
     return HostsResult([HostOutcome(host, data=data)])

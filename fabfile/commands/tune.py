@@ -557,7 +557,7 @@ def others_would_get(inv: Inventory, others: list[Host], state: TuneState) -> li
     out: list[dict[str, Any]] = []
     for o in for_each_host(inv, others, work, host_timeout=90.0):
         out.append({"host": o.host.name, "deployed": False,
-                    **(o.data if o.ok else {"error": o.error.message if o.error else "no answer"})})
+                    **(o.answer if o.ok else {"error": o.error.message if o.error else "no answer"})})
     return out
 
 

@@ -338,6 +338,7 @@ class ProfileRank(TypedDict, total=False):
     difference_pct: dict[str, float]  # phase -> (trace − timer) / timer × 100 where both measured it
     trace_file: str | None  # the host's path of the rank's trace
     trace_bytes: int | None
+    local_file: str  # the client's copy (``inv profile --out``), never the agent's
 
 
 class ProfileResult(TypedDict, total=False):
@@ -359,6 +360,15 @@ class ProfileResult(TypedDict, total=False):
     # with a trace: what sizes and carries the all-reduces (hidden size and dtype from the model's config.json and
     # the server's dtype, the GPUs' link from nvidia-smi topo -m, the TP size): a sweep's NCCL model reads it
     allreduce_context: dict[str, Any]
+
+
+class ProfileDocument(ProfileResult, total=False):
+    """``inv profile``'s document (the client's, saved and printed): the host's answer, where it ran, what was
+    asked, and the traces fetched (``commands.profile.profile_host``)."""
+
+    host: str
+    requested: dict[str, object]  # the load (``BenchParams``) and the trace's steps
+    fetched: list[str]  # local paths of the fetched traces
 
 
 # --- every verb's request and answer ------------------------------------------------------------------------------
@@ -664,8 +674,16 @@ class StatusAnswer(_StatusAnswerRequired, total=False):
     process_state: str
     health: Health
     last_decode: dict[str, Any] | None
-    deploying_server: dict[str, Any]
-    routers: list[dict[str, Any]]
+    deploying_server: DeployingServer
+    routers: list[RouterStatus]
+
+
+class DeployingServer(TypedDict):
+    """The server a deploy in progress has started (from its lock holder's note)."""
+
+    pid: int
+    config_name: str | None
+    deploy_id: str | None
 
 
 class LogsRequest(TypedDict, total=False):
@@ -781,8 +799,56 @@ class RouterStartRequest(_RouterStartRequired, total=False):
     state_dir: str
 
 
+class _RouterRecordRequired(TypedDict):
+    name: str
+    pid: int
+    start_ticks: int
+    listen: str
+    port: int
+    workers: list[str]  # the worker URLs it was started with
+    policy: str | None
+    log_path: str
+    status: str  # starting | running | failed | stopped
+    started_at: str
+    argv: list[str] | None
+
+
+class RouterRecord(_RouterRecordRequired, total=False):
+    """A router's record on its host (``serve.router``: ``STATE/routers/<name>.json``)."""
+
+    ready_after_s: float
+    workers_listed: bool  # the router listed its workers before the deadline (``GET /workers``)
+
+
+class RouterWorker(TypedDict):
+    url: str
+    health: int | None  # the worker's own /health status, None: no answer
+    router_says_healthy: bool | None
+
+
+class _RouterStatusRequired(TypedDict):
+    name: str | None
+    pid: int | None
+    listen: str | None
+    port: int | None
+    policy: str | None
+    status: str | None
+    started_at: str | None
+    log_path: str | None
+    workers_at_start: list[str] | None
+    running: bool
+    health: int | None  # the router's /health status now, None: not running or no answer
+    workers: list[RouterWorker]
+
+
+class RouterStatus(_RouterStatusRequired, total=False):
+    """One router on the host as ``status`` reports it (``serve.router.status``)."""
+
+    workers_source: str  # where the worker list came from: the router's own GET /workers, or its record
+
+
 class RouterStartAnswer(TypedDict):
-    record: dict[str, Any]  # the router's record: name, pid, listen, port, workers, status, ...
+    record: RouterRecord
     replaced: list[int]  # pids of the router it replaced
 
 
