@@ -520,15 +520,43 @@ class FactsRequest(TypedDict, total=False):
     gpus: bool  # False: skip nvidia-smi
 
 
+class _SGLangInfoRequired(TypedDict):
+    installed: bool
+
+
+class SGLangInfo(_SGLangInfoRequired, total=False):
+    """Where the host's SGLang is and which version (``facts.sglang_info``), read without importing it."""
+
+    version: str | None
+    version_sources: dict[str, str]  # where each version was read -> what it says
+    version_conflict: dict[str, str]  # the same, when they disagree (a mixed install)
+    root: str
+    site_packages: str
+    layout: dict[str, bool]  # the files the patch modes need -> present
+
+
+class NcclInfo(TypedDict):
+    """The NCCL wheel beside SGLang (``facts.nccl_info``)."""
+
+    version: str
+    source: str  # the wheel's name (nvidia-nccl-cu12)
+
+
+class PathFact(TypedDict):
+    path: str
+    exists: bool
+    is_dir: bool
+
+
 class FactsAnswer(TypedDict):
     hostname: str
     home: str
     user: str
     state_dir: str
     python: dict[str, str]  # executable, version, purelib
-    sglang: dict[str, Any]  # version, site_packages, ... (``facts.sglang_info``)
-    nccl: dict[str, Any] | None
-    paths: dict[str, dict[str, Any]]  # name -> path, exists, is_dir
+    sglang: SGLangInfo
+    nccl: NcclInfo | None
+    paths: dict[str, PathFact]  # name -> the path the request named
     disk_free_gb: float | None
     gpu: GpuSnapshot
     lock_holder: Holder | None
