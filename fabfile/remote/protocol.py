@@ -406,7 +406,7 @@ class Holder(TypedDict, total=False):
     start_ticks: int | None
     since: str
     server_pid: int
-    server_start_ticks: int
+    server_start_ticks: int | None
     log_path: str
     log_offset: int
     journal_tail: list[str]  # added by ``status``: the deploy's last step lines
@@ -455,6 +455,10 @@ class _ReadyRequired(TypedDict):
     ready_path: str
     ready_after_s: float
     probe_latency_s: float
+    log_offset: int  # how far the log had been read when it answered
+    fired_up_line: bool  # SGLang's "The server is fired up" line was seen
+    probe_timeout_s: float
+    probes: int
 
 
 class Ready(_ReadyRequired, total=False):
@@ -601,6 +605,33 @@ class PreviousDeploy(TypedDict):
     ended: Ended
 
 
+class KeptRequest(TypedDict, total=False):
+    """The keys of a deploy's request its record keeps, so that a redeploy can start it again (``deploy.kept``);
+    None where the request had none (a request of an older client)."""
+
+    config_name: str | None
+    plan_hash: str | None
+    tool_version: str | None
+    log_path: str | None
+    cwd: str | None
+    listen: str | None
+    port: int | None
+    sglang_version: str | None
+    target_gpus: list[int] | None
+    gpu_idle_mib: int | None
+    timeouts: Timeouts | None
+    verify: VerifySpec | None
+    summary: LaunchSummary | None
+    node: NodeSpec | None
+    state_dir: str | None
+    patch: PatchApplyRequest | None
+    expected: dict[str, str] | None
+    nccl_debug: bool | None
+    gates: GateSpec | None
+    profile_dir: str | None
+    measure: bool | None
+
+
 class _DeployRecordRequired(TypedDict):
     deploy_id: str
     status: str  # starting | running | failed | stopped
@@ -622,7 +653,7 @@ class _DeployRecordRequired(TypedDict):
     expected: dict[str, str] | None
     measure: bool
     profile_dir: str | None
-    request: dict[str, Any]  # the deploy request's keys a redeploy needs (``deploy._KEEP``)
+    request: KeptRequest  # the deploy request's keys a redeploy needs
 
 
 class DeployRecord(_DeployRecordRequired, total=False):
@@ -830,7 +861,7 @@ class RouterStartRequest(_RouterStartRequired, total=False):
 class _RouterRecordRequired(TypedDict):
     name: str
     pid: int
-    start_ticks: int
+    start_ticks: int | None
     listen: str
     port: int
     workers: list[str]  # the worker URLs it was started with
