@@ -1082,11 +1082,64 @@ class PatchApplyRequest(_PatchApplyRequired, total=False):
     python: str
 
 
+class _PatchFileRequired(TypedDict):
+    path: str
+    kind: str  # source | plugin | sitecustomize
+    action: str  # patched | unchanged | repatched | installed | restored | removed (a rollback: already_original,
+    # already_removed, and each with ``would_`` on a dry run)
+
+
+class PatchFile(_PatchFileRequired, total=False):
+    """One file the patch engine wrote, kept or undid (``patch.apply``, ``patch.rollback``)."""
+
+    role: str  # engine | scheduler | plugin | sitecustomize
+    sha256: str  # what it holds after a deploy (`inv diff` compares it between deploys)
+
+
+class _ManifestEntryRequired(TypedDict):
+    path: str
+    rel: str
+    role: str
+    kind: str
+    mode: str
+    sha256_before: str | None  # None: a file the engine created
+    sha256_after: str
+    backup: str | None  # the original's content-addressed copy
+    time: str
+    tool_version: str | None
+    values_hash: str | None
+    sglang_version: str
+
+
+class ManifestEntry(_ManifestEntryRequired, total=False):
+    """One file the patch manifest records (``STATE/patches/manifest.json``)."""
+
+
+class _ManifestRequired(TypedDict):
+    version: int
+    entries: list[ManifestEntry]
+    dirs: list[str]  # directories the engine created (a plugin's), removed again once empty
+
+
+class Manifest(_ManifestRequired, total=False):
+    """The patch engine's record of what it changed on the host (``patch.store``)."""
+
+    mode: str
+    site_packages: str
+    sglang_version: str
+    tool_version: str
+    values_hash: str | None
+    values: dict[str, str] | None
+    force: bool
+    updated: str
+    last_rollback: str
+
+
 class PatchApplyAnswer(TypedDict):
     mode: str
     sglang_version: str
     changed: bool
-    files: list[dict[str, Any]]  # path, kind, action
+    files: list[PatchFile]
     manifest: str
     warnings: list[str]
 
@@ -1105,7 +1158,7 @@ class PatchRollbackRequest(TypedDict, total=False):
 class _PatchRollbackRequired(TypedDict):
     dry_run: bool
     nothing_to_do: bool
-    files: list[dict[str, Any]]  # path, kind, action (restored | removed | already_original | ..., would_ on dry)
+    files: list[PatchFile]
     forgotten: list[str]
 
 
