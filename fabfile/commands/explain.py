@@ -16,6 +16,7 @@ from typing import Any
 from fabfile.errors import FlagError
 from fabfile.plan import explain
 from fabfile.plan.explain import Finding, Subject
+from fabfile.remote.protocol import BenchDocument
 
 
 def load_document(path: str, flag: str = "--from") -> dict[str, Any]:
@@ -45,7 +46,7 @@ def load_document(path: str, flag: str = "--from") -> dict[str, Any]:
     return doc
 
 
-def newest_baseline(runs_dir: Path | str, host: str, version: str | None) -> tuple[dict[str, Any], str] | None:
+def newest_baseline(runs_dir: Path | str, host: str, version: str | None) -> tuple[BenchDocument, str] | None:
     """The newest saved bench of the baseline on ``host`` (same SGLang version), and its path."""
     from fabfile.commands.bench import saved
 
@@ -59,7 +60,7 @@ def explained(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
     return [(s, explain.explain(s)) for s in explain.subjects(doc, baseline, baseline_from)]
 
 
-def for_bench(result: dict[str, Any], runs_dir: Path | str,
+def for_bench(result: BenchDocument, runs_dir: Path | str,
               baseline_path: str | None = None) -> list[tuple[Subject, list[Finding]]]:
     """``inv bench --explain``: the result against ``--baseline`` or the newest saved baseline bench."""
     if baseline_path:

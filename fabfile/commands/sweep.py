@@ -35,6 +35,7 @@ from fabfile.plan.sweep_plan import (
 )
 from fabfile.plan.sweep_winner import choose
 from fabfile.present.progress import SweepProgress
+from fabfile.remote.protocol import BenchDocument
 from fabfile.results.documents import SweepResult
 from fabfile.transport.session import HostSession
 
@@ -127,7 +128,7 @@ def _trace_allreduce(inv: Inventory, host: Host, cfg: Config, params: BenchParam
     row["allreduce_context"] = dict(answer.get("allreduce_context") or {})
 
 
-def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> LevelFigures:
+def _level_figures(concurrency: int, result: BenchDocument, path: Path) -> LevelFigures:
     return {
         "concurrency": concurrency, "bench_id": result["bench_id"], "bench_path": str(path),
         "client": result.get("client"), "tok_s": result.get("output_tok_s"), "tok_s_ci": result.get("tok_s_ci"),

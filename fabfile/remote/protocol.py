@@ -966,9 +966,31 @@ class WatchAnswer(_WatchAnswerRequired, total=False):
     window_forwards: int  # the decode forwards one figure covers (--decode-log-interval)
 
 
-class BenchAnswer(TypedDict, total=False):
-    """``bench``'s result document; the load generator's own figures (completed, failed, duration_s,
-    output_tok_s, tpot_ms, ttft_ms, ...) are spread into it beside these keys."""
+class LoadFigures(TypedDict, total=False):
+    """What the client measured of its own requests (``loadgen.summarize``, or ``sglang.bench_serving``'s block):
+    counts, time, throughput and its interval, and each latency's distribution (mean, median, p95, p99, max)."""
+
+    completed: int
+    failed: int
+    errors: list[str]
+    interrupted: bool
+    duration_s: float
+    window_s: float
+    output_tokens: int
+    output_tok_s: float
+    tok_s_ci: float | None  # the throughput's relative 95 % interval
+    request_throughput: float
+    ttft_ms: dict[str, float | None]
+    tpot_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]
+    e2e_ms: dict[str, float | None]
+    accept_histogram_requests: int
+    adaptive: dict[str, Any] | None  # an adaptive length: its target, bounds and why it stopped
+
+
+class BenchAnswer(LoadFigures, total=False):
+    """``bench``'s result document: the client's figures (``LoadFigures``; a bench_serving run may add its own
+    beside them) and the speculative ones from every source."""
 
     bench_id: str
     started_at: str
@@ -996,6 +1018,39 @@ class BenchAnswer(TypedDict, total=False):
     server_info: dict[str, Any]
     phases: dict[str, Any] | None
     host_path: str
+
+
+class TimerCost(TypedDict):
+    """The device timer's cost on served tok/s, this bench against one with the timer the other way
+    (``commands.bench.timer_cost``)."""
+
+    pct: float
+    timer_on_tok_s: float
+    timer_off_tok_s: float
+    against: str  # the other bench's file
+    source: str
+
+
+class BenchDocument(BenchAnswer, total=False):
+    """A bench's document on the client: the host's answer, where it ran and what was asked
+    (``commands.bench.run_bench``; a sweep saves one per level)."""
+
+    host: str
+    requested: dict[str, object]  # the ``BenchParams``
+
+
+class SavedBench(BenchDocument, total=False):
+    """``inv bench``'s document, saved as ``RUNS/<host>/<bench_id>.json``: with the device timer's cost and where it
+    lies; with ``--explain``, its subjects and findings."""
+
+    timer_cost: TimerCost | None  # None: no bench with the timer the other way to hold it against
+    local_path: str
+
+
+class ExplainedBench(SavedBench, total=False):
+    """``inv bench --explain``'s document: the saved bench with its subjects and findings."""
+
+    explain: dict[str, Any]
 
 
 class _EnvRowRequired(TypedDict):
