@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.remote.protocol import BenchDocument, BenchRequest, SavedBench, TimerCost
+from fabfile.remote.protocol import AgentEvent, BenchDocument, BenchRequest, SavedBench, TimerCost
 from fabfile.transport.session import HostSession
 
 CLIENTS = ("auto", "sglang", "builtin")
@@ -59,7 +59,7 @@ def bench_request(host: Host, params: BenchParams, bench_id: str) -> BenchReques
 
 
 def run_bench(session: HostSession, params: BenchParams, *, bench_id: str | None = None,
-              on_event: Callable[[dict[str, Any]], None] | None = None) -> BenchDocument:
+              on_event: Callable[[AgentEvent], None] | None = None) -> BenchDocument:
     """One ``bench`` agent call on an open session; the result document (with ``host`` and ``params``)."""
     bid = bench_id or new_bench_id()
     data = session.bench(bench_request(session.host, params, bid), timeout=params.bound(), on_event=on_event)
@@ -127,7 +127,7 @@ def timer_cost(result: BenchDocument, runs_dir: Path | str) -> TimerCost | None:
 
 
 def bench_host(inv: Inventory, host: Host, params: BenchParams, runs_dir: Path | str,
-               on_event: Callable[[dict[str, Any]], None] | None = None) -> SavedBench:
+               on_event: Callable[[AgentEvent], None] | None = None) -> SavedBench:
     with HostSession.open(inv, host) as s:
         result = run_bench(s, params, on_event=on_event)
     doc: SavedBench = {**result, "timer_cost": timer_cost(result, runs_dir),

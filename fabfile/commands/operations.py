@@ -10,7 +10,7 @@ prints, tables or one JSON document, and exits with.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fabfile.commands.fanout import for_each_host
 from fabfile.commands.result import CommandResult
@@ -199,7 +199,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
 
         hidden = secret_values(s.host)
 
-        def on_event(ev: dict[str, Any]) -> None:
+        def on_event(ev: p.AgentEvent) -> None:
             answered.add(name)
             got = [terminal_safe(mask_secrets(str(x), hidden)) for x in ev.get("lines") or []]
             if follow or not prefix:

@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fabfile.commands.bench import BenchParams
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.remote.protocol import MAX_TRACE_STEPS, ProfileDocument, ProfileRequest, ProfileResult
+from fabfile.remote.protocol import MAX_TRACE_STEPS, AgentEvent, ProfileDocument, ProfileRequest, ProfileResult
 from fabfile.results.hosts import HostOutcome, HostsResult
 from fabfile.transport.session import HostSession
 
@@ -68,7 +67,7 @@ def fetch_traces(session: HostSession, data: ProfileResult, out: Path) -> list[s
 
 
 def profile_host(inv: Inventory, host: Host, params: ProfileParams,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> HostsResult[ProfileDocument]:
+                 on_event: Callable[[AgentEvent], None] | None = None) -> HostsResult[ProfileDocument]:
     """One ``profile`` call on ``host``; a failed measurement is the host's error (exit 1), bad input never
     reaches here (exit 2 in tasks.py)."""
     pid = new_profile_id()

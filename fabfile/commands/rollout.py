@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fabfile import flags
 from fabfile.commands.deploy import deploy_behind_routers
@@ -261,14 +261,16 @@ def recheck(session: HostSession, row: HostRollout) -> None:
         row.recheck = {"finished": "lost", "changed": mine, "previous": rec["previous"] if rec and mine else None,
                        "message": e.message}
         return
-    final = data.get("result") or {}
+    final = data["result"]
     if final.get("ok"):
-        row.recheck = {"finished": "deployed", "changed": True, "previous": (final.get("data") or {}).get("previous")}
+        record = final.get("data")  # the deploy's own answer, its DeployRecord
+        previous = cast("DeployRecord", record).get("previous") if isinstance(record, dict) else None
+        row.recheck = {"finished": "deployed", "changed": True, "previous": previous}
     else:
-        err = final.get("error") or {}
-        details = err.get("details") or {}
+        err = final.get("error")
+        details = (err.get("details") or {}) if err else {}
         row.recheck = {"finished": "failed", "changed": bool(details.get("changed")),
-                       "previous": details.get("previous"), "message": err.get("message")}
+                       "previous": details.get("previous"), "message": err.get("message") if err else None}
 
 
 def restore_patches(session: HostSession, deploy_id: str) -> PatchRestore:

@@ -585,9 +585,47 @@ class AttachRequest(TypedDict, total=False):
     skip: int
 
 
+class AgentEvent(TypedDict, total=False):
+    """One JSON line the agent prints while a verb runs (``common.EventSink.emit``); the last is its ``result``.
+    ``event`` names it; the other keys are those of its kind."""
+
+    event: str  # agent | step | progress | log | info | lock_wait | started | heartbeat | replay | result
+    # step: a deploy's (or bench's, profile's) step began or ended
+    name: str
+    status: str  # start | ok | fail
+    elapsed: float
+    detail: str | None
+    message: str  # a failed step's sentence; an ``info`` event's line
+    # progress: requests done of the total, or a step of check-env's gathering, or a trace's ranks
+    done: int
+    total: int
+    step: str
+    phase: str
+    ranks: int
+    of: int
+    # log: the server's new lines
+    lines: list[str]
+    count: int
+    # lock_wait: who holds the host and how long this one still waits
+    holder: Holder | None
+    left_s: float
+    # agent, started: the agent's own process, the server's
+    pid: int
+    start_ticks: int | None
+    log_path: str
+    log_offset: int
+    # replay: an event of a deploy's journal, read again by ``attach``
+    original: AgentEvent
+    # result: the verb's answer (``data``: its answer shape) or its error, and the agent's CPU time
+    ok: bool
+    data: object
+    error: ErrorDoc
+    cpu_s: float
+
+
 class AttachAnswer(TypedDict):
     replayed: bool
-    result: dict[str, Any]  # the deploy's own ``result`` event: ok, and data (its record) or error
+    result: AgentEvent  # the deploy's own ``result`` event: ok, and data (its record) or error
 
 
 class PreviousDeploy(TypedDict):

@@ -51,7 +51,7 @@ def connector(fn: Connector) -> Iterator[None]:
 
 Req = TypeVar("Req", bound=Mapping[str, Any])
 Ans = TypeVar("Ans")
-OnEvent = Callable[[dict[str, Any]], None]
+OnEvent = Callable[["p.AgentEvent"], None]
 
 
 @dataclass

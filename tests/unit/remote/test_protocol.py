@@ -191,7 +191,7 @@ def test_the_shape_checker_sees_a_wrong_answer() -> None:
     assert problems({"routers_running": ["r"], "dry_run": 1}, protocol.StopAnswer) == [
         "answer.dry_run: 1 is a int, not a bool"]
     assert problems({"replayed": True, "result": None}, protocol.AttachAnswer) == [
-        "answer.result: NoneType, not an object"]
+        "answer.result: NoneType, not an object (AgentEvent)"]
     assert problems({"log_path": "/x", "offset": 2.5}, protocol.LogsAnswer) == [
         "answer.offset: 2.5 is a float, not a int"]
     logs: dict[str, object] = {"log_path": "/x", "offset": 2}
