@@ -1157,13 +1157,18 @@ class CheckEnvAnswer(TypedDict):
     record: DeployRecord | None
 
 
+# A patch's rendered pieces by role: ``engine_block``/``scheduler_block`` (code), ``sitecustomize`` (a file's
+# text), ``plugin`` (files by path under site-packages). A runtime alias (the agent's Python 3.9): ``Union``.
+PatchPieces = dict[str, Union[str, dict[str, str]]]
+
+
 class _PatchApplyRequired(TypedDict):
     site_packages: str
     sglang_version: str
     mode: str
     values: dict[str, str]
     values_hash: str
-    files: dict[str, Any]  # the rendered pieces by role (``render.patchset.render_files``)
+    files: PatchPieces  # the rendered pieces by role (``render.patchset.render_files``)
 
 
 class PatchApplyRequest(_PatchApplyRequired, total=False):

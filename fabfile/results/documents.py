@@ -4,7 +4,7 @@ earn. ``present`` prints them; ``as_dict`` is the ``--json`` document."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:  # annotations only: `inv --list` imports none of the plan
     from fabfile.plan.sweep_doc import SweepDocument
@@ -24,3 +24,22 @@ class SweepResult:
 
     def as_dict(self) -> SweepDocument:
         return self.doc
+
+
+class _ViewRequired(TypedDict):
+    label: str
+    host: str | None
+    config: str | None
+    status: str | None
+    argv: list[str]
+    env: dict[str, str]
+    sglang_version: str | None
+    patch_mode: str | None
+    patched_files: dict[str, str]  # path -> sha256 (or "(not recorded)")
+    check_env: str
+
+
+class DeployView(_ViewRequired, total=False):
+    """One side of ``inv diff``: what a recorded deploy ran, or what a deploy would run now."""
+
+    files_partial: bool  # only whole files are known before a deploy (a source patch depends on the host's file)

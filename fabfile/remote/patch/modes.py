@@ -7,7 +7,8 @@ Stdlib only, Python 3.9+; imported by the client too (``fabfile.plan`` checks a 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .. import versions
 from ..common import AgentError
@@ -63,7 +64,7 @@ def with_plugin_allowed(value: str) -> str:
 
 
 def explain_unloaded_plugin(evaluation: Evaluation, mode: str | None, launcher_pid: int | None,
-                            planned_env: dict[str, Any] | None) -> None:
+                            planned_env: Mapping[str, str] | None) -> None:
     """When a plugin-mode server did not prove its values and its ``SGLANG_PLUGINS`` leaves the plugin out, say so
     first among check-env's hints (the generic hints would send the user to the plugin mode they already use)."""
     if mode != "plugin" or evaluation.get("ok"):

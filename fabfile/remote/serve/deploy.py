@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .. import failpoints, gpus, procs
 from ..common import CONTEXT, AgentError, EventSink, expand, unexpected
@@ -31,6 +31,9 @@ from ..protocol import (
 from . import records, server, stop
 from .lock import DeployLock
 from .prefetch import Prefetch
+
+if TYPE_CHECKING:  # annotations only: the evidence room is imported when the deploy verifies
+    from ..evidence.interconnect import GpuFacts
 
 
 class Steps:
@@ -397,7 +400,7 @@ def _lock_waiter(sink: EventSink) -> Callable[[Holder | None, float], None]:
 
 
 def _verify(req: DeployRequest, verify: VerifySpec, started: server.Started,
-            gpu_facts: dict[str, Any] | None) -> Verified:
+            gpu_facts: GpuFacts | None) -> Verified:
     from ..evidence import judge as evidence
     from ..evidence.gather import evidence_request
     from ..patch.modes import explain_unloaded_plugin
