@@ -33,6 +33,7 @@ traceback.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -75,7 +76,7 @@ class SpecDeployError(Exception):
             text += f"\n  hint: {self.hint}"
         return text
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "kind": type(self).__name__,
             "message": self.message,
@@ -89,7 +90,7 @@ class UsageError(SpecDeployError):
     exit_code = 2
     each: tuple[UsageError, ...] = ()  # the errors it stands for when it says several at once (:func:`several`)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {**super().as_dict(), **({"errors": [e.as_dict() for e in self.each]} if self.each else {})}
 
 
@@ -236,13 +237,15 @@ def class_of_kind(kind: str) -> type[SpecDeployError]:
     return _CATEGORIES[category_of(kind)]
 
 
-def from_agent(error: dict[str, Any], host: str) -> SpecDeployError:
+def from_agent(error: Mapping[str, object] | None, host: str) -> SpecDeployError:
     """Turn an agent error result into the matching exception, keeping the agent's sentence and hint (the shared
     table's hint when the agent gave none)."""
     from fabfile.remote.protocol import hint_of
 
+    error = error or {}
     kind = str(error.get("kind", ""))
-    details = dict(error.get("details") or {})
+    given = error.get("details")
+    details = dict(given) if isinstance(given, Mapping) else {}
     details["agent_kind"] = kind
     return class_of_kind(kind)(str(error.get("message", "the host-side step failed")),
                                str(error.get("hint") or hint_of(kind)), host=host, **details)

@@ -4,7 +4,7 @@ none of the library."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from fabfile import flags
 from fabfile.flags import (
@@ -19,8 +19,24 @@ from fabfile.flags import (
     MAX_TOPK,
 )
 
+if TYPE_CHECKING:  # the options' types are annotations only: `inv --list` imports none of the library
+    from pathlib import Path
 
-def inventory(path: str | None, lock_wait: Any = None) -> Any:
+    from fabfile.commands.bench import BenchParams
+    from fabfile.inventory.hosts import Inventory
+    from fabfile.plan.deploy_plan import Options
+    from fabfile.plan.sla import Limits
+
+
+class SweepLength(TypedDict, total=False):
+    """A sweep's length as ``BenchParams`` fields: fixed (``target_ci`` None) or adaptive between request bounds."""
+
+    target_ci: float | None
+    min_requests: int
+    num_prompts: int
+
+
+def inventory(path: str | None, lock_wait: Any = None) -> Inventory:
     """The inventory (``--inventory``, else $SPECDEPLOY_INVENTORY, else ./inventory.yaml), with ``--lock-wait``."""
     from fabfile.inventory.hosts import find, with_lock_wait
 
@@ -28,7 +44,7 @@ def inventory(path: str | None, lock_wait: Any = None) -> Any:
 
 
 def deploy(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: Any, verify: bool = True,
-           accept_gate: Any = None) -> Any:
+           accept_gate: Any = None) -> Options:
     """A deploy's (and render's, a sweep's base) ``Options`` from its flags."""
     from fabfile.errors import Collector
     from fabfile.plan.deploy_plan import Options
@@ -47,7 +63,8 @@ def deploy(steps: Any, topk: Any, draft_tokens: Any, patch_mode: Any, timeout: A
     return Options(verify=verify, **values)
 
 
-def bench(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any, timeout: Any) -> Any:
+def bench(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, client: Any,
+          timeout: Any) -> BenchParams:
     """A benchmark's load (``BenchParams``: bench, profile, explain, a sweep's first level), defaults filled in."""
     from fabfile.commands.bench import CLIENTS, BenchParams
     from fabfile.errors import Collector
@@ -66,7 +83,7 @@ def bench(concurrency: Any, input_len: Any, output_len: Any, num_prompts: Any, c
                        client=client or d.client, timeout=seconds)
 
 
-def resume_path(value: Any) -> Any:
+def resume_path(value: Any) -> Path | None:
     """``sweep --resume DIR`` as a path (``~`` expanded)."""
     from pathlib import Path
 
@@ -82,7 +99,7 @@ def resume_path(value: Any) -> Any:
                         "give the sweep's folder") from None
 
 
-def sweep_length(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> dict[str, Any]:
+def sweep_length(num_prompts: Any, target_ci: Any, min_requests: Any, max_requests: Any) -> SweepLength:
     """Sweep length: a fixed --num-prompts, or adaptive (default) to ±--target-ci % between the request bounds."""
     from fabfile.errors import FlagError
 
@@ -106,7 +123,7 @@ def explain_baseline(explain: bool, baseline: Any) -> str | None:
     return flags.path("--baseline", baseline)
 
 
-def measuring(opts: Any, measure: bool, no_measure: bool) -> Any:
+def measuring(opts: Options, measure: bool, no_measure: bool) -> Options:
     """The options with ``--measure``/``--no-measure`` (neither: the inventory's ``measure`` decides)."""
     from dataclasses import replace
 
@@ -122,7 +139,7 @@ def limit(flag: str, value: Any, maximum: float, unit: str, what: str) -> float 
     return flags.number(flag, value, minimum=0.0, open_minimum=True, maximum=maximum, unit=unit, what=what)
 
 
-def sla_limits(max_ttft_ms: Any, max_tpot_ms: Any, min_tok_s: Any) -> Any:
+def sla_limits(max_ttft_ms: Any, max_tpot_ms: Any, min_tok_s: Any) -> Limits:
     """The service limits of `inv tune` (``plan.sla.Limits``), each through ``limit``."""
     from fabfile.plan.sla import Limits
 

@@ -9,7 +9,7 @@ fabfile/cli/help.py. Each task imports what it needs inside itself, so `inv --li
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from invoke.collection import Collection
 from invoke.parser.argument import Argument
@@ -55,6 +55,9 @@ from fabfile.flags import (
     MONTH_S,
     WEEK_S,
 )
+
+if TYPE_CHECKING:  # annotations only: `inv --list` imports none of the library
+    from fabfile.remote.protocol import ExplainedBench
 
 
 class Task(_Task[Any]):
@@ -325,13 +328,13 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     from fabfile.present.explain_report import document, print_explained
 
     pairs = for_bench(result, out or "runs", baseline)
-    result["explain"] = document(pairs)
+    explained: ExplainedBench = {**result, "explain": document(pairs)}
 
     def for_people() -> None:
         print_result(result, console)
         print_explained(pairs, console)
 
-    return CommandResult(hosts_document([host_document(h, result, None)]), for_people)
+    return CommandResult(hosts_document([host_document(h, explained, None)]), for_people)
 
 
 

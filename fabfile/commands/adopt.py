@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from fabfile.inventory.launch_flags import BY_SPELLING, LAUNCH_FLAGS, row_of
 from fabfile.remote import versions
 
 if TYPE_CHECKING:
-    from fabfile.remote.protocol import AdoptAnswer
+    from fabfile.remote.protocol import AdoptAnswer, JSONObject, JSONValue
 
 # Words that only change how the command runs, not what runs; the server is the same without them.
 _WRAPPERS = {"nohup", "setsid", "exec", "command", "builtin", "time"}
@@ -195,13 +196,13 @@ def split_flags(args: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None = None,
-               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+               extra: JSONObject | None = None) -> JSONObject:
     """The inventory entry (a plain mapping, YAML-ready) that renders ``launch``."""
     from fabfile.inventory.hosts import BUILTIN_NCCL_PRESETS
     from fabfile.remote.evidence import ncclenv
 
     managed, rest = split_flags(launch.args)
-    fields: dict[str, Any] = {}
+    fields: dict[str, str | int] = {}
     for flag, value in managed.items():
         row = BY_SPELLING[flag]  # split_flags keeps only the table's flags
         name = row.field
@@ -214,7 +215,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
             fields[name] = value
     if "model" not in fields:
         raise FlagError("--command: the line has no --model-path; it is not a server launch")
-    entry: dict[str, Any] = {}
+    entry: JSONObject = {}
     if ssh_host:
         entry["ssh_host"] = ssh_host
     tp = int(fields.get("tp", 1))
@@ -239,7 +240,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
         entry["env"] = other
     given = "speculative.algorithm" in fields or "speculative.steps" in fields
     steps = int(fields.get("speculative.steps", 0)) if given else 0
-    spec: dict[str, Any] = {"algorithm": fields.get("speculative.algorithm", "EAGLE3"), "steps": steps}
+    spec: JSONObject = {"algorithm": fields.get("speculative.algorithm", "EAGLE3"), "steps": steps}
     if steps:
         spec["topk"] = int(fields.get("speculative.topk", 1))
         if "speculative.draft_tokens" in fields:
@@ -251,7 +252,7 @@ def host_entry(launch: Launch, *, ssh_host: str | None = None, gpus: int | None 
     return entry
 
 
-def validate_entry(name: str, entry: dict[str, Any]) -> Any:
+def validate_entry(name: str, entry: JSONObject) -> Any:
     """Resolve the entry exactly as `inv` would (an inventory of this one host); FlagError when it would refuse."""
     from pathlib import Path
 
@@ -279,18 +280,29 @@ def connection_settings(inv: Any) -> dict[str, str]:
     return out
 
 
-def entry_yaml(name: str, entry: dict[str, Any], source: str, settings: dict[str, str] | None = None,
+def _strings(value: JSONValue | None) -> dict[str, str]:
+    """An entry's mapping of names to values (``env``, ``nccl_env``), as the entry built it."""
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+def _word_list(value: JSONValue | None) -> list[str]:
+    """An entry's list of words (``sglang_args``)."""
+    return [str(w) for w in value] if isinstance(value, list) else []
+
+
+def entry_yaml(name: str, entry: JSONObject, source: str, settings: dict[str, str] | None = None,
                knob_notes: list[str] | None = None) -> str:
     import yaml
 
     head = f"# adopted by `inv adopt` from {source}\n"
     for note in knob_notes or []:
         head += f"# knob: {note}\n"
-    hidden = [k for k, v in (entry.get("env") or {}).items() if v == SECRET_PLACEHOLDER]
+    hidden = [k for k, v in _strings(entry.get("env")).items() if v == SECRET_PLACEHOLDER]
     if hidden:
         head += (f"# {', '.join(hidden)}: secret (listed in secret_env); the running server's value is not shown: "
                  f"replace {SECRET_PLACEHOLDER} with it before deploying.\n")
-    if any(w == SECRET_PLACEHOLDER or w.endswith("=" + SECRET_PLACEHOLDER) for w in entry.get("sglang_args") or []):
+    args = _word_list(entry.get("sglang_args"))
+    if any(w == SECRET_PLACEHOLDER or w.endswith("=" + SECRET_PLACEHOLDER) for w in args):
         head += f"# sglang_args: a secret flag's value is not shown: replace {SECRET_PLACEHOLDER} with it.\n"
     if entry.get("listen") not in ("127.0.0.1", "localhost", "::1"):
         head += (f"# listen {entry.get('listen')}: kept as the server ran. The tool advises 127.0.0.1 (reach it "
@@ -339,7 +351,7 @@ def secret_names_of(env: dict[str, str], host: Any) -> set[str]:
     return {k for k, v in env.items() if k in known or secret_name(k) or v in values}
 
 
-def from_host(inv: Any, host: Any) -> tuple[dict[str, Any], str, AdoptAnswer]:
+def from_host(inv: Any, host: Any) -> tuple[JSONObject, str, AdoptAnswer]:
     """Read the server running on ``host`` (agent verb ``adopt``, which also records it as adopted there)."""
     from fabfile.transport.session import HostSession
 
@@ -421,10 +433,10 @@ def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
                           "knob_notes_version": judged_on}, for_people)
 
 
-def knob_notes(version: str, entry: dict[str, Any]) -> list[str]:
+def knob_notes(version: str, entry: JSONObject) -> list[str]:
     """The knob lines of an adopted entry on ``version``: its verbatim flags and its variables (the flags the tool
     renders from fields are its own choice)."""
     from fabfile.plan import knob_effects
 
-    env = {**(entry.get("nccl_env") or {}), **(entry.get("env") or {})}
-    return knob_effects.notes(version, list(entry.get("sglang_args") or []), env)
+    env = {**_strings(entry.get("nccl_env")), **_strings(entry.get("env"))}
+    return knob_effects.notes(version, _word_list(entry.get("sglang_args")), env)

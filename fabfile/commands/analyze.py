@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError
 from fabfile.plan.analysis import analyze_sweep, from_numbers
 from fabfile.plan.ranking import rank
 from fabfile.present.analyze_report import print_analysis, print_break_even
+
+if TYPE_CHECKING:
+    from fabfile.plan.sweep_doc import SweepRow
 
 
 def analyze_numbers(*, baseline_ms: float, verify_ms: float, draft_ms: float, steps: int | None,
@@ -36,7 +40,9 @@ def analyze_file(path: str) -> CommandResult:
     doc.setdefault("sweep_id", p.parent.name)
     analysis = analyze_sweep(doc["rows"])
     # the same decision as the sweep's: a winner beyond its interval, else a tie and its stated tie-break
-    analysis["ranking"] = rank([r for r in doc["rows"] if isinstance(r, dict) and r.get("ok")
-                                and r.get("measured", True)], doc.get("running"))
+    # A saved sweep.json's rows, read as the sweep wrote them (``plan.sweep_doc.SweepRow``).
+    measured = cast("list[SweepRow]", [r for r in doc["rows"] if isinstance(r, dict) and r.get("ok")
+                                       and r.get("measured", True)])
+    analysis["ranking"] = rank(measured, doc.get("running"))
     doc["analysis"] = analysis
     return CommandResult(analysis, lambda: print_analysis(analysis))

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.remote.protocol import BenchRequest
+from fabfile.remote.protocol import AgentEvent, BenchDocument, BenchRequest, SavedBench, TimerCost
 from fabfile.transport.session import HostSession
 
 CLIENTS = ("auto", "sglang", "builtin")
@@ -59,7 +59,7 @@ def bench_request(host: Host, params: BenchParams, bench_id: str) -> BenchReques
 
 
 def run_bench(session: HostSession, params: BenchParams, *, bench_id: str | None = None,
-              on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              on_event: Callable[[AgentEvent], None] | None = None) -> BenchDocument:
     """One ``bench`` agent call on an open session; the result document (with ``host`` and ``params``)."""
     bid = bench_id or new_bench_id()
     data = session.bench(bench_request(session.host, params, bid), timeout=params.bound(), on_event=on_event)
@@ -67,30 +67,34 @@ def run_bench(session: HostSession, params: BenchParams, *, bench_id: str | None
     return {**data, "host": session.host.name, "requested": asdict(params)}
 
 
-def save_local(result: dict[str, Any], runs_dir: Path | str) -> Path:
+def bench_path(result: BenchDocument, runs_dir: Path | str) -> Path:
     """``RUNS/<host>/<bench_id>.json``."""
-    d = Path(runs_dir) / str(result["host"])
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{result['bench_id']}.json"
+    return Path(runs_dir) / str(result["host"]) / f"{result['bench_id']}.json"
+
+
+def save_local(result: BenchDocument, runs_dir: Path | str) -> Path:
+    """Saved at :func:`bench_path`."""
+    path = bench_path(result, runs_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     return path
 
 
-def saved(runs_dir: Path | str, host: str) -> list[tuple[dict[str, Any], str]]:
+def saved(runs_dir: Path | str, host: str) -> list[tuple[BenchDocument, str]]:
     """Every bench result saved for ``host`` (``RUNS/<host>/*.json``) with its path, oldest first."""
     d = Path(runs_dir) / host
-    out: list[tuple[dict[str, Any], str]] = []
+    out: list[tuple[BenchDocument, str]] = []
     for f in sorted(d.glob("*.json")) if d.is_dir() else []:
         try:
             doc = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError, UnicodeDecodeError):
             continue
         if isinstance(doc, dict) and "bench_id" in doc and "rows" not in doc:
-            out.append((doc, str(f)))
+            out.append((cast(BenchDocument, doc), str(f)))  # a bench's own saved document (``save_local``)
     return sorted(out, key=lambda t: str(t[0].get("started_at") or ""))
 
 
-def _timed(doc: dict[str, Any]) -> bool | None:
+def _timed(doc: BenchDocument) -> bool | None:
     """Whether the run had SGLang's device timer on (None: it does not say, or its version has no timer)."""
     ph = doc.get("phases")
     if not isinstance(ph, dict):
@@ -100,7 +104,7 @@ def _timed(doc: dict[str, Any]) -> bool | None:
     return False if "without the device timer" in str(ph.get("missing") or "") else None
 
 
-def timer_cost(result: dict[str, Any], runs_dir: Path | str) -> dict[str, Any] | None:
+def timer_cost(result: BenchDocument, runs_dir: Path | str) -> TimerCost | None:
     """The device timer's cost on served tok/s, measured by the tool: this run against the newest saved run of the
     same configuration, SGLang version, client and load with the timer the other way (``inv bench`` after
     ``inv deploy --measure`` and after ``inv deploy --no-measure``)."""
@@ -123,15 +127,16 @@ def timer_cost(result: dict[str, Any], runs_dir: Path | str) -> dict[str, Any] |
 
 
 def bench_host(inv: Inventory, host: Host, params: BenchParams, runs_dir: Path | str,
-               on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+               on_event: Callable[[AgentEvent], None] | None = None) -> SavedBench:
     with HostSession.open(inv, host) as s:
         result = run_bench(s, params, on_event=on_event)
-    result["timer_cost"] = timer_cost(result, runs_dir)
-    result["local_path"] = str(save_local(result, runs_dir))
-    return result
+    doc: SavedBench = {**result, "timer_cost": timer_cost(result, runs_dir),
+                       "local_path": str(bench_path(result, runs_dir))}
+    save_local(doc, runs_dir)
+    return doc
 
 
-def host_document(host: Host, result: dict[str, Any] | None, error: SpecDeployError | None) -> dict[str, Any]:
+def host_document(host: Host, result: BenchDocument | None, error: SpecDeployError | None) -> dict[str, object]:
     """One host's part of ``bench --json``: its result, or the error that ended its benchmark."""
     if error is not None or result is None:
         return {"host": host.name, "ok": False, "error": error.as_dict() if error is not None else None}
@@ -147,7 +152,7 @@ def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir
     from fabfile.present.output import out, print_error
     from fabfile.results.hosts import hosts_document
 
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, SavedBench] = {}
     failed: dict[str, SpecDeployError] = {}
 
     def one(h: Host) -> None:

@@ -57,7 +57,7 @@ def deploy_cluster(inv: Inventory, cluster: Cluster, opts: Options, *, quiet: bo
         row = rows[node.name]
         row.deploy = r
         if r.ok:
-            row.outcome, row.config_now, row.pid_now = "deployed", r.plan.config_name, r.record.get("pid")
+            row.outcome, row.config_now, row.pid_now = "deployed", r.plan.config_name, r.pid
             return
         row.outcome = "unknown" if r.outcome_unknown else ("failed" if row.changed() else "failed (unchanged)")
         with lock:

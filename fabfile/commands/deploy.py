@@ -8,7 +8,6 @@ SSH session by re-attaching to the deploy's journal, and turns the outcome into 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import cast
 
 from fabfile import __version__
@@ -36,7 +35,7 @@ from fabfile.plan.deploy_plan import (
 )
 from fabfile.present.output import first_time
 from fabfile.present.progress import Reporter
-from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer, PatchApplyRequest
+from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer, PatchApplyRequest, SGLangInfo
 from fabfile.results.deploys import DeployResult
 from fabfile.transport.session import HostSession
 
@@ -64,9 +63,10 @@ def checked_on_host(session: HostSession, plan: Plan) -> tuple[FactsAnswer, str,
     for that version; raises the tool's error (exit 2 for what the version refuses) before anything is written."""
     facts = preflight(session, plan)
     version = str(facts["sglang"]["version"])
-    mode, patch = patch_request(session, plan, version)
+    mode, patch = patch_request(session, plan, version, facts["sglang"])
     # where the API key can go depends on the version; the NCCL notes on the host's NCCL release
-    plan = for_version(plan, version, (facts.get("nccl") or {}).get("version"))
+    nccl = facts.get("nccl")
+    plan = for_version(plan, version, nccl["version"] if nccl else None)
     # What this version does not understand is refused here, before any file lands on the host (exit 2).
     from fabfile.plan.versioncheck import check as check_version
 
@@ -94,7 +94,8 @@ def preflight_only(inv: Inventory, host: Host, plan: Plan) -> SpecDeployError | 
     return None
 
 
-def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, PatchApplyRequest | None]:
+def patch_request(session: HostSession, plan: Plan, version: str,
+                  sglang: SGLangInfo) -> tuple[str, PatchApplyRequest | None]:
     from fabfile.errors import PatchModeError
     from fabfile.render.patchset import build_patch_request, resolve_mode
 
@@ -111,7 +112,7 @@ def patch_request(session: HostSession, plan: Plan, version: str) -> tuple[str, 
     # NCCL's logging values are carried by the patch too, so the evidence survives a launch path that strips the
     # environment (the same values the launch environment has: plan.nccl_settings).
     values.update(plan.nccl_logging)
-    site = session.facts["sglang"]["site_packages"]
+    site = sglang["site_packages"]  # preflight refused a host without SGLang
     req = build_patch_request(mode, values, plan.force_env, version, session.resolve(plan.host.state_dir), site,
                               __version__, python=plan.host.python)
     return mode, req
@@ -140,7 +141,9 @@ def deploy_request(session: HostSession, plan: Plan, patch: PatchApplyRequest | 
         "summary": {"argv": plan.masked_argv(), "env": plan.masked_env()},
         # Several heartbeats fit in the client's silence bound, so only a dead link can exhaust it.
         "heartbeat_s": max(0.5, min(5.0, t.silence / 4)),
-        "node": asdict(h.node) if h.node is not None else None,
+        "node": None if h.node is None else {
+            "cluster": h.node.cluster, "rank": h.node.rank, "nnodes": h.node.nnodes, "total_tp": h.node.total_tp,
+            "dist_init_addr": h.node.dist_init_addr},
         # Ready means it answers: a real request (and the accept-length gate) after the readiness endpoint's 200.
         "gates": {"timeout": t.first_request, "accept_gate": plan.accept_gate} if "first_request" in plan.steps
         else None,
@@ -227,7 +230,7 @@ def deploy_host(inv: Inventory, host: Host, opts: Options, reporter: Reporter,
                                                     f"patch mode {mode}")
         req = deploy_request(session, plan, patch, version)
         result.remote_started = True
-        result.record = dict(run_remote_deploy(session, req, deadline_for(plan), reporter))
+        result.record = run_remote_deploy(session, req, deadline_for(plan), reporter)
         result.ok = True
     except KeyboardInterrupt:
         step = reporter.current

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabfile.errors import FlagError
 from fabfile.flags import quote
+from fabfile.results.documents import DeployView
+
+if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
+    from fabfile.remote.protocol import DeployRecord
 
 _ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*")
 NOW = "now"
@@ -46,26 +50,28 @@ def flag_map(argv: list[str]) -> dict[str, str]:
     return m
 
 
-def view_of_record(rec: dict[str, Any]) -> dict[str, Any]:
-    launch = rec.get("launch") or {}
-    patch = rec.get("patch") or {}
-    files = {f["path"]: f.get("sha256") or "(not recorded)" for f in patch.get("files") or []
+def view_of_record(rec: DeployRecord) -> DeployView:
+    launch = rec.get("launch")
+    patch = rec.get("patch")
+    files = {f["path"]: f.get("sha256") or "(not recorded)" for f in (patch.get("files") or [] if patch else [])
              if f.get("action") not in ("removed", "restored")}
-    ev = (rec.get("verify") or {}).get("evaluation") or {}
-    rows = ev.get("rows") or []
+    verified = rec.get("verify")
+    rows = (verified["evaluation"].get("rows") or []) if verified else []
     if rows:
         proven = sum(1 for r in rows if r.get("status") == "proven")
         check = f"{proven}/{len(rows)} proven" + ("" if proven == len(rows) else " (NOT all)")
     else:
         check = "not run"
-    return {"label": f"deploy {rec.get('deploy_id')}", "host": launch.get("host"),
+    return {"label": f"deploy {rec.get('deploy_id')}", "host": None,  # the caller names the host
             "config": rec.get("config_name"), "status": rec.get("status"),
-            "argv": list(launch.get("argv") or []), "env": dict(launch.get("env") or {}),
-            "sglang_version": rec.get("sglang_version"), "patch_mode": patch.get("mode") or rec.get("patch_mode"),
+            "argv": list(launch.get("argv") or []) if launch else [],
+            "env": dict(launch.get("env") or {}) if launch else {},
+            "sglang_version": rec.get("sglang_version"),
+            "patch_mode": (patch.get("mode") if patch else None) or rec.get("patch_mode"),
             "patched_files": files, "check_env": check}
 
 
-def view_of_plan(host: Any, opts: Any, rec: dict[str, Any]) -> dict[str, Any]:
+def view_of_plan(host: Any, opts: Any, rec: DeployRecord) -> DeployView:
     """What a deploy would run now (render's plan), on the host as ``rec`` found it (its SGLang version, its
     site-packages and state folder), so the patch files are built exactly as a deploy would build them."""
     from fabfile import __version__
@@ -79,8 +85,9 @@ def view_of_plan(host: Any, opts: Any, rec: dict[str, Any]) -> dict[str, Any]:
     if not plan.nccl_values:
         mode = "env"
     files: dict[str, str] = {}
-    old_req = (rec.get("request") or {}).get("patch") or {}
-    site, state = old_req.get("site_packages"), old_req.get("state_dir")
+    kept = rec.get("request")
+    old_req = kept.get("patch") if kept else None
+    site, state = (old_req.get("site_packages"), old_req.get("state_dir")) if old_req else (None, None)
     if version and site and state and mode != "env":
         values = {**plan.nccl_values, **plan.nccl_logging}  # as deploy.patch_request builds it
         req = build_patch_request(mode, values, plan.force_env, version, state, site, __version__,
@@ -108,14 +115,17 @@ def _site_relative(files: dict[str, str]) -> dict[str, str]:
     return outp
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+def compare(a: DeployView, b: DeployView) -> list[dict[str, str]]:
     """Rows {what, a, b} for every difference; empty when the two would run the same server."""
     rows: list[dict[str, str]] = []
-    for key in ("config", "sglang_version", "patch_mode", "check_env"):
-        if key == "check_env" and PENDING in (a.get(key), b.get(key)):
+    for key, va, vb in (("config", a["config"], b["config"]),
+                        ("sglang_version", a["sglang_version"], b["sglang_version"]),
+                        ("patch_mode", a["patch_mode"], b["patch_mode"]),
+                        ("check_env", a["check_env"], b["check_env"])):
+        if key == "check_env" and PENDING in (va, vb):
             continue
-        if str(a.get(key)) != str(b.get(key)):
-            rows.append({"what": key.replace("_", " "), "a": str(a.get(key)), "b": str(b.get(key))})
+        if str(va) != str(vb):
+            rows.append({"what": key.replace("_", " "), "a": str(va), "b": str(vb)})
     fa, fb = flag_map(a["argv"]), flag_map(b["argv"])
     for flag in [*fa, *(f for f in fb if f not in fa)]:
         if fa.get(flag) != fb.get(flag):
@@ -143,14 +153,14 @@ def _sha(v: str | None) -> str:
     return "(absent)" if v is None else f"sha256 {v[:12]}"
 
 
-def fetch(inv: Any, host: Any, refs: list[str]) -> dict[str, dict[str, Any]]:
+def fetch(inv: Any, host: Any, refs: list[str]) -> dict[str, DeployRecord]:
     """The named records of ``host`` (``current``/``previous`` or ids), from the host's agent."""
     from fabfile.transport.session import HostSession
 
     ids = [r for r in refs if r not in ("current", "previous", NOW)]
     with HostSession.open(inv, host) as s:
         data = s.records(ids)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, DeployRecord] = {}
     for r in refs:
         if r == NOW:
             continue
@@ -160,7 +170,7 @@ def fetch(inv: Any, host: Any, refs: list[str]) -> dict[str, dict[str, Any]]:
             what = f"no {r} deploy" if r in ("current", "previous") else f"no record of deploy {r}"
             raise FlagError(f"--old/--new: {host.name} has {what}",
                             "`inv status` shows the current deploy id; ids are kept under STATE/deploys/")
-        found[r] = dict(rec)
+        found[r] = rec
     return found
 
 

@@ -9,12 +9,14 @@ FILE`` names one, and without it the newest saved bench of the baseline on the s
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fabfile.errors import FlagError
 from fabfile.plan import explain
 from fabfile.plan.explain import Finding, Subject
+from fabfile.remote.protocol import BenchDocument
 
 
 def load_document(path: str, flag: str = "--from") -> dict[str, Any]:
@@ -44,7 +46,7 @@ def load_document(path: str, flag: str = "--from") -> dict[str, Any]:
     return doc
 
 
-def newest_baseline(runs_dir: Path | str, host: str, version: str | None) -> tuple[dict[str, Any], str] | None:
+def newest_baseline(runs_dir: Path | str, host: str, version: str | None) -> tuple[BenchDocument, str] | None:
     """The newest saved bench of the baseline on ``host`` (same SGLang version), and its path."""
     from fabfile.commands.bench import saved
 
@@ -53,12 +55,12 @@ def newest_baseline(runs_dir: Path | str, host: str, version: str | None) -> tup
     return found[-1] if found else None
 
 
-def explained(doc: dict[str, Any], baseline: dict[str, Any] | None = None,
+def explained(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
               baseline_from: str = "") -> list[tuple[Subject, list[Finding]]]:
     return [(s, explain.explain(s)) for s in explain.subjects(doc, baseline, baseline_from)]
 
 
-def for_bench(result: dict[str, Any], runs_dir: Path | str,
+def for_bench(result: BenchDocument, runs_dir: Path | str,
               baseline_path: str | None = None) -> list[tuple[Subject, list[Finding]]]:
     """``inv bench --explain``: the result against ``--baseline`` or the newest saved baseline bench."""
     if baseline_path:

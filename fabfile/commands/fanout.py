@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
@@ -25,9 +25,11 @@ if TYPE_CHECKING:  # the live display (rich.live, rich.spinner) is imported by t
 
 MAX_PARALLEL = 16
 
+# What a host's work answers (a verb's answer shape, typed by ``HostSession``): each outcome carries it.
+T = TypeVar("T")
 
-def _run_one(inv: Inventory, h: Host, work: Callable[[HostSession], Any],
-             on_open: Callable[[Transport], None] | None, read_only: bool) -> HostOutcome:
+def _run_one(inv: Inventory, h: Host, work: Callable[[HostSession], T],
+             on_open: Callable[[Transport], None] | None, read_only: bool) -> HostOutcome[T]:
     """One host's part: open its session, run ``work``; any failure becomes the host's outcome, never a raise."""
     try:
         with HostSession.open(inv, h, on_open, read_only=read_only) as s:
@@ -47,9 +49,9 @@ def _timed_out(h: Host, host_timeout: float) -> HostTimeoutError:
         "if it is only slow", host=h.name, timed_out=True)
 
 
-def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], Any],
+def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], T],
                   parallel: bool = True, host_timeout: float | None = None,
-                  answered: set[str] | None = None, read_only: bool = False) -> list[HostOutcome]:
+                  answered: set[str] | None = None, read_only: bool = False) -> list[HostOutcome[T]]:
     """Run ``work`` on every host (at most MAX_PARALLEL at once); outcomes in the order of ``hosts``.
 
     With ``host_timeout``, a host whose part takes longer (counted from when it started, connecting included) is
@@ -62,7 +64,7 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
     if not parallel or (len(hosts) == 1 and host_timeout is None):
         return [_run_one(inv, h, work, None, read_only) for h in hosts]
     cv = threading.Condition()
-    results: dict[str, HostOutcome] = {}
+    results: dict[str, HostOutcome[T]] = {}
     started: dict[str, float] = {}
     transports: dict[str, Transport] = {}
 

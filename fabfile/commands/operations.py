@@ -10,20 +10,24 @@ prints, tables or one JSON document, and exits with.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fabfile.commands.fanout import for_each_host
 from fabfile.commands.result import CommandResult
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.present import hosts_report as report
 from fabfile.present.output import terminal_safe
-from fabfile.results.hosts import CancelResult, CheckEnvResult, HostsResult, StatusResult, StopResult
+from fabfile.results.hosts import CancelResult, CheckEnvResult, HostsResult, ServerView, StatusResult, StopResult
 from fabfile.transport.session import HostSession
+
+if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
+    from fabfile.remote import protocol as p
+    from fabfile.results.hosts import HostStatus
 
 
 # -- stop -----------------------------------------------------------------------------------------------------
-def stop(inv: Inventory, hosts: list[Host], *, dry_run: bool, host_timeout: float | None = None) -> HostsResult:
-    def work(s: HostSession) -> Any:
+def stop(inv: Inventory, hosts: list[Host], *, dry_run: bool, host_timeout: float | None = None) -> StopResult:
+    def work(s: HostSession) -> p.StopAnswer:
         return s.stop(dry_run=dry_run)
 
     # Every host at once, each bounded: a host whose sshd hangs is reported as timed out, the others still stop.
@@ -39,7 +43,7 @@ def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool,
 
 
 # -- status ---------------------------------------------------------------------------------------------------
-def server_view(d: dict[str, Any]) -> dict[str, Any]:
+def server_view(d: p.StatusAnswer) -> ServerView:
     """What a ``status`` answer says runs on the host, in one place for ``inv status`` and a rollout's table.
 
     ``state``: running (its process is alive and its readiness endpoint answers 200) | not ready (it answers
@@ -52,22 +56,24 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
     started), or a router of ours answers; ``idle``: why nothing serves, when that is no problem of the record's
     (stopped, none, a deploy under way). ``inv status`` exits 1 unless every host serves.
     """
-    rec = d.get("record") or {}
+    rec = d.get("record")
     health = d.get("health") or {}
     code = health.get("status")
     in_progress = d.get("deploy_in_progress")
-    new_server = d.get("deploying_server") or {}
-    view: dict[str, Any] = {"state": "none", "config": None, "pid": None, "deploy_id": rec.get("deploy_id"),
-                            "health": code, "health_path": health.get("path"), "problem": None,
-                            "serving": bool(d.get("running")) and d.get("process_state") != "T" and code == 200,
-                            "idle": None}
+    new_server = d.get("deploying_server")
+    view: ServerView = {"state": "none", "config": None, "pid": None,
+                        "deploy_id": rec.get("deploy_id") if rec else None,
+                        "health": code, "health_path": health.get("path"), "problem": None,
+                        "serving": bool(d.get("running")) and d.get("process_state") != "T" and code == 200,
+                        "idle": None}
     # A router of ours that runs and answers /health serves the host's clients, with or without a server beside it.
     routed = any(r.get("running") and r.get("health") == 200 for r in d.get("routers") or [])
     if d.get("running"):
-        view.update(config=rec.get("config_name"), pid=rec.get("pid"))
+        if rec:
+            view["config"], view["pid"] = rec.get("config_name"), rec.get("pid")
         if d.get("process_state") == "T":
             view["state"] = "hung"
-            view["problem"] = f"the server (pid {rec.get('pid')}) is stopped by a signal (SIGSTOP?): it serves nothing"
+            view["problem"] = f"the server (pid {view['pid']}) is stopped by a signal (SIGSTOP?): it serves nothing"
         elif code == 200:
             view["state"] = "running"
         elif code is None:
@@ -84,7 +90,8 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
                                f"{rec.get('pid')}) is gone")
         elif status == "failed":
             # The host serves nothing because its last deploy failed: a problem (exit 1), not a state to pass by.
-            if rec.get("cancelled") or (rec.get("error") or {}).get("kind") == "cancelled":
+            error = rec.get("error")
+            if rec.get("cancelled") or (error and error.get("kind") == "cancelled"):
                 view["state"] = "cancelled"
             view["problem"] = failed_problem(rec)
         elif status == "stopped":
@@ -107,7 +114,7 @@ def server_view(d: dict[str, Any]) -> dict[str, Any]:
             "again when it ends")
         view["deploy_id"] = in_progress.get("deploy_id")
         if new_server:
-            view.update(config=new_server.get("config_name"), pid=new_server.get("pid"), health=None)
+            view["config"], view["pid"], view["health"] = new_server.get("config_name"), new_server.get("pid"), None
     return view
 
 
@@ -118,49 +125,52 @@ SERVER_FAULTS = frozenset({"fatal_log", "process_died", "stalled", "ready_timeou
 _AGAIN = "deploy again, or start the one before it with `inv deploy --previous`"
 
 
-def failed_problem(rec: dict[str, Any]) -> str:
+def failed_problem(rec: p.DeployRecord) -> str:
     """Why a failed deploy's host serves nothing, named by its real cause: the cancel (who, when), specdeploy's own
     verdict with its evidence (the NCCL values it could not prove, and that it stopped the server itself), or the
     server's fault, which its log shows."""
     what = f"deploy {rec.get('deploy_id')} ({rec.get('config_name')})"
-    error = rec.get("error") or {}
-    kind, message = error.get("kind"), str(error.get("message") or "").rstrip(".")
-    cancelled = rec.get("cancelled") or {}
+    error = rec.get("error")
+    kind, message = (error.get("kind"), str(error.get("message") or "").rstrip(".")) if error else (None, "")
+    cancelled = rec.get("cancelled")
     if cancelled or kind == "cancelled":
         # The agent records the reason as the canceller wrote it ("cancelled by ana@laptop with `inv cancel`").
-        reason = str(cancelled.get("reason") or f"cancelled ({message})")
+        reason = (cancelled.get("reason") if cancelled else "") or f"cancelled ({message})"
         reason = reason if reason.startswith("cancelled") else f"cancelled ({reason})"
-        at = f" at {cancelled['at']}" if cancelled.get("at") else ""
+        at = f" at {cancelled['at']}" if cancelled and cancelled.get("at") else ""
         return f"{what} was {reason}{at}; nothing serves: {_AGAIN}"
     if kind is None or kind in SERVER_FAULTS:
         return f"{what} failed and nothing serves: `inv logs` shows why; {_AGAIN}"
-    evidence = unproven_evidence(rec.get("verify") or {})
+    verify = rec.get("verify")
+    evidence = unproven_evidence(verify) if verify else ""
     return (f"{what} failed on specdeploy's own verdict ({kind}: {message}{'; ' + evidence if evidence else ''}) "
             f"and specdeploy stopped its server (the log's last lines are SGLang's answer to that stop); {_AGAIN}")
 
 
-def unproven_evidence(verify: dict[str, Any], most: int = 3) -> str:
+def unproven_evidence(verify: p.Verified, most: int = 3) -> str:
     """The first few values check-env could not prove, each with its rank and evidence ("NCCL_ALGO=Ring in TP1:
     unconfirmed, evidence markers")."""
-    rows = [r for r in ((verify.get("evaluation") or {}).get("rows") or []) if r.get("status") != "proven"]
+    rows = [r for r in verify["evaluation"].get("rows") or [] if r.get("status") != "proven"]
     said = [f"{r.get('var')}={r.get('expected')} in {r.get('label') or 'pid ' + str(r.get('pid'))}: {r.get('status')}"
             f", evidence {r.get('evidence') or 'none'}" for r in rows[:most]]
     more = f" (+{len(rows) - most} more)" if len(rows) > most else ""
     return "; ".join(said) + more
 
 
-def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
+def viewed(d: p.StatusAnswer) -> HostStatus:
+    """A ``status`` answer with its :func:`server_view` under ``state`` and SGLang's own warnings about the recorded
+    launch (read from its log while the deploy waited for ready)."""
+    rec = d.get("record")
+    return {**d, "state": server_view(d), "sglang_warnings": list((rec.get("sglang_warnings") or []) if rec else [])}
+
+
+def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> StatusResult:
     """Each host's ``status`` answer, with its :func:`server_view` under ``data["state"]``."""
     outcomes = for_each_host(inv, hosts, lambda s: s.status(), host_timeout=_bound(hosts, host_timeout),
                              read_only=True)
-    for o in outcomes:
-        if o.ok:
-            o.data["state"] = server_view(o.data)
-            # SGLang's own warnings about the recorded launch (read from its log while the deploy waited for ready)
-            o.data["sglang_warnings"] = list((o.data.get("record") or {}).get("sglang_warnings") or [])
     # Exit 1 unless every host serves: a server that runs but does not answer, a record that disagrees with the
     # host, and a host where nothing serves (stopped, none, a deploy under way without a server up) alike.
-    return StatusResult(outcomes)
+    return StatusResult([o.then(viewed) for o in outcomes])
 
 
 def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,
@@ -184,13 +194,13 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
     collected: dict[str, list[str]] = {h.name: [] for h in hosts}
     answered: set[str] = set()
 
-    def work(s: HostSession) -> Any:
+    def work(s: HostSession) -> p.LogsAnswer:
         name = s.host.name
         from fabfile.plan.deploy_plan import mask_secrets, secret_values
 
         hidden = secret_values(s.host)
 
-        def on_event(ev: dict[str, Any]) -> None:
+        def on_event(ev: p.AgentEvent) -> None:
             answered.add(name)
             got = [terminal_safe(mask_secrets(str(x), hidden)) for x in ev.get("lines") or []]
             if follow or not prefix:
@@ -223,19 +233,19 @@ def expected_env(host: Host) -> dict[str, str]:
     return dict(nccl_settings(host).tuning)
 
 
-def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
+def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CheckEnvResult:
     """Each host's evidence and its evaluation; exit 1 when a value is not proven on some host."""
     outcomes = for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
                              host_timeout=_bound(hosts, host_timeout), read_only=True)
     for o in outcomes:
         if o.ok:
-            evaluation = o.data["evaluation"]
-            version = (o.data["evidence"].get("facts") or {}).get("sglang_version")
+            evaluation = o.answer["evaluation"]
+            version = (o.answer["evidence"].get("facts") or {}).get("sglang_version")
             evaluation["sglang_overwrites"] = sglang_overwrites(o.host, version, evaluation)
     return CheckEnvResult(outcomes)
 
 
-def sglang_overwrites(host: Host, version: str | None, evaluation: dict[str, Any]) -> list[dict[str, Any]]:
+def sglang_overwrites(host: Host, version: str | None, evaluation: p.Evaluation) -> list[p.EnvRow]:
     """The inventory's own variables (``env:``) that the host's SGLang release assigns itself at every launch
     (plan/knob_effects, read from the wheels; CUDA_DEVICE_MAX_CONNECTIONS=8 on 0.5.x): "overridden by SGLang", said
     beside the rows (the NCCL ones are rows already). They do not change the verdict: no patch mode carries them,
@@ -245,7 +255,7 @@ def sglang_overwrites(host: Host, version: str | None, evaluation: dict[str, Any
     if not version:
         return []
     rowed = {str(r.get("var")) for r in evaluation.get("rows") or []}
-    out: list[dict[str, Any]] = []
+    out: list[p.EnvRow] = []
     for var, value in host.env.items():
         e = knob_effects.effect(version, var)
         if var in rowed or e.kind != "overwritten":
@@ -264,8 +274,8 @@ def check_env_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | 
 
 
 # -- rollback-patches -----------------------------------------------------------------------------------------
-def rollback(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> HostsResult:
-    def work(s: HostSession) -> Any:
+def rollback(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> HostsResult[p.PatchRollbackAnswer]:
+    def work(s: HostSession) -> p.PatchRollbackAnswer:
         return s.patch_rollback(dry_run=dry_run)
 
     return HostsResult(for_each_host(inv, hosts, work, parallel=False))
@@ -277,7 +287,7 @@ def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> Comma
 
 
 # -- gpus -----------------------------------------------------------------------------------------------------
-def gpus(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult:
+def gpus(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult[p.GpusAnswer]:
     outcomes = for_each_host(inv, hosts, lambda s: s.gpus(), host_timeout=_bound(hosts, host_timeout),
                              read_only=True)
     return HostsResult(outcomes)
@@ -289,10 +299,10 @@ def gpus_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None 
 
 
 # -- cancel ---------------------------------------------------------------------------------------------------
-def cancel(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> HostsResult:
+def cancel(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> CancelResult:
     """Cancel the deploy holding each host (the agent's ``cancel`` verb) and wait until it has let go; exit 1 when
     a cancelled deploy has not let go in time."""
-    def work(s: HostSession) -> Any:
+    def work(s: HostSession) -> p.CancelAnswer:
         wait = wait_s if wait_s is not None else 3 * s.host.timeouts.stop_grace + 30
         return s.cancel(reason=f"cancelled by {_client()} with `inv cancel`", wait_s=wait, timeout=wait + 30)
 

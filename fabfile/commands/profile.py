@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from fabfile.commands.bench import BenchParams
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.remote.protocol import MAX_TRACE_STEPS, ProfileRequest
+from fabfile.remote.protocol import MAX_TRACE_STEPS, AgentEvent, ProfileDocument, ProfileRequest, ProfileResult
 from fabfile.results.hosts import HostOutcome, HostsResult
 from fabfile.transport.session import HostSession
 
@@ -62,7 +62,7 @@ def trace_name(host: str, deploy_id: str | None, rank: int) -> str:
     return f"{host}-{deploy_id or 'unrecorded'}-TP{rank}.trace.json.gz"
 
 
-def fetch_traces(session: HostSession, data: dict[str, Any], out: Path) -> list[str]:
+def fetch_traces(session: HostSession, data: ProfileResult, out: Path) -> list[str]:
     """Copy every rank's trace into ``out``; the local paths."""
     got = []
     for r in data.get("ranks") or []:
@@ -77,8 +77,8 @@ def fetch_traces(session: HostSession, data: dict[str, Any], out: Path) -> list[
 
 
 def profile_host(inv: Inventory, host: Host, params: ProfileParams,
-                 on_event: Callable[[dict[str, Any]], None] | None = None,
-                 runs_dir: Path | str | None = None) -> HostsResult:
+                 on_event: Callable[[AgentEvent], None] | None = None,
+                 runs_dir: Path | str | None = None) -> HostsResult[ProfileDocument]:
     """One ``profile`` call on ``host``; a failed measurement is the host's error (exit 1), bad input never
     reaches here (exit 2 in tasks.py). With ``runs_dir`` the document is saved there (:func:`save_profile`)."""
     pid = new_profile_id()
@@ -86,10 +86,10 @@ def profile_host(inv: Inventory, host: Host, params: ProfileParams,
         with HostSession.open(inv, host) as s:
             answer = s.profile(profile_request(params, pid), timeout=params.bound(), on_event=on_event)
             # The result document: the host's answer, with where it ran, what was asked and when (the tool's clock).
-            data: dict[str, Any] = {**answer, "host": host.name, "measured_at": time.time(), "requested": {
-                **asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}}
-            if params.out and params.trace:
-                data["fetched"] = fetch_traces(s, data, Path(params.out))
+            fetched = fetch_traces(s, answer, Path(params.out)) if params.out and params.trace else []
+            # (a cast: mypy will not build a TypedDict whose optional keys the unpacked answer lacks)
+            data = cast(ProfileDocument, {**answer, "host": host.name, "measured_at": time.time(), "requested": {
+                **asdict(params.load), "trace": params.trace, "trace_steps": params.trace_steps}, "fetched": fetched})
     except SpecDeployError as e:
         return HostsResult([HostOutcome(host, error=e)])
     if runs_dir is not None:
@@ -98,12 +98,12 @@ def profile_host(inv: Inventory, host: Host, params: ProfileParams,
 
 
 def profile_hosts(inv: Inventory, hosts: list[Host], params: ProfileParams,
-                  runs_dir: Path | str | None = None) -> HostsResult:
+                  runs_dir: Path | str | None = None) -> HostsResult[ProfileDocument]:
     """``inv profile`` on several hosts at once, each under its own load from the host itself: one outcome per
     host, in the inventory's order."""
     from fabfile.commands.fanout import concurrent
 
-    got: dict[str, HostOutcome] = {}
+    got: dict[str, HostOutcome[ProfileDocument]] = {}
 
     def one(h: Host) -> None:
         got[h.name] = profile_host(inv, h, params, runs_dir=runs_dir).outcomes[0]
@@ -112,7 +112,7 @@ def profile_hosts(inv: Inventory, hosts: list[Host], params: ProfileParams,
     return HostsResult([got[h.name] for h in hosts])
 
 
-def save_profile(doc: dict[str, Any], runs_dir: Path | str) -> Path:
+def save_profile(doc: ProfileDocument, runs_dir: Path | str) -> Path:
     """``RUNS/<host>/profiles/<profile id>.json``: what ``inv explain`` may reuse (:func:`reusable`)."""
     d = Path(runs_dir) / str(doc["host"]) / PROFILES_DIR
     d.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def save_profile(doc: dict[str, Any], runs_dir: Path | str) -> Path:
 
 @dataclass(frozen=True)
 class Reused:
-    doc: dict[str, Any]
+    doc: ProfileDocument
     path: str
     age_s: float
 
@@ -169,5 +169,5 @@ def running_deploy(inv: Inventory, host: Host) -> str | None:
             st = s.status()
     except SpecDeployError:
         return None
-    rec: dict[str, Any] = dict(st.get("record") or {})
-    return str(rec.get("deploy_id")) if st.get("running") and rec.get("deploy_id") else None
+    rec = st.get("record")
+    return str(rec.get("deploy_id")) if st.get("running") and rec and rec.get("deploy_id") else None

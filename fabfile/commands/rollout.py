@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fabfile import flags
 from fabfile.commands.deploy import deploy_behind_routers
@@ -27,7 +27,7 @@ from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.deploy_plan import Options, Plan, new_deploy_id
 from fabfile.present.progress import Reporter
 from fabfile.remote.protocol import DeployRecord
-from fabfile.results.deploys import HostRollout, RolloutResult
+from fabfile.results.deploys import HostRollout, PatchRestore, RolloutResult
 from fabfile.transport.session import HostSession
 
 STRATEGIES = ("parallel", "rolling")
@@ -101,7 +101,7 @@ def run_rollout(inv: Inventory, hosts: list[Host], opts: Options, *, strategy: s
             row = rows[h.name]
             row.deploy = r
             if r.ok:
-                row.outcome, row.config_now, row.pid_now = "deployed", r.plan.config_name, r.record.get("pid")
+                row.outcome, row.config_now, row.pid_now = "deployed", r.plan.config_name, r.pid
             elif r.outcome_unknown:
                 row.outcome = "unknown"
             else:
@@ -194,7 +194,7 @@ def observe(inv: Inventory, rows: list[HostRollout]) -> None:
             row.config_now, row.pid_now = "unknown", None
             row.observe_error = o.error.message
             continue
-        view = server_view(o.data)
+        view = server_view(o.answer)
         row.observed = view
         row.config_now, row.pid_now = view["config"], view["pid"]
 
@@ -216,8 +216,8 @@ def rollback_hosts(rows: list[HostRollout], inv: Inventory, *, quiet: bool) -> N
                 if prev and prev.get("running") and prev.get("redeployable"):
                     data = redeploy(s, str(prev["deploy_id"]),
                                     reporter_for(h, quiet=quiet, shared_console=len(rows) > 1))
-                    row.rollback = {"action": "redeployed", "deploy_id": data.get("deploy_id"),
-                                    "from_deploy_id": prev["deploy_id"], "config": data.get("config_name")}
+                    row.rollback = {"action": "redeployed", "deploy_id": data["deploy_id"],
+                                    "from_deploy_id": str(prev["deploy_id"]), "config": data.get("config_name")}
                     row.outcome = "rolled back"
                     row.config_now, row.pid_now = data.get("config_name"), data.get("pid")
                     if row.deploy is not None:
@@ -261,17 +261,19 @@ def recheck(session: HostSession, row: HostRollout) -> None:
         row.recheck = {"finished": "lost", "changed": mine, "previous": rec["previous"] if rec and mine else None,
                        "message": e.message}
         return
-    final = data.get("result") or {}
+    final = data["result"]
     if final.get("ok"):
-        row.recheck = {"finished": "deployed", "changed": True, "previous": (final.get("data") or {}).get("previous")}
+        record = final.get("data")  # the deploy's own answer, its DeployRecord
+        previous = cast("DeployRecord", record).get("previous") if isinstance(record, dict) else None
+        row.recheck = {"finished": "deployed", "changed": True, "previous": previous}
     else:
-        err = final.get("error") or {}
-        details = err.get("details") or {}
+        err = final.get("error")
+        details = (err.get("details") or {}) if err else {}
         row.recheck = {"finished": "failed", "changed": bool(details.get("changed")),
-                       "previous": details.get("previous"), "message": err.get("message")}
+                       "previous": details.get("previous"), "message": err.get("message") if err else None}
 
 
-def restore_patches(session: HostSession, deploy_id: str) -> dict[str, Any]:
+def restore_patches(session: HostSession, deploy_id: str) -> PatchRestore:
     """After stopping a host that ran nothing before, put its SGLang files back as they were before this run: the
     patch state of the deploy recorded before it (stopped, but its files stay as it left them), or the pristine
     files when there was none. Otherwise the failed deploy's patch mode would stay behind."""

@@ -19,7 +19,6 @@ from fabfile.inventory.hosts import Host, Inventory, Router
 from fabfile.plan.argv import opt
 from fabfile.render.jinja import shell_path
 from fabfile.results.deploys import RouterResult
-from fabfile.results.hosts import HostOutcome
 from fabfile.transport.session import HostSession
 
 
@@ -40,8 +39,8 @@ def pick(inv: Inventory, name: str | None) -> Router:
 
 def healthy_workers(inv: Inventory, router: Router, host_timeout: float | None) -> tuple[list[str], dict[str, str]]:
     members = [inv.hosts[m] for m in router.members]
-    outcomes: list[HostOutcome] = for_each_host(inv, members, lambda s: s.status(),
-                                                host_timeout=host_timeout or max(h.timeouts.host for h in members))
+    outcomes = for_each_host(inv, members, lambda s: s.status(),
+                             host_timeout=host_timeout or max(h.timeouts.host for h in members))
     workers: list[str] = []
     skipped: dict[str, str] = {}
     for o in outcomes:
@@ -49,11 +48,12 @@ def healthy_workers(inv: Inventory, router: Router, host_timeout: float | None) 
         if o.error is not None:
             skipped[h.name] = f"unreachable: {o.error.message}"
             continue
-        health = (o.data.get("health") or {}).get("status")
-        if not o.data.get("running"):
+        answer = o.answer
+        health = (answer.get("health") or {}).get("status")
+        if not answer.get("running"):
             skipped[h.name] = "no server running"
         elif health != 200:
-            skipped[h.name] = f"not healthy ({(o.data.get('health') or {}).get('path')} answered {health})"
+            skipped[h.name] = f"not healthy ({(answer.get('health') or {}).get('path')} answered {health})"
         elif h.name != router.host and h.listen in ("127.0.0.1", "localhost", "::1"):
             skipped[h.name] = f"listens on {h.listen} only; set `listen: 0.0.0.0` for it so the router can reach it"
         else:

@@ -14,7 +14,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from fabfile.commands.bench import BenchParams, run_bench, save_local
 from fabfile.commands.result import CommandResult
@@ -24,6 +24,7 @@ from fabfile.errors import SpecDeployError, SweepError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan.nccl_skip import Skip, skips
 from fabfile.plan.sla import Limits
+from fabfile.plan.sweep_doc import LevelFigures, SweepDocument, SweepRow
 from fabfile.plan.sweep_nccl import nccl_tuning
 from fabfile.plan.sweep_plan import (
     Config,
@@ -34,8 +35,12 @@ from fabfile.plan.sweep_plan import (
 )
 from fabfile.plan.sweep_winner import choose
 from fabfile.present.progress import SweepProgress
+from fabfile.remote.protocol import BenchDocument
 from fabfile.results.documents import SweepResult
 from fabfile.transport.session import HostSession
+
+if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
+    from fabfile.remote import protocol as p
 
 
 def new_sweep_id() -> str:
@@ -43,15 +48,15 @@ def new_sweep_id() -> str:
 
 
 def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_dir: Path,
-            progress: SweepProgress, levels: list[int] | None = None, trace: bool = False) -> dict[str, Any]:
+            progress: SweepProgress, levels: list[int] | None = None, trace: bool = False) -> SweepRow:
     """Deploy one configuration and benchmark it at each concurrency level (one model load serves them all): one
     row of the sweep table. The row's top-level figures are the first level's; ``levels`` has each level's. With
     ``trace`` (the first NCCL candidate's loads of a --predict sweep at TP ≥ 2) a short profile with SGLang's
     profiler follows on the same load: ``row["allreduce"]``, what the NCCL skip rule reads."""
     from fabfile.commands.deploy import deploy_host
 
-    row: dict[str, Any] = {"config": cfg.name, "steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
-                           "ok": False, "measured": True}
+    row: SweepRow = {"config": cfg.name, "steps": cfg.steps, "topk": cfg.topk, "draft_tokens": cfg.draft_tokens,
+                     "ok": False, "measured": True}
     if cfg.nccl:
         row["nccl"] = cfg.nccl
         # how many NCCL variables the candidate sets: the tie-break's "fewer changed variables" (plan.ranking)
@@ -71,7 +76,7 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
         return row
     progress.set_phase("bench")
     t1 = time.monotonic()
-    per_level: list[dict[str, Any]] = []
+    per_level: list[LevelFigures] = []
     try:
         with HostSession.open(inv, host) as s:
             for c in levels or [params.concurrency]:
@@ -83,7 +88,9 @@ def measure(inv: Inventory, host: Host, cfg: Config, params: BenchParams, runs_d
         row["error"] = e.as_dict()
         return row
     row["bench_s"] = round(time.monotonic() - t1, 2)
-    row.update({k: v for k, v in per_level[0].items() if k != "concurrency"})
+    first = per_level[0].copy()
+    del first["concurrency"]
+    row = {**row, **first}
     row["ok"] = True
     row["levels"] = per_level
     if trace:
@@ -96,7 +103,7 @@ TRACE_OUTPUT_LEN = 128  # the trace's load: one request per slot, at most this l
 
 
 def _trace_allreduce(inv: Inventory, host: Host, cfg: Config, params: BenchParams, levels: list[int],
-                     row: dict[str, Any]) -> None:
+                     row: SweepRow) -> None:
     """A short ``inv profile --trace`` (the same verb and request) at the first level's concurrency: the
     all-reduce ms and GPU span of verify's (or the baseline's decode) pass, for the NCCL skip. A failed trace is
     said in the row (``allreduce_error``): the rule then keeps every candidate."""
@@ -121,7 +128,7 @@ def _trace_allreduce(inv: Inventory, host: Host, cfg: Config, params: BenchParam
     row["allreduce_context"] = dict(answer.get("allreduce_context") or {})
 
 
-def _level_figures(concurrency: int, result: dict[str, Any], path: Path) -> dict[str, Any]:
+def _level_figures(concurrency: int, result: BenchDocument, path: Path) -> LevelFigures:
     return {
         "concurrency": concurrency, "bench_id": result["bench_id"], "bench_path": str(path),
         "client": result.get("client"), "tok_s": result.get("output_tok_s"), "tok_s_ci": result.get("tok_s_ci"),
@@ -151,18 +158,17 @@ class _Run:
     out_dir: Path
     levels: list[int]
     progress: SweepProgress
-    doc: dict[str, Any]
+    doc: SweepDocument
     t0: float = field(default_factory=time.monotonic)
     current: Config | None = None
     index: int = 0
     trace_nccl: str | None = None  # the NCCL candidate whose loads are traced (the skip rule's first candidate)
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = self.doc["rows"]
-        return rows
+    def rows(self) -> list[SweepRow]:
+        return self.doc["rows"]
 
-    def one(self, cfg: Config) -> dict[str, Any]:
+    def one(self, cfg: Config) -> SweepRow:
         self.current = cfg
         self.index += 1
         self.progress.total = max(self.progress.total, self.index)
@@ -201,7 +207,7 @@ def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParam
         held_back = [c for c in held_back if c.nccl not in gone]
         notes.append("NCCL candidate(s) " + ", ".join(sorted(gone)) + f" skipped: {skipped[0].reason}")
     first_nccl = _first_traced(host, cfgs, order, notes) if predict else None
-    doc: dict[str, Any] = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    doc: SweepDocument = {"sweep_id": sweep_id, "host": host.name, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "params": asdict(params), "configs": [c.name for c in cfgs], "rows": [],
                            "concurrency_levels": levels, "predict": predict, "grid_loads": len(cfgs),
                            "model_loads": 0, "notes": notes,
@@ -364,7 +370,7 @@ def _check_adaptive(inv: Inventory, host: Host, cfgs: list[Config]) -> None:
     check(list(plan.argv)[3:], dict(plan.env), version, host.name)
 
 
-def _timer_note(doc: dict[str, Any]) -> None:
+def _timer_note(doc: SweepDocument) -> None:
     kept = next((r for r in doc["rows"] if r["config"] == doc.get("running") and r.get("measure")), None)
     if kept is not None:
         doc["notes"].append(f"{kept['config']} is left running with SGLang's device timer on (the sweep measured "
@@ -372,7 +378,7 @@ def _timer_note(doc: dict[str, Any]) -> None:
                             "to turn it off")
 
 
-def _explain(doc: dict[str, Any]) -> list[Any]:
+def _explain(doc: SweepDocument) -> list[Any]:
     """``--explain``: the rule table over every configuration against this sweep's own baseline (kept in the
     document as ``explain``; the findings are returned to be printed under the table)."""
     from fabfile.commands.explain import explained
@@ -425,7 +431,8 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
     # before the predicted rows join the table; a resumed sweep that measured nothing new cannot tell what runs
     running = _running_config(run.rows) if run.index else None
     add_predictions(doc, cfgs)
-    doc.update(choose(run.rows, keep, run.levels, limits, running))
+    chosen: SweepDocument = {**doc, **choose(run.rows, keep, run.levels, limits, running)}
+    doc.update(chosen)
     if keep is not None and keep in {n for sk in doc.get("nccl_skipped") or [] for n in sk.get("configs") or []}:
         doc["keep_note"] = (f"--keep {keep} was not loaded: its NCCL candidate cannot win (nccl_skipped); keeping "
                             "the winner instead")
@@ -452,7 +459,7 @@ def _keep_one(run: _Run, cfgs: list[Config], keep: str | None, limits: Limits | 
     doc["running"] = doc["kept"]
 
 
-def _running_config(rows: list[dict[str, Any]]) -> str | None:
+def _running_config(rows: list[SweepRow]) -> str | None:
     """What the sweep left running: the last configuration, if its deploy succeeded (a failed one is torn down)."""
     if not rows:
         return None
@@ -460,10 +467,10 @@ def _running_config(rows: list[dict[str, Any]]) -> str | None:
     return str(last["config"]) if last.get("ok") or last.get("phase") == "bench" else None
 
 
-def _row_summary(row: dict[str, Any]) -> str:
+def _row_summary(row: SweepRow) -> str:
     if not row.get("ok"):
-        return f"[red]{row.get('phase')} failed:[/red] {(row.get('error') or {}).get('message', '')[:100]}"
-    text = f"{row['tok_s']:.1f} tok/s"
+        return f"[red]{row.get('phase')} failed:[/red] {str((row.get('error') or {}).get('message', ''))[:100]}"
+    text = f"{row.get('tok_s') or 0:.1f} tok/s"
     if row.get("accept_len") is not None:
         text += f", accept len {row['accept_len']:.2f}"
     if row.get("cycle_ms"):
@@ -473,15 +480,29 @@ def _row_summary(row: dict[str, Any]) -> str:
     return text
 
 
+class HostState(TypedDict, total=False):
+    """What runs on the host after a Ctrl-C (``interrupted_state``), as far as it answered."""
+
+    known: bool
+    running: bool
+    config: str | None
+    pid: int | None
+    deploy_id: str | None
+    status: str | None
+    deploy_in_progress: p.Holder | None
+    waited: str
+    error: str
+
+
 def interrupted_state(inv: Inventory, host: Host, progress: SweepProgress,
-                      wait_s: float | None = None) -> dict[str, Any]:
+                      wait_s: float | None = None) -> HostState:
     """After Ctrl-C: wait (bounded; a second Ctrl-C stops waiting) for a deploy still finishing on the host, then say
     what runs there."""
     err = progress.console
     err.print(f"[yellow]interrupted[/yellow]: {host.name}: checking what is running "
               "(a deploy already started finishes or tears itself down on the host; Ctrl-C again to stop waiting)")
     limit = wait_s if wait_s is not None else min(host.timeouts.ready, 120.0) + 3 * host.timeouts.stop_grace
-    state: dict[str, Any] = {"known": False}
+    state: HostState = {"known": False}
     try:
         with HostSession.open(inv, host) as s:
             end = time.monotonic() + limit
@@ -503,7 +524,7 @@ def interrupted_state(inv: Inventory, host: Host, progress: SweepProgress,
     return state
 
 
-def describe_state(state: dict[str, Any]) -> str:
+def describe_state(state: HostState) -> str:
     if not state.get("known"):
         return "could not tell what is running (" + str(state.get("error") or state.get("waited") or "no answer") + \
             "); run `inv status`"

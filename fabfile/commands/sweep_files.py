@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from fabfile.commands.bench import BenchParams
 from fabfile.errors import FlagError
 from fabfile.inventory.hosts import Host
+from fabfile.plan.sweep_doc import SweepDocument
 from fabfile.plan.sweep_plan import Config
 
 
-def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
+def write_outputs(out_dir: Path, doc: SweepDocument) -> dict[str, str]:
     """The sweep's files beside its ``sweep.json``: ``report.md`` and, with the plot extra, ``sweep.png``; their
     paths (also under ``doc["paths"]``)."""
     from fabfile.present.sweep_report import markdown
@@ -35,7 +36,7 @@ def write_outputs(out_dir: Path, doc: dict[str, Any]) -> dict[str, str]:
     return paths
 
 
-def save_plot(doc: dict[str, Any], path: Path) -> bool:
+def save_plot(doc: SweepDocument, path: Path) -> bool:
     """``sweep.png``; False without matplotlib."""
     from fabfile.present.plot import sweep_figure
 
@@ -51,7 +52,7 @@ def resume_dir(path: Path) -> Path:
 
 
 def load_resume(path: Path, host: Host, cfgs: list[Config], params: BenchParams, levels: list[int],
-                predict: bool) -> dict[str, Any]:
+                predict: bool) -> SweepDocument:
     """The saved sweep ``--resume DIR`` names, when it is this very sweep: the same configurations with the same
     deploy plans (plan hashes), benchmark parameters and levels; FlagError (exit 2) otherwise, nothing started."""
     f = resume_dir(path) / "sweep.json"
@@ -75,19 +76,20 @@ def load_resume(path: Path, host: Host, cfgs: list[Config], params: BenchParams,
     if saved.get("params") != json.loads(json.dumps(asdict(params))) or saved.get("concurrency_levels") != levels \
             or bool(saved.get("predict")) != predict:
         raise FlagError(f"--resume: {f} was benchmarked with other parameters (load, levels or --predict)", hint)
-    return saved
+    # This very sweep's own document, checked above against its configurations, plans and load: the shape it wrote.
+    return cast("SweepDocument", saved)
 
 
-def resumed(doc: dict[str, Any], saved: dict[str, Any], resume: Path | None) -> set[str]:
+def resumed(doc: SweepDocument, saved: SweepDocument, resume: Path | None) -> set[str]:
     """Carry the saved sweep's measured rows (failed and predicted ones are measured again) into ``doc``."""
     rows = [r for r in saved["rows"] if r.get("ok") and r.get("measured", True)]
-    doc.update(rows=rows, started_at=saved.get("started_at", doc["started_at"]),
-               model_loads=int(saved.get("model_loads") or 0),
-               resumed={"from": str(resume), "kept": [r["config"] for r in rows],
-                        "interrupted": saved.get("interrupted")})
+    doc["rows"] = rows
+    doc["started_at"] = saved.get("started_at", doc["started_at"])
+    doc["model_loads"] = int(saved.get("model_loads") or 0)
+    doc["resumed"] = {"from": str(resume), "kept": [r["config"] for r in rows], "interrupted": saved.get("interrupted")}
     return {str(r["config"]) for r in rows}
 
 
-def save(out_dir: Path, doc: dict[str, Any]) -> None:
+def save(out_dir: Path, doc: SweepDocument) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.json").write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")

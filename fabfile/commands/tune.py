@@ -30,6 +30,7 @@ from fabfile.plan.deploy_plan import Options
 from fabfile.plan.remedies import Candidate, Config, Context
 from fabfile.plan.sla import Limits, broken
 from fabfile.plan.tune_rule import Arm
+from fabfile.remote.protocol import AgentEvent
 
 # tok-s: output tok/s at the bench's load, the SLA limits (if given) a guard on every challenger deploy; sla: the
 # sweep's limits first (a configuration meeting them on every deploy beats one that misses them), then tok/s.
@@ -610,7 +611,7 @@ def others_would_get(inv: Inventory, others: list[Host], state: TuneState) -> li
     out: list[dict[str, Any]] = []
     for o in for_each_host(inv, others, work, host_timeout=90.0):
         out.append({"host": o.host.name, "deployed": False,
-                    **(o.data if o.ok else {"error": o.error.message if o.error else "no answer"})})
+                    **(o.answer if o.ok else {"error": o.error.message if o.error else "no answer"})})
     return out
 
 
@@ -628,7 +629,7 @@ def hold_host(inv: Inventory, host: Host, tune_id: str, minutes: float,
     failed: list[BaseException] = []
     sessions: list[HostSession] = []
 
-    def on_event(ev: dict[str, Any]) -> None:
+    def on_event(ev: AgentEvent) -> None:
         if ev.get("event") == "held":
             held.set()
 

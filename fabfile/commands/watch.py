@@ -21,7 +21,6 @@ from typing import Any
 
 from fabfile.commands.fanout import for_each_host
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.results.hosts import HostOutcome
 
 
 @dataclass(frozen=True)
@@ -79,14 +78,14 @@ def breach(row: dict[str, Any], o: WatchOptions) -> str | None:
 
 
 def _sample(inv: Inventory, hosts: list[Host]) -> list[dict[str, Any]]:
-    outcomes: list[HostOutcome] = for_each_host(inv, hosts, lambda s: s.watch(),
-                                                host_timeout=max(h.timeouts.host for h in hosts), read_only=True)
+    outcomes = for_each_host(inv, hosts, lambda s: s.watch(), host_timeout=max(h.timeouts.host for h in hosts),
+                             read_only=True)
     rows = []
     for o in outcomes:
         if o.error is not None:
             rows.append({"host": o.host.name, "running": False, "error": o.error.message})
         else:
-            rows.append({"host": o.host.name, **o.data})
+            rows.append({"host": o.host.name, **o.answer})
     return rows
 
 

@@ -14,8 +14,11 @@ With 29 ms it needs an accept length above 29 / 12.2 ≈ 2.38 (of at most 3) and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from fabfile.plan.sweep_doc import SweepRow
 
 
 @dataclass(frozen=True)
@@ -131,24 +134,26 @@ def fit_cycle(points: list[tuple[int, float]]) -> CycleFit | None:
     return CycleFit(base_ms=my - slope * mx, per_step_ms=slope, points=n)
 
 
-def analyze_sweep(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def analyze_sweep(rows: Sequence[SweepRow]) -> dict[str, Any]:
     """Break-even for each measured row of a sweep (``config``, ``steps``, ``topk``, ``draft_tokens``, ``tok_s``,
     ``accept_len``, ``cycle_ms``, ``decode_ms_per_token``); the baseline row gives the per-token time."""
     base = next((r for r in rows if r.get("steps") == 0 and r.get("ok")), None)
     if base is None:
         return {"baseline_ms": None, "rows": [], "fit": None, "note": "no baseline measurement"}
-    baseline_ms = base.get("decode_ms_per_token") or (1000.0 / base["tok_s"] if base.get("tok_s") else None)
+    base_tok_s = base.get("tok_s")
+    baseline_ms = base.get("decode_ms_per_token") or (1000.0 / base_tok_s if base_tok_s else None)
     if not baseline_ms:
         return {"baseline_ms": None, "rows": [], "fit": None, "note": "the baseline has no per-token time"}
     rows = [r for r in rows if r.get("measured", True)]  # predicted rows are not evidence
     out_rows = []
     for r in rows:
-        if not r.get("ok") or r.get("steps") == 0 or not r.get("cycle_ms"):
+        cycle = r.get("cycle_ms")
+        if not r.get("ok") or r.get("steps") == 0 or not cycle:
             continue
-        be = break_even(baseline_ms=float(baseline_ms), cycle=float(r["cycle_ms"]), accept_len=r.get("accept_len"),
+        be = break_even(baseline_ms=float(baseline_ms), cycle=float(cycle), accept_len=r.get("accept_len"),
                         steps=r.get("steps"), draft_tokens=r.get("draft_tokens") if (r.get("topk") or 1) > 1
                         else None)
         out_rows.append({"config": r["config"], **be.as_dict(), "sentence": be.sentence()})
-    fit = fit_cycle([(int(r["steps"]), float(r["cycle_ms"])) for r in rows
-                     if r.get("ok") and r.get("steps") and r.get("cycle_ms") and (r.get("topk") or 1) == 1])
+    fit = fit_cycle([(int(r["steps"]), float(c)) for r in rows
+                     if r.get("ok") and r.get("steps") and (c := r.get("cycle_ms")) and (r.get("topk") or 1) == 1])
     return {"baseline_ms": baseline_ms, "rows": out_rows, "fit": asdict(fit) if fit else None}

@@ -9,7 +9,7 @@ The sweep's table, conclusion and JSON, its NCCL-candidate line and ``inv analyz
 
 from __future__ import annotations
 
-from typing import Any
+from fabfile.plan.sweep_doc import Decision, LevelFigures, SweepRow
 
 DEFAULT_CI = 0.02  # as sweep_plan and nccl_skip take a row without its interval
 
@@ -20,29 +20,34 @@ TIE_BREAKS = ("fewer changed variables", "the configuration already running", "f
               "the higher measured tok/s")
 
 
-def ci_of(row: dict[str, Any]) -> float:
+def tok_s(row: LevelFigures) -> float:
+    """The row's measured tok/s (0 for a row without one: the callers rank only rows that have it)."""
+    return float(row.get("tok_s") or 0.0)
+
+
+def ci_of(row: SweepRow) -> float:
     ci = row.get("tok_s_ci")
     return float(ci) if isinstance(ci, (int, float)) and 0 <= ci < 1 else DEFAULT_CI
 
 
-def changed_variables(row: dict[str, Any]) -> int:
+def changed_variables(row: SweepRow) -> int:
     """How many launch settings the configuration changes from a plain server: the speculative flags (none for the
     baseline) and the NCCL variables its candidate sets (``nccl_vars``, written by the sweep)."""
     return (SPEC_VARIABLES if row.get("steps") else 0) + int(row.get("nccl_vars") or 0)
 
 
-def draft_tokens(row: dict[str, Any]) -> int:
+def draft_tokens(row: SweepRow) -> int:
     if not row.get("steps"):
         return 0
     return int(row.get("draft_tokens") or int(row["steps"]) + 1)
 
 
-def ties_with(best: dict[str, Any], row: dict[str, Any]) -> bool:
+def ties_with(best: SweepRow, row: SweepRow) -> bool:
     """Overlapping intervals: ``row``'s upper end reaches ``best``'s lower end."""
-    return float(row["tok_s"]) * (1 + ci_of(row)) >= float(best["tok_s"]) * (1 - ci_of(best))
+    return tok_s(row) * (1 + ci_of(row)) >= tok_s(best) * (1 - ci_of(best))
 
 
-def rank(rows: list[dict[str, Any]], running: str | None = None) -> dict[str, Any] | None:
+def rank(rows: list[SweepRow], running: str | None = None) -> Decision | None:
     """The decision among ``rows`` (measured, each with ``tok_s``): ``winner`` (the fastest when ``clear``, else
     the tie-break's choice), ``fastest``, ``tied`` (the names within the fastest one's interval, fastest first),
     ``within`` (the widest interval among them, a fraction), ``tie_break`` (the rule that chose, None when
@@ -50,24 +55,24 @@ def rank(rows: list[dict[str, Any]], running: str | None = None) -> dict[str, An
     rows = [r for r in rows if r.get("tok_s")]
     if not rows:
         return None
-    best = max(rows, key=lambda r: float(r["tok_s"]))
-    tied = sorted((r for r in rows if r is best or ties_with(best, r)), key=lambda r: -float(r["tok_s"]))
+    best = max(rows, key=tok_s)
+    tied = sorted((r for r in rows if r is best or ties_with(best, r)), key=lambda r: -tok_s(r))
     if len(tied) == 1:
         return {"winner": best["config"], "fastest": best["config"], "clear": True, "tied": [best["config"]],
-                "within": ci_of(best), "tie_break": None, "tok_s": {best["config"]: float(best["tok_s"])}}
+                "within": ci_of(best), "tie_break": None, "tok_s": {best["config"]: tok_s(best)}}
 
-    def key(r: dict[str, Any]) -> tuple[float, ...]:
-        return (changed_variables(r), r["config"] != running, draft_tokens(r), -float(r["tok_s"]))
+    def key(r: SweepRow) -> tuple[float, ...]:
+        return (changed_variables(r), r["config"] != running, draft_tokens(r), -tok_s(r))
 
     order = sorted(tied, key=key)
     first, second = key(order[0]), key(order[1])
     rule = next(i for i in range(len(first)) if first[i] != second[i]) if first != second else len(first) - 1
     return {"winner": order[0]["config"], "fastest": best["config"], "clear": False,
             "tied": [r["config"] for r in tied], "within": max(ci_of(r) for r in tied), "tie_break": TIE_BREAKS[rule],
-            "tok_s": {r["config"]: float(r["tok_s"]) for r in tied}}
+            "tok_s": {r["config"]: tok_s(r) for r in tied}}
 
 
-def sentence(decision: dict[str, Any]) -> str:
+def sentence(decision: Decision) -> str:
     """``tie within ±2.0 %: a 102.0, b 99.8 tok/s; chose a (tie-break: fewer draft tokens)`` or ``winner: a,
     102.0 tok/s, beyond its ±1.9 % interval``."""
     tok_s = decision.get("tok_s") or {}

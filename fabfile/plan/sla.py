@@ -4,8 +4,8 @@ from the benchmark's per-request timings, output tok/s). Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Limits:
         return ", ".join(parts)
 
 
-def broken(fig: dict[str, Any], limits: Limits) -> list[str]:
+def broken(fig: Mapping[str, object], limits: Limits) -> list[str]:
     """The limits ``fig`` (one configuration at one level) broke, each as a short phrase; a figure the
     benchmark did not measure breaks its limit too (nothing shows it is met)."""
     out: list[str] = []
@@ -42,7 +42,7 @@ def broken(fig: dict[str, Any], limits: Limits) -> list[str]:
         if limit is None:
             continue
         v = fig.get(key)
-        if v is None:
+        if not isinstance(v, (int, float)):
             out.append(f"{name} not measured")
         elif (float(v) > limit) if upper else (float(v) < limit):
             out.append(f"{name} {float(v):.1f}")

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from fabfile.inventory.hosts import Host
 from fabfile.inventory.launch_flags import FLAG_OF
+from fabfile.plan import ranking
 from fabfile.plan.argv import value_of
 from fabfile.plan.deploy_plan import Options, build
+from fabfile.plan.sweep_doc import LevelFigures, SweepDocument, SweepRow
 from fabfile.plan.sweep_nccl import NcclCandidate, apply
 
 if TYPE_CHECKING:
@@ -95,16 +97,19 @@ def _spec_of(argv: tuple[str, ...]) -> tuple[int, int, int | None]:
     return steps, flag(FLAG_OF["speculative.topk"]) or 1, flag(FLAG_OF["speculative.draft_tokens"])
 
 
-def level_rows(rows: list[dict[str, Any]], concurrency: int) -> list[dict[str, Any]]:
+def level_rows(rows: list[SweepRow], concurrency: int) -> list[SweepRow]:
     """The rows as measured at one concurrency (a flat row per configuration, like the first level's)."""
-    out = []
+    out: list[SweepRow] = []
     for r in rows:
         lv = next((x for x in r.get("levels") or [] if x["concurrency"] == concurrency), None)
-        base = {k: v for k, v in r.items() if k != "levels"}
+        base = r.copy()
+        base.pop("levels", None)
         if lv is not None:
-            base.update({k: v for k, v in lv.items() if k != "concurrency"})
+            figures = lv.copy()
+            figures.pop("concurrency", None)
+            base = {**base, **figures}
         elif r.get("ok"):
-            base.update(ok=False, tok_s=None)
+            base["ok"], base["tok_s"] = False, None
         out.append(base)
     return out
 
@@ -147,7 +152,7 @@ def measurement_order(cfgs: list[Config], predict: bool) -> tuple[list[Config], 
     return base + other + [c for c in chain if c.steps == hi], [c for c in chain if c.steps != hi], notes
 
 
-def level_phases(level: dict[str, Any]) -> dict[str, float]:
+def level_phases(level: LevelFigures) -> dict[str, float]:
     """The device timer's ms per decode forward, draft forward and verify pass in one level's figures (``phases``
     as bench reports them, averaged over the ranks); empty when the server ran without the timer."""
     ranks = [r for r in ((level.get("phases") or {}).get("ranks") or []) if isinstance(r, dict)]
@@ -159,7 +164,7 @@ def level_phases(level: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _phase_costs(at: list[dict[str, Any]], spec: list[dict[str, Any]]) -> PhaseCosts | None:
+def _phase_costs(at: list[SweepRow], spec: list[SweepRow]) -> PhaseCosts | None:
     """PhaseCosts at one level when every measured chain row has its draft forward and verify pass timed and
     either two step counts were measured or the baseline's decode forward was; None otherwise."""
     from fabfile.plan.predict import PhaseCosts
@@ -169,7 +174,7 @@ def _phase_costs(at: list[dict[str, Any]], spec: list[dict[str, Any]]) -> PhaseC
         ph = level_phases(r)
         if "draft_step" not in ph or "verify" not in ph:
             return None
-        runs.append((int(r["steps"]), ph["draft_step"], ph["verify"], float(r["cycle_ms"])))
+        runs.append((int(r["steps"]), ph["draft_step"], ph["verify"], float(r.get("cycle_ms") or 0.0)))
     base = next((r for r in at if r.get("ok") and r.get("steps") == 0), None)
     decode = level_phases(base).get("decode") if base is not None else None
     if not runs or (len({s for s, *_ in runs}) < 2 and decode is None):
@@ -177,7 +182,7 @@ def _phase_costs(at: list[dict[str, Any]], spec: list[dict[str, Any]]) -> PhaseC
     return PhaseCosts(decode_ms=decode, runs=tuple(runs))
 
 
-def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], levels: list[int],
+def predict_from_rows(rows: list[SweepRow], held_back: list[Config], levels: list[int],
                       output_len: int) -> dict[str, Any]:
     """The prediction for the held-back chain configurations at each level, and the predicted winner per level
     (over measured rows and predictions). ``method`` names the cycle model (measured phases, or the derived
@@ -212,7 +217,7 @@ def predict_from_rows(rows: list[dict[str, Any]], held_back: list[Config], level
     return out
 
 
-def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: list[int],
+def _predict_one(rows: list[SweepRow], held_back: list[Config], levels: list[int],
                  output_len: int) -> dict[str, Any]:
     from fabfile.plan.analysis import fit_cycle
     from fabfile.plan.predict import Measured, blend, predict_level
@@ -227,7 +232,7 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
     source = None
     for lv in top.get("levels") or []:  # acceptance does not depend on the load: pool every level's passes
         if lv.get("accept_histogram"):
-            hist = add_histograms(hist, list(lv["accept_histogram"]))
+            hist = add_histograms(hist, list(lv.get("accept_histogram") or []))
             source = source or lv.get("accept_histogram_source")
     if not hist or sum(hist) == 0:
         return {"error": f"{top['config']} reported no accepted-drafts histogram (neither meta_info nor the stream)"}
@@ -236,6 +241,7 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
     names = {x["config"] for x in chain}
     for c in levels:
         at = level_rows(rows, c)
+        # Below, each of ``spec`` has its tok/s and cycle (read with ``or 0.0`` only for the type's sake).
         spec = [r for r in at if r.get("ok") and r.get("tok_s") and r.get("cycle_ms") and r["config"] in names]
         costs = _phase_costs(at, spec)
         cycle_at: Callable[[int], float]
@@ -244,7 +250,7 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
             out["methods"][str(c)] = f"measured phases (SGLang device timer): {costs.model}"
             out["fits"][str(c)] = {"decode_ms": costs.decode_ms, "runs": [list(r) for r in costs.runs]}
         else:
-            fit = fit_cycle([(int(r["steps"]), float(r["cycle_ms"])) for r in spec])
+            fit = fit_cycle([(int(r["steps"]), float(r.get("cycle_ms") or 0.0)) for r in spec])
             if fit is None:
                 lo = min(held_back, key=lambda h: h.steps, default=None)
                 return {"error": f"no device-timer phases and one chain step count at concurrency {c}: the cycle "
@@ -252,7 +258,7 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
             cycle_at = fit.at
             out["methods"][str(c)] = "derived: cycle fit a + b·steps over the measured chain runs (no device timer)"
             out["fits"][str(c)] = {"base_ms": fit.base_ms, "per_step_ms": fit.per_step_ms}
-        measured = [Measured(steps=int(r["steps"]), tok_s=float(r["tok_s"]), cycle_ms=float(r["cycle_ms"]),
+        measured = [Measured(steps=int(r["steps"]), tok_s=ranking.tok_s(r), cycle_ms=float(r.get("cycle_ms") or 0.0),
                              ttft_ms=float(r.get("ttft_ms") or 0.0)) for r in spec]
         want = sorted({h.steps for h in held_back} | {m.steps for m in measured})
         preds, calib = predict_level(hist, int(top["steps"]), cycle_at, measured, want, output_len=output_len,
@@ -265,7 +271,7 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
         out["fits"][str(c)]["calibration"] = calib
         name_of = {h.steps: h.name for h in held_back} | {int(r["steps"]): r["config"] for r in spec}
         held_names = {h.name for h in held_back}
-        measured_tok_s = {str(r["config"]): float(r["tok_s"]) for r in at if r.get("ok") and r.get("tok_s") and
+        measured_tok_s = {str(r["config"]): ranking.tok_s(r) for r in at if r.get("ok") and r.get("tok_s") and
                           r.get("measured", True)}
         figures: list[tuple[float, float, float, str]] = []  # (point, optimistic, pessimistic, name)
         for p in preds:
@@ -295,7 +301,7 @@ def _predict_one(rows: list[dict[str, Any]], held_back: list[Config], levels: li
 DEFAULT_CI = 0.02
 
 
-def _measured_ci(at: list[dict[str, Any]], measured_tok_s: dict[str, float]) -> float:
+def _measured_ci(at: list[SweepRow], measured_tok_s: dict[str, float]) -> float:
     """The relative 95 % interval of the best measured row's tok/s (``tok_s_ci``, the tool's), else DEFAULT_CI."""
     if not measured_tok_s:
         return 0.0
@@ -317,7 +323,7 @@ def next_loads(pred: dict[str, Any], held_back: list[Config], first_level: int) 
     return out
 
 
-def add_predictions(doc: dict[str, Any], cfgs: list[Config]) -> None:
+def add_predictions(doc: SweepDocument, cfgs: list[Config]) -> None:
     """Table rows for the configurations predicted and not measured, and each measured row's prediction."""
     pred = doc.get("prediction") or {}
     if not pred.get("rows"):
@@ -342,11 +348,14 @@ def add_predictions(doc: dict[str, Any], cfgs: list[Config]) -> None:
     for c in cfgs:
         if c.name in measured or (c.name, levels[0]) not in by:
             continue
-        lv = [{"concurrency": lvl, "tok_s": by[(c.name, lvl)]["tok_s"], "predicted_tok_s": by[(c.name, lvl)]["tok_s"],
-               "accept_len": by[(c.name, lvl)]["accept_len"], "cycle_ms": by[(c.name, lvl)]["cycle_ms"]}
-              for lvl in levels if (c.name, lvl) in by]
+        predicted: list[LevelFigures] = [
+            {"concurrency": lvl, "tok_s": by[(c.name, lvl)]["tok_s"], "predicted_tok_s": by[(c.name, lvl)]["tok_s"],
+             "accept_len": by[(c.name, lvl)]["accept_len"], "cycle_ms": by[(c.name, lvl)]["cycle_ms"]}
+            for lvl in levels if (c.name, lvl) in by]
+        first = predicted[0]
         doc["rows"].append({"config": c.name, "steps": c.steps, "topk": c.topk, "draft_tokens": c.draft_tokens,
-                            "ok": True, "measured": False, "tok_s": lv[0]["tok_s"], "predicted_tok_s": lv[0]["tok_s"],
-                            "accept_len": lv[0]["accept_len"], "cycle_ms": lv[0]["cycle_ms"], "levels": lv})
+                            "ok": True, "measured": False, "tok_s": first.get("tok_s"),
+                            "predicted_tok_s": first.get("tok_s"), "accept_len": first.get("accept_len"),
+                            "cycle_ms": first.get("cycle_ms"), "levels": predicted})
     order = {n: i for i, n in enumerate(doc["configs"])}
     doc["rows"].sort(key=lambda r: order.get(r["config"], 1 << 30))

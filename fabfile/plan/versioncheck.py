@@ -12,7 +12,7 @@ Called after preflight learnt the version and before the launch files are upload
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from fabfile.errors import FlagError
 from fabfile.inventory.launch_flags import FLAG_OF, row_of
@@ -28,14 +28,30 @@ DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 PHASE_COUNTER = "sglang:forward_execution_seconds_total"
 
 
+class ReleaseFacts(TypedDict, total=False):
+    """One release's row of the generated ``sglang_spec_facts.SPEC_FACTS`` (its header says what each key holds)."""
+
+    speculative_algorithms: list[str] | str  # "any": checked after parsing
+    spec_v2_env: bool
+    spec_v2_read_in: list[str]
+    sglang_serve: bool
+    device_timer_env: bool
+    device_timer_read_in: list[str]
+    device_timer_counter: str | None
+    flags: list[str]  # the first release's launch flags
+    flags_added: list[str]  # a later release's, against the one before
+    flags_removed: list[str]
+
+
 @lru_cache(maxsize=1)
-def _table() -> list[tuple[str, dict[str, Any], frozenset[str]]]:
+def _table() -> list[tuple[str, ReleaseFacts, frozenset[str]]]:
     """(release, its facts, its full flag set), oldest first."""
     from fabfile.plan.sglang_spec_facts import SPEC_FACTS
 
-    out: list[tuple[str, dict[str, Any], frozenset[str]]] = []
+    out: list[tuple[str, ReleaseFacts, frozenset[str]]] = []
     flags: set[str] = set()
-    for v, facts in SPEC_FACTS.items():
+    for v, row in SPEC_FACTS.items():
+        facts = cast(ReleaseFacts, row)  # generated from the wheels in this shape (tests/wheels/test_contract.py)
         if "flags" in facts:
             flags = set(facts["flags"])
         else:
@@ -44,7 +60,7 @@ def _table() -> list[tuple[str, dict[str, Any], frozenset[str]]]:
     return sorted(out, key=lambda t: versions.key(t[0]))
 
 
-def facts_for(version: str) -> tuple[str, dict[str, Any], frozenset[str]] | None:
+def facts_for(version: str) -> tuple[str, ReleaseFacts, frozenset[str]] | None:
     read = versions.newest_not_newer(version, (t[0] for t in _table()))
     return next((t for t in _table() if t[0] == read), None)
 
@@ -64,7 +80,7 @@ def _releases_with(pred: Any) -> str:
     return ", ".join(r[0] if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
 
 
-def _has_phase_timer(facts: dict[str, Any], flags: frozenset[str]) -> bool:
+def _has_phase_timer(facts: ReleaseFacts, flags: frozenset[str]) -> bool:
     return bool(facts.get("device_timer_env")) and facts.get("device_timer_counter") == PHASE_COUNTER and \
         "--enable-metrics" in flags
 

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fabfile.present.tables import Col, cell, print_table
+from fabfile.remote.protocol import SavedBench
 
 
 def print_phases(phases: dict[str, Any] | None, console: Console) -> None:
@@ -27,7 +28,7 @@ def print_phases(phases: dict[str, Any] | None, console: Console) -> None:
         console.print(f"  phases rank {a.get('rank', 0)}{how}: {phase_line(a)}", markup=False)
 
 
-def print_result(r: dict[str, Any], console: Console) -> None:
+def print_result(r: SavedBench, console: Console) -> None:
     """A person's summary of one benchmark."""
     p = r.get("params") or {}
     console.print(f"[bold]{r['host']}[/bold] config [bold]{r.get('config_name')}[/bold] "
@@ -42,9 +43,9 @@ def print_result(r: dict[str, Any], console: Console) -> None:
                   "`inv status` shows SGLang's gen tok/s of one Decode window)")
     cols = [Col(c, justify="right") for c in ("ms", "mean", "median", "p95", "p99", "max")]
     stats = ("mean", "median", "p95", "p99", "max")
-    print_table(console, cols, [[label, *(cell((r.get(key) or {}).get(k), "{:.1f}") for k in stats)]
-                                for label, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"),
-                                                   ("E2E", "e2e_ms"))], boxed=False)
+    rows = (("TTFT", r.get("ttft_ms")), ("TPOT", r.get("tpot_ms")), ("ITL", r.get("itl_ms")), ("E2E", r.get("e2e_ms")))
+    print_table(console, cols, [[label, *(cell((dist or {}).get(k), "{:.1f}") for k in stats)]
+                                for label, dist in rows], boxed=False)
     if r.get("accept_len") is not None:
         chosen = r.get("accept_len_source")
         windows = r.get("accept_len_windows") or {}
@@ -69,7 +70,7 @@ def print_result(r: dict[str, Any], console: Console) -> None:
     console.print(f"  saved: {r.get('local_path')} (host: {r.get('host_path')})", markup=False)
 
 
-def print_comparison(results: list[dict[str, Any]], failed: list[str], console: Console) -> None:
+def print_comparison(results: list[SavedBench], failed: list[str], console: Console) -> None:
     """``inv bench --host all``'s last table: one row per host, side by side (each host's own block above has the
     rest), then the line naming each column's source; a host that failed is named, its error said below."""
     cols = [Col("host"), Col("config"), Col("SGLang"), Col("tok/s", justify="right"), Col("±95 %", justify="right"),

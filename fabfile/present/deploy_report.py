@@ -24,6 +24,8 @@ def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
                 render_matrix(ev["evaluation"], (ev.get("evidence") or {}).get("facts") or {}, err)
         return
     rec = r.record
+    if rec is None:  # a deploy that served has its record (``deploy_host``)
+        return
     total = sum(r.timings.values())
     # The lines that carry a command, an id, a path or an address are never wrapped (a terminal folds them for the
     # eye, a copy or a grep gets them whole); only prose wraps, and only on a terminal.
@@ -36,9 +38,9 @@ def deploy_summary(r: DeployResult, ssh_config: Path | None = None) -> None:
     scheds = rec.get("schedulers") or []
     if scheds:
         out.print("  schedulers: " + ", ".join(f"{s['title']} (pid {s['pid']})" for s in scheds), soft_wrap=False)
-    ev = (rec.get("verify") or {}).get("evaluation")
-    if ev is not None:
-        rows = ev.get("rows") or []
+    verified = rec.get("verify")
+    if verified:
+        rows = verified["evaluation"].get("rows") or []
         proven = sum(1 for x in rows if x.get("status") == "proven")
         out.print(f"  check-env: {proven}/{len(rows)} values proven in every rank")
     for note in r.plan.notes:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from fabfile.results.documents import DeployView
 
 
-def print_diff(a: dict[str, Any], b: dict[str, Any], rows: list[dict[str, str]],
+def print_diff(a: DeployView, b: DeployView, rows: list[dict[str, str]],
                sides: tuple[str, str] = ("old", "new")) -> None:
     """``sides``: what each value is labelled (two hosts' names when the diff is across hosts)."""
     # A list, not a table: values (paths, checksums, argv values) print whole at any terminal width.

@@ -5,7 +5,7 @@ or a line per host, then each failed host's error. Their ``--json`` form is thei
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,18 +16,24 @@ from fabfile.present.output import err, out, print_error
 from fabfile.present.tables import DASH, Col, cell, print_table
 from fabfile.results.hosts import HostOutcome, HostsResult
 
+if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
+    from fabfile.remote import protocol as p
+    from fabfile.results.hosts import HostStatus
+
+T = TypeVar("T")
+
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
-def print_summary(console: Console, outcomes: list[HostOutcome], figures: Callable[[Any], str],
-                  verdict: Callable[[Any], str] | None = None) -> None:
+def print_summary(console: Console, outcomes: list[HostOutcome[T]], figures: Callable[[T], str],
+                  verdict: Callable[[T], str] | None = None) -> None:
     """One row per host: result and key figures; failures say why in one line (details follow the table).
     ``verdict`` judges a host that answered (default: ok); a command whose answer can itself be a failure
     (check-env: not proven) passes one, so the row never says ok for it."""
     rows = []
     for o in outcomes:
         if o.error is None:
-            rows.append([o.host.name, verdict(o.data) if verdict else "[green]ok[/green]", figures(o.data)])
+            rows.append([o.host.name, verdict(o.answer) if verdict else "[green]ok[/green]", figures(o.answer)])
         elif isinstance(o.error, HostTimeoutError):
             rows.append([o.host.name, "[red]timed out[/red]", BELOW])
         else:
@@ -39,18 +45,18 @@ def print_summary(console: Console, outcomes: list[HostOutcome], figures: Callab
 BELOW = "[dim]error below[/dim]"
 
 
-def print_errors(outcomes: list[HostOutcome]) -> None:
+def print_errors(outcomes: list[HostOutcome[T]]) -> None:
     for o in outcomes:
         if o.error is not None:
             print_error(o.error)
 
 
 # -- stop -----------------------------------------------------------------------------------------------------
-def print_stop(result: HostsResult, *, dry_run: bool) -> None:
+def print_stop(result: HostsResult[p.StopAnswer], *, dry_run: bool) -> None:
     for o in result.outcomes:
         if o.error is not None:
             continue
-        d = o.data
+        d = o.answer
         for name in d.get("routers_running") or []:
             err.print(f"[yellow]{o.host.name}: router {name} still runs here[/yellow] (`inv stop --router {name}` "
                       "stops it)")
@@ -74,7 +80,7 @@ STATE_STYLE = {"running": "green", "deploying": "yellow", "stopped": "dim", "fai
                "none": "dim"}
 
 
-def print_status(result: HostsResult, verbose: bool = False) -> None:
+def print_status(result: HostsResult[HostStatus], verbose: bool = False) -> None:
     """The status table (each host's ``data["state"]`` is its :func:`fabfile.commands.operations.server_view`),
     deploys in progress, the routers, SGLang processes started by hand, and each host's problem; ``verbose`` adds
     each host's recorded launch (command line and environment) and SGLang's own warnings about it, one line each."""
@@ -88,11 +94,11 @@ def print_status(result: HostsResult, verbose: bool = False) -> None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
             rows.append([o.host.name, f"[red]{what}[/red]", DASH, DASH, DASH, BELOW, DASH, DASH, DASH])
             continue
-        rows.append(_status_row(o.host.name, o.data))
+        rows.append(_status_row(o.host.name, o.answer))
     print_table(out, cols, rows)
     _replaced(outcomes)
-    windows = sorted({int((o.data.get("last_decode") or {}).get("window_forwards") or 0) for o in outcomes
-                      if o.ok and (o.data.get("last_decode") or {}).get("accept_len") is not None} - {0})
+    windows = sorted({int((o.answer.get("last_decode") or {}).get("window_forwards") or 0) for o in outcomes
+                      if o.ok and (o.answer.get("last_decode") or {}).get("accept_len") is not None} - {0})
     if windows:
         # One name for one figure: these are SGLang's, over one Decode line's window, not a bench's requests.
         out.print(f"  accept len, gen tok/s: SGLang's last Decode batch line, over its last "
@@ -101,31 +107,31 @@ def print_status(result: HostsResult, verbose: bool = False) -> None:
     _in_progress(outcomes)
     _router_table(outcomes)
     for o in outcomes:
-        if o.ok and o.data.get("other_sglang_processes"):
-            n = len(o.data["other_sglang_processes"])
+        if o.ok and o.answer.get("other_sglang_processes"):
+            n = len(o.answer["other_sglang_processes"])
             out.print(f"[yellow]{o.host.name}: {n} SGLang process(es) not started by specdeploy are running[/yellow]")
     if verbose:
         for o in outcomes:
-            for line in launch_lines(o.host.name, o.data.get("record") or {}) if o.ok else []:
+            for line in launch_lines(o.host.name, o.answer.get("record")) if o.ok else []:
                 out.print(line, markup=False, highlight=False, soft_wrap=True)  # a command is never wrapped
-            for line in (o.data.get("sglang_warnings") or []) if o.ok else []:
+            for line in (o.answer.get("sglang_warnings") or []) if o.ok else []:
                 out.print(f"{o.host.name}: sglang warns: {line}", markup=False, highlight=False, soft_wrap=True)
     for o in outcomes:
-        if o.ok and o.data["state"]["problem"]:
-            err.print(f"[red]{o.host.name}:[/red] {o.data['state']['problem']}")
-        elif o.ok and o.data["state"].get("idle"):
+        if o.ok and o.answer["state"]["problem"]:
+            err.print(f"[red]{o.host.name}:[/red] {o.answer['state']['problem']}")
+        elif o.ok and o.answer["state"].get("idle"):
             # exit 1 (nothing serves): the sentence says why, on stderr with the problems
-            err.print(f"[yellow]{o.host.name}:[/yellow] {escape(o.data['state']['idle'])}")
+            err.print(f"[yellow]{o.host.name}:[/yellow] {escape(str(o.answer['state']['idle']))}")
     print_errors(outcomes)
 
 
-def launch_lines(name: str, rec: dict[str, Any]) -> list[str]:
+def launch_lines(name: str, rec: p.DeployRecord | None) -> list[str]:
     """The recorded deploy's launch (``status --verbose``): its command line and its environment, one line each, as
     the deploy recorded them (secrets masked by the plan), so two hosts' drift shows side by side."""
     import shlex
 
-    launch = rec.get("launch") or {}
-    if not launch.get("argv"):
+    launch = rec.get("launch") if rec else None
+    if not rec or not launch or not launch.get("argv"):
         return []
     said = f"deploy {rec.get('deploy_id')}"
     env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted((launch.get("env") or {}).items()))
@@ -133,9 +139,9 @@ def launch_lines(name: str, rec: dict[str, Any]) -> list[str]:
             f"{name}: env ({said}): {env or '(none set)'}"]
 
 
-def _status_row(name: str, d: dict[str, Any]) -> list[str]:
+def _status_row(name: str, d: HostStatus) -> list[str]:
     v = d["state"]
-    rec = d.get("record") or {}
+    rec = d.get("record")
     style = STATE_STYLE.get(v["state"], "red")
     decode = (d.get("last_decode") or {}) if v["state"] != "deploying" else {}
     fwd = f"{decode['window_forwards']} fwd, " if decode.get("window_forwards") else ""
@@ -150,7 +156,7 @@ def _status_row(name: str, d: dict[str, Any]) -> list[str]:
     else:
         health = DASH
     deploy = cell(v["deploy_id"])
-    if v["config"] is None and rec.get("config_name"):
+    if v["config"] is None and rec and rec.get("config_name"):
         deploy += f" (last: {rec.get('config_name')}, {rec.get('status')})"
     return [name, f"[{style}]{v['state']}[/{style}]", cell(v["config"]),
             cell(v["pid"]), _duration(d.get("uptime_s")) if v["state"] != "deploying" else DASH,
@@ -164,12 +170,12 @@ def router_url(host: Host, listen: Any, port: Any) -> str:
     return f"http://{addr}:{port}"
 
 
-def _replaced(outcomes: list[HostOutcome]) -> None:
+def _replaced(outcomes: list[HostOutcome[HostStatus]]) -> None:
     """Who replaced what: the recorded deploy and the one it replaced (a second operator's deploy is never silent)."""
     for o in outcomes:
-        rec = ((o.data or {}).get("record") or {}) if o.ok else {}
-        prev = rec.get("previous") or {}
-        if not rec.get("deploy_id") or not prev.get("deploy_id"):
+        rec = o.answer.get("record") if o.ok else None
+        prev = rec.get("previous") if rec else None
+        if not rec or not prev or not rec.get("deploy_id") or not prev.get("deploy_id"):
             continue
         what = "replaced" if prev.get("running") else "came after"
         out.print(f"[dim]{o.host.name}: deploy {rec['deploy_id']} (from {rec.get('client') or '?'}, started "
@@ -179,10 +185,10 @@ def _replaced(outcomes: list[HostOutcome]) -> None:
                   + ")[/dim]", soft_wrap=True)
 
 
-def _in_progress(outcomes: list[HostOutcome]) -> None:
+def _in_progress(outcomes: list[HostOutcome[HostStatus]]) -> None:
     """A deploy (or stop) holding a host now: who, which step, and its journal's last lines."""
     for o in outcomes:
-        h = (o.data or {}).get("deploy_in_progress") if o.ok else None
+        h = o.answer.get("deploy_in_progress") if o.ok else None
         if not h:
             continue
         what = "deploy" if h.get("journal") else "command"
@@ -196,8 +202,8 @@ def _in_progress(outcomes: list[HostOutcome]) -> None:
                       "`inv cancel` stops it and tears its new server down")
 
 
-def _router_table(outcomes: list[HostOutcome]) -> None:
-    found = [(o.host, r) for o in outcomes if o.ok for r in o.data.get("routers") or []]
+def _router_table(outcomes: list[HostOutcome[HostStatus]]) -> None:
+    found = [(o.host, r) for o in outcomes if o.ok for r in o.answer.get("routers") or []]
     if not found:
         return
     cols = [Col("router"), Col("on host"), Col("state"), Col("pid", justify="right"), Col("url"), Col("health"),
@@ -236,7 +242,7 @@ def print_log_lines(name: str, lines: list[str], *, prefix: bool, width: int) ->
         out.print(f"{name:<{width}} | {line}" if prefix else line, markup=False, highlight=False)
 
 
-def print_logs_summary(result: HostsResult, *, prefix: bool) -> None:
+def print_logs_summary(result: HostsResult[p.LogsAnswer], *, prefix: bool) -> None:
     """After the lines: with several hosts, which log each came from; any host's failure."""
     if prefix or any(not o.ok for o in result.outcomes):
         if prefix:
@@ -245,7 +251,7 @@ def print_logs_summary(result: HostsResult, *, prefix: bool) -> None:
 
 
 # -- check-env ------------------------------------------------------------------------------------------------
-def print_check_env(result: HostsResult, *, verbose: bool) -> None:
+def print_check_env(result: HostsResult[p.CheckEnvAnswer], *, verbose: bool) -> None:
     """One host: its matrix (``--verbose``: every cell). Several: the details of the hosts that fail only (every
     host's with ``--verbose``), then one compact table across hosts (ranks proven, the verdict, the worst hint): 16
     hosts of 8 proven ranks were 16 matrices and their facts, ~40 lines each, to find the one that failed."""
@@ -253,18 +259,19 @@ def print_check_env(result: HostsResult, *, verbose: bool) -> None:
 
     several = len(result.outcomes) > 1
     for o in result.outcomes:
-        if o.error is not None or (several and not verbose and o.data["evaluation"].get("ok") is True):
+        if o.error is not None or (several and not verbose and o.answer["evaluation"].get("ok") is True):
             continue
         role = f" (cluster {o.host.node.cluster}, node rank {o.host.node.rank})" if o.host.node else ""
         out.print(f"[bold]{o.host.name}[/bold]{role}")
-        (render_table if verbose else render_matrix)(o.data["evaluation"], o.data["evidence"].get("facts") or {}, out)
+        d = o.answer
+        (render_table if verbose else render_matrix)(d["evaluation"], d["evidence"].get("facts") or {}, out)
     if several:  # last: what a terminal shows at the end is the fleet at a glance
         rows = []
         for o in result.outcomes:
             if o.error is None:
-                proven, total = ranks_proven(o.data)
-                rows.append([o.host.name, f"{proven}/{total}" if total else DASH, _checkenv_verdict(o.data),
-                             worst_hint(o.data)])
+                proven, total = ranks_proven(o.answer)
+                rows.append([o.host.name, f"{proven}/{total}" if total else DASH, _checkenv_verdict(o.answer),
+                             worst_hint(o.answer)])
             else:
                 what = "timed out" if isinstance(o.error, HostTimeoutError) else "failed"
                 rows.append([o.host.name, DASH, f"[red]{what}[/red]", BELOW])
@@ -273,7 +280,7 @@ def print_check_env(result: HostsResult, *, verbose: bool) -> None:
     print_errors(result.outcomes)
 
 
-def ranks_proven(d: Any) -> tuple[int, int]:
+def ranks_proven(d: p.CheckEnvAnswer) -> tuple[int, int]:
     """The scheduler ranks where every expected value is proven, of the ranks the server should have (its world
     size, when a rank is gone: those count as not proven)."""
     ev = d["evaluation"]
@@ -285,7 +292,7 @@ def ranks_proven(d: Any) -> tuple[int, int]:
     return sum(by_rank.values()), total
 
 
-def worst_hint(d: Any) -> str:
+def worst_hint(d: p.CheckEnvAnswer) -> str:
     """The first hint of the most severe kind (the evaluation sorts them so), in words; the dash when none."""
     from fabfile.present.checkenv_report import SEVERITY_STYLE
 
@@ -297,7 +304,7 @@ def worst_hint(d: Any) -> str:
     return f"[{SEVERITY_STYLE.get(sev, 'default')}]{escape(sev)}[/] {escape(str(h.get('message')))}"
 
 
-def _checkenv_verdict(d: Any) -> str:
+def _checkenv_verdict(d: p.CheckEnvAnswer) -> str:
     ev = d["evaluation"]
     if ev.get("ok") is True:
         return "[green]proven[/green]"
@@ -307,12 +314,11 @@ def _checkenv_verdict(d: Any) -> str:
 
 
 # -- rollback-patches -----------------------------------------------------------------------------------------
-def print_rollback(result: HostsResult, *, dry_run: bool) -> None:
+def print_rollback(result: HostsResult[p.PatchRollbackAnswer], *, dry_run: bool) -> None:
     for o in result.outcomes:
         if o.error is not None:
             continue
-        d = o.data or {}
-        items = d.get("files") or []
+        items = o.answer.get("files") or []
         verb = "would roll back" if dry_run else "rolled back"
         if not items:
             out.print(f"[green]✓[/green] [bold]{o.host.name}[/bold]: nothing to roll back")
@@ -336,7 +342,7 @@ def rollback_action(action: str) -> str:
 
 
 # -- gpus -----------------------------------------------------------------------------------------------------
-def print_gpus(result: HostsResult) -> None:
+def print_gpus(result: HostsResult[p.GpusAnswer]) -> None:
     cols = [Col("host"), Col("gpu", justify="right"), Col("name"), Col("used MiB", justify="right"),
             Col("total MiB", justify="right"), Col("held by", key=False)]
     rows = []
@@ -345,11 +351,12 @@ def print_gpus(result: HostsResult) -> None:
             what = "timed out" if isinstance(o.error, HostTimeoutError) else "error"
             rows.append([o.host.name, DASH, f"[red]{what}[/red]", "", "", BELOW])
             continue
-        if not o.data["available"]:
+        d = o.answer
+        if not d["available"]:
             rows.append([o.host.name, DASH, "no nvidia-smi", "", "", ""])
-        for g in o.data["gpus"]:
+        for g in d["gpus"]:
             # Text from the host is never markup (a command line with `[...]` in it).
-            holders = [f"{a['pid']} {a['cmdline'][:40]}" for a in o.data["apps"] if a["gpu"] == g["index"]]
+            holders = [f"{a['pid']} {a['cmdline'][:40]}" for a in d["apps"] if a["gpu"] == g["index"]]
             rows.append([o.host.name, str(g["index"]), escape(str(g["name"])), str(g["used_mib"]),
                          str(g["total_mib"]), escape("; ".join(holders)) or DASH])
     print_table(out, cols, rows)
@@ -357,11 +364,11 @@ def print_gpus(result: HostsResult) -> None:
 
 
 # -- cancel ---------------------------------------------------------------------------------------------------
-def print_cancel(result: HostsResult) -> None:
+def print_cancel(result: HostsResult[p.CancelAnswer]) -> None:
     for o in result.outcomes:
         if o.error is not None:
             continue
-        d = o.data
+        d = o.answer
         name = o.host.name
         if d.get("cancelled") is None:
             holder = d.get("holder")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fabfile.plan.sweep_doc import SweepDocument, SweepRow
 from fabfile.plan.sweep_plan import level_rows
 from fabfile.present.sweep_report import baseline_step, concurrency_levels
 
@@ -17,7 +18,7 @@ _BARS = (("draft", "draft", "#4c72b0"), ("verify", "verify", "#dd8452"), ("draft
          ("other", "other", "#bbbbbb"))
 
 
-def sweep_figure(doc: dict[str, Any]) -> Figure | None:
+def sweep_figure(doc: SweepDocument) -> Figure | None:
     """One panel per concurrency level: tok/s (left axis) and accept length (right axis) against steps, one line per
     topk; measured points filled, predicted ones hollow; the baseline horizontal; the level's winner circled; and
     with measured phases, a panel of stacked bars. None without matplotlib (the package's optional ``plot`` extra).
@@ -62,7 +63,7 @@ def sweep_figure(doc: dict[str, Any]) -> Figure | None:
         ax.set_xlabel("speculative steps")
         ax.set_ylabel("output tok/s")
         ax2.set_ylabel("accept length")
-        accept_axis(ax2, [r["accept_len"] for r in spec if r.get("accept_len") is not None])
+        accept_axis(ax2, [a for r in spec if (a := r.get("accept_len")) is not None])
         ax.set_xticks(sorted({r["steps"] for r in rows} | {0}))
         ax.set_title(f"{doc['host']} sweep {doc['sweep_id']}, concurrency {c}")
         h1, l1 = ax.get_legend_handles_labels()
@@ -81,10 +82,10 @@ def accept_axis(ax2: Any, accept: list[float]) -> None:
         ax2.set_ylim(0, max(accept) * 1.15)
 
 
-def plot_series(spec: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+def plot_series(spec: list[SweepRow]) -> list[tuple[str, list[SweepRow]]]:
     """The sweep plot's lines: one per topk (and draft tokens above topk 1) and NCCL candidate, each a label and
     its rows by step count."""
-    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[int, int, str], list[SweepRow]] = {}
     for r in spec:
         key = (int(r["topk"]), int(r["draft_tokens"] or 0) if r["topk"] > 1 else 0, str(r.get("nccl") or ""))
         groups.setdefault(key, []).append(r)
@@ -95,11 +96,11 @@ def plot_series(spec: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, An
     return out
 
 
-def has_phases(doc: dict[str, Any]) -> bool:
+def has_phases(doc: SweepDocument) -> bool:
     return any(((r.get("phases") or {}).get("ranks")) for r in doc.get("rows") or [] if r.get("ok"))
 
 
-def phase_bars(ax: Any, doc: dict[str, Any]) -> None:
+def phase_bars(ax: Any, doc: SweepDocument) -> None:
     """One stacked bar per speculative configuration (draft / verify / draft-extend / other, ms per cycle, measured
     by SGLang's device timer; other = the cycle − those), the baseline's decode step as a horizontal line."""
     from fabfile.plan.explain import row_anatomy, tag

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from fabfile.present.output import terminal_safe
 from fabfile.present.tables import DASH, Col, cell, fit_table, fits
-from fabfile.remote.protocol import KERNEL_CLASSES
+from fabfile.remote.protocol import KERNEL_CLASSES, ProfileDocument, ProfileRank
 from fabfile.results.hosts import HostsResult
 
 _ROWS = (("draft_step", "draft forward"), ("draft", "draft (all forwards)"), ("verify", "verify"),
@@ -82,15 +82,15 @@ def _kernels_table(width: int, kernels: dict[str, Any]) -> RenderableType:
 AGREE_PCT = 2.0  # ranks whose every phase is within this of the first rank's print as one table
 
 
-def _figure(rank: dict[str, Any], key: str) -> float | None:
-    for part in ("timer", "trace"):
-        fig = (rank.get(part) or {}).get(key)
+def _figure(rank: ProfileRank, key: str) -> float | None:
+    for anatomy in (rank.get("timer"), rank.get("trace")):
+        fig = anatomy.get(key) if anatomy else None
         if isinstance(fig, dict) and isinstance(fig.get("ms"), (int, float)):
             return float(fig["ms"])
     return None
 
 
-def figure_spread_pct(ranks: list[dict[str, Any]], key: str) -> float:
+def figure_spread_pct(ranks: list[ProfileRank], key: str) -> float:
     """How far apart the ranks' figures of one phase are: (largest − smallest) / smallest, in %."""
     values = [v for v in (_figure(rank, key) for rank in ranks) if v is not None]
     if len(values) < 2 or min(values) <= 0:
@@ -98,14 +98,14 @@ def figure_spread_pct(ranks: list[dict[str, Any]], key: str) -> float:
     return (max(values) - min(values)) / min(values) * 100
 
 
-def _agrees(rank: dict[str, Any], first: dict[str, Any]) -> bool:
+def _agrees(rank: ProfileRank, first: ProfileRank) -> bool:
     has_kernels = bool((rank.get("trace") or {}).get("kernels")) or bool((first.get("trace") or {}).get("kernels"))
     return not has_kernels and all(figure_spread_pct([first, rank], key) <= AGREE_PCT for key, _ in _ROWS) \
         and all((_figure(rank, key) is None) == (_figure(first, key) is None) for key, _ in _ROWS)
 
 
-def ranks_apart(ranks: list[dict[str, Any]], *, verbose: bool) -> tuple[list[dict[str, Any]],
-                                                                        dict[int, list[dict[str, Any]]]]:
+def ranks_apart(ranks: list[ProfileRank], *, verbose: bool) -> tuple[list[ProfileRank],
+                                                                      dict[int, list[ProfileRank]]]:
     """Which ranks get a table of their own: the first, and each rank whose figures differ from it by more than
     :data:`AGREE_PCT` (or all, with ``verbose``); the ranks that agree are named under the first's table. (A traced
     rank keeps its own kernel table.) Returns the ranks shown and, by the shown rank's ``id``, those it stands for."""
@@ -125,7 +125,7 @@ def rank_span(ranks: list[Any]) -> str:
     return ", ".join(str(x) for x in ranks)
 
 
-def print_profile(r: dict[str, Any], console: Console, *, verbose: bool = False) -> None:
+def print_profile(r: ProfileDocument, console: Console, *, verbose: bool = False) -> None:
     spec = r.get("speculative") or {}
     graph = r.get("cuda_graph")
     b = r.get("bench") or {}
@@ -173,7 +173,7 @@ def print_profile(r: dict[str, Any], console: Console, *, verbose: bool = False)
                   "protocol (NCCL 2.19+ names every all-reduce kernel RING_LL)[/dim]")
 
 
-def print_result(result: HostsResult, console: Console, *, verbose: bool = False) -> None:
+def print_result(result: HostsResult[ProfileDocument], console: Console, *, verbose: bool = False) -> None:
     for o in result.outcomes:
         if o.ok:
-            print_profile(o.data, console, verbose=verbose)
+            print_profile(o.answer, console, verbose=verbose)

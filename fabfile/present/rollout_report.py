@@ -45,7 +45,7 @@ def rollout_notes(row: HostRollout) -> list[str]:
     v = row.observed
     ended = v is not None and v.get("state") in ("failed", "cancelled")
     if v is not None and v.get("problem") and not (ended and d is not None and d.error):
-        notes.append(v["problem"][:80])
+        notes.append(str(v["problem"])[:80])
     if row.ok and d is not None and v is not None and v.get("config") != d.plan.config_name:
         notes.append(f"deployed {d.plan.config_name}, but the host now runs {v.get('config') or 'nothing'}")
     return notes

@@ -18,7 +18,7 @@ def print_router(result: RouterResult) -> None:
         print_error(result.error)
         return
     out.print(f"[green]✓[/green] router [bold]{r.name}[/bold] on [bold]{r.host}[/bold] at "
-              f"{result.url}  pid {result.record.get('pid')}  policy {r.policy}")
+              f"{result.url}  pid {result.record['pid'] if result.record else None}  policy {r.policy}")
     out.print("  workers: " + ", ".join(result.workers))
 
 

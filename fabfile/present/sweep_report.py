@@ -4,6 +4,7 @@ the JSON form; ``plot`` draws ``sweep.png``; the sweep command writes the files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rich.markup import escape
 
 from fabfile.plan import ranking
 from fabfile.plan.analysis import analyze_sweep
+from fabfile.plan.sweep_doc import Decision, LevelFigures, SweepDocument, SweepRow
 from fabfile.present.output import out
 from fabfile.present.tables import DASH, Col, cell, print_table
 
@@ -19,11 +21,11 @@ COLUMNS = ("config", "how", "tok/s", "speedup", "accept len", "drafts accepted",
            "needs accept len", "verdict")
 
 
-def concurrency_levels(doc: dict[str, Any]) -> list[int]:
+def concurrency_levels(doc: SweepDocument) -> list[int]:
     return [int(c) for c in doc.get("concurrency_levels") or []]
 
 
-def columns(doc: dict[str, Any]) -> list[str]:
+def columns(doc: SweepDocument) -> list[str]:
     """The table's columns: with several concurrency levels, one tok/s column per level."""
     levels = concurrency_levels(doc)
     if len(levels) <= 1:
@@ -31,7 +33,7 @@ def columns(doc: dict[str, Any]) -> list[str]:
     return ["config", "how", *[f"tok/s @{c}" for c in levels], *COLUMNS[3:]]
 
 
-def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool, tie: bool = False) -> str:
+def _tok_cell(lv: LevelFigures | None, measured: bool, star: bool, tie: bool = False) -> str:
     if not lv or lv.get("tok_s") is None:
         return DASH
     text = f"{lv['tok_s']:.1f}"
@@ -43,7 +45,7 @@ def _tok_cell(lv: dict[str, Any] | None, measured: bool, star: bool, tie: bool =
     return text + (" ★" if star else "") + (" tie" if tie else "")
 
 
-def decision(doc: dict[str, Any], level: int | None = None) -> dict[str, Any] | None:
+def decision(doc: SweepDocument, level: int | None = None) -> Decision | None:
     """The ranking at ``level`` (default the first): ``plan.ranking.rank``'s dict, None for an older document."""
     levels = concurrency_levels(doc)
     key = str(level if level is not None else (levels[0] if levels else 1))
@@ -51,12 +53,12 @@ def decision(doc: dict[str, Any], level: int | None = None) -> dict[str, Any] | 
     return ranks.get(key) or (next(iter(ranks.values()), None) if level is None else None)
 
 
-def _tied(doc: dict[str, Any], level: int | None, name: str) -> bool:
+def _tied(doc: SweepDocument, level: int | None, name: str) -> bool:
     d = decision(doc, level)
     return bool(d and not d["clear"] and name in d["tied"])
 
 
-def table_rows(doc: dict[str, Any]) -> list[list[str]]:
+def table_rows(doc: SweepDocument) -> list[list[str]]:
     """One row of strings per configuration: the same cells in the terminal table and in report.md. Each row says
     whether it was measured or predicted; ★ marks the (measured) winner, per level with several levels."""
     analysis = doc.get("analysis") or analyze_sweep(doc.get("rows") or [])
@@ -70,7 +72,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
         measured = bool(r.get("measured", True))
         n_tok = max(1, len(levels))
         if not r.get("ok"):
-            msg = (r.get("error") or {}).get("message", "")
+            msg = str((r.get("error") or {}).get("message", ""))
             rows.append([r["config"], "measured", f"{r.get('phase', '')} failed", *[DASH] * (n_tok - 1),
                          DASH, DASH, DASH, DASH, DASH, DASH, msg[:60]])
             continue
@@ -85,8 +87,8 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
             tok = [_tok_cell(by_level.get(c), measured, winners.get(str(c)) == r["config"],
                              _tied(doc, c, r["config"])) for c in levels]
         speedup = r.get("speedup")
-        if speedup is None and base and r.get("tok_s"):
-            speedup = r["tok_s"] / base["tok_s"]
+        if speedup is None and base and r.get("tok_s") and base.get("tok_s"):
+            speedup = ranking.tok_s(r) / ranking.tok_s(base)
         rows.append([
             r["config"], "measured" if measured else "predicted", *tok, cell(speedup, "×{:.2f}"),
             cell(r.get("accept_len"), "{:.2f}"), cell(r.get("draft_acceptance"), "{:.0%}"),
@@ -102,7 +104,7 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def sla_mark(r: dict[str, Any], levels: list[int]) -> str:
+def sla_mark(r: SweepRow, levels: list[int]) -> str:
     """``; broke TTFT 212.0`` (per level with several levels) for a configuration that broke a sweep limit."""
     if len(levels) <= 1:
         broke = r.get("sla_broke") or []
@@ -112,7 +114,7 @@ def sla_mark(r: dict[str, Any], levels: list[int]) -> str:
     return f"; broke {'; '.join(parts)}" if parts else ""
 
 
-def conclusion(doc: dict[str, Any]) -> str:
+def conclusion(doc: SweepDocument) -> str:
     winner, kept = doc.get("winner"), doc.get("running")
     sla = doc.get("sla") or {}
     if winner is None and sla and kept:
@@ -129,7 +131,7 @@ def conclusion(doc: dict[str, Any]) -> str:
             text += f", ×{w['speedup']:.2f} over the baseline ({doc.get('baseline_tok_s') or 0:.1f} tok/s)"
     elif doc.get("baseline_wins"):
         best_spec = max((r for r in rows.values() if r.get("ok") and r["steps"] > 0 and r.get("tok_s") and
-                         r.get("measured", True)), key=lambda r: r["tok_s"], default=None)
+                         r.get("measured", True)), key=ranking.tok_s, default=None)
         text = f"speculation loses to the baseline on this host: baseline {w['tok_s']:.1f} tok/s"
         if best_spec is not None:
             text += (f", best speculative {best_spec['config']} {best_spec['tok_s']:.1f} tok/s "
@@ -149,7 +151,7 @@ def conclusion(doc: dict[str, Any]) -> str:
     return text
 
 
-def details(doc: dict[str, Any]) -> list[str]:
+def details(doc: SweepDocument) -> list[str]:
     """Sentences under the table: winners per level, the prediction against the measurement, model loads."""
     lines: list[str] = []
     levels = concurrency_levels(doc)
@@ -174,8 +176,9 @@ def details(doc: dict[str, Any]) -> list[str]:
         if checked:
             lines.append("prediction against measurement (tok/s, measured by the tool's benchmark): " + ", ".join(
                 f"{n} predicted {p:.1f}, measured {m:.1f}" for n, p, m in checked if m is not None))
-        if doc.get("predicted_tok_s") is not None and doc.get("measured_tok_s"):
-            err = doc["predicted_tok_s"] / doc["measured_tok_s"] - 1
+        predicted, measured = doc.get("predicted_tok_s"), doc.get("measured_tok_s")
+        if predicted is not None and measured:
+            err = predicted / measured - 1
             lines.append(f"{doc['winner']}: predicted {doc['predicted_tok_s']:.1f} tok/s, measured "
                          f"{doc['measured_tok_s']:.1f} tok/s ({err:+.1%})")
     if doc.get("predict") or doc.get("model_loads"):
@@ -186,7 +189,7 @@ def details(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def loads_sentence(doc: dict[str, Any]) -> str:
+def loads_sentence(doc: SweepDocument) -> str:
     """The model loads the sweep took, on the same terms as the count it gave before the first load (the loads to
     measure against the grid's; the winner's redeploy apart, since a grid needs it as much)."""
     total = int(doc.get("model_loads") or 0)
@@ -202,7 +205,7 @@ def loads_sentence(doc: dict[str, Any]) -> str:
     return text
 
 
-def adaptive_lines(doc: dict[str, Any]) -> list[str]:
+def adaptive_lines(doc: SweepDocument) -> list[str]:
     """Where SGLang's adaptive mode settled, per level (its ``sglang:spec_num_steps`` gauge at the end of the
     benchmark: measured by SGLang; absent before 0.5.13)."""
     out = []
@@ -216,13 +219,13 @@ def adaptive_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def nccl_lines(doc: dict[str, Any]) -> list[str]:
+def nccl_lines(doc: SweepDocument) -> list[str]:
     """With NCCL candidates: the best candidate per speculative configuration (its tok/s, measured by the
     benchmark) and each candidate's median TTFT, where a protocol forced for small messages shows its prefill cost."""
     rows = [r for r in doc.get("rows") or [] if r.get("nccl") and r.get("ok") and r.get("measured", True)]
     if not rows:
         return []
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[SweepRow]] = {}
     for r in rows:
         groups.setdefault(str(r["config"]).rsplit("@", 1)[0], []).append(r)
     said = []
@@ -244,13 +247,13 @@ def nccl_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def print_sweep(doc: dict[str, Any], *, console: Console | None = None) -> None:
+def print_sweep(doc: SweepDocument, *, console: Console | None = None) -> None:
     """The sweep's table and its conclusion, for people (``--json`` prints the document instead: the command line's
     one output switch)."""
     _sweep_table(doc, console or out)
 
 
-def _sweep_table(doc: dict[str, Any], c: Console) -> None:
+def _sweep_table(doc: SweepDocument, c: Console) -> None:
     # Every cell but the free-text "how" is a key value: never cut (a list layout when they do not fit).
     cols = [Col(col, key=col != "how", justify="left" if col in ("config", "how", "verdict") else "right")
             for col in columns(doc)]
@@ -277,7 +280,7 @@ def _sweep_table(doc: dict[str, Any], c: Console) -> None:
         c.print(f"  {doc['plot_missing']}", markup=False, soft_wrap=False)  # one line within 80 columns
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def markdown(doc: SweepDocument) -> str:
     p = doc.get("params") or {}
     lines = [f"# Sweep {doc['sweep_id']} on {doc['host']}", "",
              f"Started {doc.get('started_at')}, took {doc.get('elapsed_s', 0):.1f} s. Benchmark: concurrency "
@@ -324,7 +327,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 # -- measured phases (issue 26): per configuration (the stacked bars of the PNG: ``plot.phase_bars``) -----------------
-def baseline_step(doc: dict[str, Any], like: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def baseline_step(doc: SweepDocument, like: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The baseline's decode step as the break-even compares it with a cycle (``like``; None: a wall-clock one, its
     TPOT): GPU time against GPU time, wall clock against wall clock."""
     from fabfile.plan.explain import baseline_of, step_like
@@ -333,7 +336,7 @@ def baseline_step(doc: dict[str, Any], like: dict[str, Any] | None = None) -> di
     return dict(fig) if fig else None
 
 
-def phase_lines(doc: dict[str, Any]) -> list[str]:
+def phase_lines(doc: SweepDocument) -> list[str]:
     """One sentence per speculative configuration: draft ms per step, verify ms, draft-extend ms (SGLang's device
     timer, where the deploy measured), the cycle and the break-even accept length = cycle ÷ the baseline's decode
     step; without measured phases the cycle is the derived one, and says so."""

@@ -12,7 +12,10 @@ import sys
 import threading
 import time
 from collections.abc import Collection, Sequence
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from .protocol import ErrorDoc
 
 
 def expand(path: str) -> str:
@@ -30,7 +33,7 @@ class AgentError(Exception):
         self.hint = hint
         self.details = details
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ErrorDoc:
         return {"kind": self.kind, "message": self.message, "hint": self.hint, "details": self.details}
 
 

@@ -12,7 +12,7 @@ import shutil
 import socket
 import sys
 import sysconfig
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import gpus, versions
 from .boot import unsafe_reason
@@ -20,7 +20,7 @@ from .common import EventSink, expand
 from .serve.lock import DeployLock
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from .protocol import FactsAnswer, FactsRequest
+    from .protocol import FactsAnswer, FactsRequest, NcclInfo, PathFact, SGLangInfo
 
 LAYOUT = {
     "engine": "srt/entrypoints/engine.py",
@@ -73,7 +73,7 @@ def _dist_metadata(site: str) -> tuple[str | None, str | None]:
         return None, None
 
 
-def sglang_info() -> dict[str, Any]:
+def sglang_info() -> SGLangInfo:
     """Where SGLang is and which version, read without importing it (importing real SGLang pulls in torch and takes
     seconds; find_spec only locates the package).
 
@@ -101,14 +101,14 @@ def sglang_info() -> dict[str, Any]:
     if version == versions.DEV_FALLBACK:
         version = None
     layout = {k: os.path.isfile(os.path.join(root, rel)) for k, rel in LAYOUT.items()}
-    info: dict[str, Any] = {"installed": True, "version": version, "version_sources": sources, "root": root,
-                            "site_packages": site, "layout": layout}
+    info: SGLangInfo = {"installed": True, "version": version, "version_sources": sources, "root": root,
+                        "site_packages": site, "layout": layout}
     if len(set(sources.values())) > 1:
         info["version_conflict"] = sources
     return info
 
 
-def nccl_info(site: str | None) -> dict[str, Any] | None:
+def nccl_info(site: str | None) -> NcclInfo | None:
     """The NCCL release the host's torch loads, from the pip wheel beside SGLang (``nvidia-nccl-cu12``/``-cu13``
     dist-info: ``nvidia_nccl_cu13-2.28.9.dist-info``), read without loading it; None when there is no such wheel
     (a system NCCL: check-env reads NCCL's own version line instead)."""
@@ -138,7 +138,7 @@ def collect(req: FactsRequest) -> FactsAnswer:
     smi = gpus.start_snapshot(with_apps=False) if req.get("gpus", True) else None
     state_dir = expand(req.get("state_dir", "~/.specdeploy"))
     paths = {k: v for k, v in (req.get("paths") or {}).items() if v}
-    path_info = {}
+    path_info: dict[str, PathFact] = {}
     for key, p in paths.items():
         p = expand(p)
         path_info[key] = {"path": p, "exists": os.path.exists(p), "is_dir": os.path.isdir(p)}

@@ -7,12 +7,12 @@ import re
 import signal
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .common import split_argv
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from .protocol import Stopped
+    from .protocol import Proc, Scheduler, Stopped
 
 PROC = "/proc"
 
@@ -28,7 +28,7 @@ class ProcInfo:
         self.start_ticks = start_ticks
         self.cmdline = cmdline
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Proc:
         return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "state": self.state,
                 "start_ticks": self.start_ticks, "cmdline": self.cmdline}
 
@@ -216,10 +216,10 @@ def scheduler_sort_key(cmdline: str) -> tuple[int, ...]:
     return tuple(ranks.get(part, -1) for part in RANK_PARTS)
 
 
-def schedulers_of(pid: int) -> list[dict[str, Any]]:
+def schedulers_of(pid: int) -> list[Scheduler]:
     """The SGLang-titled processes under ``pid`` (schedulers first, by rank). Here rather than in the deploy: the
     status verb reads them too and should not import the deploy machinery (~25 ms a call on the host)."""
-    out = []
+    out: list[Scheduler] = []
     for p in descendants(pid):
         if p.cmdline.startswith("sglang::"):
             out.append({"pid": p.pid, "title": p.cmdline, "rank": scheduler_rank(p.cmdline)})

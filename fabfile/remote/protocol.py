@@ -18,7 +18,8 @@ safe there; ``tests/unit/remote/test_agent_pythons.py`` imports this module unde
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict, Union
 
 from .versions import PLUGIN_SYSTEM
 
@@ -94,6 +95,25 @@ def hint_of(kind: str) -> str:
     return ERROR_KINDS.get(kind, ("remote", ""))[1]
 
 
+# --- JSON --------------------------------------------------------------------------------------------------------
+# What ``json.dumps`` writes, for documents the tool builds and saves or prints whole (a sweep's row, a report's
+# figures). Read-only containers (Sequence, Mapping), so a ``list[str]`` or ``dict[str, float]`` is one. A document
+# read back, whose shape nothing promises, is ``Mapping[str, object]`` and narrowed where read. A runtime alias (the
+# agent's Python 3.9 has no ``X | Y`` at run time): ``Union``.
+JSONValue = Union[None, bool, int, float, str, Sequence["JSONValue"], Mapping[str, "JSONValue"]]
+JSONObject = dict[str, JSONValue]
+
+
+class NodeSpec(TypedDict):
+    """A multi-node rank (``inventory.values.NodeRole`` as a dict): SGLang's --nnodes/--node-rank/--dist-init-addr."""
+
+    cluster: str
+    rank: int
+    nnodes: int
+    total_tp: int
+    dist_init_addr: str
+
+
 # --- request shapes -------------------------------------------------------------------------------------------
 # ``state_dir`` of the verbs other than deploy is filled in by ``HostSession.call`` (the host's own), so it is
 # optional where the client builds the request. ``deadline_s`` is added to every request by the agent client.
@@ -153,7 +173,7 @@ class _DeployRequired(TypedDict):
     verify: VerifySpec | None
     summary: LaunchSummary
     heartbeat_s: float
-    node: dict[str, Any] | None  # a multi-node rank (the inventory's ``node``), None on one node
+    node: NodeSpec | None  # a multi-node rank (the inventory's ``node``), None on one node
     gates: GateSpec | None
     profile_dir: str  # SGLANG_TORCH_PROFILER_DIR: created 0700 before the start, never through a symlink
     measure: bool  # the launch has SGLang's device timer on (--enable-metrics + SGLANG_ENABLE_METRICS_DEVICE_TIMER)
@@ -222,7 +242,7 @@ class GatherRequest(TypedDict, total=False):
     nccl_debug: bool | None
     launch_env: dict[str, str]
     server: dict[str, Any]
-    recorded_schedulers: list[dict[str, Any]]  # the deploy's schedulers once ready (pid, title, rank)
+    recorded_schedulers: list[Scheduler]  # the deploy's schedulers once ready
 
 
 class _BenchRequired(TypedDict):
@@ -341,6 +361,7 @@ class ProfileRank(TypedDict, total=False):
     difference_pct: dict[str, float]  # phase -> (trace − timer) / timer × 100 where both measured it
     trace_file: str | None  # the host's path of the rank's trace
     trace_bytes: int | None
+    local_file: str  # the client's copy (``inv profile --out``), never the agent's
 
 
 class ProfileResult(TypedDict, total=False):
@@ -365,14 +386,132 @@ class ProfileResult(TypedDict, total=False):
     allreduce_context: dict[str, Any]
 
 
+class ProfileDocument(ProfileResult, total=False):
+    """``inv profile``'s document (the client's, saved and printed): the host's answer, where it ran, what was
+    asked, and the traces fetched (``commands.profile.profile_host``)."""
+
+    host: str
+    requested: dict[str, object]  # the load (``BenchParams``) and the trace's steps
+    fetched: list[str]  # local paths of the fetched traces
+    measured_at: float  # when the client took it (its clock): `inv explain` reuses a young one
+    local_path: str  # where the client saved it (RUNS/<host>/profiles/<id>.json)
+
+
 # --- every verb's request and answer ------------------------------------------------------------------------------
 # One pair per verb of ``verbs.TABLE`` (``DeployRequest``, ``StopRequest``, ``CheckEnvRequest``, ``BenchRequest``
 # and ``ProfileRequest`` above are five of the requests; ``ProfileResult`` is ``profile``'s answer). A key that only
 # some answers carry is in a ``total=False`` part (NotRequired is Python 3.11; the agent runs on 3.9). Nested objects
 # the client only shows (a process table, a record's request, NCCL evidence) stay ``dict[str, Any]``.
 
-Proc = dict[str, Any]  # ``procs.ProcInfo.as_dict()``: pid, ppid, pgid, state, start_ticks, cmdline (+ ``why``)
-Holder = dict[str, Any]  # the lock's holder note (``lock.DeployLock``): deploy_id, client, step, pid, journal, ...
+class _ProcRequired(TypedDict):
+    pid: int
+    ppid: int
+    pgid: int
+    state: str  # /proc's one letter: R, S, T (stopped by a signal), Z, ...
+    start_ticks: int
+    cmdline: str
+
+
+class Proc(_ProcRequired, total=False):
+    """A process as ``procs.ProcInfo.as_dict()`` gives it; ``why`` when a stop names why it was chosen."""
+
+    why: str
+
+
+class Holder(TypedDict, total=False):
+    """The lock's holder note (``lock.DeployLock``): who holds the host, since when, at which step; a deploy's adds
+    its journal and, once started, its new server."""
+
+    deploy_id: str
+    client: str | None
+    config_name: str
+    journal: str | None
+    step: str
+    step_since: str
+    pid: int
+    start_ticks: int | None
+    since: str
+    tune_id: str  # a tune lease's holder (``serve.tunelease``): the tune whose deploys it admits
+    server_pid: int
+    server_start_ticks: int | None
+    log_path: str
+    log_offset: int
+    journal_tail: list[str]  # added by ``status``: the deploy's last step lines
+
+
+class _SchedulerRequired(TypedDict):
+    pid: int
+    title: str  # its process title (``sglang::scheduler_TP0``)
+    rank: int | None
+
+
+class Scheduler(_SchedulerRequired, total=False):
+    """One SGLang process under a launcher (``procs.schedulers_of``; ``serve.ranks.snapshot`` adds the rest)."""
+
+    start_ticks: int
+    label: str  # ``TP0``, ``PP1 TP0``: how the launcher names the rank
+
+
+class Ended(TypedDict, total=False):
+    """How a deploy ended (``records.ended_of``): ``kind`` ready | failed | cancelled | replaced | stopped |
+    unfinished, when, and by whom or what."""
+
+    kind: str
+    at: str | None
+    after: str  # how it had ended before (a ready deploy later stopped or replaced)
+    by: str  # the deploy that replaced it
+    by_client: str | None
+    why: str
+
+
+class ErrorDoc(TypedDict):
+    """An ``AgentError`` as the wire and a record carry it (``common.AgentError.as_dict``)."""
+
+    kind: str
+    message: str
+    hint: str | None
+    details: dict[str, Any]  # what the error names beside its sentence (a holder, a measured length, ...)
+
+
+class Cancelled(TypedDict):
+    reason: str  # who asked and how ("cancelled by ana@laptop with `inv cancel`")
+    at: str
+
+
+class _ReadyRequired(TypedDict):
+    ready_path: str
+    ready_after_s: float
+    probe_latency_s: float
+    log_offset: int  # how far the log had been read when it answered
+    fired_up_line: bool  # SGLang's "The server is fired up" line was seen
+    probe_timeout_s: float
+    probes: int
+
+
+class Ready(_ReadyRequired, total=False):
+    """What ``server.wait_ready`` saw: the endpoint that answered 200, after how long, and how fast it answered."""
+
+    sglang_warnings: list[str]  # moved to the record's own ``sglang_warnings`` by the deploy
+
+
+class FirstRequest(TypedDict):
+    """The first real generation after ready (``gates.first_request``)."""
+
+    latency_s: float
+    completion_tokens: int
+    timeout_s: float
+
+
+class Accept(TypedDict):
+    """The accept-length gate's measurement (``gates.judge_accept``)."""
+
+    accept_length: float
+    source: str
+    requests: int
+    completion_tokens: int | None
+    verify_ct: int | None
+    gate: float
+    draft_acceptance: float | None
 
 
 class GpuInfo(TypedDict):
@@ -412,15 +551,43 @@ class FactsRequest(TypedDict, total=False):
     gpus: bool  # False: skip nvidia-smi
 
 
+class _SGLangInfoRequired(TypedDict):
+    installed: bool
+
+
+class SGLangInfo(_SGLangInfoRequired, total=False):
+    """Where the host's SGLang is and which version (``facts.sglang_info``), read without importing it."""
+
+    version: str | None
+    version_sources: dict[str, str]  # where each version was read -> what it says
+    version_conflict: dict[str, str]  # the same, when they disagree (a mixed install)
+    root: str
+    site_packages: str
+    layout: dict[str, bool]  # the files the patch modes need -> present
+
+
+class NcclInfo(TypedDict):
+    """The NCCL wheel beside SGLang (``facts.nccl_info``)."""
+
+    version: str
+    source: str  # the wheel's name (nvidia-nccl-cu12)
+
+
+class PathFact(TypedDict):
+    path: str
+    exists: bool
+    is_dir: bool
+
+
 class FactsAnswer(TypedDict):
     hostname: str
     home: str
     user: str
     state_dir: str
     python: dict[str, str]  # executable, version, purelib
-    sglang: dict[str, Any]  # version, site_packages, ... (``facts.sglang_info``)
-    nccl: dict[str, Any] | None
-    paths: dict[str, dict[str, Any]]  # name -> path, exists, is_dir
+    sglang: SGLangInfo
+    nccl: NcclInfo | None
+    paths: dict[str, PathFact]  # name -> the path the request named
     disk_free_gb: float | None
     gpu: GpuSnapshot
     lock_holder: Holder | None
@@ -445,9 +612,47 @@ class AttachRequest(TypedDict, total=False):
     skip: int
 
 
+class AgentEvent(TypedDict, total=False):
+    """One JSON line the agent prints while a verb runs (``common.EventSink.emit``); the last is its ``result``.
+    ``event`` names it; the other keys are those of its kind."""
+
+    event: str  # agent | step | progress | log | info | lock_wait | started | heartbeat | replay | result
+    # step: a deploy's (or bench's, profile's) step began or ended
+    name: str
+    status: str  # start | ok | fail
+    elapsed: float
+    detail: str | None
+    message: str  # a failed step's sentence; an ``info`` event's line
+    # progress: requests done of the total, or a step of check-env's gathering, or a trace's ranks
+    done: int
+    total: int
+    step: str
+    phase: str
+    ranks: int
+    of: int
+    # log: the server's new lines
+    lines: list[str]
+    count: int
+    # lock_wait: who holds the host and how long this one still waits
+    holder: Holder | None
+    left_s: float
+    # agent, started: the agent's own process, the server's
+    pid: int
+    start_ticks: int | None
+    log_path: str
+    log_offset: int
+    # replay: an event of a deploy's journal, read again by ``attach``
+    original: AgentEvent
+    # result: the verb's answer (``data``: its answer shape) or its error, and the agent's CPU time
+    ok: bool
+    data: object
+    error: ErrorDoc
+    cpu_s: float
+
+
 class AttachAnswer(TypedDict):
     replayed: bool
-    result: dict[str, Any]  # the deploy's own ``result`` event: ok, and data (its record) or error
+    result: AgentEvent  # the deploy's own ``result`` event: ok, and data (its record) or error
 
 
 class PreviousDeploy(TypedDict):
@@ -462,7 +667,34 @@ class PreviousDeploy(TypedDict):
     redeployable: bool
     client: str | None
     started_at: str | None
-    ended: dict[str, Any]  # ``records.ended_of``: kind (ready, failed, cancelled, replaced, stopped), at, ...
+    ended: Ended
+
+
+class KeptRequest(TypedDict, total=False):
+    """The keys of a deploy's request its record keeps, so that a redeploy can start it again (``deploy.kept``);
+    None where the request had none (a request of an older client)."""
+
+    config_name: str | None
+    plan_hash: str | None
+    tool_version: str | None
+    log_path: str | None
+    cwd: str | None
+    listen: str | None
+    port: int | None
+    sglang_version: str | None
+    target_gpus: list[int] | None
+    gpu_idle_mib: int | None
+    timeouts: Timeouts | None
+    verify: VerifySpec | None
+    summary: LaunchSummary | None
+    node: NodeSpec | None
+    state_dir: str | None
+    patch: PatchApplyRequest | None
+    expected: dict[str, str] | None
+    nccl_debug: bool | None
+    gates: GateSpec | None
+    profile_dir: str | None
+    measure: bool | None
 
 
 class _DeployRecordRequired(TypedDict):
@@ -478,15 +710,15 @@ class _DeployRecordRequired(TypedDict):
     port: int
     log_path: str
     script: str
-    launch: dict[str, Any]  # a ``LaunchSummary``
+    launch: LaunchSummary
     patch_mode: str
     previous: PreviousDeploy | None
-    node: dict[str, Any] | None
+    node: NodeSpec | None
     rollback_of: str | None
     expected: dict[str, str] | None
     measure: bool
     profile_dir: str | None
-    request: dict[str, Any]  # the deploy request's keys a redeploy needs (``deploy._KEEP``)
+    request: KeptRequest  # the deploy request's keys a redeploy needs
 
 
 class DeployRecord(_DeployRecordRequired, total=False):
@@ -500,20 +732,20 @@ class DeployRecord(_DeployRecordRequired, total=False):
     log_offset: int
     patch: PatchApplyAnswer
     stopped: Stopped
-    ready: dict[str, Any]  # ready_path, ready_after_s, probe_latency_s, ...
+    ready: Ready
     # SGLang's own warnings about the launch, read from its log while waiting for ready (serve/launchwarnings)
     sglang_warnings: list[str]
-    schedulers: list[dict[str, Any]]
-    first_request: dict[str, Any]
-    accept: dict[str, Any]
-    verify: dict[str, Any]  # evidence and evaluation, as ``evidence`` answers
+    schedulers: list[Scheduler]
+    first_request: FirstRequest
+    accept: Accept
+    verify: Verified
     ready_at: str
     timings: dict[str, float]
-    error: dict[str, Any]
+    error: ErrorDoc
     ended_at: str  # when a failed deploy ended
-    cancelled: dict[str, Any]  # {"reason": who asked and how, "at": when}: a cancelled deploy's record
+    cancelled: Cancelled
     stopped_at: str
-    ended: dict[str, Any]  # how it ended (``records.ended_of`` reads it): kind ready | failed | cancelled | replaced
+    ended: Ended  # how it ended (``records.ended_of`` reads it)
 
 
 class Stopped(TypedDict):
@@ -561,13 +793,21 @@ class _StatusAnswerRequired(TypedDict):
 class StatusAnswer(_StatusAnswerRequired, total=False):
     """``status``: what runs on the host now, observed (``commands.operations.server_view`` reads it)."""
 
-    schedulers: list[dict[str, Any]]
+    schedulers: list[Scheduler]
     uptime_s: float
     process_state: str
     health: Health
     last_decode: dict[str, Any] | None
-    deploying_server: dict[str, Any]
-    routers: list[dict[str, Any]]
+    deploying_server: DeployingServer
+    routers: list[RouterStatus]
+
+
+class DeployingServer(TypedDict):
+    """The server a deploy in progress has started (from its lock holder's note)."""
+
+    pid: int
+    config_name: str | None
+    deploy_id: str | None
 
 
 class LogsRequest(TypedDict, total=False):
@@ -616,7 +856,7 @@ class DeploySummary(TypedDict):
     plan_hash: str | None
     started_at: str | None
     client: str | None
-    ended: dict[str, Any]  # kind: ready | failed | cancelled | replaced | stopped | unfinished; at, by, why
+    ended: Ended
     previous: str | None  # the deploy this one replaced
     rollback_of: str | None  # started again from that recorded deploy (`--previous`, `--id`, a rollback)
     redeployable: bool
@@ -662,7 +902,7 @@ class CancelAnswer(_CancelAnswerRequired, total=False):
     step: str | None
     ended: bool
     status: str | None  # how it ended, from its record
-    error: dict[str, Any] | None
+    error: ErrorDoc | None
 
 
 class _RouterStartRequired(TypedDict):
@@ -683,8 +923,56 @@ class RouterStartRequest(_RouterStartRequired, total=False):
     state_dir: str
 
 
+class _RouterRecordRequired(TypedDict):
+    name: str
+    pid: int
+    start_ticks: int | None
+    listen: str
+    port: int
+    workers: list[str]  # the worker URLs it was started with
+    policy: str | None
+    log_path: str
+    status: str  # starting | running | failed | stopped
+    started_at: str
+    argv: list[str] | None
+
+
+class RouterRecord(_RouterRecordRequired, total=False):
+    """A router's record on its host (``serve.router``: ``STATE/routers/<name>.json``)."""
+
+    ready_after_s: float
+    workers_listed: bool  # the router listed its workers before the deadline (``GET /workers``)
+
+
+class RouterWorker(TypedDict):
+    url: str
+    health: int | None  # the worker's own /health status, None: no answer
+    router_says_healthy: bool | None
+
+
+class _RouterStatusRequired(TypedDict):
+    name: str | None
+    pid: int | None
+    listen: str | None
+    port: int | None
+    policy: str | None
+    status: str | None
+    started_at: str | None
+    log_path: str | None
+    workers_at_start: list[str] | None
+    running: bool
+    health: int | None  # the router's /health status now, None: not running or no answer
+    workers: list[RouterWorker]
+
+
+class RouterStatus(_RouterStatusRequired, total=False):
+    """One router on the host as ``status`` reports it (``serve.router.status``)."""
+
+    workers_source: str  # where the worker list came from: the router's own GET /workers, or its record
+
+
 class RouterStartAnswer(TypedDict):
-    record: dict[str, Any]  # the router's record: name, pid, listen, port, workers, status, ...
+    record: RouterRecord
     replaced: list[int]  # pids of the router it replaced
 
 
@@ -743,9 +1031,31 @@ class WatchAnswer(_WatchAnswerRequired, total=False):
     window_forwards: int  # the decode forwards one figure covers (--decode-log-interval)
 
 
-class BenchAnswer(TypedDict, total=False):
-    """``bench``'s result document; the load generator's own figures (completed, failed, duration_s,
-    output_tok_s, tpot_ms, ttft_ms, ...) are spread into it beside these keys."""
+class LoadFigures(TypedDict, total=False):
+    """What the client measured of its own requests (``loadgen.summarize``, or ``sglang.bench_serving``'s block):
+    counts, time, throughput and its interval, and each latency's distribution (mean, median, p95, p99, max)."""
+
+    completed: int
+    failed: int
+    errors: list[str]
+    interrupted: bool
+    duration_s: float
+    window_s: float
+    output_tokens: int
+    output_tok_s: float
+    tok_s_ci: float | None  # the throughput's relative 95 % interval
+    request_throughput: float
+    ttft_ms: dict[str, float | None]
+    tpot_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]
+    e2e_ms: dict[str, float | None]
+    accept_histogram_requests: int
+    adaptive: dict[str, Any] | None  # an adaptive length: its target, bounds and why it stopped
+
+
+class BenchAnswer(LoadFigures, total=False):
+    """``bench``'s result document: the client's figures (``LoadFigures``; a bench_serving run may add its own
+    beside them) and the speculative ones from every source."""
 
     bench_id: str
     started_at: str
@@ -775,16 +1085,80 @@ class BenchAnswer(TypedDict, total=False):
     host_path: str
 
 
+class TimerCost(TypedDict):
+    """The device timer's cost on served tok/s, this bench against one with the timer the other way
+    (``commands.bench.timer_cost``)."""
+
+    pct: float
+    timer_on_tok_s: float
+    timer_off_tok_s: float
+    against: str  # the other bench's file
+    source: str
+
+
+class BenchDocument(BenchAnswer, total=False):
+    """A bench's document on the client: the host's answer, where it ran and what was asked
+    (``commands.bench.run_bench``; a sweep saves one per level)."""
+
+    host: str
+    requested: dict[str, object]  # the ``BenchParams``
+
+
+class SavedBench(BenchDocument, total=False):
+    """``inv bench``'s document, saved as ``RUNS/<host>/<bench_id>.json``: with the device timer's cost and where it
+    lies; with ``--explain``, its subjects and findings."""
+
+    timer_cost: TimerCost | None  # None: no bench with the timer the other way to hold it against
+    local_path: str
+
+
+class ExplainedBench(SavedBench, total=False):
+    """``inv bench --explain``'s document: the saved bench with its subjects and findings."""
+
+    explain: dict[str, Any]
+
+
+class _EnvRowRequired(TypedDict):
+    var: str
+    expected: str | None
+    observed: str | None
+    status: str  # ``judge.STATUSES``: proven, overridden, sglang_overrides, ...
+    note: str
+
+
+class EnvRow(_EnvRowRequired, total=False):
+    """One (scheduler, variable) row of check-env (``judge.evaluate``); the client adds rows of the inventory's own
+    variables SGLang assigns itself (``operations.sglang_overwrites``), which name no process."""
+
+    pid: int
+    rank: int | None
+    label: str | None
+    title: str | None
+    evidence: str | None  # the strongest source seen (``judge.SOURCES``), None: nothing seen
+    sources: dict[str, Any]  # source -> what it showed, and the launcher's value
+    environ_status: str | None
+
+
+class Hint(TypedDict):
+    """One piece of advice beside check-env's rows (``hints.hint``), with the variables and processes it names."""
+
+    code: str
+    severity: str  # error | warning | info
+    message: str
+    vars: list[str]
+    pids: list[int]
+
+
 class _EvaluationRequired(TypedDict):
     ok: bool
-    rows: list[dict[str, Any]]  # one per (scheduler, variable): pid, rank, var, expected, observed, status, ...
+    rows: list[EnvRow]  # one per (scheduler, variable)
     summary: dict[str, int]  # status -> rows
     nranks: int | None
     nranks_source: str
     single_rank: bool
     schedulers: int
     recorded_deploy: bool
-    hints: list[dict[str, Any]]
+    hints: list[Hint]
     used: dict[str, Any]
 
 
@@ -794,6 +1168,14 @@ class Evaluation(_EvaluationRequired, total=False):
     # how many ranks should run and which are gone (``evidence.gather.rank_census``), with ``verdict``: the
     # sentence, None while every rank runs
     ranks: dict[str, Any]
+    sglang_overwrites: list[EnvRow]  # added by the client (``operations.sglang_overwrites``), never the agent
+
+
+class Verified(TypedDict):
+    """check-env right after a deploy's readiness (``serve.deploy``): what was read and its judgement."""
+
+    evidence: dict[str, Any]
+    evaluation: Evaluation
 
 
 class CheckEnvAnswer(TypedDict):
@@ -802,13 +1184,18 @@ class CheckEnvAnswer(TypedDict):
     record: DeployRecord | None
 
 
+# A patch's rendered pieces by role: ``engine_block``/``scheduler_block`` (code), ``sitecustomize`` (a file's
+# text), ``plugin`` (files by path under site-packages). A runtime alias (the agent's Python 3.9): ``Union``.
+PatchPieces = dict[str, Union[str, dict[str, str]]]
+
+
 class _PatchApplyRequired(TypedDict):
     site_packages: str
     sglang_version: str
     mode: str
     values: dict[str, str]
     values_hash: str
-    files: dict[str, Any]  # the rendered pieces by role (``render.patchset.render_files``)
+    files: PatchPieces  # the rendered pieces by role (``render.patchset.render_files``)
 
 
 class PatchApplyRequest(_PatchApplyRequired, total=False):
@@ -820,11 +1207,64 @@ class PatchApplyRequest(_PatchApplyRequired, total=False):
     python: str
 
 
+class _PatchFileRequired(TypedDict):
+    path: str
+    kind: str  # source | plugin | sitecustomize
+    action: str  # patched | unchanged | repatched | installed | restored | removed (a rollback: already_original,
+    # already_removed, and each with ``would_`` on a dry run)
+
+
+class PatchFile(_PatchFileRequired, total=False):
+    """One file the patch engine wrote, kept or undid (``patch.apply``, ``patch.rollback``)."""
+
+    role: str  # engine | scheduler | plugin | sitecustomize
+    sha256: str  # what it holds after a deploy (`inv diff` compares it between deploys)
+
+
+class _ManifestEntryRequired(TypedDict):
+    path: str
+    rel: str
+    role: str
+    kind: str
+    mode: str
+    sha256_before: str | None  # None: a file the engine created
+    sha256_after: str
+    backup: str | None  # the original's content-addressed copy
+    time: str
+    tool_version: str | None
+    values_hash: str | None
+    sglang_version: str
+
+
+class ManifestEntry(_ManifestEntryRequired, total=False):
+    """One file the patch manifest records (``STATE/patches/manifest.json``)."""
+
+
+class _ManifestRequired(TypedDict):
+    version: int
+    entries: list[ManifestEntry]
+    dirs: list[str]  # directories the engine created (a plugin's), removed again once empty
+
+
+class Manifest(_ManifestRequired, total=False):
+    """The patch engine's record of what it changed on the host (``patch.store``)."""
+
+    mode: str
+    site_packages: str
+    sglang_version: str
+    tool_version: str
+    values_hash: str | None
+    values: dict[str, str] | None
+    force: bool
+    updated: str
+    last_rollback: str
+
+
 class PatchApplyAnswer(TypedDict):
     mode: str
     sglang_version: str
     changed: bool
-    files: list[dict[str, Any]]  # path, kind, action
+    files: list[PatchFile]
     manifest: str
     warnings: list[str]
 
@@ -843,7 +1283,7 @@ class PatchRollbackRequest(TypedDict, total=False):
 class _PatchRollbackRequired(TypedDict):
     dry_run: bool
     nothing_to_do: bool
-    files: list[dict[str, Any]]  # path, kind, action (restored | removed | already_original | ..., would_ on dry)
+    files: list[PatchFile]
     forgotten: list[str]
 
 

@@ -17,7 +17,7 @@ from fabfile.errors import PatchModeError
 from fabfile.remote import common
 from fabfile.remote.patch import markers
 from fabfile.remote.patch import modes as patch_modes
-from fabfile.remote.protocol import PatchApplyRequest
+from fabfile.remote.protocol import PatchApplyRequest, PatchPieces
 from fabfile.render.jinja import render_text
 
 PLUGIN_DIST = patch_modes.PLUGIN_NAME
@@ -123,7 +123,7 @@ def _dist_version(tool_version: str) -> str:
     return v or "0"
 
 
-def render_files(mode: str, values: Mapping[str, Any], force: bool, tool_version: str) -> dict[str, Any]:
+def render_files(mode: str, values: Mapping[str, Any], force: bool, tool_version: str) -> PatchPieces:
     """Rendered pieces by role, as the host's ``patch.apply.apply`` expects them in ``request["files"]``."""
     if mode == "env":
         return {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fabfile.inventory.hosts import Host, Inventory
@@ -61,7 +61,7 @@ def connector(fn: Connector) -> Iterator[None]:
 
 Req = TypeVar("Req", bound=Mapping[str, Any])
 Ans = TypeVar("Ans")
-OnEvent = Callable[[dict[str, Any]], None]
+OnEvent = Callable[["p.AgentEvent"], None]
 
 
 @dataclass
@@ -72,7 +72,7 @@ class HostSession:
     host: Host
     transport: Transport
     agent: AgentClient
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: p.FactsAnswer | None = None  # the preflight's answer (``host_facts``), once asked
 
     @classmethod
     def open(cls, inv: Inventory, host: Host, on_open: Callable[[Transport], None] | None = None, *,
@@ -86,7 +86,7 @@ class HostSession:
 
     def resolve(self, path: str) -> str:
         """A remote path with ``~/`` replaced by the host's HOME (known after the first agent call)."""
-        home = self.facts.get("home")
+        home = self.facts["home"] if self.facts else None
         if path.startswith("~/") and home:
             return f"{home.rstrip('/')}/{path[2:]}"
         return path
@@ -104,8 +104,7 @@ class HostSession:
         with (``problems``, ``unsafe``); kept on the session (``facts``: its HOME resolves ``~/``)."""
         req: p.FactsRequest = {"paths": paths, "need_gpus": need_gpus, "min_free_disk_gb": min_free_disk_gb,
                                "log_dir": log_dir, "log_path": log_path}
-        facts = self._call(verbs.FACTS, req)
-        self.facts = dict(facts)
+        self.facts = facts = self._call(verbs.FACTS, req)
         return facts
 
     def deploy(self, req: p.DeployRequest, timeout: float, on_event: OnEvent | None = None,

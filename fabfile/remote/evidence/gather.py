@@ -22,6 +22,7 @@ from .sglangnccl import argv_flags, custom_ar, sglang_nccl_rules
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
     from ..protocol import GatherRequest
+    from .interconnect import GpuFacts
 
 SCHEMA = 1
 LOG_CAP_BYTES = 64 << 20
@@ -251,7 +252,7 @@ def _model_config(argv: list[str] | None) -> dict[str, Any]:
 
 def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
            schedulers: list[dict[str, Any]], scan: Scan, expected: dict[str, str],
-           gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
+           gpu_facts: GpuFacts | None) -> dict[str, Any]:
     """What the judgement needs besides the processes: launch flags, GPUs, InfiniBand, what SGLang sets itself."""
     argv = req.get("launch_argv")
     argv_source = "record" if argv else None
@@ -368,7 +369,7 @@ def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo
     )
 
 
-def gather(req: GatherRequest, sink: EventSink, gpu_facts: dict[str, Any] | None = None) -> dict[str, Any]:
+def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = None) -> dict[str, Any]:
     """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring.
 
     ``gpu_facts``: the GPU listing and topology when the caller already read them (a deploy reads them while its
@@ -434,5 +435,5 @@ def evidence_request(rec_or_req: Mapping[str, Any], *, deploy_id: str, log_path:
             "nccl_debug": rec_or_req.get("nccl_debug"),
             "launch_env": {k: env[k] for k in LAUNCH_DIAG if k in env},
             # as the deploy found them once ready (a deploy's own check has none yet: every rank is judged live)
-            "recorded_schedulers": [dict(r) for r in rec_or_req.get("schedulers") or []],
+            "recorded_schedulers": list(rec_or_req.get("schedulers") or []),
             "server": {"recorded_deploy": deploy_id, "is_recorded_deploy": True}}

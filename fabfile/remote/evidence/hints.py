@@ -8,16 +8,19 @@ only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import versions
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import EnvRow, Hint
 
 # Patch modes that set the values inside each scheduler process (engine sets them in the launcher only).
 IN_PROCESS_MODES = ("scheduler", "plugin", "sitecustomize")
 
 
 def hint(
-    hints: dict[str, dict[str, Any]],
+    hints: dict[str, Hint],
     code: str,
     message: str,
     severity: str = "error",
@@ -143,7 +146,7 @@ def blind_message(evidence: dict[str, Any], env_status: str | None) -> tuple[str
     )
 
 
-def server_hints(hints: dict[str, dict[str, Any]], schedulers: list[dict[str, Any]], launcher: dict[str, Any],
+def server_hints(hints: dict[str, Hint], schedulers: list[dict[str, Any]], launcher: dict[str, Any],
                   server: dict[str, Any]) -> bool:
     """Hints about which server was judged (none running; not the recorded deploy). True: it is not the recorded
     deploy, so its verdict cannot stand for the deploy."""
@@ -169,8 +172,8 @@ def server_hints(hints: dict[str, dict[str, Any]], schedulers: list[dict[str, An
     return not_recorded
 
 
-def run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts: dict[str, Any],
-               expected: dict[str, str], rows: list[dict[str, Any]], no_nccl_lines: bool) -> None:
+def run_hints(hints: dict[str, Hint], evidence: dict[str, Any], facts: dict[str, Any],
+               expected: dict[str, str], rows: list[EnvRow], no_nccl_lines: bool) -> None:
     """Hints about the whole run rather than one row: no NCCL_DEBUG lines, a capped or rotated log, variables SGLang
     itself touches, an inventory changed since the deploy, custom all-reduce, nothing expected."""
     if no_nccl_lines:
@@ -229,7 +232,7 @@ def run_hints(hints: dict[str, dict[str, Any]], evidence: dict[str, Any], facts:
 
 
 def blame(
-    hints: dict[str, dict[str, Any]], rules: list[dict[str, Any]], var: str, pid: Any, facts: dict[str, Any]
+    hints: dict[str, Hint], rules: list[dict[str, Any]], var: str, pid: Any, facts: dict[str, Any]
 ) -> None:
     """The likeliest cause of a different value: SGLang's own env writes (only those known to apply are
     stated as fact), else the usual suspects."""

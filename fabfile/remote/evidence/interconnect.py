@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TypedDict
 
 from .. import gpus
 from ..common import AgentError
@@ -27,7 +27,16 @@ def parse_topology(text: str) -> str:
     return "pcie" if n > 1 else "single"
 
 
-def gpu_facts() -> dict[str, Any]:
+class GpuFacts(TypedDict):
+    """The host's GPUs as check-env reads them: how many, their names, the link between them, and from where."""
+
+    count: int | None  # None: nvidia-smi missing or failed
+    names: list[str]
+    interconnect: str  # nvlink | pcie | single | unknown | ... (``parse_topology``)
+    source: str
+
+
+def gpu_facts() -> GpuFacts:
     # Both queries at once: each nvidia-smi run costs tens of milliseconds on a real host.
     try:
         outs = gpus.smi_many([["-L"], ["topo", "-m"]], timeout=SMI_TIMEOUT_S, strict=False)

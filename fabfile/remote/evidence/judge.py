@@ -34,7 +34,7 @@ from .nccllog import parse_nccl_line, parse_nccl_records
 from .sglangnccl import argv_flags, custom_ar, sglang_env_facts_for, sglang_nccl_rules
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import CheckEnvAnswer, CheckEnvRequest, Evaluation, GatherRequest
+    from ..protocol import CheckEnvAnswer, CheckEnvRequest, EnvRow, Evaluation, GatherRequest, Hint
 
 __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "check_env", "custom_ar", "evaluate",
            "gather",
@@ -97,7 +97,7 @@ class _Run:
     rules: list[dict[str, Any]]
     nranks: int | None
     launcher: dict[str, Any]
-    hints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hints: dict[str, Hint] = field(default_factory=dict)
 
     @property
     def single_rank(self) -> bool:
@@ -384,7 +384,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
                rules=list(facts.get("sglang_sets") or []), nranks=nranks, launcher=evidence.get("launcher") or {})
     any_nccl = any((s.get("nccl") or {}).get("lines") for s in schedulers)
     not_recorded = server_hints(run.hints, schedulers, run.launcher, facts.get("server") or {})
-    rows: list[dict[str, Any]] = []
+    rows: list[EnvRow] = []
     for s in schedulers:
         proc = _Proc.of(s)
         for var in sorted(expected):
@@ -426,7 +426,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
     }
 
 
-def _overridden(hints: dict[str, dict[str, Any]], rows: list[dict[str, Any]], used: dict[str, Any]) -> None:
+def _overridden(hints: dict[str, Hint], rows: list[EnvRow], used: dict[str, Any]) -> None:
     """A value NCCL took but its tuner went around for some size: the env row says so instead of proven."""
     for var in used.get("overridden") or []:
         where = sorted({f"{u['phase']} ({u['bytes']} B): {u['algo']}/{u['proto']}" for u in used["rows"]

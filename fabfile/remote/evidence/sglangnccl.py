@@ -6,11 +6,14 @@ Pure functions of the version, the launch line and the GPU facts; ``gather`` cal
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import versions
 from ..common import split_argv
 from . import sglang_env_facts
+
+if TYPE_CHECKING:  # annotations only
+    from .interconnect import GpuFacts
 
 
 def argv_flags(argv: list[str] | None) -> dict[str, Any]:
@@ -115,7 +118,7 @@ def sglang_nccl_rules(version: str | None, flags: dict[str, Any]) -> list[dict[s
 
 
 def custom_ar(
-    flags: dict[str, Any], gpus: dict[str, Any], world: int | None, log_line: str | None
+    flags: dict[str, Any], gpus: GpuFacts, world: int | None, log_line: str | None
 ) -> dict[str, Any]:
     reasons: list[str] = []
     enabled: bool | None = None

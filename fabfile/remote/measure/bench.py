@@ -18,11 +18,11 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Callable, cast
+from typing import Any, Callable, TypedDict, cast
 
 from .. import procs, versions
 from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand, open_private, split_argv
-from ..protocol import BenchAnswer, BenchRequest
+from ..protocol import BenchAnswer, BenchRequest, DeployRecord
 from ..serve import records, server
 from . import metrics
 
@@ -164,7 +164,7 @@ def api_key_of(pid: int) -> str | None:
     return None
 
 
-def died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
+def died_meanwhile(rec: DeployRecord, grace: float = 5.0) -> bool:
     """Whether the recorded server is gone, given a few seconds to finish dying.
 
     When every request failed, the likeliest reason is that the server died: SGLang's launcher notices a dead
@@ -178,18 +178,18 @@ def died_meanwhile(rec: dict[str, Any], grace: float = 5.0) -> bool:
     return True
 
 
-def _died_during(rec: dict[str, Any], req: BenchRequest, done: object) -> AgentError:
+def _died_during(rec: DeployRecord, req: BenchRequest, done: object) -> AgentError:
     return AgentError("bench_failed", f"the server (pid {rec['pid']}) died during the benchmark, after {done} of "
                       f"{req['num_prompts']} requests; no figures were kept",
                       "see `inv logs` for why it died, deploy again, then benchmark")
 
 
-def running_record(state_dir: str) -> dict[str, Any]:
+def running_record(state_dir: str) -> DeployRecord:
     rec = records.current(state_dir)
     if not rec or not rec.get("pid") or not procs.alive(int(rec["pid"]), rec.get("start_ticks")):
         raise AgentError("not_running", "no server deployed by specdeploy is running on this host",
                          "deploy one first (`inv deploy`), then benchmark it")
-    return dict(rec)
+    return rec
 
 
 def _pick_client(req: BenchRequest, version: str, sink: EventSink) -> str:
@@ -231,7 +231,7 @@ def _pick_client(req: BenchRequest, version: str, sink: EventSink) -> str:
     return client
 
 
-def _measure(req: BenchRequest, rec: dict[str, Any], client: str, target: tuple[str, int], api_key: str | None,
+def _measure(req: BenchRequest, rec: DeployRecord, client: str, target: tuple[str, int], api_key: str | None,
              bench_dir: str, sink: EventSink) -> tuple[dict[str, Any], str]:
     """Run the benchmark with the chosen client: (its figures, the client's name)."""
     host, port = target
@@ -256,8 +256,19 @@ def _measure(req: BenchRequest, rec: dict[str, Any], client: str, target: tuple[
     return measured, "loadgen"
 
 
+class Seen(TypedDict):
+    """The speculative figures' other sources beside the client's own: the log's Decode lines, ``/server_info``,
+    ``/metrics``, the requests' meta_info, and each source's accept length."""
+
+    decode: metrics.DecodeSummary
+    spec_info: metrics.ServerSpec
+    prom: dict[str, float] | None
+    meta: metrics.SpecMeta
+    sources: dict[str, float | None]
+
+
 def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target: tuple[str, int], version: str,
-                   api_key: str | None, info_before: dict[str, Any], has_metrics: bool = True) -> dict[str, Any]:
+                   api_key: str | None, info_before: metrics.ServerSpec, has_metrics: bool = True) -> Seen:
     """Every other source of the speculative figures: the server's log since the start, its server info, its
     Prometheus metrics, the requests' meta_info (popped from ``measured``)."""
     host, port = target
@@ -268,7 +279,7 @@ def _other_sources(measured: dict[str, Any], log_path: str, offset: int, target:
     decode = metrics.summarize_decode_lines(lines)
     spec_info = metrics.spec_from_server_info(server_info(host, port, version, api_key)) or info_before
     prom = prometheus(host, port, api_key) if has_metrics else None
-    meta = measured.pop("meta", {}) or {}
+    meta: metrics.SpecMeta = measured.pop("meta", None) or metrics.SpecMeta()
     sources: dict[str, float | None] = {
         "meta_info": meta.get("accept_len"),
         "decode_log": decode.get("accept_len"),
@@ -293,7 +304,7 @@ def progress_events(sink: EventSink) -> Callable[[int, int, float], bool]:
     return progress
 
 
-def is_speculative(spec_info: dict[str, Any], sources: dict[str, Any]) -> bool:
+def is_speculative(spec_info: metrics.ServerSpec, sources: dict[str, float | None]) -> bool:
     """Whether the benchmarked server speculates: its own speculative settings, else an accept length from any
     source. A speculative server's accept length is at least 1 (every verify emits a token); SGLang's metrics report
     0.0 for a server that does not speculate (its collector logs the gauge whatever runs: seen on 0.5.16 on the
@@ -301,7 +312,7 @@ def is_speculative(spec_info: dict[str, Any], sources: dict[str, Any]) -> bool:
     return bool(spec_info.get("algorithm")) or any(v is not None and v >= 1.0 for v in sources.values())
 
 
-def accept_len_windows(meta: dict[str, Any], decode: dict[str, Any]) -> dict[str, str]:
+def accept_len_windows(meta: metrics.SpecMeta, decode: metrics.DecodeSummary) -> dict[str, str]:
     """Each accept-length source's window and sample size, as a person reads it beside the figure."""
     return {
         "meta_info": f"{meta.get('requests')} requests (Σ completion_tokens / Σ spec_verify_ct)",
@@ -312,10 +323,11 @@ def accept_len_windows(meta: dict[str, Any], decode: dict[str, Any]) -> dict[str
     }
 
 
-def _result(req: BenchRequest, rec: dict[str, Any], version: str, measured: dict[str, Any], client_name: str,
-            started_at: str, seen: dict[str, Any]) -> dict[str, Any]:
+def _result(req: BenchRequest, rec: DeployRecord, version: str, measured: dict[str, Any], client_name: str,
+            started_at: str, seen: Seen) -> dict[str, Any]:
     """The benchmark's result document: the client's figures and the speculative ones from every source."""
-    decode, spec_info, prom, meta, sources = (seen[k] for k in ("decode", "spec_info", "prom", "meta", "sources"))
+    decode, spec_info, prom, meta, sources = seen["decode"], seen["spec_info"], seen["prom"], seen["meta"], \
+        seen["sources"]
     speculative = is_speculative(spec_info, sources)
     accept_len = next((v for v in sources.values() if v is not None), None) if speculative else None
     draft_tokens = spec_info.get("draft_tokens")
@@ -373,7 +385,7 @@ PHASES_HOWTO = ("deploy with measurement on (`inv deploy --measure` or `measure:
 
 
 def phases(before: str | None, after: str | None, result: dict[str, Any], measured: dict[str, Any],
-           seen: dict[str, Any], version: str, concurrency: int) -> dict[str, Any]:
+           seen: Seen, version: str, concurrency: int) -> dict[str, Any]:
     """Where the benchmark's cycles went, per rank, from SGLang's device timer (the counters' deltas over the run,
     warm-up included, as ``devicetimer`` reads them), with the run's cycle and accept length; ``missing`` says why
     there are none (the server runs without the timer, or its version has none)."""

@@ -19,7 +19,7 @@ profile's own load, so other clients' traffic in the window counts too (said in 
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from .. import versions
 from ..protocol import SOURCE_OTHER, SOURCE_TIMER, CycleAnatomy, PhaseFigure
@@ -206,7 +206,7 @@ def complete(a: CycleAnatomy, cycle: PhaseFigure | None, accept: PhaseFigure | N
     return a
 
 
-def cuda_graph(d: Snapshot, decode: dict[str, Any]) -> bool | None:
+def cuda_graph(d: Snapshot, decode: metrics.DecodeSummary) -> bool | None:
     """Whether the decode batches ran in CUDA graphs: SGLang's pass counter, else the ``cuda graph:`` field of
     its ``Decode batch`` lines in the window (None: neither said)."""
     if d["decode_passes"]:
@@ -217,6 +217,6 @@ def cuda_graph(d: Snapshot, decode: dict[str, Any]) -> bool | None:
     return None
 
 
-def describe(snap: Snapshot) -> dict[str, Any]:
+def describe(snap: Snapshot) -> dict[str, list[str]]:
     """The categories seen per rank (for the report: which phases this server's timer separates)."""
     return {str(r): sorted(c) for r, c in snap["seconds"].items()}

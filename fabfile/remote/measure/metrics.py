@@ -18,9 +18,44 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict, Union
 
 from .. import versions
+
+# One ``Decode batch`` line's fields by name (``_NAMES``): numbers and flags, and the line's time and ranks.
+DecodeFields = dict[str, Union[float, bool, str]]
+
+
+class DecodeSummary(TypedDict, total=False):
+    """The ``Decode batch`` lines of a window: how many, their mean figures, and the last line's fields."""
+
+    lines: int
+    accept_len: float
+    accept_rate: float
+    gen_throughput: float
+    last: DecodeFields
+
+
+class ServerSpec(TypedDict, total=False):
+    """The speculative configuration ``/server_info`` reports, and its server-wide figures."""
+
+    algorithm: str | None
+    steps: int | None
+    topk: int | None
+    draft_tokens: int | None
+    version: str | None
+    avg_spec_accept_length: float
+    last_gen_throughput: float
+
+
+class SpecMeta(TypedDict, total=False):
+    """Totals over requests' ``meta_info`` (``spec_from_meta``)."""
+
+    requests: int
+    accept_len: float
+    verify_ct: int
+    completion_tokens: int
+    draft_acceptance: float
 
 _FIELD = re.compile(r"(#?[A-Za-z][A-Za-z ._()/-]*?):\s*([-+]?[0-9.]+(?:e[-+]?\d+)?|True|False)")
 _PREFIX = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)(?P<ranks>(?: [A-Z_]+\d+)*)\]\s*")
@@ -36,12 +71,12 @@ _NAMES = {
 _INTS = ("running_req", "tokens", "queue_req", "swa_tokens", "mamba_num")
 
 
-def parse_decode_line(line: str) -> dict[str, Any] | None:
+def parse_decode_line(line: str) -> DecodeFields | None:
     """One ``Decode batch`` log line → its fields (None for any other line)."""
     idx = line.find("Decode batch")
     if idx < 0:
         return None
-    out: dict[str, Any] = {}
+    out: DecodeFields = {}
     m = _PREFIX.search(line[:idx].strip() + " ") if line[:idx].strip() else None
     if m:
         out["time"] = m.group("ts")
@@ -80,16 +115,24 @@ def draft_acceptance(accept_len: float | None, draft_tokens: int | None) -> floa
     return (accept_len - 1.0) / (draft_tokens - 1)
 
 
-def summarize_decode_lines(lines: Iterable[str]) -> dict[str, Any]:
+def summarize_decode_lines(lines: Iterable[str]) -> DecodeSummary:
     """Every ``Decode batch`` line in ``lines`` → count, mean accept len/rate, mean and last gen throughput."""
     parsed = [d for d in (parse_decode_line(ln) for ln in lines) if d is not None]
-    out: dict[str, Any] = {"lines": len(parsed)}
+    out: DecodeSummary = {"lines": len(parsed)}
     if not parsed:
         return out
-    for key in ("accept_len", "accept_rate", "gen_throughput"):
+
+    def mean(key: str) -> float | None:
         vals = [float(d[key]) for d in parsed if key in d]
-        if vals:
-            out[key] = sum(vals) / len(vals)
+        return sum(vals) / len(vals) if vals else None
+
+    accept_len, accept_rate, gen_throughput = mean("accept_len"), mean("accept_rate"), mean("gen_throughput")
+    if accept_len is not None:
+        out["accept_len"] = accept_len
+    if accept_rate is not None:
+        out["accept_rate"] = accept_rate
+    if gen_throughput is not None:
+        out["gen_throughput"] = gen_throughput
     out["last"] = parsed[-1]
     return out
 
@@ -170,11 +213,11 @@ def spec_from_prometheus(text: str) -> dict[str, float]:
 
 
 # -- /server_info ---------------------------------------------------------------------------------------------------
-def spec_from_server_info(info: dict[str, Any]) -> dict[str, Any]:
+def spec_from_server_info(info: Mapping[str, Any]) -> ServerSpec:
     """Speculative configuration and the server-wide accept length from a ``/server_info`` document."""
     states = info.get("internal_states") or [{}]
     state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-    out: dict[str, Any] = {
+    out: ServerSpec = {
         "algorithm": info.get("speculative_algorithm"),
         "steps": info.get("speculative_num_steps"),
         "topk": info.get("speculative_eagle_topk"),
@@ -189,7 +232,7 @@ def spec_from_server_info(info: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- per-request meta_info ------------------------------------------------------------------------------------------
-def spec_from_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def spec_from_meta(metas: Iterable[dict[str, Any]]) -> SpecMeta:
     """Totals over requests' ``meta_info``: accept length = Σ completion_tokens / Σ spec_verify_ct.
 
     The accept rate comes from the version's draft counters: ``spec_accept_token_num``/``spec_draft_token_num``
@@ -213,7 +256,7 @@ def spec_from_meta(metas: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 proposed += int(m[p_key])
                 have_counts = True
                 break
-    out: dict[str, Any] = {"requests": n}
+    out: SpecMeta = {"requests": n}
     if verify:
         out["accept_len"] = tokens / verify
         out["verify_ct"] = verify
@@ -336,11 +379,12 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def distribution(values: list[float], qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, Any]:
+def distribution(values: list[float], qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, float | None]:
     """mean, median, the given percentiles and max of ``values`` (empty dict for no values)."""
     if not values:
         return {}
-    out: dict[str, Any] = {"mean": sum(values) / len(values), "median": percentile(values, 50), "max": max(values)}
+    out: dict[str, float | None] = {"mean": sum(values) / len(values), "median": percentile(values, 50),
+                                    "max": max(values)}
     for q in qs:
         if q != 50:
             out[f"p{q}"] = percentile(values, q)

@@ -38,6 +38,7 @@ from ..protocol import (
     SOURCE_META,
     SOURCE_TOOL,
     CycleAnatomy,
+    DeployRecord,
     PhaseFigure,
     ProfileRank,
     ProfileRequest,
@@ -192,7 +193,7 @@ def _start_failed(code: int, text: str, log_path: str, offset: int) -> AgentErro
 class _Run:
     """One profile's fixed facts and the state its ``finally`` needs (whether a profile was started, stopped)."""
 
-    def __init__(self, req: ProfileRequest, rec: dict[str, Any], version: str, target: tuple[str, int],
+    def __init__(self, req: ProfileRequest, rec: DeployRecord, version: str, target: tuple[str, int],
                  api_key: str | None, log_path: str, offset: int, tp: int) -> None:
         self.req, self.rec, self.version, self.target, self.api_key = req, rec, version, target, api_key
         self.log_path, self.offset, self.tp = log_path, offset, tp
@@ -307,7 +308,7 @@ def read_trace(path: str, cap: int, attempts: int = 4,
 
 
 def _ranks(ctx: _Run, d: devicetimer.Snapshot, files: dict[int, str], shape: dict[str, Any],
-           measured: dict[str, Any], meta: dict[str, Any], cycle: PhaseFigure | None,
+           measured: dict[str, Any], meta: metrics.SpecMeta, cycle: PhaseFigure | None,
            accept: PhaseFigure | None) -> list[ProfileRank]:
     """Per rank: the timer's anatomy, the trace's, and their difference."""
     ranks: list[ProfileRank] = []
@@ -354,8 +355,8 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
     info = bench.server_info(*target, version, api_key)
     spec = metrics.spec_from_server_info(info)
     speculative = bool(spec.get("algorithm"))
-    steps = int(spec["steps"]) if spec.get("steps") else None
-    draft_tokens = int(spec["draft_tokens"]) if spec.get("draft_tokens") else None
+    steps = spec.get("steps") or None
+    draft_tokens = spec.get("draft_tokens") or None
     tp = int(info.get("tp_size") or 1)
     config = str(rec.get("config_name") or "")
     input_len, output_len = int(req["input_len"]), int(req["output_len"])
@@ -384,11 +385,12 @@ def run(req: ProfileRequest, sink: EventSink) -> ProfileResult:
             shutil.rmtree(ctx.out_dir, ignore_errors=True)
         raise
     out_dir = ctx.out_dir
-    decode_log = metrics.summarize_decode_lines(server.LogFollower(log_path, offset).read_lines()) if log_path else {}
+    decode_log: metrics.DecodeSummary = \
+        metrics.summarize_decode_lines(server.LogFollower(log_path, offset).read_lines()) if log_path else {}
     d = devicetimer.delta(before, after)
     timer_on = devicetimer.has_timer(after)
     cuda_graph = devicetimer.cuda_graph(d, decode_log)
-    meta = measured.pop("meta", {}) or {}
+    meta: metrics.SpecMeta = measured.pop("meta", None) or metrics.SpecMeta()
     accept_len = meta.get("accept_len") if speculative else None
     accept = _fig(float(accept_len), SOURCE_META, int(meta.get("verify_ct") or 0)) if accept_len else None
     cyc = (measured.get("cycle_ms") or {}).get("mean")

@@ -11,7 +11,7 @@ import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import versions
 from ..common import AgentError, EventSink, expand, sha256_bytes
@@ -37,7 +37,7 @@ from .store import (
 )
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import PatchApplyAnswer, PatchApplyRequest
+    from ..protocol import Manifest, ManifestEntry, PatchApplyAnswer, PatchApplyRequest, PatchFile
 
 
 def _check_installed_version(site: str, version: str) -> None:
@@ -60,12 +60,23 @@ def _check_installed_version(site: str, version: str) -> None:
         )
 
 
-def _plan_files(req: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What the request wants on disk: [{"path", "rel", "role", "kind", "block" | "content"}]."""
+class Wanted(TypedDict, total=False):
+    """One file the request wants on disk: where, its role and kind, and the block (a source) or the content."""
+
+    path: str
+    rel: str
+    role: str
+    kind: str
+    block: str
+    content: str
+
+
+def _plan_files(req: Mapping[str, Any]) -> list[Wanted]:
+    """What the request wants on disk, one ``Wanted`` per file."""
     mode = req["mode"]
     site = req["site_packages"]
     files = req.get("files") or {}
-    out: list[dict[str, Any]] = []
+    out: list[Wanted] = []
 
     def need(role: str) -> Any:
         if role not in files:
@@ -132,7 +143,7 @@ def apply(req: Mapping[str, Any]) -> PatchApplyAnswer:
         return _apply_locked(req, state_dir, site, version, mode, tool_version)
 
 
-def _unchanged_currents(old_entries: dict[str, dict[str, Any]]) -> dict[str, bytes | None]:
+def _unchanged_currents(old_entries: dict[str, ManifestEntry]) -> dict[str, bytes | None]:
     """The current bytes of every file the manifest records; refuses (``file_changed``) when one changed behind the
     engine's back or a recorded source is gone."""
     currents: dict[str, bytes | None] = {}
@@ -147,7 +158,7 @@ def _unchanged_currents(old_entries: dict[str, dict[str, Any]]) -> dict[str, byt
     return currents
 
 
-def _new_source(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None, state_dir: str, version: str,
+def _new_source(w: Wanted, cur: bytes | None, old: ManifestEntry | None, state_dir: str, version: str,
                 site: str) -> tuple[bytes, bytes]:
     """(original, new) bytes of an SGLang source: the pristine file (from the backup when it is patched now) and
     the same file with this request's block inserted."""
@@ -169,7 +180,7 @@ def _new_source(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None
     return original, new
 
 
-def _new_file(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None) -> bytes:
+def _new_file(w: Wanted, cur: bytes | None, old: ManifestEntry | None) -> bytes:
     """The bytes of a file the engine owns (plugin, sitecustomize); refuses to overwrite one it did not write."""
     if cur is not None and old is None and not is_ours(cur):
         raise AgentError(
@@ -182,9 +193,9 @@ def _new_file(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None) 
     return bytes(w["content"].encode("utf-8"))
 
 
-def _undo_unwanted(old_entries: dict[str, dict[str, Any]], wanted_paths: set[str],
+def _undo_unwanted(old_entries: dict[str, ManifestEntry], wanted_paths: set[str],
                    currents: dict[str, bytes | None], state_dir: str, ops: list[Op],
-                   results: list[dict[str, Any]]) -> None:
+                   results: list[PatchFile]) -> None:
     """Files of a previous mode or request that this one does not want: restore (a source) or remove (ours)."""
     for path, e in old_entries.items():
         if path in wanted_paths:
@@ -213,8 +224,8 @@ class _Target:
     now: str
 
 
-def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
-              tg: _Target) -> tuple[Op | None, dict[str, Any], dict[str, Any], tuple[bytes, str] | None]:
+def _plan_one(w: Wanted, cur: bytes | None, old: ManifestEntry | None,
+              tg: _Target) -> tuple[Op | None, PatchFile, ManifestEntry, tuple[bytes, str] | None]:
     """One wanted file: (the write it needs or None, its result row, its manifest entry, the original to back up)."""
     path = w["path"]
     backup: tuple[bytes, str] | None = None
@@ -234,8 +245,8 @@ def _plan_one(w: dict[str, Any], cur: bytes | None, old: dict[str, Any] | None,
         action = "repatched"
     op = Op(path, new, cur) if action != "unchanged" else None
     # sha256: what the file holds after this deploy (`inv diff` compares it between deploys)
-    result = {"path": path, "role": w["role"], "kind": w["kind"], "action": action, "sha256": after_hash}
-    entry = {
+    result: PatchFile = {"path": path, "role": w["role"], "kind": w["kind"], "action": action, "sha256": after_hash}
+    entry: ManifestEntry = {
         "path": path,
         "rel": w["rel"],
         "role": w["role"],
@@ -267,8 +278,8 @@ def _apply_locked(
 
     # 2. compute every new content (no writes yet)
     ops: list[Op] = []
-    results: list[dict[str, Any]] = []
-    new_entries: list[dict[str, Any]] = []
+    results: list[PatchFile] = []
+    new_entries: list[ManifestEntry] = []
     backups: list[tuple[bytes, str]] = []
     tg = _Target(state_dir, site, version, mode, tool_version, req.get("values_hash"), now())
     for w in wanted:
@@ -287,7 +298,7 @@ def _apply_locked(
 
     created_dirs = sorted({os.path.dirname(w["path"]) for w in wanted if w["kind"] == "plugin"})
     created_dirs = [d for d in created_dirs if os.path.normpath(d) != os.path.normpath(site)]
-    new_manifest: dict[str, Any] = {
+    new_manifest: Manifest = {
         "version": MANIFEST_VERSION,
         "mode": mode,
         "site_packages": site,
@@ -316,7 +327,7 @@ def _apply_locked(
     }
 
 
-def _commit(state_dir: str, manifest: dict[str, Any], new_manifest: dict[str, Any], backups: list[tuple[bytes, str]],
+def _commit(state_dir: str, manifest: Manifest, new_manifest: Manifest, backups: list[tuple[bytes, str]],
             ops: list[Op], created_dirs: list[str]) -> None:
     """4. backups first (content-addressed, harmless), then the files, then the manifest."""
     for data, _h in backups:

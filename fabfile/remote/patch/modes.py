@@ -7,13 +7,14 @@ Stdlib only, Python 3.9+; imported by the client too (``fabfile.plan`` checks a 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .. import versions
 from ..common import AgentError
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import Evaluation
+    from ..protocol import Evaluation, Hint
 
 MANIFEST_VERSION = 1
 SENTINEL_BEGIN = "# >>> specdeploy nccl-env begin"
@@ -63,7 +64,7 @@ def with_plugin_allowed(value: str) -> str:
 
 
 def explain_unloaded_plugin(evaluation: Evaluation, mode: str | None, launcher_pid: int | None,
-                            planned_env: dict[str, Any] | None) -> None:
+                            planned_env: Mapping[str, str] | None) -> None:
     """When a plugin-mode server did not prove its values and its ``SGLANG_PLUGINS`` leaves the plugin out, say so
     first among check-env's hints (the generic hints would send the user to the plugin mode they already use)."""
     if mode != "plugin" or evaluation.get("ok"):
@@ -82,7 +83,7 @@ def explain_unloaded_plugin(evaluation: Evaluation, mode: str | None, launcher_p
         value, where = planned_env.get("SGLANG_PLUGINS"), "the launch environment"
     if not plugin_excluded_by(value):
         return
-    hint = {"code": "plugin_not_allowed", "severity": "error", "vars": [], "pids": [launcher_pid] if launcher_pid
+    hint: Hint = {"code": "plugin_not_allowed", "severity": "error", "vars": [], "pids": [launcher_pid] if launcher_pid
             else [],
             "message": f"SGLANG_PLUGINS={value!r} in {where} does not name {PLUGIN_NAME}: SGLang 0.5.11+ loads only "
                        f"the plugins it names, so specdeploy's plugin never ran. Add {PLUGIN_NAME} to it (set in the "

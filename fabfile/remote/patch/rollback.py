@@ -26,15 +26,15 @@ from .store import (
 )
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import PatchRollbackAnswer, PatchRollbackRequest
+    from ..protocol import Manifest, ManifestEntry, PatchFile, PatchRollbackAnswer, PatchRollbackRequest
 
 
-def _undo_ops(state_dir: str, entries: list[dict[str, Any]], currents: dict[str, bytes | None],
-              dry: bool) -> tuple[list[Op], list[dict[str, Any]]]:
+def _undo_ops(state_dir: str, entries: list[ManifestEntry], currents: dict[str, bytes | None],
+              dry: bool) -> tuple[list[Op], list[PatchFile]]:
     """The writes that put each manifest entry back (a source's backup bytes, or removing a file the engine added)
     and the per-file result rows; an entry already back as it was needs no write."""
     ops: list[Op] = []
-    results = []
+    results: list[PatchFile] = []
     for e in entries:
         cur = currents[e["path"]]
         st = current_state(e, cur)
@@ -86,7 +86,7 @@ def rollback(req: Mapping[str, Any]) -> PatchRollbackAnswer:
         ops, results = _undo_ops(state_dir, entries, currents, dry)
         if dry:
             return {"dry_run": True, "nothing_to_do": not ops, "files": results, "forgotten": forgotten}
-        cleared = {
+        cleared: Manifest = {
             "version": MANIFEST_VERSION,
             "entries": [],
             "dirs": [],

@@ -15,10 +15,13 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..common import AgentError, atomic_write, ensure_private_dir, sha256_bytes, sha256_file
 from .modes import MANIFEST_VERSION, SENTINEL_BEGIN
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import Manifest, ManifestEntry
 
 
 def _patches_dir(state_dir: str) -> str:
@@ -29,11 +32,11 @@ def manifest_path(state_dir: str) -> str:
     return os.path.join(_patches_dir(state_dir), "manifest.json")
 
 
-def load_manifest(state_dir: str) -> dict[str, Any]:
+def load_manifest(state_dir: str) -> Manifest:
     path = manifest_path(state_dir)
     try:
         with open(path, encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
+            data = json.load(f)
     except FileNotFoundError:
         return {"version": MANIFEST_VERSION, "entries": [], "dirs": []}
     except ValueError as e:
@@ -42,12 +45,16 @@ def load_manifest(state_dir: str) -> dict[str, Any]:
             f"The patch manifest {path} is not valid JSON: {e}.",
             hint=f"Inspect it by hand; backups of original files are under {backup_dir(state_dir)}.",
         ) from None
+    if not isinstance(data, dict):
+        raise AgentError("manifest_corrupt", f"The patch manifest {path} is no JSON object.",
+                         hint=f"Inspect it by hand; backups of original files are under {backup_dir(state_dir)}.")
     data.setdefault("entries", [])
     data.setdefault("dirs", [])
-    return data
+    # Written by ``save_manifest`` alone: its shape is ours.
+    return cast("Manifest", data)
 
 
-def save_manifest(state_dir: str, data: dict[str, Any]) -> None:
+def save_manifest(state_dir: str, data: Manifest) -> None:
     ensure_private_dir(_patches_dir(state_dir))
     atomic_write(
         manifest_path(state_dir), (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), 0o600
@@ -169,7 +176,7 @@ def require(req: Mapping[str, Any], key: str) -> Any:
     return req[key]
 
 
-def current_state(entry: dict[str, Any], cur: bytes | None) -> str:
+def current_state(entry: ManifestEntry, cur: bytes | None) -> str:
     h = None if cur is None else sha256_bytes(cur)
     if h is not None and h == entry.get("sha256_after"):
         return "patched"
@@ -178,7 +185,7 @@ def current_state(entry: dict[str, Any], cur: bytes | None) -> str:
     return "changed" if cur is not None else "missing"
 
 
-def changed_error(kind: str, entries: list[dict[str, Any]], action: str) -> AgentError:
+def changed_error(kind: str, entries: list[ManifestEntry], action: str) -> AgentError:
     names = ", ".join(e["path"] for e in entries)
     return AgentError(
         kind,
@@ -190,7 +197,7 @@ def changed_error(kind: str, entries: list[dict[str, Any]], action: str) -> Agen
     )
 
 
-def backup_bytes(state_dir: str, entry: dict[str, Any]) -> bytes:
+def backup_bytes(state_dir: str, entry: ManifestEntry) -> bytes:
     path = entry.get("backup") or os.path.join(backup_dir(state_dir), str(entry["sha256_before"]) + ".orig")
     data = read_bytes(path)
     if data is None or sha256_bytes(data) != entry["sha256_before"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from .. import procs
 from ..common import AgentError, EventSink, atomic_write, expand
@@ -47,7 +47,28 @@ def launchers() -> list[procs.ProcInfo]:
     return [p for p in found if p.ppid not in pids]
 
 
-def read_server(state_dir: str, port: int | None = None) -> dict[str, Any]:
+class HandStarted(TypedDict):
+    """A server started by hand, as the host shows it: its process, launch line, the variables it was given beyond
+    the agent's own, its log and working directory."""
+
+    pid: int
+    start_ticks: int
+    argv: list[str]
+    env: dict[str, str]
+    env_readable: bool
+    log_path: str | None
+    cwd: str | None
+
+
+class Adopted(TypedDict):
+    """The adoption record (``STATE/adopted.json``): which process a deploy stops as the adopted server."""
+
+    pid: int
+    start_ticks: int | None
+    argv: list[str]
+
+
+def read_server(state_dir: str, port: int | None = None) -> HandStarted:
     servers = launchers()
     if port is not None and len(servers) > 1:
         servers = [p for p in servers if f"--port {port}" in p.cmdline or f"--port={port}" in p.cmdline] or servers
@@ -71,15 +92,15 @@ def read_server(state_dir: str, port: int | None = None) -> dict[str, Any]:
             "env_readable": env is not None and bool(env), "log_path": _stdout_file(p.pid), "cwd": cwd}
 
 
-def write_record(state_dir: str, server: dict[str, Any]) -> str:
+def write_record(state_dir: str, server: HandStarted) -> str:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     path = os.path.join(state_dir, RECORD)
-    data = {k: server[k] for k in ("pid", "start_ticks", "argv")}
+    data: Adopted = {"pid": server["pid"], "start_ticks": server["start_ticks"], "argv": server["argv"]}
     atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
     return path
 
 
-def adopted(state_dir: str) -> dict[str, Any] | None:
+def adopted(state_dir: str) -> Adopted | None:
     """The adopted server, while it still runs (same pid and start time); else None."""
     try:
         with open(os.path.join(state_dir, RECORD), encoding="utf-8") as f:
@@ -88,7 +109,8 @@ def adopted(state_dir: str) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("pid"), int):
         return None
-    return data if procs.alive(int(data["pid"]), data.get("start_ticks")) else None
+    # Written by ``write_record`` alone: its shape is ours.
+    return cast("Adopted", data) if procs.alive(int(data["pid"]), data.get("start_ticks")) else None
 
 
 def adopt(req: AdoptRequest, sink: EventSink) -> AdoptAnswer:

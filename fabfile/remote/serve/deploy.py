@@ -10,15 +10,30 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .. import failpoints, gpus, procs
 from ..common import CONTEXT, AgentError, EventSink, expand, unexpected
 from ..measure import profilestore
-from ..protocol import DeployRecord, DeployRequest, GateSpec, RedeployRequest, VerifySpec
+from ..protocol import (
+    Accept,
+    DeployRecord,
+    DeployRequest,
+    GateSpec,
+    Holder,
+    KeptRequest,
+    PreviousDeploy,
+    RedeployRequest,
+    Stopped,
+    Verified,
+    VerifySpec,
+)
 from . import records, server, stop
 from .lock import DeployLock
 from .prefetch import Prefetch
+
+if TYPE_CHECKING:  # annotations only: the evidence room is imported when the deploy verifies
+    from ..evidence.interconnect import GpuFacts
 
 
 class Steps:
@@ -67,12 +82,19 @@ def _now() -> str:
 
 
 # What a later rollback needs to start this exact server again (the request minus the one-off parts).
-_KEEP = ("config_name", "plan_hash", "tool_version", "log_path", "cwd", "listen", "port", "sglang_version",
-         "target_gpus", "gpu_idle_mib", "timeouts", "verify", "summary", "node", "state_dir", "patch",
-         "expected", "nccl_debug", "gates", "profile_dir", "measure")
+def kept(req: DeployRequest) -> KeptRequest:
+    """The request's keys a redeploy needs, kept in the record (``.get``: a redeploy's request is a recorded one)."""
+    return {"config_name": req.get("config_name"), "plan_hash": req.get("plan_hash"),
+            "tool_version": req.get("tool_version"), "log_path": req.get("log_path"), "cwd": req.get("cwd"),
+            "listen": req.get("listen"), "port": req.get("port"), "sglang_version": req.get("sglang_version"),
+            "target_gpus": req.get("target_gpus"), "gpu_idle_mib": req.get("gpu_idle_mib"),
+            "timeouts": req.get("timeouts"), "verify": req.get("verify"), "summary": req.get("summary"),
+            "node": req.get("node"), "state_dir": req.get("state_dir"), "patch": req.get("patch"),
+            "expected": req.get("expected"), "nccl_debug": req.get("nccl_debug"), "gates": req.get("gates"),
+            "profile_dir": req.get("profile_dir"), "measure": req.get("measure")}
 
 
-def _previous(state_dir: str) -> dict[str, Any] | None:
+def _previous(state_dir: str) -> PreviousDeploy | None:
     """The deploy this one replaces, as a rollback needs it: id, config, and whether its server still ran."""
     rec = records.current(state_dir)
     if not rec:
@@ -85,7 +107,7 @@ def _previous(state_dir: str) -> dict[str, Any] | None:
             "client": rec.get("client"), "started_at": rec.get("started_at"), "ended": records.ended_of(rec)}
 
 
-def _keep_script(state_dir: str, req: DeployRequest) -> dict[str, Any]:
+def _keep_script(state_dir: str, req: DeployRequest, record: DeployRecord) -> None:
     """Copy the launch script next to the record (a later deploy of the same config overwrites the original)."""
     import shutil
 
@@ -95,23 +117,24 @@ def _keep_script(state_dir: str, req: DeployRequest) -> dict[str, Any]:
     try:
         shutil.copyfile(req["script"], copy)
         os.chmod(copy, 0o700)
-        return {"script_copy": copy, "script_sha256": sha256_file(copy)}
+        sha = sha256_file(copy)
     except OSError:
-        return {}
+        return
+    record["script_copy"], record["script_sha256"] = copy, sha
 
 
-def _new_record(req: DeployRequest) -> dict[str, Any]:
+def _new_record(req: DeployRequest) -> DeployRecord:
     """The deploy's record as it starts: what was asked for, and what a later rollback needs to start it again."""
     return {
         "deploy_id": req["deploy_id"], "status": "running", "client": req.get("client"),
         "started_at": _now(), "config_name": req["config_name"], "plan_hash": req["plan_hash"],
         "tool_version": req.get("tool_version"), "sglang_version": req["sglang_version"],
         "listen": req["listen"], "port": req["port"], "log_path": req["log_path"], "script": req["script"],
-        "launch": req.get("summary", {}), "patch_mode": _patch_mode(req) or "env",
+        "launch": req.get("summary") or {"argv": [], "env": {}}, "patch_mode": _patch_mode(req) or "env",
         "previous": None, "node": req.get("node"), "rollback_of": req.get("rollback_of"),
         "expected": records.expected_of(req),
         "measure": bool(req.get("measure")), "profile_dir": req.get("profile_dir"),
-        "request": {k: req.get(k) for k in _KEEP},
+        "request": kept(req),
     }
 
 
@@ -128,7 +151,7 @@ def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
             return None
 
     record = _new_record(req)
-    record.update(_keep_script(state_dir, req))
+    _keep_script(state_dir, req, record)
     lock = DeployLock(state_dir)
     steps = Steps(sink, lock, cancelled)
     me = procs.stat(os.getpid())
@@ -155,7 +178,7 @@ def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
         deploy.prepare()
         deploy.launch()
         deploy.finish()
-        return cast(DeployRecord, record)  # built step by step as a plain dict; its keys: ``DeployRecord``
+        return record
     except AgentError as e:
         deploy.fail(e)
         raise
@@ -165,7 +188,7 @@ def run(req: DeployRequest, sink: EventSink) -> DeployRecord:
 
 
 def _take(lock: DeployLock, state_dir: str, req: DeployRequest, wait_s: float,
-          on_wait: Callable[[dict[str, Any] | None, float], None]) -> None:
+          on_wait: Callable[[Holder | None, float], None]) -> None:
     """The deploy lock, then the tune lease's word (``tunelease.admit``): a tune that holds the host admits only its
     own deploys, and a refused deploy lets go of the lock before it says so."""
     from . import tunelease
@@ -183,11 +206,11 @@ class _Sequence:
     """The steps after the lock, in order: ``prepare`` (patch, stop stale, GPU-clean gate), ``launch`` (start, wait
     ready), ``finish`` (gates, verify env, record); ``fail`` tears down a server this deploy started."""
 
-    def __init__(self, req: DeployRequest, sink: EventSink, state_dir: str, record: dict[str, Any], steps: Steps,
+    def __init__(self, req: DeployRequest, sink: EventSink, state_dir: str, record: DeployRecord, steps: Steps,
                  lock: DeployLock, cancelled: Callable[[], str | None]) -> None:
         self.req, self.sink, self.state_dir, self.record, self.steps = req, sink, state_dir, record, steps
         self.lock, self.cancelled = lock, cancelled
-        self.started: dict[str, Any] | None = None  # set the moment the server process exists
+        self.started: server.Started | None = None  # set the moment the server process exists
         self.prefetch: Prefetch | None = None  # started with the wait for ready (see prefetch.py)
 
     def prepare(self) -> None:
@@ -218,7 +241,7 @@ class _Sequence:
         header = (f"=== specdeploy deploy {req['deploy_id']} config {req['config_name']} plan {req['plan_hash']} "
                   f"started {_now()} ===")
 
-        def start() -> dict[str, Any]:
+        def start() -> server.Started:
             if req.get("profile_dir"):
                 profilestore.ensure_dir(expand(str(req["profile_dir"])))
             self.started = started = server.start(req["script"], req["log_path"], expand(req["cwd"]), header,
@@ -263,7 +286,7 @@ class _Sequence:
             _gates(gate_req, req, started, record, steps)
         verify = req.get("verify")
         if verify:
-            def verify_step() -> dict[str, Any]:
+            def verify_step() -> Verified:
                 gpu_facts = self.prefetch.gpu_facts() if self.prefetch is not None else None
                 record["verify"] = v = _verify(req, verify, started, gpu_facts)
                 if not v["evaluation"]["ok"]:
@@ -316,7 +339,7 @@ class _Sequence:
             self.sink.emit("info", message=f"could not record the failed deploy on the host ({we.strerror})")
 
 
-def _still_serving(started: dict[str, Any], log_path: str) -> None:
+def _still_serving(started: server.Started, log_path: str) -> None:
     """The record is about to say "running": the server must still run. It can die after it was ready (its launcher
     killed while the deploy verified its environment, seen in the fault tests once a failpoint held the deploy there),
     and the evidence read a moment before can still show its schedulers. An exited main thread (a zombie) is dying,
@@ -329,7 +352,7 @@ def _still_serving(started: dict[str, Any], log_path: str) -> None:
                          log_path=log_path)
 
 
-def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], record: dict[str, Any],
+def _gates(gate_req: GateSpec, req: DeployRequest, started: server.Started, record: DeployRecord,
            steps: Steps) -> None:
     """Ready means it answers: one real generation, then (speculative configurations) the accept-length gate."""
     from ..measure.bench import api_key_of
@@ -348,7 +371,7 @@ def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], reco
     if burst is None or gate is None:
         return
 
-    def accept_step(burst: gates.AcceptBurst = burst, gate: float = float(gate)) -> dict[str, Any]:
+    def accept_step(burst: gates.AcceptBurst = burst, gate: float = float(gate)) -> Accept:
         record["accept"] = out = gates.judge_accept(burst.result(), gate)
         return out
 
@@ -356,7 +379,7 @@ def _gates(gate_req: GateSpec, req: DeployRequest, started: dict[str, Any], reco
               lambda r: f"accept length {r['accept_length']:.2f} over {r['requests']} requests (gate {r['gate']:g})")
 
 
-def _replacing(prev: dict[str, Any] | None, waited: float) -> str:
+def _replacing(prev: PreviousDeploy | None, waited: float) -> str:
     """The queued deploy's line once it holds the host: the deploy it replaces (its id), or that none runs."""
     head = f"got the host after queueing {waited:.0f} s"
     if not prev or not prev.get("deploy_id"):
@@ -373,12 +396,12 @@ def _patch_mode(req: DeployRequest) -> str | None:
     return patch["mode"] if patch else None
 
 
-def _lock_waiter(sink: EventSink) -> Callable[[dict[str, Any] | None, float], None]:
+def _lock_waiter(sink: EventSink) -> Callable[[Holder | None, float], None]:
     """While another deploy holds the host: a ``lock_wait`` event at once, on each step it moves to, and every 10 s
     (so the waiting user sees who holds the host and what it does)."""
     last: dict[str, Any] = {"key": None, "at": 0.0}
 
-    def on_wait(holder: dict[str, Any] | None, left: float) -> None:
+    def on_wait(holder: Holder | None, left: float) -> None:
         key = (holder or {}).get("deploy_id"), (holder or {}).get("step")
         now = time.monotonic()
         if key != last["key"] or now - last["at"] >= 10.0:
@@ -388,8 +411,8 @@ def _lock_waiter(sink: EventSink) -> Callable[[dict[str, Any] | None, float], No
     return on_wait
 
 
-def _verify(req: DeployRequest, verify: VerifySpec, started: dict[str, Any],
-            gpu_facts: dict[str, Any] | None) -> dict[str, Any]:
+def _verify(req: DeployRequest, verify: VerifySpec, started: server.Started,
+            gpu_facts: GpuFacts | None) -> Verified:
     from ..evidence import judge as evidence
     from ..evidence.gather import evidence_request
     from ..patch.modes import explain_unloaded_plugin
@@ -424,14 +447,14 @@ def _patch_detail(r: Any) -> Any:
     return f"mode {mode}: " + ", ".join(f"{n} file(s) {a}" for a, n in sorted(counts.items())) if counts else None
 
 
-def _stop_detail(r: dict[str, Any]) -> str:
+def _stop_detail(r: Stopped) -> str:
     n_term, n_kill = len(r["terminated"]), len(r["killed"])
     if not n_term and not n_kill:
         return "nothing running"
     return f"{n_term} stopped with SIGTERM, {n_kill} needed SIGKILL"
 
 
-def _verify_detail(r: dict[str, Any]) -> str:
+def _verify_detail(r: Verified) -> str:
     rows = r["evaluation"].get("rows") or []
     proven = sum(1 for x in rows if x.get("status") == "proven")
     return f"{proven}/{len(rows)} values proven across {len(r['evidence'].get('schedulers') or [])} scheduler(s)"
@@ -454,12 +477,12 @@ def redeploy(req: RedeployRequest, sink: EventSink) -> DeployRecord:
     if sha != old.get("script_sha256"):
         raise AgentError("script_changed", f"the saved launch script of deploy {old['deploy_id']} is missing or "
                          "changed since it ran", "deploy that configuration explicitly")
-    new = dict(old["request"])
-    new.update(deploy_id=req["deploy_id"], client=req.get("client"), journal=req.get("journal"),
-               script=old["script_copy"], patch=old["request"].get("patch"), rollback_of=old["deploy_id"],
-               state_dir=req["state_dir"])
-    if "lock_wait" in req:
+    # The record's request was a DeployRequest when that deploy ran (its ``kept`` keys), plus the one-off keys.
+    new = cast(DeployRequest, {**old["request"], "deploy_id": req["deploy_id"], "client": req.get("client"),
+                               "journal": req.get("journal"), "script": old["script_copy"],
+                               "rollback_of": old["deploy_id"], "state_dir": req["state_dir"]})
+    timeouts = new.get("timeouts")
+    if "lock_wait" in req and timeouts:
         # This run's own choice (--lock-wait; by default refuse), never the wait recorded with the old deploy.
-        new["timeouts"] = {**(new.get("timeouts") or {}), "lock_wait": float(req["lock_wait"])}
-    # The record's request was a DeployRequest when that deploy ran (its ``_KEEP`` keys), plus the one-off keys.
-    return run(cast(DeployRequest, new), sink)
+        new["timeouts"] = {**timeouts, "lock_wait": float(req["lock_wait"])}
+    return run(new, sink)

@@ -27,10 +27,13 @@ import http.client
 import json
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..common import AgentError
 from ..measure import loadgen
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import Accept, FirstRequest
 
 # Token ids small enough for any tokenizer's vocabulary; the content does not matter, the answer does.
 PROMPT_IDS = [100, 200, 300, 400, 500, 600, 700, 800]
@@ -96,7 +99,7 @@ def _bounded(fn: Any, seconds: float) -> Any:
     return _Background(fn).result(seconds)
 
 
-def first_request(listen: str, port: int, api_key: str | None, timeout: float) -> dict[str, Any]:
+def first_request(listen: str, port: int, api_key: str | None, timeout: float) -> FirstRequest:
     """One real generation. Returns its latency and what came back; raises AgentError("generate_failed")."""
     host = _target(listen)
     body = {"input_ids": PROMPT_IDS, "sampling_params": {"max_new_tokens": FIRST_TOKENS, "temperature": 0.0,
@@ -124,6 +127,15 @@ def first_request(listen: str, port: int, api_key: str | None, timeout: float) -
     return {"latency_s": latency, "completion_tokens": tokens, "timeout_s": timeout}
 
 
+class Burst(TypedDict):
+    """The accept-length burst's outcome: the requests' pooled ``meta_info`` (``loadgen``), how many, how long."""
+
+    meta: dict[str, Any]
+    requests: int
+    output_len: int
+    elapsed_s: float
+
+
 class AcceptBurst:
     """A short burst of streamed requests, started now; :meth:`result` gives the accept length from their final
     ``meta_info``. A deploy starts it beside the first real request: both are the server's generation time, and
@@ -137,7 +149,7 @@ class AcceptBurst:
                                                    output_len=output_len, num_prompts=requests, warmup=0,
                                                    api_key=api_key, timeout=timeout))
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> Burst:
         requests, output_len = self.requests, self.output_len
         try:
             out = self.run.result(self.timeout)
@@ -153,7 +165,7 @@ class AcceptBurst:
                 "elapsed_s": round(time.monotonic() - self.run.started, 3)}
 
 
-def judge_accept(burst: dict[str, Any], gate: float) -> dict[str, Any]:
+def judge_accept(burst: Burst, gate: float) -> Accept:
     """The accept length the burst measured, judged against ``gate``; raises AgentError("accept_gate")."""
     meta = burst["meta"]
     n = burst["requests"]
@@ -164,7 +176,7 @@ def judge_accept(burst: dict[str, Any], gate: float) -> dict[str, Any]:
                          "model is not being used",
                          ACCEPT_HINT, measured=None, gate=gate)
     length = float(meta["accept_len"])
-    result = {"accept_length": round(length, 3), "source": source, "requests": n,
+    result: Accept = {"accept_length": round(length, 3), "source": source, "requests": n,
               "completion_tokens": meta.get("completion_tokens"), "verify_ct": meta.get("verify_ct"), "gate": gate,
               "draft_acceptance": meta.get("draft_acceptance")}
     if length <= gate:

@@ -12,12 +12,17 @@ import fcntl
 import json
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, cast
 
 from ..common import AgentError, atomic_write, ensure_private_dir
 
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from typing import Unpack
+
+    from ..protocol import Holder
+
 # Called while waiting: (the live holder's note or None, seconds left to wait).
-OnWait = Callable[[Optional[dict[str, Any]], float], None]
+OnWait = Callable[[Optional["Holder"], float], None]
 
 
 class DeployLock:
@@ -26,19 +31,20 @@ class DeployLock:
         self.path = os.path.join(state_dir, "deploy.lock")
         self.info_path = self.path + ".json"
         self.fd: int | None = None
-        self.stale: dict[str, Any] | None = None
-        self.info: dict[str, Any] = {}
+        self.stale: Holder | None = None
+        self.info: Holder = {}
         self.waited = 0.0  # seconds this run queued behind another before it got the host
 
-    def holder(self) -> dict[str, Any] | None:
+    def holder(self) -> Holder | None:
         try:
             with open(self.info_path, encoding="utf-8") as f:
-                data: dict[str, Any] = json.load(f)
-                return data
+                data = json.load(f)
         except (OSError, ValueError):
             return None
+        # Written by this module (``acquire``, ``note``); a note that is no object names nobody.
+        return cast("Holder", data) if isinstance(data, dict) else None
 
-    def live_holder(self) -> dict[str, Any] | None:
+    def live_holder(self) -> Holder | None:
         """The holder's note if its agent process still runs (a note left by a killed agent is not a holder)."""
         from .. import procs
 
@@ -47,7 +53,7 @@ class DeployLock:
             return None
         return h
 
-    def settled_holder(self, within_s: float = 1.0) -> dict[str, Any]:
+    def settled_holder(self, within_s: float = 1.0) -> Holder:
         """The live holder's note, waiting up to ``within_s`` for it: the holder takes the flock first and writes
         its note just after, so a refusal in between would name nobody ("another command (`inv ?`) holds this host
         since ?"). A note left by a dead agent is returned only when no live one appears."""
@@ -58,7 +64,7 @@ class DeployLock:
                 return h or self.holder() or {}
             time.sleep(0.05)
 
-    def acquire(self, owner: dict[str, Any], wait_s: float = 0.0, on_wait: OnWait | None = None) -> None:
+    def acquire(self, owner: Holder, wait_s: float = 0.0, on_wait: OnWait | None = None) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + wait_s
         while True:
@@ -92,7 +98,7 @@ class DeployLock:
         except OSError:
             pass  # the note only describes the holder; the flock is the lock (a full disk must not stop a rollback)
 
-    def note(self, **fields: Any) -> None:
+    def note(self, **fields: Unpack[Holder]) -> None:
         """Update the holder's note (the current step); best effort: a full disk must not fail the deploy."""
         if self.fd is None:
             return
@@ -105,7 +111,7 @@ class DeployLock:
     def _write(self) -> None:
         atomic_write(self.info_path, json.dumps(self.info).encode(), 0o600)
 
-    def annotate(self, **fields: Any) -> None:
+    def annotate(self, **fields: Unpack[Holder]) -> None:
         """Add facts to the holder note (the new server's pid once started), so ``status`` can tell the deploy's own
         processes from strangers while it runs."""
         self.note(**fields)
@@ -128,7 +134,7 @@ def let_go(fd: int | None, info_path: str) -> None:
     os.close(fd)
 
 
-def describe(h: dict[str, Any]) -> str:
+def describe(h: Holder) -> str:
     """``(ID, from CLIENT, started SINCE, agent pid P, at step S)`` for messages."""
     parts = [str(h.get("deploy_id", "of unknown id")), f"from {h.get('client', '?')}",
              f"started {h.get('since', '?')}", f"agent pid {h.get('pid', '?')}"]
@@ -137,7 +143,7 @@ def describe(h: dict[str, Any]) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
-def refusal(h: dict[str, Any], wait_s: float) -> str:
+def refusal(h: Holder, wait_s: float) -> str:
     """The one sentence of a run refused because another holds the host: who, since when, at which step, and how
     to queue behind it (a second deploy never replaces the first unasked: waiting is opt-in, ``--lock-wait``)."""
     who = f"from {h.get('client', '?')}"

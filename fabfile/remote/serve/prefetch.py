@@ -11,14 +11,17 @@ or is late changes nothing: the step then does the work itself, as it would with
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the evidence room is imported on the thread, not before
+    from ..evidence.interconnect import GpuFacts
 
 
 class Prefetch:
     def __init__(self, gpu_facts: bool, wait_s: float = 15.0) -> None:
         self._want_gpu_facts = gpu_facts
         self._wait_s = wait_s
-        self._gpu_facts: dict[str, Any] | None = None
+        self._gpu_facts: GpuFacts | None = None
         self._thread = threading.Thread(target=self._run, name="deploy-prefetch", daemon=True)
         self._thread.start()
 
@@ -35,7 +38,7 @@ class Prefetch:
         except Exception:
             self._gpu_facts = None
 
-    def gpu_facts(self) -> dict[str, Any] | None:
+    def gpu_facts(self) -> GpuFacts | None:
         """The GPU facts read during the wait; None when they were not asked for, failed, or are still not in
         (``wait_s``: nvidia-smi's own bound, a wedged driver is then reported by the step's own query)."""
         self._thread.join(self._wait_s)

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import procs
+
+if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..protocol import Scheduler
 
 # The launcher's words for a dead rank (read in the wheels). SGLang's SubprocessWatchdog (0.5.12+,
 # sglang/srt/utils/watchdog.py): ``Subprocess scheduler_{i} (pid={pid}) crashed with exit code {code}``, i the
@@ -26,21 +29,22 @@ DEATH_LINES = (
 TAIL_BYTES = 256 * 1024  # the death line is among the last lines the launcher wrote
 
 
-def snapshot(launcher_pid: int) -> list[dict[str, Any]]:
+def snapshot(launcher_pid: int) -> list[Scheduler]:
     """The live scheduler processes under ``launcher_pid``, in rank order: pid, start time, title, label, rank."""
-    out = [{"pid": p.pid, "start_ticks": p.start_ticks, "title": p.cmdline.split()[0],
-            "label": procs.scheduler_label(p.cmdline), "rank": procs.scheduler_rank(p.cmdline)}
-           for p in procs.descendants(launcher_pid)
-           if p.cmdline.startswith(procs.SCHEDULER_TITLE) and p.state not in ("Z", "X")]
+    out: list[Scheduler] = [
+        {"pid": p.pid, "start_ticks": p.start_ticks, "title": p.cmdline.split()[0],
+         "label": procs.scheduler_label(p.cmdline), "rank": procs.scheduler_rank(p.cmdline)}
+        for p in procs.descendants(launcher_pid)
+        if p.cmdline.startswith(procs.SCHEDULER_TITLE) and p.state not in ("Z", "X")]
     return sorted(out, key=lambda r: (procs.scheduler_sort_key(str(r["title"])), r["pid"]))
 
 
-def gone(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def gone(ranks: list[Scheduler]) -> list[Scheduler]:
     """The ranks of ``ranks`` (a snapshot) that no longer run (a pid reused since counts as gone)."""
     return [r for r in ranks if not procs.alive(int(r["pid"]), r.get("start_ticks"))]
 
 
-def name(rank: dict[str, Any]) -> str:
+def name(rank: Scheduler) -> str:
     """``TP3 (pid 4242)``."""
     label = rank.get("label") or (f"TP{rank['rank']}" if rank.get("rank") is not None else "a scheduler")
     return f"{label} (pid {rank['pid']})"
@@ -65,7 +69,7 @@ def death_line(log_path: str | None, offset: int = 0) -> tuple[str, dict[str, st
     return None
 
 
-def death(launcher_pid: int, launcher_ticks: int | None, ranks: list[dict[str, Any]], log_path: str | None,
+def death(launcher_pid: int, launcher_ticks: int | None, ranks: list[Scheduler], log_path: str | None,
           offset: int = 0, word_wait: float = 2.0) -> str | None:
     """None while the launcher and every rank of ``ranks`` run; else one clause: which rank died and where the host
     says so (the launcher's log line, else the process table)."""

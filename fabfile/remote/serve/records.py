@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any, cast
 from ..common import EventSink, atomic_write, ensure_private_dir, expand
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import CancelAnswer, CancelRequest, DeployRecord, DeploySummary, RecordsAnswer, RecordsRequest
+    from ..protocol import (
+        CancelAnswer,
+        CancelRequest,
+        DeployRecord,
+        DeploySummary,
+        Ended,
+        RecordsAnswer,
+        RecordsRequest,
+    )
 
 
 def _dir(state_dir: str) -> str:
@@ -82,11 +90,13 @@ def read(req: RecordsRequest, sink: EventSink) -> RecordsAnswer:
 HISTORY_MAX = 200  # `inv deploys` lists the newest this many (each record is a few KiB; the host keeps them all)
 
 
-def ended_of(rec: Mapping[str, Any]) -> dict[str, Any]:
+def ended_of(rec: Mapping[str, Any]) -> Ended:
     """How a deploy ended: ``ready``, ``failed``, ``cancelled``, ``replaced`` (a later deploy stopped its server),
     ``stopped`` (`inv stop`) or ``unfinished`` (still starting, or its agent died). Records written before the
     ``ended`` key existed are read from their status and error."""
-    ended = dict(rec.get("ended") or {})
+    was = rec.get("ended")
+    # A record's own ``ended``, written by this module (``mark_ended``, the deploy): its shape is ours.
+    ended = cast("Ended", dict(was)) if isinstance(was, dict) else None
     if not ended:
         status = rec.get("status")
         if status == "failed":
@@ -101,16 +111,19 @@ def ended_of(rec: Mapping[str, Any]) -> dict[str, Any]:
     return ended
 
 
-def mark_ended(state_dir: str, deploy_id: str, kind: str, **facts: Any) -> None:
+def mark_ended(state_dir: str, deploy_id: str, kind: str, *, by: str | None = None,
+                by_client: str | None = None) -> None:
     """Record how an earlier deploy ended (``replaced``: a later deploy stopped its server); best effort: the
     record only describes it, and a full disk must not fail the deploy that replaces it."""
     rec = load(state_dir, deploy_id)
     if rec is None:
         return
-    ended: dict[str, Any] = {"kind": kind, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **facts}
+    ended: Ended = {"kind": kind, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if by is not None:
+        ended["by"], ended["by_client"] = by, by_client
     was = rec.get("ended")
-    if was:
-        ended["after"] = was.get("kind")
+    if was and was.get("kind"):
+        ended["after"] = was["kind"]
     data = dict(rec, ended=ended)
     cur = current(state_dir)
     try:

@@ -10,7 +10,8 @@ import json
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import procs, versions
 from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand
@@ -18,10 +19,13 @@ from . import server
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
     from ..protocol import (
+        RouterRecord,
         RouterStartAnswer,
         RouterStartRequest,
+        RouterStatus,
         RouterStopAnswer,
         RouterStopRequest,
+        RouterWorker,
         RouterWorkerAnswer,
         RouterWorkerRequest,
     )
@@ -40,16 +44,17 @@ def _path(state_dir: str, name: str) -> str:
     return os.path.join(_dir(state_dir), f"{name}.json")
 
 
-def load(state_dir: str, name: str) -> dict[str, Any] | None:
+def load(state_dir: str, name: str) -> RouterRecord | None:
     try:
         with open(_path(state_dir, name), encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
-            return data
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    # Written by ``start`` alone (a record that is no object is no router's).
+    return cast("RouterRecord", data) if isinstance(data, dict) else None
 
 
-def all_records(state_dir: str) -> list[dict[str, Any]]:
+def all_records(state_dir: str) -> list[RouterRecord]:
     if not os.path.isdir(os.path.join(state_dir, "routers")):
         return []
     out = []
@@ -61,7 +66,7 @@ def all_records(state_dir: str) -> list[dict[str, Any]]:
     return out
 
 
-def is_running(rec: dict[str, Any]) -> bool:
+def is_running(rec: RouterRecord) -> bool:
     return bool(rec.get("pid")) and procs.alive(int(rec["pid"]), rec.get("start_ticks"))
 
 
@@ -83,7 +88,7 @@ def stop(state_dir: str, name: str, grace: float) -> RouterStopAnswer:
     return {"stopped": [d["pid"] for k in ("terminated", "killed") for d in down[k]]}
 
 
-def start(state_dir: str, req: dict[str, Any]) -> RouterStartAnswer:
+def start(state_dir: str, req: RouterStartRequest) -> RouterStartAnswer:
     name = req["name"]
     # Refuse an unsafe log or working directory before the running router is touched (server.start checks again).
     ensure_private_dir(os.path.dirname(req["log_path"]), "log_dir")
@@ -93,7 +98,7 @@ def start(state_dir: str, req: dict[str, Any]) -> RouterStartAnswer:
     header = f"=== specdeploy router {name} started {time.strftime('%Y-%m-%dT%H:%M:%S%z')} ==="
     started = server.start(req["script"], req["log_path"], req["cwd"], header)
     started_t = time.monotonic()
-    rec: dict[str, Any] = {"name": name, "pid": started["pid"], "start_ticks": started["start_ticks"],
+    rec: RouterRecord = {"name": name, "pid": started["pid"], "start_ticks": started["start_ticks"],
                            "listen": req["listen"], "port": req["port"], "workers": req["workers"],
                            "policy": req.get("policy"), "log_path": req["log_path"], "status": "starting",
                            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": req.get("argv")}
@@ -113,13 +118,13 @@ def start(state_dir: str, req: dict[str, Any]) -> RouterStartAnswer:
         atomic_write(_path(state_dir, name), json.dumps(rec, indent=2).encode(), 0o600)
         raise AgentError("router_failed", e.message if e.kind == "router_failed" else
                          f"the router did not become healthy: {e.message}", e.hint, **e.details) from None
-    rec.update(status="running", ready_after_s=round(time.monotonic() - started_t, 3),
-               workers_listed=listed is not None)
+    rec["status"], rec["ready_after_s"] = "running", round(time.monotonic() - started_t, 3)
+    rec["workers_listed"] = listed is not None
     atomic_write(_path(state_dir, name), json.dumps(rec, indent=2).encode(), 0o600)
     return {"record": rec, "replaced": stopped["stopped"]}
 
 
-def _wait_listed(rec: dict[str, Any], wanted: set[str], deadline: float) -> dict[str, dict[str, Any]] | None:
+def _wait_listed(rec: RouterRecord, wanted: set[str], deadline: float) -> dict[str, Mapping[str, object]] | None:
     """sglang-router 0.3 answers /health at once and adds its --worker-urls in the background (each after that
     worker's /health, /server_info and /model_info): it routes only once it lists them, so wait for that too.
     A router without ``GET /workers`` (older ones) is taken at its /health."""
@@ -164,7 +169,7 @@ def _split_url(url: str) -> tuple[str, int] | None:
         return None
 
 
-def live_workers(rec: dict[str, Any]) -> dict[str, Any]:
+def live_workers(rec: RouterRecord) -> tuple[str, list[RouterWorker]]:
     """The router's worker set as the router itself reports it now, and each worker's ``/health`` probed from the
     router's host (what the router can reach), instead of the list recorded when it started.
 
@@ -187,31 +192,29 @@ def live_workers(rec: dict[str, Any]) -> dict[str, Any]:
         else:
             source = "record (the router did not list its workers)"
             said = {str(u): None for u in rec.get("workers") or []}
-    items = []
+    items: list[RouterWorker] = []
     for url, router_healthy in said.items():
         where = _split_url(url)
         # A worker's /health runs a one-token generation on current SGLang (over a second): same bound as above.
         code = server.probe(where[0], where[1], versions.ROUTER_HEALTH_PATH, 5.0) if where else None
         items.append({"url": url, "health": code, "router_says_healthy": router_healthy})
-    return {"source": source, "workers": items}
+    return source, items
 
 
-def status(state_dir: str) -> list[dict[str, Any]]:
-    out = []
+def status(state_dir: str) -> list[RouterStatus]:
+    out: list[RouterStatus] = []
     for rec in all_records(state_dir):
         running = _running(rec)
-        item = {k: rec.get(k) for k in ("name", "pid", "listen", "port", "policy", "status", "started_at",
-                                        "log_path")}
-        item["workers_at_start"] = rec.get("workers")
-        item["running"] = running
-        item["health"] = server.probe(rec["listen"], int(rec["port"]), versions.ROUTER_HEALTH_PATH, 5.0) \
-            if running else None
+        # ``.get``: a record written by an older agent may lack a key.
+        item: RouterStatus = {
+            "name": rec.get("name"), "pid": rec.get("pid"), "listen": rec.get("listen"), "port": rec.get("port"),
+            "policy": rec.get("policy"), "status": rec.get("status"), "started_at": rec.get("started_at"),
+            "log_path": rec.get("log_path"), "workers_at_start": rec.get("workers"), "running": running,
+            "health": server.probe(rec["listen"], int(rec["port"]), versions.ROUTER_HEALTH_PATH, 5.0)
+            if running else None,
+            "workers": []}
         if running:
-            live = live_workers(rec)
-            item["workers"] = live["workers"]
-            item["workers_source"] = live["source"]
-        else:
-            item["workers"] = []
+            item["workers_source"], item["workers"] = live_workers(rec)
         out.append(item)
     return out
 
@@ -246,7 +249,7 @@ def _request(listen: str, port: int, method: str, path: str, body: dict[str, Any
         conn.close()
 
 
-def _listed(rec: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+def _listed(rec: RouterRecord) -> dict[str, Mapping[str, object]] | None:
     """url -> the router's own entry for it, or None when the router does not answer ``GET /workers``."""
     code, doc = _request(str(rec["listen"]), int(rec["port"]), "GET", "/workers")
     if code != 200 or not isinstance(doc, dict) or not isinstance(doc.get("workers"), list):
@@ -254,7 +257,7 @@ def _listed(rec: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
     return {str(w["url"]).rstrip("/"): w for w in doc["workers"] if isinstance(w, dict) and w.get("url")}
 
 
-def _running_router(state_dir: str, name: str) -> dict[str, Any]:
+def _running_router(state_dir: str, name: str) -> RouterRecord:
     rec = load(state_dir, name)
     if not rec or not _running(rec):
         raise AgentError("not_running", f"router {name} is not running on this host",
@@ -358,8 +361,8 @@ def add_worker(state_dir: str, name: str, url: str, wait_s: float = 30.0) -> Rou
 # --- the verbs ------------------------------------------------------------------------------------------------
 def start_verb(req: RouterStartRequest, sink: EventSink) -> RouterStartAnswer:
     """``router_start``: (re)start a router from its script, ready once it answers and lists its workers."""
-    full: dict[str, Any] = {**req, "cwd": expand(req["cwd"]), "script": expand(req["script"]),
-                            "log_path": expand(req["log_path"])}
+    full: RouterStartRequest = {**req, "cwd": expand(req["cwd"]), "script": expand(req["script"]),
+                                "log_path": expand(req["log_path"])}
     return start(expand(req["state_dir"]), full)
 
 

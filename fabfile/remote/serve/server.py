@@ -13,13 +13,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
 from .. import procs, versions
 from ..common import AgentError, ensure_private_dir, open_private
 
 if TYPE_CHECKING:
-    from ..protocol import Health
+    from ..protocol import Health, Ready
 
 # (pattern, what it means, what to do). Order matters: the first match names the failure.
 FATAL_PATTERNS: list[tuple[re.Pattern[str], str, str]] = [
@@ -97,7 +97,17 @@ def probe_timeout_s(path: str, env: dict[str, str] | None = None) -> float:
 _GATE = 'read -r go || exit 0; exec /bin/sh "$1" </dev/null'
 
 
-def start(script: str, log_path: str, cwd: str, header: str, gated: bool = False) -> dict[str, Any]:
+class Started(TypedDict):
+    """A server process just started (``start``): where it is, where its log begins, and its gate's release."""
+
+    pid: int
+    pgid: int
+    start_ticks: int | None
+    log_offset: int
+    release: Callable[[], None]  # lets a gated start run (a no-op without ``gated``)
+
+
+def start(script: str, log_path: str, cwd: str, header: str, gated: bool = False) -> Started:
     """Start ``script`` detached, its output appended to ``log_path``; with ``gated``, it waits until
     ``result["release"]()`` is called (see _GATE).
 
@@ -253,7 +263,7 @@ def wait_ready(*, pid: int, start_ticks: int | None, log_path: str, log_offset: 
                ready_path: str, ready_s: float, stall_s: float, on_lines: Callable[[list[str]], None],
                interval: float = 0.1,
                cancelled: Callable[[], str | None] | None = None,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
+               env: dict[str, str] | None = None) -> Ready:
     """Follow the log and probe readiness until ready; raise AgentError at the first sign of failure.
 
     Fails at once on a fatal log line or the launcher's death (exit status when it is our child), on no log growth
@@ -281,7 +291,7 @@ def wait_ready(*, pid: int, start_ticks: int | None, log_path: str, log_offset: 
 def _follow(prober: _Prober, follower: LogFollower, *, pid: int, start_ticks: int | None, log_path: str,
             path: str, timeout: float, started: float, ready_s: float, stall_s: float,
             on_lines: Callable[[list[str]], None], interval: float,
-            cancelled: Callable[[], str | None] | None) -> dict[str, Any]:
+            cancelled: Callable[[], str | None] | None) -> Ready:
     from .launchwarnings import Collector
 
     fired_up = False

@@ -4,7 +4,7 @@ or holds one of the GPUs the new server needs. TERM, grace, KILL, and confirmati
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from .. import gpus, procs
 from ..common import EventSink, expand
@@ -34,9 +34,21 @@ def _router_pids(state_dir: str, table: list[procs.ProcInfo]) -> set[int]:
     return out
 
 
+class Stale(NamedTuple):
+    """A process a stop would end, and why it counts as a stale server's."""
+
+    proc: procs.ProcInfo
+    why: str
+
+
+class Found(NamedTuple):
+    targets: dict[int, Stale]  # pid -> the process and why
+    gpu_holders: list[GpuApp]  # what holds the target GPUs (nvidia-smi's view)
+
+
 def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool = True,
                gpu_queries: gpus.Queries | None = None,
-               before_gpu_read: Callable[[dict[int, dict[str, Any]]], None] | None = None) -> dict[str, Any]:
+               before_gpu_read: Callable[[dict[int, Stale]], None] | None = None) -> Found:
     """The stale servers' processes (``targets``: pid → proc and why) and what holds the target GPUs.
 
     ``gpu_queries``: the GPU snapshot, already started by the caller (nvidia-smi then runs while /proc is read).
@@ -47,12 +59,12 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
     table = procs.all_procs()
     by_pid = {p.pid: p for p in table}
     protected = procs.protected_pids() | _router_pids(state_dir, table)
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, Stale] = {}
 
     def add(p: procs.ProcInfo, why: str) -> None:
         if p.pid in protected or (p.state in ("Z", "X") and not procs.alive(p.pid)):
             return
-        found.setdefault(p.pid, {"proc": p, "why": why})
+        found.setdefault(p.pid, Stale(p, why))
 
     rec = records.current(state_dir)
     if rec and rec.get("pid") and procs.alive(int(rec["pid"]), rec.get("start_ticks")):
@@ -94,7 +106,7 @@ def find_stale(state_dir: str, target_gpus: list[int], include_gpu_holders: bool
                 holder = by_pid.get(app["pid"])
                 if holder is not None:
                     add(holder, f"holds GPU {app['gpu']} ({app['used_mib']} MiB)")
-    return {"targets": found, "gpu_holders": holders}
+    return Found(found, holders)
 
 
 def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> Stopped:
@@ -102,22 +114,22 @@ def stop_servers(state_dir: str, target_gpus: list[int], grace: float) -> Stoppe
     read and while the servers found there already shut down; holders it adds get their SIGTERM after."""
     termed: set[int] = set()
 
-    def stop_found(found: dict[int, dict[str, Any]]) -> None:
-        termed.update(procs.send_term([v["proc"] for v in found.values()]))
+    def stop_found(found: dict[int, Stale]) -> None:
+        termed.update(procs.send_term([v.proc for v in found.values()]))
 
     found = find_stale(state_dir, target_gpus, gpu_queries=gpus.start_snapshot(), before_gpu_read=stop_found)
-    targets = [v["proc"] for v in found["targets"].values()]
-    why = {pid: v["why"] for pid, v in found["targets"].items()}
+    targets = [v.proc for v in found.targets.values()]
+    why = {pid: v.why for pid, v in found.targets.items()}
     result = procs.terminate(targets, grace, termed)
     for key in ("terminated", "killed", "survivors"):
         for item in result[key]:
-            item["why"] = why.get(int(str(item["pid"])), "")
+            item["why"] = why.get(item["pid"], "")
     return result
 
 
-def _listed(found: dict[str, Any]) -> list[Proc]:
+def _listed(found: Found) -> list[Proc]:
     """The stale processes ``find_stale`` found, each with why it counts as one."""
-    return [dict(v["proc"].as_dict(), why=v["why"]) for v in found["targets"].values()]
+    return [{**v.proc.as_dict(), "why": v.why} for v in found.targets.values()]
 
 
 def run(req: StopRequest, sink: EventSink) -> StopAnswer:

@@ -18,10 +18,10 @@ import json
 import os
 import signal
 import time
-from typing import Any
+from typing import cast
 
 from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand
-from ..protocol import TuneLeaseAnswer, TuneLeaseRequest
+from ..protocol import Holder, TuneLeaseAnswer, TuneLeaseRequest
 
 HOLD_BEAT_S = 1.0  # how often the holder proves its channel is open (a closed one ends it within this)
 
@@ -33,15 +33,15 @@ class TuneLease:
         self.info_path = self.path + ".json"
         self.fd: int | None = None
 
-    def note(self) -> dict[str, Any]:
+    def note(self) -> Holder:
         try:
             with open(self.info_path, encoding="utf-8") as f:
-                data = json.load(f)
-                return data if isinstance(data, dict) else {}
+                data = json.load(f)  # the holder's own note (``take``)
+                return cast(Holder, data) if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
 
-    def holder(self) -> dict[str, Any] | None:
+    def holder(self) -> Holder | None:
         """The holding tune's note, or None when no process holds the lease (a note left without a holder is none).
         The probe is a shared lock for a moment: a taker that meets it tries again (``take``)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -58,7 +58,7 @@ class TuneLease:
             os.close(fd)  # closing the descriptor drops a shared lock it got
         return None
 
-    def take(self, owner: dict[str, Any]) -> dict[str, Any]:
+    def take(self, owner: Holder) -> Holder:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         end = time.monotonic() + 1.0
         while True:
@@ -77,7 +77,7 @@ class TuneLease:
         from .. import procs
 
         me = procs.stat(os.getpid())
-        info = {**owner, "pid": os.getpid(), "start_ticks": me.start_ticks if me else None,
+        info: Holder = {**owner, "pid": os.getpid(), "start_ticks": me.start_ticks if me else None,
                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         atomic_write(self.info_path, json.dumps(info).encode(), 0o600)
         return info
@@ -93,7 +93,7 @@ HINT = ("wait for the tune to end (`inv status` shows the deploy it runs), or st
         "it deploys its best configuration again and lets go of the host")
 
 
-def refusal(h: dict[str, Any]) -> str:
+def refusal(h: Holder) -> str:
     """The one sentence of a deploy, stop or tune refused because a tune holds the host."""
     return (f"a tune (`inv tune`, {h.get('tune_id', '?')}, from {h.get('client', '?')}) holds this host since "
             f"{h.get('since', '?')}, agent pid {h.get('pid', '?')}: a deploy between its deploys would be scored as "

@@ -103,7 +103,7 @@ def test_processes_in_another_pid_namespace_are_not_ours_by_name() -> None:
         from fabfile.remote.serve import stop
 
         found = stop.find_stale("/nonexistent-state", [], include_gpu_holders=False)
-        assert inner[0].pid not in found["targets"]
+        assert inner[0].pid not in found.targets
     finally:
         p.kill()
         p.wait()

@@ -181,7 +181,8 @@ def test_each_request_is_built_in_one_host_session_method_that_returns_the_answe
 def test_the_shape_checker_sees_a_wrong_answer() -> None:
     from tests.support.shapes import problems
 
-    good: protocol.StopAnswer = {"routers_running": [], "terminated": [{"pid": 1}], "killed": [], "survivors": []}
+    proc: protocol.Proc = {"pid": 1, "ppid": 0, "pgid": 1, "state": "S", "start_ticks": 5, "cmdline": "sglang"}
+    good: protocol.StopAnswer = {"routers_running": [], "terminated": [proc], "killed": [], "survivors": []}
     assert problems(good, protocol.StopAnswer) == []
     assert problems({"terminated": []}, protocol.StopAnswer) == [
         "answer: missing required key 'routers_running' (StopAnswer)"]
@@ -190,7 +191,7 @@ def test_the_shape_checker_sees_a_wrong_answer() -> None:
     assert problems({"routers_running": ["r"], "dry_run": 1}, protocol.StopAnswer) == [
         "answer.dry_run: 1 is a int, not a bool"]
     assert problems({"replayed": True, "result": None}, protocol.AttachAnswer) == [
-        "answer.result: NoneType, not an object"]
+        "answer.result: NoneType, not an object (AgentEvent)"]
     assert problems({"log_path": "/x", "offset": 2.5}, protocol.LogsAnswer) == [
         "answer.offset: 2.5 is a float, not a int"]
     logs: dict[str, object] = {"log_path": "/x", "offset": 2}

@@ -53,9 +53,9 @@ def test_the_recorded_server_and_its_children_are_found_and_nothing_unrelated(
     child = int(server.stdout.readline())
     bystander = _start(spawned, "-c", "import time; time.sleep(60)")
     records.write(state, {"deploy_id": "d1", "pid": server.pid, "start_ticks": _ticks(server.pid)})
-    found = stop.find_stale(state, [], include_gpu_holders=False)["targets"]
-    assert found[server.pid]["why"] == "recorded server of deploy d1"
-    assert found[child]["why"] == "child of the recorded server"
+    found = stop.find_stale(state, [], include_gpu_holders=False).targets
+    assert found[server.pid].why == "recorded server of deploy d1"
+    assert found[child].why == "child of the recorded server"
     assert bystander.pid not in found
 
 
@@ -67,12 +67,12 @@ def test_a_launcher_is_found_by_its_command_line_unless_it_is_a_router_the_tool_
     while "sglang.launch_server" not in _cmdline(launcher.pid):
         assert time.monotonic() < deadline, "the launcher's command line never showed"
         time.sleep(0.01)
-    found = stop.find_stale(str(state), [], include_gpu_holders=False)["targets"]
-    assert found[launcher.pid]["why"] == "SGLang launcher"
+    found = stop.find_stale(str(state), [], include_gpu_holders=False).targets
+    assert found[launcher.pid].why == "SGLang launcher"
     (state / "routers").mkdir(parents=True)
     (state / "routers" / "front.json").write_text(json.dumps(
         {"name": "front", "pid": launcher.pid, "start_ticks": _ticks(launcher.pid)}))
-    assert launcher.pid not in stop.find_stale(str(state), [], include_gpu_holders=False)["targets"]
+    assert launcher.pid not in stop.find_stale(str(state), [], include_gpu_holders=False).targets
 
 
 def _cmdline(pid: int) -> str:
