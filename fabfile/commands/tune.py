@@ -491,14 +491,14 @@ class HostTrials:
                            server_args=remedies.SERVER_ARGS)
         log: list[str] = []
         with HostSession.open(self.inv, target) as s:
-            doc: dict[str, Any] = dict(s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound()))
+            doc = s.profile(profile_request(pp, new_profile_id()), timeout=pp.bound())
             s.logs(lines=self.log_lines, follow=False, follow_s=0.0, timeout=30.0,
                    on_event=lambda ev: log.append(str(ev.get("line") or "")))
             gpus = s.gpus().get("gpus") or []
             env_seen: dict[str, str] = {}
             if cfg.env:
-                evidence: dict[str, Any] = dict(s.check_env(dict(cfg.env))["evidence"] or {})
-                for sched in evidence.get("schedulers") or []:
+                evidence = s.check_env(dict(cfg.env))["evidence"]
+                for sched in (evidence or {}).get("schedulers") or []:
                     env_seen.update({k: str(v) for k, v in (sched.get("environ") or {}).items()})
         subjects = rules.subjects(doc)
         anatomy = dict(subjects[0].anatomy) if subjects else {}
