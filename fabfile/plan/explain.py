@@ -73,6 +73,7 @@ class Subject:
     difference_pct: Mapping[str, float] = field(default_factory=dict)  # trace vs timer, per phase (a profile)
     cuda_graph: bool | None = None
     version: str = ""  # the SGLang release that measured it ("" unknown)
+    host: str = ""  # the host that measured it ("" a document without one)
 
     @property
     def speculative(self) -> bool:
@@ -469,8 +470,8 @@ def subjects(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None = None,
              baseline_from: str = "") -> list[Subject]:
     """:func:`document_subjects`, each knowing the SGLang release that measured it (a sentence then names a flag as
     that release spells it)."""
-    version = str(doc.get("sglang_version") or "")
-    return [s if s.version else replace(s, version=version)
+    version, host = str(doc.get("sglang_version") or ""), str(doc.get("host") or "")
+    return [replace(s, version=s.version or version, host=s.host or host)
             for s in document_subjects(doc, baseline, baseline_from)]
 
 

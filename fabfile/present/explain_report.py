@@ -38,7 +38,7 @@ def document(pairs: list[tuple[Subject, list[Finding]]]) -> dict[str, Any]:
 
 def _said(s: Subject, found: list[Finding]) -> tuple[str, ...]:
     decode = s.decode()
-    return (s.config, phase_line(s.anatomy), fmt(decode) if decode else "", s.baseline_from or "",
+    return (s.host, s.config, phase_line(s.anatomy), fmt(decode) if decode else "", s.baseline_from or "",
             *(f"{f.rule}: {f.sentence}" for f in found))
 
 
@@ -58,11 +58,16 @@ def print_explained(pairs: list[tuple[Subject, list[Finding]]], console: Console
     if not pairs:
         console.print("nothing to explain: the document has no configuration with measured figures")
         return
+    # Several hosts' ranks are never merged into one entry (a host is part of what a line says), and each entry
+    # names its host: two hosts measuring the same figures are still two verdicts.
+    hosts = len({s.host for s, _ in pairs}) > 1
     for s, found, ranks in same_ranks_together(pairs):
         where = f" ranks {rank_span(ranks)} (the same figures and findings)" if len(ranks) > 1 \
             else f" rank {s.rank}" if s.rank else ""
         label = " (predicted, never deployed)" if s.anatomy.get("predicted") else ""
-        console.print(f"[bold]{escape(s.config)}[/bold]{label}{where}: {escape(phase_line(s.anatomy))}", markup=True)
+        head = f"{escape(s.host)} " if hosts and s.host else ""
+        console.print(f"{head}[bold]{escape(s.config)}[/bold]{label}{where}: {escape(phase_line(s.anatomy))}",
+                      markup=True)
         decode = s.decode()
         if decode:
             console.print(f"  baseline decode step {fmt(decode)}"

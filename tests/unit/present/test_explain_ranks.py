@@ -47,3 +47,18 @@ def test_explain_always_ends_with_a_verdict_naming_the_dominant_phase(width: int
         last = " ".join(buf.getvalue().split("\n  verdict: ")[-1].split())
         assert buf.getvalue().count("verdict: ") == 1 and last.startswith("verify dominates, 82 % of the cycle"), last
         assert (ratio is None or ratio in last) and nxt in last, last
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_two_hosts_that_measured_the_same_are_two_entries_each_named(width: int) -> None:
+    """`explain --host sim1,sim2` on two identical simulated hosts: same figures, same findings — still two hosts,
+    each named, each with its verdict (merged, one host's verdict went missing and the hosts were not named)."""
+    from dataclasses import replace
+
+    buf = io.StringIO()
+    pairs = [(replace(_subject(r), host=h), []) for h in ("sim1", "sim2") for r in range(8)]
+    print_explained(pairs, Console(file=buf, width=width, color_system=None))  # type: ignore[arg-type]
+    text = buf.getvalue()
+    heads = [ln for ln in text.splitlines() if ln.startswith("sim")]
+    assert [h.split()[0] for h in heads] == ["sim1", "sim2"], text
+    assert all(" ranks 0–7 " in h for h in heads) and text.count("verdict: ") == 2, text
