@@ -27,6 +27,7 @@ from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan import explain as rules
 from fabfile.plan import remedies, tune_rule, versioncheck
 from fabfile.plan.deploy_plan import Options
+from fabfile.plan.predict import TUNE_MAX_STEPS, Chain
 from fabfile.plan.remedies import Candidate, Config, Context
 from fabfile.plan.sla import Limits, broken
 from fabfile.plan.tune_rule import Arm
@@ -76,8 +77,11 @@ class Measurement:
                 out[name] = float(verify_k[key])
         if ar := (verify_k.get("classes_ms") or {}).get("allreduce"):
             out.setdefault("allreduce", float(ar))
-        if self.anatomy.get("steps"):
-            out["steps"] = float(self.anatomy["steps"])
+        for k in ("steps", "topk", "draft_tokens"):
+            if self.anatomy.get(k):
+                out[k] = float(self.anatomy[k])
+        if out.get("cycle") and out.get("accept_length"):
+            out[remedies.PER_TOKEN] = out["cycle"] / out["accept_length"]  # [derived]
         return out
 
 
@@ -109,7 +113,13 @@ def engaged(remedy: remedies.Remedy, cfg: Config, m: Measurement) -> tuple[bool,
         line = next((ln for ln in m.log if pattern.search(ln)), None)
         return line is not None, (f"log: {line.strip()}" if line else f"no log line matching {what!r}")
     if kind == "server_args":
-        key = remedies.server_arg(what)
+        names = what.split(",")
+        # The flag the configuration sets (the graph batch size under the release's name), and the server's field
+        # for it under whichever name this release reports (0.5.16: cuda_graph_max_bs_decode, 0.5.12:
+        # cuda_graph_max_bs; the old flag is the new one's alias there, one field).
+        what = next((n for n in names if cfg.has(n)), names[0])
+        key = next((k for k in (remedies.server_arg(n) for n in names) if k in m.server_args),
+                   remedies.server_arg(what))
         want = cfg.flag(what) if cfg.has(what) else None
         got = m.server_args.get(key)
         if not cfg.has(what):  # the change removed the flag: the server reports the default
@@ -143,6 +153,7 @@ class Step:
     before_spread: float = 0.0
     after_spread: float = 0.0
     measurements: list[dict[str, Any]] = field(default_factory=list)
+    key: str = ""  # what the trial used up (plan/remedies.tried_key): the remedy, or the step count it went to
 
 
 @dataclass
@@ -196,7 +207,9 @@ class TuneParams:
 
 
 def _record(m: Measurement, arm: str) -> dict[str, Any]:
+    hist = m.anatomy.get("accept_histogram")
     return {"arm": arm, "traced": m.traced, "trace_facts": sorted(m.trace), "tok_s": m.tok_s, "accept": m.accept,
+            "accept_histogram": list(hist) if hist else None,
             "traced_passes": ((m.anatomy.get("kernels") or {}).get("verify") or {}).get("passes") if m.traced else None,
             "memory_gib": m.memory_gib, "sla_met": m.sla_met,
             "sla_broken": list(m.sla_broken), "sla": dict(m.sla), "figures": m.figures()}
@@ -248,9 +261,30 @@ def _timed(m: Measurement) -> bool:
     return m.ms("verify") is not None or m.ms("decode") is not None
 
 
-def _findings(cfg: Config, m: Measurement) -> list[rules.Finding]:
+def _records(state: TuneState) -> list[dict[str, Any]]:
+    """Every measurement of this tune's path, saved ones included (a resumed tune reads the path's)."""
+    return [*state.outside_trials, *(m for st in state.steps for m in st.measurements)]
+
+
+def measured_steps(state: TuneState) -> set[str]:
+    """The tried key of every step count a deploy of this tune measured (``plan/remedies.tried_key``)."""
+    return {remedies.steps_key(int(f["steps"])) for r in _records(state) if (f := r.get("figures") or {}).get("steps")}
+
+
+def longest_chain(state: TuneState) -> Chain | None:
+    """The longest chain this tune measured, with its accept histogram and verify pass: how far acceptance goes
+    past a shorter chain's last position (``plan/explain.draft_saturated`` reads it before its own tail model)."""
+    def anatomy(r: Mapping[str, Any]) -> dict[str, Any]:
+        f = r.get("figures") or {}
+        return {"steps": f.get("steps"), "topk": f.get("topk"), "draft_tokens": f.get("draft_tokens"),
+                "accept_histogram": r.get("accept_histogram"),
+                "verify": {"ms": f["verify"]} if f.get("verify") else None}
+    return rules.longest_chain([anatomy(r) for r in _records(state)])
+
+
+def _findings(cfg: Config, m: Measurement, longer: Chain | None = None) -> list[rules.Finding]:
     return rules.explain(rules.Subject(config="eagle3-tune", anatomy=m.anatomy,
-                                       cuda_graph=not cfg.has("--disable-cuda-graph")))
+                                       cuda_graph=not cfg.has("--disable-cuda-graph"), longer=longer))
 
 
 def tune(trials: Trials, state: TuneState, params: TuneParams,
@@ -294,14 +328,15 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                 state.outside_trials.append({**_record(m, "A"), "what": "traced deploy of the new best"})
             state.incumbent = [_record(m, "A") for m in incumbent_ms]
             head = _with_kernels(incumbent_ms[-1], traced_of.get(state.best))
-            findings = _findings(state.best, head)
-            ctx = Context(trials.version or params.version, params.concurrency, params.tp, head.figures())
+            findings = _findings(state.best, head, longest_chain(state))
             found = {f.rule: f for f in findings}
-            cands = remedies.candidates([f.rule for f in findings], state.best, ctx, set(state.tried))
-            cycle = ctx.ms("cycle") or 1.0
+            ctx = Context(trials.version or params.version, params.concurrency, params.tp, head.figures(),
+                          {f.rule: f.figures for f in findings})
+            # A step count measured in this tune is one no steps remedy goes to again (plan/remedies.tried_key).
+            cands = remedies.candidates([f.rule for f in findings], state.best, ctx,
+                                        set(state.tried) | measured_steps(state))
             best: Candidate | None = cands[0] if cands else None
-            frac = None if best is None else max(best.predicted_ms / cycle,
-                                                 best.predicted_ms / (ctx.ms(best.remedy.mechanism) or cycle))
+            frac = None if best is None else remedies.predicted_fraction(best, ctx)
             resolv = _resolvable(incumbent_ms, best.remedy.mechanism if best else "", params.pairs)
             per_trial = trial_seconds or 0.0
             stop = tune_rule.stop_reason(best_predicted=frac, resolvable_fraction=resolv,
@@ -321,8 +356,8 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
                 break
             t0 = clock()
             step = Step(len(state.steps) + 1, found[best.remedy.rule].sentence, best.remedy.rule, best.remedy.id,
-                        remedies.diff(state.best, best.config), round(best.predicted_ms, 4))
-            state.tried.append(best.remedy.id)
+                        remedies.diff(state.best, best.config), round(best.predicted_ms, 4), key=best.key)
+            state.tried.append(best.key)
             state.steps.append(step)
             a_ms: list[Measurement] = []
             b_ms: list[Measurement] = []
@@ -383,7 +418,7 @@ def tune(trials: Trials, state: TuneState, params: TuneParams,
         if state.steps and not state.steps[-1].outcome:
             # The trial it cut short decided nothing: --resume tries that remedy again.
             state.steps[-1].outcome, state.steps[-1].why = "interrupted", state.stop_reason
-            state.tried.remove(state.steps[-1].remedy)
+            state.tried.remove(state.steps[-1].key or state.steps[-1].remedy)
         trials.queue = True
         _restore(trials, state, params, progress)
         raise
@@ -437,7 +472,7 @@ def check_params(objective: str, max_loads: int | None, max_minutes: float | Non
                             f"and {pairs} deploys of each arm)")
     if max_minutes is not None and max_minutes <= 0:
         found.check(refuse, f"--max-minutes {max_minutes:g} leaves no time to tune")
-    for sentence in unmeetable(limits or Limits(), concurrency, max(max_steps, remedies.TUNE_MAX_STEPS)):
+    for sentence in unmeetable(limits or Limits(), concurrency, max(max_steps, TUNE_MAX_STEPS)):
         found.check(refuse, sentence)
     found.done()
 
@@ -454,8 +489,28 @@ def host_config(host: Host) -> Config:
 
 
 def with_config(host: Host, cfg: Config) -> Host:
-    args = tuple(k if v is None else f"{k}={v}" for k, v in cfg.flags)
-    return replace(host, sglang_args=args, env=dict(cfg.env))
+    """The host as it deploys ``cfg``: the speculative flags a remedy set (steps, topk, draft tokens) go onto the
+    host's speculative settings, which render writes once (``plan/deploy_plan.launch_argv``), never appended after
+    them as a second value argparse happens to let win; the rest are its SGLang args."""
+    from fabfile.inventory.launch_flags import row_of
+
+    spec: dict[str, int] = {}
+    args: list[str] = []
+    for k, v in cfg.flags:
+        row = row_of(k)
+        if row is not None and row.field.startswith("speculative.") and row.whole and v is not None:
+            spec[row.field.partition(".")[2]] = int(v)
+        else:
+            args.append(k if v is None else f"{k}={v}")
+    s = host.speculative
+    steps, topk = spec.get("steps", s.steps), spec.get("topk", s.topk)
+    draft = spec.get("draft_tokens", s.draft_tokens)
+    if (steps, topk) != (s.steps, s.topk) and "draft_tokens" not in spec and topk == 1:
+        # An inventory draft_tokens holds only for the steps it was written for (plan/deploy_plan._speculative):
+        # a chain's is steps + 1 again, which render derives from none.
+        draft = None
+    return replace(host, sglang_args=tuple(args), env=dict(cfg.env),
+                   speculative=replace(s, steps=steps, topk=topk, draft_tokens=draft))
 
 
 @dataclass

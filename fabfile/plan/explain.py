@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fabfile.plan.predict import TUNE_MAX_STEPS, Chain, Longer, longer_chain
 from fabfile.remote import protocol
 
 # The sources' short names, as the sentences write them.
@@ -29,6 +30,7 @@ TAGS = {protocol.SOURCE_TIMER: "timer", protocol.SOURCE_TRACE: "trace", protocol
 # Thresholds (what `inv explain --rules` prints).
 DRAFT_SHARE = 0.40
 DRAFT_SURPLUS_SHARE = 0.05
+DRAFT_SATURATED_SHARE = 0.25
 OTHER_SHARE = 0.25
 ALLREDUCE_SHARE = 0.40
 GEMM_GROWTH = 1.5
@@ -74,6 +76,9 @@ class Subject:
     cuda_graph: bool | None = None
     version: str = ""  # the SGLang release that measured it ("" unknown)
     host: str = ""  # the host that measured it ("" a document without one)
+    # The longest chain of the same draft measured beside it (a sweep's longest row, a tune's longest deploy): its
+    # histogram says how far acceptance goes past this chain's last position, where this one's own can only guess.
+    longer: Chain | None = None
 
     @property
     def speculative(self) -> bool:
@@ -210,6 +215,73 @@ def _draft_surplus(s: Subject) -> Finding | None:
                     "share": round(share, 4)})
 
 
+def chain_of(anatomy: Mapping[str, Any]) -> Chain | None:
+    """A measured chain (topk 1, steps + 1 draft tokens) with its accept histogram, as ``predict.Chain``; None for a
+    tree (its accepted path is no chain's prefix), or without a histogram."""
+    steps, hist = int(anatomy.get("steps") or 0), anatomy.get("accept_histogram")
+    topk, tokens = anatomy.get("topk"), anatomy.get("draft_tokens")
+    if steps < 1 or not hist or (topk and int(topk) > 1) or (tokens and int(tokens) != steps + 1):
+        return None
+    verify = anatomy.get("verify")
+    return Chain(steps, tuple(int(c) for c in hist),
+                 float(verify["ms"]) if isinstance(verify, Mapping) and verify.get("ms") else None)
+
+
+def longest_chain(anatomies: list[Mapping[str, Any]]) -> Chain | None:
+    """The chain with the most steps among measured anatomies (the latest of equals)."""
+    chains = [c for a in anatomies if (c := chain_of(a)) is not None]
+    return max(reversed(chains), key=lambda c: c.steps, default=None)
+
+
+def longer_for(s: Subject, draft_step: float | None = None, max_steps: int = TUNE_MAX_STEPS) -> Longer | None:
+    """``predict.longer_chain`` on a subject's measured figures: its chain, cycle, accept length, verify, one draft
+    forward (the draft step; at steps 1, which runs none, the draft-extend, the nearest draft forward measured), the
+    baseline's GPU decode forward where one was measured, and the longer chain measured beside it."""
+    chain, cycle, accept, verify = chain_of(s.anatomy), s.fig("cycle"), s.fig("accept_length"), s.fig("verify")
+    step = draft_step if draft_step is not None else float((s.fig("draft_step") or s.fig("draft_extend") or
+                                                            {"ms": 0})["ms"])
+    if chain is None or not (cycle and accept and verify) or step <= 0:
+        return None
+    decode = s.decode_step(verify, strict=True) if _gpu(str(verify.get("source", ""))) else None
+    return longer_chain(steps=chain.steps, accept_len=float(accept["ms"]), cycle_ms=float(cycle["ms"]),
+                        hist=chain.hist, draft_ms=step, verify_ms=float(verify["ms"]), max_steps=max_steps,
+                        decode_ms=float(decode["ms"]) if decode else None, longer=s.longer)
+
+
+def _draft_saturated(s: Subject) -> Finding | None:
+    """A chain whose passes run out of draft tokens before acceptance does: on the H200's 7B-shaped target steps 1
+    accepted its one draft token in half the passes and ran 46 % slower than steps 2 (268 against 499 tok/s), and
+    no rule said so (break_even is silent where speculation already wins). draft_surplus is its mirror (steps
+    acceptance never reaches); both fire only on a histogram with mass at both ends, and the tuner then measures
+    each step count once (``plan/remedies.tried_key``)."""
+    if not s.speculative:
+        return None
+    found = longer_for(s)
+    if found is None or found.share < DRAFT_SATURATED_SHARE:
+        return None
+    steps, accept, step = int(s.anatomy["steps"]), s.fig("accept_length"), s.fig("draft_step") or s.fig("draft_extend")
+    plural = "s" if steps > 1 else ""
+    if found.chain:
+        evidence = (f"{_pct(found.share)} of the steps-{found.chain} chain's verify passes accepted more than {steps} "
+                    f"draft token{plural} (its accept histogram [meta]), against accept length {fmt(accept, '')} "
+                    f"here: a longer chain accepts more; by that histogram")
+    else:
+        what = "its one draft token" if steps == 1 else f"all {steps} of its draft tokens"
+        evidence = (f"{_pct(found.share)} of verify passes accepted {what} "
+                    f"(accept length {fmt(accept, '')}, its accept histogram [meta]): a longer chain could accept "
+                    f"more; with the last position's acceptance ({_pct(found.rate)}) continued")
+    cost = "one draft forward" if step is s.fig("draft_step") else "one draft forward, costed as the draft-extend"
+    sentence = (f"{evidence}, steps {found.steps} would accept {found.accept_len:.2f} per pass [derived] at a cycle "
+                f"of {found.cycle_ms:.2f} ms [derived] ({cost} {fmt(step)} per step, verify "
+                f"+{found.verify_growth_ms:.2f} ms [derived] per token), {_pct(found.gain)} more tokens per ms: "
+                f"measure --speculative-num-steps {found.steps} (`inv sweep --steps {steps},{found.steps}`, or "
+                "`inv tune`)")
+    return Finding("draft_saturated", sentence,
+                   {"share": round(found.share, 4), "steps": float(found.steps),
+                    "accept_length": round(found.accept_len, 4), "cycle_ms": round(found.cycle_ms, 4),
+                    "gain": round(found.gain, 4), "saving_ms": round(found.saving_ms, 4)})
+
+
 def _other_share(s: Subject) -> Finding | None:
     other, cycle = s.fig("other"), s.fig("cycle")
     if not s.speculative or not (other and cycle) or float(cycle["ms"]) <= 0:
@@ -311,6 +383,10 @@ RULES: tuple[Rule, ...] = (
     Rule("draft_share", f"draft ≥ {DRAFT_SHARE:.0%} of the cycle", "fewer steps or a smaller draft", _draft_share),
     Rule("draft_surplus", f"the draft forwards past the accepted steps (⌈accept length − 1⌉) cost ≥ "
                           f"{DRAFT_SURPLUS_SHARE:.0%} of the cycle", "steps acceptance never reaches", _draft_surplus),
+    Rule("draft_saturated", f"≥ {DRAFT_SATURATED_SHARE:.0%} of verify passes accept every draft token (or, in a "
+                            "longer chain measured beside it, more than this chain has), and a longer chain, by "
+                            "that histogram and the measured phases (plan/predict.longer_chain), serves more tokens "
+                            "per ms", "steps the draft runs out of before acceptance does", _draft_saturated),
     Rule("other_share", f"time outside the measured phases ≥ {OTHER_SHARE:.0%} of the cycle",
          "scheduler and launch overhead between the phases", _other_share),
     Rule("allreduce_bound", f"all-reduce ≥ {ALLREDUCE_SHARE:.0%} of verify's GPU span (trace)",
@@ -390,10 +466,15 @@ def derived_anatomy(doc: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"config": doc.get("config_name") or doc.get("config") or ""}
     steps = spec.get("steps") or doc.get("steps")
     tokens = spec.get("draft_tokens") or doc.get("draft_tokens")
+    topk = spec.get("topk") or doc.get("topk")
     if steps:
         out["steps"] = int(steps)
     if tokens:
         out["draft_tokens"] = int(tokens)
+    if topk and steps:
+        out["topk"] = int(topk)
+    if steps and doc.get("accept_histogram"):
+        out["accept_histogram"] = [int(c) for c in doc["accept_histogram"]]
     n = int(doc.get("completed") or doc.get("requests") or 0)
     if doc.get("cycle_ms"):
         out["cycle"] = {"ms": float(doc["cycle_ms"]), "count": n,
@@ -485,14 +566,22 @@ def document_subjects(doc: Mapping[str, Any], baseline: Mapping[str, Any] | None
     base = own if own is not None and kind == "sweep" else baseline_of(baseline)
     where = "this sweep's baseline row" if own is not None and kind == "sweep" else baseline_from
     if kind == "sweep":
-        return [Subject(config=str(r.get("config")), anatomy=row_anatomy(r), baseline=base, baseline_from=where,
-                        version=str(r.get("sglang_version") or ""))
-                for r in doc.get("rows") or [] if r.get("ok") and r.get("steps")]
+        rows = [(r, row_anatomy(r)) for r in doc.get("rows") or [] if r.get("ok") and r.get("steps")]
+        longest = longest_chain([a for _, a in rows if not a.get("predicted")])
+        return [Subject(config=str(r.get("config")), anatomy=a, baseline=base, baseline_from=where,
+                        version=str(r.get("sglang_version") or ""), longer=longest)
+                for r, a in rows]
     if kind == "profile":
         config = str(doc.get("config_name") or "")
         out = []
+        # The chain's shape and its accept histogram (the profile's own bench) beside the phases, for the rules
+        # that read how far acceptance goes.
+        spec, hist = doc.get("speculative") or {}, (doc.get("bench") or {}).get("accept_histogram")
+        own = {k: int(spec[k]) for k in ("steps", "draft_tokens", "topk") if spec.get(k) and spec.get("steps")}
+        if hist and own:
+            own["accept_histogram"] = [int(c) for c in hist]
         for r in doc.get("ranks") or []:
-            a = _merged(r.get("timer"), r.get("trace")) or dict(doc.get("derived") or {})
+            a = {**own, **(_merged(r.get("timer"), r.get("trace")) or dict(doc.get("derived") or {}))}
             a.setdefault("config", config)
             out.append(Subject(config=config, anatomy=a, baseline=base, baseline_from=where,
                                rank=int(r.get("rank") or 0), difference_pct=r.get("difference_pct") or {},

@@ -51,6 +51,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+# The most draft steps the tuner proposes (the real H200 grid's widest, steps 1-7 with 2-8 draft tokens, is inside
+# it), and so the horizon of a longer chain's prediction (``longer_chain``); `inv sweep` measures more. The SLA the
+# tune is asked to meet is judged against it (plan/sla.unmeetable).
+TUNE_MAX_STEPS = 8
+
 
 def correct_drafts_pmf(hist: list[int]) -> list[float]:
     """P(J = j) from a histogram whose index j counts the verify passes that accepted j drafts."""
@@ -196,3 +201,100 @@ def plan_runs(chain_steps: list[int]) -> tuple[int, int] | None:
     if len(s) < 3:
         return None
     return s[0], s[-1]
+
+
+# -- a longer chain: what one more draft position (or several) would buy -------------------------------------------
+
+@dataclass(frozen=True)
+class Chain:
+    """One measured chain (topk 1, steps + 1 draft tokens): its step count, its histogram of correct drafts per
+    verify pass (index j: the passes that accepted j drafts), and its verify pass (ms [timer]) where measured."""
+
+    steps: int
+    hist: tuple[int, ...]
+    verify_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Longer:
+    """The step count the tail model predicts best above the measured one, and the model's figures [derived]."""
+
+    steps: int
+    accept_len: float
+    cycle_ms: float
+    saving_ms: float  # cycle ms saved at the measured accept length: cycle − cycle(k) · accept ÷ accept(k)
+    share: float  # the passes a longer chain accepts more in (the rule's evidence)
+    rate: float  # the acceptance the tail continues at, per position past the histogram's chain
+    chain: int  # the longer chain measured whose histogram was read (0: the measured chain's own)
+    draft_ms: float  # one more draft forward
+    verify_growth_ms: float  # verify's growth per extra draft token
+    gain: float  # tokens per ms at ``steps`` over the measured chain's, less 1
+
+
+def _reached(hist: tuple[int, ...] | list[int], n: int) -> Callable[[int], float]:
+    """P(J ≥ i) for the chain of ``n`` steps whose histogram this is: read for i ≤ n, beyond it the last position's
+    acceptance P(J ≥ n) ÷ P(J ≥ n − 1) continued geometrically (the tail model, stated in ``longer_chain``)."""
+    pmf = correct_drafts_pmf(list(hist))
+
+    def at_least(i: int) -> float:
+        return sum(p for j, p in enumerate(pmf) if j >= i)
+
+    last, before = at_least(n), at_least(n - 1) if n >= 1 else 1.0
+    rate = last / before if before > 0 else 0.0
+
+    def reached(i: int) -> float:
+        return at_least(i) if i <= n else last * rate ** (i - n)
+    return reached
+
+
+def tail_rate(hist: tuple[int, ...] | list[int], n: int) -> float:
+    """The last position's acceptance of an ``n``-step chain: P(J ≥ n) ÷ P(J ≥ n − 1)."""
+    reached = _reached(hist, n)
+    return reached(n + 1) / reached(n) if reached(n) > 0 else 0.0
+
+
+def longer_chain(*, steps: int, accept_len: float, cycle_ms: float, hist: tuple[int, ...] | list[int],
+                 draft_ms: float, verify_ms: float, max_steps: int, decode_ms: float | None = None,
+                 longer: Chain | None = None) -> Longer | None:
+    """The step count above ``steps`` (at most ``max_steps``) with the most tokens per ms by the tail model, or
+    None when none beats the measured chain. The model, stated:
+
+    * **acceptance**: the accept length at k is the measured one plus P(J ≥ i) for each position i past ``steps``
+      (1 + E[min(J, k)], the sweep predictor's truncation, added onto what was measured): P(J ≥ i) is read from the
+      histogram of a longer chain measured (``longer``: the same draft, so its passes show how far acceptance goes),
+      else from the measured chain's own, whose last position's acceptance P(J ≥ n) ÷ P(J ≥ n − 1) is continued
+      geometrically past it (a draft that was right at its last position is as likely right at the next);
+    * **cost**: each extra step runs one more draft forward (``draft_ms``, measured) and verify checks one more
+      token per sequence: its growth is the line through the two measured verify passes where a longer chain's was
+      measured; else the predictor's bounds weighted as it weighs them (``blend``: 3 to 1 for the optimistic end,
+      no growth, against the steepest line the measured pass allows: from the baseline's decode forward at one
+      token where one was measured on the same clock, else through zero, a verify with no fixed part).
+    """
+    if steps < 1 or steps >= max_steps or accept_len <= 0 or cycle_ms <= 0 or not hist or sum(hist) <= 0:
+        return None
+    from_longer = longer is not None and longer.steps > steps and bool(longer.hist) and sum(longer.hist) > 0
+    src, n = (longer.hist, longer.steps) if from_longer and longer is not None else (tuple(hist), steps)
+    reached = _reached(src, n)
+    tokens = steps + 1
+    if from_longer and longer is not None and longer.verify_ms is not None:
+        growth = max(0.0, (longer.verify_ms - verify_ms) / (longer.steps - steps))
+    else:
+        steepest = (verify_ms - decode_ms) / (tokens - 1) if decode_ms is not None and 0 < decode_ms < verify_ms \
+            else verify_ms / tokens
+        growth = blend(0.0, steepest)
+    now = accept_len / cycle_ms
+    best: tuple[float, int, float, float] | None = None
+    accept = accept_len
+    for k in range(steps + 1, max_steps + 1):
+        accept += reached(k)
+        cycle = cycle_ms + (k - steps) * (draft_ms + growth)
+        rate = accept / cycle
+        if rate > now and (best is None or rate > best[0]):
+            best = (rate, k, accept, cycle)
+    if best is None:
+        return None
+    rate, k, accept, cycle = best
+    return Longer(steps=k, accept_len=accept, cycle_ms=cycle, saving_ms=cycle_ms - cycle * accept_len / accept,
+                  share=reached(steps + 1) if from_longer else reached(steps),
+                  rate=tail_rate(src, n), chain=n if from_longer else 0, draft_ms=draft_ms,
+                  verify_growth_ms=growth, gain=rate / now - 1)

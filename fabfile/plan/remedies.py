@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 from fabfile.inventory.launch_flags import FLAG_OF
 from fabfile.plan import knob_effects
 from fabfile.plan.explain import accepted_steps
+from fabfile.plan.predict import TUNE_MAX_STEPS
 from fabfile.plan.versioncheck import facts_for
 from fabfile.remote import versions
 
 STEPS_FLAG, DRAFT_TOKENS_FLAG = FLAG_OF["speculative.steps"], FLAG_OF["speculative.draft_tokens"]
-# The most draft steps the tuner proposes (the real H200 grid's widest, steps 1-7 with 2-8 draft tokens, is inside
-# it); `inv sweep` measures more. The SLA the tune is asked to meet is judged against it (plan/sla.unmeetable).
-TUNE_MAX_STEPS = 8
+# The figure a longer chain moves: ms per token served (cycle ÷ accept length [derived]), lower is better.
+PER_TOKEN = "ms_per_token"
 
 # Environment variables a remedy may set: (first release that reads it, first release that no longer does or None).
 # Sources: ../shared/reference/tune.md (0.5.x wheels read there).
@@ -119,12 +119,14 @@ def diff(before: Config, after: Config) -> list[str]:
 class Context:
     """What a remedy reads besides the configuration: the release, the load, TP, the measured figures (ms per cycle:
     ``cycle``, ``draft``, ``draft_step``, ``verify``, ``draft_extend``, ``other``, ``launch_gap``, ``allreduce``;
-    ``steps``, ``accept_length``)."""
+    ``steps``, ``accept_length``, ``ms_per_token``), and the figures of each rule that fired (``findings``: a
+    remedy that acts on what its rule computed, such as the step count ``draft_saturated`` predicts best)."""
 
     version: str
     concurrency: int
     tp: int = 1
     figures: Mapping[str, float] = field(default_factory=dict)
+    findings: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def ms(self, name: str) -> float:
         return float(self.figures.get(name) or 0.0)
@@ -138,8 +140,9 @@ class Remedy:
     what: str
     mechanism: str  # the figure its rule predicts moves (a phase of Context.figures)
     # the evidence kind: "log:<regex>" (searched in each line of the server's log, case-insensitive; each matches a
-    # line real SGLang prints: tests/wheels/test_remedy_evidence.py), "server_args:<flag>" (the running server's own
-    # /server_info), "trace:verify_graph", "env:<name>"
+    # line real SGLang prints: tests/wheels/test_remedy_evidence.py), "server_args:<flag>[,<flag>...]" (the running
+    # server's own /server_info: the field of the first of the flags the configuration sets, under whichever of
+    # their names the release reports), "trace:verify_graph", "env:<name>"
     engaged_by: str
     moves_accept: bool  # whether accept length may legitimately change
     assumes: str  # the predicted saving's assumption, in words
@@ -211,6 +214,21 @@ def _to_accepted_steps(cfg: Config, ctx: Context) -> Config | None:
     return out.set_flag(DRAFT_TOKENS_FLAG, str(used + 1)) if tokens is not None else out
 
 
+def _more_steps(cfg: Config, ctx: Context) -> Config | None:
+    """Steps raised to the count plan/explain's draft_saturated predicts best (its tail model, plan/predict
+    .longer_chain), draft tokens with them where set (a chain: steps + 1)."""
+    found = ctx.findings.get("draft_saturated") or {}
+    target = int(found.get("steps") or 0)
+    if target <= int(cfg.flag(STEPS_FLAG) or ctx.figures.get("steps") or 0) or target > TUNE_MAX_STEPS:
+        return None
+    out = cfg.set_flag(STEPS_FLAG, str(target))
+    return out.set_flag(DRAFT_TOKENS_FLAG, str(target + 1)) if cfg.flag(DRAFT_TOKENS_FLAG) is not None else out
+
+
+def _more_steps_saving(ctx: Context) -> float:
+    return float((ctx.findings.get("draft_saturated") or {}).get("saving_ms") or 0.0)
+
+
 def _surplus_saving(ctx: Context) -> float:
     steps, accept = ctx.figures.get("steps") or 0, ctx.figures.get("accept_length")
     if not steps or not accept:
@@ -228,7 +246,7 @@ CATALOG: tuple[Remedy, ...] = (
            "launch_gap", "trace:verify_graph", False, "80 % of verify's launch gaps go",
            lambda c: 0.8 * c.ms("launch_gap"), _graph_on, source="tune.md §1.5"),
     Remedy("graph-bs", "verify_eager", "--cuda-graph-max-bs", "capture graphs up to the load's batch size",
-           "launch_gap", "log:Capture (target verify )?CUDA graph end", False,
+           "launch_gap", "server_args:--cuda-graph-max-bs-decode,--cuda-graph-max-bs", False,
            "80 % of verify's launch gaps go (bs > max bs ran eager)",
            lambda c: 0.8 * c.ms("launch_gap"), _graph_bs, source="tune.md §1.5, cuda_graph_runner.py:765"),
     Remedy("overlap-on", "other_share", "--disable-overlap-schedule", "turn the overlap scheduler back on",
@@ -254,6 +272,14 @@ CATALOG: tuple[Remedy, ...] = (
            "draft", "server_args:--speculative-num-steps", True,
            "the surplus draft forwards' time; the passes that reached past them lose those tokens",
            _surplus_saving, _to_accepted_steps, source="plan/explain draft_surplus, docs/real-sglang.md"),
+    # The mirror of accepted-steps: a chain whose passes accept every draft token. Its mechanism is ms per token
+    # (cycle ÷ accept length): a longer chain's cycle grows, what falls is the time per token it serves.
+    Remedy("more-steps", "draft_saturated", STEPS_FLAG, "steps raised to what the accept histogram predicts best",
+           PER_TOKEN, "server_args:--speculative-num-steps", True,
+           "the passes that accepted every draft token go on at their last position's acceptance (or as a longer "
+           "chain measured in this run went on); each step one more draft forward and verify's growth per token",
+           _more_steps_saving, _more_steps, source="plan/explain draft_saturated, plan/predict.longer_chain, "
+                                                   "docs/real-sglang.md"),
     Remedy("adaptive", "break_even", "--speculative-adaptive", "let SGLang choose steps per batch size",
            "cycle", "server_args:--speculative-adaptive", True, "one draft forward per cycle at high load",
            _per_step, _flag_to("--speculative-adaptive", None), source="tune.md §1.7"),
@@ -280,11 +306,31 @@ def needs_trace(cfg: Config, ctx: Context, tried: set[str]) -> list[str]:
     return [r.id for r in CATALOG if r.rule in TRACE_RULES and r.id not in tried and r.candidate(cfg, ctx) is not None]
 
 
+def steps_key(steps: int | str) -> str:
+    """The tried key of a step count: one a tune has measured (any deploy, either arm) or a steps remedy has tried."""
+    return f"steps={steps}"
+
+
+def tried_key(remedy: Remedy, cfg: Config) -> str:
+    """What a remedy's trial uses up: its own id, or for a remedy that changes the step count the step count it
+    goes to. The steps remedies (fewer-steps, accepted-steps, more-steps) answer opposite rules (draft_share and
+    draft_surplus: too many steps; draft_saturated: too few), which can both fire on one histogram with mass at both
+    ends, and each predicts from a model the next deploy can prove wrong: keyed by the step count, and with every
+    step count the tune measured counted as tried, a step count is deployed once in a tune, so the path can never
+    go back to one it left (the H200's steps 7 → 2 by accepted-steps, then 2 → 7 by more-steps) however the rules
+    read the next measurement."""
+    return steps_key(cfg.flag(STEPS_FLAG) or "") if remedy.knob == STEPS_FLAG else remedy.id
+
+
 @dataclass(frozen=True)
 class Candidate:
     remedy: Remedy
     config: Config
     predicted_ms: float  # per cycle [derived]
+
+    @property
+    def key(self) -> str:
+        return tried_key(self.remedy, self.config)
 
 
 def candidates(rules_fired: list[str], cfg: Config, ctx: Context, tried: set[str]) -> list[Candidate]:
@@ -293,13 +339,24 @@ def candidates(rules_fired: list[str], cfg: Config, ctx: Context, tried: set[str
     out: list[Candidate] = []
     for rule in rules_fired:
         for r in CATALOG:
-            if r.rule != rule or r.id in tried:
+            if r.rule != rule or (r.knob != STEPS_FLAG and r.id in tried):
                 continue
             nxt = r.candidate(cfg, ctx)
-            if nxt is not None:
+            if nxt is not None and tried_key(r, nxt) not in tried:
                 out.append(Candidate(r, nxt, max(0.0, r.saving(ctx))))
                 break
     return sorted(out, key=lambda c: -c.predicted_ms)
+
+
+def predicted_fraction(c: Candidate, ctx: Context) -> float:
+    """The candidate's predicted saving as a fraction of the figure it moves, for the stop rule: of the cycle, or
+    of its mechanism phase where larger (a saving in one phase is a larger share of it). A saving per token's
+    (more-steps) is ms per cycle at the measured accept length, so its share of the cycle is its share of the ms
+    per token."""
+    cycle = ctx.ms("cycle") or 1.0
+    if c.remedy.mechanism in ("cycle", PER_TOKEN):
+        return c.predicted_ms / cycle
+    return max(c.predicted_ms / cycle, c.predicted_ms / (ctx.ms(c.remedy.mechanism) or cycle))
 
 
 def server_arg(flag: str) -> str:
@@ -308,9 +365,10 @@ def server_arg(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-# The server args the catalog's ``server_args:`` evidence reads, asked of the running server by each measurement.
-SERVER_ARGS: tuple[str, ...] = tuple(sorted({server_arg(r.engaged_by.partition(":")[2]) for r in CATALOG
-                                             if r.engaged_by.startswith("server_args:")}))
+# The server args the catalog's ``server_args:`` evidence reads, asked of the running server by each measurement
+# (every name of each: the release answers the ones it has).
+SERVER_ARGS: tuple[str, ...] = tuple(sorted({server_arg(f) for r in CATALOG if r.engaged_by.startswith("server_args:")
+                                             for f in r.engaged_by.partition(":")[2].split(",")}))
 
 
 def by_id(remedy_id: str) -> Remedy:

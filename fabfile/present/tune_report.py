@@ -52,11 +52,25 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def inventory_diff(doc: dict[str, Any]) -> dict[str, Any]:
-    """What ``--write`` writes: the final configuration's flags and env against the start's."""
+    """What ``--write`` writes: the final configuration's flags and env against the start's. A speculative flag
+    (steps, topk, draft tokens) is the host's ``speculative`` field, as the tune deployed it: the inventory refuses
+    it in ``sglang_args``."""
+    from fabfile.inventory.launch_flags import row_of
+
     start, best = doc["start"], doc["best"]
-    return {"sglang_args": {k: v for k, v in best["flags"].items() if start["flags"].get(k, object()) != v},
-            "remove_sglang_args": sorted(set(start["flags"]) - set(best["flags"])),
-            "env": {k: v for k, v in best["env"].items() if start["env"].get(k) != v}}
+
+    def field(flag: str) -> str | None:
+        row = row_of(flag)
+        return row.field.partition(".")[2] if row is not None and row.field.startswith("speculative.") else None
+
+    changed = {k: v for k, v in best["flags"].items() if start["flags"].get(k, object()) != v}
+    out: dict[str, Any] = {"sglang_args": {k: v for k, v in changed.items() if field(k) is None},
+                           "remove_sglang_args": sorted(k for k in set(start["flags"]) - set(best["flags"])
+                                                        if field(k) is None),
+                           "env": {k: v for k, v in best["env"].items() if start["env"].get(k) != v}}
+    if spec := {f: int(v) for k, v in changed.items() if (f := field(k)) is not None and v is not None}:
+        out["speculative"] = spec
+    return out
 
 
 def tune_figure(doc: dict[str, Any]) -> Figure | None:

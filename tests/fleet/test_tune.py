@@ -216,3 +216,32 @@ def test_a_flag_the_server_did_not_take_is_not_engaged_by_its_own_server_info(fl
     assert step["outcome"] == "not engaged", step
     assert "disable_overlap_schedule=True [SGLang /get_server_info]" in step["evidence"], step["evidence"]
     assert [m["arm"] for m in step["measurements"]] == ["A", "B"] and not step["after"]
+
+
+def test_tune_lengthens_a_saturated_chain_on_the_7b_like_host(fleet: Fleet, sim_host: SimHost,
+                                                             tmp_path: Path) -> None:
+    """The simulator's 7B-like profile (``cost_profile: 7b-h200``: the real H200 grid's phases, the kit's draft
+    wrong every third slot) from steps 1, where the real grid measured 268 tok/s against steps 2's 499: no rule but
+    draft_saturated fires (speculation already wins), half the passes accept the one draft token, more-steps goes
+    to a longer chain through the host's speculative settings (the launch has the flag once), and the win is kept
+    beyond the spread of A B B A A B."""
+    inventory = derived_inventory(fleet, tmp_path, defaults={"tp": 1, "speculative": {"steps": 1}})
+    sim_host.set_version("0.5.16")
+    sim_host.set_sim_config(cost_profile="7b-h200", time_scale=4.0, load_seconds=0.1, deploy_noise=0.02)
+    code, doc, err = inv_json("tune", *LOAD, "--concurrency", "1", "--max-loads", "8", inventory=inventory,
+                              cwd=tmp_path)
+    assert code == 0, err
+    first = doc["outside_trials"][0]
+    assert first["figures"]["steps"] == 1 and first["accept_histogram"], first
+    step = doc["steps"][0]
+    assert step["rule"] == "draft_saturated" and step["remedy"] == "more-steps", step
+    assert "accepted its one draft token" in step["finding"], step["finding"]
+    assert step["outcome"] == "kept", step["why"]
+    steps = int(doc["best"]["flags"]["--speculative-num-steps"])
+    assert steps >= 2 and step["evidence"].replace("'", "") == \
+        f"server_args speculative_num_steps={steps} [SGLang /get_server_info]", step["evidence"]
+    after = [m for m in step["measurements"] if m["arm"] == "B"]
+    assert all(m["accept"] > 2.5 for m in after), after  # the partial draft's chain: 2 tokens accepted per pass
+    running = [c for _p, c in sglang_pids(sim_host) if "launch_server" in c]
+    assert running and all(c.count("--speculative-num-steps") == 1 and f"--speculative-num-steps={steps}" in c
+                           for c in running), running

@@ -18,8 +18,6 @@ from tests.support.wheels import wheel_path
 # remedy id -> (the release read, the module printing the line, one line that release prints: each placeholder of
 # its log call filled with a value it takes on a CUDA GPU under speculation).
 REAL_LINES: dict[str, tuple[str, str, str]] = {
-    "graph-bs": ("0.5.16", "sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py",
-                 "Capture target verify CUDA graph end. elapsed=9.87 s, mem usage=0.85 GB, avail mem=20.11 GB."),
     "pcie-ipc": ("0.5.23", "sglang/srt/distributed/device_communicators/pcie_ipc_ar.py",
                  "FlashInfer PCIe-IPC all-reduce enabled (world=2, workspace sized on first reduction)"),
 }
@@ -65,3 +63,23 @@ def test_the_log_pattern_finds_a_line_real_sglang_prints(remedy_id: str) -> None
                                                                    log=("unrelated line", line)))
     assert ok, evidence
     assert not engaged(remedy, remedies.Config(), Measurement(tok_s=1.0, anatomy={}, log=("unrelated line",)))[0]
+
+
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.16", "0.5.20"])
+def test_the_graph_batch_size_evidence_is_a_field_the_servers_own_args_have(version: str) -> None:
+    """graph-bs engages by the server's own args (its /get_server_info is its ServerArgs): the field behind the
+    flag the release takes (``--cuda-graph-max-bs`` until 0.5.14, then ``--cuda-graph-max-bs-decode``, the old name
+    its alias, one field) is one of the names the profile asks for, and a ServerArgs field of that release."""
+    flag = remedies.graph_bs_flag(version)
+    assert flag is not None
+    field = remedies.server_arg(flag)
+    assert field in remedies.SERVER_ARGS
+    with zipfile.ZipFile(wheel_path(version)) as z:
+        # ServerArgs' fields: in server_args.py, and from 0.5.20 in the field groups it is assembled from
+        source = "".join(z.read(n).decode() for n in z.namelist()
+                         if n == "sglang/srt/server_args.py" or n.startswith("sglang/srt/arg_groups/fields/"))
+    assert re.search(rf"^    {field}\b\s*:", source, re.M), f"{field} is no ServerArgs field of {version}"
+    cfg = remedies.Config(flags=((flag, "16"),))
+    remedy = remedies.by_id("graph-bs")
+    assert engaged(remedy, cfg, Measurement(tok_s=1.0, anatomy={}, server_args={field: 16}))[0]
+    assert not engaged(remedy, cfg, Measurement(tok_s=1.0, anatomy={}, server_args={field: 8}))[0]

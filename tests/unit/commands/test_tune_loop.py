@@ -17,7 +17,7 @@ from fabfile.commands.tune import CandidateFailed, Measurement, TuneParams, Tune
 from fabfile.errors import FlagError
 from fabfile.plan.remedies import Config
 from fabfile.plan.sla import Limits, broken
-from fabfile.remote.protocol import SOURCE_TIMER, SOURCE_TRACE
+from fabfile.remote.protocol import SOURCE_META, SOURCE_TIMER, SOURCE_TRACE
 
 POOR = Config(flags=(("--disable-cuda-graph", None), ("--disable-overlap-schedule", None),
                      ("--speculative-num-steps", "3")))
@@ -320,3 +320,121 @@ def test_every_bad_budget_and_limit_is_said_at_once() -> None:
     assert len(said) == 3 and [w for w in ("--max-loads", "--max-minutes", "--max-tpot-ms")
                                if any(s.startswith(w) for s in said)] == ["--max-loads", "--max-minutes",
                                                                          "--max-tpot-ms"], said
+
+
+@dataclass
+class PartialDraft(CostModel):
+    """The H200's 7B-shaped target with the kit's partial draft (docs/real-sglang.md, issue 37): GPU-bound (verify
+    5.13 ms + 0.01 per token, one draft forward 0.175 ms, the draft-extend 0.2), a draft wrong every third slot, so
+    steps 1 accepts its one token in half the passes (accept length 1.5) and every chain from steps 2 accepts two
+    (2.98): steps 2 serves nearly twice the tokens per ms of steps 1, and more steps only cost forwards."""
+
+    start_steps: int = 1
+
+    def run(self, cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        self.ran.append(cfg)
+        self.traced.append(trace(self.version))
+        steps = int(cfg.flag("--speculative-num-steps") or self.start_steps)
+        draft, verify, extend = 0.175 * (steps - 1), 5.13 + 0.01 * (steps + 1), 0.2
+        other = 0.1 * self.rng.uniform(1 - self.noise, 1 + self.noise)
+        cycle = draft + verify + extend + other
+        hist = [50, 50] if steps == 1 else [1, 1, 98]
+        accept = 1.0 + sum(j * c for j, c in enumerate(hist)) / sum(hist)
+        anatomy: dict[str, object] = {
+            "cycle": {"ms": cycle, "source": SOURCE_TIMER}, "verify": {"ms": verify, "source": SOURCE_TIMER},
+            "draft_extend": {"ms": extend, "source": SOURCE_TIMER}, "other": {"ms": other, "source": SOURCE_TIMER},
+            "accept_length": {"ms": accept, "source": SOURCE_META}, "steps": steps, "draft_tokens": steps + 1,
+            "accept_histogram": hist}
+        if steps > 1:  # steps 1 runs no draft forward (its draft token comes out of the draft-extend)
+            anatomy.update(draft={"ms": draft, "source": SOURCE_TIMER},
+                           draft_step={"ms": 0.175, "source": SOURCE_TIMER})
+        args = {k.lstrip("-").replace("-", "_"): (True if v is None else v) for k, v in cfg.flags}
+        return Measurement(tok_s=accept * 1000 / cycle, anatomy=anatomy, accept=accept, memory_gib=60.0,
+                           server_args=args)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_from_steps_1_a_saturated_chain_is_lengthened_and_the_win_kept(seed: int) -> None:
+    """From steps 1 nothing but draft_saturated fires (speculation already wins, so break_even is silent): more-steps
+    goes to the step count its tail model predicts best, and the real ~90 % win of steps 2 is kept. At steps 2 the
+    chain's own histogram (98 % of passes accept both tokens) predicts a longer one wins; that trial is measured and
+    reverted, and then the longer chain measured in this tune says no pass went past two: nothing is left. Each step
+    count is deployed in one trial only, and the host ends on steps 2."""
+    start = Config()  # the steps are the host's speculative settings, not its SGLang args
+    host = PartialDraft(seed, noise=0.05)
+    st = tune(host, TuneState(start, start), _params(concurrency=1))
+    first = st.steps[0]
+    assert first.rule == "draft_saturated" and first.remedy == "more-steps", first
+    assert first.change == ["+--speculative-num-steps=2"] and first.outcome == "kept", (first.change, first.why)
+    assert first.evidence == "server_args speculative_num_steps='2' [SGLang /get_server_info]"
+    assert st.best.flag("--speculative-num-steps") == "2" and host.ran[-1] == st.best
+    targets = [s.change for s in st.steps]
+    assert len(targets) == len({tuple(t) for t in targets}), targets  # no step count tried twice
+    assert all(s.outcome == "reverted" for s in st.steps[1:]), [(s.change, s.outcome, s.why) for s in st.steps]
+    assert st.stop == "nothing-left", st.stop_reason
+
+
+def test_from_steps_7_the_cut_to_2_is_not_undone_by_the_longer_chain_rule() -> None:
+    """The real H200 path (docs/real-sglang.md, inv tune from steps 7): accepted-steps cuts 7 to 2 and it is kept;
+    at steps 2 the chain's own passes all accept both tokens, but the steps-7 deploys of this tune showed no pass
+    accepting a third, so draft_saturated stays silent: no ping-pong back to 7, and nothing is left."""
+    start = Config(flags=(("--speculative-num-steps", "7"),))
+    host = PartialDraft(0, noise=0.05, start_steps=7)
+    host_run = host.run
+
+    def run(cfg: Config, trace: Callable[[str], bool] = never) -> Measurement:
+        m = host_run(cfg, trace)
+        steps = int(cfg.flag("--speculative-num-steps") or 7)
+        return replace(m, anatomy={**m.anatomy, "accept_histogram": [1, 1, 98] + [0] * (steps - 2)})
+
+    host.run = run  # type: ignore[method-assign]
+    st = tune(host, TuneState(start, start), _params(concurrency=1))
+    assert [(s.remedy, s.outcome) for s in st.steps] == [("accepted-steps", "kept")], \
+        [(s.remedy, s.change, s.outcome) for s in st.steps]
+    assert st.best.flag("--speculative-num-steps") == "2" and st.stop == "nothing-left"
+
+
+def test_a_tuned_steps_change_reaches_the_launch_once_through_the_hosts_speculative_settings(tmp_path: Path) -> None:
+    """more-steps' candidate deploys with --speculative-num-steps once, written by render from the host's
+    speculative settings (an extra one appended after them worked only because argparse keeps the last); a chain
+    written with draft tokens in the inventory gets steps + 1 with its new steps, not the old count."""
+    from fabfile.commands.tune import with_config
+    from fabfile.inventory import hosts as inventory
+    from fabfile.plan.deploy_plan import Options, build
+
+    p = tmp_path / "inventory.yaml"
+    p.write_text("defaults: {python: /opt/venv/bin/python3, model: /models/m, draft_model: /models/d, "
+                 "log_dir: /var/log/sg, speculative: {steps: 1, topk: 1, draft_tokens: 2}}\n"
+                 "hosts:\n  g1: {default: true, sglang_args: [--disable-overlap-schedule]}\n")
+    host = inventory.load(p).hosts["g1"]
+    cfg = Config(flags=(("--disable-overlap-schedule", None), ("--speculative-num-steps", "2")))
+    argv = build(with_config(host, cfg), Options()).launch_argv
+    assert [a for a in argv if a.startswith("--speculative-num-steps")] == ["--speculative-num-steps=2"], argv
+    assert [a for a in argv if a.startswith("--speculative-num-draft-tokens")] == \
+        ["--speculative-num-draft-tokens=3"], argv
+    assert argv.count("--disable-overlap-schedule") == 1
+
+
+def test_the_inventory_diff_writes_a_steps_change_as_the_speculative_field() -> None:
+    from fabfile.present import tune_report
+
+    doc = {"start": Config().describe(),
+           "best": Config(flags=(("--speculative-num-steps", "2"), ("--enable-symm-mem", None))).describe()}
+    diff = tune_report.inventory_diff(doc)
+    assert diff["speculative"] == {"steps": 2} and diff["sglang_args"] == {"--enable-symm-mem": None}
+
+
+def test_graph_bs_is_engaged_by_the_servers_own_graph_batch_size() -> None:
+    """The server's own /get_server_info, under the name the release has: 0.5.16 cuda_graph_max_bs_decode (the
+    old flag its alias), 0.5.12 cuda_graph_max_bs; a capture log line alone no longer engages it."""
+    from fabfile.commands.tune import engaged
+    from fabfile.plan import remedies
+
+    remedy = remedies.by_id("graph-bs")
+    new, old = Config(flags=(("--cuda-graph-max-bs-decode", "8"),)), Config(flags=(("--cuda-graph-max-bs", "8"),))
+    ok, evidence = engaged(remedy, new, Measurement(tok_s=1.0, anatomy={},
+                                                    server_args={"cuda_graph_max_bs_decode": 8}))
+    assert ok and evidence == "server_args cuda_graph_max_bs_decode=8 [SGLang /get_server_info]"
+    assert engaged(remedy, old, Measurement(tok_s=1.0, anatomy={}, server_args={"cuda_graph_max_bs": 8}))[0]
+    assert not engaged(remedy, new, Measurement(tok_s=1.0, anatomy={}, server_args={"cuda_graph_max_bs_decode": 4}))[0]
+    assert not engaged(remedy, new, Measurement(tok_s=1.0, anatomy={}, log=("Capture cuda graph end.",)))[0]

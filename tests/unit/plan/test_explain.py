@@ -56,6 +56,15 @@ CASES: dict[str, tuple[Subject, Subject]] = {
                                "cycle": fig(6.54, SOURCE_TOOL), "accept_length": fig(2.98, SOURCE_META)}),
                       subject({**QUIET, "steps": 3, "draft_tokens": 4, "draft_step": fig(0.175),
                                "cycle": fig(5.85, SOURCE_TOOL), "accept_length": fig(2.98, SOURCE_META)})),
+    # The H200 7B-shaped steps 1 (its own histogram: half the passes accepted the one draft token) against steps 3
+    # at the same draft (no pass accepted a third token).
+    "draft_saturated": (subject({**{k: v for k, v in QUIET.items() if k not in ("draft", "draft_step")},
+                                 "steps": 1, "draft_tokens": 2, "accept_histogram": [676, 684],
+                                 "draft_extend": fig(0.205), "verify": fig(5.15), "other": fig(0.14),
+                                 "cycle": fig(5.50, SOURCE_TOOL), "accept_length": fig(1.506, SOURCE_META)}),
+                        subject({**QUIET, "steps": 3, "draft_tokens": 4, "accept_histogram": [3, 4, 680],
+                                 "draft_step": fig(0.175), "verify": fig(5.19), "cycle": fig(5.85, SOURCE_TOOL),
+                                 "accept_length": fig(2.98, SOURCE_META)})),
     "allreduce_bound": (subject({**QUIET, "kernels": {"verify": kernels(29.0, allreduce=17.7, gemm=6.0)}}),
                         subject({**QUIET, "kernels": {"verify": kernels(29.0, allreduce=5.0, gemm=6.0)}})),
     "gemm_growth": (subject({**QUIET, "kernels": {"verify": kernels(29.0, gemm=6.0)}}),
@@ -370,3 +379,42 @@ def test_gemm_growth_fires_on_the_real_moe_verify_that_reads_more_experts() -> N
         (f,) = [f for f in explain.explain(s) if f.rule == "gemm_growth"]
         growth[name] = f.sentence
     assert "2.7×" in growth["s3-trace"] and "4.6×" in growth["s7-trace"], growth
+
+
+def test_draft_saturated_fires_where_the_real_grid_says_a_longer_chain_wins() -> None:
+    """The same real grid: steps 1 accepted its one draft token in half the passes and ran 46 % slower than steps 2
+    (268 against 499 tok/s); no rule said so (break_even is silent where speculation already wins). Judged as the
+    sweep (each row beside the longest chain it measured, steps 7, whose passes show how far acceptance goes)
+    draft_saturated fires at steps 1 and names steps 2, and is silent from steps 2 on, where acceptance stops at
+    2.98 < steps + 1: no pass of the steps-7 chain accepted a third draft token."""
+    doc = json.loads((REAL / "7b-p3-grid-sweep.json").read_text())
+    found = {s.config: {f.rule: f for f in fs} for s, fs in explained(doc)}
+    f = found["eagle3-s1-k1-d2"]["draft_saturated"]
+    assert f.figures["steps"] == 2 and f.figures["gain"] > 0.3, f.figures
+    assert "--speculative-num-steps 2" in f.sentence and "steps-7 chain" in f.sentence
+    assert not any("draft_saturated" in found[c] for c in found if c != "eagle3-s1-k1-d2"), found
+    tok_s = {r["config"]: r["tok_s"] for r in doc["rows"]}
+    assert tok_s["eagle3-s2-k1-d3"] > 1.5 * tok_s["eagle3-s1-k1-d2"]
+
+
+def test_draft_saturated_alone_reads_its_own_histogram_and_says_so() -> None:
+    """Without a longer chain beside it a row has only its own passes: the steps-1 row's last position accepted
+    half the time, continued geometrically (the tail model stated in plan/predict.longer_chain), still pays for one
+    more step; its sentence names that model, not a measured longer chain. A steps-3 row whose passes never
+    accepted a third token is silent alone too."""
+    from dataclasses import replace
+
+    doc = json.loads((REAL / "7b-p3-grid-sweep.json").read_text())
+    alone = {s.config: replace(s, longer=None) for s in explain.subjects(doc)}
+    (f,) = [f for f in explain.explain(alone["eagle3-s1-k1-d2"]) if f.rule == "draft_saturated"]
+    assert "last position's acceptance (50 %)" in f.sentence and "draft-extend 0.20 ms [timer]" in f.sentence
+    assert f.figures["steps"] >= 2 and f.figures["share"] == pytest.approx(684 / 1360, abs=1e-3)
+    assert "draft_saturated" not in rules_fired(alone["eagle3-s3-k1-d4"])
+
+
+def test_draft_saturated_is_silent_for_a_tree_draft() -> None:
+    fires, _ = CASES["draft_saturated"]
+    from dataclasses import replace
+
+    tree = replace(fires, anatomy={**fires.anatomy, "topk": 4})
+    assert "draft_saturated" not in rules_fired(tree)

@@ -16,9 +16,13 @@ POOR = Config(flags=(("--disable-cuda-graph", None), ("--disable-overlap-schedul
 GRAPH_LOW = Config(flags=(("--cuda-graph-max-bs-decode", "4"), ("--speculative-num-steps", "3")))
 
 
+# What draft_saturated found on the steps-3 figures above: steps 5 predicted best (plan/predict.longer_chain).
+SATURATED = {"draft_saturated": {"steps": 5.0, "saving_ms": 0.4, "share": 0.6}}
+
+
 @pytest.mark.parametrize("remedy", CATALOG, ids=lambda r: r.id)
 def test_every_row_proposes_a_change_with_a_positive_predicted_saving(remedy: remedies.Remedy) -> None:
-    ctx = Context("0.5.23", concurrency=16, tp=2, figures=FIGURES)
+    ctx = Context("0.5.23", concurrency=16, tp=2, figures=FIGURES, findings=SATURATED)
     start = GRAPH_LOW if remedy.id == "graph-bs" else POOR
     cfg = remedy.candidate(start, ctx)
     assert cfg is not None and remedies.diff(start, cfg)
@@ -92,3 +96,51 @@ def test_steps_are_cut_to_what_acceptance_reaches() -> None:
     assert remedy.saving(ctx) == pytest.approx(5 * 0.175)
     assert [c.remedy.id for c in remedies.candidates(["draft_surplus"], start, ctx, tried=set())] == \
         ["accepted-steps"]
+
+
+def test_more_steps_goes_to_the_step_count_its_rule_predicts_best_draft_tokens_with_it() -> None:
+    """The H200's 7B-shaped steps 1 (accept length 1.51, half the passes accepted the one draft token): the remedy
+    sets the step count draft_saturated's tail model found best, and the draft tokens of a chain with it where the
+    configuration sets them; its saving is the rule's; without the rule's figures, or past the tuner's widest, it
+    proposes nothing."""
+    ctx = Context("0.5.16", concurrency=1, figures={"cycle": 5.50, "verify": 5.15, "draft_extend": 0.2, "steps": 1,
+                                                    "accept_length": 1.506},
+                  findings={"draft_saturated": {"steps": 2.0, "saving_ms": 2.05}})
+    remedy = remedies.by_id("more-steps")
+    start = Config(flags=(("--speculative-num-steps", "1"), ("--speculative-num-draft-tokens", "2")))
+    cfg = remedy.candidate(start, ctx)
+    assert cfg is not None and cfg.flag("--speculative-num-steps") == "2"
+    assert cfg.flag("--speculative-num-draft-tokens") == "3"
+    assert remedy.saving(ctx) == pytest.approx(2.05)
+    bare = remedy.candidate(Config(), ctx)  # steps from the host's speculative settings (the measured figure)
+    assert bare is not None and dict(bare.flags) == {"--speculative-num-steps": "2"}
+    assert remedy.candidate(start, Context("0.5.16", 1, figures=ctx.figures)) is None
+    wide = Context("0.5.16", 1, figures=ctx.figures,
+                   findings={"draft_saturated": {"steps": remedies.TUNE_MAX_STEPS + 1.0, "saving_ms": 1.0}})
+    assert remedy.candidate(start, wide) is None
+
+
+def test_the_steps_remedies_use_up_a_step_count_not_their_name() -> None:
+    """accepted-steps cut steps 7 to 2; more-steps from 2 cannot go back to 7 (a step count tried or measured is
+    used up), and another step count is still open to it: the path never revisits one it left."""
+    ctx = Context("0.5.16", concurrency=1, figures={"cycle": 5.7, "verify": 5.2, "draft_step": 0.175, "steps": 2,
+                                                    "accept_length": 2.98},
+                  findings={"draft_saturated": {"steps": 7.0, "saving_ms": 1.0}})
+    at2 = Config(flags=(("--speculative-num-steps", "2"),))
+    assert remedies.candidates(["draft_saturated"], at2, ctx, tried={"accepted-steps", remedies.steps_key(7)}) == []
+    [c] = remedies.candidates(["draft_saturated"], at2, ctx, tried={remedies.steps_key(3)})
+    assert c.remedy.id == "more-steps" and c.key == remedies.steps_key(7)
+    assert remedies.tried_key(remedies.by_id("overlap-on"), at2) == "overlap-on"
+
+
+def test_a_saving_per_token_is_a_share_of_the_cycle_for_the_stop_rule() -> None:
+    """more-steps' saving is ms per cycle at the measured accept length: its share of the cycle is its share of the
+    ms per token, never divided by the ms per token itself (which would multiply it by the accept length)."""
+    ctx = Context("0.5.16", 1, figures={"cycle": 5.0, "accept_length": 2.5, "ms_per_token": 2.0},
+                  findings={"draft_saturated": {"steps": 3.0, "saving_ms": 0.5}})
+    [c] = remedies.candidates(["draft_saturated"], Config(flags=(("--speculative-num-steps", "2"),)), ctx, set())
+    assert remedies.predicted_fraction(c, ctx) == pytest.approx(0.1)
+
+
+def test_the_graph_batch_size_is_read_back_from_the_servers_own_args_under_either_name() -> None:
+    assert {"cuda_graph_max_bs", "cuda_graph_max_bs_decode"} <= set(remedies.SERVER_ARGS)
