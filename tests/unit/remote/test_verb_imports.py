@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-HEAVY = ("fabfile.remote.protocol", "fabfile.remote.serve.deploy", "fabfile.remote.gpus")
+# What a status call does not need: the protocol's shapes, the deploy, nvidia-smi's queries, and subprocess (only
+# starting a server or nvidia-smi needs it).
+HEAVY = ("fabfile.remote.protocol", "fabfile.remote.serve.deploy", "fabfile.remote.gpus", "subprocess")
 
 
 def loaded(code: str) -> list[str]:
