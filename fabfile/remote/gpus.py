@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from typing import TYPE_CHECKING, Any
@@ -22,12 +21,22 @@ class Queries:
     and does other work (scanning /proc, waiting for a process to exit) while they run."""
 
     def __init__(self, queries: list[list[str]], timeout: float = 15.0) -> None:
-        exe = shutil.which("nvidia-smi")
         self.timeout = timeout
-        self.available = exe is not None
-        self.running = [] if exe is None else [
-            (args, subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    stdin=subprocess.DEVNULL)) for args in queries]
+        self.available = True
+        self.running: list[tuple[list[str], subprocess.Popen[str]]] = []
+        for args in queries:
+            # Popen searches PATH as shutil.which would (the first executable nvidia-smi); asking it directly
+            # spares every call the import of shutil (and with it bz2, lzma, zlib): a few ms on the host.
+            try:
+                proc = subprocess.Popen(["nvidia-smi", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, stdin=subprocess.DEVNULL)
+            except (FileNotFoundError, PermissionError):  # none on PATH, or none executable: no nvidia-smi
+                for _, started in self.running:  # (gone between two starts: none counts)
+                    started.kill()
+                    started.communicate()
+                self.available, self.running = False, []
+                break
+            self.running.append((args, proc))
 
     def outputs(self, strict: bool = True) -> list[str | None] | None:
         """Each query's output (None without nvidia-smi). ``strict``: a failing query raises AgentError; otherwise

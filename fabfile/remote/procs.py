@@ -18,15 +18,24 @@ PROC = "/proc"
 
 
 class ProcInfo:
-    __slots__ = ("cmdline", "pgid", "pid", "ppid", "start_ticks", "state")
+    __slots__ = ("_cmdline", "pgid", "pid", "ppid", "start_ticks", "state")
 
-    def __init__(self, pid: int, ppid: int, pgid: int, state: str, start_ticks: int, cmdline: str) -> None:
+    def __init__(self, pid: int, ppid: int, pgid: int, state: str, start_ticks: int, cmdline: str | None) -> None:
         self.pid = pid
         self.ppid = ppid
         self.pgid = pgid
         self.state = state
         self.start_ticks = start_ticks
-        self.cmdline = cmdline
+        self._cmdline = cmdline
+
+    @property
+    def cmdline(self) -> str:
+        """The command line (``read_cmdline``), read on first use when :func:`all_procs` listed the process: a scan
+        of the host needs every process's parent, and only the few it looks at further need their command line
+        (check-env reads the launcher's descendants only; a GPU host runs hundreds of processes)."""
+        if self._cmdline is None:
+            self._cmdline = read_cmdline(self.pid)
+        return self._cmdline
 
     def as_dict(self) -> Proc:
         return {"pid": self.pid, "ppid": self.ppid, "pgid": self.pgid, "state": self.state,
@@ -77,7 +86,8 @@ def read_environ(pid: int) -> dict[str, str] | None:
     return env
 
 
-def stat(pid: int) -> ProcInfo | None:
+def stat(pid: int, cmdline: bool = True) -> ProcInfo | None:
+    """The process's stat line (and command line, unless ``cmdline`` is False: then read on first use)."""
     try:
         with open(f"{PROC}/{pid}/stat", "rb") as f:
             raw = f.read().decode("utf-8", "replace")
@@ -89,14 +99,14 @@ def stat(pid: int) -> ProcInfo | None:
         state, ppid, pgid, start = rest[0], int(rest[1]), int(rest[2]), int(rest[19])
     except (IndexError, ValueError):
         return None
-    return ProcInfo(pid, ppid, pgid, state, start, read_cmdline(pid))
+    return ProcInfo(pid, ppid, pgid, state, start, read_cmdline(pid) if cmdline else None)
 
 
 def all_procs() -> list[ProcInfo]:
     out = []
     for name in os.listdir(PROC):
         if name.isdigit():
-            info = stat(int(name))
+            info = stat(int(name), cmdline=False)
             if info is not None:
                 out.append(info)
     return out
@@ -109,7 +119,7 @@ def alive(pid: int, start_ticks: int | None = None) -> bool:
     process's main thread turns ``Z`` at once while other threads spend about a second tearing down the CUDA
     context; the process holds its GPU memory until the last thread exits.
     """
-    info = stat(pid)
+    info = stat(pid, cmdline=False)
     if info is None or info.state == "X":
         return False
     if start_ticks is not None and info.start_ticks != start_ticks:
@@ -233,7 +243,7 @@ def protected_pids() -> set[int]:
     pid = os.getpid()
     while pid > 1:
         out.add(pid)
-        info = stat(pid)
+        info = stat(pid, cmdline=False)
         if info is None:
             break
         pid = info.ppid

@@ -15,11 +15,9 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import io
 import json
 import secrets
 import shlex
-import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -58,6 +56,9 @@ class Bundle:
     @functools.cached_property
     def data(self) -> bytes:
         """The zip that is shipped (fixed timestamps: its bytes depend only on the code)."""
+        import io
+        import zipfile  # here: only a host without this agent needs the zip; every other call spares the import
+
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
             for name, data in [*self.files, ("MANIFEST.json", self.manifest)]:

@@ -12,7 +12,6 @@ import secrets
 import shlex
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -186,6 +185,8 @@ class LocalTransport(Transport):
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
         target = Path(os.path.expanduser(path))
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        import tempfile  # here: only a deploy writes files; a read-only command's start spares it (and shutil)
+
         fd, tmp = tempfile.mkstemp(prefix=".specdeploy-", dir=str(target.parent))
         try:
             with os.fdopen(fd, "wb") as f:
@@ -214,6 +215,8 @@ class LocalTransport(Transport):
 def write_local(dest: Path, data: bytes) -> int:
     """Write a fetched file locally: 0600, through a temporary file beside it, then renamed."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here, as in ``put``
+
     fd, tmp = tempfile.mkstemp(prefix=".specdeploy-", dir=str(dest.parent))
     try:
         with os.fdopen(fd, "wb") as f:

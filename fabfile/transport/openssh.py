@@ -35,7 +35,6 @@ import math
 import os
 import re
 import select
-import shutil
 import signal
 import stat
 import subprocess
@@ -115,10 +114,20 @@ def known_hosts_files(settings: dict[str, list[str]], extra: Path | None) -> lis
     return list(dict.fromkeys(files))
 
 
+def on_path(name: str) -> str | None:
+    """``shutil.which(name)``: the first executable ``name`` on PATH. Written out because importing shutil (and with
+    it bz2, lzma and zlib) is a few milliseconds of every read-only command's start, for this one lookup."""
+    for d in os.get_exec_path():
+        p = os.path.join(d, name)
+        if os.access(p, os.F_OK | os.X_OK) and not os.path.isdir(p):
+            return p
+    return None
+
+
 def open_openssh(host_name: str, alias: str, *, ssh_config: Path | None, known_hosts: Path | None,
                  timeouts: Timeouts, on_open: Callable[[Transport], None] | None = None) -> OpenSSHTransport | None:
     """The OpenSSH carrier for this host, or None where it cannot be used (the module's docstring says when)."""
-    ssh = shutil.which("ssh")
+    ssh = on_path("ssh")
     d = control_dir() if ssh else None
     if ssh is None or d is None:
         return None

@@ -8,14 +8,16 @@ judges the result.
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import procs
-from ..common import AgentError, EventSink, flag_value
+from .. import gpus, procs
+from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, flag_value
 from . import interconnect, ncclused
 from .nccllog import PidEvidence, Scan, own_markers
 from .sglangnccl import argv_flags, custom_ar, sglang_nccl_rules
@@ -38,10 +40,23 @@ DRAFT_WORKER_NOTE = (
     "environment and NCCL groups), so the scheduler rows cover the draft model too"
 )
 
-def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterator[str], dict[str, Any]]:
-    """Decoded lines of ``path`` from ``offset``, at most ``cap`` bytes, streamed in 1 MiB chunks.
+class Tail:
+    """Where :func:`read_lines` stopped: ``at``, the file position after the last newline it read (every line
+    before it is complete), and ``lines``, what followed it (a line still being written, or cut by the cap)."""
 
-    The info dict (``bytes_read``, ``capped``) is complete once the iterator is exhausted.
+    __slots__ = ("at", "lines")
+
+    def __init__(self) -> None:
+        self.at = 0
+        self.lines: list[str] = []
+
+
+def read_lines(path: str, offset: int, cap: int, *, chunk: int = 1 << 20,
+               tail: Tail | None = None) -> tuple[Iterator[str], dict[str, Any]]:
+    """Decoded lines of ``path`` from ``offset``, at most ``cap`` bytes, streamed in ``chunk``-byte reads; a blank
+    line comes as ``""``. With ``tail``, the lines after the last newline are left there instead of yielded.
+
+    The info dict (``bytes_read``, ``capped``) and ``tail`` are complete once the iterator is exhausted.
     """
     info: dict[str, Any] = {
         "path": path,
@@ -73,22 +88,135 @@ def _read_lines(path: str, offset: int, cap: int) -> tuple[Iterator[str], dict[s
             left = cap
             rest = b""
             while left > 0:
-                chunk = f.read(min(1 << 20, left))
-                if not chunk:
+                data = f.read(min(chunk, left))
+                if not data:
                     break
-                left -= len(chunk)
-                info["bytes_read"] += len(chunk)
-                parts = (rest + chunk).split(b"\n")
-                rest = parts.pop()
-                for raw in parts:
-                    # also split on '\r' (progress bars rewrite a line with it); headers are searched anywhere
-                    yield from raw.decode("utf-8", "replace").splitlines()
+                left -= len(data)
+                info["bytes_read"] += len(data)
+                whole, nl, rest = (rest + data).rpartition(b"\n")
+                if nl:
+                    # The complete lines decoded at once (no UTF-8 sequence holds a newline byte), split also on
+                    # '\r' (progress bars rewrite a line with it); headers are searched anywhere.
+                    yield from whole.decode("utf-8", "replace").splitlines()
             if left <= 0 and f.read(1):
                 info["capped"] = True
-            if rest:
-                yield from rest.decode("utf-8", "replace").splitlines()
+            last = rest.decode("utf-8", "replace").splitlines() if rest else []
+            if tail is None:
+                yield from last
+            else:
+                tail.at, tail.lines = offset + info["bytes_read"] - len(rest), last
 
     return lines(), info
+
+
+# ----------------------------------------------------------------------------------------------------
+# the server log's scan, carried over from one check-env to the next
+
+# A log region this long since the last saved scan is worth saving the scan for: below it, reading the region
+# again costs less than the save (a day of a busy server's log is tens of MiB; a fresh deploy's, tens of KiB).
+SCAN_SAVE_MIN_BYTES = 1 << 20
+# What is hashed on either side of a saved scan to tell that the log still holds what was scanned.
+SCAN_WINDOW_BYTES = 4096
+
+
+def _code_version() -> str:
+    """The scan's own code: a saved scan is used only by the code that wrote it."""
+    from ..patch import markers
+    from . import nccllog
+
+    h = hashlib.sha256()
+    for module_file in (__file__, nccllog.__file__, markers.__file__):
+        with open(str(module_file), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def _window_sha(f: Any, start: int, end: int) -> str:
+    f.seek(start)
+    return hashlib.sha256(f.read(max(0, end - start))).hexdigest()
+
+
+def _saved_scan(cache: str, key: dict[str, Any], path: str, offset: int) -> tuple[int, dict[str, Any]] | None:
+    """(position, the scan's state) of the saved scan of this log region, when it is this region's and the log
+    still holds the bytes it read (same file, not shorter, the same bytes at the start of the region and before
+    the position); None otherwise."""
+    try:
+        with open(cache, "rb") as f:
+            saved = json.loads(f.read())
+        if not isinstance(saved, dict) or saved.get("key") != key:
+            return None
+        at = int(saved["at"])
+        with open(path, "rb") as log:
+            st = os.fstat(log.fileno())
+            if [st.st_dev, st.st_ino] != saved["file"] or st.st_size < at or at < offset:
+                return None
+            head = _window_sha(log, offset, min(at, offset + SCAN_WINDOW_BYTES))
+            before = _window_sha(log, max(offset, at - SCAN_WINDOW_BYTES), at)
+        if [head, before] != saved["windows"]:
+            return None
+        state = saved["scan"]
+        return (at, state) if isinstance(state, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none saved, or unreadable: the region is read whole
+
+
+def _save_scan(cache: str, key: dict[str, Any], path: str, offset: int, at: int, scan: Scan) -> None:
+    """Save the scan of the region up to ``at`` (after a newline); one saved scan per host: the current deploy's."""
+    try:
+        with open(path, "rb") as log:
+            st = os.fstat(log.fileno())
+            windows = [_window_sha(log, offset, min(at, offset + SCAN_WINDOW_BYTES)),
+                       _window_sha(log, max(offset, at - SCAN_WINDOW_BYTES), at)]
+        directory = os.path.dirname(cache)
+        ensure_private_dir(directory, "the saved scans' directory")
+        data = json.dumps({"key": key, "at": at, "file": [st.st_dev, st.st_ino], "windows": windows,
+                           "scan": scan.state()}).encode()
+        atomic_write(cache, data, 0o600)
+        for name in os.listdir(directory):  # an older deploy's saved scan serves nothing any more
+            if name.endswith(".json") and os.path.join(directory, name) != cache:
+                os.unlink(os.path.join(directory, name))
+    except (OSError, AgentError):
+        pass  # not saved: the next check-env reads the region whole, as this one did
+
+
+def scan_log(req: GatherRequest, scan: Scan, saved_scans: str | None = None) -> dict[str, Any]:
+    """Feed the deploy's part of the server log to the scan; what was read (``read_lines``' info, as if the region
+    was read whole).
+
+    ``saved_scans``: a private directory where the scan of a long region is saved (a busy server writes tens of
+    MiB a day, and check-env runs from cron): the next call, on the same log region with the same code, goes on
+    from where the saved scan stopped, reading only what was written since. The scan is a fold over the lines in
+    order, so going on from a saved state gives what a whole read gives; a log shorter than the saved position,
+    replaced, or with other bytes at the start of the region or just before the position is read whole again."""
+    log_path = req.get("log_path")
+    log_offset = int(req.get("log_offset") or 0)
+    cap = int(req.get("log_cap_bytes") or LOG_CAP_BYTES)
+    if not log_path:
+        return {"path": log_path, "exists": False}
+    path = str(log_path)
+    deploy_id = req.get("deploy_id")
+    cache = key = None
+    start, done = log_offset, 0
+    if saved_scans and deploy_id and str(deploy_id).replace("-", "").isalnum():
+        cache = os.path.join(saved_scans, f"{deploy_id}.json")
+        key = {"code": _code_version(), "path": path, "offset": log_offset, "cap": cap, "deploy_id": deploy_id}
+        saved = _saved_scan(cache, key, path, log_offset)
+        if saved is not None:
+            start, state = saved
+            done = start - log_offset
+            scan.load_state(state)
+    tail = Tail()
+    lines, info = read_lines(path, start, cap - done, tail=tail)
+    scan.feed_lines(lines, "log")
+    if info["exists"] and not info["rotated"]:
+        info.update(offset=log_offset, bytes_read=info["bytes_read"] + done, cap_bytes=cap)
+        if cache is not None and key is not None and tail.at - start >= SCAN_SAVE_MIN_BYTES:
+            _save_scan(cache, key, path, log_offset, tail.at, scan)
+    elif done:  # the saved scan's region is gone after all (replaced between the two opens): read it whole
+        scan.clear()
+        return scan_log(req, scan)
+    scan.feed_lines(tail.lines, "log")
+    return info
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -212,9 +340,8 @@ def _read_debug_files(scan: Scan, scheds: list[procs.ProcInfo], pattern: str) ->
                 entry["stale"] = True  # an older process with the same pid wrote it
                 debug_files.append(entry)
                 continue
-            lines, info = _read_lines(path, 0, DEBUG_FILE_CAP_BYTES)
-            for line in lines:
-                scan.feed(line, f"debug_file:{path}")
+            lines, info = read_lines(path, 0, DEBUG_FILE_CAP_BYTES)
+            scan.feed_lines(lines, f"debug_file:{path}")
             entry.update(bytes_read=info["bytes_read"], capped=info["capped"])
             debug_files.append(entry)
     return debug_files
@@ -252,7 +379,7 @@ def _model_config(argv: list[str] | None) -> dict[str, Any]:
 
 def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
            schedulers: list[dict[str, Any]], scan: Scan, expected: dict[str, str],
-           gpu_facts: GpuFacts | None) -> dict[str, Any]:
+           gpu_facts: GpuFacts | None, gpu_queries: gpus.Queries | None) -> dict[str, Any]:
     """What the judgement needs besides the processes: launch flags, GPUs, InfiniBand, what SGLang sets itself."""
     argv = req.get("launch_argv")
     argv_source = "record" if argv else None
@@ -260,7 +387,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         # not the recorded deploy: its own command line, never the stale record's
         argv, argv_source = str(launcher["cmdline"]).split(), "running launcher"
     flags = argv_flags(argv)
-    gpus = gpu_facts if gpu_facts is not None else interconnect.gpu_facts()
+    gpu_info = gpu_facts if gpu_facts is not None else interconnect.read_gpu_facts(gpu_queries)
     nranks = [i["nranks"] for s in schedulers for i in s["nccl"]["inits"]]
     world = flags["tp_size"] or (max(nranks) if nranks else None) or (len(schedulers) or None)
     rules = sglang_nccl_rules(req.get("sglang_version"), flags)
@@ -273,10 +400,10 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
         "launch_argv_source": argv_source,
         "infiniband": interconnect.infiniband(),
         "sglang_version": req.get("sglang_version"),
-        "gpus": gpus,
+        "gpus": gpu_info,
         "tp_size": flags["tp_size"],
         "launch_flags": {k: v for k, v in flags.items() if k != "tp_size"},
-        "custom_all_reduce": custom_ar(flags, gpus, world, scan.custom_ar_disabled_line),
+        "custom_all_reduce": custom_ar(flags, gpu_info, world, scan.custom_ar_disabled_line),
         "sglang_sets": rules,
         "model_shape": ncclused.model_shape(argv, _model_config(argv)),
         "flagged_expected_vars": flagged,
@@ -335,20 +462,6 @@ def _launcher_and_schedulers(req: GatherRequest, names: list[str]) -> dict[str, 
     return found
 
 
-def _scan_log(req: GatherRequest, scan: Scan) -> dict[str, Any]:
-    """Feed the deploy's part of the server log to the scan; what was read."""
-    log_path = req.get("log_path")
-    log_offset = int(req.get("log_offset") or 0)
-    log_info: dict[str, Any] = {"path": log_path, "exists": False}
-    if log_path:
-        lines, log_info = _read_lines(
-            str(log_path), log_offset, int(req.get("log_cap_bytes") or LOG_CAP_BYTES)
-        )
-        for line in lines:
-            scan.feed(line, "log")
-    return log_info
-
-
 def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo], log_info: dict[str, Any]) -> None:
     """The launcher's own NCCL lines and markers; the log's counts, with lines of pids that are neither."""
     sched_pids = {p.pid for p in scheds}
@@ -369,16 +482,20 @@ def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo
     )
 
 
-def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = None) -> dict[str, Any]:
+def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = None,
+           saved_scans: str | None = None) -> dict[str, Any]:
     """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring.
 
     ``gpu_facts``: the GPU listing and topology when the caller already read them (a deploy reads them while its
-    server loads: ``prefetch``); read here otherwise."""
+    server loads: ``prefetch``); read here otherwise. ``saved_scans``: where the log's scan is saved and taken up
+    again (``scan_log``)."""
     expected = req.get("expected") or {}
     if not isinstance(expected, dict):
         raise AgentError("bad_request", "expected must be a {VAR: value} object")
     expected = {str(k): str(v) for k, v in expected.items()}
     names = sorted(expected)
+    # nvidia-smi runs while /proc and the log are read (its two queries are the longest part of a check-env call)
+    gpu_queries = interconnect.start_gpu_facts() if gpu_facts is None else None
 
     sink.emit("progress", step="processes")
     found = _launcher_and_schedulers(req, names)
@@ -386,7 +503,7 @@ def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = Non
 
     sink.emit("progress", step="log")
     scan = Scan(req.get("deploy_id"))
-    log_info = _scan_log(req, scan)
+    log_info = scan_log(req, scan, saved_scans)
 
     debug_pattern = req.get("nccl_debug_file") or launcher.get("environ_diag", {}).get("NCCL_DEBUG_FILE")
     debug_files: list[dict[str, Any]] = []
@@ -400,7 +517,7 @@ def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = Non
     _attribute(scan, launcher, scheds, log_info)
 
     sink.emit("progress", step="facts")
-    facts = _facts(req, found, launcher, schedulers, scan, expected, gpu_facts)
+    facts = _facts(req, found, launcher, schedulers, scan, expected, gpu_facts, gpu_queries)
     inits = [int(i["nranks"]) for s in schedulers for i in s["nccl"]["inits"]]
     census = rank_census(req, scheds, facts["tp_size"] or (max(inits) if inits else None))
     return {

@@ -36,10 +36,16 @@ class GpuFacts(TypedDict):
     source: str
 
 
-def gpu_facts() -> GpuFacts:
-    # Both queries at once: each nvidia-smi run costs tens of milliseconds on a real host.
+def start_gpu_facts() -> gpus.Queries:
+    """Start both nvidia-smi queries now (each run costs tens of milliseconds on a real host): the caller reads
+    /proc and the log while they run and collects them with :func:`read_gpu_facts`."""
+    return gpus.Queries([["-L"], ["topo", "-m"]], timeout=SMI_TIMEOUT_S)
+
+
+def read_gpu_facts(started: gpus.Queries | None) -> GpuFacts:
+    """The GPUs and their interconnect from the queries :func:`start_gpu_facts` started."""
     try:
-        outs = gpus.smi_many([["-L"], ["topo", "-m"]], timeout=SMI_TIMEOUT_S, strict=False)
+        outs = started.outputs(strict=False) if started is not None else None
     except AgentError:
         outs = None
     listing, topo = (outs[0], outs[1]) if outs else (None, None)
@@ -64,6 +70,11 @@ def gpu_facts() -> GpuFacts:
         "interconnect": inter,
         "source": "nvidia-smi -L" + (" + topo -m" if topo else " (topo -m unavailable)"),
     }
+
+
+def gpu_facts() -> GpuFacts:
+    """Both queries at once, read at once."""
+    return read_gpu_facts(start_gpu_facts())
 
 
 def infiniband() -> list[str] | None:

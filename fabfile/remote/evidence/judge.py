@@ -21,8 +21,8 @@ import ``evidence.judge`` and find both.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..common import EventSink, expand
@@ -87,66 +87,60 @@ def ranks_gone(census: Mapping[str, Any]) -> str | None:
             f"{census.get('running')} of {census.get('expected')} ranks run")
 
 
-@dataclass
+# Plain classes, not dataclasses: ``dataclasses`` pulls ``inspect`` (with ``dis``, ``tokenize``, ``ast``) and
+# builds each class's methods with ``exec``, a few milliseconds of every check-env call on the host for three
+# record-like classes nothing compares or prints.
 class _Run:
     """What every row of one evaluation shares: the evidence, the run's facts, the launcher, the hints so far."""
 
-    evidence: dict[str, Any]
-    facts: dict[str, Any]
-    mode: Any
-    rules: list[dict[str, Any]]
-    nranks: int | None
-    launcher: dict[str, Any]
-    hints: dict[str, Hint] = field(default_factory=dict)
+    __slots__ = ("evidence", "facts", "hints", "launcher", "mode", "nranks", "rules")
+
+    def __init__(self, *, evidence: dict[str, Any], facts: dict[str, Any], mode: Any, rules: list[dict[str, Any]],
+                 nranks: int | None, launcher: dict[str, Any]) -> None:
+        self.evidence, self.facts, self.mode, self.rules = evidence, facts, mode, rules
+        self.nranks, self.launcher = nranks, launcher
+        self.hints: dict[str, Hint] = {}
 
     @property
     def single_rank(self) -> bool:
         return self.nranks == 1
 
 
-@dataclass
 class _Proc:
     """One scheduler process as the evidence shows it."""
 
-    pid: Any
-    nccl_env: dict[str, list[str]]
-    invalid: dict[str, str]
-    env_status: str | None
-    env_vals: dict[str, str]
-    markers: list[dict[str, Any]]
+    __slots__ = ("env_status", "env_vals", "invalid", "markers", "nccl_env", "pid")
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        nccl = s.get("nccl") or {}
+        self.pid: Any = s.get("pid")
+        self.nccl_env: dict[str, list[str]] = nccl.get("env") or {}
+        self.invalid: dict[str, str] = nccl.get("invalid") or {}
+        self.env_status: str | None = s.get("environ_status")
+        self.env_vals: dict[str, str] = s.get("environ") or {}
+        self.markers: list[dict[str, Any]] = s.get("markers") or []
 
     @property
     def echoed_here(self) -> bool:
         return bool(self.nccl_env) or bool(self.invalid)  # NCCL echoed its environment in this very process
 
-    @classmethod
-    def of(cls, s: dict[str, Any]) -> _Proc:
-        nccl = s.get("nccl") or {}
-        return cls(pid=s.get("pid"), nccl_env=nccl.get("env") or {}, invalid=nccl.get("invalid") or {},
-                   env_status=s.get("environ_status"), env_vals=s.get("environ") or {},
-                   markers=s.get("markers") or [])
 
-
-@dataclass
 class _Row:
     """One (process, variable) judgement in progress: what each source says, and the verdict so far."""
 
-    var: str
-    exp: str
-    exp_read: dict[str, Any]
-    when: str
-    condition: Any
-    nccl_vals: list[str]
-    mk_val: str | None
-    mk_how: str | None
-    sources: dict[str, str | None]
-    launcher_val: str | None
-    p2p_off: bool
-    would_echo: bool
-    notes: list[str] = field(default_factory=list)
-    status: str = ""
-    strongest: str | None = None
-    observed: str | None = None
+    __slots__ = ("condition", "exp", "exp_read", "launcher_val", "mk_how", "mk_val", "nccl_vals", "notes",
+                 "observed", "p2p_off", "sources", "status", "strongest", "var", "when", "would_echo")
+
+    def __init__(self, *, var: str, exp: str, exp_read: dict[str, Any], when: str, condition: Any,
+                 nccl_vals: list[str], mk_val: str | None, mk_how: str | None, sources: dict[str, str | None],
+                 launcher_val: str | None, p2p_off: bool, would_echo: bool) -> None:
+        self.var, self.exp, self.exp_read, self.when, self.condition = var, exp, exp_read, when, condition
+        self.nccl_vals, self.mk_val, self.mk_how, self.sources = nccl_vals, mk_val, mk_how, sources
+        self.launcher_val, self.p2p_off, self.would_echo = launcher_val, p2p_off, would_echo
+        self.notes: list[str] = []
+        self.status = ""
+        self.strongest: str | None = None
+        self.observed: str | None = None
 
     @property
     def nccl_val(self) -> str | None:
@@ -386,7 +380,7 @@ def evaluate(evidence: dict[str, Any], expected: dict[str, Any]) -> Evaluation:
     not_recorded = server_hints(run.hints, schedulers, run.launcher, facts.get("server") or {})
     rows: list[EnvRow] = []
     for s in schedulers:
-        proc = _Proc.of(s)
+        proc = _Proc(s)
         for var in sorted(expected):
             r = _observe(run, proc, var, expected[var])
             _judge(run, proc, r)
@@ -481,7 +475,8 @@ def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
                   "nccl_debug_file": req.get("nccl_debug_file"),
                   "server": {"recorded_deploy": rec.get("deploy_id"), "record_status": rec.get("status"),
                              "is_recorded_deploy": False if rec else None, "why": why}}
-    ev = gather(ev_req, sink)
+    # The recorded deploy's log is scanned from where the last check-env's saved scan stopped (``scan_log``).
+    ev = gather(ev_req, sink, saved_scans=os.path.join(state_dir, "scans") if running else None)
     ev["expected_source"] = "record" if running and expected is not asked else "inventory"
     ev["inventory_differs"] = differs
     evaluation = evaluate(ev, expected)

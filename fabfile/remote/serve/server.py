@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -122,6 +121,8 @@ def start(script: str, log_path: str, cwd: str, header: str, gated: bool = False
         log.write(header.encode() + b"\n")
         log.flush()
         argv = ["/bin/sh", "-c", _GATE, "sh", script] if gated else ["/bin/sh", script]
+        import subprocess  # here: only a start needs it, and status, watch and logs import this module
+
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if gated else subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True, close_fds=True)
     info = procs.stat(proc.pid)

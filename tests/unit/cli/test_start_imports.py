@@ -19,9 +19,10 @@ READ_ONLY_PATH = ("fabfile.cli.tasks", "fabfile.commands.operations", "fabfile.t
 # What none of them needs: the templates (jinja2), the inventory's validator (pydantic; only on a cache miss), the
 # live spinner (a deploy's) and the protocol's TypedDicts (annotations only; the deploy machinery neither).
 # Nor Paramiko, Fabric and tenacity: a deploy's SSH client, and a read-only command's only when its connection failed.
+# Nor what only writing files or shipping the agent needs: tempfile and shutil (with bz2 and lzma), zipfile.
 NOT_NEEDED = ("jinja2", "pydantic", "fabfile.render.jinja", "fabfile.inventory.schema", "rich.live", "rich.spinner",
               "fabfile.present.progress", "fabfile.remote.protocol", "fabfile.remote.serve.deploy", "paramiko",
-              "fabric", "tenacity", "fabfile.transport.ssh")
+              "fabric", "tenacity", "fabfile.transport.ssh", "tempfile", "shutil", "zipfile")
 
 
 def loaded_after(code: str) -> list[str]:

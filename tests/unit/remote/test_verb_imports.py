@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-HEAVY = ("fabfile.remote.protocol", "fabfile.remote.serve.deploy", "fabfile.remote.gpus")
+# What a status call does not need: the protocol's shapes, the deploy, nvidia-smi's queries, and subprocess (only
+# starting a server or nvidia-smi needs it).
+HEAVY = ("fabfile.remote.protocol", "fabfile.remote.serve.deploy", "fabfile.remote.gpus", "subprocess")
 
 
 def loaded(code: str) -> list[str]:
@@ -36,3 +38,12 @@ def test_the_other_read_only_verbs_import_their_room_without_the_protocol_shapes
                          f"verbs.{verb}.function()")
         assert "fabfile.remote.protocol" not in modules, verb
         assert "fabfile.remote.serve.deploy" not in modules, verb
+
+
+def test_check_env_imports_neither_dataclasses_nor_shutil() -> None:
+    # dataclasses pulls inspect (dis, tokenize, ast) and execs each class's methods; shutil pulls bz2, lzma and
+    # zlib, for one PATH lookup that Popen does itself: both were milliseconds of every check-env on the host.
+    modules = loaded(f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom fabfile.remote import verbs\n"
+                     "verbs.EVIDENCE.function()")
+    assert "fabfile.remote.evidence.gather" in modules  # the verb's room was imported
+    assert [m for m in ("dataclasses", "shutil", "inspect") if m in modules] == []
