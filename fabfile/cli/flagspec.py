@@ -17,7 +17,6 @@ fabfile.flags: a reader that needs a room's list (patch modes, clients, strategi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -44,14 +43,16 @@ WEEK_S = 7 * 86400.0        # `logs --follow --timeout`: past a week, use a log 
 MONTH_S = 31 * 86400.0      # `watch --duration`: a month of samples (cron restarts it anyway)
 
 
-@dataclass(frozen=True)
 class Value:
     """What a flag takes: its ``kind`` (a word for people and tests: switch, text, whole, number, seconds, list,
     choice, path, ...) and its ``check``; None takes the value as typed (a switch, or text whose meaning the command
     judges: a host name, a config name)."""
 
-    kind: str
-    check: Check | None = None
+    # A plain class, not a dataclass: `inv --list` imports this module, and a dataclass costs ~0.7 ms to define.
+    __slots__ = ("check", "kind")
+
+    def __init__(self, kind: str, check: Check | None = None) -> None:
+        self.kind, self.check = kind, check
 
     @property
     def numeric(self) -> bool:
@@ -155,16 +156,15 @@ ACCEPT_LEN = number(0.0, MAX_ACCEPT + 1, open_minimum=True, what="an accept leng
 MS = number(0.0, MAX_MS, open_minimum=True, unit="ms", what="a number of milliseconds")
 
 
-@dataclass(frozen=True)
 class Flag:
     """One flag in one meaning: its task parameter (``draft_tokens`` is --draft-tokens, ``for_`` is --for), what it
     takes as help shows it (None: a switch, which takes nothing), how it is read, and its help sentence for each
     group of tasks that take it (the keys name every such task)."""
 
-    param: str
-    metavar: str | None
-    value: Value
-    help: Mapping[tuple[str, ...], str]
+    __slots__ = ("help", "metavar", "param", "value")
+
+    def __init__(self, param: str, metavar: str | None, value: Value, help: Mapping[tuple[str, ...], str]) -> None:
+        self.param, self.metavar, self.value, self.help = param, metavar, value, help
 
     @property
     def flag(self) -> str:
@@ -569,7 +569,14 @@ FLAGS: tuple[Flag, ...] = (
     }),
 )
 
-_BY_TASK: dict[tuple[str, str], Flag] = {(t, f.param): f for f in FLAGS for t in f.tasks}
+# Both indexes in one pass at import (`inv --list` builds every task's help from them).
+_BY_TASK: dict[tuple[str, str], Flag] = {}
+_HELPS: dict[str, dict[str, str]] = {}
+for _f in FLAGS:
+    for _group, _text in _f.help.items():
+        for _t in _group:
+            _BY_TASK[(_t, _f.param)] = _f
+            _HELPS.setdefault(_t, {})[_f.param] = _text
 
 
 def spec(task: str, param: str) -> Flag:
@@ -596,7 +603,7 @@ def read_each(task: str, **values: Any) -> list[Any]:
 
 def helps(task: str) -> dict[str, str]:
     """Each flag's sentence in `inv --help TASK`, by parameter (Invoke's ``@task(help=...)``)."""
-    return {f.param: text for f in FLAGS for group, text in f.help.items() if task in group}
+    return dict(_HELPS.get(task, {}))  # a copy: Invoke pops each text as it builds the flag
 
 
 def metavars() -> dict[str, str]:
