@@ -1,12 +1,13 @@
 """The one parser of command-line flag values: numbers, comma lists of whole numbers, local paths, choices.
 
-Every command of the command line (``fabfile/cli``) reads its flags through here, so they all refuse the same bad
-input the same way: a :class:`~fabfile.errors.FlagError` (exit 2, nothing touched on any host) whose one sentence
-names the flag, says what is wrong ("is not a finite number", "is above the largest allowed, 86400 s") and quotes
-at most :data:`QUOTE_CHARS` characters of the value. Numbers are read as people write them in ASCII (``12``, ``-1``,
-``0.5``, ``2e3``): no hex, no ``1_000``, no other scripts' digits, no ``nan``/``inf``, and a value too long to be a
-sane number is refused by its length before Python is asked to convert it (``int()`` of 10,000 digits raises
-"Exceeds the limit (4300 digits)"). Every numeric flag has a maximum: a value above any sane one is a typo, and
+Every command of the command line (``fabfile/cli``) reads its flags through here, each with the range its spec
+gives (fabfile/cli/flagspec.py), so they all refuse the same bad input the same way: a
+:class:`~fabfile.errors.FlagError` (exit 2, nothing touched on any host) whose one sentence names the flag, says what
+is wrong ("is not a finite number", "is above the largest allowed, 86400 s") and quotes at most :data:`QUOTE_CHARS`
+characters of the value. Numbers are read as people write them in ASCII (``12``, ``-1``, ``0.5``, ``2e3``): no hex,
+no ``1_000``, no other scripts' digits, no ``nan``/``inf``, and a value too long to be a sane number is refused by
+its length before Python is asked to convert it (``int()`` of 10,000 digits raises "Exceeds the limit (4300
+digits)"). Every numeric flag has a maximum: a value above any sane one is a typo, and
 an unbounded wait or count would make the tool wait or loop for ever.
 """
 
@@ -169,23 +170,6 @@ def seconds(flag: str, value: Any, *, maximum: float = DAY_S, zero: bool = False
 def whole(flag: str, value: Any, *, minimum: int, maximum: int, what: str = "") -> int | None:
     """A whole number within [minimum, maximum]."""
     return number(flag, value, minimum=minimum, maximum=maximum, integer=True, what=what)
-
-
-# The ranges of the numeric flags. Each maximum is far above any real use, so only a typo (or a fuzzer) meets it;
-# without one, a huge wait never ends and a huge count never finishes.
-MAX_STEPS = 64              # EAGLE draft steps: SGLang's own EAGLE tests run 5; an accept length is at most steps + 1
-MAX_TOPK = 64               # draft branches per step (the tree's size grows with its square)
-MAX_DRAFT_TOKENS = 4096     # tokens per verify pass (topk + (steps - 1)·topk² bounds it further, with the plan)
-MAX_ACCEPT = 64.0           # an accept length (--accept-gate, --min-accept, --accept-len): at most MAX_STEPS + 1
-MAX_CONCURRENCY = 4096      # requests in flight from one benchmark client (a server's batch is far smaller)
-MAX_TOKENS = 1048576        # prompt / output length: 1M tokens, beyond every model's context
-MAX_REQUESTS = 1000000      # requests in one benchmark (hours at any speed)
-MAX_LINES = 1000000         # log lines printed first (more is a file copy: use scp)
-MAX_MS = 60000.0            # a time per token or per pass: a minute is no GPU server
-MAX_TOK_S = 1e7             # a throughput alarm: no server generates ten million tok/s
-MAX_INTERVAL_S = 3600.0     # between two watch samples: an hour apart is no live view
-WEEK_S = 7 * 86400.0        # `logs --follow --timeout`: past a week, use a log shipper
-MONTH_S = 31 * 86400.0      # `watch --duration`: a month of samples (cron restarts it anyway)
 
 
 # Flags that go together, or not: the same two sentences for every command.

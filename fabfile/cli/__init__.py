@@ -1,5 +1,6 @@
-"""The command line: the task collection (``tasks``), the tool's Invoke Program (``program``), the one wrapper that
-prints a command's result (``run``), the help texts (``help``), and the installed ``specdeploy`` command (``main``)."""
+"""The command line: the task collection (``tasks``), one spec per flag (``flagspec``: help, metavar, reading), flags
+to typed options (``options``), the tool's Invoke Program (``program``), the one wrapper that prints a command's
+result (``run``), and the installed ``specdeploy`` command (``main``)."""
 
 import sys
 

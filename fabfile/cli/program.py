@@ -30,25 +30,16 @@ from invoke.parser.context import ParserContext
 from invoke.program import Program
 from invoke.util import helpline
 
+from fabfile.cli.flagspec import flag_name, metavars
 from fabfile.flags import quote
 
 # The core options kept: everything else of Invoke's is about running local shell commands.
 CORE = ("help", "list", "list-format", "list-depth", "version", "complete", "print-completion-script")
 
-# What each value flag takes, as help shows it (``--steps=N``); a flag not named here shows its own name.
+# What each value flag takes, as help shows it (``--steps=N``): the tasks' flags from their specs, then the core
+# options'; a flag named in neither shows its own name.
 METAVARS = {
-    "host": "HOST", "inventory": "PATH", "steps": "N", "topk": "K", "draft-tokens": "N", "patch-mode": "MODE",
-    "timeout": "SECONDS", "host-timeout": "SECONDS", "max-age": "SECONDS", "lock-wait": "SECONDS",
-    "interval": "SECONDS",
-    "for": "SECONDS", "duration": "SECONDS", "strategy": "rolling|parallel", "batch": "N|PCT%",
-    "accept-gate": "LEN", "min-accept": "LEN", "accept-len": "LEN", "min-tok-s": "TOK_S", "lines": "N",
-    "concurrency": "N", "input-len": "TOKENS", "output-len": "TOKENS", "num-prompts": "N", "client": "CLIENT",
-    "out": "DIR", "baseline": "FILE", "from": "FILE", "sweep": "FILE", "resume": "DIR", "write": "FILE",
-    "trace-steps": "N", "keep": "CONFIG", "target-ci": "PCT", "min-requests": "N", "max-requests": "N",
-    "max-ttft-ms": "MS", "max-tpot-ms": "MS", "baseline-ms": "MS", "verify-ms": "MS", "draft-ms": "MS",
-    "nccl": "CANDIDATES", "nccl-env": "'VAR=A|B'", "router": "ROUTER", "fingerprint": "SHA256:…",
-    "command": "'LAUNCH LINE'", "name": "NAME", "old": "REF", "new": "REF",
-    # the core options
+    **metavars(),
     "help": "COMMAND", "list": "NAMESPACE", "list-format": "FORMAT", "list-depth": "N",
     "print-completion-script": "SHELL", "collection": "NAME", "search-root": "DIR",
 }
@@ -67,11 +58,6 @@ def named(tuples: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
         name = long[1] if long else ""
         out.append((_KIND.sub(METAVARS.get(name, name.upper()), spec), text))
     return out
-
-
-def flag_name(param: str) -> str:
-    """A task parameter's flag: ``draft_tokens`` is --draft-tokens, ``for_`` is --for."""
-    return "--" + param.rstrip("_").replace("_", "-")
 
 
 def summary(obj: Any) -> str | None:

@@ -10,9 +10,16 @@ from typing import Any, TypeVar
 
 from invoke.exceptions import Exit
 
-from fabfile.cli.help import INTERRUPTED
-
 F = TypeVar("F", bound=Callable[..., Any])
+
+# What Ctrl-C leaves behind, for the commands that change hosts (a deploy says it itself: fabfile.errors.Interrupted),
+# by task function.
+_ON_HOSTS = ("interrupted: what was started on the host goes on there without this terminal (or tears itself down); "
+             "`inv status` shows what runs, `inv cancel` stops a deploy in progress")
+INTERRUPTED = {"deploy": _ON_HOSTS, "sweep": _ON_HOSTS + "; the sweep's finished rows are in its --out folder",
+               "deploy_router": _ON_HOSTS, "stop": "interrupted: `inv status` shows what still runs",
+               "rollback_patches": "interrupted: `inv rollback-patches --dry-run` shows what is left to restore",
+               "cancel": "interrupted: `inv status` shows whether the deploy let go of the host"}
 
 
 def finish(result: Any, as_json: bool) -> None:

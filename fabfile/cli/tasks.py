@@ -1,14 +1,16 @@
 """The task collection: `inv deploy --host gpu1 --steps 3`, `inv check-env`, `inv rollback-patches`, ...
 
-Each task only reads its flags (every value through the one parser, fabfile/flags.py), builds the command's
-options, calls the command and returns its result; the one wrapper (fabfile/cli/run.py) prints it and exits with its
-code. Every flag is a flag, never a positional, so `inv deploy --help` cannot run a deploy. Help texts:
-fabfile/cli/help.py. Each task imports what it needs inside itself, so `inv --list` imports none of it.
+Each task reads its flags (each value by its spec, fabfile/cli/flagspec.py, which also gives the task's help), builds
+the command's options, calls the command and returns its result; the one wrapper (fabfile/cli/run.py) prints it and
+exits with its code. Every flag is a flag, never a positional, so `inv deploy --help` cannot run a deploy. A new flag
+is a parameter here and its row in flagspec.FLAGS (tests/unit/cli/test_flagspec.py fails until both are there).
+Each task imports what it needs inside itself, so `inv --list` imports none of it.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from invoke.collection import Collection
@@ -18,43 +20,8 @@ from invoke.tasks import task as _task
 
 from fabfile import flags  # the one parser of flag values (imports only fabfile.errors: `inv --list` stays fast)
 from fabfile.cli import options
-from fabfile.cli.help import (
-    ADOPT_HELP,
-    ANALYZE_HELP,
-    BENCH_HELP,
-    CANCEL_HELP,
-    CHECK_ENV_HELP,
-    DEPLOY_HELP,
-    DEPLOY_ROUTER_HELP,
-    DEPLOYS_HELP,
-    DIFF_HELP,
-    EXPLAIN_HELP,
-    GPUS_HELP,
-    LOGS_HELP,
-    PROFILE_HELP,
-    RENDER_HELP,
-    ROLLBACK_PATCHES_HELP,
-    STATUS_HELP,
-    STOP_HELP,
-    SWEEP_HELP,
-    TRUST_HELP,
-    TUNE_HELP,
-    WATCH_HELP,
-)
+from fabfile.cli.flagspec import helps, read, read_each
 from fabfile.cli.run import cli
-from fabfile.flags import (
-    MAX_ACCEPT,
-    MAX_CONCURRENCY,
-    MAX_DRAFT_TOKENS,
-    MAX_INTERVAL_S,
-    MAX_LINES,
-    MAX_MS,
-    MAX_STEPS,
-    MAX_TOK_S,
-    MAX_TOPK,
-    MONTH_S,
-    WEEK_S,
-)
 
 if TYPE_CHECKING:  # annotations only: `inv --list` imports none of the library
     from fabfile.remote.protocol import ExplainedBench
@@ -77,8 +44,16 @@ class Task(_Task[Any]):
 task = functools.partial(_task, auto_shortflags=False, klass=Task)
 
 
-@task(help=DEPLOY_HELP)
-@cli
+def command(name: str) -> Callable[[Callable[..., Any]], Task]:
+    """`inv NAME`: the function as a task whose flags' help comes from their specs, run through the one wrapper."""
+    def make(fn: Callable[..., Any]) -> Task:
+        made: Task = task(name=name, help=helps(name))(cli(fn))
+        return made
+
+    return make
+
+
+@command("deploy")
 def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, dry_run: bool = False, json: bool = False,
            inventory: Any = None, no_verify: bool = False, strategy: Any = None, batch: Any = None,
@@ -88,12 +63,11 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            sglang_version: Any = None) -> Any:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
-    from fabfile.commands.rollout import STRATEGIES, parse_batch
     from fabfile.errors import Collector
 
     found = Collector()  # every bad flag and inventory field of the run, said at once (exit 2), then nothing runs
-    inv = found.check(options.inventory, inventory, lock_wait)
-    wanted = found.check(flags.deploy_id, "--id", id_)
+    inv = found.check(options.inventory, inventory, found.check(read, "deploy", "lock_wait", lock_wait))
+    wanted = found.check(read, "deploy", "id_", id_)
     found.check(flags.excludes, "--previous", previous, "goes back one recorded deploy; --id ID names one",
                 ("--id", id_))
     recorded = "--previous" if previous else "--id"
@@ -107,18 +81,19 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
                 "question about a deploy that was cancelled or failed)", ("--yes", yes))
     found.check(flags.only_with, dry_run, "only with --dry-run (a deploy judges the knobs on the host's own "
                 "release)", ("--sglang-version", sglang_version))
+    release = found.check(read, "deploy", "sglang_version", sglang_version)
     if previous or id_ is not None:
         from fabfile.commands.recorded import start_recorded
 
         found.done()
         return start_recorded(inv, inv.select(host), deploy_id=wanted, dry_run=dry_run, yes=yes, as_json=json)
-    opts = found.check(options.deploy, steps, topk, draft_tokens, patch_mode, timeout, verify=not no_verify,
-                       accept_gate=accept_gate)
-    found.check(flags.choice, "--strategy", strategy, STRATEGIES, what="strategy")
+    opts = found.check(options.deploy, "deploy", steps, topk, draft_tokens, patch_mode, timeout,
+                       verify=not no_verify, accept_gate=accept_gate)
+    found.check(read, "deploy", "strategy", strategy)
     found.check(flags.only_with, strategy != "parallel",
                 "only with --strategy rolling (parallel deploys every host at once)", ("--batch", batch))
     found.check(flags.only_with, strategy != "parallel", "only with --strategy rolling", ("--no-canary", no_canary))
-    batch_size = found.check(parse_batch, batch if batch is not None else "25%")
+    batch_size = found.check(read, "deploy", "batch", batch if batch is not None else "25%")
     found.check(flags.excludes, "--measure", measure, "give one of --measure and --no-measure (or neither: the "
                 "inventory's `measure`)", ("--no-measure", no_measure))
     found.done()
@@ -131,24 +106,23 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
     if dry_run:
         from fabfile.commands.render_plan import render_hosts
 
-        return render_hosts(hosts, opts, sglang_version=sglang_version, strict=strict)
+        return render_hosts(hosts, opts, sglang_version=release, strict=strict)
     return deploy_command(inv, hosts, cluster, opts, strategy=strategy, batch=batch_size,
                           canary=not no_canary, rollback_on_failure=rollback_on_failure, as_json=json)
 
 
-@task(help=DEPLOYS_HELP)
-@cli
+@command("deploys")
 def deploys(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
     """List the recorded deploys of host(s), newest first: id, configuration, when, by whom, how it ended (ready,
     failed, cancelled, replaced); `inv deploy --id ID` starts one again."""
     from fabfile.commands.recorded import list_deploys
 
+    bound = read("deploys", "host_timeout", host_timeout)
     inv = options.inventory(inventory)
-    return list_deploys(inv, inv.select(host), host_timeout=flags.seconds("--host-timeout", host_timeout))
+    return list_deploys(inv, inv.select(host), host_timeout=bound)
 
 
-@task(help=RENDER_HELP)
-@cli
+@command("render")
 def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
            measure: bool = False, no_measure: bool = False, sglang_version: Any = None,
@@ -159,14 +133,14 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 
     found = Collector()  # every bad flag and inventory field at once
     inv = found.check(options.inventory, inventory)
-    opts = found.check(options.deploy, steps, topk, draft_tokens, patch_mode, timeout)
+    opts = found.check(options.deploy, "render", steps, topk, draft_tokens, patch_mode, timeout)
+    release = found.check(read, "render", "sglang_version", sglang_version)
     found.done()
     return render_hosts(inv.select(host), options.measuring(opts, measure, no_measure),
-                        sglang_version=sglang_version, strict=strict)
+                        sglang_version=release, strict=strict)
 
 
-@task(help=STOP_HELP)
-@cli
+@command("stop")
 def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, inventory: Any = None,
          host_timeout: Any = None, router: Any = None, lock_wait: Any = None) -> Any:
     """Stop the SGLang server(s) on host(s), all at once: TERM, grace, KILL; confirms every process is gone.
@@ -174,8 +148,8 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
     from fabfile.commands.operations import stop_hosts
     from fabfile.errors import FlagError
 
-    inv = options.inventory(inventory, lock_wait)
-    bound = flags.seconds("--host-timeout", host_timeout)
+    bound, wait = read_each("stop", host_timeout=host_timeout, lock_wait=lock_wait)
+    inv = options.inventory(inventory, wait)
     if router is not None:
         from fabfile.commands.router import pick, stop_router
 
@@ -186,33 +160,30 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
     return stop_hosts(inv, inv.select(host), dry_run=dry_run, host_timeout=bound)
 
 
-@task(help=STATUS_HELP)
-@cli
+@command("status")
 def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
            verbose: bool = False) -> Any:
     """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
     from fabfile.commands.operations import status_hosts
 
+    bound = read("status", "host_timeout", host_timeout)
     inv = options.inventory(inventory)
-    return status_hosts(inv, inv.select(host),
-                        host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
+    return status_hosts(inv, inv.select(host), host_timeout=bound, verbose=verbose)
 
 
-@task(help=LOGS_HELP)
-@cli
+@command("logs")
 def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, timeout: Any = None,
          inventory: Any = None, host_timeout: Any = None) -> Any:
     """Print the server log of host(s) (the current deploy's log file); several hosts: lines prefixed by host."""
     from fabfile.commands.operations import show_logs
 
+    first, follow_s, bound = read_each("logs", lines=lines, timeout=timeout, host_timeout=host_timeout)
     inv = options.inventory(inventory)
-    return show_logs(inv, inv.select(host), lines=flags.whole("--lines", lines, minimum=1, maximum=MAX_LINES) or 50,
-                     follow=follow, follow_s=flags.seconds("--timeout", timeout, maximum=WEEK_S) or 3600.0,
-                     host_timeout=flags.seconds("--host-timeout", host_timeout))
+    return show_logs(inv, inv.select(host), lines=first or 50, follow=follow, follow_s=follow_s or 3600.0,
+                     host_timeout=bound)
 
 
-@task(help=WATCH_HELP)
-@cli
+@command("watch")
 def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, json: bool = False,
           min_accept: Any = None, min_tok_s: Any = None, for_: Any = None, duration: Any = None,
           inventory: Any = None) -> Any:
@@ -222,34 +193,28 @@ def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, js
     from fabfile.commands.watch import watch as run_watch
     from fabfile.errors import FlagError
 
-    wait_for = flags.seconds("--for", for_, zero=True)
+    wait_for, every, accept, tok_s, bound = read_each("watch", for_=for_, interval=interval, min_accept=min_accept,
+                                                      min_tok_s=min_tok_s, duration=duration)
     if once and (wait_for or duration is not None):
         raise FlagError("--once: takes one sample; leave out --for and --duration")
-    opts = WatchOptions(interval=flags.seconds("--interval", interval, maximum=MAX_INTERVAL_S) or 2.0, once=once,
-                        min_accept=flags.number("--min-accept", min_accept, minimum=0.0, open_minimum=True,
-                                                maximum=MAX_ACCEPT + 1, what="an accept length"),
-                        min_tok_s=flags.number("--min-tok-s", min_tok_s, minimum=0.0, open_minimum=True,
-                                               maximum=MAX_TOK_S, unit="tok/s", what="a throughput in tok/s"),
-                        for_s=wait_for or 0.0, duration=flags.seconds("--duration", duration, maximum=MONTH_S),
-                        as_json=json)
+    opts = WatchOptions(interval=every or 2.0, once=once, min_accept=accept, min_tok_s=tok_s, for_s=wait_for or 0.0,
+                        duration=bound, as_json=json)
     inv = options.inventory(inventory)
     return run_watch(inv, inv.select(host), opts)
 
 
-@task(name="check-env", help=CHECK_ENV_HELP)
-@cli
+@command("check-env")
 def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
               verbose: bool = False) -> Any:
     """Prove, per scheduler rank, that every expected NCCL variable reached the worker (exit 1 if not)."""
     from fabfile.commands.operations import check_env_hosts
 
+    bound = read("check-env", "host_timeout", host_timeout)
     inv = options.inventory(inventory)
-    return check_env_hosts(inv, inv.select(host),
-                           host_timeout=flags.seconds("--host-timeout", host_timeout), verbose=verbose)
+    return check_env_hosts(inv, inv.select(host), host_timeout=bound, verbose=verbose)
 
 
-@task(name="rollback-patches", help=ROLLBACK_PATCHES_HELP)
-@cli
+@command("rollback-patches")
 def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
                      inventory: Any = None, lock_wait: Any = None) -> Any:
     """Restore SGLang's files the NCCL patches changed (files only; an earlier configuration: deploy --previous).
@@ -259,44 +224,44 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
     the latest one again."""
     from fabfile.commands.operations import rollback_hosts
 
-    inv = options.inventory(inventory, lock_wait)
+    inv = options.inventory(inventory, read("rollback-patches", "lock_wait", lock_wait))
     return rollback_hosts(inv, inv.select(host), dry_run=dry_run)
 
 
-@task(help=CANCEL_HELP)
-@cli
+@command("cancel")
 def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, timeout: Any = None) -> Any:
     """Cancel the deploy in progress on host(s) (one whose client went away, say): it stops at its next step or
     during its wait for ready, tears its new server down and lets go of the host."""
     from fabfile.commands.operations import cancel_hosts
 
+    wait = read("cancel", "timeout", timeout)
     inv = options.inventory(inventory)
-    return cancel_hosts(inv, inv.select(host), wait_s=flags.seconds("--timeout", timeout))
+    return cancel_hosts(inv, inv.select(host), wait_s=wait)
 
 
-@task(help=GPUS_HELP)
-@cli
+@command("gpus")
 def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
     """Show GPUs and the processes holding them on host(s)."""
     from fabfile.commands.operations import gpus_hosts
 
+    bound = read("gpus", "host_timeout", host_timeout)
     inv = options.inventory(inventory)
-    return gpus_hosts(inv, inv.select(host),
-                      host_timeout=flags.seconds("--host-timeout", host_timeout))
+    return gpus_hosts(inv, inv.select(host), host_timeout=bound)
 
 
-
-
-@task(help=BENCH_HELP)
-@cli
+@command("bench")
 def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
           inventory: Any = None, explain: bool = False, baseline: Any = None) -> Any:
     """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
-    out = flags.path("--out", out)
-    params = options.bench(concurrency, input_len, output_len, num_prompts, client, timeout)
+    from fabfile.errors import Collector
+
+    found = Collector()  # every bad flag at once (exit 2), before the inventory is read
+    out = found.check(read, "bench", "out", out)
+    params = found.check(options.bench, "bench", concurrency, input_len, output_len, num_prompts, client, timeout)
+    baseline = found.check(options.explain_baseline, explain, baseline)
+    found.done()
     inv = options.inventory(inventory)
-    baseline = options.explain_baseline(explain, baseline)
     hosts = inv.select(host)
     if len(hosts) > 1:
         from fabfile.commands.bench import bench_hosts
@@ -337,23 +302,21 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     return CommandResult(hosts_document([host_document(h, explained, None)]), for_people)
 
 
-
-
-@task(help=PROFILE_HELP)
-@cli
+@command("profile")
 def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
             num_prompts: Any = None, trace: bool = False, trace_steps: Any = None, out: Any = None,
             timeout: Any = None, json: bool = False, inventory: Any = None, verbose: bool = False) -> Any:
     """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
     SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
     from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
-    from fabfile.remote.protocol import MAX_TRACE_STEPS
+    from fabfile.errors import Collector
 
-    out = flags.path("--out", out)
-    load = options.bench(concurrency, input_len, output_len, num_prompts, None, timeout)
-    # Each profiled step grows every rank's trace: bounded by what the agent accepts.
-    steps = flags.whole("--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
-    flags.only_with(trace, "only with --trace", ("--trace-steps", steps), ("--out", out))
+    found = Collector()  # every bad flag at once (exit 2), before the inventory is read
+    out = found.check(read, "profile", "out", out)
+    load = found.check(options.bench, "profile", concurrency, input_len, output_len, num_prompts, None, timeout)
+    steps = found.check(read, "profile", "trace_steps", trace_steps)
+    found.check(flags.only_with, trace, "only with --trace", ("--trace-steps", trace_steps), ("--out", out))
+    found.done()
     params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
     inv = options.inventory(inventory)
     hosts = inv.select(host)
@@ -386,10 +349,7 @@ def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = 
     return CommandResult(result, lambda: print_result(result, console, verbose=verbose), result.exit_code)
 
 
-
-
-@task(help=SWEEP_HELP)
-@cli
+@command("sweep")
 def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
           measure: bool = False, no_measure: bool = False, explain: bool = False,
           keep: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
@@ -402,36 +362,26 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     from dataclasses import replace
 
     from fabfile.errors import Collector, FlagError
-    from fabfile.plan.sla import Limits
-
-    limit = options.limit
 
     # Every bad flag of the sweep at once, one line each (exit 2), before the inventory is read or a host touched.
     found = Collector()
-    limits = Limits(max_ttft_ms=found.check(limit, "--max-ttft-ms", max_ttft_ms, MAX_MS, "ms",
-                                            "a number of milliseconds"),
-                    max_tpot_ms=found.check(limit, "--max-tpot-ms", max_tpot_ms, MAX_MS, "ms",
-                                            "a number of milliseconds"),
-                    min_tok_s=found.check(limit, "--min-tok-s", min_tok_s, MAX_TOK_S, "tok/s",
-                                          "a number of tokens per second"))
-    out = found.check(flags.path, "--out", out)
-    step_list = found.check(flags.int_list, "--steps", steps, minimum=0, maximum=MAX_STEPS, max_items=MAX_STEPS + 1)
+    limits = found.check(options.sla_limits, "sweep", max_ttft_ms, max_tpot_ms, min_tok_s)
+    out = found.check(read, "sweep", "out", out)
+    step_list = found.check(read, "sweep", "steps", steps)
     if steps is None or step_list == []:
         found.found.append(FlagError("--steps: give the steps to try, e.g. --steps 0,1,2,3,4"))
-    # Each level is a benchmark of every configuration: 16 of them is already hours.
-    levels = found.check(flags.int_list, "--concurrency", concurrency, minimum=1, maximum=MAX_CONCURRENCY,
-                         max_items=16) or [1]
-    params = found.check(options.bench, levels[0], input_len, output_len, num_prompts, client, None)
+    levels = found.check(read, "sweep", "concurrency", concurrency) or [1]
+    params = found.check(options.bench, "sweep", None, input_len, output_len, num_prompts, client, None)
     length = found.check(options.sweep_length, num_prompts, target_ci, min_requests, max_requests)
-    topks = found.check(flags.int_list, "--topk", topk, minimum=1, maximum=MAX_TOPK, max_items=MAX_TOPK)
-    draft_list = found.check(flags.int_list, "--draft-tokens", draft_tokens, minimum=2, maximum=MAX_DRAFT_TOKENS,
-                             max_items=64)
-    deploy_opts = found.check(options.deploy, None, None, None, patch_mode, timeout)
+    topks = found.check(read, "sweep", "topk", topk)
+    draft_list = found.check(read, "sweep", "draft_tokens", draft_tokens)
+    deploy_opts = found.check(options.deploy, "sweep", None, None, None, patch_mode, timeout)
+    folder = found.check(read, "sweep", "resume", resume)
     if predict and adaptive:
         found.found.append(FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict "
                                      "cannot model; leave one of them out"))
     found.done()
-    params = replace(params, **length, need_histogram=predict)
+    params = replace(params, concurrency=levels[0], **length, need_histogram=predict)
     if predict and params.client == "sglang":
         raise FlagError("--client: --predict needs each request's meta_info and stream, which sglang.bench_serving "
                         "does not keep; use --client builtin or auto")
@@ -455,11 +405,10 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
         raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
                         f"{', '.join(x.name for x in cfgs)}")
     return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", levels=levels,
-                     predict=predict, limits=limits, resume=options.resume_path(resume), explain=explain)
+                     predict=predict, limits=limits, resume=folder, explain=explain)
 
 
-@task(help=ANALYZE_HELP)
-@cli
+@command("analyze")
 def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any = None, draft_ms: Any = None,
             steps: Any = None, accept_len: Any = None, json: bool = False) -> Any:
     """Break-even: the accept length each configuration needs to beat the baseline, against what it got."""
@@ -475,21 +424,12 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
     if missing:
         raise FlagError(f"{' and '.join(missing)}: required without --sweep "
                         "(e.g. inv analyze --baseline-ms 12.2 --verify-ms 29 --steps 2 --accept-len 1.75)")
-    def ms(flag: str, value: Any, zero: bool = False) -> float:
-        return flags.number(flag, value, minimum=0.0, open_minimum=not zero, maximum=MAX_MS, unit="ms",
-                            what="a number of milliseconds") or 0.0
-
-    return analyze_numbers(baseline_ms=ms("--baseline-ms", baseline_ms), verify_ms=ms("--verify-ms", verify_ms),
-                           draft_ms=ms("--draft-ms", draft_ms, zero=True),
-                           steps=flags.whole("--steps", steps, minimum=1, maximum=MAX_STEPS),
-                           accept_len=flags.number("--accept-len", accept_len, minimum=0.0, open_minimum=True,
-                                                   maximum=MAX_ACCEPT + 1, what="an accept length"))
+    base_ms, verify, draft, n, accept = read_each("analyze", baseline_ms=baseline_ms, verify_ms=verify_ms,
+                                                  draft_ms=draft_ms, steps=steps, accept_len=accept_len)
+    return analyze_numbers(baseline_ms=base_ms, verify_ms=verify, draft_ms=draft or 0.0, steps=n, accept_len=accept)
 
 
-
-
-@task(help=EXPLAIN_HELP)
-@cli
+@command("explain")
 def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False,
             host: Any = None, trace: bool = False, num_prompts: Any = None, concurrency: Any = None,
             inventory: Any = None, fresh: bool = False, max_age: Any = None) -> Any:
@@ -503,11 +443,10 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
         from fabfile.plan.explain import rules_table
 
         return CommandResult({"rules": rules_table()}, lambda: print_rules(console))
-    src, base = flags.path("--from", from_), flags.path("--baseline", baseline)
+    src, base, age = read_each("explain", from_=from_, baseline=baseline, max_age=max_age)
     flags.only_with(src is None, "only without --from (it measures the running server)", ("--host", host),
                     ("--trace", trace), ("--num-prompts", num_prompts), ("--concurrency", concurrency),
                     ("--inventory", inventory), ("--fresh", fresh), ("--max-age", max_age))
-    age = flags.seconds("--max-age", max_age)
     flags.excludes("--fresh", fresh, "measures again whatever the age of the last profile", ("--max-age", age))
     from fabfile.commands.explain import explained, load_document
 
@@ -516,7 +455,7 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
         from fabfile.commands.profile import REUSE_MAX_AGE_S, ProfileParams
         from fabfile.present.progress import BenchProgress
 
-        params = ProfileParams(load=options.bench(concurrency, None, None, num_prompts, None, None), trace=trace)
+        params = ProfileParams(load=options.bench("explain", concurrency, num_prompts=num_prompts), trace=trace)
         if base is not None:
             load_document(base, "--baseline")  # bad input is refused before any host is reached
         inv = options.inventory(inventory)
@@ -547,8 +486,7 @@ def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False
     return CommandResult(document(pairs), lambda: print_explained(pairs, console))
 
 
-@task(name="deploy-router", help=DEPLOY_ROUTER_HELP)
-@cli
+@command("deploy-router")
 def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout: Any = None, json: bool = False,
                   inventory: Any = None) -> Any:
     """Start SGLang's router in front of the healthy replicas of a group, on the host the inventory names."""
@@ -557,16 +495,13 @@ def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout:
     from fabfile.commands.router import pick
     from fabfile.present.router_report import print_router
 
+    ready, bound = read_each("deploy-router", timeout=timeout, host_timeout=host_timeout)
     inv = options.inventory(inventory)
-    r = start_router(inv, pick(inv, router), ready_s=flags.seconds("--timeout", timeout) or 60.0,
-                     host_timeout=flags.seconds("--host-timeout", host_timeout))
+    r = start_router(inv, pick(inv, router), ready_s=ready or 60.0, host_timeout=bound)
     return CommandResult(r, lambda: print_router(r), r.error.exit_code if r.error is not None else 0)
 
 
-
-
-@task(name="trust-host", help=TRUST_HELP)
-@cli
+@command("trust-host")
 def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any = None) -> Any:
     """First contact: show a host's key fingerprint and add it to known_hosts only when you confirm it."""
     import sys
@@ -583,21 +518,19 @@ def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any
     return trust_one(options.inventory(inventory), host, fingerprint, ask)
 
 
-@task(help=ADOPT_HELP)
-@cli
+@command("adopt")
 def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write: Any = None, json: bool = False,
           inventory: Any = None, sglang_version: Any = None) -> Any:
     """Bring a hand-started server under the tool: its inventory entry, rendering the same command."""
     from fabfile.commands.adopt import AdoptOptions, adopt_command
-    from fabfile.plan.knob_effects import checked_version
 
-    opts = AdoptOptions(host=host, command=None if command is None else str(command), name=name,
-                        write=flags.path("--write", write), sglang_version=checked_version(sglang_version))
+    write_to, release = read_each("adopt", write=write, sglang_version=sglang_version)
+    opts = AdoptOptions(host=host, command=None if command is None else str(command), name=name, write=write_to,
+                        sglang_version=release)
     return adopt_command(opts, lambda: options.inventory(inventory))
 
 
-@task(help=DIFF_HELP)
-@cli
+@command("diff")
 def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any = None, json: bool = False,
          inventory: Any = None) -> Any:
     """What changed between two deploys (argv, env, SGLang version, patch mode, patched files, check-env), between
@@ -605,11 +538,11 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
     from fabfile.commands.diff import DiffOptions, diff_command
 
     opts = DiffOptions(host=host, old=None if old is None else str(old), new=None if new is None else str(new),
-                       steps=flags.whole("--steps", steps, minimum=0, maximum=MAX_STEPS))  # before any host is asked
+                       steps=read("diff", "steps", steps))  # before any host is asked
     return diff_command(options.inventory(inventory), opts)
 
-@task(help=TUNE_HELP)
-@cli
+
+@command("tune")
 def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = None, input_len: Any = None,
          output_len: Any = None, num_prompts: Any = None, max_loads: Any = None, max_minutes: Any = None,
          resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
@@ -619,19 +552,17 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
     from pathlib import Path
 
     from fabfile.commands.profile import DEFAULT_TRACE_STEPS
-    from fabfile.commands.tune import OBJECTIVES, check_params, run_tune
+    from fabfile.commands.tune import check_params, run_tune
     from fabfile.errors import Collector
-    from fabfile.remote.protocol import MAX_TRACE_STEPS
 
     found = Collector()  # every bad flag of the run at once (exit 2), then nothing runs
-    loads = found.check(flags.whole, "--max-loads", max_loads, minimum=0, maximum=10_000)
-    minutes = found.check(flags.number, "--max-minutes", max_minutes, minimum=0.0, maximum=10_000.0, unit="min",
-                          what="a number of minutes")
-    good_objective = found.check(flags.choice, "--objective", objective, OBJECTIVES, what="objective")
-    limits = found.check(options.sla_limits, max_ttft_ms, max_tpot_ms, min_tok_s)
-    steps = found.check(flags.whole, "--trace-steps", trace_steps, minimum=1, maximum=MAX_TRACE_STEPS)
-    load = found.check(options.bench, concurrency, input_len, output_len, num_prompts, None, None)
-    write_to = found.check(flags.path, "--write", write)
+    loads = found.check(read, "tune", "max_loads", max_loads)
+    minutes = found.check(read, "tune", "max_minutes", max_minutes)
+    good_objective = found.check(read, "tune", "objective", objective)
+    limits = found.check(options.sla_limits, "tune", max_ttft_ms, max_tpot_ms, min_tok_s)
+    steps = found.check(read, "tune", "trace_steps", trace_steps)
+    load = found.check(options.bench, "tune", concurrency, input_len, output_len, num_prompts)
+    write_to = found.check(read, "tune", "write", write)
     inv = found.check(options.inventory, inventory)
     from fabfile.inventory.hosts import one_host
 

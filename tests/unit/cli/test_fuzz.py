@@ -21,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabfile.cli import tasks
+from fabfile.cli import flagspec, tasks
 from fabfile.errors import InventoryError, SpecDeployError
 from fabfile.inventory import hosts as inventory
 from fabfile.inventory import schema as inventory_schema
@@ -358,11 +358,11 @@ NUMERIC_CONTEXT: dict[str, dict[str, Any]] = {
 }
 # Plain numbers, one of which any numeric flag takes (counts from 1, seconds, a share, a list, a min/max pair).
 PROBES = ["0", "1", "2", "4", "16", "2,4"]
-# The flags that take no number; a new flag must be numeric (and is then fuzzed below) or be named here.
-NOT_NUMERIC = {"host", "out", "old", "new", "fingerprint", "name", "write", "command", "router", "keep", "client",
-               "patch_mode", "strategy", "sweep", "verbose", "predict", "once", "nccl", "nccl_env", "resume",
-               "adaptive", "measure", "no_measure", "explain", "baseline", "from_", "rules", "trace", "previous",
-               "objective", "strict", "sglang_version", "id_", "yes", "fresh"}
+# The flags that take a number (or a comma list of them), by their specs: found by behaviour below, and the two must
+# agree (a spec that says "whole" of a flag its task reads as text, or the other way round, fails).
+SPEC_NUMERIC = {(t, f.param) for f in flagspec.FLAGS if f.value.numeric for t in f.tasks}
+# An SGLang release ("2" is one, as is 0.5.11) passes the probes below where its task reads it, and is no number.
+RELEASES = {(t, f.param) for f in flagspec.FLAGS if f.value.kind == "release" for t in f.tasks}
 
 
 def _numeric_run(name: str, param: str, value: str, inv: Path) -> tuple[int, str, str]:
@@ -390,12 +390,13 @@ def numeric_flags(fuzz_inventory: Path, no_ssh: None) -> list[tuple[str, str]]:
 
 
 @NUMERIC_FLAGS
-def test_every_flag_is_numeric_or_named_as_not(numeric_flags: list[tuple[str, str]]) -> None:
-    numeric = set(numeric_flags)
+def test_every_flag_is_numeric_by_its_spec_and_by_behaviour(numeric_flags: list[tuple[str, str]]) -> None:
+    numeric = set(numeric_flags) - RELEASES
     assert {("watch", "for_"), ("deploy", "batch"), ("deploy", "timeout"), ("sweep", "steps"), ("diff", "steps"),
             ("analyze", "baseline_ms"), ("logs", "lines"), ("bench", "num_prompts")} <= numeric
-    unclassified = [f for f in FLAGS if f not in numeric and f[1] not in NOT_NUMERIC]
-    assert not unclassified, f"neither numeric nor in NOT_NUMERIC (a number its probes never passed?): {unclassified}"
+    by_spec = {f for f in FLAGS if f in SPEC_NUMERIC}
+    assert numeric == by_spec, f"numeric by behaviour, not by spec: {sorted(numeric - by_spec)}; by spec, not by " \
+                               f"behaviour (a number its probes never passed?): {sorted(by_spec - numeric)}"
 
 
 @NUMERIC_FLAGS
