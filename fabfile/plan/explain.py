@@ -205,9 +205,11 @@ def _draft_surplus(s: Subject) -> Finding | None:
     share = cost / float(cycle["ms"])
     if surplus < 1 or share < DRAFT_SURPLUS_SHARE:
         return None
+    forwards = f"draft forward past step {used} costs" if surplus == 1 else \
+        f"{surplus} draft forwards past step {used} cost"
     return Finding("draft_surplus", f"{float(accept['ms']) - 1:.2f} of {steps} draft tokens are accepted per pass "
-                                    f"(accept length {fmt(accept, '')}): the {surplus} draft forwards past step "
-                                    f"{used} cost {cost:.2f} ms [derived] ({fmt(step)} each), {_pct(share)} of the "
+                                    f"(accept length {fmt(accept, '')}): the {forwards} {cost:.2f} ms [derived] "
+                                    f"({fmt(step)} each), {_pct(share)} of the "
                                     f"cycle ({fmt(cycle)}), and buy only what the passes reaching past {used} accept: "
                                     f"measure --speculative-num-steps {used} (`inv sweep --steps {used},{steps}`, "
                                     "or `inv tune`)",
