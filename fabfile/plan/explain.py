@@ -530,7 +530,8 @@ def baseline_of(doc: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         # The profile's own bench gives the wall-clock decode step (its TPOT) beside the timer's GPU forward: the
         # break-even sets the tool's wall-clock cycle against it (never across clocks), and without it a real
         # MoE steps-7 deploy 18 % slower than its baseline was judged by no rule at all.
-        wall = {k: v for k, v in derived_anatomy(doc.get("bench") or {}).items() if k == "decode_step"}
+        step = derived_anatomy(doc.get("bench") or {}).get("decode_step")
+        wall = {"decode_step": step} if step else {}
         return {**wall, **measured} if measured else (wall or None)
     return None
 
