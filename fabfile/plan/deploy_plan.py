@@ -22,6 +22,7 @@ from fabfile.plan.argv import opt
 from fabfile.remote import versions
 from fabfile.remote.common import split_argv
 from fabfile.remote.procs import SECRET_FLAGS, redact_argv
+from fabfile.remote.protocol import DEPLOY_STEPS, StepName
 
 DEPLOY_ID_ENV = "SPECDEPLOY_DEPLOY_ID"
 # What every launch gets from the tool (not the inventory): setproctitle keeps the workers' environ readable, output
@@ -96,8 +97,6 @@ def config_file_text(values: dict[str, str]) -> str:
     return json.dumps(values, indent=2, sort_keys=True) + "\n"
 
 
-STEPS = ("connect", "preflight", "lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "first_request",
-         "accept_gate", "verify_env", "record")
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ class Plan:
     script_path: str
     script: str
     ready_timeout: float
-    steps: tuple[str, ...]
+    steps: tuple[StepName, ...]
     client: str
     expected: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the tool changed in, or adds to, the inventory's settings, in sentences
@@ -364,7 +363,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     # that takes the real request. The accept gate is for speculative configurations with a gate above 0.
     answers = host.node is None or host.node.rank == 0
     accept_gate = gate if answers and spec.steps > 0 and gate > 0 else None
-    skip = set() if opts.verify else {"verify_env"}
+    skip: set[StepName] = set() if opts.verify else {"verify_env"}
     if not answers:
         skip.add("first_request")
     if accept_gate is None:
@@ -372,7 +371,7 @@ def build(host: Host, opts: Options, deploy_id: str | None = None, sglang_versio
     plan = Plan(host=host, deploy_id=deploy_id, config_name=name, argv=tuple(argv), env=env, patch_mode=patch_mode,
                 nccl_values=dict(nccl.tuning), force_env=host.force_env, log_path=log_path,
                 script_path=script_path, script="", ready_timeout=opts.timeout or host.timeouts.ready,
-                steps=tuple(s for s in STEPS if s not in skip), accept_gate=accept_gate, client=client,
+                steps=tuple(s for s in DEPLOY_STEPS if s not in skip), accept_gate=accept_gate, client=client,
                 tune_id=opts.tune_id,
                 expected=dict(nccl.tuning), notes=tuple(notes), nccl_logging=dict(nccl.logging),
                 nccl_notes=nccl.notes, profile_dir=profiles, measuring=opts.measuring, strict_knobs=opts.strict_knobs,

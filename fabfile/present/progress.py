@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.console import Console, RenderableType
 from rich.live import Live
@@ -15,14 +15,20 @@ from rich.text import Text
 from fabfile.present import output
 
 if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
-    from fabfile.remote.protocol import AgentEvent
+    from fabfile.remote.protocol import AgentEvent, StepName
 
-STEP_TITLES = {
+# One title per step the protocol names (tests/unit/present/test_step_titles.py holds the two in step).
+STEP_TITLES: dict[StepName, str] = {
     "connect": "connect", "preflight": "preflight", "lock": "lock", "patch": "patch", "stop": "stop stale servers",
-    "gpu_clean": "GPU-clean gate", "start": "start server", "wait_ready": "wait for ready",
+    "gpu_clean": "GPU-clean gate", "port_free": "port free", "start": "start server", "wait_ready": "wait for ready",
     "first_request": "first real request", "accept_gate": "accept-length gate", "verify_env": "verify env",
-    "record": "record deploy",
+    "record": "record deploy", "bench": "bench", "profile": "profile",
 }
+
+
+def step_title(name: str) -> str:
+    """A step's title; a name this client does not know (an agent newer than it) is shown as the agent wrote it."""
+    return cast("dict[str, str]", STEP_TITLES).get(name, name)  # any str from the wire may be looked up
 
 
 # An HTTP server's access-log line (uvicorn's, as SGLang logs it): `127.0.0.1:51234 - "GET /ready HTTP/1.1" 503`.
@@ -66,7 +72,7 @@ class Reporter:
         """The live line beside the spinner: host, step, its clock and SGLang's last log line, cut at the end of the
         terminal (its start says what SGLang is doing: it was cut from the left, `...oad weight end.`)."""
         elapsed = time.monotonic() - self.current_started
-        title = STEP_TITLES.get(self.current or "", self.current or "")
+        title = step_title(self.current or "")
         text = Text.assemble((f"{self.host} ", "bold"), f"{title} ", (f"{elapsed:5.1f}s", "cyan"))
         if self.last_line:
             text.append(f"  {self.last_line}", style="dim")
@@ -108,7 +114,7 @@ class Reporter:
         self._stop_live()
         if self.enabled:
             mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-            title = STEP_TITLES.get(name, name)
+            title = step_title(name)
             extra = f"  [dim]{detail}[/dim]" if detail and ok else ""
             if not ok and message:
                 # The error itself is printed once, whole, with its hint, by the deploy's summary that follows.
@@ -170,7 +176,7 @@ def lock_wait_line(ev: AgentEvent) -> str:
     left = f"waiting up to {float(ev.get('left_s') or 0):.0f} s more"
     if not h:
         return f"another command holds this host's deploy lock; {left}"
-    step = STEP_TITLES.get(str(h.get("step")), str(h.get("step") or "?"))
+    step = step_title(str(h.get("step") or "?"))
     return (f"deploy {h.get('deploy_id')} (from {h.get('client')}, started {h.get('since')}) holds this host, "
             f"now at step '{step}'; {left} (`inv status` follows it, `inv cancel` stops it)")
 
@@ -367,7 +373,7 @@ class _SweepDeployReporter(Reporter):
 
     def step_start(self, name: str) -> None:
         super().step_start(name)
-        self.sweep.set_phase("deploy: " + STEP_TITLES.get(name, name))
+        self.sweep.set_phase("deploy: " + step_title(name))
 
     def info(self, message: str) -> None:
         self.sweep.note(message)

@@ -19,9 +19,18 @@ safe there; ``tests/unit/remote/test_agent_pythons.py`` imports this module unde
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict, Union
+from typing import Any, Literal, TypedDict, Union
 
 from .versions import PLUGIN_SYSTEM
+
+# A deploy's steps, in the order they run: "connect" and "preflight" are the client's, the rest the agent's (one
+# process on the host, `serve/deploy.py`); `bench` and `profile` are the measuring verbs' one step each. Both ends
+# name a step only through this type: the agent's step runner takes a StepName, the client's titles are keyed by one.
+StepName = Literal["connect", "preflight", "lock", "patch", "stop", "gpu_clean", "port_free", "start", "wait_ready",
+                   "first_request", "accept_gate", "verify_env", "record", "bench", "profile"]
+DEPLOY_STEPS: tuple[StepName, ...] = (
+    "connect", "preflight", "lock", "patch", "stop", "gpu_clean", "port_free", "start", "wait_ready", "first_request",
+    "accept_gate", "verify_env", "record")
 
 # What the client makes of a kind. Categories name the client's exception classes (``fabfile/errors.py``):
 CATEGORIES: tuple[str, ...] = (
@@ -65,6 +74,8 @@ ERROR_KINDS: dict[str, tuple[str, str]] = {
     # GPUs, the server
     "gpu_busy": ("gpu_busy", "see `inv gpus`; stop what holds the GPU or pick other GPUs"),
     "gpu_query": ("remote", "nvidia-smi misbehaves on this host: check the driver"),
+    "port_in_use": ("launch", "stop whatever listens on that port on the host, or change `port` in the inventory"),
+    "bad_listen": ("launch", "set `listen` in the inventory to an address of the host"),
     "fatal_log": ("launch", "see the log excerpt above"),
     "generate_failed": ("launch", "the server answers its readiness endpoint but not a generate: see `inv logs`"),
     "accept_gate": ("accept_gate", "the speculative configuration does not pay here: deploy the baseline or "
@@ -740,7 +751,7 @@ class DeployRecord(_DeployRecordRequired, total=False):
     accept: Accept
     verify: Verified
     ready_at: str
-    timings: dict[str, float]
+    timings: dict[StepName, float]
     error: ErrorDoc
     ended_at: str  # when a failed deploy ended
     cancelled: Cancelled

@@ -163,8 +163,10 @@ def test_the_message_itself_carries_sglangs_error_line(inventory: Path, sim_host
     assert "Traceback (most recent call last)" not in doc["error"]["message"]
 
 
-def test_a_taken_http_port_fails_the_deploy_with_uvicorns_line(inventory: Path, sim_host: SimHost) -> None:
-    # Real 0.5.16 (H200): no early port check; the schedulers start, then uvicorn cannot bind and SGLang exits.
+def test_a_taken_http_port_is_refused_before_the_server_starts(inventory: Path, sim_host: SimHost) -> None:
+    # No SGLang release checks its HTTP port early: on real 0.5.16 (H200, 7B shape) uvicorn's `[Errno 98]` came after
+    # the whole model load, 60 s. The deploy binds the port itself first and refuses in milliseconds, naming the
+    # holder; nothing starts, the GPUs are not touched.
     holder = int(sim_host.exec("setsid nohup /root/ml-env/bin/python3 -c 'import socket, time; s = socket.socket(); "
                                "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
                                "s.bind((\"127.0.0.1\", 8000)); s.listen(1); time.sleep(120)' >/dev/null 2>&1 "
@@ -176,8 +178,12 @@ def test_a_taken_http_port_fails_the_deploy_with_uvicorns_line(inventory: Path, 
     try:
         code, doc, err = inv_host_json("deploy", "--steps", "3", inventory=inventory)
         assert code == 1, err
-        message = doc["error"]["message"]
-        assert "port is already in use" in message and "[Errno 98]" in message and "address already in use" in message
+        error = doc["error"]
+        assert error["message"].startswith(f"port 8000 is already in use on the host by PID {holder} (")
+        assert "import socket" in error["message"] and "\n" not in error["message"]
+        assert "change `port` in the inventory" in error["hint"]
+        assert "✗ " in err and "port free" in err  # the step that failed, by its title
+        assert {"stop", "gpu_clean", "port_free"} <= set(doc["timings"]) and "start" not in doc["timings"]
         assert sglang_pids(sim_host) == []
     finally:
         sim_host.exec(f"kill {holder} || true")

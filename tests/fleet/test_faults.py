@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from fabfile.remote.protocol import DEPLOY_STEPS
 from tests.simhost.fleet import Fleet, SimHost
 from tests.support import waiting
 from tests.support.cli import host_doc
@@ -35,7 +36,8 @@ from tests.support.waiting import HANG_GUARD_S
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fault matrix needs netns mode (root)")
 
 STATE = "/root/.specdeploy"
-STEPS = ["lock", "patch", "stop", "gpu_clean", "start", "wait_ready", "verify_env", "record"]
+# The agent's steps a deploy of the fault inventory runs, in the protocol's order (its one home).
+STEPS = [s for s in DEPLOY_STEPS if s not in ("connect", "preflight", "first_request", "accept_gate")]
 
 # Runs inside the host: stop the deploy holding the lock as it enters step argv[2], then send it signal argv[3].
 # The agent stops itself there (a failpoint, fabfile/remote/failpoints.py, armed before the deploy starts): a poller

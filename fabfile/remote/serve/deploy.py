@@ -1,4 +1,4 @@
-"""The host-side half of ``inv deploy``: lock → patch → stop stale → GPU-clean gate → start → wait ready →
+"""The host-side half of ``inv deploy``: lock → patch → stop stale → GPU-clean gate → port free → start → wait ready →
 verify env → record, in ONE agent process that holds the deploy lock throughout.
 
 Doing the whole sequence in one process on the host costs one SSH round trip, makes the lock exact (an flock that
@@ -24,11 +24,12 @@ from ..protocol import (
     KeptRequest,
     PreviousDeploy,
     RedeployRequest,
+    StepName,
     Stopped,
     Verified,
     VerifySpec,
 )
-from . import records, server, stop
+from . import port, records, server, stop
 from .lock import DeployLock
 from .prefetch import Prefetch
 
@@ -49,9 +50,9 @@ class Steps:
         self.sink = sink
         self.lock = lock
         self.cancelled = cancelled
-        self.timings: dict[str, float] = {}
+        self.timings: dict[StepName, float] = {}
 
-    def run(self, name: str, fn: Callable[[], Any], detail: Callable[[Any], Any] | None = None) -> Any:
+    def run(self, name: StepName, fn: Callable[[], Any], detail: Callable[[Any], Any] | None = None) -> Any:
         CONTEXT["step"] = name
         if self.lock is not None:
             self.lock.note(step=name, step_since=_now())
@@ -203,8 +204,8 @@ def _take(lock: DeployLock, state_dir: str, req: DeployRequest, wait_s: float,
 
 
 class _Sequence:
-    """The steps after the lock, in order: ``prepare`` (patch, stop stale, GPU-clean gate), ``launch`` (start, wait
-    ready), ``finish`` (gates, verify env, record); ``fail`` tears down a server this deploy started."""
+    """The steps after the lock, in order: ``prepare`` (patch, stop stale, GPU-clean gate, port free), ``launch``
+    (start, wait ready), ``finish`` (gates, verify env, record); ``fail`` tears down a server this deploy started."""
 
     def __init__(self, req: DeployRequest, sink: EventSink, state_dir: str, record: DeployRecord, steps: Steps,
                  lock: DeployLock, cancelled: Callable[[], str | None]) -> None:
@@ -235,6 +236,8 @@ class _Sequence:
         steps.run("gpu_clean", lambda: gpus.wait_clean(req["target_gpus"], int(req["gpu_idle_mib"]),
                                                           float(t["gpu_clean"])),
                   lambda r: f"{len(r['gpus'])} GPU(s) idle")
+        steps.run("port_free", lambda: port.check_free(req["listen"], int(req["port"])),
+                  lambda r: f"{r['address']} free")
 
     def launch(self) -> None:
         req, record, sink, t = self.req, self.record, self.sink, self.req["timeouts"]
