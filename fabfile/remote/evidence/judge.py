@@ -435,7 +435,7 @@ def _overridden(hints: dict[str, Hint], rows: list[EnvRow], used: dict[str, Any]
 
 
 # ----------------------------------------------------------------------------------------------------
-# the `evidence` verb (`inv check-env`): which server to judge, by what
+# the `check_env` verb (`inv check-env`): which server to judge, by what
 
 def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
     """Judge the running server by what its deploy asked for (the record), with evidence that belongs to it (its
