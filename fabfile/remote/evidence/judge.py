@@ -217,7 +217,7 @@ def _judge_weaker(run: _Run, proc: _Proc, r: _Row) -> None:
         hint(
             hints,
             "not_an_nccl_variable",
-            "NCCL 2.28 reads no variable by this name, so nothing can show it took effect: "
+            f"NCCL {ncclenv.NCCL_KNOWN_SERIES} reads no variable by this name, so nothing can show it took effect: "
             "check the spelling",
             severity="warning",
             var=var,
