@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from invoke.exceptions import Exit
+
+if TYPE_CHECKING:  # annotations only: `inv --list` imports no command
+    from fabfile.commands.result import CommandResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,20 +25,17 @@ INTERRUPTED = {"deploy": _ON_HOSTS, "sweep": _ON_HOSTS + "; the sweep's finished
                "cancel": "interrupted: `inv status` shows whether the deploy let go of the host"}
 
 
-def finish(result: Any, as_json: bool) -> None:
-    """A task's return: a CommandResult is shown (then its error raised, its code exited with); an int is the exit
-    code of a command that printed its own per-host output; None is 0."""
-    from fabfile.commands.result import CommandResult
-
-    if isinstance(result, CommandResult):
+def finish(result: CommandResult, as_json: bool) -> None:
+    """A task's return, shown through the one switch unless it was printed as it came (a stream), then its error
+    raised or its code exited with."""
+    if not result.shown:
         from fabfile.present.output import show
 
         show(result.document, result.for_people, as_json=as_json)
-        if result.error is not None:
-            raise result.error
-        result = result.exit_code
-    if result:
-        raise Exit(code=int(result))
+    if result.error is not None:
+        raise result.error
+    if result.exit_code:
+        raise Exit(code=result.exit_code)
 
 
 def cli(fn: F) -> F:

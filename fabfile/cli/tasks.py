@@ -24,7 +24,7 @@ from fabfile.cli.flagspec import helps, read, read_each
 from fabfile.cli.run import cli
 
 if TYPE_CHECKING:  # annotations only: `inv --list` imports none of the library
-    from fabfile.remote.protocol import ExplainedBench
+    from fabfile.commands.result import CommandResult
 
 
 class Task(_Task[Any]):
@@ -60,7 +60,7 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
            no_canary: bool = False, rollback_on_failure: bool = False, accept_gate: Any = None,
            lock_wait: Any = None, measure: bool = False, no_measure: bool = False,
            previous: bool = False, id_: Any = None, yes: bool = False, strict: bool = False,
-           sglang_version: Any = None) -> Any:
+           sglang_version: Any = None) -> CommandResult:
     """Deploy SGLang (EAGLE-3 unless --steps 0) to host(s) or a multi-node cluster: patch, stop stale, start, wait
     ready, verify env. Several hosts: rolling (canary, batches) or parallel, with a final who-runs-what table."""
     from fabfile.errors import Collector
@@ -112,7 +112,8 @@ def deploy(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 
 
 @command("deploys")
-def deploys(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+def deploys(c: Any, host: Any = None, json: bool = False, inventory: Any = None,
+            host_timeout: Any = None) -> CommandResult:
     """List the recorded deploys of host(s), newest first: id, configuration, when, by whom, how it ended (ready,
     failed, cancelled, replaced); `inv deploy --id ID` starts one again."""
     from fabfile.commands.recorded import list_deploys
@@ -126,7 +127,7 @@ def deploys(c: Any, host: Any = None, json: bool = False, inventory: Any = None,
 def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_tokens: Any = None,
            patch_mode: Any = None, timeout: Any = None, json: bool = False, inventory: Any = None,
            measure: bool = False, no_measure: bool = False, sglang_version: Any = None,
-           strict: bool = False) -> Any:
+           strict: bool = False) -> CommandResult:
     """Print what a deploy would do (the plan and every rendered file) without touching any host."""
     from fabfile.commands.render_plan import render_hosts
     from fabfile.errors import Collector
@@ -142,7 +143,7 @@ def render(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_
 
 @command("stop")
 def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, inventory: Any = None,
-         host_timeout: Any = None, router: Any = None, lock_wait: Any = None) -> Any:
+         host_timeout: Any = None, router: Any = None, lock_wait: Any = None) -> CommandResult:
     """Stop the SGLang server(s) on host(s), all at once: TERM, grace, KILL; confirms every process is gone.
     With --router NAME, stop that router instead."""
     from fabfile.commands.operations import stop_hosts
@@ -162,7 +163,7 @@ def stop(c: Any, host: Any = None, dry_run: bool = False, json: bool = False, in
 
 @command("status")
 def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
-           verbose: bool = False) -> Any:
+           verbose: bool = False) -> CommandResult:
     """Show what runs on host(s): config, pid, uptime, health, accept length, and routers running there."""
     from fabfile.commands.operations import status_hosts
 
@@ -173,7 +174,7 @@ def status(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
 
 @command("logs")
 def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, timeout: Any = None,
-         inventory: Any = None, host_timeout: Any = None) -> Any:
+         inventory: Any = None, host_timeout: Any = None) -> CommandResult:
     """Print the server log of host(s) (the current deploy's log file); several hosts: lines prefixed by host."""
     from fabfile.commands.operations import show_logs
 
@@ -186,7 +187,7 @@ def logs(c: Any, host: Any = None, follow: bool = False, lines: Any = None, time
 @command("watch")
 def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, json: bool = False,
           min_accept: Any = None, min_tok_s: Any = None, for_: Any = None, duration: Any = None,
-          inventory: Any = None) -> Any:
+          inventory: Any = None) -> CommandResult:
     """Live view of each server: tok/s, accept length, running/queued requests, health; thresholds print an alarm
     line and exit 1 (for cron and CI). A server not running or not healthy is an alarm too."""
     from fabfile.commands.watch import WatchOptions
@@ -205,7 +206,7 @@ def watch(c: Any, host: Any = None, interval: Any = None, once: bool = False, js
 
 @command("check-env")
 def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None,
-              verbose: bool = False) -> Any:
+              verbose: bool = False) -> CommandResult:
     """Prove, per scheduler rank, that every expected NCCL variable reached the worker (exit 1 if not)."""
     from fabfile.commands.operations import check_env_hosts
 
@@ -216,7 +217,7 @@ def check_env(c: Any, host: Any = None, json: bool = False, inventory: Any = Non
 
 @command("rollback-patches")
 def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool = False,
-                     inventory: Any = None, lock_wait: Any = None) -> Any:
+                     inventory: Any = None, lock_wait: Any = None) -> CommandResult:
     """Restore SGLang's files the NCCL patches changed (files only; an earlier configuration: deploy --previous).
 
     Every patched file comes back byte for byte and the plugin/sitecustomize installs are removed. No server is
@@ -229,7 +230,7 @@ def rollback_patches(c: Any, host: Any = None, dry_run: bool = False, json: bool
 
 
 @command("cancel")
-def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, timeout: Any = None) -> Any:
+def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, timeout: Any = None) -> CommandResult:
     """Cancel the deploy in progress on host(s) (one whose client went away, say): it stops at its next step or
     during its wait for ready, tears its new server down and lets go of the host."""
     from fabfile.commands.operations import cancel_hosts
@@ -240,7 +241,8 @@ def cancel(c: Any, host: Any = None, json: bool = False, inventory: Any = None, 
 
 
 @command("gpus")
-def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, host_timeout: Any = None) -> Any:
+def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None,
+         host_timeout: Any = None) -> CommandResult:
     """Show GPUs and the processes holding them on host(s)."""
     from fabfile.commands.operations import gpus_hosts
 
@@ -252,7 +254,7 @@ def gpus(c: Any, host: Any = None, json: bool = False, inventory: Any = None, ho
 @command("bench")
 def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
           num_prompts: Any = None, client: Any = None, timeout: Any = None, out: Any = None, json: bool = False,
-          inventory: Any = None, explain: bool = False, baseline: Any = None) -> Any:
+          inventory: Any = None, explain: bool = False, baseline: Any = None) -> CommandResult:
     """Benchmark the running server from the host itself: tok/s, TTFT, TPOT/ITL, accept length and rate."""
     from fabfile.errors import Collector
 
@@ -262,50 +264,16 @@ def bench(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = No
     baseline = found.check(options.explain_baseline, explain, baseline)
     found.done()
     inv = options.inventory(inventory)
-    hosts = inv.select(host)
-    if len(hosts) > 1:
-        from fabfile.commands.bench import bench_hosts
-        from fabfile.errors import FlagError
+    from fabfile.commands.measuring import bench_command
 
-        if explain:
-            raise FlagError("--explain: explains one host's benchmark at a time; name one --host")
-        return bench_hosts(inv, hosts, params, out or "runs")
-    h = hosts[0]
-    from fabfile.commands.bench import bench_host, host_document
-    from fabfile.commands.result import CommandResult
-    from fabfile.errors import SpecDeployError
-    from fabfile.present.bench_report import print_result
-    from fabfile.present.output import out as console
-    from fabfile.present.progress import BenchProgress
-    from fabfile.results.hosts import hosts_document
-
-    progress = BenchProgress(h.name, enabled=not json)
-    try:
-        result = bench_host(inv, h, params, out or "runs", on_event=progress.event)
-    except SpecDeployError as e:
-        # For people the error is printed by `cli` (a sentence on stderr); --json still gets its one document.
-        return CommandResult(hosts_document([host_document(h, None, e)]), lambda: None, error=e)
-    finally:
-        progress.close()
-    if not explain:
-        return CommandResult(hosts_document([host_document(h, result, None)]), lambda: print_result(result, console))
-    from fabfile.commands.explain import for_bench
-    from fabfile.present.explain_report import document, print_explained
-
-    pairs = for_bench(result, out or "runs", baseline)
-    explained: ExplainedBench = {**result, "explain": document(pairs)}
-
-    def for_people() -> None:
-        print_result(result, console)
-        print_explained(pairs, console)
-
-    return CommandResult(hosts_document([host_document(h, explained, None)]), for_people)
+    return bench_command(inv, inv.select(host), params, out or "runs", explain=explain, baseline=baseline,
+                         as_json=json)
 
 
 @command("profile")
 def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = None, output_len: Any = None,
             num_prompts: Any = None, trace: bool = False, trace_steps: Any = None, out: Any = None,
-            timeout: Any = None, json: bool = False, inventory: Any = None, verbose: bool = False) -> Any:
+            timeout: Any = None, json: bool = False, inventory: Any = None, verbose: bool = False) -> CommandResult:
     """Where one speculative cycle's time goes on the running server: draft, verify, draft-extend, other, by
     SGLang's device timer (and --trace: its profiler), under the bench's load; each figure names its source."""
     from fabfile.commands.profile import DEFAULT_TRACE_STEPS, ProfileParams
@@ -319,34 +287,9 @@ def profile(c: Any, host: Any = None, concurrency: Any = None, input_len: Any = 
     found.done()
     params = ProfileParams(load=load, trace=trace, trace_steps=steps or DEFAULT_TRACE_STEPS, out=out)
     inv = options.inventory(inventory)
-    hosts = inv.select(host)
-    from fabfile.commands.profile import profile_host, profile_hosts
-    from fabfile.commands.result import CommandResult
-    from fabfile.present.output import out as console
-    from fabfile.present.output import print_error
-    from fabfile.present.profile_report import print_result
-    from fabfile.present.progress import BenchProgress
+    from fabfile.commands.measuring import profile_command
 
-    if len(hosts) > 1:  # each host under its own load at once; one block per host, then each failure
-        result = profile_hosts(inv, hosts, params, runs_dir="runs")
-
-        def for_people() -> None:
-            print_result(result, console, verbose=verbose)
-            for o in result.outcomes:
-                if o.error is not None:
-                    print_error(o.error)
-
-        return CommandResult(result, for_people, result.exit_code)
-    h = hosts[0]
-    progress = BenchProgress(h.name, enabled=not json, prefix="profile ")
-    try:
-        result = profile_host(inv, h, params, on_event=progress.event, runs_dir="runs")
-    finally:
-        progress.close()
-    error = result.outcomes[0].error
-    if error is not None:
-        return CommandResult(result, lambda: print_error(error), result.exit_code)
-    return CommandResult(result, lambda: print_result(result, console, verbose=verbose), result.exit_code)
+    return profile_command(inv, inv.select(host), params, "runs", verbose=verbose, as_json=json)
 
 
 @command("sweep")
@@ -357,7 +300,7 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
           predict: bool = False, client: Any = None, patch_mode: Any = None, timeout: Any = None,
           out: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
           max_tpot_ms: Any = None, min_tok_s: Any = None, nccl: Any = None, nccl_env: Any = None,
-          adaptive: bool = False, resume: Any = None) -> Any:
+          adaptive: bool = False, resume: Any = None) -> CommandResult:
     """Deploy and benchmark each configuration (baseline included), print the table, keep the winner running."""
     from dataclasses import replace
 
@@ -377,40 +320,26 @@ def sweep(c: Any, host: Any = None, steps: Any = None, topk: Any = None, draft_t
     draft_list = found.check(read, "sweep", "draft_tokens", draft_tokens)
     deploy_opts = found.check(options.deploy, "sweep", None, None, None, patch_mode, timeout)
     folder = found.check(read, "sweep", "resume", resume)
-    if predict and adaptive:
-        found.found.append(FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict "
-                                     "cannot model; leave one of them out"))
+    from fabfile.plan.sweep_plan import refusals
+
+    found.found += refusals(predict=predict, adaptive=adaptive, client=params.client if params else None,
+                            adaptive_length=bool(length and length.get("target_ci") is not None))
     found.done()
     params = replace(params, concurrency=levels[0], **length, need_histogram=predict)
-    if predict and params.client == "sglang":
-        raise FlagError("--client: --predict needs each request's meta_info and stream, which sglang.bench_serving "
-                        "does not keep; use --client builtin or auto")
-    if params.target_ci is not None and params.client == "sglang":
-        raise FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
-                        "sglang.bench_serving")
     # A sweep measures: the device timer is on where the version has it, unless --no-measure or `measure: false`.
     base = replace(options.measuring(deploy_opts, measure, no_measure), measuring=True)
-    inv = options.inventory(inventory)
-    from fabfile.inventory.hosts import one_host
+    from fabfile.commands.sweep import sweep_command
 
-    h = one_host(inv, host, "sweep")
-    from fabfile.commands.sweep import run_sweep
-    from fabfile.plan.sweep_nccl import candidates
-    from fabfile.plan.sweep_plan import configs
-
-    cands = candidates(None if nccl is None else str(nccl), None if nccl_env is None else str(nccl_env),
-                       inv.nccl_presets)
-    cfgs = configs(h, base, step_list, topks, draft_list, cands, adaptive)
-    if keep is not None and keep not in {x.name for x in cfgs}:
-        raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
-                        f"{', '.join(x.name for x in cfgs)}")
-    return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=out or "runs", levels=levels,
-                     predict=predict, limits=limits, resume=folder, explain=explain)
+    return sweep_command(options.inventory(inventory), host, base, params, steps=step_list, topks=topks,
+                         draft_tokens=draft_list, nccl=None if nccl is None else str(nccl),
+                         nccl_env=None if nccl_env is None else str(nccl_env), adaptive=adaptive, keep=keep,
+                         runs_dir=out or "runs", levels=levels, predict=predict, limits=limits, resume=folder,
+                         explain=explain)
 
 
 @command("analyze")
 def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any = None, draft_ms: Any = None,
-            steps: Any = None, accept_len: Any = None, json: bool = False) -> Any:
+            steps: Any = None, accept_len: Any = None, json: bool = False) -> CommandResult:
     """Break-even: the accept length each configuration needs to beat the baseline, against what it got."""
     from fabfile.commands.analyze import analyze_file, analyze_numbers
     from fabfile.errors import FlagError
@@ -432,77 +361,44 @@ def analyze(c: Any, sweep: Any = None, baseline_ms: Any = None, verify_ms: Any =
 @command("explain")
 def explain(c: Any, from_: Any = None, baseline: Any = None, rules: bool = False, json: bool = False,
             host: Any = None, trace: bool = False, num_prompts: Any = None, concurrency: Any = None,
-            inventory: Any = None, fresh: bool = False, max_age: Any = None) -> Any:
+            inventory: Any = None, fresh: bool = False, max_age: Any = None) -> CommandResult:
     """Where a speculative cycle's time goes, in sentences: each from measured figures (every one with its source)
     and named by the rule that produced it."""
-    from fabfile.commands.result import CommandResult
-    from fabfile.present.explain_report import document, print_explained, print_rules
-    from fabfile.present.output import out as console
+    from fabfile.commands import measuring
 
     if rules:
-        from fabfile.plan.explain import rules_table
-
-        return CommandResult({"rules": rules_table()}, lambda: print_rules(console))
+        return measuring.explain_rules()
     src, base, age = read_each("explain", from_=from_, baseline=baseline, max_age=max_age)
     flags.only_with(src is None, "only without --from (it measures the running server)", ("--host", host),
                     ("--trace", trace), ("--num-prompts", num_prompts), ("--concurrency", concurrency),
                     ("--inventory", inventory), ("--fresh", fresh), ("--max-age", max_age))
     flags.excludes("--fresh", fresh, "measures again whatever the age of the last profile", ("--max-age", age))
-    from fabfile.commands.explain import explained, load_document
+    if src is not None:
+        return measuring.explain_file(src, base)
+    from fabfile.commands.explain import load_document
+    from fabfile.commands.profile import REUSE_MAX_AGE_S, ProfileParams
 
-    if src is None:
-        from fabfile.commands.explain import explain_running
-        from fabfile.commands.profile import REUSE_MAX_AGE_S, ProfileParams
-        from fabfile.present.progress import BenchProgress
-
-        params = ProfileParams(load=options.bench("explain", concurrency, num_prompts=num_prompts), trace=trace)
-        if base is not None:
-            load_document(base, "--baseline")  # bad input is refused before any host is reached
-        inv = options.inventory(inventory)
-        hosts = inv.select(host)
-        progress = BenchProgress(",".join(h.name for h in hosts), enabled=not json, prefix="profile ")
-        try:
-            pairs, docs, code = explain_running(inv, hosts, params, base, "runs", on_event=progress.event,
-                                                max_age_s=None if fresh else age or REUSE_MAX_AGE_S)
-        finally:
-            progress.close()
-
-        def for_people() -> None:
-            for d in docs:
-                if not d["ok"]:
-                    console.print(f"{d['host']}: the profile failed: {(d['error'] or {}).get('message')}",
-                                  markup=False)
-                elif d.get("reused"):
-                    console.print(f"{d['host']}: {d['reused']['sentence']}", markup=False, highlight=False)
-            print_explained(pairs, console)
-
-        from fabfile.results.hosts import hosts_document
-
-        return CommandResult(hosts_document(docs, **document(pairs)), for_people, code)
-
-    doc = load_document(src)
-    pairs = explained(doc, load_document(base, "--baseline") if base else None,
-                      f"from {base}" if base else "")
-    return CommandResult(document(pairs), lambda: print_explained(pairs, console))
+    params = ProfileParams(load=options.bench("explain", concurrency, num_prompts=num_prompts), trace=trace)
+    if base is not None:
+        load_document(base, "--baseline")  # bad input is refused before any host is reached
+    inv = options.inventory(inventory)
+    return measuring.explain_command(inv, inv.select(host), params, base, "runs",
+                                     max_age_s=None if fresh else age or REUSE_MAX_AGE_S, as_json=json)
 
 
 @command("deploy-router")
 def deploy_router(c: Any, router: Any = None, timeout: Any = None, host_timeout: Any = None, json: bool = False,
-                  inventory: Any = None) -> Any:
+                  inventory: Any = None) -> CommandResult:
     """Start SGLang's router in front of the healthy replicas of a group, on the host the inventory names."""
-    from fabfile.commands.result import CommandResult
-    from fabfile.commands.router import deploy_router as start_router
-    from fabfile.commands.router import pick
-    from fabfile.present.router_report import print_router
+    from fabfile.commands.router import deploy_router_command, pick
 
     ready, bound = read_each("deploy-router", timeout=timeout, host_timeout=host_timeout)
     inv = options.inventory(inventory)
-    r = start_router(inv, pick(inv, router), ready_s=ready or 60.0, host_timeout=bound)
-    return CommandResult(r, lambda: print_router(r), r.error.exit_code if r.error is not None else 0)
+    return deploy_router_command(inv, pick(inv, router), ready_s=ready or 60.0, host_timeout=bound)
 
 
 @command("trust-host")
-def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any = None) -> Any:
+def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any = None) -> CommandResult:
     """First contact: show a host's key fingerprint and add it to known_hosts only when you confirm it."""
     import sys
 
@@ -520,7 +416,7 @@ def trust_host(c: Any, host: Any = None, fingerprint: Any = None, inventory: Any
 
 @command("adopt")
 def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write: Any = None, json: bool = False,
-          inventory: Any = None, sglang_version: Any = None) -> Any:
+          inventory: Any = None, sglang_version: Any = None) -> CommandResult:
     """Bring a hand-started server under the tool: its inventory entry, rendering the same command."""
     from fabfile.commands.adopt import AdoptOptions, adopt_command
 
@@ -532,7 +428,7 @@ def adopt(c: Any, host: Any = None, command: Any = None, name: Any = None, write
 
 @command("diff")
 def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any = None, json: bool = False,
-         inventory: Any = None) -> Any:
+         inventory: Any = None) -> CommandResult:
     """What changed between two deploys (argv, env, SGLang version, patch mode, patched files, check-env), between
     a deploy and what render would run now, or between two hosts' running configurations (--host A,B)."""
     from fabfile.commands.diff import DiffOptions, diff_command
@@ -546,13 +442,11 @@ def diff(c: Any, host: Any = None, old: Any = None, new: Any = None, steps: Any 
 def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = None, input_len: Any = None,
          output_len: Any = None, num_prompts: Any = None, max_loads: Any = None, max_minutes: Any = None,
          resume: bool = False, write: Any = None, json: bool = False, inventory: Any = None, max_ttft_ms: Any = None,
-         max_tpot_ms: Any = None, min_tok_s: Any = None, trace_steps: Any = None) -> Any:
+         max_tpot_ms: Any = None, min_tok_s: Any = None, trace_steps: Any = None) -> CommandResult:
     """Measure, explain, change the one thing a rule names, keep it only when it wins beyond the spread between
     deploys (A B B A), until nothing is left to fix; the host runs the best configuration when it ends."""
-    from pathlib import Path
-
     from fabfile.commands.profile import DEFAULT_TRACE_STEPS
-    from fabfile.commands.tune import check_params, run_tune
+    from fabfile.commands.tune import check_params, tune_command
     from fabfile.errors import Collector
 
     found = Collector()  # every bad flag of the run at once (exit 2), then nothing runs
@@ -575,22 +469,10 @@ def tune(c: Any, host: Any = None, objective: Any = "tok-s", concurrency: Any = 
                 load.concurrency if load is not None else 1, h.speculative.steps if h is not None else 0)
     found.done()
     assert h is not None and group is not None and load is not None  # found.done() raised otherwise
-    steps = steps or DEFAULT_TRACE_STEPS
-    if write_to and Path(write_to).is_dir():
-        write_to = str(Path(write_to) / "tune-inventory-diff.json")  # a folder: the diff goes inside it
-    from fabfile.commands.result import CommandResult
-    from fabfile.present.output import out as console
-    from fabfile.present.tune_report import render
-
-    # The saved path --resume continues, one per host (its tune.png beside it).
-    state_file = Path("runs") / f"tune-{h.name}.json"
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    say = (lambda line: None) if json else (lambda line: console.print(line, markup=False))
-    doc = run_tune(inv, h, load, max_loads=40 if loads is None else loads,
-                   max_minutes=60.0 if minutes is None else minutes, state_file=state_file, resume=resume,
-                   write=Path(write_to) if write_to else None, progress=say, objective=str(objective),
-                   limits=limits, trace_steps=steps, others=group[1:])
-    return CommandResult(doc, lambda: console.print(render(doc), markup=False), 0)
+    return tune_command(inv, h, load, max_loads=40 if loads is None else loads,
+                        max_minutes=60.0 if minutes is None else minutes, resume=resume, write=write_to,
+                        objective=str(objective), limits=limits, trace_steps=steps or DEFAULT_TRACE_STEPS,
+                        others=group[1:], as_json=json)
 
 
 ns = Collection(deploy, render, stop, status, logs, watch, check_env, rollback_patches, gpus, bench, sweep, analyze,

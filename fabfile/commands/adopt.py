@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError
 from fabfile.inventory.launch_flags import BY_SPELLING, LAUNCH_FLAGS, row_of
 from fabfile.remote import versions
@@ -382,10 +383,9 @@ class AdoptOptions:
     sglang_version: str | None = None  # a pasted line: the release its knobs are judged on (default the newest)
 
 
-def adopt_command(opts: AdoptOptions, inventory: Any) -> Any:
+def adopt_command(opts: AdoptOptions, inventory: Any) -> CommandResult:
     """``inv adopt``: the inventory entry of a hand-started server, printed or written to a new file (never over an
     existing one). ``inventory`` loads the inventory, only when a host is read."""
-    from fabfile.commands.result import CommandResult
 
     if opts.command is None and opts.host is None:
         raise FlagError("--host or --command: say which server to adopt (a running one, or its launch line)")

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
+from fabfile.commands.result import CommandResult
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.remote.protocol import AgentEvent, BenchDocument, BenchRequest, SavedBench, TimerCost
@@ -143,11 +144,10 @@ def host_document(host: Host, result: BenchDocument | None, error: SpecDeployErr
     return {"ok": True, **result}
 
 
-def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir: Path | str) -> Any:
+def bench_hosts(inv: Inventory, hosts: list[Host], params: BenchParams, runs_dir: Path | str) -> CommandResult:
     """``inv bench`` on several hosts at once, each from the host itself (so the loads do not share a link): one
     result per host, printed host by host when all have ended; the exit code of the worst."""
     from fabfile.commands.fanout import concurrent
-    from fabfile.commands.result import CommandResult
     from fabfile.present.bench_report import print_comparison, print_result
     from fabfile.present.output import out, print_error
     from fabfile.results.hosts import hosts_document

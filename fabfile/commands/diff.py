@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError
 from fabfile.flags import quote
 from fabfile.results.documents import DeployView
@@ -182,9 +183,8 @@ class DiffOptions:
     steps: int | None = None  # with --new now: the steps to render
 
 
-def diff_command(inv: Any, opts: DiffOptions) -> Any:
+def diff_command(inv: Any, opts: DiffOptions) -> CommandResult:
     """``inv diff``: the two sides fetched from the host's records (or rendered now) and compared."""
-    from fabfile.commands.result import CommandResult
     from fabfile.plan.deploy_plan import Options, steps_of
     from fabfile.present.diff_report import print_diff
 
@@ -222,10 +222,10 @@ def diff_command(inv: Any, opts: DiffOptions) -> Any:
     return CommandResult({"host": h.name, "a": va, "b": vb, "differences": rows}, lambda: print_diff(va, vb, rows))
 
 
-def _two_hosts(inv: Any, opts: DiffOptions, listed: list[str], ha: str | None, hb: str | None, rb: str) -> Any:
+def _two_hosts(inv: Any, opts: DiffOptions, listed: list[str], ha: str | None, hb: str | None,
+               rb: str) -> CommandResult:
     """Two hosts' configurations side by side (default: what each runs now, its current deploy): the drift
     between hosts that should run the same server. Each side is fetched from its own host."""
-    from fabfile.commands.result import CommandResult
     from fabfile.inventory.hosts import one_host
     from fabfile.present.diff_report import print_diff
 

@@ -185,9 +185,9 @@ def _bound(hosts: list[Host], flag: float | None) -> float:
 
 # -- logs -----------------------------------------------------------------------------------------------------
 def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, follow_s: float,
-              host_timeout: float | None = None) -> int:
+              host_timeout: float | None = None) -> CommandResult:
     """The server log of each host; with several hosts every line is prefixed with its host's name. Lines print
-    as they arrive (no JSON form: a log is a stream)."""
+    as they arrive (no JSON form: a log is a stream), so the result is only the exit code."""
     prefix = len(hosts) > 1
     width = max(len(h.name) for h in hosts)
     lock = threading.Lock()
@@ -221,7 +221,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
             report.print_log_lines(h.name, collected[h.name], prefix=True, width=width)
     r = HostsResult(outcomes)
     report.print_logs_summary(r, prefix=prefix)
-    return r.exit_code
+    return CommandResult.printed(r.exit_code)
 
 
 # -- check-env ------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from fabfile.commands.fanout import for_each_host
+from fabfile.commands.result import CommandResult
 from fabfile.errors import FlagError, LaunchError, SpecDeployError
 from fabfile.flags import quote
 from fabfile.inventory.hosts import Host, Inventory, Router
@@ -142,9 +143,17 @@ def deploy_router(inv: Inventory, router: Router, *, ready_s: float = 60.0,
     return result
 
 
-def stop_router(inv: Inventory, router: Router) -> Any:
+def deploy_router_command(inv: Inventory, router: Router, *, ready_s: float = 60.0,
+                          host_timeout: float | None = None) -> CommandResult:
+    """``inv deploy-router``: the router started (or why not), for the command line."""
+    from fabfile.present.router_report import print_router
+
+    r = deploy_router(inv, router, ready_s=ready_s, host_timeout=host_timeout)
+    return CommandResult(r, lambda: print_router(r), r.error.exit_code if r.error is not None else 0)
+
+
+def stop_router(inv: Inventory, router: Router) -> CommandResult:
     """``inv stop --router NAME``: stop the router on its host (TERM, grace, KILL, confirmed gone)."""
-    from fabfile.commands.result import CommandResult
     from fabfile.present.router_report import print_router_stop
 
     host = inv.hosts[router.host]

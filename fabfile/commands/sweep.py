@@ -40,6 +40,7 @@ from fabfile.results.documents import SweepResult
 from fabfile.transport.session import HostSession
 
 if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
+    from fabfile.plan.deploy_plan import Options
     from fabfile.remote import protocol as p
 
 
@@ -186,6 +187,23 @@ class _Run:
 
     def elapsed(self) -> float:
         return round(time.monotonic() - self.t0, 2)
+
+
+def sweep_command(inv: Inventory, host: str | None, base: Options, params: BenchParams, *, steps: list[int],
+                  topks: list[int] | None, draft_tokens: list[int] | None, nccl: str | None, nccl_env: str | None,
+                  adaptive: bool, keep: str | None, runs_dir: Path | str, levels: list[int], predict: bool,
+                  limits: Limits | None, resume: Path | None, explain: bool) -> CommandResult:
+    """``inv sweep`` as its task hands it over: the one host, its grid of configurations (each validated by its plan,
+    NCCL candidates crossed in), ``--keep`` checked against it, then the sweep."""
+    from fabfile.inventory.hosts import one_host
+    from fabfile.plan.sweep_nccl import candidates
+    from fabfile.plan.sweep_plan import check_keep, configs
+
+    h = one_host(inv, host, "sweep")
+    cfgs = configs(h, base, steps, topks, draft_tokens, candidates(nccl, nccl_env, inv.nccl_presets), adaptive)
+    check_keep(cfgs, keep)
+    return run_sweep(inv, h, cfgs, params, keep=keep, runs_dir=runs_dir, levels=levels, predict=predict,
+                     limits=limits, resume=resume, explain=explain)
 
 
 def run_sweep(inv: Inventory, host: Host, cfgs: list[Config], params: BenchParams, *, keep: str | None,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fabfile.commands.bench import BenchParams
+from fabfile.commands.result import CommandResult
 from fabfile.errors import SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
 from fabfile.plan import explain as rules
@@ -769,3 +770,23 @@ def run_tune(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, m
         write.write_text(json.dumps(diffs, indent=1) + "\n")
         doc["written"] = str(write)
     return doc
+
+
+def tune_command(inv: Inventory, host: Host, load: BenchParams, *, max_loads: int, max_minutes: float,
+                 resume: bool, write: str | None, objective: str, limits: Limits | None, trace_steps: int,
+                 others: list[Host], as_json: bool) -> CommandResult:
+    """``inv tune`` as its task hands it over: the saved path ``--resume`` continues (``runs/tune-<host>.json``, its
+    tune.png beside it), the progress lines (none with ``--json``), the diff's file (a folder: the diff goes inside
+    it), and the path document for the command line."""
+    from fabfile.present.output import out as console
+    from fabfile.present.tune_report import render
+
+    if write and Path(write).is_dir():
+        write = str(Path(write) / "tune-inventory-diff.json")
+    state_file = Path("runs") / f"tune-{host.name}.json"
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    say: Callable[[str], None] = (lambda line: None) if as_json else (lambda line: console.print(line, markup=False))
+    doc = run_tune(inv, host, load, max_loads=max_loads, max_minutes=max_minutes, state_file=state_file,
+                   resume=resume, write=Path(write) if write else None, progress=say, objective=objective,
+                   limits=limits, trace_steps=trace_steps, others=others)
+    return CommandResult(doc, lambda: console.print(render(doc), markup=False), 0)

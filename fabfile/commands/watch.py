@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabfile.commands.fanout import for_each_host
+from fabfile.commands.result import CommandResult
 from fabfile.inventory.hosts import Host, Inventory
 
 
@@ -89,7 +90,13 @@ def _sample(inv: Inventory, hosts: list[Host]) -> list[dict[str, Any]]:
     return rows
 
 
-def watch(inv: Inventory, hosts: list[Host], o: WatchOptions) -> int:
+def watch(inv: Inventory, hosts: list[Host], o: WatchOptions) -> CommandResult:
+    """Samples printed as they come (one JSON line each with --json): a stream, so its result is only its exit code
+    (1: an alarm fired)."""
+    return CommandResult.printed(_watch(inv, hosts, o))
+
+
+def _watch(inv: Inventory, hosts: list[Host], o: WatchOptions) -> int:
     from fabfile.present.watch_report import WatchView
 
     since: dict[str, float] = {}

@@ -313,8 +313,8 @@ def nccl_settings(host: Host) -> NcclSettings:
                                                host=host.name))
                 continue
             if ncclenv.kind(k) == "unknown" and k in unknown_names({k: v}):
-                notes.append(f"{where}.{k} is not a variable NCCL 2.28 reads (kept as written: a newer NCCL or "
-                             "PyTorch may read it); check-env cannot prove it")
+                notes.append(f"{where}.{k} is not a variable NCCL {ncclenv.NCCL_KNOWN_SERIES} reads (kept as "
+                             "written: a newer NCCL or PyTorch may read it); check-env cannot prove it")
             if ncclenv.kind(k) == "logging":
                 if host.nccl_debug and k in NCCL_DEBUG_ENV and v != NCCL_DEBUG_ENV[k]:
                     notes.append(f"{where}.{k}={v} replaces nccl_debug's {NCCL_DEBUG_ENV[k]}")

@@ -42,7 +42,7 @@ def _proto_note(value: str, nccl: tuple[int, int] | None) -> str | None:
     keep = ",".join([*left, "Simple"])
     offer = f"NCCL_PROTO=\"{keep}\" keeps Simple for large messages"
     if nccl is None or nccl >= ncclenv.PER_COLLECTIVE_SINCE:
-        offer += f" (2.24+: per-collective \"allreduce:{keep}\")"
+        offer += f" ({ncclenv.PER_COLLECTIVE_SINCE_TEXT}+: per-collective \"allreduce:{keep}\")"
     # Short: it was ~600 characters, printed per deploy, per host and in the summary.
     return (f"NCCL_PROTO={value} leaves all-reduce no Simple protocol: {runs}; {offer}; `inv sweep --nccl-env` "
             "measures both (kept as written)")

@@ -14,7 +14,7 @@ model, and only check-env found that NCCL never took the value. What is refused:
 - an ``NCCL_PROTO`` / ``NCCL_ALGO`` list naming what NCCL does not have, by ncclenv's ``selection`` (parseList).
 
 A name far from every name NCCL reads is kept with a note: it may be read by a newer NCCL or by PyTorch, which
-the table of NCCL 2.28's names cannot tell.
+the table of the names NCCL ``ncclenv.NCCL_KNOWN`` reads cannot tell.
 """
 
 from __future__ import annotations
@@ -94,5 +94,6 @@ def _whole(raw: str) -> bool:
 
 
 def unknown_names(values: Mapping[str, str]) -> list[str]:
-    """The ``NCCL_*`` names NCCL 2.28 does not read and that are no typo of one it does: kept, with a note."""
+    """The ``NCCL_*`` names NCCL (``ncclenv.NCCL_KNOWN``) does not read and that are no typo of one it does: kept,
+    with a note."""
     return [k for k in values if ncclenv.kind(k) == "unknown" and k not in KNOWN and refusal(k, values[k]) is None]

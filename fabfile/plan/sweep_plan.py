@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from fabfile import flags
+from fabfile.errors import FlagError
 from fabfile.inventory.hosts import Host
 from fabfile.inventory.launch_flags import FLAG_OF
 from fabfile.plan import ranking
@@ -41,6 +43,29 @@ def adaptive_host(host: Host) -> Host:
     says which step count SGLang settled on)."""
     extra = [f for f in (ADAPTIVE_FLAG, "--enable-metrics") if f not in host.sglang_args]
     return replace(host, sglang_args=(*host.sglang_args, *extra))
+
+
+def refusals(*, predict: bool, adaptive: bool, client: str | None, adaptive_length: bool) -> list[FlagError]:
+    """What a sweep cannot measure as asked, one sentence per flag (all said at once with the other bad flags):
+    ``--predict`` models a fixed step count from each request's accepted drafts; ``client`` None: not read yet."""
+    found: list[FlagError] = []
+    if predict and adaptive:
+        found.append(FlagError("--adaptive: SGLang's adaptive mode moves its own step count, which --predict "
+                               "cannot model; leave one of them out"))
+    if predict and client == "sglang":
+        found.append(FlagError("--client: --predict needs each request's meta_info and stream, which "
+                               "sglang.bench_serving does not keep; use --client builtin or auto"))
+    if adaptive_length and client == "sglang":
+        found.append(FlagError("--client: an adaptive length needs the builtin client; give --num-prompts for "
+                               "sglang.bench_serving"))
+    return found
+
+
+def check_keep(cfgs: list[Config], keep: str | None) -> None:
+    """``--keep NAME`` names one of the sweep's configurations (FlagError, before any host is touched)."""
+    if keep is not None and keep not in {c.name for c in cfgs}:
+        raise FlagError(f"--keep: {flags.quote(keep, as_repr=True)} is not one of this sweep's configurations: "
+                        f"{', '.join(c.name for c in cfgs)}")
 
 
 def configs(host: Host, base: Options, steps: list[int], topks: list[int] | None,

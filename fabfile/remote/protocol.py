@@ -412,7 +412,8 @@ class ProfileDocument(ProfileResult, total=False):
 # One pair per verb of ``verbs.TABLE`` (``DeployRequest``, ``StopRequest``, ``CheckEnvRequest``, ``BenchRequest``
 # and ``ProfileRequest`` above are five of the requests; ``ProfileResult`` is ``profile``'s answer). A key that only
 # some answers carry is in a ``total=False`` part (NotRequired is Python 3.11; the agent runs on 3.9). Nested objects
-# the client only shows (a process table, a record's request, NCCL evidence) stay ``dict[str, Any]``.
+# the client only shows (a process table, a record's request, the evidence document) stay ``dict[str, Any]``; the
+# evidence's fixed pieces (an NCCL record, a marker, a saved scan) have shapes below ``Hint``.
 
 class _ProcRequired(TypedDict):
     pid: int
@@ -1180,6 +1181,178 @@ class Evaluation(_EvaluationRequired, total=False):
     # sentence, None while every rank runs
     ranks: dict[str, Any]
     sglang_overwrites: list[EnvRow]  # added by the client (``operations.sglang_overwrites``), never the agent
+
+
+# --- what check-env reads (``evidence.gather``, ``evidence.nccllog``, ``patch.markers``) ------------------------------
+# The pieces of the evidence document with a fixed shape: a saved scan's key and state, the log's read, one NCCL
+# record, one marker line. The evidence document itself (``CheckEnvAnswer.evidence``) is read by the judge only.
+
+class Marker(TypedDict, total=False):
+    """One ``[specdeploy] nccl-env`` line a patched process printed (``markers.parse_marker``); ``start`` (its
+    process's start time in clock ticks) only on lines of agents that print it."""
+
+    mode: str
+    hash: str
+    pid: int
+    deploy: str | None
+    set: dict[str, str]
+    kept: dict[str, str]
+    start: int
+
+
+class Tuning(TypedDict):
+    """A TUNING choice line's fields (``nccllog.parse_tuning``); ``func`` None before NCCL 2.23."""
+
+    func: str | None
+    bytes: int
+    algo: str
+    proto: str | None
+    channels: str | None  # "lo..hi"
+    kernel: str | None  # a symmetric kernel's name
+
+
+class _NcclRecordRequired(TypedDict):
+    kind: str  # env | version | init | warn | invalid | tuning | other
+    host: str
+    pid: int
+    tid: int
+    dev: str
+    level: str
+    message: str
+
+
+class NcclRecord(_NcclRecordRequired, total=False):
+    """One NCCL record of a log line (``nccllog.parse_nccl_records``), with its kind's own fields."""
+
+    var: str  # env, invalid
+    value: str  # env, invalid
+    default: str  # invalid
+    version: str  # version
+    rank: int  # init
+    nranks: int  # init
+    phase: str  # init
+    func: str | None  # tuning: ``Tuning``'s fields
+    bytes: int
+    algo: str
+    proto: str | None
+    channels: str | None
+    kernel: str | None
+
+
+class NcclInit(TypedDict):
+    rank: int
+    nranks: int
+    phase: str
+
+
+class TuningChoice(TypedDict):
+    algo: str
+    proto: str | None
+    channels: str | None
+    count: int
+
+
+class TuningSize(TypedDict):
+    """The choices NCCL logged for one (function, size), each with how often."""
+
+    func: str | None
+    bytes: int
+    choices: list[TuningChoice]
+
+
+class _PidRecords(TypedDict):
+    env: dict[str, list[str]]  # variable -> every value it echoed
+    invalid: dict[str, str]
+    version: str | None
+    inits: list[NcclInit]
+    warnings: list[str]
+    lines: int
+    sources: list[str]
+    tuning_lines: int
+    tuning_capped: bool
+
+
+class PidNccl(_PidRecords):
+    """What one process's NCCL printed (``nccllog.PidEvidence.nccl_dict``): a scheduler's or the launcher's ``nccl``."""
+
+    tuning: list[TuningSize]
+
+
+class PidState(_PidRecords):
+    """``PidEvidence`` as a saved scan holds it: every field."""
+
+    markers: list[Marker]
+    tuning: dict[str, TuningSize]  # "func:bytes" -> its choices
+
+
+class ScanState(TypedDict):
+    """Everything the log's lines fed to a ``nccllog.Scan`` left, as a saved scan holds it."""
+
+    by_pid: list[tuple[int, PidState]]  # JSON: [pid, state] pairs
+    nccl_lines: int
+    marker_lines: int
+    foreign_markers: int
+    custom_ar_disabled_line: str | None
+
+
+class ScanKey(TypedDict):
+    """Which log region, read by which code, a saved scan is of (``gather.scan_log``)."""
+
+    code: str  # the scan's own code (``gather._code_version``)
+    path: str
+    offset: int
+    cap: int
+    deploy_id: str
+
+
+class LogRead(TypedDict, total=False):
+    """What was read of a file (``gather.read_lines``), with the log's counts added by the gathering."""
+
+    path: str | None
+    exists: bool
+    size: int | None
+    offset: int
+    bytes_read: int
+    capped: bool
+    cap_bytes: int
+    rotated: bool
+    error: str | None
+    nccl_lines: int
+    marker_lines: int
+    foreign_deploy_markers: int
+    other_process_markers: int
+    unattributed_pids: dict[str, int]  # pid -> its lines, for pids neither the launcher nor a scheduler
+
+
+class DebugFile(TypedDict, total=False):
+    """One NCCL_DEBUG_FILE file read for a scheduler; ``stale``: older than its process (not read)."""
+
+    path: str
+    pid: int
+    stale: bool
+    bytes_read: int
+    capped: bool
+
+
+class GoneRank(TypedDict):
+    pid: int | None
+    rank: int | None
+    label: str | None
+    title: str | None
+
+
+class _RankCensusRequired(TypedDict):
+    expected: int
+    running: int
+    gone: list[GoneRank]
+    source: str
+
+
+class RankCensus(_RankCensusRequired, total=False):
+    """How many ranks should run and which are gone (``gather.rank_census``); ``verdict`` added by the judge: the
+    sentence, None while every rank runs."""
+
+    verdict: str | None
 
 
 class Verified(TypedDict):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from fabfile.errors import AgentCrashError, PreflightError, from_agent
 from fabfile.remote.boot import NOT_INSTALLED
-from fabfile.transport.base import CommandResult, Transport
+from fabfile.transport.base import ProcessResult, Transport
 
 if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
     from fabfile.remote.protocol import AgentEvent
@@ -103,7 +103,7 @@ class AgentClient:
         payload = base64.b64encode(json.dumps(request, sort_keys=True).encode()).decode()
         return self._boot("run", self.dir, self.bundle.manifest_sha256, verb, payload)
 
-    def _refused(self, r: CommandResult, what: str) -> None:
+    def _refused(self, r: ProcessResult, what: str) -> None:
         """A bootstrap refusal (an unsafe directory) or failure, as the tool's error."""
         for line in r.stdout.splitlines():
             try:
@@ -129,7 +129,7 @@ class AgentClient:
 
     def _execute(self, verb: str, request: Mapping[str, Any], timeout: float,
                  on_event: Callable[[AgentEvent], None] | None,
-                 idle_timeout: float | None = None) -> tuple[CommandResult, list[AgentEvent]]:
+                 idle_timeout: float | None = None) -> tuple[ProcessResult, list[AgentEvent]]:
         request = {"deadline_s": timeout, **request}
         events: list[AgentEvent] = []
 

@@ -23,7 +23,11 @@ from fabfile.errors import RemoteError
 
 
 @dataclass
-class CommandResult:
+class ProcessResult:
+    """One process run on a host through a transport: its exit status and what it wrote (``stream`` hands stdout to
+    its callback line by line, so its ``stdout`` is empty). Not a command's result for the command line: that is
+    ``commands.result.CommandResult``."""
+
     exit_code: int
     stdout: str
     stderr: str
@@ -45,11 +49,11 @@ class Transport(ABC):
         self.stats = TransportStats()
 
     @abstractmethod
-    def run(self, command: str, timeout: float) -> CommandResult: ...
+    def run(self, command: str, timeout: float) -> ProcessResult: ...
 
     @abstractmethod
     def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
-               idle_timeout: float | None = None) -> CommandResult:
+               idle_timeout: float | None = None) -> ProcessResult:
         """Run ``command``, handing each complete stdout line to ``on_line`` as it arrives.
 
         ``idle_timeout``: with no output for that long, treat the link as dead (``ConnectionLost``); used for
@@ -91,7 +95,7 @@ class Transport(ABC):
                f"&& mv -f -- {tmp} {target} || {{ rm -f -- {tmp}; exit 1; }}")
         return f"sh -c {shlex.quote(cmd)}"
 
-    def shell_write_done(self, r: CommandResult, path: str, why: str = "") -> None:
+    def shell_write_done(self, r: ProcessResult, path: str, why: str = "") -> None:
         """Count a shell write, or say why it failed."""
         if r.exit_code != 0:
             raise RemoteError(f"could not write {path} on the host ({why}shell write failed): "
@@ -152,7 +156,7 @@ class LocalTransport(Transport):
         except ProcessLookupError:
             pass
 
-    def run(self, command: str, timeout: float) -> CommandResult:
+    def run(self, command: str, timeout: float) -> ProcessResult:
         proc = self._popen(command)
         try:
             out, err = proc.communicate(timeout=timeout)
@@ -161,10 +165,10 @@ class LocalTransport(Transport):
             proc.communicate()
             raise RemoteError(f"a command ran past its {timeout:.0f} s bound and was killed",
                               host=self.host_name, command=command) from None
-        return CommandResult(proc.returncode, out, err)
+        return ProcessResult(proc.returncode, out, err)
 
     def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
-               idle_timeout: float | None = None) -> CommandResult:
+               idle_timeout: float | None = None) -> ProcessResult:
         del idle_timeout  # a local pipe cannot black-hole
         proc = self._popen(command)
         timer = threading.Timer(timeout, self._kill, args=(proc,))
@@ -180,7 +184,7 @@ class LocalTransport(Transport):
         finally:
             timer.cancel()
             reader.join()
-        return CommandResult(proc.returncode, "", "".join(err_chunks))
+        return ProcessResult(proc.returncode, "", "".join(err_chunks))
 
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
         target = Path(os.path.expanduser(path))

@@ -46,7 +46,7 @@ from pathlib import Path
 from fabfile.errors import ConnectError, ConnectionLost, RemoteError, SpecDeployError
 from fabfile.inventory.values import Timeouts
 from fabfile.transport import sshfailures
-from fabfile.transport.base import CommandResult, LineBuffer, Transport
+from fabfile.transport.base import LineBuffer, ProcessResult, Transport
 
 CONTROL_PERSIST_S = 120  # a connection idle this long closes (a cron check every minute keeps reusing one)
 KEEPALIVE_S = 15         # as the Paramiko transport's keepalive
@@ -358,26 +358,26 @@ class OpenSSHTransport(Transport):
             t.abort()
 
     # -- the Transport interface ------------------------------------------------------------------------------
-    def run(self, command: str, timeout: float) -> CommandResult:
+    def run(self, command: str, timeout: float) -> ProcessResult:
         if self.paramiko is None:
             out: list[str] = []
             try:
                 code, stderr = self._call(command, timeout, out.append)
-                return CommandResult(code, "".join(out), stderr)
+                return ProcessResult(code, "".join(out), stderr)
             except _HandedOver:
                 pass
         assert self.paramiko is not None
         return self.paramiko.run(command, timeout)
 
     def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
-               idle_timeout: float | None = None) -> CommandResult:
+               idle_timeout: float | None = None) -> ProcessResult:
         if self.paramiko is None:
             sink = LineBuffer(on_line)
             try:
                 code, stderr = self._call(command, timeout, sink.write, idle_timeout=idle_timeout,
                                           last_activity=lambda: sink.last_activity)
                 sink.close()
-                return CommandResult(code, "", stderr)
+                return ProcessResult(code, "", stderr)
             except _HandedOver:
                 pass  # nothing came on stdout: nothing was handed to on_line
         assert self.paramiko is not None
@@ -390,7 +390,7 @@ class OpenSSHTransport(Transport):
             try:
                 code, stderr = self._call(self.shell_write_command(path, mode), self.timeouts.command, out.append,
                                           data=data)
-                self.shell_write_done(CommandResult(code, "".join(out), stderr), path)
+                self.shell_write_done(ProcessResult(code, "".join(out), stderr), path)
                 return
             except _HandedOver:
                 pass

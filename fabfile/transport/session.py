@@ -180,7 +180,7 @@ class HostSession:
     def check_env(self, expected: dict[str, str]) -> p.CheckEnvAnswer:
         """check-env: ``expected`` are the inventory's values; the host judges a running deploy by its record."""
         req: p.CheckEnvRequest = {"expected": expected}
-        return self._call(verbs.EVIDENCE, req)
+        return self._call(verbs.CHECK_ENV, req)
 
     def adopt(self, port: int | None) -> p.AdoptAnswer:
         """Read the hand-started server (on ``port`` when several run) and record it as adopted on the host."""

@@ -34,7 +34,7 @@ from paramiko.ssh_exception import (
 from fabfile.errors import ConnectError, ConnectionLost, RemoteError
 from fabfile.inventory.hosts import Timeouts
 from fabfile.transport import sshfailures
-from fabfile.transport.base import CommandResult, LineBuffer, Transport
+from fabfile.transport.base import LineBuffer, ProcessResult, Transport
 from fabfile.transport.proxy import HopConnection, hops
 
 if TYPE_CHECKING:  # tenacity is imported where a connection is retried: a CLI start should not pay for it
@@ -254,7 +254,7 @@ class SSHTransport(Transport):
         t = getattr(self.cxn, "transport", None)
         return bool(t is not None and t.is_active())
 
-    def _run(self, command: str, timeout: float, **kw: Any) -> CommandResult:
+    def _run(self, command: str, timeout: float, **kw: Any) -> ProcessResult:
         if not self._alive():
             raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
         self.stats.commands += 1
@@ -271,13 +271,13 @@ class SSHTransport(Transport):
         if r.exited == -1 or not self._alive():
             raise ConnectionLost(f"the SSH session to {self.alias} dropped while a command ran",
                                  host=self.host_name)
-        return CommandResult(int(r.exited), r.stdout if isinstance(r.stdout, str) else "", r.stderr)
+        return ProcessResult(int(r.exited), r.stdout if isinstance(r.stdout, str) else "", r.stderr)
 
-    def run(self, command: str, timeout: float) -> CommandResult:
+    def run(self, command: str, timeout: float) -> ProcessResult:
         return self._run(command, timeout, hide=True)
 
     def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
-               idle_timeout: float | None = None) -> CommandResult:
+               idle_timeout: float | None = None) -> ProcessResult:
         sink = LineBuffer(on_line)
         done = threading.Event()
         went_silent = threading.Event()
@@ -306,7 +306,7 @@ class SSHTransport(Transport):
         finally:
             done.set()
             sink.close()
-        return CommandResult(result.exit_code, "", result.stderr)
+        return ProcessResult(result.exit_code, "", result.stderr)
 
     # -- files ------------------------------------------------------------------------------------------------
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:
@@ -368,7 +368,7 @@ class SSHTransport(Transport):
         r = self._exec_with_stdin(self.shell_write_command(path, mode), data, self.timeouts.command)
         self.shell_write_done(r, path, "no SFTP; ")
 
-    def _exec_with_stdin(self, command: str, data: bytes, timeout: float) -> CommandResult:
+    def _exec_with_stdin(self, command: str, data: bytes, timeout: float) -> ProcessResult:
         self.stats.commands += 1
         self.stats.commands_log.append(command)
         try:
@@ -384,7 +384,7 @@ class SSHTransport(Transport):
         except (SSHException, EOFError, OSError) as e:
             raise ConnectionLost(f"the SSH session to {self.alias} dropped while writing a file: "
                                  f"{e or type(e).__name__}", host=self.host_name) from None
-        return CommandResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        return ProcessResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def _put_by_sftp(self, sftp: Any, data: bytes, path: str, mode: int) -> None:
         # SFTP has no ~ expansion; its working directory is the login HOME.

@@ -1,4 +1,4 @@
-"""Evidence documents as the agent's `evidence` verb answers them (pure dicts), for the judge's tests: a scheduler's
+"""Evidence documents as the agent's `check_env` verb answers them (pure dicts), for the judge's tests: a scheduler's
 environ, NCCL lines and markers (`sched`, `marker`) and the whole answer (`ev`)."""
 
 from __future__ import annotations

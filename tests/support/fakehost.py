@@ -15,7 +15,7 @@ from typing import Any
 
 from fabfile.errors import ConnectError, from_agent
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.transport.base import CommandResult, Transport
+from fabfile.transport.base import ProcessResult, Transport
 from fabfile.transport.session import HostSession
 
 Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
@@ -30,11 +30,11 @@ class FakeTransport(Transport):
         self.stats.connections = 1
         self.files: dict[str, tuple[bytes, int]] = {}
 
-    def run(self, command: str, timeout: float) -> CommandResult:
+    def run(self, command: str, timeout: float) -> ProcessResult:
         raise AssertionError(f"{self.host_name}: the fake host runs no commands ({command!r})")
 
     def stream(self, command: str, on_line: Callable[[str], None], timeout: float,
-               idle_timeout: float | None = None) -> CommandResult:
+               idle_timeout: float | None = None) -> ProcessResult:
         raise AssertionError(f"{self.host_name}: the fake host runs no commands ({command!r})")
 
     def put(self, data: bytes, path: str, mode: int = 0o600) -> None:

@@ -14,7 +14,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import gpus, procs
 from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, flag_value
@@ -23,7 +23,7 @@ from .nccllog import PidEvidence, Scan, own_markers
 from .sglangnccl import argv_flags, custom_ar, sglang_nccl_rules
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
-    from ..protocol import GatherRequest
+    from ..protocol import DebugFile, GatherRequest, GoneRank, LogRead, RankCensus, ScanKey, ScanState
     from .interconnect import GpuFacts
 
 SCHEMA = 1
@@ -52,13 +52,13 @@ class Tail:
 
 
 def read_lines(path: str, offset: int, cap: int, *, chunk: int = 1 << 20,
-               tail: Tail | None = None) -> tuple[Iterator[str], dict[str, Any]]:
+               tail: Tail | None = None) -> tuple[Iterator[str], LogRead]:
     """Decoded lines of ``path`` from ``offset``, at most ``cap`` bytes, streamed in ``chunk``-byte reads; a blank
     line comes as ``""``. With ``tail``, the lines after the last newline are left there instead of yielded.
 
     The info dict (``bytes_read``, ``capped``) and ``tail`` are complete once the iterator is exhausted.
     """
-    info: dict[str, Any] = {
+    info: LogRead = {
         "path": path,
         "exists": False,
         "size": None,
@@ -77,7 +77,7 @@ def read_lines(path: str, offset: int, cap: int, *, chunk: int = 1 << 20,
         info["error"] = str(e)
         return iter(()), info
     size = os.fstat(f.fileno()).st_size
-    info.update(exists=True, size=size)
+    info["exists"], info["size"] = True, size
     if offset > size:  # truncated or replaced since the deploy: what is there now is all we have
         info["rotated"] = True
         offset = 0
@@ -136,7 +136,7 @@ def _window_sha(f: Any, start: int, end: int) -> str:
     return hashlib.sha256(f.read(max(0, end - start))).hexdigest()
 
 
-def _saved_scan(cache: str, key: dict[str, Any], path: str, offset: int) -> tuple[int, dict[str, Any]] | None:
+def _saved_scan(cache: str, key: ScanKey, path: str, offset: int) -> tuple[int, ScanState] | None:
     """(position, the scan's state) of the saved scan of this log region, when it is this region's and the log
     still holds the bytes it read (same file, not shorter, the same bytes at the start of the region and before
     the position); None otherwise."""
@@ -155,12 +155,13 @@ def _saved_scan(cache: str, key: dict[str, Any], path: str, offset: int) -> tupl
         if [head, before] != saved["windows"]:
             return None
         state = saved["scan"]
-        return (at, state) if isinstance(state, dict) else None
+        # written by ``_save_scan`` of this very code (the key holds its hash): Scan.state()'s shape
+        return (at, cast("ScanState", state)) if isinstance(state, dict) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None  # none saved, or unreadable: the region is read whole
 
 
-def _save_scan(cache: str, key: dict[str, Any], path: str, offset: int, at: int, scan: Scan) -> None:
+def _save_scan(cache: str, key: ScanKey, path: str, offset: int, at: int, scan: Scan) -> None:
     """Save the scan of the region up to ``at`` (after a newline); one saved scan per host: the current deploy's."""
     try:
         with open(path, "rb") as log:
@@ -179,7 +180,7 @@ def _save_scan(cache: str, key: dict[str, Any], path: str, offset: int, at: int,
         pass  # not saved: the next check-env reads the region whole, as this one did
 
 
-def scan_log(req: GatherRequest, scan: Scan, saved_scans: str | None = None) -> dict[str, Any]:
+def scan_log(req: GatherRequest, scan: Scan, saved_scans: str | None = None) -> LogRead:
     """Feed the deploy's part of the server log to the scan; what was read (``read_lines``' info, as if the region
     was read whole).
 
@@ -195,7 +196,8 @@ def scan_log(req: GatherRequest, scan: Scan, saved_scans: str | None = None) -> 
         return {"path": log_path, "exists": False}
     path = str(log_path)
     deploy_id = req.get("deploy_id")
-    cache = key = None
+    cache: str | None = None
+    key: ScanKey | None = None
     start, done = log_offset, 0
     if saved_scans and deploy_id and str(deploy_id).replace("-", "").isalnum():
         cache = os.path.join(saved_scans, f"{deploy_id}.json")
@@ -209,7 +211,7 @@ def scan_log(req: GatherRequest, scan: Scan, saved_scans: str | None = None) -> 
     lines, info = read_lines(path, start, cap - done, tail=tail)
     scan.feed_lines(lines, "log")
     if info["exists"] and not info["rotated"]:
-        info.update(offset=log_offset, bytes_read=info["bytes_read"] + done, cap_bytes=cap)
+        info["offset"], info["bytes_read"], info["cap_bytes"] = log_offset, info["bytes_read"] + done, cap
         if cache is not None and key is not None and tail.at - start >= SCAN_SAVE_MIN_BYTES:
             _save_scan(cache, key, path, log_offset, tail.at, scan)
     elif done:  # the saved scan's region is gone after all (replaced between the two opens): read it whole
@@ -325,13 +327,13 @@ def _debug_file_paths(pattern: str, pid: int) -> list[str]:
 # the verb
 
 
-def _read_debug_files(scan: Scan, scheds: list[procs.ProcInfo], pattern: str) -> list[dict[str, Any]]:
+def _read_debug_files(scan: Scan, scheds: list[procs.ProcInfo], pattern: str) -> list[DebugFile]:
     """Feed each scheduler's NCCL_DEBUG_FILE files to the scan; a file older than its process is listed as stale."""
-    debug_files: list[dict[str, Any]] = []
+    debug_files: list[DebugFile] = []
     for p in scheds:
         started = _start_epoch(p.start_ticks)
         for path in _debug_file_paths(pattern, p.pid):
-            entry: dict[str, Any] = {"path": path, "pid": p.pid, "stale": False}
+            entry: DebugFile = {"path": path, "pid": p.pid, "stale": False}
             try:
                 mtime = os.path.getmtime(path)
             except OSError:
@@ -342,7 +344,7 @@ def _read_debug_files(scan: Scan, scheds: list[procs.ProcInfo], pattern: str) ->
                 continue
             lines, info = read_lines(path, 0, DEBUG_FILE_CAP_BYTES)
             scan.feed_lines(lines, f"debug_file:{path}")
-            entry.update(bytes_read=info["bytes_read"], capped=info["capped"])
+            entry["bytes_read"], entry["capped"] = info["bytes_read"], info["capped"]
             debug_files.append(entry)
     return debug_files
 
@@ -418,7 +420,7 @@ def _facts(req: GatherRequest, found: dict[str, Any], launcher: dict[str, Any],
     return facts
 
 
-def rank_census(req: GatherRequest, scheds: list[procs.ProcInfo], world: int | None) -> dict[str, Any]:
+def rank_census(req: GatherRequest, scheds: list[procs.ProcInfo], world: int | None) -> RankCensus:
     """How many ranks should run, how many do, and which are gone (sgl-project/sglang#6624: one scheduler dead,
     the rest alive and judged as if they were the whole server). The deploy's record lists its schedulers as they
     started (pid, title): one of them no longer under the launcher is gone, named by its pid. Without a record, a
@@ -428,7 +430,7 @@ def rank_census(req: GatherRequest, scheds: list[procs.ProcInfo], world: int | N
     recorded = [r for r in req.get("recorded_schedulers") or []
                 if str(r.get("title") or "").startswith(procs.SCHEDULER_TITLE) and r.get("pid") is not None]
     if recorded:
-        gone = [{"pid": int(r["pid"]), "rank": procs.scheduler_rank(str(r["title"])),
+        gone: list[GoneRank] = [{"pid": int(r["pid"]), "rank": procs.scheduler_rank(str(r["title"])),
                  "label": procs.scheduler_label(str(r["title"])), "title": r["title"]}
                 for r in recorded if int(r["pid"]) not in live]
         return {"expected": len(recorded), "running": len(recorded) - len(gone), "gone": gone,
@@ -462,7 +464,7 @@ def _launcher_and_schedulers(req: GatherRequest, names: list[str]) -> dict[str, 
     return found
 
 
-def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo], log_info: dict[str, Any]) -> None:
+def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo], log_info: LogRead) -> None:
     """The launcher's own NCCL lines and markers; the log's counts, with lines of pids that are neither."""
     sched_pids = {p.pid for p in scheds}
     lev = scan.by_pid.get(launcher["pid"]) if launcher["pid"] is not None else None
@@ -473,13 +475,10 @@ def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo
         for pid, ev in scan.by_pid.items()
         if pid not in sched_pids and pid != launcher["pid"]
     }
-    log_info.update(
-        nccl_lines=scan.nccl_lines,
-        marker_lines=scan.marker_lines,
-        foreign_deploy_markers=scan.foreign_markers,
-        other_process_markers=scan.other_process_markers,
-        unattributed_pids=unattributed,
-    )
+    log_info["nccl_lines"], log_info["marker_lines"] = scan.nccl_lines, scan.marker_lines
+    log_info["foreign_deploy_markers"] = scan.foreign_markers
+    log_info["other_process_markers"] = scan.other_process_markers
+    log_info["unattributed_pids"] = unattributed
 
 
 def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = None,
@@ -506,7 +505,7 @@ def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = Non
     log_info = scan_log(req, scan, saved_scans)
 
     debug_pattern = req.get("nccl_debug_file") or launcher.get("environ_diag", {}).get("NCCL_DEBUG_FILE")
-    debug_files: list[dict[str, Any]] = []
+    debug_files: list[DebugFile] = []
     scheds: list[procs.ProcInfo] = found["schedulers"]
     if debug_pattern:
         sink.emit("progress", step="nccl_debug_files")

@@ -217,7 +217,7 @@ def _judge_weaker(run: _Run, proc: _Proc, r: _Row) -> None:
         hint(
             hints,
             "not_an_nccl_variable",
-            "NCCL 2.28 reads no variable by this name, so nothing can show it took effect: "
+            f"NCCL {ncclenv.NCCL_KNOWN_SERIES} reads no variable by this name, so nothing can show it took effect: "
             "check the spelling",
             severity="warning",
             var=var,
@@ -435,7 +435,7 @@ def _overridden(hints: dict[str, Hint], rows: list[EnvRow], used: dict[str, Any]
 
 
 # ----------------------------------------------------------------------------------------------------
-# the `evidence` verb (`inv check-env`): which server to judge, by what
+# the `check_env` verb (`inv check-env`): which server to judge, by what
 
 def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
     """Judge the running server by what its deploy asked for (the record), with evidence that belongs to it (its

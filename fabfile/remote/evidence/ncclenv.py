@@ -1,4 +1,4 @@
-"""How NCCL (2.28) reads and echoes its environment variables: the rules check-env judges evidence by.
+"""How NCCL (``NCCL_KNOWN``) reads and echoes its environment variables: the rules check-env judges evidence by.
 
 Runs on the GPU host too (stdlib only, Python 3.9+). Learnt from NCCL's own source (``src/misc/param.cc``,
 ``src/include/param.h``, ``src/graph/paths.cc``, ``src/graph/tuning.cc``, ``src/transport/*``), not copied:
@@ -25,7 +25,13 @@ import re
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
-# Every NCCL_PARAM of NCCL 2.28.9 (integer parameters: echoed as "%lld." when read).
+# The NCCL release whose source the tables below were read from (src/misc/param.cc, src/init.cc, ...): what the
+# tool knows NCCL reads. Every sentence that says which NCCL it judges by names it from here (the version of the
+# NCCL a host runs is read from its wheel: ``facts``).
+NCCL_KNOWN = "2.28.9"
+NCCL_KNOWN_SERIES = ".".join(NCCL_KNOWN.split(".")[:2])  # "2.28", as the sentences say it
+
+# Every NCCL_PARAM of NCCL_KNOWN (integer parameters: echoed as "%lld." when read).
 INT_PARAMS = frozenset(
     "NCCL_" + n
     for n in """
@@ -145,7 +151,8 @@ def level_name(text: str) -> str | None:
 
 
 def kind(var: str) -> str:
-    """``int``, ``level``, ``string``, ``logging``, ``not_param`` or ``unknown`` (not a variable NCCL 2.28 reads)."""
+    """``int``, ``level``, ``string``, ``logging``, ``not_param`` or ``unknown`` (not a variable NCCL
+    ``NCCL_KNOWN`` reads)."""
     if var in LEVEL_VARS:
         return "level"
     if var in INT_PARAMS:
@@ -219,7 +226,7 @@ def read_when(var: str) -> tuple[str, str | None]:
         if var.startswith(prefix):
             return "conditional", f"NCCL reads {var} {why}" if not why.startswith("NCCL ") else why
     if kind(var) == "unknown":
-        return "unknown", f"{var} is not a variable NCCL 2.28 reads (check the spelling)"
+        return "unknown", f"{var} is not a variable NCCL {NCCL_KNOWN_SERIES} reads (check the spelling)"
     return "conditional", f"NCCL reads {var} only on some code paths, not at every communicator init"
 
 
@@ -238,6 +245,7 @@ ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree
 SELECTION_VARS = {"NCCL_PROTO": PROTOCOLS, "NCCL_ALGO": ALGORITHMS}
 # The first NCCL release whose parseList takes per-collective entries (``allreduce:^LL``).
 PER_COLLECTIVE_SINCE = (2, 24)
+PER_COLLECTIVE_SINCE_TEXT = ".".join(map(str, PER_COLLECTIVE_SINCE))  # "2.24", as the sentences say it
 
 
 class SelectionError(ValueError):
@@ -247,7 +255,7 @@ class SelectionError(ValueError):
 def selection(var: str, value: str, nccl: tuple[int, int] | None = None) -> dict[str, frozenset[str]]:
     """What ``var=value`` leaves enabled per function, as NCCL's parseList reads it: ``{func: {names}}``.
 
-    ``nccl``: the NCCL release (major, minor) when known: per-collective entries need 2.24 or later. Raises
+    ``nccl``: the NCCL release (major, minor) when known: per-collective entries need ``PER_COLLECTIVE_SINCE``. Raises
     :class:`SelectionError` for a value NCCL refuses."""
     names = SELECTION_VARS[var]
     enabled: dict[str, set[str]] = {f: set(names) for f in FUNCS}
@@ -263,8 +271,8 @@ def selection(var: str, value: str, nccl: tuple[int, int] | None = None) -> dict
                 raise SelectionError(f"{var}={value!r}: every entry after the first needs a collective prefix "
                                      "(allreduce:...)")
         elif nccl is not None and nccl < PER_COLLECTIVE_SINCE:
-            raise SelectionError(f"{var}={value!r}: per-collective entries (allreduce:...) need NCCL 2.24 or "
-                                 f"later; this host has {nccl[0]}.{nccl[1]}")
+            raise SelectionError(f"{var}={value!r}: per-collective entries (allreduce:...) need NCCL "
+                                 f"{PER_COLLECTIVE_SINCE_TEXT} or later; this host has {nccl[0]}.{nccl[1]}")
         funcs = [f for f in FUNCS if not prefix or f.lower() == prefix.lower()]
         if not funcs:
             raise SelectionError(f"{var}={value!r}: {prefix!r} is not a collective NCCL knows "

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..patch.markers import parse_marker
+
+if TYPE_CHECKING:  # the shapes are annotations only (verbs.py)
+    from ..protocol import Marker, NcclInit, NcclRecord, PidNccl, PidState, ScanState, Tuning, TuningSize
 
 # ----------------------------------------------------------------------------------------------------
 # NCCL lines
@@ -63,7 +66,7 @@ def _by_id(text: str, names: tuple[str, ...]) -> str:
     return names[int(text)] if text.isdigit() and int(text) < len(names) else text
 
 
-def parse_tuning(msg: str) -> dict[str, Any] | None:
+def parse_tuning(msg: str) -> Tuning | None:
     """A TUNING choice line's fields: ``func`` (None before 2.23: all-reduce is then the likely one), ``bytes``,
     ``algo``/``proto`` (names, numbers mapped), ``channels`` ("lo..hi" or None), ``kernel`` (symmetric)."""
     m = _TUNING_RE.match(msg)
@@ -80,7 +83,7 @@ def parse_tuning(msg: str) -> dict[str, Any] | None:
     }
 
 
-def parse_nccl_records(line: str) -> list[dict[str, Any]]:
+def parse_nccl_records(line: str) -> list[NcclRecord]:
     """Every NCCL record on one physical line (interleaved output can put two on a line), in order.
 
     Each record: ``{"kind": "env"|"version"|"init"|"warn"|"other", "host", "pid", "tid", "dev", "level",
@@ -91,11 +94,11 @@ def parse_nccl_records(line: str) -> list[dict[str, Any]]:
     if "\x1b" in line:  # colour codes from a log viewer or a wrapper
         line = _ANSI_RE.sub("", line)
     heads = list(_NCCL_HEAD_RE.finditer(line))
-    out: list[dict[str, Any]] = []
+    out: list[NcclRecord] = []
     for i, m in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(line)
         msg = line[m.end() : end].strip()
-        rec: dict[str, Any] = {
+        rec: NcclRecord = {
             "kind": "other",
             "host": m.group("host"),
             "pid": int(m.group("pid")),
@@ -113,28 +116,26 @@ def parse_nccl_records(line: str) -> list[dict[str, Any]]:
             bad = _INVALID_RE.match(msg)
             tuning = parse_tuning(msg) if "Bytes -> " in msg else None
             if tuning:
-                rec.update(kind="tuning", **tuning)
+                rec["kind"] = "tuning"
+                rec["func"], rec["bytes"], rec["algo"] = tuning["func"], tuning["bytes"], tuning["algo"]
+                rec["proto"], rec["channels"], rec["kernel"] = tuning["proto"], tuning["channels"], tuning["kernel"]
             elif bad:
-                rec.update(kind="invalid", var=bad.group("var"), value=bad.group("value"),
-                           default=bad.group("default"))
+                rec["kind"], rec["var"], rec["value"] = "invalid", bad.group("var"), bad.group("value")
+                rec["default"] = bad.group("default")
             elif em:
                 value = _clean_value(em.group("value"))
                 if value:
-                    rec.update(kind="env", var=em.group("var"), value=value)
+                    rec["kind"], rec["var"], rec["value"] = "env", em.group("var"), value
             elif vm:
-                rec.update(kind="version", version=vm.group("version"))
+                rec["kind"], rec["version"] = "version", vm.group("version")
             elif im:
-                rec.update(
-                    kind="init",
-                    rank=int(im.group("rank")),
-                    nranks=int(im.group("nranks")),
-                    phase=im.group("phase"),
-                )
+                rec["kind"], rec["phase"] = "init", im.group("phase")
+                rec["rank"], rec["nranks"] = int(im.group("rank")), int(im.group("nranks"))
         out.append(rec)
     return out
 
 
-def parse_nccl_line(line: str) -> dict[str, Any] | None:
+def parse_nccl_line(line: str) -> NcclRecord | None:
     """The first recognised NCCL record on ``line`` (env / version / init / warn), or None.
 
     ``vm:444:444 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 16777216.`` →
@@ -163,17 +164,17 @@ class PidEvidence:
         self.env: dict[str, list[str]] = {}
         self.invalid: dict[str, str] = {}
         self.version: str | None = None
-        self.inits: list[dict[str, Any]] = []
+        self.inits: list[NcclInit] = []
         self.warnings: list[str] = []
         self.lines = 0
         self.sources: list[str] = []
-        self.markers: list[dict[str, Any]] = []
+        self.markers: list[Marker] = []
         # TUNING choices by (function, bytes): each distinct (algo, proto) with how often it was logged
-        self.tuning: dict[str, dict[str, Any]] = {}
+        self.tuning: dict[str, TuningSize] = {}
         self.tuning_lines = 0
         self.tuning_capped = False
 
-    def add_tuning(self, rec: dict[str, Any]) -> None:
+    def add_tuning(self, rec: NcclRecord) -> None:
         """Count one choice; at most TUNING_SIZES_MAX distinct sizes are kept (the rest are counted only)."""
         self.tuning_lines += 1
         key = f"{rec['func'] or 'AllReduce?'}:{rec['bytes']}"
@@ -183,15 +184,15 @@ class PidEvidence:
                 self.tuning_capped = True
                 return
             entry = self.tuning[key] = {"func": rec["func"], "bytes": rec["bytes"], "choices": []}
-        choice = {"algo": rec["algo"], "proto": rec["proto"]}
         for c in entry["choices"]:
-            if c["algo"] == choice["algo"] and c["proto"] == choice["proto"]:
+            if c["algo"] == rec["algo"] and c["proto"] == rec["proto"]:
                 c["count"] += 1
                 break
         else:
-            entry["choices"].append({**choice, "channels": rec["channels"], "count": 1})
+            entry["choices"].append({"algo": rec["algo"], "proto": rec["proto"], "channels": rec["channels"],
+                                     "count": 1})
 
-    def add_nccl(self, rec: dict[str, Any], source: str) -> None:
+    def add_nccl(self, rec: NcclRecord, source: str) -> None:
         self.lines += 1
         if source not in self.sources:
             self.sources.append(source)
@@ -205,7 +206,7 @@ class PidEvidence:
         elif kind == "version":
             self.version = rec["version"]
         elif kind == "init":
-            item = {"rank": rec["rank"], "nranks": rec["nranks"], "phase": rec["phase"]}
+            item: NcclInit = {"rank": rec["rank"], "nranks": rec["nranks"], "phase": rec["phase"]}
             if item not in self.inits:
                 self.inits.append(item)
         elif kind == "tuning":
@@ -213,21 +214,22 @@ class PidEvidence:
         elif kind == "warn" and len(self.warnings) < 20:
             self.warnings.append(rec["message"][:300])
 
-    # What a saved scan holds of this pid (``gather.scan_log``): every field, as JSON.
-    FIELDS = ("env", "invalid", "version", "inits", "warnings", "lines", "sources", "markers", "tuning",
-              "tuning_lines", "tuning_capped")
-
-    def state(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.FIELDS}
+    def state(self) -> PidState:
+        """What a saved scan holds of this pid (``gather.scan_log``): every field, as JSON."""
+        return {"env": self.env, "invalid": self.invalid, "version": self.version, "inits": self.inits,
+                "warnings": self.warnings, "lines": self.lines, "sources": self.sources, "markers": self.markers,
+                "tuning": self.tuning, "tuning_lines": self.tuning_lines, "tuning_capped": self.tuning_capped}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> PidEvidence:
+    def from_state(cls, state: PidState) -> PidEvidence:
         ev = cls()
-        for name in cls.FIELDS:
-            setattr(ev, name, state[name])
+        ev.env, ev.invalid, ev.version, ev.inits = state["env"], state["invalid"], state["version"], state["inits"]
+        ev.warnings, ev.lines, ev.sources, ev.markers = (state["warnings"], state["lines"], state["sources"],
+                                                         state["markers"])
+        ev.tuning, ev.tuning_lines, ev.tuning_capped = state["tuning"], state["tuning_lines"], state["tuning_capped"]
         return ev
 
-    def nccl_dict(self) -> dict[str, Any]:
+    def nccl_dict(self) -> PidNccl:
         return {
             "env": self.env,
             "invalid": self.invalid,
@@ -256,20 +258,18 @@ class Scan:
         self.other_process_markers = 0
         self.custom_ar_disabled_line: str | None = None
 
-    # What a saved scan holds besides the pids' evidence (``gather.scan_log``); ``other_process_markers`` is
-    # counted after the scan, by ``own_markers``.
-    COUNTS = ("nccl_lines", "marker_lines", "foreign_markers", "custom_ar_disabled_line")
+    def state(self) -> ScanState:
+        """Everything the lines fed so far left, as JSON: :meth:`load_state` of it goes on as if they were fed again
+        (``other_process_markers`` is counted after the scan, by ``own_markers``)."""
+        return {"by_pid": [(pid, ev.state()) for pid, ev in self.by_pid.items()], "nccl_lines": self.nccl_lines,
+                "marker_lines": self.marker_lines, "foreign_markers": self.foreign_markers,
+                "custom_ar_disabled_line": self.custom_ar_disabled_line}
 
-    def state(self) -> dict[str, Any]:
-        """Everything the lines fed so far left, as JSON: :meth:`load_state` of it goes on as if they were fed again."""
-        return {"by_pid": [[pid, ev.state()] for pid, ev in self.by_pid.items()],
-                **{name: getattr(self, name) for name in self.COUNTS}}
-
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: ScanState) -> None:
         self.clear()
         self.by_pid = {int(pid): PidEvidence.from_state(ev) for pid, ev in state["by_pid"]}
-        for name in self.COUNTS:
-            setattr(self, name, state[name])
+        self.nccl_lines, self.marker_lines = state["nccl_lines"], state["marker_lines"]
+        self.foreign_markers, self.custom_ar_disabled_line = state["foreign_markers"], state["custom_ar_disabled_line"]
 
     def pid(self, pid: int) -> PidEvidence:
         ev = self.by_pid.get(pid)
@@ -318,7 +318,7 @@ class Scan:
                     self.pid(mk["pid"]).markers.append(mk)
 
 
-def own_markers(markers: list[dict[str, Any]], start_ticks: int | None, scan: Scan) -> list[dict[str, Any]]:
+def own_markers(markers: list[Marker], start_ticks: int | None, scan: Scan) -> list[Marker]:
     """The markers printed by this very process: same pid (already) and, where the marker says, same start time."""
     if start_ticks is None:
         return list(markers)

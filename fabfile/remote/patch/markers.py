@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the shapes are annotations only (verbs.py)
+    from ..protocol import Marker
 
 MARKER_PREFIX = "[specdeploy] nccl-env"
 
 _MARKER_HEAD_RE = re.compile(r"\[specdeploy\] nccl-env((?: [a-z_]+=\S*)*) set=")
 
 
-def parse_marker(line: str) -> dict[str, Any] | None:
+def parse_marker(line: str) -> Marker | None:
     """Parse one marker line printed by a patch block; None if the line is not one.
 
     Format (one line, JSON dicts with sorted keys)::
@@ -37,7 +40,7 @@ kept={"NCCL_ALGO": "Tree"}
     m = _MARKER_HEAD_RE.search(line)
     if not m:
         return None
-    fields: dict[str, Any] = {}
+    fields: dict[str, str] = {}
     for tok in m.group(1).split():
         k, _, v = tok.partition("=")
         fields[k] = v
@@ -54,7 +57,7 @@ kept={"NCCL_ALGO": "Tree"}
     if not isinstance(set_vals, dict) or not isinstance(kept_vals, dict) or line[end2:].strip():
         return None
     deploy = fields.get("deploy", "-")
-    out: dict[str, Any] = {
+    out: Marker = {
         "mode": fields.get("mode", ""),
         "hash": fields.get("hash", ""),
         "pid": pid,

@@ -25,7 +25,7 @@ def test_agent_verbs_answer_under_each_python(python: Path, tmp_path: Path) -> N
     agent = tmp_path / "agent"
     zipfile.ZipFile(io.BytesIO(bundle().data)).extractall(agent)
     state = tmp_path / "state"
-    for verb in ("facts", "gpus", "status", "evidence"):
+    for verb in ("facts", "gpus", "status", "check_env"):
         req = base64.b64encode(json.dumps({"state_dir": str(state), "expected": {}}).encode()).decode()
         r = subprocess.run([str(python), "-I", str(agent), verb, req], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, (verb, r.stderr)

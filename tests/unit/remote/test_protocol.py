@@ -156,6 +156,14 @@ def test_every_verb_has_a_request_and_an_answer_shape_and_its_function_is_annota
         assert hints.get("return") is verb.answer, f"{name}: {fn.__qualname__} does not return {verb.answer}"
 
 
+def test_each_verb_is_named_on_the_wire_as_its_constant_is_named_in_the_table() -> None:
+    # check-env's verb was once "evidence" on the wire beside the constant EVIDENCE and the method check_env: one
+    # name for one verb, so a grep for the command finds its verb on both sides
+    constants = {k: v for k, v in vars(verbs).items() if isinstance(v, verbs.Verb)}
+    assert {k.lower(): v for k, v in constants.items()} == TABLE
+    assert TABLE["check_env"] is verbs.CHECK_ENV and "evidence" not in TABLE
+
+
 def test_each_request_is_built_in_one_host_session_method_that_returns_the_answer_shape() -> None:
     from typing import get_type_hints
 
@@ -234,7 +242,7 @@ def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path)
     host = inv.hosts["a"]
     fleet = FakeFleet({"a": {"facts": FACTS, "patch_apply": {}, "deploy": {"pid": 1, "deploy_id": "x"},
                              "stop": {"terminated": [], "killed": [], "survivors": []},
-                             "bench": {"bench_id": "b"}, "evidence": {}, "profile": {"ranks": []}}})
+                             "bench": {"bench_id": "b"}, "check_env": {}, "profile": {"ranks": []}}})
     with connector(fleet):
         assert deploy_host(inv, host, Options(), Reporter("a", enabled=False)).ok
         with HostSession.open(inv, host) as s:
@@ -252,7 +260,7 @@ def test_the_requests_the_client_sends_have_the_protocols_shapes(tmp_path: Path)
     assert set(deploy["summary"]) == _keys(protocol.LaunchSummary)[0]
     # the verbs whose state_dir HostSession.call fills in: every key the shape names, and no other
     for verb, shape in (("stop", protocol.StopRequest), ("bench", protocol.BenchRequest),
-                        ("evidence", protocol.CheckEnvRequest), ("profile", protocol.ProfileRequest)):
+                        ("check_env", protocol.CheckEnvRequest), ("profile", protocol.ProfileRequest)):
         required, optional = _keys(shape)
         sent = set(fleet.requests(verb)["a"])
         assert required <= sent <= required | optional, (verb, sent ^ (required | optional))

@@ -33,7 +33,7 @@ def test_a_status_call_loads_neither_the_deploy_nor_the_protocol_shapes(tmp_path
 
 
 def test_the_other_read_only_verbs_import_their_room_without_the_protocol_shapes() -> None:
-    for verb in ("GPUS", "LOGS", "EVIDENCE", "WATCH"):
+    for verb in ("GPUS", "LOGS", "CHECK_ENV", "WATCH"):
         modules = loaded(f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom fabfile.remote import verbs\n"
                          f"verbs.{verb}.function()")
         assert "fabfile.remote.protocol" not in modules, verb
@@ -44,6 +44,6 @@ def test_check_env_imports_neither_dataclasses_nor_shutil() -> None:
     # dataclasses pulls inspect (dis, tokenize, ast) and execs each class's methods; shutil pulls bz2, lzma and
     # zlib, for one PATH lookup that Popen does itself: both were milliseconds of every check-env on the host.
     modules = loaded(f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom fabfile.remote import verbs\n"
-                     "verbs.EVIDENCE.function()")
+                     "verbs.CHECK_ENV.function()")
     assert "fabfile.remote.evidence.gather" in modules  # the verb's room was imported
     assert [m for m in ("dataclasses", "shutil", "inspect") if m in modules] == []

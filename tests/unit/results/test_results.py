@@ -47,7 +47,7 @@ def inv(tmp_path: Path) -> inventory.Inventory:
 def test_status_check_env_and_gpus_have_one_json_shape_for_one_host_or_many(inv: inventory.Inventory) -> None:
     """One host's document was its own keys at the top (check-env: the host's evaluation alone), several hosts'
     {"hosts": [...]}: a script had to read two shapes."""
-    fleet = FakeFleet({n: {"status": UP, "evidence": _evidence(True), "gpus": {"available": False}} for n in "ab"})
+    fleet = FakeFleet({n: {"status": UP, "check_env": _evidence(True), "gpus": {"available": False}} for n in "ab"})
     with connector(fleet):
         for command in (status, check_env, gpus):
             one = command(inv, inv.select("a")).as_dict()
@@ -56,7 +56,7 @@ def test_status_check_env_and_gpus_have_one_json_shape_for_one_host_or_many(inv:
             assert [d["host"] for d in one["hosts"]] == ["a"] and [d["host"] for d in many["hosts"]] == ["a", "b"]
             assert set(one["hosts"][0]) == set(many["hosts"][0])
     assert one["ok"] is True and "data" in one["hosts"][0]
-    fleet = FakeFleet({"a": {"evidence": _evidence(True)}}, unreachable=("b",))
+    fleet = FakeFleet({"a": {"check_env": _evidence(True)}}, unreachable=("b",))
     with connector(fleet):
         down = check_env(inv, inv.select("b"))
     doc = down.as_dict()
@@ -68,7 +68,7 @@ def test_check_env_json_is_the_results_document_and_its_exit_code_comes_from_the
         inv: inventory.Inventory, capsys: pytest.CaptureFixture[str]) -> None:
     """check-env's exit code was computed in the presentation layer (``checkenv_report.exit_code``) and its JSON
     built there too; now both come from the result."""
-    fleet = FakeFleet({"a": {"evidence": _evidence(False)}, "b": {"evidence": _evidence(True)}})
+    fleet = FakeFleet({"a": {"check_env": _evidence(False)}, "b": {"check_env": _evidence(True)}})
     with connector(fleet):
         r = check_env(inv, inv.select("a"))
         res = check_env_hosts(inv, inv.select("a"))
