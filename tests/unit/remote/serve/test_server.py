@@ -85,6 +85,21 @@ def test_a_fatal_log_line_ends_the_wait_with_sglangs_own_error_line(
     assert e.value.kind == "fatal_log" and "CUDA out of memory. Tried to allocate 2.00 GiB" in e.value.message
 
 
+def test_a_port_taken_during_the_model_load_is_said_with_uvicorns_line(
+        tmp_path: Path, endpoint: tuple[int, dict[str, int]], launcher: subprocess.Popen[bytes]) -> None:
+    # The deploy checks the port before the launch (serve/port.py); one taken during the load is still found, by
+    # uvicorn's own line, as real 0.5.16 logs it (H200, 2026-12-04).
+    port, _ = endpoint
+    log = tmp_path / "server.log"
+    log.write_text("[2026-12-04 21:20:31] INFO:     Application startup complete.\n"
+                   "[2026-12-04 21:20:31] ERROR:    [Errno 98] error while attempting to bind on address "
+                   "('127.0.0.1', 30000): address already in use\n")
+    with pytest.raises(AgentError) as e:
+        _wait(launcher, log, port, "/ready")
+    assert e.value.kind == "fatal_log" and e.value.message.startswith("the server's port is already in use")
+    assert "[Errno 98]" in e.value.message and "change `port` in the inventory" in e.value.hint
+
+
 def test_the_launchers_death_ends_the_wait_with_its_exit_status(
         tmp_path: Path, endpoint: tuple[int, dict[str, int]]) -> None:
     port, _ = endpoint
