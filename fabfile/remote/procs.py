@@ -43,14 +43,19 @@ class ProcInfo:
 
 
 def read_cmdline(pid: int) -> str:
-    """The process's command line as one string; for setproctitle'd processes, the title (NUL padding dropped)."""
+    """The process's command line as one string; for setproctitle'd processes, the title (NUL padding dropped).
+
+    Secrets are redacted and every character that is not printable is written escaped (``\\n``, ``\\x1b``): any
+    user's process can put a newline or a terminal escape in its argv, and this string ends up in messages and
+    tables a person reads (stop, GPU holders, a held port)."""
     try:
         with open(f"{PROC}/{pid}/cmdline", "rb") as f:
             raw = f.read()
     except OSError:
         return ""
     parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
-    return " ".join(redact_argv(parts)).strip()
+    text = " ".join(redact_argv(parts)).strip()
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # Flags whose value is a secret. A server started by hand (or by an SGLang too old for --config) carries its key in

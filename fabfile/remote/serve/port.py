@@ -62,8 +62,7 @@ def _holder(port: int) -> str | None:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
             if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in fds):
-                # secrets redacted (an --api-key in a hand-started server's argv), and kept to one printable line
-                cmd = "".join(c if c.isprintable() else repr(c)[1:-1] for c in procs.read_cmdline(int(pid)))
+                cmd = procs.read_cmdline(int(pid))  # secrets redacted, one printable line
                 return f"PID {pid} ({cmd[:160] or '?'})"
         except OSError:  # gone meanwhile, or another user's
             continue

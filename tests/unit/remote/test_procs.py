@@ -129,3 +129,22 @@ def test_fatal_log_lines_and_benign_nccl_warnings() -> None:
     ]
     assert all(classify(line) for line in fatal), [line for line in fatal if not classify(line)]
     assert not any(classify(line) for line in benign), [line for line in benign if classify(line)]
+
+
+def test_a_command_line_is_one_printable_line_without_its_secrets() -> None:
+    # Any user's process may carry a newline or a terminal escape in its argv; what the agent reports of it
+    # (a GPU holder, a held port, a stopped process) is read by a person on a terminal.
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "two\nlines", "\x1b]0;owned\x07",
+                          "--api-key", "sk-hidden-42"])
+    try:
+        deadline = waiting.deadline()
+        while "--api-key" not in procs.read_cmdline(p.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        text = procs.read_cmdline(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert text.isprintable()
+    assert "two\\nlines" in text and "\\x1b]0;owned\\x07" in text
+    assert text.endswith("--api-key ***") and "sk-hidden-42" not in text
