@@ -13,9 +13,10 @@ Then where the tool's time goes, for ``inv status`` (medians of --runs, each nam
 interpreter start (``python -c pass``), imports (``python -X importtime``: the sum of the top-level imports, the
 top ten, each the least of the runs), connection set-up (Paramiko's handshake in this process against OpenSSH's
 ``ssh true``, a ``ssh true`` through an already-open ControlMaster connection, and the carrier the read-only commands
-use, ``transport/openssh.py``: its set-up and one ``true`` through it), the
-agent's start on the host (the host's ``python -I -c pass`` and the agent's own imports there, under
-``-X importtime``), the round trips (counted per command in this process through the real session) and the printing.
+use, ``transport/openssh.py``: its set-up and one ``true`` through it), the agent's start on the host (the host's
+``python -I -c pass``; the status and check-env verbs' whole calls and the agent's own imports for each, under
+``-X importtime``), the round trips (counted per command in this process through the real session) and the
+printing.
 
     .venv/bin/python -m bench.cli_speed [--runs 10] [--commands status,check-env] [--baseline DIR] [--no-bytecode]
 
@@ -142,12 +143,13 @@ def timed(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
 
 
 def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> list[tuple[str, str, str]]:
-    """Rows (what, figure, how it was measured) for ``inv status``."""
+    """Rows (what, figure, how it was measured) for ``inv status``, with the host's part of ``inv check-env``."""
     from fabfile.commands import operations
     from fabfile.commands.render_plan import render_hosts
     from fabfile.inventory import hosts as inventory
     from fabfile.plan.deploy_plan import Options
     from fabfile.present.output import show
+    from fabfile.remote import verbs
     from fabfile.transport import session
     from fabfile.transport.agentclient import BOOT_SOURCE, AgentClient
     from fabfile.transport.base import Transport
@@ -203,17 +205,24 @@ def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> li
                      "round trip"))
         agent = AgentClient(t, host.python, host.state_dir)
         s = session.HostSession(host=host, transport=t, agent=agent)
-        call, _ = timed(lambda: s.status(), runs)
-        rows.append(("host: the status verb, whole call", f"{(call - rt) * 1e3:.0f} ms", "`s.status()` on the open "
-                     "session, less the round trip: Python, bootstrap checks, agent imports, the verb's work"))
-        payload = base64.b64encode(json.dumps({"deadline_s": 30, "state_dir": host.state_dir}).encode()).decode()
-        cmd = (f"{shlex.quote(host.python)} -I -X importtime -c {shlex.quote(BOOT_SOURCE)} run "
-               f"{t.shell_path(agent.dir)} {agent.bundle.manifest_sha256} status {payload}")
-        total, top = import_times([t.run(cmd, 30).stderr for _ in range(runs)])
-        rows.append(("host: the agent's imports", f"{total * 1e3:.0f} ms", "`-X importtime` of the status call on the "
-                     "host: the top-level imports, each module's least over the runs"))
-        for name, sec in top[:5]:
-            rows.append((f"  {name}", f"{sec * 1e3:.1f} ms", "on the host, cumulative"))
+        expected = operations.expected_env(host)
+        # The verbs by the function they run (their wire names are the protocol's, not this benchmark's).
+        for what, where, call_it, extra in (
+                ("status", "serve.hoststatus:status", s.status, {}),
+                ("check-env", "evidence.judge:check_env", lambda: s.check_env(expected), {"expected": expected})):
+            call, _ = timed(call_it, runs)
+            rows.append((f"host: the {what} verb, whole call", f"{(call - rt) * 1e3:.0f} ms", "on the open session, "
+                         "less the round trip: Python, bootstrap checks, agent imports, the verb's work"))
+            verb = next(v.name for v in verbs.TABLE.values() if v.where == where)
+            payload = base64.b64encode(json.dumps({"deadline_s": 30, "state_dir": host.state_dir, **extra})
+                                       .encode()).decode()
+            cmd = (f"{shlex.quote(host.python)} -I -X importtime -c {shlex.quote(BOOT_SOURCE)} run "
+                   f"{t.shell_path(agent.dir)} {agent.bundle.manifest_sha256} {verb} {payload}")
+            total, top = import_times([t.run(cmd, 30).stderr for _ in range(runs)])
+            rows.append((f"host: the {what} verb's imports", f"{total * 1e3:.0f} ms", "`-X importtime` of the call on "
+                         "the host: the top-level imports, each module's least over the runs"))
+            for name, sec in top[:5]:
+                rows.append((f"  {name}", f"{sec * 1e3:.1f} ms", "on the host, cumulative"))
     finally:
         t.close()
 
@@ -314,7 +323,7 @@ def main() -> int:
           f"{os.cpu_count()} core(s); load average before, after the ratios, after "
           f"the anatomy: {' | '.join(loads)}")
     if parts:
-        print("\nwhere the time of `inv status` goes (medians of "
+        print("\nwhere the time of `inv status` (and the host's part of `inv check-env`) goes (medians of "
               f"{args.runs} runs unless said; one simulated host):")
         w = max(len(p[0]) for p in parts)
         for what, figure, how in parts:

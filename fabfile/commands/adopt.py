@@ -323,7 +323,8 @@ def without_tool_variables(env: dict[str, str]) -> dict[str, str]:
     on a server it deployed, also its NCCL debug variables and profiler directory): a deploy of the entry adds them
     again, so copying them would only pin this deploy's values."""
     from fabfile.plan import measure
-    from fabfile.plan.deploy_plan import DEPLOY_ID_ENV, NCCL_DEBUG_ENV, TOOL_ENV
+    from fabfile.plan.deploy_plan import DEPLOY_ID_ENV, TOOL_ENV
+    from fabfile.plan.ncclsettings import NCCL_DEBUG_ENV
 
     ours = {k: v for k, v in env.items() if k.startswith("SPECDEPLOY_") or TOOL_ENV.get(k) == v}
     if DEPLOY_ID_ENV in env:

@@ -228,7 +228,7 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
 def expected_env(host: Host) -> dict[str, str]:
     """The inventory's values, by the same precedence the launch uses; the host judges a running deploy by its
     record instead (what that deploy was asked for) and reports where the inventory has moved on."""
-    from fabfile.plan.deploy_plan import nccl_settings
+    from fabfile.plan.ncclsettings import nccl_settings
 
     return dict(nccl_settings(host).tuning)
 

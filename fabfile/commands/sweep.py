@@ -334,8 +334,8 @@ def _first_traced(host: Host, cfgs: list[Config], order: list[Config], notes: li
 def _skip_after_first(run: _Run, cfgs: list[Config], first: str) -> set[str]:
     """After the first candidate's loads (or their saved rows, on --resume: the rule is recomputed from them):
     the candidates that cannot win, said in the notes and ``nccl_skipped`` (with the configurations not loaded)."""
-    from fabfile.plan.deploy_plan import nccl_settings
     from fabfile.plan.nccl_model import CandidateModel
+    from fabfile.plan.ncclsettings import nccl_settings
 
     rows = [r for r in run.rows if r.get("nccl") == first and r.get("measured", True)]
     tuning = {c.nccl: nccl_settings(c.host or run.host).tuning for c in cfgs if c.nccl}

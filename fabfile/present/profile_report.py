@@ -53,7 +53,7 @@ def _anatomy_table(width: int, timer: Any, traced: Any, diff: dict[str, float]) 
     notes = list(dict.fromkeys(r[-1] for r in rows))
     numbered = [[*r[:-1], f"[{notes.index(r[-1]) + 1}]"] for r in rows]
     return [fit_table(width, [*cols[:-1], Col("source", style="dim")], numbered, boxed=False),
-            *(Text.from_markup(f"  [dim][{i}] {n}[/dim]") for i, n in enumerate(notes, 1))]
+            *(Text.from_markup(f"  [dim][{i}] {n}[/dim]", emoji=False) for i, n in enumerate(notes, 1))]
 
 
 def _kernels_table(width: int, kernels: dict[str, Any]) -> RenderableType:

@@ -35,9 +35,10 @@ class Col:
 
 
 def _plain(cell: Any) -> str:
+    # Markup read as the consoles print it: no emoji codes (``output.console``), so a width is the printed one.
     if isinstance(cell, Text):
         return cell.plain
-    return Text.from_markup(str(cell)).plain
+    return Text.from_markup(str(cell), emoji=False).plain
 
 
 def print_table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None,
@@ -85,15 +86,15 @@ def fit_table(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], ti
 
 def list_lines(width: int, cols: Sequence[Col], rows: Sequence[Sequence[Any]], title: str | None = None) -> list[Text]:
     """The narrow layout: per row, the first cell, then ``head: value`` pairs wrapped between pairs."""
-    lines: list[Text] = [Text.from_markup(f"[bold]{title}[/bold]")] if title else []
+    lines: list[Text] = [Text.from_markup(f"[bold]{title}[/bold]", emoji=False)] if title else []
     width = max(width, 40)
     for r in rows:
-        first = Text.from_markup(r[0]) if isinstance(r[0], str) else r[0]
+        first = Text.from_markup(r[0], emoji=False) if isinstance(r[0], str) else r[0]
         line = Text()
         line.append_text(first)
         length = len(line.plain)
         for c, cell in zip(cols[1:], r[1:], strict=True):
-            value = Text.from_markup(cell) if isinstance(cell, str) else cell
+            value = Text.from_markup(cell, emoji=False) if isinstance(cell, str) else cell
             if not value.plain or (value.plain == DASH and not c.always):
                 continue
             pair = Text(f"{c.head}: ", style="dim")

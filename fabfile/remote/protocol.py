@@ -1363,9 +1363,12 @@ class Verified(TypedDict):
 
 
 class CheckEnvAnswer(TypedDict):
+    """``evidence``: what was read and how it was judged. The deploy's record it was judged by stays on the host
+    (``status`` and ``records`` carry it): ~43 KB a call, its own deploy-time check-env inside, that no reader of
+    this answer used."""
+
     evidence: dict[str, Any]  # what was read (``gathering.gather``): processes, log, NCCL lines, facts
     evaluation: Evaluation
-    record: DeployRecord | None
 
 
 # A patch's rendered pieces by role: ``engine_block``/``scheduler_block`` (code), ``sitecustomize`` (a file's

@@ -16,7 +16,6 @@ import base64
 import functools
 import hashlib
 import json
-import secrets
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -119,6 +118,8 @@ class AgentClient:
     def ship(self) -> None:
         """Install the agent: check/create the state directory, upload the zip under a name of its own (two
         deploys may ship at once), and unpack it on the host into its content-addressed directory, verified."""
+        import secrets  # here: only shipping needs it (base.shell_write_command says why)
+
         self._refused(self.transport.run(self._boot("prep", self.state_dir), 60), "prepare the agent directory")
         archive = f"{self.state_dir}/agent/.upload-{secrets.token_hex(8)}.zip"
         self.transport.put(self.bundle.data, archive, 0o600)

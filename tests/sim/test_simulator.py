@@ -488,8 +488,11 @@ def test_nvidia_smi_formats_and_holders(sim: Sim) -> None:
     bad = sim.smi("--query-gpu=bogus", "--format=csv")
     assert bad.returncode != 0 and 'Field "bogus" is not a valid field to query.' in bad.stdout
     assert sim.smi("--bogus").returncode != 0
+    assert "Link" not in sim.smi("nvlink", "-s").stdout
     write_config(sim.prefix, {"gpus": 2, "interconnect": "nvlink"})
     assert "NV18" in sim.smi("topo", "-m").stdout
+    links = sim.smi("nvlink", "-s").stdout.splitlines()
+    assert links[0].startswith("GPU 0: ") and links[1] == "\t Link 0: 26.562 GB/s" and len(links) == 2 * 19
 
 
 def test_nvidia_smi_shows_scheduler_titles(sim: Sim) -> None:

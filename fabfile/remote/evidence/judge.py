@@ -484,4 +484,4 @@ def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
         request = rec.get("request") or {}
         explain_unloaded_plugin(evaluation, (request.get("patch") or {}).get("mode"),
                                 ev_req.get("launcher_pid"), (request.get("summary") or {}).get("env"))
-    return {"evidence": ev, "evaluation": evaluation, "record": record}
+    return {"evidence": ev, "evaluation": evaluation}

@@ -144,8 +144,11 @@ def probe(host: str, port: int, path: str, timeout: float) -> int | None:
     status line from a server on this host.
     """
     target = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    # An ASCII name goes to getaddrinfo as bytes (which it takes, though typeshed says str): given a str it encodes
+    # it through the idna codec, whose import (with stringprep) is ~1.3 ms of every `status` call.
+    addr: str | bytes = target.encode() if target.isascii() else target
     try:
-        with socket.create_connection((target, port), timeout=timeout) as s:
+        with socket.create_connection((addr, port), timeout=timeout) as s:  # type: ignore[arg-type]
             s.settimeout(timeout)
             s.sendall(f"GET {path} HTTP/1.0\r\nHost: {target}\r\nConnection: close\r\n\r\n".encode())
             head = b""

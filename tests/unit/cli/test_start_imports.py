@@ -19,10 +19,11 @@ READ_ONLY_PATH = ("fabfile.cli.tasks", "fabfile.commands.operations", "fabfile.t
 # What none of them needs: the templates (jinja2), the inventory's validator (pydantic; only on a cache miss), the
 # live spinner (a deploy's) and the protocol's TypedDicts (annotations only; the deploy machinery neither).
 # Nor Paramiko, Fabric and tenacity: a deploy's SSH client, and a read-only command's only when its connection failed.
-# Nor what only writing files or shipping the agent needs: tempfile and shutil (with bz2 and lzma), zipfile.
+# Nor what only writing files or shipping the agent needs: tempfile and shutil (with bz2 and lzma), zipfile, secrets
+# (with hmac).
 NOT_NEEDED = ("jinja2", "pydantic", "fabfile.render.jinja", "fabfile.inventory.schema", "rich.live", "rich.spinner",
               "fabfile.present.progress", "fabfile.remote.protocol", "fabfile.remote.serve.deploy", "paramiko",
-              "fabric", "tenacity", "fabfile.transport.ssh", "tempfile", "shutil", "zipfile")
+              "fabric", "tenacity", "fabfile.transport.ssh", "tempfile", "shutil", "zipfile", "secrets", "hmac")
 
 
 def loaded_after(code: str) -> list[str]:
@@ -35,3 +36,16 @@ def test_the_read_only_commands_start_without_templates_validator_spinner_or_pro
     modules = loaded_after("\n".join(f"import {m}" for m in READ_ONLY_PATH))
     assert "fabfile.transport.sshfailures" in modules  # the import ran: the path really reaches the SSH carrier
     assert [m for m in NOT_NEEDED if m in modules] == []
+
+
+def test_check_env_expects_without_the_plan_and_a_table_prints_without_the_emoji_table() -> None:
+    """check-env's expected values come from ``plan/ncclsettings``, not the plan's module; what is printed reads no
+    emoji codes (``present/output.console``), so Rich's emoji table is never loaded."""
+    modules = loaded_after("from fabfile.inventory import hosts\n"
+                           "from fabfile.commands.operations import expected_env\n"
+                           "from fabfile.present.output import out\n"
+                           "from fabfile.present.tables import Col, print_table\n"
+                           "expected_env(next(iter(hosts.load('inventory.yaml').hosts.values())))\n"
+                           "print_table(out, [Col('host')], [['gpu1 :warning:']])\n")
+    assert "fabfile.plan.ncclsettings" in modules and "rich.table" in modules
+    assert [m for m in ("fabfile.plan.deploy_plan", "rich._emoji_codes") if m in modules] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 
 import pytest
@@ -56,3 +57,12 @@ def test_render_prints_the_launch_command_and_each_file_line_whole(columns: int,
     assert [ln for ln in script.splitlines() if len(ln) > 200]  # the test means something: lines past 200 columns
     for ln in script.splitlines():
         assert _same_render(ln.rstrip()) in lines, ln
+
+
+def test_host_text_is_printed_as_it_is_never_as_emoji() -> None:
+    """A server's log line holding ``:name:`` (a Python dict's repr, a URL, a user's prompt) is shown as written:
+    Rich would have drawn ``:warning:`` as a picture, in a line ``inv logs`` promises to print unchanged."""
+    code = ("from fabfile.present.hosts_report import print_log_lines\n"
+            "print_log_lines('sim1', ['queue :warning: full, {\"a\":1}:x:'], prefix=False, width=4)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout == 'queue :warning: full, {"a":1}:x:\n'

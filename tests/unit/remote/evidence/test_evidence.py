@@ -161,6 +161,22 @@ def test_topology_parse() -> None:
     assert evidence.parse_topology("garbage") == "unknown"
 
 
+def test_nvlink_status_parse() -> None:
+    """``nvidia-smi nvlink -s`` as drivers print it (a tab and a space before each link): the names as ``-L``
+    gives them, and the interconnect as ``topo -m`` would say it."""
+    from fabfile.remote.evidence.interconnect import parse_nvlink
+
+    up = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-d1b93026-6d5b-03bd-3a71-f85b47a61bde)\n\t Link 0: 26.562 GB/s\n"
+          "\t Link 1: <inactive>\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-39ac7bce-e3d6-b426-008e-fa47897c72d5)\n"
+          "\t Link 0: 26.562 GB/s\n")
+    assert parse_nvlink(up) == (["NVIDIA H100 80GB HBM3"] * 2, "nvlink")
+    down = "GPU 0: NVIDIA L40S (UUID: GPU-a)\n\t Link 0: <inactive>\nGPU 1: NVIDIA L40S (UUID: GPU-b)\n"
+    assert parse_nvlink(down) == (["NVIDIA L40S"] * 2, "pcie")
+    assert parse_nvlink("GPU 0: NVIDIA GH200 480GB (UUID: GPU-c)\n\t Link 0: 26.562 GB/s\n") == \
+        (["NVIDIA GH200 480GB"], "single")
+    assert parse_nvlink("") is None and parse_nvlink("NVML: Unable to retrieve NVLink information\n") is None
+
+
 def test_sglang_rules_per_version() -> None:
     def overriding(version: str | None, argv: list[str]) -> set[str]:
         flags = evidence.argv_flags(argv)
