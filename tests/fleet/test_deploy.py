@@ -480,9 +480,10 @@ def test_black_holed_link_is_noticed_by_silence_and_reattached(fleet: Fleet, sim
     """The link stops carrying bytes but never closes (the client's ProxyCommand is frozen): keepalives cannot tell,
     the host's heartbeats stop arriving, so after `timeouts.silence` the client reconnects and re-attaches."""
     inventory = derived_inventory(fleet, tmp_path, defaults={"timeouts": {"silence": 3}})
-    # The load outlasts the poll that finds the launch (seconds on a loaded machine) plus the silence: the deploy
-    # must still be waiting for ready when its link freezes, or it ends without needing the link again.
-    sim_host.set_sim_config(fail="slow_load", load_seconds=12)
+    # The load outlasts the poll that finds the launch (several seconds on a loaded machine: a full suite once took
+    # the whole of a 12 s load) plus the silence: the deploy must still be waiting for ready when its link freezes,
+    # or it ends without needing the link again.
+    sim_host.set_sim_config(fail="slow_load", load_seconds=20)
     proc = subprocess.Popen([*INV, "deploy", "--steps", "2", "--json", "--inventory", str(inventory)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     frozen: list[int] = []

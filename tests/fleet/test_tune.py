@@ -135,7 +135,10 @@ def test_ctrl_c_during_a_candidate_deploys_the_best_so_far_again(fleet: Fleet, s
     start, overlap off) is deployed again before it exits, and the saved path says so."""
     inventory = derived_inventory(fleet, tmp_path, defaults={"sglang_args": ["--disable-overlap-schedule"]})
     sim_host.set_sim_config(**FAST, host_ms=8.0, no_overlap_host_factor=2.0)
-    client = start_inv("tune", *LOAD, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
+    # Three times the load of the other tests: the candidate serves for its whole measurement, a window the poll
+    # below (an ssh exec each turn, slow on a loaded machine) must not miss, or the tune ends before the signal.
+    load = ["--num-prompts", "12", *LOAD[2:]]
+    client = start_inv("tune", *load, "--max-loads", "12", inventory=inventory, cwd=tmp_path)
     err = ""
     try:
         deadline = time.monotonic() + 90

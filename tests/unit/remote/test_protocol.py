@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import typing
 from pathlib import Path
 
 from fabfile import errors
@@ -204,6 +205,10 @@ def test_the_shape_checker_sees_a_wrong_answer() -> None:
         "answer.offset: 2.5 is a float, not a int"]
     logs: dict[str, object] = {"log_path": "/x", "offset": 2}
     assert problems(logs, protocol.LogsAnswer) == []
+    # a record's timings are keyed by the protocol's step names: a step the protocol does not name is a drift
+    assert problems({"lock": 0.01, "port_free": 0.0}, dict[protocol.StepName, float], "timings") == []
+    assert problems({"lock": 0.01, "warm": 1.0}, dict[protocol.StepName, float], "timings") == [
+        f"timings: key 'warm': 'warm' is not one of {typing.get_args(protocol.StepName)}"]
 
 
 # --- request shapes: what the client sends is exactly what protocol.py says (the agent is typed against it) -------
