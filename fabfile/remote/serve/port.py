@@ -45,7 +45,8 @@ def check_free(listen: str, port: int) -> PortFree:
                 raise AgentError("bad_listen", f"the server could not bind {address}: {e.strerror}") from None
             holder = _holder(port)
             raise AgentError("port_in_use", f"port {port} is already in use on the host"
-                             + (f" by {holder}" if holder else " (by another user's process)")
+                             + (f" by {holder}" if holder else
+                                " (by a process this user cannot name: another user's, or outside its PID namespace)")
                              + ", so the server could not bind it", address=address, holder=holder) from None
     return {"address": address}
 
