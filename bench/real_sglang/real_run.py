@@ -912,6 +912,9 @@ def main() -> int:
     print(sh(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total,memory.used",
               "--format=csv,noheader"]))
     print(sh(["nvidia-smi", "topo", "-m"]))
+    # check-env reads the GPUs and their link from this one query (remote/evidence/interconnect): its real output,
+    # on every call, is what tests/sim/test_gpu_facts.py's stand-in is checked against.
+    print("$ nvidia-smi nvlink -s\n" + sh(["nvidia-smi", "nvlink", "-s"]))
     print(sh([a.python, "-c", "import torch, sglang, transformers, sgl_kernel, triton; "
               "print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), "
               "'sglang', sglang.__version__, 'transformers', transformers.__version__, 'sgl_kernel', "
