@@ -269,8 +269,9 @@ def failure_paths(python: str, models: Path, tp: int) -> None:
            code != 0 and ("unrecognized arguments" in msg or "enable-amd-monokernel" in msg),
            deploy_detail(doc, err, wall) + f" [wall {wall:.1f} s]", doc=doc)
     # 2. a memory fraction the model cannot start with. Tiny shape: 0.999 leaves no slack, a CUDA OOM at start. The
-    # 7B shape starts at 0.999 on 0.5.16 (its graphs are captured before the KV pool takes the rest: 142.8 GB used,
-    # ready in 160 s, 2026-12-04), so there the fraction is one below the weights: SGLang's own refusal.
+    # 7B shape starts at 0.999 on 0.5.16 (the target's KV pool is resized after the CUDA graphs are captured,
+    # kv_pool_runtime.compute_post_capture_kv_resize: 142.8 GB used, ready in 160 s, 2026-12-04), so there the
+    # fraction is one below the weights: SGLang's own refusal.
     mem = "0.05" if MODEL["shape"] != "tiny" else "0.999"
     what = "weights above the fraction" if mem == "0.05" else "CUDA OOM start"
     inv_oom = write_inventory(WORK / "inv-oom.yaml", python=python, tp=tp, models=models, mem=mem)
