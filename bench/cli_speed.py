@@ -209,7 +209,7 @@ def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> li
         # The verbs by the function they run (their wire names are the protocol's, not this benchmark's).
         for what, where, call_it, extra in (
                 ("status", "serve.hoststatus:status", s.status, {}),
-                ("check-env", "evidence.judge:check_env", lambda: s.check_env(expected), {"expected": expected})):
+                ("check-env", "evidence.checkenv:check_env", lambda: s.check_env(expected), {"expected": expected})):
             call, _ = timed(call_it, runs)
             rows.append((f"host: the {what} verb, whole call", f"{(call - rt) * 1e3:.0f} ms", "on the open session, "
                          "less the round trip: Python, bootstrap checks, agent imports, the verb's work"))

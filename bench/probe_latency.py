@@ -4,7 +4,7 @@ On the simulator, which answers the health endpoints with SGLang's own timing (r
 ``http_server.py``): ``/ready`` (0.5.20+) at once; ``/health`` (0.5.1 ... 0.5.19) and ``/health_generate`` (0.4.x)
 after the handler's ``await asyncio.sleep(1)``, so a little over one second; ``/health`` with
 ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0`` (0.5.6+) at once. Prints min / median / max of N probes through
-``fabfile.remote.serve.server.timed_probe`` with the timeout the agent uses (``probe_timeout_s``).
+``fabfile.remote.serve.health.timed_probe`` with the timeout the agent uses (``probe_timeout_s``).
 
     .venv/bin/python -m bench.probe_latency [--probes 5]
 """
@@ -16,7 +16,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from fabfile.remote.serve import server
+from fabfile.remote import versions
+from fabfile.remote.serve import health
 from tests.support.sim import Sim
 
 CASES = [
@@ -40,9 +41,9 @@ def main() -> None:
                 sim.install(version)
                 launcher = sim.launch(tp=1, extra_env=env)
                 sim.wait_log("fired up", timeout=60, proc=launcher)
-                ep = path or server.readiness_path(version)
-                timeout = server.probe_timeout_s(ep, env)
-                got = [server.timed_probe("127.0.0.1", sim.port, ep, timeout) for _ in range(args.probes)]
+                ep = path or versions.readiness_path(version)
+                timeout = health.probe_timeout_s(ep, env)
+                got = [health.timed_probe("127.0.0.1", sim.port, ep, timeout) for _ in range(args.probes)]
             finally:
                 sim.kill_all()
         took = [t for _, t in got]

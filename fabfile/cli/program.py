@@ -277,7 +277,7 @@ def _values_of(argv: list[str], task: str, flag: str) -> list[str]:
 
 
 def _pipe_closed() -> None:
-    from fabfile.present.output import pipe_closed
+    from fabfile.present.text import pipe_closed
 
     pipe_closed()
 

@@ -42,16 +42,18 @@ def cli(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         from fabfile.errors import SpecDeployError
-        from fabfile.present.output import begin_command, print_error
+        from fabfile.present.text import begin_command  # Rich's consoles wait for something to print
 
         begin_command()
         try:
             finish(fn(*args, **kwargs), bool(kwargs.get("json")))
         except SpecDeployError as e:
+            from fabfile.present.output import print_error
+
             print_error(e)
             raise Exit(code=e.exit_code) from None
         except BrokenPipeError:
-            from fabfile.present.output import pipe_closed
+            from fabfile.present.text import pipe_closed
 
             pipe_closed()
         except KeyboardInterrupt as e:

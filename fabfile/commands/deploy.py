@@ -33,8 +33,8 @@ from fabfile.plan.deploy_plan import (
     mask_secrets,
     secret_values,
 )
-from fabfile.present.output import first_time
 from fabfile.present.progress import Reporter
+from fabfile.present.text import first_time
 from fabfile.remote.protocol import DeployRecord, DeployRequest, FactsAnswer, PatchApplyRequest, SGLangInfo
 from fabfile.results.deploys import DeployResult
 from fabfile.transport.session import HostSession

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fabfile.errors import HostTimeoutError, RemoteError, SpecDeployError
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.present import output
 from fabfile.results.hosts import HostOutcome
 from fabfile.transport.base import Transport
 from fabfile.transport.session import HostSession
@@ -24,6 +23,9 @@ if TYPE_CHECKING:  # the live display (rich.live, rich.spinner) is imported by t
     from fabfile.present.progress import Reporter
 
 MAX_PARALLEL = 16
+# ``meanwhile`` waits for every running host's first command to be on its way, at most this long (a host whose
+# connection hangs is reported by its timeout; the calling thread's own work need not wait for that).
+MEANWHILE_AFTER_S = 0.5
 
 # What a host's work answers (a verb's answer shape, typed by ``HostSession``): each outcome carries it.
 T = TypeVar("T")
@@ -51,7 +53,8 @@ def _timed_out(h: Host, host_timeout: float) -> HostTimeoutError:
 
 def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession], T],
                   parallel: bool = True, host_timeout: float | None = None,
-                  answered: set[str] | None = None, read_only: bool = False) -> list[HostOutcome[T]]:
+                  answered: set[str] | None = None, read_only: bool = False,
+                  meanwhile: Callable[[], object] | None = None) -> list[HostOutcome[T]]:
     """Run ``work`` on every host (at most MAX_PARALLEL at once); outcomes in the order of ``hosts``.
 
     With ``host_timeout``, a host whose part takes longer (counted from when it started, connecting included) is
@@ -60,18 +63,30 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
     ``answered``: a set the work adds its host's name to once the host has answered; from then on ``host_timeout``
     no longer applies to it (a long ``logs --follow`` is bounded by its own duration, only its start by this).
     ``read_only``: ``work`` only reads the hosts (``session.open_transport`` says what carries it then).
+    ``meanwhile``: what this thread does while the hosts answer, needing none of their answers: a read-only
+    command imports what prints them (Rich's console and tables, ~30 ms), which the round trip then hides. It starts
+    once every running host's first command is on its way (``Transport.sent``), or after ``MEANWHILE_AFTER_S``: a
+    host's thread still connecting would wait on the interpreter lock at each of its reads while this one imports.
     """
     if not parallel or (len(hosts) == 1 and host_timeout is None):
-        return [_run_one(inv, h, work, None, read_only) for h in hosts]
+        outcomes = [_run_one(inv, h, work, None, read_only) for h in hosts]
+        if meanwhile is not None:
+            meanwhile()
+        return outcomes
     cv = threading.Condition()
     results: dict[str, HostOutcome[T]] = {}
     started: dict[str, float] = {}
     transports: dict[str, Transport] = {}
 
+    def wake() -> None:
+        with cv:
+            cv.notify_all()
+
     def runner(h: Host) -> None:
         def on_open(t: Transport) -> None:
             with cv:
                 transports[h.name] = t
+                t.on_sent = wake
 
         outcome = _run_one(inv, h, work, on_open, read_only)
         with cv:
@@ -80,6 +95,7 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
 
     pending = list(hosts)
     running: set[str] = set()
+    first = time.monotonic()
     with cv:
         while len(results) < len(hosts):
             running -= set(results)
@@ -88,6 +104,15 @@ def for_each_host(inv: Inventory, hosts: list[Host], work: Callable[[HostSession
                 running.add(h.name)
                 started[h.name] = time.monotonic()
                 threading.Thread(target=runner, args=(h,), name=f"host-{h.name}", daemon=True).start()
+            if meanwhile is not None and (time.monotonic() - first > MEANWHILE_AFTER_S or all(
+                    n in results or (n in transports and transports[n].sent.is_set()) for n in running)):
+                cv.release()  # the hosts' threads take it (on_open, their results) while this one works
+                try:
+                    meanwhile()
+                finally:
+                    meanwhile = None
+                    cv.acquire()
+                continue  # the hosts' timeouts are looked at again now, not after a wait
             to_abort: list[Transport] = []
             now = time.monotonic()
             for h in hosts:
@@ -126,6 +151,7 @@ def concurrent(items: list[Any], fn: Callable[[Any], None]) -> None:
 
 def reporter_for(host: Host, *, quiet: bool, shared_console: bool) -> Reporter:
     """Several hosts at once print plain step lines (no spinner: one live display cannot serve many threads)."""
+    from fabfile.present import output
     from fabfile.present.progress import Reporter
 
     if quiet:

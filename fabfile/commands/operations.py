@@ -15,14 +15,27 @@ from typing import TYPE_CHECKING
 from fabfile.commands.fanout import for_each_host
 from fabfile.commands.result import CommandResult
 from fabfile.inventory.hosts import Host, Inventory
-from fabfile.present import hosts_report as report
-from fabfile.present.output import terminal_safe
+from fabfile.present.text import terminal_safe
 from fabfile.results.hosts import CancelResult, CheckEnvResult, HostsResult, ServerView, StatusResult, StopResult
 from fabfile.transport.session import HostSession
 
 if TYPE_CHECKING:  # the shapes are annotations only: the protocol's TypedDicts cost ~4 ms of every start
     from fabfile.remote import protocol as p
     from fabfile.results.hosts import HostStatus
+
+
+def printing_modules() -> None:
+    """Import what prints a read-only command's answers (``present.hosts_report``: Rich's console and tables, ~30 ms)
+    while its hosts answer (``for_each_host``'s ``meanwhile``): imported at this module's top, they would come
+    before the round trip, and each printer imports them where it prints (a no-op once this ran)."""
+    from fabfile.present import hosts_report  # noqa: F401
+
+
+def check_env_modules() -> None:
+    """check-env's :func:`printing_modules`: its tables, and the release facts its rows are read against."""
+    printing_modules()
+    from fabfile.plan import knob_effects  # noqa: F401
+    from fabfile.present import checkenv_report  # noqa: F401
 
 
 # -- stop -----------------------------------------------------------------------------------------------------
@@ -39,7 +52,13 @@ def stop(inv: Inventory, hosts: list[Host], *, dry_run: bool, host_timeout: floa
 def stop_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool,
                host_timeout: float | None = None) -> CommandResult:
     r = stop(inv, hosts, dry_run=dry_run, host_timeout=host_timeout)
-    return CommandResult(r, lambda: report.print_stop(r, dry_run=dry_run), r.exit_code)
+
+    def for_people() -> None:
+        from fabfile.present import hosts_report  # Rich's tables: only to print (``printing_modules``)
+
+        hosts_report.print_stop(r, dry_run=dry_run)
+
+    return CommandResult(r, for_people, r.exit_code)
 
 
 # -- status ---------------------------------------------------------------------------------------------------
@@ -167,7 +186,7 @@ def viewed(d: p.StatusAnswer) -> HostStatus:
 def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> StatusResult:
     """Each host's ``status`` answer, with its :func:`server_view` under ``data["state"]``."""
     outcomes = for_each_host(inv, hosts, lambda s: s.status(), host_timeout=_bound(hosts, host_timeout),
-                             read_only=True)
+                             read_only=True, meanwhile=printing_modules)
     # Exit 1 unless every host serves: a server that runs but does not answer, a record that disagrees with the
     # host, and a host where nothing serves (stopped, none, a deploy under way without a server up) alike.
     return StatusResult([o.then(viewed) for o in outcomes])
@@ -176,7 +195,13 @@ def status(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = No
 def status_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,
                  verbose: bool = False) -> CommandResult:
     r = status(inv, hosts, host_timeout=host_timeout)
-    return CommandResult(r, lambda: report.print_status(r, verbose=verbose), r.exit_code)
+
+    def for_people() -> None:
+        from fabfile.present import hosts_report  # Rich's tables: only to print (``printing_modules``)
+
+        hosts_report.print_status(r, verbose=verbose)
+
+    return CommandResult(r, for_people, r.exit_code)
 
 
 def _bound(hosts: list[Host], flag: float | None) -> float:
@@ -204,8 +229,10 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
             answered.add(name)
             got = [terminal_safe(mask_secrets(str(x), hidden)) for x in ev.get("lines") or []]
             if follow or not prefix:
+                from fabfile.present import hosts_report
+
                 with lock:
-                    report.print_log_lines(name, got, prefix=prefix, width=width)
+                    hosts_report.print_log_lines(name, got, prefix=prefix, width=width)
             else:
                 collected[name] += got
 
@@ -215,12 +242,14 @@ def show_logs(inv: Inventory, hosts: list[Host], *, lines: int, follow: bool, fo
     # --host-timeout bounds each host until it answers (a stopped sshd is reported in seconds, not after the
     # follow); a host that answered is bounded by --timeout of the follow itself (the agent's call timeout).
     outcomes = for_each_host(inv, hosts, work, host_timeout=_bound(hosts, host_timeout),
-                             answered=answered if follow else None, read_only=True)
+                             answered=answered if follow else None, read_only=True, meanwhile=printing_modules)
+    from fabfile.present import hosts_report
+
     if prefix and not follow:
         for h in hosts:
-            report.print_log_lines(h.name, collected[h.name], prefix=True, width=width)
+            hosts_report.print_log_lines(h.name, collected[h.name], prefix=True, width=width)
     r = HostsResult(outcomes)
-    report.print_logs_summary(r, prefix=prefix)
+    hosts_report.print_logs_summary(r, prefix=prefix)
     return CommandResult.printed(r.exit_code)
 
 
@@ -236,7 +265,7 @@ def expected_env(host: Host) -> dict[str, str]:
 def check_env(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CheckEnvResult:
     """Each host's evidence and its evaluation; exit 1 when a value is not proven on some host."""
     outcomes = for_each_host(inv, hosts, lambda s: s.check_env(expected_env(s.host)),
-                             host_timeout=_bound(hosts, host_timeout), read_only=True)
+                             host_timeout=_bound(hosts, host_timeout), read_only=True, meanwhile=check_env_modules)
     for o in outcomes:
         if o.ok:
             evaluation = o.answer["evaluation"]
@@ -270,7 +299,13 @@ def sglang_overwrites(host: Host, version: str | None, evaluation: p.Evaluation)
 def check_env_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None,
                     verbose: bool = False) -> CommandResult:
     r = check_env(inv, hosts, host_timeout=host_timeout)
-    return CommandResult(r, lambda: report.print_check_env(r, verbose=verbose), r.exit_code)
+
+    def for_people() -> None:
+        from fabfile.present import hosts_report  # Rich's tables: only to print (``printing_modules``)
+
+        hosts_report.print_check_env(r, verbose=verbose)
+
+    return CommandResult(r, for_people, r.exit_code)
 
 
 # -- rollback-patches -----------------------------------------------------------------------------------------
@@ -283,19 +318,31 @@ def rollback(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> HostsResult
 
 def rollback_hosts(inv: Inventory, hosts: list[Host], *, dry_run: bool) -> CommandResult:
     r = rollback(inv, hosts, dry_run=dry_run)
-    return CommandResult(r, lambda: report.print_rollback(r, dry_run=dry_run), r.exit_code)
+
+    def for_people() -> None:
+        from fabfile.present import hosts_report  # Rich's tables: only to print (``printing_modules``)
+
+        hosts_report.print_rollback(r, dry_run=dry_run)
+
+    return CommandResult(r, for_people, r.exit_code)
 
 
 # -- gpus -----------------------------------------------------------------------------------------------------
 def gpus(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> HostsResult[p.GpusAnswer]:
     outcomes = for_each_host(inv, hosts, lambda s: s.gpus(), host_timeout=_bound(hosts, host_timeout),
-                             read_only=True)
+                             read_only=True, meanwhile=printing_modules)
     return HostsResult(outcomes)
 
 
 def gpus_hosts(inv: Inventory, hosts: list[Host], *, host_timeout: float | None = None) -> CommandResult:
     r = gpus(inv, hosts, host_timeout=host_timeout)
-    return CommandResult(r, lambda: report.print_gpus(r), r.exit_code)
+
+    def for_people() -> None:
+        from fabfile.present import hosts_report  # Rich's tables: only to print (``printing_modules``)
+
+        hosts_report.print_gpus(r)
+
+    return CommandResult(r, for_people, r.exit_code)
 
 
 # -- cancel ---------------------------------------------------------------------------------------------------
@@ -311,7 +358,13 @@ def cancel(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> Cancel
 
 def cancel_hosts(inv: Inventory, hosts: list[Host], *, wait_s: float | None) -> CommandResult:
     r = cancel(inv, hosts, wait_s=wait_s)
-    return CommandResult(r, lambda: report.print_cancel(r), r.exit_code)
+
+    def for_people() -> None:
+        from fabfile.present import hosts_report  # Rich's tables: only to print (``printing_modules``)
+
+        hosts_report.print_cancel(r)
+
+    return CommandResult(r, for_people, r.exit_code)
 
 
 def _client() -> str:

@@ -2,7 +2,9 @@
 stderr.
 
 ``output`` (the two consoles, ``show`` — the one switch between tables and JSON that every command uses —,
-``print_error``, ``terminal_safe``: imports only ``fabfile.errors``, so any room may print through it), ``tables``
+``print_error``: imports only ``fabfile.errors``, so any room may print through it), ``text`` (what needs no Rich:
+``terminal_safe``, the notes said once per command, a closed pipe's quiet end; so a command's start and its work
+import no Rich, and the printing's imports can wait for the hosts' answers), ``tables``
 (the one table builder: tables that never cut a key value, and the one dash for a missing value), ``progress``
 (step lines and the spinner), and one ``*_report`` per command: ``hosts_report`` (stop, status, logs, check-env,
 rollback-patches, gpus, cancel), ``deploy_report``, ``rollout_report`` (rollouts and clusters), ``checkenv_report``,

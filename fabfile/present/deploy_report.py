@@ -7,7 +7,8 @@ import shlex
 from pathlib import Path
 
 from fabfile.inventory.hosts import Host
-from fabfile.present.output import err, first_time, out, print_error
+from fabfile.present.output import err, out, print_error
+from fabfile.present.text import first_time
 from fabfile.results.deploys import DeployResult
 
 

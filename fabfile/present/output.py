@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from rich.console import Console, ConsoleDimensions
 
 from fabfile.errors import SpecDeployError
-
-PIPE_CLOSED_EXIT = 141  # 128 + SIGPIPE: what a shell reports for `cat` when its reader went away
-
-
-def pipe_closed() -> NoReturn:
-    """stdout's reader has gone (``inv logs | head -1``): end the process at once and quietly, as ``cat`` does
-    when SIGPIPE kills it. Python ignores SIGPIPE, so every later write (from any thread, and the flush at exit)
-    would raise BrokenPipeError, one traceback each. Nothing a command leaves on a host depends on this process
-    (a deploy goes on there, as after Ctrl-C)."""
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    os._exit(PIPE_CLOSED_EXIT)
+from fabfile.present.text import pipe_closed, terminal_safe
 
 
 class _Stdout:
@@ -78,35 +65,6 @@ def console(**options: Any) -> Console:
 
 out = console(file=_Stdout(), soft_wrap=True)
 err = console(stderr=True, soft_wrap=True)
-
-
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7f, 0xa0)] if c != 0x09}
-
-
-def terminal_safe(text: str) -> str:
-    """Host text (log lines, excerpts) with control characters shown as ``\\xNN``: an ESC sequence in a log line
-    must not drive the operator's terminal (retitle it, rewrite what was shown, answer back)."""
-    return text.translate(_CONTROL)
-
-
-_SAID: set[str] = set()
-
-
-def begin_command() -> None:
-    """A new command starts: nothing has been said in it yet. The CLI wrapper calls it, so a process that runs
-    several commands (the tests' in-process runner, a script importing the tasks) says each note once per command,
-    not once per process."""
-    _SAID.clear()
-
-
-def first_time(note: str) -> bool:
-    """Whether ``note`` is said for the first time in this command (one process runs one command): a plan's note
-    about the tool's own preset is the same on every host and every sweep deploy, so it is said once, not per
-    deploy, per host and again in the summary."""
-    if note in _SAID:
-        return False
-    _SAID.add(note)
-    return True
 
 
 def print_json(data: Any) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.syntax import Syntax
 
-from fabfile.present.output import first_time, out
+from fabfile.present.output import out
+from fabfile.present.text import first_time
 
 
 def describe(doc: dict[str, Any]) -> None:

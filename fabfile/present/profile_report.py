@@ -11,8 +11,8 @@ from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.text import Text
 
-from fabfile.present.output import terminal_safe
 from fabfile.present.tables import DASH, Col, cell, fit_table, fits
+from fabfile.present.text import terminal_safe
 from fabfile.remote.protocol import KERNEL_CLASSES, ProfileDocument, ProfileRank
 from fabfile.results.hosts import HostsResult
 

@@ -160,7 +160,7 @@ class Reporter:
             lines = [x for x in ev.get("lines") or [] if not ACCESS_LINE.search(str(x))]
             if lines:
                 from fabfile.plan.deploy_plan import mask_secrets
-                from fabfile.present.output import terminal_safe
+                from fabfile.present.text import terminal_safe
 
                 self.last_line = terminal_safe(mask_secrets(str(lines[-1]).strip(), self.hidden))
                 self._refresh()

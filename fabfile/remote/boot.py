@@ -149,6 +149,7 @@ def verify_tree(d: str, manifest_sha: str) -> None:
         raise Unsafe(f"the agent manifest at {d} is not the one shipped", _reinstall(d))
     manifest: dict[str, str] = json.loads(manifest_bytes.decode("utf-8"))
     found: list[str] = []
+    prefix = os.path.join(d, "")  # every path below starts with it: cut, not os.path.relpath (two abspaths a file)
     for root, dirs, files in os.walk(d):
         for name in dirs + files:
             p = os.path.join(root, name)
@@ -164,7 +165,7 @@ def verify_tree(d: str, manifest_sha: str) -> None:
             if st.st_uid != me or st.st_mode & 0o022:
                 raise Unsafe(f"{p} in the agent directory belongs to {_who(st.st_uid)} or is writable by others "
                              f"(mode {st.st_mode & 0o7777:o})")
-            rel = os.path.relpath(p, d)
+            rel = p[len(prefix):]
             if stat.S_ISREG(st.st_mode) and "__pycache__" not in rel.split(os.sep) and rel != MANIFEST:
                 found.append(rel)
     st = os.lstat(d)

@@ -81,7 +81,7 @@ ROUTER_WORKER: Verb[p.RouterWorkerRequest, p.RouterWorkerAnswer] = Verb("router_
 WATCH: Verb[p.StateRequest, p.WatchAnswer] = Verb("watch", "measure.watch:watch")
 BENCH: Verb[p.BenchRequest, p.BenchAnswer] = Verb("bench", "measure.bench:run")
 PROFILE: Verb[p.ProfileRequest, p.ProfileResult] = Verb("profile", "measure.profile:run")
-CHECK_ENV: Verb[p.CheckEnvRequest, p.CheckEnvAnswer] = Verb("check_env", "evidence.judge:check_env")
+CHECK_ENV: Verb[p.CheckEnvRequest, p.CheckEnvAnswer] = Verb("check_env", "evidence.checkenv:check_env")
 PATCH_APPLY: Verb[p.PatchApplyRequest, p.PatchApplyAnswer] = Verb("patch_apply", "patch.apply:apply_verb")
 PATCH_ROLLBACK: Verb[p.PatchRollbackRequest, p.PatchRollbackAnswer] = Verb("patch_rollback",
                                                                           "patch.rollback:rollback_verb")

@@ -46,6 +46,20 @@ class Transport(ABC):
     def __init__(self, host_name: str) -> None:
         self.host_name = host_name
         self.stats = TransportStats()
+        # Set once the first command is on its way (its connection up): the fan-out's calling thread starts its
+        # own work then (``for_each_host``'s ``meanwhile``), not before, since a host's thread still opening its
+        # connection would wait on the interpreter lock at each of its reads. ``on_sent``: told at that moment.
+        self.sent = threading.Event()
+        self.on_sent: Callable[[], None] | None = None
+
+    def count_command(self, command: str) -> None:
+        """A command is about to go to the host: counted for the benchmarks; the first one sets ``sent``."""
+        self.stats.commands += 1
+        self.stats.commands_log.append(command)
+        if not self.sent.is_set():
+            self.sent.set()
+            if self.on_sent is not None:
+                self.on_sent()
 
     @abstractmethod
     def run(self, command: str, timeout: float) -> ProcessResult: ...
@@ -145,8 +159,7 @@ class LocalTransport(Transport):
         self.stats.connections = 1
 
     def _popen(self, command: str) -> subprocess.Popen[str]:
-        self.stats.commands += 1
-        self.stats.commands_log.append(command)
+        self.count_command(command)
         return subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
 

@@ -329,8 +329,7 @@ class OpenSSHTransport(Transport):
         that failed for the network's sake (a timeout, a reset, a refused port, a ProxyCommand that ended) is handed
         to Paramiko (:meth:`_over_paramiko`), which retries it within the same budget and says what the proxy said:
         ssh sends a ProxyCommand's own words to /dev/null once a master may persist."""
-        self.stats.commands += 1
-        self.stats.commands_log.append(command)
+        self.count_command(command)
         code, stderr, got_output = self._exchange(command, timeout, on_text, data=data, idle_timeout=idle_timeout,
                                                   last_activity=last_activity)
         failed = self._failure(code, stderr, got_output)

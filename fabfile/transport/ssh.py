@@ -257,8 +257,7 @@ class SSHTransport(Transport):
     def _run(self, command: str, timeout: float, **kw: Any) -> ProcessResult:
         if not self._alive():
             raise ConnectionLost(f"the SSH session to {self.alias} is closed", host=self.host_name)
-        self.stats.commands += 1
-        self.stats.commands_log.append(command)
+        self.count_command(command)
         try:
             kw.setdefault("in_stream", False)
             r = self.cxn.run(command, warn=True, pty=False, timeout=timeout, **kw)
@@ -369,8 +368,7 @@ class SSHTransport(Transport):
         self.shell_write_done(r, path, "no SFTP; ")
 
     def _exec_with_stdin(self, command: str, data: bytes, timeout: float) -> ProcessResult:
-        self.stats.commands += 1
-        self.stats.commands_log.append(command)
+        self.count_command(command)
         try:
             chan = self.cxn.transport.open_session(timeout=timeout)
             chan.settimeout(timeout)

@@ -19,7 +19,7 @@ import pytest
 from fabfile.remote import facts, versions
 from fabfile.remote.measure import bench, metrics
 from fabfile.remote.patch import modes as patch_modes
-from fabfile.remote.serve import server
+from fabfile.remote.serve import health
 from tests.simhost.sim.install import install_simulator
 from tests.support.agent import sglang_info_in
 from tests.support.wheels import health_contract, wheel_path
@@ -125,8 +125,8 @@ def test_probe_fits_the_health_endpoint_of_the_release(version: str) -> None:
     assert c["sleeps_a_second"] and c["timeout_20"]
     if path == "/health" or path == "/health_generate":
         assert path == "/health_generate" or c["health_generates"]
-        assert server.probe_timeout_s(path, {}) > versions.HEALTH_CHECK_TIMEOUT_S
-        assert server.probe_timeout_s(path, {"SGLANG_HEALTH_CHECK_TIMEOUT": "40"}) > 40
+        assert health.probe_timeout_s(path, {}) > versions.HEALTH_CHECK_TIMEOUT_S
+        assert health.probe_timeout_s(path, {"SGLANG_HEALTH_CHECK_TIMEOUT": "40"}) > 40
 
 
 # ------------------------------------------------------------------------------------------- SGLANG_PLUGINS

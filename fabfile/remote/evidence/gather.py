@@ -482,19 +482,20 @@ def _attribute(scan: Scan, launcher: dict[str, Any], scheds: list[procs.ProcInfo
 
 
 def gather(req: GatherRequest, sink: EventSink, gpu_facts: GpuFacts | None = None,
-           saved_scans: str | None = None) -> dict[str, Any]:
+           saved_scans: str | None = None, gpu_queries: gpus.Queries | None = None) -> dict[str, Any]:
     """Collect per-scheduler evidence for the expected NCCL variables. See the module docstring.
 
     ``gpu_facts``: the GPU listing and topology when the caller already read them (a deploy reads them while its
     server loads: ``prefetch``); read here otherwise. ``saved_scans``: where the log's scan is saved and taken up
-    again (``scan_log``)."""
+    again (``scan_log``); ``gpu_queries``: that listing's query, started by the caller (the check_env verb's door)."""
     expected = req.get("expected") or {}
     if not isinstance(expected, dict):
         raise AgentError("bad_request", "expected must be a {VAR: value} object")
     expected = {str(k): str(v) for k, v in expected.items()}
     names = sorted(expected)
     # nvidia-smi runs while /proc and the log are read (its two queries are the longest part of a check-env call)
-    gpu_queries = interconnect.start_gpu_facts() if gpu_facts is None else None
+    if gpu_facts is None and gpu_queries is None:
+        gpu_queries = interconnect.start_gpu_facts()
 
     sink.emit("progress", step="processes")
     found = _launcher_and_schedulers(req, names)

@@ -34,6 +34,7 @@ from .nccllog import parse_nccl_line, parse_nccl_records
 from .sglangnccl import argv_flags, custom_ar, sglang_env_facts_for, sglang_nccl_rules
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
+    from ..gpus import Queries
     from ..protocol import CheckEnvAnswer, CheckEnvRequest, EnvRow, Evaluation, GatherRequest, Hint
 
 __all__ = ["DRAFT_WORKER_NOTE", "IN_PROCESS_MODES", "SCHEMA", "argv_flags", "check_env", "custom_ar", "evaluate",
@@ -437,10 +438,11 @@ def _overridden(hints: dict[str, Hint], rows: list[EnvRow], used: dict[str, Any]
 # ----------------------------------------------------------------------------------------------------
 # the `check_env` verb (`inv check-env`): which server to judge, by what
 
-def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
+def check_env(req: CheckEnvRequest, sink: EventSink, gpu_queries: Queries | None = None) -> CheckEnvAnswer:
     """Judge the running server by what its deploy asked for (the record), with evidence that belongs to it (its
     launcher's pid and start time, its part of the log, its deploy id). A server that is not the recorded deploy is
-    reported as such and judged only by its own processes."""
+    reported as such and judged only by its own processes. ``gpu_queries``: the GPU query the verb's door
+    (``checkenv``) started."""
     from .. import procs
     from ..patch.modes import explain_unloaded_plugin
     from ..serve import records
@@ -476,7 +478,8 @@ def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
                   "server": {"recorded_deploy": rec.get("deploy_id"), "record_status": rec.get("status"),
                              "is_recorded_deploy": False if rec else None, "why": why}}
     # The recorded deploy's log is scanned from where the last check-env's saved scan stopped (``scan_log``).
-    ev = gather(ev_req, sink, saved_scans=os.path.join(state_dir, "scans") if running else None)
+    ev = gather(ev_req, sink, saved_scans=os.path.join(state_dir, "scans") if running else None,
+                gpu_queries=gpu_queries)
     ev["expected_source"] = "record" if running and expected is not asked else "inventory"
     ev["inventory_differs"] = differs
     evaluation = evaluate(ev, expected)

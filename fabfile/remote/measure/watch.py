@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import procs
 from ..common import EventSink, expand
-from ..serve import records, server
+from ..serve import health, records
 from . import metrics
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
@@ -54,7 +54,7 @@ def sample(state_dir: str, last_decode: Any) -> WatchAnswer:
         return out
     out.update({"running": True, "config_name": rec.get("config_name"), "deploy_id": rec.get("deploy_id"),
                 "sglang_version": rec.get("sglang_version")})
-    out["health"] = server.recorded_health(rec)
+    out["health"] = health.recorded_health(rec)
     text = _get_metrics(str(rec["listen"]), int(rec["port"])) if metrics.served(rec) else None
     prom = metrics.spec_from_prometheus(text) if text else {}
     dec = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))

@@ -29,7 +29,7 @@ from ..protocol import (
     Verified,
     VerifySpec,
 )
-from . import port, records, server, stop
+from . import health, port, records, server, stop
 from .lock import DeployLock
 from .prefetch import Prefetch
 
@@ -273,7 +273,7 @@ class _Sequence:
         ready = self.steps.run("wait_ready", lambda: server.wait_ready(
             pid=started["pid"], start_ticks=started["start_ticks"], log_path=req["log_path"],
             log_offset=started["log_offset"], listen=req["listen"], port=int(req["port"]),
-            ready_path=server.ready_path_of(req, req["sglang_version"]), ready_s=float(t["ready"]),
+            ready_path=health.ready_path_of(req, req["sglang_version"]), ready_s=float(t["ready"]),
             stall_s=float(t["stall"]), on_lines=on_lines, cancelled=self.cancelled,
             env=(req.get("summary") or {}).get("env")),
             lambda r: f"{r['ready_path']} answered 200 in {r['probe_latency_s']:.2f} s")

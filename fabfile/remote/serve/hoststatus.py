@@ -19,7 +19,7 @@ def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
     """What runs on the host now, observed: the recorded server's processes, its health answered this moment, the
     figures of its own part of the log (with their age), the server of a deploy in progress, and strangers."""
     from .. import procs
-    from . import records, server
+    from . import health, records
     state_dir = expand(req["state_dir"])
     rec = records.current(state_dir)
     out: StatusAnswer = {"record": rec, "running": False, "deploy_in_progress": None, "other_sglang_processes": []}
@@ -32,7 +32,7 @@ def status(req: StateRequest, sink: EventSink) -> StatusAnswer:
             out["uptime_s"] = round(_uptime_of(ticks.start_ticks), 1)
             # "T": stopped by a signal (SIGSTOP, a debugger): alive, but it serves nothing.
             out["process_state"] = ticks.state
-        out["health"] = server.recorded_health(rec, answers=ticks is None or ticks.state != "T")
+        out["health"] = health.recorded_health(rec, answers=ticks is None or ticks.state != "T")
         out["last_decode"] = found = last_decode(rec["log_path"], int(rec.get("log_offset") or 0))
         if found:
             from ..measure import metrics

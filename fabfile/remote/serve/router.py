@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import procs, versions
 from ..common import AgentError, EventSink, atomic_write, ensure_private_dir, expand
-from . import server
+from . import health, server
 
 if TYPE_CHECKING:  # the shapes are annotations only: building them costs ~10 ms a call (verbs.py)
     from ..protocol import (
@@ -196,7 +196,7 @@ def live_workers(rec: RouterRecord) -> tuple[str, list[RouterWorker]]:
     for url, router_healthy in said.items():
         where = _split_url(url)
         # A worker's /health runs a one-token generation on current SGLang (over a second): same bound as above.
-        code = server.probe(where[0], where[1], versions.ROUTER_HEALTH_PATH, 5.0) if where else None
+        code = health.probe(where[0], where[1], versions.ROUTER_HEALTH_PATH, 5.0) if where else None
         items.append({"url": url, "health": code, "router_says_healthy": router_healthy})
     return source, items
 
@@ -210,7 +210,7 @@ def status(state_dir: str) -> list[RouterStatus]:
             "name": rec.get("name"), "pid": rec.get("pid"), "listen": rec.get("listen"), "port": rec.get("port"),
             "policy": rec.get("policy"), "status": rec.get("status"), "started_at": rec.get("started_at"),
             "log_path": rec.get("log_path"), "workers_at_start": rec.get("workers"), "running": running,
-            "health": server.probe(rec["listen"], int(rec["port"]), versions.ROUTER_HEALTH_PATH, 5.0)
+            "health": health.probe(rec["listen"], int(rec["port"]), versions.ROUTER_HEALTH_PATH, 5.0)
             if running else None,
             "workers": []}
         if running:

@@ -12,7 +12,7 @@ from pathlib import Path
 import tomllib
 
 from fabfile.cli import tasks
-from fabfile.present.output import PIPE_CLOSED_EXIT
+from fabfile.present.text import PIPE_CLOSED_EXIT
 from tests.support import sources
 from tests.support.cli import run_cli
 from tests.support.invoke_cli import INV, ROOT, run_inv

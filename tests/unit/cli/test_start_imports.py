@@ -49,3 +49,14 @@ def test_check_env_expects_without_the_plan_and_a_table_prints_without_the_emoji
                            "print_table(out, [Col('host')], [['gpu1 :warning:']])\n")
     assert "fabfile.plan.ncclsettings" in modules and "rich.table" in modules
     assert [m for m in ("fabfile.plan.deploy_plan", "rich._emoji_codes") if m in modules] == []
+
+
+def test_the_read_only_commands_reach_their_hosts_before_rich_loads() -> None:
+    """Rich (~25 ms of imports) is what prints the answers: the task, its command, the fan-out and the carrier load
+    none of it, so the host call goes first and the printing's imports run while the host answers
+    (``for_each_host``'s ``meanwhile``, tests/unit/commands/test_fanout_meanwhile.py)."""
+    modules = loaded_after("import fabfile.cli.run, fabfile.cli.tasks, fabfile.commands.operations, "
+                           "fabfile.transport.openssh, fabfile.transport.session, fabfile.inventory.hosts")
+    assert "fabfile.commands.fanout" in modules
+    assert [m for m in modules if m == "rich" or m.startswith(("rich.", "fabfile.present.output",
+                                                               "fabfile.present.hosts_report"))] == []

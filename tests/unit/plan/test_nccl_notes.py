@@ -85,7 +85,7 @@ def test_the_hosts_nccl_release_is_read_from_its_wheel_and_decides_the_offer(tmp
 
 def test_the_proto_note_is_short_and_said_once_per_command() -> None:
     """Issue 40: the ~600-character note was printed twice per deploy, per host and on every sweep deploy."""
-    from fabfile.present import output
+    from fabfile.present import text as output
 
     (note,) = nccl_notes({"NCCL_PROTO": "LL"}, [], "0.5.16", nccl_version="2.28.9+cuda13.0")
     assert len(note) < 300, len(note)

@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 # What a status call does not need: the protocol's shapes, the deploy, nvidia-smi's queries, and subprocess (only
 # starting a server or nvidia-smi needs it).
-HEAVY = ("fabfile.remote.protocol", "fabfile.remote.serve.deploy", "fabfile.remote.gpus", "subprocess")
+HEAVY = ("fabfile.remote.protocol", "fabfile.remote.serve.deploy", "fabfile.remote.gpus", "subprocess",
+         "fabfile.remote.serve.server")  # the launch's half: status and watch read health from serve/health
 
 
 def loaded(code: str) -> list[str]:
@@ -43,7 +44,32 @@ def test_the_other_read_only_verbs_import_their_room_without_the_protocol_shapes
 def test_check_env_imports_neither_dataclasses_nor_shutil() -> None:
     # dataclasses pulls inspect (dis, tokenize, ast) and execs each class's methods; shutil pulls bz2, lzma and
     # zlib, for one PATH lookup that Popen does itself: both were milliseconds of every check-env on the host.
+    # The verb's door (evidence/checkenv) imports the judge once the GPU query runs: both are what a call loads.
     modules = loaded(f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom fabfile.remote import verbs\n"
-                     "verbs.CHECK_ENV.function()")
+                     "verbs.CHECK_ENV.function()\nimport fabfile.remote.evidence.judge")
     assert "fabfile.remote.evidence.gather" in modules  # the verb's room was imported
     assert [m for m in ("dataclasses", "shutil", "inspect") if m in modules] == []
+
+
+def test_check_env_starts_its_gpu_query_before_the_judge_loads(tmp_path: Path) -> None:
+    """The query (one ``nvidia-smi`` run, the longest part of a check-env call on a real host) starts before the
+    judge and the gatherer are imported, so their import runs beside it: what was imported when the process
+    started, told by a stand-in ``nvidia-smi`` on PATH."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    smi.chmod(0o755)
+    code = (f"import json, os, subprocess, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+            f"os.environ['PATH'] = {str(tmp_path)!r} + ':' + os.environ['PATH']\n"
+            "seen = []\nreal = subprocess.Popen.__init__\n"
+            "def spy(self, args, *a, **k):\n"
+            "    seen.append((list(args), 'fabfile.remote.evidence.judge' in sys.modules))\n"
+            "    real(self, args, *a, **k)\n"
+            "subprocess.Popen.__init__ = spy\n"
+            "from fabfile.remote import verbs\nfrom fabfile.remote.common import EventSink\n"
+            f"answer = verbs.CHECK_ENV.function()({{'state_dir': {str(tmp_path / 'state')!r}, 'expected': {{}}}},"
+            " EventSink())\n"
+            "print(json.dumps({'seen': seen, 'gpus': answer['evidence']['facts']['gpus']}))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["seen"][0] == [["nvidia-smi", "nvlink", "-s"], False], got["seen"]
+    assert got["gpus"]["names"] == ["NVIDIA H200"], got["gpus"]  # the query's answer reached the evidence

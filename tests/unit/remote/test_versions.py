@@ -15,7 +15,7 @@ import pytest
 
 from fabfile.remote import facts, versions
 from fabfile.remote.patch import modes as patch_modes
-from fabfile.remote.serve import server
+from fabfile.remote.serve import health
 from tests.simhost.sim.install import install_simulator
 from tests.support import sources
 from tests.support.agent import sglang_info_in
@@ -66,11 +66,11 @@ def test_readiness_is_decided_in_versions_for_a_deploy_and_for_its_record() -> N
     assert versions.readiness_path("0.4.9", node_rank=2) == "/health"
     rank1 = {"sglang_version": "0.5.23", "listen": "127.0.0.1", "port": 1,
              "request": {"node": {"rank": 1, "nnodes": 2}, "summary": {"env": {"SGLANG_HEALTH_CHECK_TIMEOUT": "40"}}}}
-    assert server.recorded_health(rank1, answers=False) == \
+    assert health.recorded_health(rank1, answers=False) == \
         {"path": "/health", "status": None, "latency_s": None, "timeout_s": 45.0}
     one_node = {**rank1, "request": {"node": None}}
-    assert server.recorded_health(one_node, answers=False)["path"] == "/ready"
-    assert server.ready_path_of({"node": {"rank": 0}}, "0.4.9") == "/health_generate"
+    assert health.recorded_health(one_node, answers=False)["path"] == "/ready"
+    assert health.ready_path_of({"node": {"rank": 0}}, "0.4.9") == "/health_generate"
     from fabfile.commands import deploy
 
     # The client sends the node; the endpoint is not its choice.

@@ -16,7 +16,7 @@ import pytest
 
 from fabfile.remote import procs, versions
 from fabfile.remote.common import AgentError
-from fabfile.remote.serve import server
+from fabfile.remote.serve import health, server
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
@@ -131,9 +131,9 @@ def test_the_recorded_servers_health_is_probed_at_its_deploys_endpoint(
     port, answers = endpoint
     answers.update({"/health": 200, "/ready": 503})
     rec = {"sglang_version": "0.5.23", "listen": "0.0.0.0", "port": port, "request": {"node": {"rank": 1}}}
-    got = server.recorded_health(rec)
-    assert got["path"] == "/health" and got["status"] == 200 and got["timeout_s"] == server.probe_timeout_s("/health")
-    got = server.recorded_health({**rec, "request": {}})
+    got = health.recorded_health(rec)
+    assert got["path"] == "/health" and got["status"] == 200 and got["timeout_s"] == health.probe_timeout_s("/health")
+    got = health.recorded_health({**rec, "request": {}})
     assert got["path"] == versions.readiness_path("0.5.23") == "/ready" and got["status"] == 503
 
 
