@@ -16,7 +16,8 @@ top ten, each the least of the runs), connection set-up (Paramiko's handshake in
 use, ``transport/openssh.py``: its set-up and one ``true`` through it), the agent's start on the host (the host's
 ``python -I -c pass``; the status and check-env verbs' whole calls and the agent's own imports for each, under
 ``-X importtime``), the round trips (counted per command in this process through the real session) and the
-printing.
+printing; and one ``inv status`` process's order: when its host command went, when the printing's imports (run
+while the host answers) were done, when the answer came and the table was printed.
 
     .venv/bin/python -m bench.cli_speed [--runs 10] [--commands status,check-env] [--baseline DIR] [--no-bytecode]
 
@@ -142,6 +143,32 @@ def timed(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
     return med(walls), last
 
 
+# One `inv status` in a fresh process, as `inv` runs it, with the moments that order its work marked: the host's
+# command sent (the transports' one counter), the printing's imports done (``operations.printing_modules``, the
+# fan-out's ``meanwhile``), the answer in, the table printed.
+_TIMELINE = """
+import json, sys, time
+t0 = time.perf_counter()
+from invoke.main import program
+from fabfile.commands import operations
+from fabfile.transport import base, session
+marks = {}
+def mark(k):
+    marks.setdefault(k, time.perf_counter() - t0)
+count, imports, status = base.Transport.count_command, operations.printing_modules, session.HostSession.status
+base.Transport.count_command = lambda self, c: (mark("sent"), count(self, c))[1]
+operations.printing_modules = lambda: (imports(), mark("printing_imported"))[0]
+session.HostSession.status = lambda self, *a, **k: (status(self, *a, **k), mark("answered"))[0]
+sys.argv = ["inv", "status", "--inventory", sys.argv[1]]
+try:
+    program.run()
+except SystemExit:
+    pass
+mark("printed")
+print(json.dumps(marks), file=sys.__stdout__)
+"""
+
+
 def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> list[tuple[str, str, str]]:
     """Rows (what, figure, how it was measured) for ``inv status``, with the host's part of ``inv check-env``."""
     from fabfile.commands import operations
@@ -170,6 +197,16 @@ def anatomy(inventory_path: Path, ssh_config: Path, work: Path, runs: int) -> li
                  "imports, each module's least over the runs"))
     for name, s in top:
         rows.append((f"  {name}", f"{s * 1e3:.1f} ms", "its cumulative import time (least over the runs)"))
+
+    timeline = [json.loads(subprocess.run([PYTHON, "-c", _TIMELINE, str(inventory_path)], capture_output=True,
+                                          text=True, cwd=ROOT, check=True).stdout.splitlines()[-1])
+                for _ in range(runs)]
+    at = {k: med([t[k] for t in timeline]) for k in timeline[0]}
+    rows.append(("inv status, one process's order", f"{at['sent'] * 1e3:.0f} ms",
+                 f"the host's command sent, after Invoke, the tool's modules and the session's set-up; the printing's "
+                 f"imports then ran beside it, done at {at['printing_imported'] * 1e3:.0f} ms, the answer at "
+                 f"{at['answered'] * 1e3:.0f} ms, printed at {at['printed'] * 1e3:.0f} ms (from this process's "
+                 "first line of Python, medians)"))
 
     def handshake() -> None:
         session.open_transport(inv, host).close()
