@@ -31,12 +31,18 @@ class Queries:
                 proc = subprocess.Popen(["nvidia-smi", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True, stdin=subprocess.DEVNULL)
             except (FileNotFoundError, PermissionError):  # none on PATH, or none executable: no nvidia-smi
-                for _, started in self.running:  # (gone between two starts: none counts)
-                    started.kill()
-                    started.communicate()
+                self.stop()  # (gone between two starts: none counts)
                 self.available, self.running = False, []
                 break
             self.running.append((args, proc))
+
+    def stop(self) -> None:
+        """End and reap every query still running (none once :meth:`outputs` read them): a caller that gives up
+        before reading leaves no nvidia-smi behind the agent."""
+        for _, proc in self.running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
     def outputs(self, strict: bool = True) -> list[str | None] | None:
         """Each query's output (None without nvidia-smi). ``strict``: a failing query raises AgentError; otherwise
@@ -49,9 +55,7 @@ class Queries:
             try:
                 out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                for _, p in self.running:
-                    p.kill()
-                    p.communicate()
+                self.stop()
                 raise AgentError("gpu_query", f"nvidia-smi {' '.join(args)} did not answer within "
                                  f"{self.timeout:.0f} s", "the GPU driver may be wedged; check `nvidia-smi` on the "
                                  "host") from None

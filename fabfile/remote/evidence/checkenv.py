@@ -20,6 +20,9 @@ def check_env(req: CheckEnvRequest, sink: EventSink) -> CheckEnvAnswer:
     from .interconnect import start_gpu_facts
 
     queries = start_gpu_facts()
-    from .judge import check_env as judge
+    try:
+        from .judge import check_env as judge
 
-    return judge(req, sink, gpu_queries=queries)
+        return judge(req, sink, gpu_queries=queries)
+    finally:
+        queries.stop()  # read by then; a judge that gave up early (a refused request, the deadline) ends it here

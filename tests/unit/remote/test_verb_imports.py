@@ -6,9 +6,13 @@ not timing: which modules a fresh interpreter holds after the call."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 # What a status call does not need: the protocol's shapes, the deploy, nvidia-smi's queries, and subprocess (only
@@ -73,3 +77,31 @@ def test_check_env_starts_its_gpu_query_before_the_judge_loads(tmp_path: Path) -
     got = json.loads(out.stdout.splitlines()[-1])
     assert got["seen"][0] == [["nvidia-smi", "nvlink", "-s"], False], got["seen"]
     assert got["gpus"]["names"] == ["NVIDIA H200"], got["gpus"]  # the query's answer reached the evidence
+
+
+
+def test_a_check_env_that_gives_up_early_leaves_no_gpu_query_behind(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The door starts the query before the judge reads the request: a request the judge refuses (or the call's
+    deadline) must not leave an ``nvidia-smi`` running behind the agent."""
+    from fabfile.remote import gpus, verbs
+    from fabfile.remote.common import EventSink
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexec sleep 30\n")  # a query that hangs
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    started: list[gpus.Queries] = []
+    real_init = gpus.Queries.__init__
+
+    def spy(self: gpus.Queries, *args: Any, **kw: Any) -> None:
+        real_init(self, *args, **kw)
+        started.append(self)
+
+    monkeypatch.setattr(gpus.Queries, "__init__", spy)
+    (tmp_path / "state").mkdir()
+    request: Any = {"state_dir": str(tmp_path / "state"), "expected": ["not", "a", "mapping"]}
+    with pytest.raises(Exception):  # noqa: B017 (whichever error the judge refuses it with)
+        verbs.CHECK_ENV.function()(request, EventSink())
+    assert len(started) == 1 and started[0].running, "the door started no query"
+    assert None not in [proc.poll() for _, proc in started[0].running], "nvidia-smi still runs after the verb gave up"
